@@ -1,0 +1,123 @@
+"""HTTP glue shared by every handler: the Powertools resolver, the error schema, responses.
+
+Every failure leaves through ``_error_response`` in the ``api_spec.md`` error schema:
+validation problems are 400 ``INVALID_REQUEST`` (never Powertools' default 422), a store
+that is throttled or unreachable is a retryable 503, and anything unexpected is a logged 500.
+"""
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.logging import correlation_paths
+from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
+
+from .errors import ApiError, error_body
+from .observability import logger, metrics, tracer
+
+# DynamoDB error codes that mean "try again", answered as 503 with Retry-After.
+RETRYABLE_CODES = frozenset({
+    "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+    "InternalServerError", "ServiceUnavailable", "TransactionConflictException",
+})
+
+
+def _json_default(value: Any):
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def dumps(body: Any) -> str:
+    return json.dumps(body, default=_json_default, separators=(",", ":"))
+
+
+def json_response(status: int, body: Any, headers: dict | None = None) -> Response:
+    return Response(status_code=status, content_type="application/json", body=dumps(body), headers=headers or {})
+
+
+def _request_id(app: APIGatewayRestResolver) -> str | None:
+    try:
+        return app.current_event.request_context.request_id
+    except (AttributeError, KeyError, TypeError):
+        return None
+
+
+def _error_response(app: APIGatewayRestResolver, error: ApiError) -> Response:
+    return json_response(error.status, error.body(_request_id(app)), error.headers)
+
+
+def _validation_details(errors) -> list[dict]:
+    """Pydantic errors reduced to JSON-safe ``{"loc", "msg", "type"}`` (never echoing input)."""
+    return [
+        {"loc": [str(part) for part in err.get("loc", ())], "msg": str(err.get("msg", "")), "type": str(err.get("type", ""))}
+        for err in errors
+    ]
+
+
+def build_app(*routers: Router) -> APIGatewayRestResolver:
+    app = APIGatewayRestResolver(enable_validation=True)
+    for router in routers:
+        app.include_router(router)
+
+    @app.exception_handler(ApiError)
+    def _api_error(error: ApiError):
+        return _error_response(app, error)
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(error: RequestValidationError):
+        return _error_response(app, ApiError(400, "INVALID_REQUEST", "Request validation failed",
+                                             {"errors": _validation_details(error.errors())}))
+
+    @app.exception_handler(ClientError)
+    def _store_error(error: ClientError):
+        code = error.response.get("Error", {}).get("Code", "")
+        if code in RETRYABLE_CODES:
+            logger.warning("storage throttled or unavailable", extra={"aws_error": code})
+            return _error_response(app, ApiError(503, "SERVICE_UNAVAILABLE", "Storage temporarily unavailable; retry",
+                                                 headers={"Retry-After": "1"}, retry_after=1))
+        logger.exception("unexpected storage error", extra={"aws_error": code})
+        return _error_response(app, ApiError(500, "INTERNAL_ERROR", "Internal error"))
+
+    @app.exception_handler([BotoConnectionError, BotoCoreError])
+    def _store_down(error: Exception):
+        logger.warning("storage unreachable", extra={"error_type": type(error).__name__})
+        return _error_response(app, ApiError(503, "SERVICE_UNAVAILABLE", "Storage temporarily unavailable; retry",
+                                             headers={"Retry-After": "1"}, retry_after=1))
+
+    @app.not_found
+    def _not_found(_error):
+        return _error_response(app, ApiError(404, "NOT_FOUND", "No such route"))
+
+    @app.exception_handler(Exception)
+    def _unexpected(error: Exception):
+        logger.exception("unhandled error")
+        return _error_response(app, ApiError(500, "INTERNAL_ERROR", "Internal error"))
+
+    return app
+
+
+def lambda_entry(app: APIGatewayRestResolver):
+    """The Lambda entry point for a resolver, with Powertools logging, tracing and metrics."""
+
+    @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)
+    @tracer.capture_lambda_handler(capture_response=False)
+    @metrics.log_metrics
+    def lambda_handler(event: dict, context) -> dict:
+        return app.resolve(event, context)
+
+    return lambda_handler
+
+
+def header(app: APIGatewayRestResolver, name: str) -> str | None:
+    """A request header, case-insensitively (clients and API Gateway vary the case)."""
+    return app.current_event.get_header_value(name)
+
+
+__all__ = ["Router", "build_app", "json_response", "lambda_entry", "header", "dumps", "error_body"]

@@ -1,0 +1,55 @@
+"""A tiny per-process TTL cache for warm Lambda containers (config, prices, revocation checks).
+
+cachetools would do the same, but this is 20 lines and keeps the layer free of another
+dependency on every cold start.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+_MISSING = object()
+_ALL: list["TTLCache"] = []
+
+
+class TTLCache:
+    def __init__(self, ttl_seconds: float, max_entries: int = 10_000):
+        self.ttl = ttl_seconds
+        self.max_entries = max_entries
+        self._data: dict[Any, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+        _ALL.append(self)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        entry = self._data.get(key)
+        if entry is None or entry[0] < time.monotonic():
+            return default
+        return entry[1]
+
+    def put(self, key: Any, value: Any, ttl_seconds: float | None = None) -> None:
+        with self._lock:
+            if len(self._data) >= self.max_entries:
+                self._data.clear()
+            self._data[key] = (time.monotonic() + (self.ttl if ttl_seconds is None else ttl_seconds), value)
+
+    def get_or_load(self, key: Any, load: Callable[[], Any]) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            value = load()
+            self.put(key, value)
+        return value
+
+    def discard(self, key: Any) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+def clear_all() -> None:
+    """Empty every cache of the process (tests; local stack reset)."""
+    for cache in _ALL:
+        cache.clear()

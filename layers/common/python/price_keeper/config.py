@@ -1,0 +1,111 @@
+"""Service configuration loaded once per process from ``config.yaml``.
+
+Lookup order: ``PRICE_KEEPER_CONFIG`` (a path), the copy the CDK bundling places in
+this package, then the repository root (local stack and tests).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_CANDIDATES = (_PACKAGE_DIR / "config.yaml", _PACKAGE_DIR.parents[3] / "config.yaml")
+
+LABEL_TYPES = ("model", "profile")
+PROFILE_KINDS = ("in_region", "geographic", "global")
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Integer micro-USD per 1M tokens."""
+
+    input: int
+    output: int
+    cache_read: int = 0
+    cache_write: int = 0
+
+
+@dataclass(frozen=True)
+class Label:
+    name: str
+    type: str
+    id: str
+    prices: Prices
+    description: str = ""
+    tier: str = ""
+    family: str = ""
+    profile_kind: str = "in_region"
+
+
+@dataclass(frozen=True)
+class Metering:
+    usage_agg_shard_count: int = 8
+    tight_mode_threshold_pct: int = 95
+    refresh_interval_normal_secs: int = 300
+    refresh_interval_tight_secs: int = 60
+    sticky_fallback_enabled: bool = True
+    dedup_ttl_days: int = 3
+    usage_retention_days: int = 400
+    aggregation_interval_secs: int = 60
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    service_name: str
+    version: str
+    metering: Metering
+    labels: dict[str, Label]
+    org_defaults: dict = field(default_factory=dict)
+
+
+def config_path() -> Path:
+    explicit = os.environ.get("PRICE_KEEPER_CONFIG")
+    if explicit:
+        return Path(explicit)
+    for candidate in _CANDIDATES:
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError("config.yaml not found; set PRICE_KEEPER_CONFIG")
+
+
+def parse_config(raw: dict) -> ServiceConfig:
+    labels = {}
+    for name, spec in (raw.get("model_labels") or {}).items():
+        if spec.get("type") not in LABEL_TYPES:
+            raise ValueError(f"label {name}: type must be one of {LABEL_TYPES}")
+        kind = spec.get("profile_kind", "in_region")
+        if kind not in PROFILE_KINDS:
+            raise ValueError(f"label {name}: profile_kind must be one of {PROFILE_KINDS}")
+        labels[name] = Label(
+            name=name,
+            type=spec["type"],
+            id=spec["id"],
+            prices=Prices(
+                input=int(spec["input_price_usd_micros_per_1m"]),
+                output=int(spec["output_price_usd_micros_per_1m"]),
+                cache_read=int(spec.get("cache_read_price_usd_micros_per_1m", 0)),
+                cache_write=int(spec.get("cache_write_price_usd_micros_per_1m", 0)),
+            ),
+            description=spec.get("description", ""),
+            tier=spec.get("tier", ""),
+            family=spec.get("family", ""),
+            profile_kind=kind,
+        )
+    service = raw.get("service") or {}
+    return ServiceConfig(
+        service_name=service.get("name", "bedrock-price-keeper"),
+        version=str(service.get("version", "1.0.0")),
+        metering=Metering(**(raw.get("metering") or {})),
+        labels=labels,
+        org_defaults=raw.get("org_defaults") or {},
+    )
+
+
+@lru_cache(maxsize=1)
+def get_config() -> ServiceConfig:
+    with open(config_path(), encoding="utf-8") as handle:
+        return parse_config(yaml.safe_load(handle))

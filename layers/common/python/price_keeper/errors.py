@@ -1,0 +1,62 @@
+"""The error schema of ``api_spec.md``: every 4xx/5xx body is built here."""
+from __future__ import annotations
+
+from .timeutil import iso_utc, utc_now
+
+
+class ApiError(Exception):
+    """An error answered to the client as ``{"error", "message", "details", ...}``.
+
+    ``extra`` adds top-level fields the spec puts beside the standard ones
+    (``retry_after`` on 429s, ``hint`` on 404s).
+    """
+
+    def __init__(self, status: int, code: str, message: str, details: dict | None = None,
+                 headers: dict | None = None, **extra):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+        self.headers = headers or {}
+        self.extra = extra
+
+    def body(self, request_id: str | None = None) -> dict:
+        return error_body(self.code, self.message, self.details, request_id, **self.extra)
+
+
+def error_body(code: str, message: str, details: dict | None = None, request_id: str | None = None,
+               **extra) -> dict:
+    body = {"error": code, "message": message}
+    if details:
+        body["details"] = details
+    body.update(extra)
+    body["timestamp"] = iso_utc(utc_now())
+    if request_id:
+        body["request_id"] = request_id
+    return body
+
+
+def invalid_request(message: str, **details) -> ApiError:
+    return ApiError(400, "INVALID_REQUEST", message, details or None)
+
+
+def invalid_config(message: str, **details) -> ApiError:
+    return ApiError(400, "INVALID_CONFIG", message, details or None)
+
+
+def unauthorized(message: str = "Missing or invalid authentication") -> ApiError:
+    return ApiError(401, "UNAUTHORIZED", message, headers={"WWW-Authenticate": "Bearer"})
+
+
+def forbidden(message: str = "Token does not grant access to this resource") -> ApiError:
+    return ApiError(403, "FORBIDDEN", message)
+
+
+def not_found(message: str, **details) -> ApiError:
+    return ApiError(404, "NOT_FOUND", message, details or None)
+
+
+def service_unavailable(message: str = "Storage temporarily unavailable; retry", retry_after: int = 1) -> ApiError:
+    return ApiError(503, "SERVICE_UNAVAILABLE", message, headers={"Retry-After": str(retry_after)},
+                    retry_after=retry_after)

@@ -1,0 +1,62 @@
+"""Key builders, exactly as the schema seed spells them.
+
+Ids that reach these functions have been validated (``validation.py``): an org id is a
+UUID and app ids / labels cannot contain ``#``, so no id can address another tenant's keys.
+"""
+from __future__ import annotations
+
+import hashlib
+
+ROOT_RESOURCE = "#"
+
+
+def org_key(org_id: str) -> str:
+    return f"ORG#{org_id}"
+
+
+def app_resource(app_id: str) -> str:
+    return f"APP#{app_id}"
+
+
+def profile_org_key(org_id: str, app_id: str) -> str:
+    return f"ORG#{org_id}#APP#{app_id}"
+
+
+def profile_resource(label: str) -> str:
+    return f"PROFILE#{label}"
+
+
+def scope_key(org_id: str, app_id: str | None, quota_scope: str) -> str:
+    """``ORG#{org}`` for org-scoped quotas, ``ORG#{org}#APP#{app}`` for app-scoped ones."""
+    if quota_scope == "ORG" or app_id is None:
+        return org_key(org_id)
+    return profile_org_key(org_id, app_id)
+
+
+def day_key(day: str) -> str:
+    """``DAY#yyyymmdd`` for an org-local day given as ``yyyymmdd``."""
+    return f"DAY#{day}"
+
+
+def usage_key(scope: str, label: str) -> str:
+    return f"{scope}#LABEL#{label}"
+
+
+def shard_key(scope: str, label: str, shard_id: int) -> str:
+    return f"{usage_key(scope, label)}#SH#{shard_id}"
+
+
+def usage_key_of_shard(shard: str) -> str:
+    """The DailyTotal ``usage_key`` a shard key folds into."""
+    return shard.rsplit("#SH#", 1)[0]
+
+
+def dedup_key(scope: str, request_id: str) -> str:
+    """Key of the per-request dedup marker stored beside the shards (see metering)."""
+    return f"{scope}#REQ#{request_id}"
+
+
+def stable_shard(request_id: str, shard_count: int) -> int:
+    """Shard for a request id: the same in every process (unlike the salted ``hash()``)."""
+    digest = hashlib.blake2b(request_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shard_count

@@ -1,0 +1,112 @@
+"""Reading org and app configuration, and the inheritance rules between them.
+
+An app inherits every setting from its org unless it overrides it; ``quota_scope``,
+``timezone`` and ``agg_shard_count`` always come from the org. The effective config is
+cached in memory for ``CONFIG_CACHE_SECONDS`` (changes reach warm containers within that).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import keys, tables
+from .aws import ddb_client
+from .cache import TTLCache
+from .config import get_config
+from .errors import ApiError, not_found
+from .validation import is_app_id, is_uuid
+
+CONFIG_CACHE_SECONDS = 30
+_effective = TTLCache(CONFIG_CACHE_SECONDS)
+
+APP_OVERRIDABLE = ("model_ordering", "quotas", "tight_mode_threshold_pct",
+                   "refresh_interval_normal_secs", "refresh_interval_tight_secs")
+
+
+@dataclass(frozen=True)
+class EffectiveConfig:
+    org_id: str
+    app_id: str | None
+    org_name: str
+    app_name: str | None
+    timezone: str
+    quota_scope: str
+    model_ordering: tuple[str, ...]
+    quotas: dict
+    sticky_fallback_enabled: bool
+    agg_shard_count: int
+    tight_mode_threshold_pct: int
+    refresh_interval_normal_secs: int
+    refresh_interval_tight_secs: int
+
+    @property
+    def scope(self) -> str:
+        """Scope key of quotas and counters: ``ORG#{org}`` or ``ORG#{org}#APP#{app}``."""
+        return keys.scope_key(self.org_id, self.app_id, self.quota_scope)
+
+    def quota(self, label: str) -> int:
+        return int(self.quotas.get(label, 0))
+
+
+def check_ids(org_id: str, app_id: str | None = None) -> None:
+    """400 for path ids that cannot be keys (before anything touches the store)."""
+    if not is_uuid(org_id):
+        raise ApiError(400, "INVALID_REQUEST", "org_id must be a UUID", {"org_id": org_id[:100]})
+    if app_id is not None and not is_app_id(app_id):
+        raise ApiError(400, "INVALID_REQUEST", "app_id must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                       {"app_id": app_id[:100]})
+
+
+def load_items(org_id: str, app_id: str | None = None) -> tuple[dict | None, dict | None]:
+    """Org item and (if asked) app item in one BatchGetItem."""
+    name = tables.CONFIG.physical_name
+    wanted = [{"org_key": keys.org_key(org_id), "resource_key": keys.ROOT_RESOURCE}]
+    if app_id:
+        wanted.append({"org_key": keys.org_key(org_id), "resource_key": keys.app_resource(app_id)})
+    found = ddb_client().batch_get_item(RequestItems={name: {"Keys": wanted, "ConsistentRead": True}})
+    items = {item["resource_key"]: item for item in found["Responses"].get(name, [])}
+    return items.get(keys.ROOT_RESOURCE), (items.get(keys.app_resource(app_id)) if app_id else None)
+
+
+def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> EffectiveConfig:
+    defaults = get_config().metering
+    source = {**org, **{k: app[k] for k in APP_OVERRIDABLE if app and k in app}}
+    return EffectiveConfig(
+        org_id=org_id,
+        app_id=app_id,
+        org_name=org.get("org_name", ""),
+        app_name=app.get("app_name") if app else None,
+        timezone=org["timezone"],
+        quota_scope=org["quota_scope"],
+        model_ordering=tuple(source["model_ordering"]),
+        quotas={label: int(value) for label, value in source["quotas"].items()},
+        sticky_fallback_enabled=bool(org.get("sticky_fallback_enabled", defaults.sticky_fallback_enabled)),
+        agg_shard_count=int(org.get("agg_shard_count", defaults.usage_agg_shard_count)),
+        tight_mode_threshold_pct=int(source.get("tight_mode_threshold_pct", defaults.tight_mode_threshold_pct)),
+        refresh_interval_normal_secs=int(source.get("refresh_interval_normal_secs",
+                                                    defaults.refresh_interval_normal_secs)),
+        refresh_interval_tight_secs=int(source.get("refresh_interval_tight_secs",
+                                                   defaults.refresh_interval_tight_secs)),
+    )
+
+
+def effective_config(org_id: str, app_id: str | None = None) -> EffectiveConfig:
+    """Effective settings for an org (``app_id=None``) or an app; 404 when not registered."""
+    cache_key = (org_id, app_id)
+    cached = _effective.get(cache_key)
+    if cached is not None:
+        return cached
+    org, app = load_items(org_id, app_id)
+    if org is None:
+        raise not_found("Organization not registered", org_id=org_id)
+    if app_id and app is None:
+        raise not_found("Application not registered", org_id=org_id, app_id=app_id)
+    config = merge(org, app, org_id, app_id)
+    _effective.put(cache_key, config)
+    return config
+
+
+def forget(org_id: str, app_id: str | None = None) -> None:
+    """Drop cached config after a change made by this process."""
+    _effective.discard((org_id, app_id))
+    if app_id is None:
+        _effective.clear()  # every app of the org inherits from it

@@ -1,0 +1,115 @@
+"""Every HTTP route of the service and the Lambda function that serves it.
+
+The CDK stack creates one API Gateway method per route, integrated with the named
+function (``lambdas/<function>/handler.py``); the local server dispatches with the same
+list, so the deployed and the local API cannot drift apart. Handlers register their
+Powertools routes with ``rule(path)`` so the paths are written only here.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+API = "/api/v1"
+ORG = f"{API}/orgs/{{org_id}}"
+APP = f"{ORG}/apps/{{app_id}}"
+
+ROOT = "/"
+HEALTH = "/health"
+AUTH_TOKEN = "/auth/token"
+AUTH_REFRESH = "/auth/refresh"
+AUTH_REVOKE = "/auth/revoke"
+OPENAPI = "/openapi.json"
+DOCS = "/docs"
+ORG_CONFIG = ORG
+APP_CONFIG = APP
+ORG_ROTATE = f"{ORG}/credentials/rotate"
+APP_ROTATE = f"{APP}/credentials/rotate"
+ORG_AGGREGATES_TODAY = f"{ORG}/aggregates/today"
+ORG_AGGREGATES_DATE = f"{ORG}/aggregates/{{date}}"
+APP_AGGREGATES_TODAY = f"{APP}/aggregates/today"
+APP_AGGREGATES_DATE = f"{APP}/aggregates/{{date}}"
+MODEL_SELECTION = f"{APP}/model-selection"
+INFERENCE_PROFILES = f"{APP}/inference-profiles"
+USAGE = f"{APP}/usage"
+USAGE_BATCH = f"{APP}/usage/batch"
+QUOTA_BOOSTS = f"{ORG}/quota-boosts"
+SPEND_REPORT = f"{ORG}/reports/spend"
+ALERTS = f"{ORG}/alerts"
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    function: str
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", ROOT, "health"),
+    Route("GET", HEALTH, "health"),
+    Route("GET", OPENAPI, "docs"),
+    Route("GET", DOCS, "docs"),
+    Route("POST", AUTH_TOKEN, "auth_token"),
+    Route("POST", AUTH_REFRESH, "auth_refresh"),
+    Route("POST", AUTH_REVOKE, "auth_revoke"),
+    Route("PUT", ORG_CONFIG, "put_org"),
+    Route("PUT", APP_CONFIG, "put_app"),
+    Route("POST", ORG_ROTATE, "rotate_credentials"),
+    Route("POST", APP_ROTATE, "rotate_credentials"),
+    Route("GET", ORG_AGGREGATES_TODAY, "aggregates"),
+    Route("GET", ORG_AGGREGATES_DATE, "aggregates"),
+    Route("GET", APP_AGGREGATES_TODAY, "aggregates"),
+    Route("GET", APP_AGGREGATES_DATE, "aggregates"),
+    Route("GET", MODEL_SELECTION, "model_selection"),
+    Route("POST", INFERENCE_PROFILES, "inference_profiles"),
+    Route("POST", USAGE, "usage"),
+    Route("POST", USAGE_BATCH, "usage_batch"),
+    Route("POST", QUOTA_BOOSTS, "quota_boosts"),
+    Route("GET", SPEND_REPORT, "spend_report"),
+    Route("GET", ALERTS, "alerts"),
+)
+
+# Scheduled functions (EventBridge), not behind API Gateway.
+JOBS: tuple[str, ...] = ("aggregator", "pricing_fetcher")
+
+HTTP_FUNCTIONS: tuple[str, ...] = tuple(dict.fromkeys(route.function for route in ROUTES))
+
+_PARAM = re.compile(r"\{(\w+)\}")
+
+
+def rule(path: str) -> str:
+    """API Gateway path ``/orgs/{org_id}`` as a Powertools rule ``/orgs/<org_id>``."""
+    return _PARAM.sub(r"<\1>", path)
+
+
+def match(method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+    """Route and path parameters for a request, preferring literal segments over
+    parameters as API Gateway does (``aggregates/today`` before ``aggregates/{date}``)."""
+    segments = path.rstrip("/").split("/") if path != "/" else [""]
+    best = None
+    for route in ROUTES:
+        if route.method != method:
+            continue
+        pattern = route.path.rstrip("/").split("/") if route.path != "/" else [""]
+        if len(pattern) != len(segments):
+            continue
+        params, literal_hits = {}, 0
+        for want, got in zip(pattern, segments):
+            name = _PARAM.fullmatch(want)
+            if name:
+                if not got:
+                    break
+                params[name.group(1)] = got
+            elif want == got:
+                literal_hits += 1
+            else:
+                break
+        else:
+            if best is None or literal_hits > best[2]:
+                best = (route, params, literal_hits)
+    return (best[0], best[1]) if best else None
+
+
+def allowed_methods(path: str) -> list[str]:
+    return sorted({m for m in ("GET", "POST", "PUT", "DELETE", "PATCH") if match(m, path)})

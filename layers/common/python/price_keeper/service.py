@@ -1,0 +1,35 @@
+"""Service information and the health probe."""
+from __future__ import annotations
+
+import time
+
+from . import tables
+from .aws import table
+from .config import get_config
+from .timeutil import iso_utc, utc_now
+
+
+def info() -> dict:
+    config = get_config()
+    return {
+        "service": config.service_name,
+        "version": config.version,
+        "description": "Bedrock model cost tracking and intelligent model selection service",
+        "documentation": "/docs",
+        "endpoints": {"authentication": "/auth/token", "health": "/health", "api": "/api/v1"},
+    }
+
+
+def health() -> tuple[bool, dict]:
+    """(healthy, body): one eventually consistent GetItem proves the store answers."""
+    config = get_config()
+    body = {"status": "healthy", "service": config.service_name, "version": config.version,
+            "timestamp": iso_utc(utc_now())}
+    started = time.perf_counter()
+    try:
+        table(tables.CONFIG).get_item(Key={"org_key": "HEALTH", "resource_key": "#"})
+    except Exception as error:  # any failure to reach the store is "unhealthy", not a 500
+        body.update(status="unhealthy", database={"status": "disconnected", "error": type(error).__name__})
+        return False, body
+    body["database"] = {"status": "connected", "latency_ms": round((time.perf_counter() - started) * 1000)}
+    return True, body

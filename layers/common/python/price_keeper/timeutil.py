@@ -1,0 +1,53 @@
+"""Time helpers: UTC formatting and org-local days (``yyyymmdd`` in the org's timezone)."""
+from __future__ import annotations
+
+from datetime import date, datetime, time, timedelta, timezone
+from zoneinfo import ZoneInfo, available_timezones
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso_utc(moment: datetime) -> str:
+    """``2026-01-23T15:30:45Z``."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def is_valid_timezone(name: str) -> bool:
+    return isinstance(name, str) and name in _timezones()
+
+
+_TZ_NAMES: frozenset[str] | None = None
+
+
+def _timezones() -> frozenset[str]:
+    global _TZ_NAMES
+    if _TZ_NAMES is None:
+        _TZ_NAMES = frozenset(available_timezones())
+    return _TZ_NAMES
+
+
+def org_date(tz_name: str, moment: datetime | None = None) -> date:
+    """The calendar date in the org's timezone at ``moment`` (default: now)."""
+    return (moment or utc_now()).astimezone(ZoneInfo(tz_name)).date()
+
+
+def org_day(tz_name: str, moment: datetime | None = None) -> str:
+    """``yyyymmdd`` of the org-local day containing ``moment``."""
+    return org_date(tz_name, moment).strftime("%Y%m%d")
+
+
+def day_start_utc(tz_name: str, day: date) -> datetime:
+    """UTC instant of local midnight starting ``day`` (DST-safe: days may be 23 or 25 h)."""
+    return datetime.combine(day, time(0), tzinfo=ZoneInfo(tz_name)).astimezone(timezone.utc)
+
+
+def next_midnight_utc(tz_name: str, moment: datetime | None = None) -> datetime:
+    """UTC instant of the next org-local midnight after ``moment``."""
+    return day_start_utc(tz_name, org_date(tz_name, moment) + timedelta(days=1))
+
+
+def parse_day(day: str) -> date:
+    """``yyyymmdd`` -> date."""
+    return datetime.strptime(day, "%Y%m%d").date()

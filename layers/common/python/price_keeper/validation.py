@@ -1,0 +1,32 @@
+"""Validation of ids that become part of DynamoDB keys, and other shared input rules."""
+from __future__ import annotations
+
+import re
+import uuid
+
+# app ids and profile labels: no '#', so no id can reach into another tenant's keys.
+APP_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_APP_ID = re.compile(APP_ID_PATTERN)
+REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
+_REGION = re.compile(REGION_PATTERN)
+
+
+def is_uuid(value: str) -> bool:
+    """A UUID in its canonical 36-character form (what key builders and client ids expect)."""
+    if not isinstance(value, str) or len(value) != 36:
+        return False
+    try:
+        return str(uuid.UUID(value)) == value.lower()
+    except ValueError:
+        return False
+
+
+def is_app_id(value: str) -> bool:
+    return isinstance(value, str) and _APP_ID.fullmatch(value) is not None
+
+
+is_label = is_app_id
+
+
+def is_region(value: str) -> bool:
+    return isinstance(value, str) and _REGION.fullmatch(value) is not None

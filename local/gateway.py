@@ -1,0 +1,103 @@
+"""API Gateway (REST, proxy integration) in a few functions: the local server and the
+handler tests turn HTTP requests into the exact events API Gateway sends to Lambda and
+call the same ``lambda_handler`` the stack deploys."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import parse_qs
+
+ROOT = Path(__file__).resolve().parent.parent
+LAMBDAS = ROOT / "lambdas"
+LAYER = ROOT / "layers" / "common" / "python"
+if str(LAYER) not in sys.path:
+    sys.path.insert(0, str(LAYER))
+
+from price_keeper import routes  # noqa: E402
+from price_keeper.errors import error_body  # noqa: E402
+
+
+@dataclass
+class LambdaContext:
+    """The attributes Powertools reads from a Lambda context."""
+
+    function_name: str
+    memory_limit_in_mb: int = 256
+    aws_request_id: str = ""
+    log_group_name: str = "/aws/lambda/local"
+    log_stream_name: str = "local"
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:us-east-1:000000000000:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 30_000
+
+
+@lru_cache(maxsize=None)
+def load_handler(function: str):
+    """``lambdas/<function>/handler.py``'s ``lambda_handler``, imported once."""
+    path = LAMBDAS / function / "handler.py"
+    spec = importlib.util.spec_from_file_location(f"lambdas_{function}_handler", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.lambda_handler
+
+
+def api_event(method: str, path: str, *, body: str | bytes | dict | None = None, headers: dict | None = None,
+              query: str = "", source_ip: str = "127.0.0.1") -> tuple[dict, str] | None:
+    """The proxy event for a request and the function that serves it (``None``: no route)."""
+    found = routes.match(method, path)
+    if found is None:
+        return None
+    route, params = found
+    if isinstance(body, dict):
+        body = json.dumps(body)
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    headers = dict(headers or {})
+    multi_query = parse_qs(query, keep_blank_values=True) if query else {}
+    request_id = str(uuid.uuid4())
+    event = {
+        "resource": route.path,
+        "path": path,
+        "httpMethod": method,
+        "headers": headers,
+        "multiValueHeaders": {k: [v] for k, v in headers.items()},
+        "queryStringParameters": {k: v[-1] for k, v in multi_query.items()} or None,
+        "multiValueQueryStringParameters": multi_query or None,
+        "pathParameters": params or None,
+        "stageVariables": None,
+        "requestContext": {
+            "resourcePath": route.path,
+            "httpMethod": method,
+            "path": path,
+            "stage": "local",
+            "requestId": request_id,
+            "requestTimeEpoch": int(time.time() * 1000),
+            "identity": {"sourceIp": source_ip},
+        },
+        "body": body if body else None,
+        "isBase64Encoded": False,
+    }
+    return event, route.function
+
+
+def invoke(method: str, path: str, **kwargs) -> dict:
+    """Call the function behind ``method path`` and return its proxy response."""
+    built = api_event(method, path, **kwargs)
+    if built is None:
+        status, error = (405, "METHOD_NOT_ALLOWED") if routes.allowed_methods(path) else (404, "NOT_FOUND")
+        return {"statusCode": status, "headers": {"Content-Type": "application/json"},
+                "body": json.dumps(error_body(error, "No such route" if status == 404 else f"{method} not allowed"))}
+    event, function = built
+    context = LambdaContext(function_name=function, aws_request_id=event["requestContext"]["requestId"])
+    return load_handler(function)(event, context)

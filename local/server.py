@@ -1,0 +1,148 @@
+"""``make run``: the whole service on one laptop.
+
+An HTTP server on ``127.0.0.1:$PORT`` turns each request into an API Gateway proxy
+event and calls the same Lambda handler ``cdk deploy`` ships; the aggregator and the
+pricing fetcher run on timers as EventBridge would run them.
+
+Environment: PORT (8080), PROVISIONING_API_KEY (generated when unset),
+AGGREGATOR_INTERVAL_SECONDS (60), PRICING_REFRESH_INTERVAL_SECONDS (86400),
+RATE_LIMITS (on|off), DYNAMODB_ENDPOINT_URL (external DynamoDB instead of the
+embedded one), LOCAL_PERSIST (on|off, default on: state under .local/).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .gateway import LAMBDAS, LambdaContext, invoke, load_handler
+from .stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME, LocalAws
+
+log = logging.getLogger("price_keeper.local")
+MAX_BODY = 1_000_000
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "PriceKeeperLocal/1.0"
+
+    def _serve(self) -> None:
+        path, _, query = self.path.partition("?")
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self.send_error(413)
+            return
+        body = self.rfile.read(length) if length else None
+        response = invoke(self.command, path, body=body, headers=dict(self.headers.items()), query=query,
+                          source_ip=self.client_address[0])
+        payload = (response.get("body") or "").encode()
+        self.send_response(response["statusCode"])
+        headers = {k: v for k, v in (response.get("headers") or {}).items()}
+        for name, values in (response.get("multiValueHeaders") or {}).items():
+            for value in values:
+                if name not in headers:
+                    self.send_header(name, value)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+
+    def log_message(self, fmt: str, *args) -> None:  # quieter than the default stderr line
+        log.info("%s %s", self.address_string(), fmt % args)
+
+
+class Timer(threading.Thread):
+    """Runs a scheduled function every ``interval`` seconds, like an EventBridge rule."""
+
+    def __init__(self, function: str, interval: float, stop: threading.Event, run_first: bool = False):
+        super().__init__(name=f"timer-{function}", daemon=True)
+        self.function, self.interval, self.stop_event, self.run_first = function, interval, stop, run_first
+
+    def run(self) -> None:
+        if self.run_first:
+            self._fire()
+        while not self.stop_event.wait(self.interval):
+            self._fire()
+
+    def _fire(self) -> None:
+        try:
+            load_handler(self.function)({"source": "local.timer", "detail-type": "Scheduled Event"},
+                                        LambdaContext(function_name=self.function))
+        except Exception:  # a failed run is retried at the next tick, as EventBridge would
+            log.exception("%s run failed", self.function)
+
+
+class LocalStack:
+    """Embedded AWS + HTTP server + timers; ``start()`` returns once it serves."""
+
+    def __init__(self, port: int | None = None, provisioning_key: str | None = None, persist: bool | None = None):
+        self.port = int(port if port is not None else os.environ.get("PORT", "8080"))
+        self.requested_key = provisioning_key or os.environ.get("PROVISIONING_API_KEY") or None
+        if persist is None:
+            persist = os.environ.get("LOCAL_PERSIST", "on") != "off"
+        self.aws = LocalAws(persist=persist, dynamodb_endpoint=os.environ.get("DYNAMODB_ENDPOINT_URL"))
+        self.stop_event = threading.Event()
+        self.httpd: ThreadingHTTPServer | None = None
+        self.provisioning_key = ""
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "LocalStack":
+        os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+        os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+        os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+        os.environ["JWT_SECRET_NAME"] = JWT_SECRET_NAME
+        os.environ["PROVISIONING_SECRET_NAME"] = PROVISIONING_SECRET_NAME
+        self.aws.start()
+        self.aws.ensure_secret(JWT_SECRET_NAME)
+        self.provisioning_key = self.aws.ensure_secret(PROVISIONING_SECRET_NAME, self.requested_key)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), _Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
+        for function, env, default, run_first in (
+            ("aggregator", "AGGREGATOR_INTERVAL_SECONDS", 60, False),
+            ("pricing_fetcher", "PRICING_REFRESH_INTERVAL_SECONDS", 86400, True),
+        ):
+            interval = float(os.environ.get(env, default))
+            if interval > 0 and (LAMBDAS / function / "handler.py").exists():
+                Timer(function, interval, self.stop_event, run_first).start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.httpd:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+        self.aws.stop()
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    stack = LocalStack().start()
+    print(f"Bedrock Price Keeper is running at {stack.base_url}", flush=True)
+    print(f"  API docs:          {stack.base_url}/docs", flush=True)
+    print(f"  Provisioning key:  {stack.provisioning_key}", flush=True)
+    print("  Stop with Ctrl-C.", flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    stack.stop()
+    print("stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The local stack's AWS side: an embedded moto server (loopback only) with the seven
+tables and the two secrets, persisted across restarts.
+
+Persistence uses moto's request recorder: every request moto serves is appended to
+``.local/moto-journal.jsonl``; at start-up the journal is compacted to its writes (reads
+replay to nothing) and replayed, which rebuilds tables, items and secrets.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from pathlib import Path
+
+import boto3
+
+from .gateway import ROOT  # noqa: F401  (puts the layer on sys.path)
+from price_keeper.tables import ALL_TABLES, TTL_ATTRIBUTE
+
+STATE_DIR = ROOT / ".local"
+JOURNAL = STATE_DIR / "moto-journal.jsonl"
+JWT_SECRET_NAME = "price-keeper/jwt-signing-key"
+PROVISIONING_SECRET_NAME = "price-keeper/provisioning-api-key"
+
+# Requests that change state; everything else is dropped when the journal is compacted.
+_WRITE_TARGETS = (
+    "DynamoDB_20120810.CreateTable", "DynamoDB_20120810.UpdateTimeToLive", "DynamoDB_20120810.PutItem",
+    "DynamoDB_20120810.UpdateItem", "DynamoDB_20120810.DeleteItem", "DynamoDB_20120810.BatchWriteItem",
+    "DynamoDB_20120810.TransactWriteItems", "secretsmanager.CreateSecret", "secretsmanager.PutSecretValue",
+    "secretsmanager.UpdateSecret",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _compact_journal() -> None:
+    kept = []
+    for line in JOURNAL.read_text().splitlines():
+        entry = json.loads(line)
+        target = {k.lower(): v for k, v in entry.get("headers", {}).items()}.get("x-amz-target", "")
+        if target in _WRITE_TARGETS:
+            kept.append(line)
+    JOURNAL.write_text("".join(f"{line}\n" for line in kept))
+    os.chmod(JOURNAL, 0o600)
+
+
+class LocalAws:
+    """Starts moto, restores the journal, and makes sure tables and secrets exist."""
+
+    def __init__(self, persist: bool = True, dynamodb_endpoint: str | None = None):
+        self.persist = persist
+        self.dynamodb_endpoint = dynamodb_endpoint
+        self.server = None
+        self.url = ""
+
+    def start(self) -> "LocalAws":
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+        os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+        if self.persist:
+            STATE_DIR.mkdir(exist_ok=True)
+            os.environ["MOTO_ENABLE_RECORDING"] = "True"
+            os.environ["MOTO_RECORDER_FILEPATH"] = str(JOURNAL)
+        from moto.moto_api import recorder
+        from moto.server import ThreadedMotoServer
+
+        port = free_port()
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self.server.start()
+        self.url = f"http://127.0.0.1:{port}"
+        os.environ["AWS_ENDPOINT_URL"] = self.url
+        if self.dynamodb_endpoint:
+            os.environ["DYNAMODB_ENDPOINT_URL"] = self.dynamodb_endpoint
+        else:
+            os.environ["DYNAMODB_ENDPOINT_URL"] = self.url
+        if self.persist:
+            if JOURNAL.exists():
+                _compact_journal()
+                recorder.replay_recording(target_host=self.url)
+            recorder.start_recording()
+        self._ensure_tables()
+        return self
+
+    def _ensure_tables(self) -> None:
+        ddb = boto3.client("dynamodb", endpoint_url=os.environ["DYNAMODB_ENDPOINT_URL"])
+        existing = set(ddb.list_tables()["TableNames"])
+        for spec in ALL_TABLES:
+            if spec.physical_name in existing:
+                continue
+            ddb.create_table(**spec.create_table_kwargs())
+            if spec.ttl_attribute:
+                ddb.update_time_to_live(TableName=spec.physical_name, TimeToLiveSpecification={
+                    "Enabled": True, "AttributeName": TTL_ATTRIBUTE})
+
+    def ensure_secret(self, name: str, value: str | None = None) -> str:
+        """The secret's value, creating it (with ``value`` or a random one) if missing."""
+        sm = boto3.client("secretsmanager")
+        try:
+            current = sm.get_secret_value(SecretId=name)["SecretString"]
+        except sm.exceptions.ResourceNotFoundException:
+            current = None
+        if current is None:
+            current = value or secrets.token_urlsafe(32)
+            sm.create_secret(Name=name, SecretString=current)
+        elif value and value != current:
+            sm.put_secret_value(SecretId=name, SecretString=value)
+            current = value
+        return current
+
+    def stop(self) -> None:
+        if self.server:
+            self.server.stop()
+            self.server = None
