@@ -55,7 +55,7 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
     def log_message(self, fmt: str, *args) -> None:  # quieter than the default stderr line
-        log.info("%s %s", self.address_string(), fmt % args)
+        log.debug("%s %s", self.address_string(), fmt % args)
 
 
 class Timer(threading.Thread):
@@ -128,6 +128,8 @@ class LocalStack:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for noisy in ("werkzeug", "botocore", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     stack = LocalStack().start()
     print(f"Bedrock Price Keeper is running at {stack.base_url}", flush=True)
     print(f"  API docs:          {stack.base_url}/docs", flush=True)
