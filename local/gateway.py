@@ -3,13 +3,11 @@ handler tests turn HTTP requests into the exact events API Gateway sends to Lamb
 call the same ``lambda_handler`` the stack deploys."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import time
 import uuid
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -21,6 +19,7 @@ if str(LAYER) not in sys.path:
 
 from price_keeper import routes  # noqa: E402
 from price_keeper.errors import error_body  # noqa: E402
+from price_keeper.modules import load_handler_module  # noqa: E402
 
 
 @dataclass
@@ -41,15 +40,9 @@ class LambdaContext:
         return 30_000
 
 
-@lru_cache(maxsize=None)
 def load_handler(function: str):
     """``lambdas/<function>/handler.py``'s ``lambda_handler``, imported once."""
-    path = LAMBDAS / function / "handler.py"
-    spec = importlib.util.spec_from_file_location(f"lambdas_{function}_handler", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module.lambda_handler
+    return load_handler_module(LAMBDAS, function).lambda_handler
 
 
 def api_event(method: str, path: str, *, body: str | bytes | dict | None = None, headers: dict | None = None,

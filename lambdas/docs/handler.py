@@ -1,0 +1,45 @@
+"""GET /openapi.json and GET /docs: the OpenAPI document of the whole API and a Swagger UI.
+
+The document is generated from the routers (and pydantic models) of every HTTP function,
+so it cannot drift from the handlers; the function's code asset is therefore the whole
+``lambdas/`` directory.
+"""
+from functools import lru_cache
+from pathlib import Path
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.swagger_ui import generate_swagger_html
+
+from price_keeper import openapi, routes
+from price_keeper.api import Router, build_app, dumps, lambda_entry
+from price_keeper.config import get_config
+from price_keeper.modules import load_handler_module
+
+LAMBDAS_DIR = Path(__file__).resolve().parent.parent
+SWAGGER_UI = "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5"
+
+router = Router()
+
+
+@lru_cache(maxsize=1)
+def _document() -> str:
+    functions = [name for name in routes.HTTP_FUNCTIONS if name != "docs"]
+    api = build_app(*(load_handler_module(LAMBDAS_DIR, name).router for name in functions
+                      if (LAMBDAS_DIR / name / "handler.py").exists()))
+    return dumps(openapi.document(api, get_config().version))
+
+
+@router.get(routes.rule(routes.OPENAPI), include_in_schema=False)
+def openapi_document():
+    return Response(200, "application/json", _document())
+
+
+@router.get(routes.rule(routes.DOCS), include_in_schema=False)
+def docs_page():
+    html = generate_swagger_html(_document().replace("</", "<\\/"), f"{SWAGGER_UI}/swagger-ui-bundle.js",
+                                 f"{SWAGGER_UI}/swagger-ui.css", SWAGGER_UI, None)
+    return Response(200, "text/html", html)
+
+
+app = build_app(router)
+lambda_handler = lambda_entry(app)

@@ -1,0 +1,23 @@
+"""Loading ``lambdas/<function>/handler.py`` modules by path (the local gateway and the
+docs function both need every handler, and each must be imported exactly once)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+
+def load_handler_module(lambdas_dir: Path, function: str) -> ModuleType:
+    name = f"lambdas_{function}_handler"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(lambdas_dir) / function / "handler.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module

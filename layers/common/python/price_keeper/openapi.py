@@ -1,0 +1,57 @@
+"""The OpenAPI document of the whole API, as the service really answers.
+
+Powertools generates paths and request schemas from the handlers' routers and pydantic
+models; this module replaces its default 422 validation response with the error
+responses the service actually sends (``api_spec.md`` error schema, 400 for bad input).
+"""
+from __future__ import annotations
+
+import json
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn, HTTPBearer
+
+TITLE = "Bedrock Price Keeper"
+SECURITY_SCHEMES = {
+    "bearerAuth": HTTPBearer(bearerFormat="JWT"),
+    "provisioningKey": APIKey(name="X-API-Key", **{"in": APIKeyIn.header}),
+}
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error", "message", "timestamp"],
+    "properties": {
+        "error": {"type": "string"},
+        "message": {"type": "string"},
+        "details": {},
+        "timestamp": {"type": "string"},
+        "request_id": {"type": "string"},
+        "retry_after": {},
+        "hint": {"type": "string"},
+    },
+}
+ERROR_RESPONSES = {
+    "400": "Invalid request or configuration",
+    "401": "Missing or invalid authentication",
+    "403": "Token not allowed on this resource",
+    "404": "Organization, application, route or data not found",
+    "409": "Already exists",
+    "429": "Quota or rate limit exceeded",
+    "500": "Internal error",
+    "503": "Storage temporarily unavailable",
+}
+
+
+def document(app: APIGatewayRestResolver, version: str) -> dict:
+    schema = json.loads(app.get_openapi_json_schema(title=TITLE, version=version, security_schemes=SECURITY_SCHEMES))
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    components["Error"] = ERROR_SCHEMA
+    error_ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            for status, description in ERROR_RESPONSES.items():
+                responses.setdefault(status, {"description": description, "content": error_ref})
+    return schema
