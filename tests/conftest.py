@@ -33,6 +33,7 @@ def aws(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("BCRYPT_ROUNDS", "4")  # the cost factor is configuration; 12 in production
+    monkeypatch.setenv("RATE_LIMITS", "off")  # tests of the limits turn them on (tests/test_ratelimit.py)
     monkeypatch.setenv("JWT_SECRET_NAME", JWT_SECRET_NAME)
     monkeypatch.setenv("PROVISIONING_SECRET_NAME", PROVISIONING_SECRET_NAME)
     with mock_aws():

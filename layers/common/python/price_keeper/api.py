@@ -16,6 +16,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from aws_lambda_powertools.logging import correlation_paths
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
 
+from . import ratelimit, routes
 from .errors import ApiError, error_body
 from .observability import logger, metrics, tracer
 
@@ -61,8 +62,19 @@ def _validation_details(errors) -> list[dict]:
     ]
 
 
+def _rate_limit_middleware(app: APIGatewayRestResolver, next_middleware) -> Response:
+    """Tell the rate limiter which limit this route has; add its X-RateLimit-* headers."""
+    event = app.current_event
+    route = routes.route_for(event.http_method, event.resource)
+    ratelimit.begin_request(route.rate_limit if route else None)
+    response = next_middleware(app)
+    response.headers.update(ratelimit.response_headers())
+    return response
+
+
 def build_app(*routers: Router) -> APIGatewayRestResolver:
     app = APIGatewayRestResolver(enable_validation=True)
+    app.use(middlewares=[_rate_limit_middleware])
     for router in routers:
         app.include_router(router)
 

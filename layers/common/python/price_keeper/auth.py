@@ -24,7 +24,7 @@ import bcrypt
 import jwt
 from aws_lambda_powertools.utilities import parameters
 
-from . import keys, tables
+from . import keys, ratelimit, tables
 from .aws import ddb_client, table
 from .cache import TTLCache
 from .errors import ApiError, forbidden, unauthorized
@@ -87,6 +87,7 @@ def require_provisioning_key(presented: str | None) -> None:
     """401 unless ``X-API-Key`` equals the provisioning key (constant-time compare)."""
     if not presented or not hmac.compare_digest(presented.encode(), provisioning_key().encode()):
         raise ApiError(401, "UNAUTHORIZED", "Missing or invalid X-API-Key")
+    ratelimit.consume("provisioning-key")
 
 
 # --- clients -----------------------------------------------------------------------
@@ -135,6 +136,7 @@ def _credential_item(principal: Principal) -> dict | None:
 def authenticate_client(client_id: str, client_secret: str, now: float | None = None) -> Principal:
     """The principal for valid credentials; 401 otherwise (same cost for every failure)."""
     principal = parse_client_id(client_id)
+    ratelimit.consume(principal.client_id if principal else "malformed-client-id")
     item = _credential_item(principal) if principal else None
     if not item:
         bcrypt.checkpw(client_secret.encode(), _dummy_hash())
@@ -203,6 +205,7 @@ def decode(token: str, token_type: str) -> dict:
 
 def refresh_access_token(refresh_token: str) -> dict:
     claims = decode(refresh_token, "refresh")
+    ratelimit.consume(claims["sub"])
     principal = Principal(claims["org_id"], claims.get("app_id"))
     return {
         "access_token": _access_token(principal, claims["jti"], int(time.time())),
@@ -275,6 +278,7 @@ def authorize(authorization: str | None, org_id: str, app_id: str | None = None)
     app. Anything else is 403 (the token is valid, the resource is not its own).
     """
     claims = decode(bearer_token(authorization), "access")
+    ratelimit.consume(claims["sub"])
     if claims["org_id"] != org_id:
         raise forbidden()
     token_app = claims.get("app_id")

@@ -54,12 +54,20 @@ class Metering:
 
 
 @dataclass(frozen=True)
+class RateLimit:
+    name: str
+    requests: int
+    per_seconds: int
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     service_name: str
     version: str
     metering: Metering
     labels: dict[str, Label]
     org_defaults: dict = field(default_factory=dict)
+    rate_limits: dict[str, RateLimit] = field(default_factory=dict)
 
 
 def config_path() -> Path:
@@ -102,6 +110,8 @@ def parse_config(raw: dict) -> ServiceConfig:
         metering=Metering(**(raw.get("metering") or {})),
         labels=labels,
         org_defaults=raw.get("org_defaults") or {},
+        rate_limits={name: RateLimit(name, int(spec["requests"]), int(spec["per_seconds"]))
+                     for name, spec in (raw.get("rate_limits") or {}).items()},
     )
 
 

@@ -43,6 +43,7 @@ class Route:
     method: str
     path: str
     function: str
+    rate_limit: str | None = None  # a key of config.yaml ``rate_limits``; None: unlimited
 
 
 ROUTES: tuple[Route, ...] = (
@@ -50,24 +51,24 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", HEALTH, "health"),
     Route("GET", OPENAPI, "docs"),
     Route("GET", DOCS, "docs"),
-    Route("POST", AUTH_TOKEN, "auth_token"),
-    Route("POST", AUTH_REFRESH, "auth_refresh"),
-    Route("POST", AUTH_REVOKE, "auth_revoke"),
-    Route("PUT", ORG_CONFIG, "put_org"),
-    Route("PUT", APP_CONFIG, "put_app"),
-    Route("POST", ORG_ROTATE, "rotate_credentials"),
-    Route("POST", APP_ROTATE, "rotate_credentials"),
-    Route("GET", ORG_AGGREGATES_TODAY, "aggregates"),
-    Route("GET", ORG_AGGREGATES_DATE, "aggregates"),
-    Route("GET", APP_AGGREGATES_TODAY, "aggregates"),
-    Route("GET", APP_AGGREGATES_DATE, "aggregates"),
-    Route("GET", MODEL_SELECTION, "model_selection"),
-    Route("POST", INFERENCE_PROFILES, "inference_profiles"),
-    Route("POST", USAGE, "usage"),
-    Route("POST", USAGE_BATCH, "usage_batch"),
-    Route("POST", QUOTA_BOOSTS, "quota_boosts"),
-    Route("GET", SPEND_REPORT, "spend_report"),
-    Route("GET", ALERTS, "alerts"),
+    Route("POST", AUTH_TOKEN, "auth_token", "auth_token"),
+    Route("POST", AUTH_REFRESH, "auth_refresh", "auth_refresh"),
+    Route("POST", AUTH_REVOKE, "auth_revoke", "auth_revoke"),
+    Route("PUT", ORG_CONFIG, "put_org", "provision"),
+    Route("PUT", APP_CONFIG, "put_app", "provision"),
+    Route("POST", ORG_ROTATE, "rotate_credentials", "rotate"),
+    Route("POST", APP_ROTATE, "rotate_credentials", "rotate"),
+    Route("GET", ORG_AGGREGATES_TODAY, "aggregates", "aggregates"),
+    Route("GET", ORG_AGGREGATES_DATE, "aggregates", "aggregates"),
+    Route("GET", APP_AGGREGATES_TODAY, "aggregates", "aggregates"),
+    Route("GET", APP_AGGREGATES_DATE, "aggregates", "aggregates"),
+    Route("GET", MODEL_SELECTION, "model_selection", "model_selection"),
+    Route("POST", INFERENCE_PROFILES, "inference_profiles", "profiles"),
+    Route("POST", USAGE, "usage", "usage"),
+    Route("POST", USAGE_BATCH, "usage_batch", "usage_batch"),
+    Route("POST", QUOTA_BOOSTS, "quota_boosts", "provision"),
+    Route("GET", SPEND_REPORT, "spend_report", "aggregates"),
+    Route("GET", ALERTS, "alerts", "aggregates"),
 )
 
 # Scheduled functions (EventBridge), not behind API Gateway.
@@ -109,6 +110,11 @@ def match(method: str, path: str) -> tuple[Route, dict[str, str]] | None:
             if best is None or literal_hits > best[2]:
                 best = (route, params, literal_hits)
     return (best[0], best[1]) if best else None
+
+
+def route_for(method: str, resource: str) -> Route | None:
+    """The route whose API Gateway resource path is ``resource`` (``event["resource"]``)."""
+    return next((r for r in ROUTES if r.method == method and r.path == resource), None)
 
 
 def allowed_methods(path: str) -> list[str]:

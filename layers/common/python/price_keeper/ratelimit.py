@@ -1,0 +1,134 @@
+"""Per-client rate limits shared by every Lambda container, at a fraction of a DynamoDB
+call per request.
+
+Each limit is a fixed window counter in the StickyState table
+(``RATE#{client}`` / ``LIMIT#{name}#{window_start}``, TTL two windows). A container does
+not write per request: it *leases* a slice of the window's allowance with one conditional
+``ADD`` (``used + n <= limit``) and spends it locally. Across all containers the window
+can never admit more than ``limit`` requests; the cost is one write per slice
+(``limit // LEASE_FRACTION``, at least 1), so the 1,000/min usage limit costs one write
+per 50 requests. Near the limit the slice shrinks to 1, so small limits stay exact.
+
+The limit of the current request comes from its route (``routes.Route.rate_limit``),
+set by the API middleware; ``consume(client)`` is called where the client is known
+(after token verification, or with the client id of a token request).
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from botocore.exceptions import ClientError
+
+from . import tables
+from .aws import table
+from .config import RateLimit, get_config
+from .errors import ApiError
+
+LEASE_FRACTION = 20
+
+_route_limit: ContextVar[str | None] = ContextVar("route_limit", default=None)
+_headers: ContextVar[dict | None] = ContextVar("rate_headers", default=None)
+# (client, limit, window start) -> (leased requests not yet spent here, allowance not yet leased by anyone)
+_local: dict[tuple[str, str, int], tuple[int, int]] = {}
+_lock = threading.Lock()
+
+
+def enabled() -> bool:
+    return os.environ.get("RATE_LIMITS", "on").lower() not in ("off", "false", "0")
+
+
+def begin_request(limit_name: str | None) -> None:
+    """Called by the API middleware at the start of each request."""
+    _route_limit.set(limit_name)
+    _headers.set(None)
+
+
+def response_headers() -> dict:
+    """``X-RateLimit-*`` headers for the current request (empty when no limit applied)."""
+    return _headers.get() or {}
+
+
+@dataclass(frozen=True)
+class Window:
+    limit: RateLimit
+    start: int
+
+    @property
+    def reset(self) -> int:
+        return self.start + self.limit.per_seconds
+
+
+def _window(limit: RateLimit, now: float) -> Window:
+    return Window(limit, int(now // limit.per_seconds) * limit.per_seconds)
+
+
+def _lease(client: str, window: Window, wanted: int) -> tuple[int, int]:
+    """Take up to ``wanted`` requests of the window's allowance: (granted, used after)."""
+    for size in dict.fromkeys((wanted, 1)):
+        try:
+            updated = table(tables.STICKY_STATE).update_item(
+                Key={"scope_key": f"RATE#{client}", "date_key": f"LIMIT#{window.limit.name}#{window.start}"},
+                UpdateExpression="ADD used :n SET expires_at_epoch = :ttl",
+                ConditionExpression="attribute_not_exists(used) OR used <= :ceiling",
+                ExpressionAttributeValues={":n": size, ":ceiling": window.limit.requests - size,
+                                           ":ttl": window.reset + window.limit.per_seconds},
+                ReturnValues="UPDATED_NEW",
+            )
+            return size, int(updated["Attributes"]["used"])
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+    return 0, window.limit.requests
+
+
+def _unit(seconds: int) -> str:
+    return {60: "minute", 3600: "hour", 86400: "day"}.get(seconds, f"{seconds} seconds")
+
+
+def consume(client: str, now: float | None = None) -> None:
+    """Count one request of ``client`` against the current route's limit; 429 when spent."""
+    name = _route_limit.get()
+    if name is None or not enabled():
+        return
+    limit = get_config().rate_limits[name]
+    now = time.time() if now is None else now
+    window = _window(limit, now)
+    key = (client, limit.name, window.start)
+    with _lock:
+        spare, unleased = _local.get(key, (0, limit.requests))
+        if spare > 0:
+            _local[key] = (spare - 1, unleased)
+    if spare <= 0:
+        granted, used = _lease(client, window, max(1, limit.requests // LEASE_FRACTION))
+        if granted == 0:
+            retry_after = max(1, math.ceil(window.reset - now))
+            headers = _header_values(client, window, 0)
+            headers["Retry-After"] = str(retry_after)
+            raise ApiError(429, "RATE_LIMIT_EXCEEDED",
+                           f"Rate limit of {limit.requests} requests/{_unit(limit.per_seconds)} exceeded",
+                           headers=headers, retry_after=retry_after)
+        with _lock:
+            _forget_old_windows(now)
+            spare, unleased = _local.get(key, (0, 0))[0] + granted, limit.requests - used
+            _local[key] = (spare - 1, unleased)
+    _headers.set(_header_values(client, window, _local[key][0] + _local[key][1]))
+
+
+def _header_values(client: str, window: Window, remaining: int) -> dict:
+    return {
+        "X-RateLimit-Limit": str(window.limit.requests),
+        "X-RateLimit-Remaining": str(max(0, remaining)),
+        "X-RateLimit-Reset": str(window.reset),
+        "X-RateLimit-ClientId": client,
+    }
+
+
+def _forget_old_windows(now: float) -> None:
+    stale = [key for key in _local if key[2] + get_config().rate_limits[key[1]].per_seconds < now]
+    for key in stale:
+        del _local[key]
