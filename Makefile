@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test reset lint synth bench clean
+.PHONY: run test reset lint synth deploy destroy bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,30 @@ test: $(STAMP)
 
 reset:
 	rm -rf .local
+
+# Infrastructure (docs/infrastructure.md). The CDK CLI comes from npm (package.json pins
+# aws-cdk 2.x); pass context with CDK_ARGS, e.g.
+#   make deploy CDK_ARGS="-c stage=prod -c alertEmail=ops@example.com"
+NPM_STAMP := node_modules/.installed
+CDK := JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1 JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
+	npx --no-install cdk
+CDK_ARGS ?=
+
+$(NPM_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $(NPM_STAMP)
+
+synth: $(STAMP) $(NPM_STAMP)
+	$(CDK) synth --quiet $(CDK_ARGS)
+
+deploy: $(STAMP) $(NPM_STAMP)
+	$(CDK) deploy $(CDK_ARGS)
+
+destroy: $(STAMP) $(NPM_STAMP)
+	$(CDK) destroy $(CDK_ARGS)
+
+lint: synth
+	$(VENV)/bin/cfn-lint -- cdk.out/*.template.json
 
 clean: reset
 	rm -rf $(VENV) cdk.out node_modules .pytest_cache

@@ -16,9 +16,10 @@ from pathlib import Path
 import boto3
 
 from .gateway import ROOT  # noqa: F401  (puts the layer on sys.path)
+from price_keeper.alerts import event_bus
 from price_keeper.tables import ALL_TABLES, TTL_ATTRIBUTE
 
-STATE_DIR = ROOT / ".local"
+STATE_DIR = Path(os.environ.get("LOCAL_STATE_DIR") or ROOT / ".local")  # tests point it at a temp dir
 JOURNAL = STATE_DIR / "moto-journal.jsonl"
 JWT_SECRET_NAME = "price-keeper/jwt-signing-key"
 PROVISIONING_SECRET_NAME = "price-keeper/provisioning-api-key"
@@ -84,6 +85,7 @@ class LocalAws:
                 recorder.replay_recording(target_host=self.url)
             recorder.start_recording()
         self._ensure_tables()
+        self._ensure_event_bus()
         return self
 
     def _ensure_tables(self) -> None:
@@ -96,6 +98,12 @@ class LocalAws:
             if spec.ttl_attribute:
                 ddb.update_time_to_live(TableName=spec.physical_name, TimeToLiveSpecification={
                     "Enabled": True, "AttributeName": TTL_ATTRIBUTE})
+
+    def _ensure_event_bus(self) -> None:
+        """The bus spend alerts are published on (created at every start: not journaled)."""
+        events = boto3.client("events")
+        if not any(bus["Name"] == event_bus() for bus in events.list_event_buses()["EventBuses"]):
+            events.create_event_bus(Name=event_bus())
 
     def ensure_secret(self, name: str, value: str | None = None) -> str:
         """The secret's value, creating it (with ``value`` or a random one) if missing."""

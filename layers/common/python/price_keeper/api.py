@@ -12,7 +12,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 from aws_lambda_powertools.logging import correlation_paths
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
 
@@ -54,10 +54,15 @@ def _error_response(app: APIGatewayRestResolver, error: ApiError) -> Response:
     return json_response(error.status, error.body(_request_id(app)), error.headers)
 
 
+# An unknown body key is echoed in ``loc``: cut it short (it may be a whole form-encoded body).
+LOC_PART_MAX_CHARS = 64
+
+
 def _validation_details(errors) -> list[dict]:
     """Pydantic errors reduced to JSON-safe ``{"loc", "msg", "type"}`` (never echoing input)."""
     return [
-        {"loc": [str(part) for part in err.get("loc", ())], "msg": str(err.get("msg", "")), "type": str(err.get("type", ""))}
+        {"loc": [str(part)[:LOC_PART_MAX_CHARS] for part in err.get("loc", ())], "msg": str(err.get("msg", "")),
+         "type": str(err.get("type", ""))}
         for err in errors
     ]
 
@@ -73,7 +78,8 @@ def _rate_limit_middleware(app: APIGatewayRestResolver, next_middleware) -> Resp
 
 
 def build_app(*routers: Router) -> APIGatewayRestResolver:
-    app = APIGatewayRestResolver(enable_validation=True)
+    # debug=False: POWERTOOLS_DEV would otherwise print whole events (client secrets included).
+    app = APIGatewayRestResolver(enable_validation=True, debug=False)
     app.use(middlewares=[_rate_limit_middleware])
     for router in routers:
         app.include_router(router)
@@ -86,6 +92,10 @@ def build_app(*routers: Router) -> APIGatewayRestResolver:
     def _invalid(error: RequestValidationError):
         return _error_response(app, ApiError(400, "INVALID_REQUEST", "Request validation failed",
                                              {"errors": _validation_details(error.errors())}))
+
+    @app.exception_handler(RequestUnsupportedContentType)
+    def _unsupported_body(_error: RequestUnsupportedContentType):
+        return _error_response(app, ApiError(400, "INVALID_REQUEST", "Content-Type must be application/json"))
 
     @app.exception_handler(ClientError)
     def _store_error(error: ClientError):
@@ -118,7 +128,9 @@ def build_app(*routers: Router) -> APIGatewayRestResolver:
 def lambda_entry(app: APIGatewayRestResolver):
     """The Lambda entry point for a resolver, with Powertools logging, tracing and metrics."""
 
-    @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)
+    # log_event=False whatever POWERTOOLS_LOGGER_LOG_EVENT says: request bodies carry secrets.
+    @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True,
+                                  log_event=False)
     @tracer.capture_lambda_handler(capture_response=False)
     @metrics.log_metrics
     def lambda_handler(event: dict, context) -> dict:

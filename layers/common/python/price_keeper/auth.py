@@ -19,15 +19,18 @@ import secrets
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import bcrypt
 import jwt
 from aws_lambda_powertools.utilities import parameters
+from pydantic import StringConstraints
 
 from . import keys, ratelimit, tables
 from .aws import ddb_client, table
 from .cache import TTLCache
 from .errors import ApiError, forbidden, unauthorized
+from .validation import StrictBody
 
 ISSUER = "bedrock-cost-keeper"
 ALGORITHM = "HS256"
@@ -36,6 +39,7 @@ REFRESH_TTL = 7 * 24 * 3600
 ACCESS_SCOPES = ["read:aggregates", "write:costs", "read:model-selection"]
 REVOCATION_CACHE_SECONDS = 30
 SECRET_CACHE_SECONDS = 300
+BCRYPT_MAX_BYTES = 72
 
 _not_revoked = TTLCache(REVOCATION_CACHE_SECONDS)
 _revoked = TTLCache(REFRESH_TTL)
@@ -67,8 +71,8 @@ def hash_secret(secret: str) -> str:
     return bcrypt.hashpw(secret.encode(), bcrypt.gensalt(_bcrypt_rounds())).decode()
 
 
-def _matches(secret: str, hashed: str | None) -> bool:
-    return bool(hashed) and bcrypt.checkpw(secret.encode(), hashed.encode())
+def _matches(secret: bytes, hashed: str | None) -> bool:
+    return bool(hashed) and bcrypt.checkpw(secret, hashed.encode())
 
 
 def _secret(env: str, default_name: str) -> str:
@@ -138,13 +142,14 @@ def authenticate_client(client_id: str, client_secret: str, now: float | None = 
     principal = parse_client_id(client_id)
     ratelimit.consume(principal.client_id if principal else "malformed-client-id")
     item = _credential_item(principal) if principal else None
-    if not item:
-        bcrypt.checkpw(client_secret.encode(), _dummy_hash())
+    presented = client_secret.encode()
+    if not item or len(presented) > BCRYPT_MAX_BYTES:  # bcrypt refuses longer input; ours are 44 bytes
+        bcrypt.checkpw(presented[:BCRYPT_MAX_BYTES], _dummy_hash())
         raise unauthorized("Invalid client credentials")
-    if _matches(client_secret, item.get("client_secret_hash")):
+    if _matches(presented, item.get("client_secret_hash")):
         return principal
     grace_until = int(item.get("client_secret_rotation_grace_expires_at_epoch", 0))
-    if grace_until > (now or time.time()) and _matches(client_secret, item.get("previous_client_secret_hash")):
+    if grace_until > (now or time.time()) and _matches(presented, item.get("previous_client_secret_hash")):
         return principal
     raise unauthorized("Invalid client credentials")
 
@@ -271,17 +276,46 @@ def bearer_token(authorization: str | None) -> str:
     return token.strip()
 
 
+def authenticate_bearer(authorization: str | None) -> dict:
+    """Claims of the caller's valid, unrevoked access token, counted against its rate limit."""
+    claims = decode(bearer_token(authorization), "access")
+    ratelimit.consume(claims["sub"])
+    return claims
+
+
 def authorize(authorization: str | None, org_id: str, app_id: str | None = None) -> dict:
     """Claims of a valid, unrevoked access token allowed on ``org_id``/``app_id``.
 
     An org token may act on its org and every app in it; an app token only on its own
     app. Anything else is 403 (the token is valid, the resource is not its own).
     """
-    claims = decode(bearer_token(authorization), "access")
-    ratelimit.consume(claims["sub"])
+    claims = authenticate_bearer(authorization)
     if claims["org_id"] != org_id:
         raise forbidden()
     token_app = claims.get("app_id")
     if token_app is not None and token_app != app_id:
         raise forbidden()
     return claims
+
+
+# --- request bodies of the auth endpoints ------------------------------------------
+
+# Far above any id or token this service issues; longer input is refused before any work.
+_Credential = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+_Token = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+
+
+class TokenRequest(StrictBody):
+    client_id: _Credential
+    client_secret: _Credential
+    grant_type: Literal["client_credentials"]
+
+
+class RefreshRequest(StrictBody):
+    refresh_token: _Token
+    grant_type: Literal["refresh_token"]
+
+
+class RevokeRequest(StrictBody):
+    token: _Token
+    token_type_hint: Literal["access_token", "refresh_token"] | None = None

@@ -47,3 +47,15 @@ def reset() -> None:
     dynamodb.cache_clear()
     _table.cache_clear()
     client.cache_clear()
+
+
+def query_all(query, **kwargs) -> list[dict]:
+    """Every item a Query returns, following ``LastEvaluatedKey`` (``query`` is a Table's or
+    a client's ``query`` method)."""
+    items: list[dict] = []
+    while True:
+        page = query(**kwargs)
+        items.extend(page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs = {**kwargs, "ExclusiveStartKey": page["LastEvaluatedKey"]}

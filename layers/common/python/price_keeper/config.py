@@ -13,7 +13,8 @@ from pathlib import Path
 import yaml
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
-_CANDIDATES = (_PACKAGE_DIR / "config.yaml", _PACKAGE_DIR.parents[3] / "config.yaml")
+# The repository root is three levels up in a checkout; in Lambda (/opt/python/price_keeper) there is none.
+_CANDIDATES = (_PACKAGE_DIR / "config.yaml", *(root / "config.yaml" for root in _PACKAGE_DIR.parents[3:4]))
 
 LABEL_TYPES = ("model", "profile")
 PROFILE_KINDS = ("in_region", "geographic", "global")
@@ -39,6 +40,9 @@ class Label:
     tier: str = ""
     family: str = ""
     profile_kind: str = "in_region"
+    # The model's name in the AWS Price List (product attribute ``model``, e.g. "Nova Pro");
+    # empty: the pricing fetcher does not look this label's model up.
+    price_list_model: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,20 @@ class Metering:
     dedup_ttl_days: int = 3
     usage_retention_days: int = 400
     aggregation_interval_secs: int = 60
+
+
+@dataclass(frozen=True)
+class Alerts:
+    """Spend alert settings: THRESHOLD alerts fire at these percentages of a label's daily quota."""
+
+    thresholds_pct: tuple[int, ...] = (80, 95)
+
+
+def _alerts(raw: dict) -> Alerts:
+    thresholds = tuple(raw.get("thresholds_pct", Alerts.thresholds_pct))
+    if any(not isinstance(pct, int) or isinstance(pct, bool) or not 1 <= pct <= 100 for pct in thresholds):
+        raise ValueError("alerts.thresholds_pct must be integers from 1 to 100")
+    return Alerts(thresholds_pct=tuple(sorted(set(thresholds))))
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,7 @@ class ServiceConfig:
     labels: dict[str, Label]
     org_defaults: dict = field(default_factory=dict)
     rate_limits: dict[str, RateLimit] = field(default_factory=dict)
+    alerts: Alerts = field(default_factory=Alerts)
 
 
 def config_path() -> Path:
@@ -102,6 +121,7 @@ def parse_config(raw: dict) -> ServiceConfig:
             tier=spec.get("tier", ""),
             family=spec.get("family", ""),
             profile_kind=kind,
+            price_list_model=spec.get("price_list_model", ""),
         )
     service = raw.get("service") or {}
     return ServiceConfig(
@@ -112,6 +132,7 @@ def parse_config(raw: dict) -> ServiceConfig:
         org_defaults=raw.get("org_defaults") or {},
         rate_limits={name: RateLimit(name, int(spec["requests"]), int(spec["per_seconds"]))
                      for name, spec in (raw.get("rate_limits") or {}).items()},
+        alerts=_alerts(raw.get("alerts") or {}),
     )
 
 

@@ -51,3 +51,14 @@ def next_midnight_utc(tz_name: str, moment: datetime | None = None) -> datetime:
 def parse_day(day: str) -> date:
     """``yyyymmdd`` -> date."""
     return datetime.strptime(day, "%Y%m%d").date()
+
+
+def org_days_in_play(moment: datetime | None = None) -> list[date]:
+    """Every org-local day that can still receive usage at ``moment``, in any timezone.
+
+    Local time is UTC-12..UTC+14, so the current org day is UTC yesterday, today or
+    tomorrow; usage is accepted back to the start of the previous org day, which reaches
+    UTC today - 2. Aggregation and pricing cover exactly these days.
+    """
+    today = (moment or utc_now()).astimezone(timezone.utc).date()
+    return [today + timedelta(days=offset) for offset in (-2, -1, 0, 1)]

@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 import uuid
 
+from pydantic import BaseModel, ConfigDict
+
 # app ids and profile labels: no '#', so no id can reach into another tenant's keys.
 APP_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _APP_ID = re.compile(APP_ID_PATTERN)
@@ -30,3 +32,10 @@ is_label = is_app_id
 
 def is_region(value: str) -> bool:
     return isinstance(value, str) and _REGION.fullmatch(value) is not None
+
+
+class StrictBody(BaseModel):
+    """Base of request bodies: JSON types exactly (``"5"`` is not 5, ``1`` is not ``true``)
+    and no unknown fields, so a misspelt setting is a 400 instead of silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)

@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""CDK app: ``npx cdk synth`` / ``npx cdk deploy`` (``make synth`` / ``make deploy``).
+
+Settings come from CDK context (``cdk.json``, ``-c key=value``); see ``stacks/settings.py``.
+"""
+from __future__ import annotations
+
+import os
+
+import aws_cdk as cdk
+
+from stacks.price_keeper_stack import PriceKeeperStack
+from stacks.settings import Settings
+
+
+def build(app: cdk.App) -> PriceKeeperStack:
+    """The stack of the stage named in the app's context."""
+    settings = Settings.from_context(app.node)
+    region = settings.region or os.environ.get("CDK_DEFAULT_REGION")
+    env = cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=region) if region else None
+    stack = PriceKeeperStack(app, f"PriceKeeper-{settings.stage}", settings=settings, env=env)
+    cdk.Tags.of(stack).add("service", "bedrock-price-keeper")
+    cdk.Tags.of(stack).add("stage", settings.stage)
+    return stack
+
+
+if __name__ == "__main__":
+    cdk_app = cdk.App()
+    build(cdk_app)
+    cdk_app.synth()

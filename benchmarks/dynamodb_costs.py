@@ -1,0 +1,247 @@
+"""DynamoDB calls and capacity units per operation of the metering engine, on moto.
+
+    .venv/bin/python benchmarks/dynamodb_costs.py [--scopes 1000]
+
+Calls are counted with botocore event hooks on the service's own client. moto's
+``ConsumedCapacity`` is not what DynamoDB bills, so units are computed from item sizes
+(attribute names + values, as DynamoDB sizes items):
+
+- writes: 1 WCU per started KB of the larger of the item before and after; x2 inside a
+  transaction; a conditional write that fails still costs its units; creating a usage
+  shard also writes its ``active-by-day`` index entry (1 WCU, once per shard and day);
+- reads: 0.5 RCU per started 4 KB eventually consistent, 1 strongly consistent, summed
+  per item for GetItem/BatchGetItem and over all items for a Query.
+
+Each operation is measured warm (config, prices and token checks cached in memory, as in
+a warm Lambda container) for 1 active scope and for N active scopes (default 1,000).
+The last table prints what the seed's ``request_ids`` string set would cost instead.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import uuid
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT)]
+for name, value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
+                    "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true",
+                    "POWERTOOLS_LOG_LEVEL": "ERROR", "BCRYPT_ROUNDS": "4"}.items():
+    os.environ.setdefault(name, value)
+for name in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE"):
+    os.environ.pop(name, None)
+
+import boto3  # noqa: E402
+from moto import mock_aws  # noqa: E402
+
+from price_keeper import aggregation, keys, metering, orgs, selection, tables  # noqa: E402
+from price_keeper.aws import ddb_client  # noqa: E402
+from price_keeper.models import UsageRequest  # noqa: E402
+from price_keeper.storage import item_size, plain  # noqa: E402
+from price_keeper.timeutil import org_day  # noqa: E402
+from tests.moto_support import serialized_moto  # noqa: E402
+
+WRITE_UNIT, READ_UNIT = 1024, 4096
+TZ = "America/New_York"
+
+
+class Meter:
+    """Counts the calls the service's client makes and the capacity they cost."""
+
+    def __init__(self):
+        self.inspect = boto3.resource("dynamodb").meta.client  # a second client: not counted
+        self.calls: Counter = Counter()
+        self.wcu = self.rcu = 0.0
+        self._params: dict = {}
+        self._before: list[int] = []
+        events = ddb_client().meta.events
+        events.register("provide-client-params.dynamodb", self._remember)
+        events.register("after-call.dynamodb", self._account)
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self.wcu = self.rcu = 0.0
+
+    def _remember(self, params, model, **_):
+        self._params = dict(params)
+        if model.name == "TransactWriteItems":  # item sizes before the update
+            self._before = [self._size(body["TableName"], body["Key"]) if kind == "Update" else 0
+                            for kind, body in (next(iter(a.items())) for a in params["TransactItems"])]
+
+    def _size(self, table_name: str, key: dict) -> int:
+        item = self.inspect.get_item(TableName=table_name, Key=key).get("Item")
+        return item_size(item) if item else 0
+
+    def _key(self, table_name: str, item: dict) -> dict:
+        spec = next(s for s in tables.ALL_TABLES if s.physical_name == table_name)
+        return {name: item[name] for name in (spec.partition_key, spec.sort_key) if name}
+
+    def _read_units(self, size: int, consistent: bool) -> float:
+        return max(1, math.ceil(size / READ_UNIT)) * (1.0 if consistent else 0.5)
+
+    def _account(self, model, parsed, **_):
+        operation, params = model.name, self._params
+        self.calls[operation] += 1
+        if operation == "TransactWriteItems":
+            for action, before in zip(params["TransactItems"], self._before):
+                kind, body = next(iter(action.items()))
+                size = item_size(body["Item"]) if kind == "Put" else self._size(body["TableName"], body["Key"])
+                self.wcu += 2 * max(1, math.ceil(max(size, before) / WRITE_UNIT))
+                if kind == "Update" and before == 0 and "active_day" in body["UpdateExpression"]:
+                    self.wcu += 1  # the new shard's index entry
+        elif operation == "PutItem":
+            self.wcu += max(1, math.ceil(item_size(params["Item"]) / WRITE_UNIT))
+        elif operation == "GetItem":
+            self.rcu += self._read_units(self._size(params["TableName"], params["Key"]), params.get("ConsistentRead"))
+        elif operation == "BatchGetItem":
+            for table_name, request in params["RequestItems"].items():
+                for key in request["Keys"]:
+                    self.rcu += self._read_units(self._size(table_name, key), request.get("ConsistentRead"))
+        elif operation == "Query":
+            items = parsed.get("Items", [])
+            self.rcu += self._read_units(sum(item_size(as_plain(item)) for item in items), params.get("ConsistentRead"))
+
+
+_TYPE_TAGS = {"S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS"}
+
+
+def as_plain(item: dict) -> dict:
+    """An item as plain values whether or not boto3's transformer already converted it."""
+    typed = all(isinstance(v, dict) and len(v) == 1 and next(iter(v)) in _TYPE_TAGS for v in item.values())
+    return plain(item) if typed else item
+
+
+def create_tables() -> None:
+    client = boto3.client("dynamodb")
+    for spec in tables.ALL_TABLES:
+        client.create_table(**spec.create_table_kwargs())
+
+
+def seed_scopes(count: int) -> list[tuple[str, str]]:
+    """``count`` orgs with one app each (APP scope), config items in the seed's shape."""
+    config = boto3.resource("dynamodb").Table(tables.CONFIG.physical_name)
+    tenants = []
+    with config.batch_writer() as batch:
+        for _ in range(count):
+            org_id, app_id = str(uuid.uuid4()), "app-1"
+            batch.put_item(Item={"org_key": keys.org_key(org_id), "resource_key": "#", "org_name": "bench",
+                                 "timezone": TZ, "quota_scope": "APP", "model_ordering": ["premium", "standard",
+                                                                                          "economy"],
+                                 "quotas": {"premium": 10**12, "standard": 10**12, "economy": 10**12},
+                                 "agg_shard_count": 8, "sticky_fallback_enabled": True})
+            batch.put_item(Item={"org_key": keys.org_key(org_id), "resource_key": keys.app_resource(app_id),
+                                 "app_name": "bench"})
+            tenants.append((org_id, app_id))
+    return tenants
+
+
+def usage(label: str = "premium") -> UsageRequest:
+    return UsageRequest.model_validate({
+        "request_id": str(uuid.uuid4()), "model_label": label, "bedrock_model_id": "x", "input_tokens": 1500,
+        "output_tokens": 800, "status": "OK",
+        "timestamp": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
+
+
+def measure(meter: Meter, action) -> tuple[str, float, float]:
+    meter.reset()
+    action()
+    calls = ", ".join(f"{count} {name}" for name, count in sorted(meter.calls.items()))
+    return calls, meter.wcu, meter.rcu
+
+
+def activate(tenants, submissions_per_scope: int) -> None:
+    """Give every scope usage today on all three labels (shards and, after a run, totals)."""
+    for org_id, app_id in tenants:
+        for index in range(submissions_per_scope):
+            metering.submit(org_id, app_id, usage(("premium", "standard", "economy")[index % 3]))
+
+
+def scenario(meter: Meter, scopes: int, submissions_per_scope: int) -> list[tuple[str, str, float, float]]:
+    tenants = seed_scopes(scopes)
+    org_id, app_id = tenants[0]
+    rows = []
+    metering.submit(org_id, app_id, usage())  # warm: config, price and profile lookups cached
+    rows.append(("usage submission (warm, new request_id)",
+                 *measure(meter, lambda: metering.submit(org_id, app_id, usage()))))
+    repeated = usage()
+    metering.submit(org_id, app_id, repeated)
+    rows.append(("usage submission (duplicate request_id)",
+                 *measure(meter, lambda: metering.submit(org_id, app_id, repeated))))
+    rows.append(("usage batch of 100 (per call)",
+                 *measure(meter, lambda: metering.submit_batch(org_id, app_id,
+                                                               [usage().model_dump() for _ in range(100)]))))
+    activate(tenants, submissions_per_scope)
+    rows.append((f"aggregator run, first fold ({scopes} scopes x 3 labels)", *measure(meter, aggregation.run)))
+    rows.append(("aggregator run, nothing new", *measure(meter, aggregation.run)))
+    changed = tenants[: max(1, scopes // 10)]
+    activate(changed, 1)
+    rows.append((f"aggregator run, {len(changed)} scope(s) changed", *measure(meter, aggregation.run)))
+    selection.select_model(org_id, app_id)
+    rows.append(("model selection (warm)", *measure(meter, lambda: selection.select_model(org_id, app_id))))
+    rows.append(("model selection (force_check)",
+                 *measure(meter, lambda: selection.select_model(org_id, app_id, force_check=True))))
+    return rows
+
+
+def size_after(meter: Meter, org_id: str, app_id: str, submissions: int) -> int:
+    config = orgs.effective_config(org_id, app_id)
+    now = datetime.now(timezone.utc)
+    for _ in range(submissions):
+        metering.record(metering.prepare(config, usage(), now), now)
+    shards = [meter.inspect.get_item(TableName=tables.USAGE_AGG_SHARDED.physical_name,
+                                     Key={"shard_key": keys.shard_key(config.scope, "premium", n),
+                                          "date_key": keys.day_key(org_day(TZ, now))}).get("Item")
+              for n in range(config.agg_shard_count)]
+    return max(item_size(shard) for shard in shards if shard)
+
+
+def print_table(title: str, header: tuple, rows: list) -> None:
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    print(f"\n{title}")
+    print("  ".join(str(h).ljust(w) for h, w in zip(header, widths)))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scopes", type=int, default=1000, help="active scopes of the large scenario")
+    parser.add_argument("--submissions-per-scope", type=int, default=3)
+    args = parser.parse_args()
+    results = []
+    for scopes in (1, args.scopes):
+        with mock_aws(), serialized_moto():
+            from price_keeper import aws, cache
+
+            aws.reset()
+            cache.clear_all()
+            create_tables()
+            meter = Meter()
+            for name, calls, wcu, rcu in scenario(meter, scopes, args.submissions_per_scope):
+                results.append((name, scopes, calls, f"{wcu:g}", f"{rcu:g}"))
+            if scopes == 1:
+                org_id, app_id = seed_scopes(1)[0]
+                sizes = [(n, size_after(meter, org_id, app_id, n - done))
+                         for done, n in ((0, 1), (1, 1000), (1000, 5000))]
+    results.sort(key=lambda row: (row[0], row[1]))
+    print_table("DynamoDB per operation (computed from item sizes; moto)",
+                ("operation", "active scopes", "calls", "WCU", "RCU"), results)
+    seed_rows = []
+    for submissions, shard_size in sizes:
+        ids_per_shard = submissions / 8
+        seed_size = shard_size + 37 * ids_per_shard  # a UUID in a string set, the seed's dedup
+        seed_rows.append((submissions, f"{shard_size} B", 2 * 2,
+                          f"{seed_size / 1024:.1f} KB", math.ceil(seed_size / WRITE_UNIT)))
+    print_table("Write units per submission as a day grows (8 shards, one label)",
+                ("submissions today", "largest shard (ours)", "WCU ours", "shard with request_ids set (seed)",
+                 "WCU seed"), seed_rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""``Provisioning``: the admin API (``X-API-Key``) for orgs, apps and credential rotation."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import requests
+
+from .models import Provisioned, Rotation
+from .transport import DEFAULT_URL, Transport
+
+API = "/api/v1"
+
+
+class Provisioning:
+    def __init__(self, url: str = DEFAULT_URL, api_key: str | None = None, *,
+                 session: requests.Session | None = None, timeout: float = 30.0):
+        if not api_key:
+            raise ValueError("a provisioning API key is required")
+        self.transport = Transport(url, session=session, timeout=timeout)
+        self._headers = {"X-API-Key": api_key}
+
+    def __repr__(self) -> str:
+        return f"Provisioning(url={self.transport.base_url!r})"
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> "Provisioning":
+        """Reads ``PRICE_KEEPER_URL`` and ``PRICE_KEEPER_API_KEY``."""
+        api_key = os.environ.get("PRICE_KEEPER_API_KEY")
+        if not api_key:
+            raise ValueError("set PRICE_KEEPER_API_KEY to the provisioning API key")
+        return cls(os.environ.get("PRICE_KEEPER_URL") or DEFAULT_URL, api_key, **kwargs)
+
+    def put_org(self, org_id: str, config: dict) -> Provisioned:
+        """Creates (201, with one-time credentials) or updates (200) an org."""
+        return Provisioned.from_json(self.transport.request("PUT", f"{API}/orgs/{org_id}", json=config,
+                                                            headers=self._headers).body)
+
+    def put_app(self, org_id: str, app_id: str, config: dict) -> Provisioned:
+        """Creates (201, with one-time credentials) or updates (200) an app."""
+        return Provisioned.from_json(self.transport.request("PUT", f"{API}/orgs/{org_id}/apps/{app_id}", json=config,
+                                                            headers=self._headers).body)
+
+    def rotate(self, org_id: str, app_id: str | None = None, *, grace_period_hours: int = 168) -> Rotation:
+        """A new client secret; the old one keeps working for ``grace_period_hours`` (0-168)."""
+        path = f"{API}/orgs/{org_id}" + (f"/apps/{app_id}" if app_id else "") + "/credentials/rotate"
+        body = self.transport.request("POST", path, json={"grace_period_hours": grace_period_hours},
+                                      headers=self._headers).body
+        return Rotation.from_json(body)
+
+    def close(self) -> None:
+        self.transport.close()

@@ -1,0 +1,173 @@
+"""``PriceKeeper``: the runtime API as an application uses it."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from datetime import date
+from typing import Any, Callable, Iterable, Sequence
+
+import requests
+
+from .auth import Principal, TokenManager
+from .bedrock import ConverseResult, GuardedBedrock
+from .errors import PriceKeeperError, Unauthorized
+from .models import BatchResult, DailySpend, ModelChoice, UsageReceipt, UsageRecord
+from .reporter import UsageReporter
+from .retry import RetryPolicy
+from .selection import ModelSelector
+from .transport import DEFAULT_URL, Transport
+
+log = logging.getLogger("price_keeper_client")
+
+API = "/api/v1"
+
+
+def url_from_env() -> str:
+    return os.environ.get("PRICE_KEEPER_URL") or DEFAULT_URL
+
+
+class PriceKeeper:
+    """Logs in with client credentials and guards Bedrock calls with the service.
+
+    ``org_id``/``app_id`` default to the ones the client id names. With
+    ``report_in_background=True`` usage goes through a queue sent in batches (call
+    ``flush()``/``close()`` before exit); otherwise each call reports before returning and
+    hands the record to the queue only if the service stays unreachable after retries.
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, client_id: str | None = None, client_secret: str | None = None, *,
+                 org_id: str | None = None, app_id: str | None = None, session: requests.Session | None = None,
+                 timeout: float = 10.0, retry: RetryPolicy | None = None, report_in_background: bool = False,
+                 bedrock_client: Any = None, clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic):
+        if not client_id or not client_secret:
+            raise ValueError("client_id and client_secret are required")
+        principal = Principal.from_client_id(client_id)
+        self.org_id = org_id or principal.org_id
+        self.app_id = app_id or principal.app_id
+        self.transport = Transport(url, session=session, timeout=timeout)
+        self.tokens = TokenManager(self.transport, client_id, client_secret, clock=clock)
+        self.selector = ModelSelector(self._fetch_selection, clock=monotonic)
+        self.reporter = UsageReporter(self._send_usage, self._send_usage_batch, retry=retry,
+                                      on_receipt=lambda receipt: self.selector.observe(receipt.quota))
+        self.report_in_background = report_in_background
+        self._bedrock_client = bedrock_client
+        self._bedrock: GuardedBedrock | None = None
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> "PriceKeeper":
+        """Reads ``PRICE_KEEPER_URL``, ``PRICE_KEEPER_CLIENT_ID`` and ``PRICE_KEEPER_CLIENT_SECRET``."""
+        client_id = os.environ.get("PRICE_KEEPER_CLIENT_ID")
+        client_secret = os.environ.get("PRICE_KEEPER_CLIENT_SECRET")
+        if not client_id or not client_secret:
+            raise ValueError("set PRICE_KEEPER_CLIENT_ID and PRICE_KEEPER_CLIENT_SECRET")
+        return cls(url_from_env(), client_id, client_secret, **kwargs)
+
+    def __enter__(self) -> "PriceKeeper":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # -- HTTP ------------------------------------------------------------------------------------
+
+    def _app_path(self, suffix: str) -> str:
+        if not self.app_id:
+            raise ValueError("this call needs an app: use app client credentials or pass app_id")
+        return f"{API}/orgs/{self.org_id}/apps/{self.app_id}/{suffix}"
+
+    def _call(self, method: str, path: str, **kwargs: Any):
+        """An authenticated request; a refused access token is renewed once and the call repeated."""
+        try:
+            return self.transport.request(method, path, headers=self.tokens.authorization(), **kwargs)
+        except Unauthorized:
+            self.tokens.forget_access_token()
+            return self.transport.request(method, path, headers=self.tokens.authorization(), **kwargs)
+
+    # -- model selection -------------------------------------------------------------------------
+
+    def _fetch_selection(self, force: bool) -> tuple[ModelChoice, str | None]:
+        reply = self._call("GET", self._app_path("model-selection"), params={"force_check": "true"} if force else None)
+        return ModelChoice.from_json(reply.body), reply.headers.get("cache-control")
+
+    def select_model(self, force: bool = False) -> ModelChoice:
+        """The model to call now (cached as the service advises). Raises ``QuotaExceeded``."""
+        return self.selector.current(force)
+
+    # -- usage -----------------------------------------------------------------------------------
+
+    def _send_usage(self, record: UsageRecord) -> UsageReceipt:
+        return UsageReceipt.from_json(self._call("POST", self._app_path("usage"), json=record.to_json()).body)
+
+    def _send_usage_batch(self, records: Sequence[UsageRecord]) -> BatchResult:
+        body = {"requests": [record.to_json() for record in records]}
+        return BatchResult.from_json(self._call("POST", self._app_path("usage/batch"), json=body).body)
+
+    def report_usage(self, record: UsageRecord) -> UsageReceipt:
+        """Reports one record now, retrying transient failures with the same ``request_id``."""
+        return self.reporter.report(record)
+
+    def report_usage_batch(self, records: Iterable[UsageRecord]) -> list[BatchResult]:
+        """Reports records now, at most 100 per call."""
+        return self.reporter.report_batch(records)
+
+    def submit_usage(self, record: UsageRecord) -> None:
+        """Queues a record for the background sender."""
+        self.reporter.submit(record)
+
+    def record_usage(self, record: UsageRecord) -> UsageReceipt | None:
+        """Reports as configured; a record the service cannot take right now goes to the queue."""
+        if self.report_in_background:
+            self.reporter.submit(record)
+            return None
+        try:
+            return self.reporter.report(record)
+        except PriceKeeperError as error:
+            if not error.retryable:
+                raise
+            log.warning("usage report for %s queued for later: %s", record.request_id, error.code)
+            self.reporter.submit(record)
+            return None
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return self.reporter.flush(timeout)
+
+    # -- Bedrock ---------------------------------------------------------------------------------
+
+    @property
+    def bedrock(self) -> GuardedBedrock:
+        if self._bedrock is None:
+            client = self._bedrock_client
+            if client is None:
+                import boto3
+
+                client = boto3.client("bedrock-runtime")
+            self._bedrock = GuardedBedrock(client, self.select_model, self.record_usage)
+        return self._bedrock
+
+    def converse(self, messages: list[dict], **kwargs: Any) -> ConverseResult:
+        """Bedrock Converse with the recommended model; its token usage is reported."""
+        return self.bedrock.converse(messages, **kwargs)
+
+    # -- aggregates ------------------------------------------------------------------------------
+
+    def daily_spend(self, day: str | date = "today", *, app_id: str | None = None) -> DailySpend:
+        """Spend against quota per label for ``today`` or a ``YYYY-MM-DD`` org-local day
+        (of the app, or the org when the client is an org client)."""
+        app_id = app_id or self.app_id
+        scope = f"{API}/orgs/{self.org_id}" + (f"/apps/{app_id}" if app_id else "")
+        day = day.isoformat() if isinstance(day, date) else day
+        return DailySpend.from_json(self._call("GET", f"{scope}/aggregates/{day}").body)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def close(self, timeout: float | None = 30.0) -> bool:
+        """Sends queued usage, revokes the refresh token and closes connections.
+        False if usage was left unsent or the revocation failed."""
+        delivered = self.reporter.close(timeout)
+        if not delivered:
+            log.error("%d usage records left unsent", len(self.reporter.undelivered) + self.reporter.pending)
+        revoked = self.tokens.close()
+        self.transport.close()
+        return delivered and revoked

@@ -1,0 +1,293 @@
+"""Typed views of the service's answers. Each keeps the decoded JSON in ``raw`` so fields
+this client does not model yet stay reachable."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .errors import parse_timestamp
+
+QUOTA_STATES = ("NORMAL", "TIGHT", "EXCEEDED")
+
+
+def iso_utc(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _time(value: Any) -> datetime | None:
+    return parse_timestamp(value) if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
+class Pricing:
+    input_price_usd_micros_per_1m: int
+    output_price_usd_micros_per_1m: int
+    version: str | None = None
+    source: str | None = None
+
+    @classmethod
+    def from_json(cls, body: dict | None) -> "Pricing | None":
+        if not body:
+            return None
+        return cls(int(body.get("input_price_usd_micros_per_1m", 0)), int(body.get("output_price_usd_micros_per_1m", 0)),
+                   body.get("version"), body.get("source"))
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """``GET .../model-selection``: which model to call now, and for how long to trust that."""
+
+    label: str
+    bedrock_model_id: str
+    reason: str
+    mode: str
+    quota_pct: float | None
+    cache_duration_secs: int
+    check_frequency: str | None
+    pricing: Pricing | None
+    org_day: str | None
+    checked_at: datetime | None
+    raw: dict = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: dict) -> "ModelChoice":
+        recommended = body["recommended_model"]
+        quota = body.get("quota_status") or {}
+        guidance = body.get("client_guidance") or {}
+        return cls(
+            label=recommended["label"], bedrock_model_id=recommended["bedrock_model_id"],
+            reason=recommended.get("reason", "NORMAL"), mode=quota.get("mode", "NORMAL"),
+            quota_pct=quota.get("quota_pct"), cache_duration_secs=int(guidance.get("cache_duration_secs", 60)),
+            check_frequency=guidance.get("check_frequency"), pricing=Pricing.from_json(body.get("pricing")),
+            org_day=body.get("org_day"), checked_at=_time(body.get("checked_at")), raw=body,
+        )
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    """One Bedrock call's token usage. The service prices it; clients never send cost."""
+
+    request_id: str
+    model_label: str
+    bedrock_model_id: str
+    input_tokens: int
+    output_tokens: int
+    timestamp: datetime
+    status: str = "OK"
+    calling_region: str | None = None
+    cache_read_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+
+    def to_json(self) -> dict:
+        body = {
+            "request_id": self.request_id, "model_label": self.model_label, "bedrock_model_id": self.bedrock_model_id,
+            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "status": self.status,
+            "timestamp": iso_utc(self.timestamp),
+        }
+        if self.calling_region:
+            body["calling_region"] = self.calling_region
+        # Sent only when non-zero, so servers that predate prompt-cache pricing accept the record.
+        if self.cache_read_input_tokens:
+            body["cache_read_input_tokens"] = self.cache_read_input_tokens
+        if self.cache_write_input_tokens:
+            body["cache_write_input_tokens"] = self.cache_write_input_tokens
+        return body
+
+
+@dataclass(frozen=True)
+class LabelQuota:
+    """The quota position of one label as a usage answer reports it (when the server includes it)."""
+
+    label: str | None
+    quota_pct: float | None
+    status: str | None
+    reason: str | None
+
+    @classmethod
+    def find(cls, body: dict) -> "LabelQuota | None":
+        """Looks for ``daily_total`` (this service's usage answer), ``quota`` or ``quota_status``,
+        at the top level or under ``processing``."""
+        for holder in (body, body.get("processing") or {}):
+            for key in ("daily_total", "quota", "quota_status"):
+                value = holder.get(key)
+                if isinstance(value, dict):
+                    status = value.get("status") or value.get("mode") or value.get("quota_status")
+                    return cls(value.get("label") or value.get("model_label"), value.get("quota_pct"),
+                               status if status in QUOTA_STATES else None, value.get("reason"))
+        return None
+
+
+@dataclass(frozen=True)
+class UsageReceipt:
+    """``202`` answer to a usage report."""
+
+    request_id: str
+    status: str
+    shard_id: int | None
+    cost_usd_micros: int | None
+    quota: LabelQuota | None
+    raw: dict = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: dict) -> "UsageReceipt":
+        processing = body.get("processing") or {}
+        return cls(body.get("request_id", ""), body.get("status", "accepted"), processing.get("shard_id"),
+                   processing.get("cost_usd_micros"), LabelQuota.find(body), body)
+
+
+@dataclass(frozen=True)
+class BatchItemResult:
+    request_id: str
+    status: str
+    error: str | None
+    shard_id: int | None
+
+    @property
+    def accepted(self) -> bool:
+        return self.status == "accepted"
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """``207`` answer to a batch report: one result per record."""
+
+    accepted: int
+    failed: int
+    results: tuple[BatchItemResult, ...]
+    raw: dict = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: dict) -> "BatchResult":
+        results = tuple(BatchItemResult(item.get("request_id", ""), item.get("status", ""),
+                                        item.get("error"), item.get("shard_id"))
+                        for item in body.get("results") or ())
+        accepted = body.get("accepted", sum(item.accepted for item in results))
+        return cls(int(accepted), int(body.get("failed", len(results) - accepted)), results, body)
+
+
+@dataclass(frozen=True)
+class LabelSpend:
+    label: str
+    bedrock_model_id: str | None
+    cost_usd_micros: int
+    quota_usd_micros: int
+    quota_pct: float
+    quota_status: str
+    input_tokens: int
+    output_tokens: int
+    requests: int
+    cache_read_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+
+    @classmethod
+    def from_json(cls, label: str, body: dict) -> "LabelSpend":
+        return cls(label=body.get("label", label), bedrock_model_id=body.get("bedrock_model_id"),
+                   cost_usd_micros=int(body.get("cost_usd_micros", 0)),
+                   quota_usd_micros=int(body.get("quota_usd_micros", 0)), quota_pct=float(body.get("quota_pct", 0)),
+                   quota_status=body.get("quota_status", "NORMAL"), input_tokens=int(body.get("input_tokens", 0)),
+                   output_tokens=int(body.get("output_tokens", 0)), requests=int(body.get("requests", 0)),
+                   cache_read_input_tokens=int(body.get("cache_read_input_tokens", 0)),
+                   cache_write_input_tokens=int(body.get("cache_write_input_tokens", 0)))
+
+
+@dataclass(frozen=True)
+class DailySpend:
+    """``GET .../aggregates/{today|date}``: one org-local day's spend against quota, per label."""
+
+    org_id: str
+    app_id: str | None
+    date: str
+    timezone: str | None
+    quota_scope: str | None
+    labels: tuple[LabelSpend, ...]
+    total_cost_usd_micros: int
+    total_quota_usd_micros: int
+    total_quota_pct: float
+    sticky_fallback_active: bool
+    current_active_model: str | None
+    updated_at: datetime | None
+    raw: dict = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: dict) -> "DailySpend":
+        labels = tuple(LabelSpend.from_json(label, item) for label, item in (body.get("models") or {}).items())
+        return cls(
+            org_id=body.get("org_id", ""), app_id=body.get("app_id"), date=body.get("date", ""),
+            timezone=body.get("timezone"), quota_scope=body.get("quota_scope"), labels=labels,
+            total_cost_usd_micros=int(body.get("total_cost_usd_micros", sum(x.cost_usd_micros for x in labels))),
+            total_quota_usd_micros=int(body.get("total_quota_usd_micros", sum(x.quota_usd_micros for x in labels))),
+            total_quota_pct=float(body.get("total_quota_pct", 0)),
+            sticky_fallback_active=bool(body.get("sticky_fallback_active", False)),
+            current_active_model=body.get("current_active_model"), updated_at=_time(body.get("updated_at")), raw=body,
+        )
+
+    @property
+    def total_requests(self) -> int:
+        return sum(label.requests for label in self.labels)
+
+    @property
+    def mode(self) -> str:
+        """The quota state of the model in use: NORMAL, TIGHT, or EXCEEDED once every label is spent."""
+        statuses = {label.label: label.quota_status for label in self.labels}
+        if self.current_active_model in statuses:
+            return statuses[self.current_active_model]
+        open_labels = [status for status in statuses.values() if status != "EXCEEDED"]
+        return open_labels[0] if open_labels else ("EXCEEDED" if statuses else "NORMAL")
+
+    def to_json(self) -> dict:
+        body = {name: value for name, value in asdict(self).items() if name != "raw"}
+        body["labels"] = list(body["labels"])
+        body["updated_at"] = iso_utc(self.updated_at) if self.updated_at else None
+        body["mode"] = self.mode
+        body["total_requests"] = self.total_requests
+        return body
+
+
+@dataclass(frozen=True)
+class Credentials:
+    client_id: str
+    client_secret: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """Answer to ``PUT .../orgs/{org_id}`` or ``PUT .../apps/{app_id}``; ``credentials`` only on creation."""
+
+    org_id: str
+    app_id: str | None
+    status: str
+    credentials: Credentials | None
+    configuration: dict
+    raw: dict = field(repr=False, compare=False)
+
+    @property
+    def created(self) -> bool:
+        return self.status == "created"
+
+    @classmethod
+    def from_json(cls, body: dict) -> "Provisioned":
+        creds = body.get("credentials")
+        return cls(body.get("org_id", ""), body.get("app_id"), body.get("status", ""),
+                   Credentials(creds["client_id"], creds["client_secret"]) if creds else None,
+                   body.get("configuration") or {}, body)
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """Answer to ``POST .../credentials/rotate``: the new secret, and until when the old one works."""
+
+    org_id: str
+    app_id: str | None
+    credentials: Credentials
+    rotated_at: datetime | None
+    old_secret_expires_at: datetime | None
+    grace_period_hours: int
+    raw: dict = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: dict) -> "Rotation":
+        rotation = body.get("rotation") or {}
+        return cls(body.get("org_id", ""), body.get("app_id"), Credentials(body["client_id"], body["client_secret"]),
+                   _time(rotation.get("rotated_at")), _time(rotation.get("old_secret_expires_at")),
+                   int(rotation.get("grace_period_hours", 0)), body)

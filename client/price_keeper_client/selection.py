@@ -1,0 +1,79 @@
+"""Which model to call, cached for as long as the service says the answer holds.
+
+The service's ``client_guidance.cache_duration_secs`` (300 s in normal mode, 60 s in tight
+mode) and the ``Cache-Control: max-age`` header bound the cache; the shorter wins. The
+cache is dropped at once when the service answers 429, and when a usage answer shows the
+label turning tight or exceeded, or a reason the cached choice does not know.
+"""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Callable
+
+from .errors import PriceKeeperError
+from .models import LabelQuota, ModelChoice
+
+_MAX_AGE = re.compile(r"(?:^|[,\s])max-age\s*=\s*(\d+)", re.IGNORECASE)
+_NO_STORE = re.compile(r"(?:^|[,\s])(no-store|no-cache)(?:$|[,\s])", re.IGNORECASE)
+
+
+def cache_seconds(choice: ModelChoice, cache_control: str | None) -> float:
+    """How long ``choice`` may be reused: the shorter of the guidance and ``max-age``."""
+    if cache_control and _NO_STORE.search(cache_control):
+        return 0.0
+    seconds = float(choice.cache_duration_secs)
+    match = _MAX_AGE.search(cache_control or "")
+    if match:
+        seconds = min(seconds, float(match.group(1)))
+    return max(0.0, seconds)
+
+
+class ModelSelector:
+    """Caches ``GET .../model-selection``; ``fetch(force)`` returns ``(choice, cache_control)``."""
+
+    def __init__(self, fetch: Callable[[bool], tuple[ModelChoice, str | None]], *,
+                 clock: Callable[[], float] = time.monotonic):
+        self._fetch = fetch
+        self.clock = clock
+        self._choice: ModelChoice | None = None
+        self._expires_at = 0.0
+        self._lock = threading.Lock()
+
+    def current(self, force: bool = False) -> ModelChoice:
+        """The cached choice while it holds, else a fresh one. Raises ``QuotaExceeded`` when
+        every label is spent (and asks again on the next call)."""
+        with self._lock:
+            if not force and self._choice is not None and self.clock() < self._expires_at:
+                return self._choice
+            try:
+                choice, cache_control = self._fetch(force)
+            except PriceKeeperError as error:
+                if error.status == 429:
+                    self._choice = None
+                raise
+            self._choice = choice
+            self._expires_at = self.clock() + cache_seconds(choice, cache_control)
+            return choice
+
+    @property
+    def cached(self) -> ModelChoice | None:
+        with self._lock:
+            return self._choice if self._choice is not None and self.clock() < self._expires_at else None
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._choice = None
+
+    def observe(self, quota: LabelQuota | None) -> None:
+        """Feeds back the quota position a usage answer reported for the cached label."""
+        if quota is None:
+            return
+        with self._lock:
+            choice = self._choice
+            if choice is None or (quota.label and quota.label != choice.label):
+                return
+            worse = quota.status == "EXCEEDED" or (quota.status == "TIGHT" and choice.mode != "TIGHT")
+            if worse or (quota.reason and quota.reason != choice.reason):
+                self._choice = None

@@ -1,0 +1,18 @@
+"""POST /auth/refresh: a refresh token -> a new access token."""
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.openapi.params import Body
+
+from price_keeper import auth, routes
+from price_keeper.api import Router, build_app, json_response, lambda_entry
+
+router = Router()
+
+
+@router.post(routes.rule(routes.AUTH_REFRESH))
+def refresh_token(body: Annotated[auth.RefreshRequest, Body()]):
+    return json_response(200, auth.refresh_access_token(body.refresh_token))
+
+
+app = build_app(router)
+lambda_handler = lambda_entry(app)

@@ -1,0 +1,19 @@
+"""POST /auth/token: client credentials -> access token (1 h) and refresh token (7 d)."""
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.openapi.params import Body
+
+from price_keeper import auth, routes
+from price_keeper.api import Router, build_app, json_response, lambda_entry
+
+router = Router()
+
+
+@router.post(routes.rule(routes.AUTH_TOKEN))
+def issue_token(body: Annotated[auth.TokenRequest, Body()]):
+    principal = auth.authenticate_client(body.client_id, body.client_secret)
+    return json_response(200, auth.issue_tokens(principal))
+
+
+app = build_app(router)
+lambda_handler = lambda_entry(app)

@@ -1,0 +1,24 @@
+"""POST /api/v1/orgs/{org_id}/apps/{app_id}/inference-profiles (Bearer): register a
+Bedrock inference profile under a label of the app (201; 409 when the label is taken)."""
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.openapi.params import Body
+
+from price_keeper import auth, orgs, profiles, routes
+from price_keeper.api import Router, build_app, header, json_response, lambda_entry
+from price_keeper.models import InferenceProfileRequest
+
+router = Router()
+
+
+@router.post(routes.rule(routes.INFERENCE_PROFILES), security=[{"bearerAuth": []}])
+def register_profile(org_id: str, app_id: str, body: Annotated[InferenceProfileRequest, Body()]):
+    orgs.check_ids(org_id, app_id)
+    auth.authorize(header(router, "Authorization"), org_id, app_id)
+    config = orgs.effective_config(org_id, app_id)
+    return json_response(201, profiles.register(config, body.profile_label, body.inference_profile_arn,
+                                                body.description))
+
+
+app = build_app(router)
+lambda_handler = lambda_entry(app)

@@ -1,0 +1,35 @@
+"""GET /api/v1/orgs/{org_id}/reports/spend?from=&to=[&app_id=][&format=csv] (org token, or an
+app token with its own app_id): per day x app x label totals, JSON rows or CSV."""
+from typing import Annotated, Literal, Optional
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.params import Query
+
+from price_keeper import auth, orgs, reports, routes
+from price_keeper.api import Router, build_app, header, json_response, lambda_entry
+
+router = Router()
+
+
+@router.get(routes.rule(routes.SPEND_REPORT), security=[{"bearerAuth": []}], responses={200: {
+    "description": "Rows per day x app x label (JSON, or CSV with format=csv)",
+    "content": {"application/json": {"model": reports.SpendReport}, "text/csv": {"schema": {"type": "string"}}}}})
+def spend_report(
+    org_id: str,
+    from_: Annotated[Optional[str], Query(alias="from", description="First org-local day, YYYY-MM-DD")] = None,
+    to: Annotated[Optional[str], Query(description="Last org-local day, YYYY-MM-DD (at most 92 days in all)")] = None,
+    app_id: Annotated[Optional[str], Query(description="Only this app; required with an app token")] = None,
+    format: Annotated[Literal["json", "csv"], Query()] = "json",
+):
+    orgs.check_ids(org_id, app_id)
+    auth.authorize(header(router, "Authorization"), org_id, app_id)
+    rows = reports.spend_rows(org_id, from_, to, app_id)
+    if format == "csv":
+        filename = f"spend-{org_id}-{from_}-{to}.csv"
+        return Response(status_code=200, content_type="text/csv; charset=utf-8", body=reports.to_csv(rows),
+                        headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    return json_response(200, {"rows": rows})
+
+
+app = build_app(router)
+lambda_handler = lambda_entry(app)

@@ -1,0 +1,133 @@
+"""Daily aggregates: ``GET .../aggregates/today`` and ``.../aggregates/{date}`` for an org
+or an app, read from DailyTotal (one BatchGetItem, which also fetches the aggregator's
+heartbeat for ``X-Data-Lag-Secs``).
+
+Org aggregates of an org with ``quota_scope: APP`` sum the org's apps (their scopes hold
+the data), found with one Config Query; the models map covers the labels in the
+orderings and quotas (DailyTotal cannot be listed by scope without a scan).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import date, datetime
+
+from boto3.dynamodb.conditions import Key
+
+from . import keys, orgs, profiles, tables
+from .aggregation import SUM_FIELDS, Totals, read_daily_totals
+from .aws import query_all, table
+from .errors import invalid_request, not_found
+from .orgs import EffectiveConfig
+from .selection import decide, quota_pct, quota_status, read_sticky
+from .timeutil import iso_utc, org_date, utc_now
+
+DATE_FORMAT = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+CACHE_CONTROL = "max-age=30, private"
+
+
+def parse_date(text: str, org_today: date) -> date:
+    """A ``YYYY-MM-DD`` path date that is a real date and not after the org's today."""
+    try:
+        if not DATE_FORMAT.fullmatch(text):
+            raise ValueError(text)
+        parsed = date.fromisoformat(text)
+    except ValueError:
+        raise invalid_request("Invalid date format", date=text[:40], expected_format="YYYY-MM-DD") from None
+    if parsed > org_today:
+        raise invalid_request("Date cannot be in the future", date=text, org_today=org_today.isoformat())
+    return parsed
+
+
+def _app_scopes(org_id: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(scope, model_ordering override) of every app of an org (one paginated Config Query)."""
+    items = query_all(table(tables.CONFIG).query, ProjectionExpression="resource_key, model_ordering",
+                      KeyConditionExpression=Key("org_key").eq(keys.org_key(org_id))
+                      & Key("resource_key").begins_with("APP#"))
+    return [(keys.scope_key(org_id, item["resource_key"].removeprefix("APP#"), "APP"),
+             tuple(item.get("model_ordering") or ())) for item in items]
+
+
+def _labels_and_scopes(config: EffectiveConfig, whole_org_of_apps: bool) -> tuple[list[str], list[str]]:
+    labels = list(dict.fromkeys([*config.model_ordering, *config.quotas]))
+    if not whole_org_of_apps:
+        return labels, [config.scope]
+    apps = _app_scopes(config.org_id)
+    for _, ordering in apps:
+        labels.extend(label for label in ordering if label not in labels)
+    return labels, [scope for scope, _ in apps]
+
+
+def _model_entry(config: EffectiveConfig, label: str, totals: Totals) -> dict:
+    quota = config.quota(label)
+    return {
+        "label": label,
+        "bedrock_model_id": profiles.bedrock_id(config, label),
+        "cost_usd_micros": totals.cost_usd_micros,
+        "quota_usd_micros": quota,
+        "quota_pct": quota_pct(totals.cost_usd_micros, quota),
+        "quota_status": quota_status(totals.cost_usd_micros, quota, config.tight_mode_threshold_pct),
+        "input_tokens": totals.input_tokens,
+        "output_tokens": totals.output_tokens,
+        "cache_read_input_tokens": totals.cache_read_input_tokens,
+        "cache_write_input_tokens": totals.cache_write_input_tokens,
+        "requests": totals.requests,
+        "average_cost_per_request": ((2 * totals.cost_usd_micros + totals.requests) // (2 * totals.requests)
+                                     if totals.requests else 0),
+    }
+
+
+def _sum(totals: list[Totals]) -> Totals:
+    updated = [t.updated_at_epoch for t in totals if t.updated_at_epoch is not None]
+    return Totals(*(sum(getattr(t, name) for t in totals) for name in SUM_FIELDS),
+                  updated_at_epoch=max(updated) if updated else None)
+
+
+def daily_aggregates(org_id: str, app_id: str | None, date_text: str | None = None,
+                     now: datetime | None = None) -> tuple[dict, dict]:
+    """(body, headers) of the aggregates of an org (``app_id=None``) or app for today or
+    ``date_text``; 404 for a past date without data."""
+    now = now or utc_now()
+    config = orgs.effective_config(org_id, app_id)
+    today = org_date(config.timezone, now)
+    wanted = today if date_text is None else parse_date(date_text, today)
+    day = wanted.strftime("%Y%m%d")
+    whole_org_of_apps = app_id is None and config.quota_scope == "APP"
+    labels, scopes = _labels_and_scopes(config, whole_org_of_apps)
+    read = read_daily_totals([keys.usage_key(scope, label) for scope in scopes for label in labels], day,
+                             include_heartbeat=True)
+    if wanted != today and not read.totals:
+        raise not_found("No data available for specified date", date=wanted.isoformat(),
+                        reason="Data expired (TTL) or date predates org registration")
+    per_label = {label: _sum([read.of(keys.usage_key(scope, label)) for scope in scopes]) for label in labels}
+    sticky = (read_sticky(config.scope, day)
+              if config.sticky_fallback_enabled and not whole_org_of_apps else None)
+    spends = {label: totals.cost_usd_micros for label, totals in per_label.items()}
+    decision = decide(config.model_ordering, config.quotas, spends, config.tight_mode_threshold_pct,
+                      config.sticky_fallback_enabled, sticky)
+    models = {label: _model_entry(config, label, per_label[label]) for label in labels}
+    total_cost = sum(spends.values())
+    total_quota = sum(config.quota(label) for label in labels)
+    updated = _sum(list(per_label.values())).updated_at_epoch or read.last_run_epoch
+    body = {"org_id": org_id}
+    if app_id is not None:
+        body.update(app_id=app_id, app_name=config.app_name)
+    body.update({
+        "date": wanted.isoformat(),
+        "timezone": config.timezone,
+        "quota_scope": config.quota_scope,
+        "models": models,
+        "total_cost_usd_micros": total_cost,
+        "total_quota_usd_micros": total_quota,
+        "total_quota_pct": quota_pct(total_cost, total_quota),
+        "sticky_fallback_active": sticky is not None and sticky.index > 0,
+        "current_active_model": decision.label,
+        "updated_at": iso_utc(datetime.fromtimestamp(updated, now.tzinfo)) if updated else None,
+    })
+    digest = hashlib.blake2b(json.dumps([org_id, app_id, day, models, decision.label], sort_keys=True).encode(),
+                             digest_size=8).hexdigest()
+    headers = {"Cache-Control": CACHE_CONTROL, "ETag": f'"{digest}"'}
+    if read.last_run_epoch is not None:
+        headers["X-Data-Lag-Secs"] = str(max(0, int(now.timestamp()) - read.last_run_epoch))
+    return body, headers

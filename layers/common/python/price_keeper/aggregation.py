@@ -1,0 +1,171 @@
+"""DailyTotal: the aggregator that folds usage shards into it, and reading it back.
+
+Every run (EventBridge, once a minute):
+1. Query the sparse GSI ``active-by-day`` for each org-local day still in play (UTC today-2
+   .. today+1): the shard keys written on those days, and nothing else. Work grows with
+   the scopes active on those days, never with all orgs ever created, and nothing scans.
+2. BatchGetItem the shards (100 keys a call) and sum them per ``usage_key``/day.
+3. BatchGetItem the current DailyTotals and PutItem only the ones whose sums changed.
+   The put is conditional on ``requests`` growing: sums only ever grow, so a slower,
+   overlapping run can never move a total backwards.
+4. Write a heartbeat item (time of the run, lag) that the aggregates endpoint reports as
+   ``X-Data-Lag-Secs``.
+
+A run that fails half-way leaves totals that are each either old or new, never mixed; the
+next run recomputes every sum from the shards, so nothing needs repairing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, time, timezone
+from typing import Iterable
+
+from boto3.dynamodb.conditions import Key
+from botocore.exceptions import ClientError
+
+from . import keys, tables
+from .aws import query_all, table
+from .config import get_config
+from .storage import batch_get
+from .timeutil import org_days_in_play, parse_day, utc_now
+
+SUM_FIELDS = ("cost_usd_micros", "input_tokens", "output_tokens", "cache_read_input_tokens",
+              "cache_write_input_tokens", "requests")
+HEARTBEAT_KEY = {"usage_key": "#AGGREGATOR", "date_key": "#HEARTBEAT"}
+
+
+@dataclass(frozen=True)
+class Totals:
+    cost_usd_micros: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    requests: int = 0
+    updated_at_epoch: int | None = None
+
+    @classmethod
+    def from_item(cls, item: dict | None) -> "Totals":
+        if not item:
+            return cls()
+        updated = item.get("updated_at_epoch")
+        return cls(*(int(item.get(name, 0)) for name in SUM_FIELDS),
+                   updated_at_epoch=int(updated) if updated is not None else None)
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in SUM_FIELDS}
+
+
+@dataclass(frozen=True)
+class DailyRead:
+    totals: dict[str, Totals]  # by usage_key; absent keys have no spend
+    last_run_epoch: int | None  # when the aggregator last ran (only when asked for)
+
+    def of(self, usage_key: str) -> Totals:
+        return self.totals.get(usage_key, Totals())
+
+
+def read_daily_totals(usage_keys: Iterable[str], day: str, *, consistent: bool = False,
+                      include_heartbeat: bool = False) -> DailyRead:
+    """DailyTotals of one org day for ``usage_keys`` (and the aggregator heartbeat) in one
+    BatchGetItem (more when over 100 keys)."""
+    wanted = [{"usage_key": usage_key, "date_key": keys.day_key(day)} for usage_key in usage_keys]
+    if include_heartbeat:
+        wanted.append(HEARTBEAT_KEY)
+    found = batch_get(tables.DAILY_TOTAL, wanted, consistent=consistent,
+                      attributes=[*SUM_FIELDS, "updated_at_epoch", "last_run_epoch"])
+    totals, last_run = {}, None
+    for item in found:
+        if item["usage_key"] == HEARTBEAT_KEY["usage_key"]:
+            last_run = int(item["last_run_epoch"])
+        else:
+            totals[item["usage_key"]] = Totals.from_item(item)
+    return DailyRead(totals, last_run)
+
+
+# --- the aggregator ----------------------------------------------------------------
+
+@dataclass
+class RunReport:
+    days: list[str]
+    active_shards: int = 0
+    usage_keys: int = 0
+    totals_written: int = 0
+    stale_puts_skipped: int = 0
+    lag_seconds: int = 0  # age of the oldest shard update this run folded (0: nothing new)
+
+
+@dataclass
+class _Group:
+    sums: dict = field(default_factory=lambda: dict.fromkeys(SUM_FIELDS, 0))
+    shard_updates: list[int] = field(default_factory=list)
+
+
+def active_shard_keys(day: str) -> list[dict]:
+    """Keys of the usage shards written for org day ``day`` (``yyyymmdd``), from the GSI."""
+    index = tables.ACTIVE_BY_DAY
+    items = query_all(table(tables.USAGE_AGG_SHARDED).query, IndexName=index.name,
+                      KeyConditionExpression=Key(index.partition_key).eq(keys.day_key(day)))
+    return [{"shard_key": item["shard_key"], "date_key": item["date_key"]} for item in items]
+
+
+def fold(shards: Iterable[dict]) -> dict[tuple[str, str], _Group]:
+    """Shard items summed per (usage_key, date_key)."""
+    groups: dict[tuple[str, str], _Group] = {}
+    for shard in shards:
+        group = groups.setdefault((keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"]), _Group())
+        for name in SUM_FIELDS:
+            group.sums[name] += int(shard.get(name, 0))
+        group.shard_updates.append(int(shard.get("updated_at_epoch", 0)))
+    return groups
+
+
+def usage_expires_at(day: str) -> int:
+    """TTL of an org day's shards and total: ``usage_retention_days`` after the day."""
+    start = datetime.combine(parse_day(day), time(0), tzinfo=timezone.utc)
+    return int(start.timestamp()) + (get_config().metering.usage_retention_days + 1) * 86400
+
+
+def _put_total(usage_key: str, date_key: str, group: _Group, now_epoch: int) -> bool:
+    """Write a total unless a newer one (more requests) is already there."""
+    item = {"usage_key": usage_key, "date_key": date_key, **group.sums, "updated_at_epoch": now_epoch,
+            "source_updated_at_epoch": max(group.shard_updates),
+            tables.TTL_ATTRIBUTE: usage_expires_at(date_key.removeprefix("DAY#"))}
+    try:
+        table(tables.DAILY_TOTAL).put_item(
+            Item=item, ConditionExpression="attribute_not_exists(usage_key) OR requests < :requests",
+            ExpressionAttributeValues={":requests": group.sums["requests"]})
+        return True
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        return False
+
+
+def run(now: datetime | None = None) -> RunReport:
+    now = now or utc_now()
+    now_epoch = int(now.timestamp())
+    report = RunReport(days=[day.strftime("%Y%m%d") for day in org_days_in_play(now)])
+    shard_keys = [shard for day in report.days for shard in active_shard_keys(day)]
+    report.active_shards = len(shard_keys)
+    groups = fold(batch_get(tables.USAGE_AGG_SHARDED, shard_keys, attributes=[*SUM_FIELDS, "updated_at_epoch"]))
+    report.usage_keys = len(groups)
+    current = {
+        (item["usage_key"], item["date_key"]): item
+        for item in batch_get(tables.DAILY_TOTAL, [{"usage_key": u, "date_key": d} for u, d in groups],
+                              attributes=[*SUM_FIELDS, "source_updated_at_epoch"])
+    }
+    for (usage_key, date_key), group in groups.items():
+        existing = current.get((usage_key, date_key), {})
+        if existing and all(int(existing.get(name, 0)) == group.sums[name] for name in SUM_FIELDS):
+            continue
+        folded_until = int(existing.get("source_updated_at_epoch", 0))
+        unfolded = [update for update in group.shard_updates if update > folded_until] or group.shard_updates
+        report.lag_seconds = max(report.lag_seconds, now_epoch - min(unfolded))
+        if _put_total(usage_key, date_key, group, now_epoch):
+            report.totals_written += 1
+        else:
+            report.stale_puts_skipped += 1
+    table(tables.DAILY_TOTAL).put_item(Item={**HEARTBEAT_KEY, "last_run_epoch": now_epoch,
+                                             "lag_seconds": report.lag_seconds, "updated_at_epoch": now_epoch})
+    return report

@@ -1,0 +1,286 @@
+"""Spend alerts: detection (pure functions), a once-per-day record, and EventBridge events.
+
+Alert kinds, for one quota scope (``ORG#{org}`` or ``ORG#{org}#APP#{app}``) and org-local day:
+
+- ``THRESHOLD`` (label, pct): the label's spend reached ``pct`` % of its daily quota
+  (quota boosts included), for each pct of config.yaml ``alerts.thresholds_pct``.
+- ``FALLBACK`` (label): selection moved off ``label`` to the next one in the ordering,
+  because the label is spent or the day's sticky state already points past it.
+- ``ALL_EXHAUSTED``: every label of the ordering is spent (selection answers 429).
+
+Detection is level-triggered: an alert is due whenever its condition holds, and "once per
+day" comes from the record, not from comparing old and new totals, so a run that crashed
+after writing totals loses nothing. Below every threshold there is no I/O at all.
+
+Each alert fires at most once per (scope, day, type, label, threshold): the first run to
+see it writes a StickyState item with a conditional PutItem (``attribute_not_exists``)::
+
+    scope_key = {scope}
+    date_key  = ALERT#{yyyymmdd}#{type}#{label or -}#{threshold_pct or -}
+
+(kept ``ALERT_RETENTION_DAYS`` through the table's TTL). Only the writer publishes the
+event (EventBridge ``PutEvents``, Source ``price-keeper``, DetailType ``SpendAlert``)
+and then marks the record ``published``. When publishing fails the record stays
+``published = false`` and a later run retries it: a retry first claims the record with a
+conditional update (``claimed_at_epoch`` unchanged and older than ``RETRY_AFTER_SECONDS``),
+so concurrent runs retry it once, and a slow first publisher is never raced. A run that
+dies between PutEvents succeeding and the mark is the one case that publishes twice
+(at-least-once delivery for that crash; never zero times).
+"""
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Literal, Mapping, Sequence
+
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import BaseModel, Field
+
+from . import boosts, keys, orgs, reports, tables
+from .aws import client, ddb_client, query_all
+from .cache import TTLCache
+from .config import get_config
+from .observability import logger
+from .orgs import EffectiveConfig
+from .timeutil import iso_utc, org_day, parse_day
+
+THRESHOLD, FALLBACK, ALL_EXHAUSTED = "THRESHOLD", "FALLBACK", "ALL_EXHAUSTED"
+EVENT_SOURCE = "price-keeper"
+DETAIL_TYPE = "SpendAlert"
+DEFAULT_EVENT_BUS = "price-keeper-events"
+ALERT_RETENTION_DAYS = 35
+RETRY_AFTER_SECONDS = 30  # an unpublished record claimed longer ago than this is retried
+QUERY_THREADS = 8
+_NO_PART = "-"  # key part of a missing label/threshold (no label can be "-": ids start alphanumeric)
+
+# (scope, date_key) of records known to be published: a warm aggregator skips them without I/O.
+_published = TTLCache(24 * 3600)
+
+
+def event_bus() -> str:
+    """``ALERT_EVENT_BUS``; the CDK stack sets ``EVENT_BUS_NAME`` on the publishing functions."""
+    return os.environ.get("ALERT_EVENT_BUS") or os.environ.get("EVENT_BUS_NAME") or DEFAULT_EVENT_BUS
+
+
+@dataclass(frozen=True)
+class Alert:
+    type: str
+    label: str | None = None
+    threshold_pct: int | None = None
+    # context for the event; not part of the alert's identity
+    spend_usd_micros: int | None = field(default=None, compare=False)
+    quota_usd_micros: int | None = field(default=None, compare=False)
+    fallback_to: str | None = field(default=None, compare=False)
+
+    def date_key(self, day: str) -> str:
+        threshold = _NO_PART if self.threshold_pct is None else str(self.threshold_pct)
+        return f"ALERT#{day}#{self.type}#{self.label or _NO_PART}#{threshold}"
+
+
+# --- detection (pure) ----------------------------------------------------------------
+
+def due_alerts(ordering: Sequence[str], quotas: Mapping[str, int], spends: Mapping[str, int],
+               sticky_label: str | None, thresholds_pct: Sequence[int]) -> list[Alert]:
+    """Every alert whose condition holds for these spends (label -> micro-USD).
+
+    A label is spent when its spend reaches its quota (a label without quota is always
+    spent), as model selection decides. Selection stands on the first unspent label at or
+    after the sticky label; every label before that position fell back to its successor.
+    """
+    def spend(label: str) -> int:
+        return int(spends.get(label, 0))
+
+    def quota(label: str) -> int:
+        return int(quotas.get(label, 0))
+
+    due = [Alert(THRESHOLD, label, pct, spend(label), quota(label))
+           for label in ordering if quota(label) > 0
+           for pct in thresholds_pct if spend(label) * 100 >= pct * quota(label)]
+    floor = list(ordering).index(sticky_label) if sticky_label in ordering else 0
+    active = next((i for i in range(floor, len(ordering)) if spend(ordering[i]) < quota(ordering[i])), len(ordering))
+    due += [Alert(FALLBACK, ordering[i], None, spend(ordering[i]), quota(ordering[i]), ordering[i + 1])
+            for i in range(min(active, len(ordering) - 1))]
+    if ordering and active == len(ordering):
+        due.append(Alert(ALL_EXHAUSTED))
+    return due
+
+
+# --- the record and the event ----------------------------------------------------------
+
+def _recorded(scope: str, day: str, dynamodb=None) -> dict[str, dict]:
+    """The scope's alert records of the day by date_key (one Query)."""
+    items = query_all((dynamodb or ddb_client()).query, TableName=tables.STICKY_STATE.physical_name,
+                      KeyConditionExpression="scope_key = :s AND begins_with(date_key, :p)",
+                      ExpressionAttributeValues={":s": scope, ":p": f"ALERT#{day}#"})
+    return {item["date_key"]: item for item in items}
+
+
+def _conditional(call, **kwargs) -> dict | None:
+    """The call's reply, or None when its condition failed (another run got there first)."""
+    try:
+        return call(**kwargs)
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        return None
+
+
+def _record(scope: str, config: EffectiveConfig, day: str, alert: Alert, now: datetime) -> dict | None:
+    """Write the alert's record; the item when this run is the first to see the alert."""
+    now_epoch = int(now.timestamp())
+    item = {
+        "scope_key": scope, "date_key": alert.date_key(day), "scope": scope,
+        "org_id": config.org_id, "app_id": config.app_id if config.quota_scope == "APP" else None,
+        "date": parse_day(day).isoformat(), "type": alert.type, "label": alert.label,
+        "threshold_pct": alert.threshold_pct, "spend_usd_micros": alert.spend_usd_micros,
+        "quota_usd_micros": alert.quota_usd_micros, "fallback_to": alert.fallback_to,
+        "fired_at": iso_utc(now), "fired_at_epoch": now_epoch, "claimed_at_epoch": now_epoch,
+        "attempts": 1, "published": False,
+        tables.TTL_ATTRIBUTE: now_epoch + ALERT_RETENTION_DAYS * 86400,
+    }
+    item = {name: value for name, value in item.items() if value is not None}
+    written = _conditional(ddb_client().put_item, TableName=tables.STICKY_STATE.physical_name, Item=item,
+                           ConditionExpression="attribute_not_exists(date_key)")
+    return item if written is not None else None
+
+
+def _claim_retry(item: dict, now: datetime) -> dict | None:
+    """Take over an unpublished record whose last claim is stale; the item when ours."""
+    now_epoch = int(now.timestamp())
+    if int(item["claimed_at_epoch"]) > now_epoch - RETRY_AFTER_SECONDS:
+        return None
+    reply = _conditional(
+        ddb_client().update_item, TableName=tables.STICKY_STATE.physical_name,
+        Key={"scope_key": item["scope_key"], "date_key": item["date_key"]},
+        UpdateExpression="SET claimed_at_epoch = :now ADD attempts :one",
+        ConditionExpression="published = :false AND claimed_at_epoch = :seen",
+        ExpressionAttributeValues={":now": now_epoch, ":one": 1, ":false": False, ":seen": item["claimed_at_epoch"]},
+        ReturnValues="ALL_NEW")
+    return reply["Attributes"] if reply is not None else None
+
+
+EVENT_FIELDS = ("type", "label", "threshold_pct", "scope", "org_id", "app_id", "date", "fired_at",
+                "spend_usd_micros", "quota_usd_micros", "fallback_to")
+
+
+def event_detail(item: dict) -> dict:
+    """The event's ``detail``: the record's alert fields (numbers as ints, absent ones null)."""
+    return {name: int(value) if isinstance(value, Decimal) else value
+            for name, value in ((name, item.get(name)) for name in EVENT_FIELDS)}
+
+
+def _publish(item: dict) -> bool:
+    """PutEvents for one alert record; False (logged) when EventBridge did not take it."""
+    detail = event_detail(item)
+    logger.warning("Spend alert", extra={"alert": detail})
+    try:
+        reply = client("events").put_events(Entries=[{
+            "Source": EVENT_SOURCE, "DetailType": DETAIL_TYPE, "Detail": json.dumps(detail),
+            "EventBusName": event_bus(), "Resources": [],
+        }])
+    except (ClientError, BotoCoreError) as error:
+        logger.warning("Spend alert not published; the next run retries it",
+                       extra={"alert": detail, "error_type": type(error).__name__})
+        return False
+    if reply.get("FailedEntryCount"):
+        entry = reply["Entries"][0]
+        logger.warning("Spend alert not published; the next run retries it",
+                       extra={"alert": detail, "error_code": entry.get("ErrorCode")})
+        return False
+    return True
+
+
+def _mark_published(item: dict, now: datetime) -> None:
+    ddb_client().update_item(
+        TableName=tables.STICKY_STATE.physical_name,
+        Key={"scope_key": item["scope_key"], "date_key": item["date_key"]},
+        UpdateExpression="SET published = :true, published_at_epoch = :now",
+        ExpressionAttributeValues={":true": True, ":now": int(now.timestamp())})
+
+
+def evaluate_and_fire(scope: str, config: EffectiveConfig, day: str, totals_by_label: Mapping[str, int],
+                      sticky_label: str | None, now: datetime) -> list[Alert]:
+    """Fire the alerts due for one scope and org-local day; the ones this call published.
+
+    For the aggregator, after it wrote the day's totals: ``scope`` is the quota scope
+    (``config.scope``), ``config`` its effective config (the app's in APP-scoped orgs),
+    ``day`` the org-local ``yyyymmdd``, ``totals_by_label`` the day's ``cost_usd_micros``
+    per label (labels without spend may be left out), ``sticky_label`` the day's
+    StickyState ``active_model_label`` or None, ``now`` an aware datetime. Costs nothing
+    while every label is under the lowest threshold; otherwise one Boost Query (cached),
+    one StickyState Query, and a write per alert not yet published.
+    """
+    def due(quotas: Mapping[str, int]) -> list[Alert]:
+        return due_alerts(config.model_ordering, quotas, totals_by_label, sticky_label,
+                          get_config().alerts.thresholds_pct)
+
+    candidates = due(config.quotas)
+    if not candidates:
+        return []  # boosts only raise quotas: nothing due without them means nothing due with them
+    extra = boosts.active_boosts(config.org_id, config.app_id, config.quota_scope, now)
+    if extra:
+        candidates = due(boosts.apply(config.quotas, extra))
+    pending = [alert for alert in candidates if not _published.get((scope, alert.date_key(day)))]
+    if not pending:
+        return []
+    recorded = _recorded(scope, day)
+    fired = []
+    for alert in pending:
+        key = alert.date_key(day)
+        existing = recorded.get(key)
+        if existing is not None and existing.get("published"):
+            _published.put((scope, key), True)
+            continue
+        owned = _record(scope, config, day, alert, now) if existing is None else _claim_retry(existing, now)
+        if owned is not None and _publish(owned):
+            _mark_published(owned, now)
+            _published.put((scope, key), True)
+            fired.append(alert)
+    return fired
+
+
+# --- GET .../alerts -----------------------------------------------------------------
+
+class AlertEntry(BaseModel):
+    type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED"]
+    label: str | None = Field(description="null for ALL_EXHAUSTED")
+    threshold_pct: int | None = Field(description="THRESHOLD only")
+    scope: str = Field(description="Quota scope key: ORG#{org_id} or ORG#{org_id}#APP#{app_id}")
+    app_id: str | None
+    fired_at: str
+
+
+class AlertList(BaseModel):
+    """The 200 reply (OpenAPI document)."""
+
+    date: str = Field(description="The org-local day listed, YYYY-MM-DD")
+    alerts: list[AlertEntry]
+
+
+def _row(item: dict) -> dict:
+    threshold = item.get("threshold_pct")
+    return {"type": item["type"], "label": item.get("label"),
+            "threshold_pct": int(threshold) if threshold is not None else None,
+            "scope": item["scope"], "app_id": item.get("app_id"), "fired_at": item["fired_at"]}
+
+
+def list_alerts(org_id: str, date_text: str | None) -> dict:
+    """Alerts recorded for an org-local day (default: today in the org's timezone), from the
+    org scope and, in APP-scoped orgs, every app scope (one Query per scope)."""
+    config = orgs.effective_config(org_id)
+    day = (reports.parse_date(date_text, "date").strftime("%Y%m%d") if date_text is not None
+           else org_day(config.timezone))
+    scopes = [config.scope]
+    if config.quota_scope == "APP":
+        scopes += [keys.scope_key(org_id, reports.app_id_of(item), "APP") for item in reports.app_items(org_id)]
+    dynamodb = ddb_client()  # built once here: the threads share it (boto3 clients are thread-safe)
+    with ThreadPoolExecutor(max_workers=QUERY_THREADS) as pool:
+        found = [item for items in pool.map(lambda scope: _recorded(scope, day, dynamodb).values(), scopes)
+                 for item in items]
+    rows = sorted((_row(item) for item in found), key=lambda row: (
+        row["fired_at"], row["scope"], row["type"], row["label"] or "", row["threshold_pct"] or 0))
+    return {"date": parse_day(day).isoformat(), "alerts": rows}

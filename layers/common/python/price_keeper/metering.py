@@ -1,0 +1,288 @@
+"""Usage metering: validate a usage record, price it, and count it exactly once.
+
+The write (one TransactWriteItems, 2 actions, every item well under 1 KB):
+
+1. Put the dedup item ``{scope}#REQ#{request_id}`` / ``DEDUP`` in UsageAggSharded with
+   ``attribute_not_exists(shard_key)``; it remembers the shard, cost, label and day of the
+   first acceptance and expires (TTL) after ``dedup_ttl_days``.
+2. Update the shard ``{scope}#LABEL#{label}#SH#{n}`` / ``DAY#{day}``: ADD the cost, the
+   token counts and ``requests``; SET ``updated_at_epoch``, ``active_day`` (the sparse
+   ``active-by-day`` index the aggregator queries) and the TTL.
+
+Both land or neither does, so a record is never counted twice and never lost half-way.
+A duplicate cancels the transaction on step 1; its ``ALL_OLD`` item answers the retry with
+the original shard and cost. The write cost is the same on the first and the millionth
+request of a day: nothing grows with the day's volume.
+
+The day a record counts toward is the org-local day of its ``timestamp`` (not of its
+arrival), so a retry that crosses midnight lands on the same shard and dedup item.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import ValidationError
+
+from . import keys, orgs, pricing, profiles, tables
+from .aggregation import Totals, usage_expires_at
+from .api import RETRYABLE_CODES
+from .aws import ddb_client, table
+from .config import get_config
+from .errors import ApiError, invalid_config, invalid_request, service_unavailable
+from .models import UsageRequest
+from .observability import logger
+from .orgs import EffectiveConfig
+from .selection import EXCEEDED, NORMAL, TIGHT, quota_pct, quota_status
+from .storage import plain
+from .timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
+from .validation import is_label
+
+CLOCK_SKEW_SECS = 300  # a timestamp up to 5 min ahead of the server clock is not "in the future"
+DEDUP_SORT_KEY = "DEDUP"
+TRANSACTION_ATTEMPTS = 5
+# Cancellation reasons worth another attempt (another transaction held the shard item).
+RETRYABLE_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
+
+_TIMESTAMP_SHAPE = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A validated, priced usage record, ready to be written."""
+
+    request_id: str
+    scope: str
+    label: str
+    day: str  # org-local yyyymmdd of the record's timestamp
+    shard_id: int
+    tokens: pricing.Tokens
+    cost_usd_micros: int
+    quote: pricing.PriceQuote
+
+
+@dataclass(frozen=True)
+class Outcome:
+    request_id: str
+    label: str
+    day: str
+    shard_id: int
+    cost_usd_micros: int
+    price_source: str
+    duplicate: bool
+
+
+# --- validation --------------------------------------------------------------------
+
+def parse_timestamp(text: str) -> datetime:
+    """ISO 8601 date and time (``Z``, an offset, or none meaning UTC) as an aware datetime."""
+    try:
+        if not _TIMESTAMP_SHAPE.match(text):
+            raise ValueError(text)
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise invalid_request("timestamp must be ISO 8601, e.g. 2026-01-23T15:30:45Z", timestamp=text[:40]) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def usage_day(moment: datetime, tz_name: str, now: datetime) -> str:
+    """The org day a record at ``moment`` counts toward, if it is acceptable now.
+
+    Accepted: from the start of the previous org-local day (the spec's 24 h tolerance,
+    DST-safe: a whole local day whatever its length) up to ``now`` plus the clock skew.
+    """
+    if moment > now + timedelta(seconds=CLOCK_SKEW_SECS):
+        raise invalid_request("Timestamp is in the future", timestamp=iso_utc(moment), server_time=iso_utc(now),
+                              allowed_clock_skew_secs=CLOCK_SKEW_SECS)
+    today = org_date(tz_name, now)
+    earliest = day_start_utc(tz_name, today - timedelta(days=1))
+    if moment < earliest:
+        latest = day_start_utc(tz_name, today + timedelta(days=1)) - timedelta(seconds=1)
+        raise invalid_request("Timestamp outside acceptable range", timestamp=iso_utc(moment),
+                              org_day=today.strftime("%Y%m%d"), timezone=tz_name,
+                              acceptable_range=f"{iso_utc(earliest)} to {iso_utc(latest)}")
+    return org_day(tz_name, moment)
+
+
+def priced_label(config: EffectiveConfig, label: str, calling_region: str | None) -> profiles.PricedModel:
+    """Check the usage label and resolve what it bills (spec error codes and details)."""
+    known = profiles.known_label(config, label) if is_label(label) else None
+    if known is None:
+        raise ApiError(400, "INVALID_MODEL_LABEL", "Model label not defined in config",
+                       {"model_label": label[:64], "valid_labels": sorted(get_config().labels)})
+    if known == "config" and label not in config.model_ordering:
+        raise invalid_config("Model label not configured for this application", model_label=label,
+                             configured_labels=list(config.model_ordering), app_id=config.app_id)
+    is_profile = known != "config" or get_config().labels[label].type == "profile"
+    if is_profile and not calling_region:
+        raise invalid_request(f"calling_region is required when using inference profile label: {label}",
+                              model_label=label, label_type="profile")
+    return profiles.priced_model(config, label, calling_region)
+
+
+def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Submission:
+    """Validate and price one record (no writes)."""
+    day = usage_day(parse_timestamp(request.timestamp), config.timezone, now)
+    priced = priced_label(config, request.model_label, request.calling_region)
+    quote = pricing.quote(priced.model_id, parse_day(day), priced.region, priced.fallback)
+    tokens = pricing.Tokens(request.input_tokens, request.output_tokens, request.cache_read_input_tokens,
+                            request.cache_write_input_tokens)
+    return Submission(
+        request_id=request.request_id, scope=config.scope, label=request.model_label, day=day,
+        shard_id=keys.stable_shard(request.request_id, config.agg_shard_count), tokens=tokens,
+        cost_usd_micros=pricing.cost_usd_micros(tokens, quote.prices), quote=quote,
+    )
+
+
+# --- the exactly-once write --------------------------------------------------------
+
+def transaction_items(submission: Submission, now_epoch: int) -> list[dict]:
+    """The two actions of a submission's TransactWriteItems."""
+    name = tables.USAGE_AGG_SHARDED.physical_name
+    dedup = {
+        "shard_key": keys.dedup_key(submission.scope, submission.request_id), "date_key": DEDUP_SORT_KEY,
+        "model_label": submission.label, "org_day": submission.day, "shard_id": submission.shard_id,
+        "cost_usd_micros": submission.cost_usd_micros, "price_source": submission.quote.source,
+        "accepted_at_epoch": now_epoch,
+        tables.TTL_ATTRIBUTE: now_epoch + get_config().metering.dedup_ttl_days * 86400,
+    }
+    tokens = submission.tokens
+    shard_update = {
+        "TableName": name,
+        "Key": {"shard_key": keys.shard_key(submission.scope, submission.label, submission.shard_id),
+                "date_key": keys.day_key(submission.day)},
+        "UpdateExpression": (
+            "ADD cost_usd_micros :cost, input_tokens :input, output_tokens :output, "
+            "cache_read_input_tokens :cache_read, cache_write_input_tokens :cache_write, requests :one "
+            "SET updated_at_epoch = :now, active_day = if_not_exists(active_day, :day), "
+            f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :expires)"
+        ),
+        "ExpressionAttributeValues": {
+            ":cost": submission.cost_usd_micros, ":input": tokens.input, ":output": tokens.output,
+            ":cache_read": tokens.cache_read, ":cache_write": tokens.cache_write, ":one": 1, ":now": now_epoch,
+            ":day": keys.day_key(submission.day), ":expires": usage_expires_at(submission.day),
+        },
+    }
+    return [
+        {"Put": {"TableName": name, "Item": dedup, "ConditionExpression": "attribute_not_exists(shard_key)",
+                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}},
+        {"Update": shard_update},
+    ]
+
+
+def request_token(items: list[dict], attempt: int) -> str:
+    """ClientRequestToken: the same for SDK retries of one call (which DynamoDB then applies
+    at most once), new for each attempt after a conflict (which must run again)."""
+    digest = hashlib.blake2b(json.dumps([items, attempt], sort_keys=True, default=str).encode(), digest_size=16)
+    return digest.hexdigest()
+
+
+def record(submission: Submission, now: datetime) -> Outcome:
+    """Write a submission exactly once; a duplicate answers with the original's outcome."""
+    items = transaction_items(submission, int(now.timestamp()))
+    for attempt in range(TRANSACTION_ATTEMPTS):
+        try:
+            ddb_client().transact_write_items(TransactItems=items, ClientRequestToken=request_token(items, attempt))
+            return Outcome(submission.request_id, submission.label, submission.day, submission.shard_id,
+                           submission.cost_usd_micros, submission.quote.source, duplicate=False)
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            reasons = error.response.get("CancellationReasons") or []
+            codes = [reason.get("Code") for reason in reasons]
+            if codes and codes[0] == "ConditionalCheckFailed":
+                first = plain(reasons[0]["Item"])
+                return Outcome(submission.request_id, first["model_label"], first["org_day"], int(first["shard_id"]),
+                               int(first["cost_usd_micros"]), first.get("price_source", ""), duplicate=True)
+            if not RETRYABLE_REASONS.intersection(codes):
+                raise
+            time.sleep(min(0.5, 0.02 * 2 ** attempt) * random.uniform(0.5, 1.0))
+    raise service_unavailable("Usage write kept conflicting with concurrent writes; retry")
+
+
+# --- the endpoints -----------------------------------------------------------------
+
+def daily_status(config: EffectiveConfig, label: str, day: str) -> dict:
+    """The label's DailyTotal as of the last aggregation, with quota percentage and mode."""
+    item = table(tables.DAILY_TOTAL).get_item(
+        Key={"usage_key": keys.usage_key(config.scope, label), "date_key": keys.day_key(day)},
+        ProjectionExpression="cost_usd_micros, requests, updated_at_epoch").get("Item")
+    totals = Totals.from_item(item)
+    quota = config.quota(label)
+    status = quota_status(totals.cost_usd_micros, quota, config.tight_mode_threshold_pct) if quota > 0 else None
+    return {
+        "label": label,
+        "org_day": day,
+        "cost_usd_micros": totals.cost_usd_micros,
+        "requests": totals.requests,
+        "quota_usd_micros": quota,
+        "quota_pct": quota_pct(totals.cost_usd_micros, quota),
+        "status": status,
+        "mode": TIGHT if status in (TIGHT, EXCEEDED) else NORMAL,
+        "aggregated_at": (iso_utc(datetime.fromtimestamp(totals.updated_at_epoch, timezone.utc))
+                          if totals.updated_at_epoch else None),
+    }
+
+
+def _accepted_body(outcome: Outcome, now: datetime) -> dict:
+    return {
+        "request_id": outcome.request_id,
+        "status": "accepted",
+        "message": ("Duplicate request_id: already accepted, not counted again" if outcome.duplicate
+                    else "Usage data queued for processing"),
+        "duplicate": outcome.duplicate,
+        "processing": {
+            "shard_id": outcome.shard_id,
+            "expected_aggregation_lag_secs": get_config().metering.aggregation_interval_secs,
+            "cost_usd_micros": outcome.cost_usd_micros,
+        },
+        "pricing": {"source": outcome.price_source, "version": parse_day(outcome.day).isoformat()},
+        "timestamp": iso_utc(now),
+    }
+
+
+def submit(org_id: str, app_id: str, request: UsageRequest, now: datetime | None = None) -> dict:
+    """``POST .../usage``: the 202 body (with the label's current DailyTotal)."""
+    now = now or utc_now()
+    config = orgs.effective_config(org_id, app_id)
+    outcome = record(prepare(config, request, now), now)
+    return {**_accepted_body(outcome, now), "daily_total": daily_status(config, outcome.label, outcome.day)}
+
+
+def _failed(raw, code: str, message: str) -> dict:
+    request_id = raw.get("request_id") if isinstance(raw, dict) else None
+    return {"request_id": request_id[:64] if isinstance(request_id, str) else None, "status": "failed",
+            "error": code, "message": message}
+
+
+def _submit_one(config: EffectiveConfig, raw, now: datetime) -> dict:
+    try:
+        outcome = record(prepare(config, UsageRequest.model_validate(raw), now), now)
+    except ValidationError:
+        return _failed(raw, "INVALID_REQUEST", "Request validation failed")
+    except ApiError as error:
+        return _failed(raw, error.code, error.message)
+    except (ClientError, BotoCoreError) as error:
+        code = error.response["Error"]["Code"] if isinstance(error, ClientError) else "Unreachable"
+        if isinstance(error, BotoCoreError) or code in RETRYABLE_CODES:
+            return _failed(raw, "SERVICE_UNAVAILABLE", "Storage temporarily unavailable; retry this record")
+        logger.exception("usage record failed", extra={"aws_error": code})
+        return _failed(raw, "INTERNAL_ERROR", "Internal error")
+    return {"request_id": outcome.request_id, "status": "accepted", "shard_id": outcome.shard_id,
+            "cost_usd_micros": outcome.cost_usd_micros, "duplicate": outcome.duplicate}
+
+
+def submit_batch(org_id: str, app_id: str, records: list, now: datetime | None = None) -> dict:
+    """``POST .../usage/batch``: each record validated and written on its own (one
+    transaction each, in order), so one bad or duplicate record never affects another."""
+    now = now or utc_now()
+    config = orgs.effective_config(org_id, app_id)
+    results = [_submit_one(config, raw, now) for raw in records]
+    accepted = sum(1 for result in results if result["status"] == "accepted")
+    return {"accepted": accepted, "failed": len(results) - accepted, "results": results, "timestamp": iso_utc(now)}

@@ -1,0 +1,194 @@
+"""Inference profiles and label resolution.
+
+An app can register Bedrock inference profiles under its own labels (Config item
+``ORG#{org}#APP#{app}`` / ``PROFILE#{label}``). A usage label resolves to a registered
+profile first, then to a ``config.yaml`` label. For a profile, the billed model depends on
+the calling region: Bedrock's GetInferenceProfile answers which model serves each region;
+the answer is memoized in memory (AWS is the source of truth, nothing is stored).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from . import keys, tables
+from .aws import table
+from .cache import TTLCache
+from .config import Prices, get_config
+from .errors import ApiError, invalid_request, service_unavailable
+from .observability import logger
+from .orgs import EffectiveConfig
+from .timeutil import iso_utc, utc_now
+
+PROFILE_ARN = re.compile(
+    r"^arn:(?P<partition>aws|aws-cn|aws-us-gov):bedrock:(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d):(?P<account>\d{12}):"
+    r"(?P<kind>inference-profile|application-inference-profile)/(?P<id>[A-Za-z0-9][A-Za-z0-9._:-]{0,127})$"
+)
+_FOUNDATION_MODEL_ARN = re.compile(r"^arn:[a-z-]+:bedrock:(?P<region>[a-z0-9-]+):\d*:foundation-model/(?P<model>.+)$")
+
+PROFILE_CACHE_SECONDS = 30  # same as the config cache: a registration reaches other containers within it
+ROUTING_CACHE_SECONDS = 3600
+
+_profiles = TTLCache(PROFILE_CACHE_SECONDS)
+_routing = TTLCache(ROUTING_CACHE_SECONDS)
+
+
+@dataclass(frozen=True)
+class Profile:
+    label: str
+    arn: str
+
+    @property
+    def home_region(self) -> str:
+        return PROFILE_ARN.match(self.arn)["region"]
+
+
+def is_profile_arn(value: str) -> bool:
+    return isinstance(value, str) and PROFILE_ARN.fullmatch(value) is not None
+
+
+def _item_key(org_id: str, app_id: str, label: str) -> dict:
+    return {"org_key": keys.profile_org_key(org_id, app_id), "resource_key": keys.profile_resource(label)}
+
+
+def register(config: EffectiveConfig, label: str, arn: str, description: str | None, now=None) -> dict:
+    """Store a profile under a new label of the app: 201 body; 400 for a bad ARN, 409 when
+    the label is taken (by a registered profile or by a ``config.yaml`` label)."""
+    if not is_profile_arn(arn):
+        raise invalid_request(f"Invalid inference profile ARN: {arn[:200]}")
+    if label in get_config().labels:
+        raise ApiError(409, "ALREADY_EXISTS", "Label is already defined in config.yaml",
+                       {"profile_label": label, "reason": "config_label"})
+    now = now or utc_now()
+    item = {**_item_key(config.org_id, config.app_id, label), "profile_label": label, "inference_profile_arn": arn,
+            "created_at": iso_utc(now), "updated_at_epoch": int(now.timestamp())}
+    if description is not None:
+        item["description"] = description
+    try:
+        table(tables.CONFIG).put_item(Item=item, ConditionExpression="attribute_not_exists(resource_key)",
+                                      ReturnValuesOnConditionCheckFailure="ALL_OLD")
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        existing = error.response.get("Item") or {}
+        raise ApiError(409, "ALREADY_EXISTS", "Inference profile label already registered",
+                       {"profile_label": label, "registered_at": existing.get("created_at", {}).get("S")}) from None
+    _profiles.discard((config.org_id, config.app_id, label))
+    body = {"profile_label": label, "inference_profile_arn": arn, "status": "registered"}
+    if description is not None:
+        body["description"] = description
+    body["created_at"] = item["created_at"]
+    return body
+
+
+def find(org_id: str, app_id: str | None, label: str) -> Profile | None:
+    """The app's registered profile for ``label`` (cached in memory, misses included)."""
+    if app_id is None:
+        return None
+
+    def load() -> Profile | None:
+        item = table(tables.CONFIG).get_item(Key=_item_key(org_id, app_id, label)).get("Item")
+        return Profile(label, item["inference_profile_arn"]) if item else None
+
+    return _profiles.get_or_load((org_id, app_id, label), load)
+
+
+@lru_cache(maxsize=None)
+def bedrock_client(region: str):
+    return boto3.client("bedrock", region_name=region,
+                        config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2,
+                                      read_timeout=5))
+
+
+def _models_by_region(arn: str) -> dict[str, str]:
+    try:
+        reply = bedrock_client(PROFILE_ARN.match(arn)["region"]).get_inference_profile(inferenceProfileIdentifier=arn)
+    except ClientError as error:
+        code = error.response["Error"]["Code"]
+        if code in ("ResourceNotFoundException", "ValidationException"):
+            raise invalid_request("Inference profile not found in AWS Bedrock", inference_profile_arn=arn) from None
+        logger.warning("GetInferenceProfile failed", extra={"aws_error": code})
+        raise service_unavailable("Inference profile details unavailable; retry") from None
+    except BotoCoreError as error:
+        logger.warning("GetInferenceProfile unreachable", extra={"error_type": type(error).__name__})
+        raise service_unavailable("Inference profile details unavailable; retry") from None
+    routing = {}
+    for model in reply.get("models", []):
+        parsed = _FOUNDATION_MODEL_ARN.match(model.get("modelArn", ""))
+        if parsed:
+            routing.setdefault(parsed["region"], parsed["model"])
+    return routing
+
+
+def model_for_region(profile: Profile, region: str) -> str:
+    """The foundation model id the profile uses in ``region`` (GetInferenceProfile, memoized)."""
+    routing = _routing.get_or_load(profile.arn, lambda: _models_by_region(profile.arn))
+    if region not in routing:
+        raise invalid_request(f"Inference profile {profile.label} does not serve region {region}",
+                              model_label=profile.label, calling_region=region, profile_regions=sorted(routing))
+    return routing[region]
+
+
+# --- label resolution --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PricedModel:
+    """What a label bills: the foundation model, the region whose price applies and the
+    config fallback prices (``None`` when the model has none)."""
+
+    label: str
+    kind: str  # model | profile
+    bedrock_id: str  # what the client calls: a model id or a profile ARN
+    model_id: str
+    region: str | None
+    fallback: Prices | None
+
+
+def known_label(config: EffectiveConfig, label: str) -> Profile | str | None:
+    """The registered profile for ``label``, else ``"config"`` for a config.yaml label, else None."""
+    profile = find(config.org_id, config.app_id, label)
+    if profile:
+        return profile
+    return "config" if label in get_config().labels else None
+
+
+def bedrock_id(config: EffectiveConfig, label: str) -> str | None:
+    """What a client passes to Bedrock for ``label``: model id or profile ARN."""
+    resolved = known_label(config, label)
+    if isinstance(resolved, Profile):
+        return resolved.arn
+    return get_config().labels[label].id if resolved else None
+
+
+def _fallback_for_model(model_id: str) -> Prices | None:
+    for spec in get_config().labels.values():
+        if spec.type == "model" and spec.id == model_id:
+            return spec.prices
+    return None
+
+
+def priced_model(config: EffectiveConfig, label: str, calling_region: str | None) -> PricedModel:
+    """Resolve a known label (see ``known_label``) to the model and region it is billed at.
+
+    A profile is priced in ``calling_region`` (its own region when none is given, as for
+    the price shown by model selection).
+    """
+    resolved = known_label(config, label)
+    if resolved is None:
+        raise ValueError(f"unknown label {label}")
+    if isinstance(resolved, Profile):
+        profile, fallback = resolved, None
+    else:
+        spec = get_config().labels[label]
+        if spec.type == "model":
+            return PricedModel(label, "model", spec.id, spec.id, calling_region, spec.prices)
+        profile, fallback = Profile(label, spec.id), spec.prices
+    region = calling_region or profile.home_region
+    model_id = model_for_region(profile, region)
+    return PricedModel(label, "profile", profile.arn, model_id, region, fallback or _fallback_for_model(model_id))
+

@@ -1,0 +1,348 @@
+"""Provisioning: creating and updating orgs and apps, and rotating their client secrets.
+
+Each request is validated completely before it writes, and then writes one item with one
+conditional DynamoDB call, so a rejected request changes nothing and two concurrent
+requests can never both issue credentials:
+
+- An update is tried first (``UpdateItem``, condition ``attribute_exists``). When there is
+  no item yet the request becomes a create (``PutItem``, ``attribute_not_exists``) that
+  issues the one-time client secret; the loser of a create race becomes an update.
+- ``agg_shard_count`` is immutable: the update's condition requires the stored value to
+  equal the requested one, so no read-then-write window exists.
+- PUT replaces the configuration: org settings left out of the body return to the
+  service defaults (except ``agg_shard_count``, which is kept), and app settings left out
+  are removed so the app inherits them from its org.
+
+See ``docs/provisioning.md`` for the validation rules and the decisions behind them.
+"""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Annotated, Iterable, Literal
+
+from boto3.dynamodb.conditions import Key
+from botocore.exceptions import ClientError
+from pydantic import Field, StringConstraints, model_validator
+
+from . import auth, keys, orgs, tables
+from .aws import table
+from .config import get_config
+from .errors import ApiError, invalid_config, not_found
+from .storage import plain
+from .timeutil import is_valid_timezone, iso_utc
+from .validation import StrictBody
+
+NAME_MAX_CHARS = 200
+LABEL_MAX_CHARS = 64
+MAX_LABELS = 32
+MAX_QUOTA_USD_MICROS = 2**63 - 1  # the spec's CostAmount is a 64-bit integer
+MAX_REFRESH_INTERVAL_SECS = 86_400
+MAX_GRACE_HOURS = 168
+SHARD_COUNTS = (8, 16, 32, 64)
+# Settings that only an org has: an app always takes them from its org.
+ORG_ONLY_SETTINGS = frozenset({"timezone", "quota_scope", "agg_shard_count", "sticky_fallback_enabled"})
+# The settings an app may override: wire name -> attribute of the app item.
+APP_ATTRIBUTES = {"model_ordering": "model_ordering", "quotas": "quotas",
+                  "tight_mode_threshold_pct": "tight_mode_threshold_pct",
+                  "refresh_interval_secs": "refresh_interval_normal_secs"}
+
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=NAME_MAX_CHARS)]
+Label = Annotated[str, StringConstraints(min_length=1, max_length=LABEL_MAX_CHARS)]
+Ordering = Annotated[list[Label], Field(min_length=1, max_length=MAX_LABELS)]
+Quotas = Annotated[dict[Label, Annotated[int, Field(ge=0, le=MAX_QUOTA_USD_MICROS)]], Field(max_length=MAX_LABELS)]
+ThresholdPct = Annotated[int, Field(ge=50, le=100)]
+RefreshSecs = Annotated[int, Field(ge=1, le=MAX_REFRESH_INTERVAL_SECS)]
+
+
+# --- request bodies ----------------------------------------------------------------
+
+class OrgOverrides(StrictBody):
+    tight_mode_threshold_pct: ThresholdPct | None = None
+    agg_shard_count: Literal[SHARD_COUNTS] | None = None
+    sticky_fallback_enabled: bool | None = None
+    refresh_interval_secs: RefreshSecs | None = Field(
+        None, description="Stored as refresh_interval_normal_secs; the tight-mode interval stays the default")
+
+
+class OrgRequest(StrictBody):
+    org_name: Name
+    timezone: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    quota_scope: Literal["ORG", "APP"]
+    model_ordering: Ordering
+    quotas: Quotas = Field(description="Daily quota per label in micro-USD; one for every label in model_ordering")
+    overrides: OrgOverrides = Field(default_factory=OrgOverrides)
+
+
+def _reject_org_only(data):
+    """A clear 400 for settings an app can never override (rather than "extra field")."""
+    if isinstance(data, dict):
+        fixed = sorted(ORG_ONLY_SETTINGS & data.keys())
+        if fixed:
+            raise ValueError(f"{', '.join(fixed)} always come(s) from the organization and cannot be set per app")
+    return data
+
+
+class AppOverrides(StrictBody):
+    tight_mode_threshold_pct: ThresholdPct | None = None
+    refresh_interval_secs: RefreshSecs | None = None
+
+    _org_only = model_validator(mode="before")(_reject_org_only)
+
+
+class AppRequest(StrictBody):
+    app_name: Name
+    model_ordering: Ordering | None = None
+    quotas: Quotas | None = Field(None, description="Only when the org's quota_scope is APP")
+    overrides: AppOverrides = Field(default_factory=AppOverrides)
+
+    _org_only = model_validator(mode="before")(_reject_org_only)
+
+
+class RotateRequest(StrictBody):
+    grace_period_hours: Annotated[int, Field(ge=0, le=MAX_GRACE_HOURS)] = MAX_GRACE_HOURS
+
+
+# --- validation against config.yaml and the stored org ------------------------------
+
+def _check_labels(ordering: Iterable[str], quotas: dict, valid: list[str], where: str) -> None:
+    """Every label known, none repeated, and a quota for every label in the ordering."""
+    ordering = list(ordering)
+    invalid = list(dict.fromkeys(label for label in [*ordering, *quotas] if label not in valid))
+    if invalid:
+        quoted = ", ".join(f"'{label}'" for label in invalid)
+        raise invalid_config(f"Model label {quoted} not defined in {where}", invalid_labels=invalid,
+                             valid_labels=valid)
+    repeated = sorted({label for label in ordering if ordering.count(label) > 1})
+    if repeated:
+        raise invalid_config("model_ordering must not repeat a label", repeated_labels=repeated)
+    missing = [label for label in ordering if label not in quotas]
+    if missing:
+        raise invalid_config("quotas must include every label in model_ordering", missing_quotas=missing)
+
+
+def _check_org(request: OrgRequest) -> None:
+    if not is_valid_timezone(request.timezone):
+        raise invalid_config("timezone must be an IANA timezone such as America/New_York",
+                             timezone=request.timezone)
+    _check_labels(request.model_ordering, request.quotas, list(get_config().labels), "main config")
+
+
+def _profile_labels(org_id: str, app_id: str) -> list[str]:
+    """Inference-profile labels registered for the app (one Query, keys only)."""
+    found = table(tables.CONFIG).query(
+        KeyConditionExpression=Key("org_key").eq(keys.profile_org_key(org_id, app_id))
+        & Key("resource_key").begins_with(keys.profile_resource("")),
+        ProjectionExpression="resource_key",
+    )["Items"]
+    return [item["resource_key"].removeprefix(keys.profile_resource("")) for item in found]
+
+
+def _check_app(org_id: str, app_id: str, request: AppRequest, org: dict) -> None:
+    if request.quotas is not None and org["quota_scope"] != "APP":
+        raise invalid_config("quotas can be set per app only when the organization's quota_scope is APP",
+                             quota_scope=org["quota_scope"])
+    ordering = request.model_ordering or org["model_ordering"]
+    quotas = request.quotas if request.quotas is not None else org["quotas"]
+    valid = list(get_config().labels)
+    if any(label not in valid for label in [*ordering, *quotas]):
+        valid += _profile_labels(org_id, app_id)
+    _check_labels(ordering, quotas, valid, "main config or registered as an inference profile of this app")
+
+
+# --- conditional writes --------------------------------------------------------------
+
+_EXISTS = "attribute_exists(org_key)"
+
+
+def _update(key: dict, values: dict, remove: Iterable[str] = (), must_match: dict | None = None) -> dict | None:
+    """Update an existing item and return it; ``None`` when there is no item.
+
+    ``must_match`` names immutable attributes: the update happens only if each stored
+    value equals the requested one; otherwise 400 ``INVALID_CONFIG`` (nothing written).
+    """
+    must_match = must_match or {}
+    names = {f"#s{i}": name for i, name in enumerate(values)}
+    names.update({f"#r{i}": name for i, name in enumerate(remove)})
+    names.update({f"#m{i}": name for i, name in enumerate(must_match)})
+    attribute_values = {f":s{i}": value for i, value in enumerate(values.values())}
+    attribute_values.update({f":m{i}": value for i, value in enumerate(must_match.values())})
+    expression = "SET " + ", ".join(f"#s{i} = :s{i}" for i in range(len(values)))
+    if remove:
+        expression += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(remove)))
+    condition = " AND ".join([_EXISTS, *(f"#m{i} = :m{i}" for i in range(len(must_match)))])
+    try:
+        return table(tables.CONFIG).update_item(
+            Key=key, UpdateExpression=expression, ConditionExpression=condition,
+            ExpressionAttributeNames=names, ExpressionAttributeValues=attribute_values,
+            ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )["Attributes"]
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        if "Item" not in error.response:
+            return None
+        stored = plain(error.response["Item"])
+        changed = {name: {"stored": stored.get(name), "requested": value}
+                   for name, value in must_match.items() if stored.get(name) != value}
+        raise invalid_config(f"{', '.join(changed)} cannot be changed after creation", **changed) from None
+
+
+def _create(item: dict) -> bool:
+    """Put a new item; ``False`` when one already exists (another request created it)."""
+    try:
+        table(tables.CONFIG).put_item(Item=item, ConditionExpression="attribute_not_exists(org_key)")
+        return True
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        return False
+
+
+def _save(key: dict, principal: auth.Principal, values: dict, *, remove: Iterable[str] = (),
+          create_only: dict | None = None, must_match: dict | None = None) -> tuple[dict, str | None]:
+    """Update the config item, or create it with new credentials: (stored item, new secret or None)."""
+    stored = _update(key, values, remove, must_match)
+    if stored is not None:
+        return stored, None
+    secret = auth.new_client_secret()
+    now = int(time.time())
+    item = {**key, **values, **(create_only or {}), "client_id": principal.client_id,
+            "client_secret_hash": auth.hash_secret(secret), "client_secret_created_at_epoch": now,
+            "created_at_epoch": now, "updated_at_epoch": now}
+    if _create(item):
+        return item, secret
+    # Lost a create race: the winner's item exists now and this request updates it.
+    return _update(key, values, remove, must_match), None
+
+
+def _iso(epoch) -> str:
+    return iso_utc(datetime.fromtimestamp(int(epoch), timezone.utc))
+
+
+def _reply(ids: dict, stored: dict, secret: str | None, configuration: dict) -> tuple[bool, dict]:
+    body = dict(ids)
+    if secret is None:
+        body.update(status="updated", updated_at=_iso(stored["updated_at_epoch"]))
+    else:
+        body.update(status="created", created_at=_iso(stored["created_at_epoch"]),
+                    credentials={"client_id": stored["client_id"], "client_secret": secret})
+    body["configuration"] = configuration
+    return secret is not None, body
+
+
+# --- orgs --------------------------------------------------------------------------
+
+def _org_values(request: OrgRequest) -> dict:
+    """The org item's settings for this request (service defaults where the body is silent)."""
+    defaults = get_config().metering
+    overrides = request.overrides
+
+    def given(value, default):
+        return default if value is None else value
+
+    return {
+        "org_name": request.org_name,
+        "timezone": request.timezone,
+        "quota_scope": request.quota_scope,
+        "model_ordering": list(request.model_ordering),
+        "quotas": dict(request.quotas),
+        "sticky_fallback_enabled": given(overrides.sticky_fallback_enabled, defaults.sticky_fallback_enabled),
+        "tight_mode_threshold_pct": given(overrides.tight_mode_threshold_pct, defaults.tight_mode_threshold_pct),
+        "refresh_interval_normal_secs": given(overrides.refresh_interval_secs, defaults.refresh_interval_normal_secs),
+        "refresh_interval_tight_secs": defaults.refresh_interval_tight_secs,
+        "updated_at_epoch": int(time.time()),
+    }
+
+
+def put_org(org_id: str, request: OrgRequest) -> tuple[bool, dict]:
+    """Create or update an org: (created, response body); the secret appears only on create."""
+    _check_org(request)
+    shards = request.overrides.agg_shard_count
+    stored, secret = _save(
+        {"org_key": keys.org_key(org_id), "resource_key": keys.ROOT_RESOURCE}, auth.Principal(org_id, None),
+        _org_values(request),
+        create_only={"agg_shard_count": shards or get_config().metering.usage_agg_shard_count},
+        must_match={"agg_shard_count": shards} if shards else None,
+    )
+    orgs.forget(org_id)
+    return _reply({"org_id": org_id}, stored, secret, {
+        "timezone": stored["timezone"], "quota_scope": stored["quota_scope"],
+        "model_ordering": stored["model_ordering"], "agg_shard_count": int(stored["agg_shard_count"]),
+    })
+
+
+# --- apps --------------------------------------------------------------------------
+
+def _app_overrides(request: AppRequest) -> dict:
+    """Overridable settings by wire name; ``None`` for a setting the app inherits."""
+    return {"model_ordering": request.model_ordering, "quotas": request.quotas,
+            "tight_mode_threshold_pct": request.overrides.tight_mode_threshold_pct,
+            "refresh_interval_secs": request.overrides.refresh_interval_secs}
+
+
+def put_app(org_id: str, app_id: str, request: AppRequest) -> tuple[bool, dict]:
+    """Create or update an app of a registered org: (created, response body)."""
+    org, _ = orgs.load_items(org_id)
+    if org is None:
+        raise ApiError(404, "NOT_FOUND", "Organization not registered", {"org_id": org_id},
+                       hint=f"Call PUT /api/v1/orgs/{org_id} first")
+    _check_app(org_id, app_id, request, org)
+    overrides = _app_overrides(request)
+    inherited = [name for name, value in overrides.items() if value is None]
+    values = {APP_ATTRIBUTES[name]: value for name, value in overrides.items() if value is not None}
+    stored, secret = _save(
+        {"org_key": keys.org_key(org_id), "resource_key": keys.app_resource(app_id)}, auth.Principal(org_id, app_id),
+        {"app_name": request.app_name, **values, "updated_at_epoch": int(time.time())},
+        remove=[APP_ATTRIBUTES[name] for name in inherited],
+    )
+    orgs.forget(org_id, app_id)
+    return _reply({"org_id": org_id, "app_id": app_id}, stored, secret, {
+        "app_name": stored["app_name"],
+        "model_ordering": stored.get("model_ordering", org["model_ordering"]),
+        "inherited_fields": sorted(ORG_ONLY_SETTINGS) + inherited,
+    })
+
+
+# --- credential rotation -----------------------------------------------------------
+
+def rotate_credentials(org_id: str, app_id: str | None, grace_period_hours: int) -> dict:
+    """Issue a new client secret; the old one keeps working for ``grace_period_hours``.
+
+    Only one previous secret is kept: rotating again during a grace period ends the
+    older secret at once. With 0 hours the previous secret is removed immediately.
+    """
+    secret = auth.new_client_secret()
+    now = int(time.time())
+    old_expires = now + grace_period_hours * 3600
+    values = {":hash": auth.hash_secret(secret), ":now": now}
+    assignments = ["client_secret_hash = :hash", "client_secret_created_at_epoch = :now", "updated_at_epoch = :now"]
+    if grace_period_hours:
+        # Operands read the item as it was, so the previous hash is the one being replaced.
+        assignments += ["previous_client_secret_hash = client_secret_hash",
+                        "client_secret_rotation_grace_expires_at_epoch = :until"]
+        values[":until"] = old_expires
+        expression = "SET " + ", ".join(assignments)
+    else:
+        expression = ("SET " + ", ".join(assignments)
+                      + " REMOVE previous_client_secret_hash, client_secret_rotation_grace_expires_at_epoch")
+    resource = keys.app_resource(app_id) if app_id else keys.ROOT_RESOURCE
+    try:
+        table(tables.CONFIG).update_item(
+            Key={"org_key": keys.org_key(org_id), "resource_key": resource}, UpdateExpression=expression,
+            ConditionExpression=_EXISTS, ExpressionAttributeValues=values,
+        )
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        ids = {"org_id": org_id, **({"app_id": app_id} if app_id else {})}
+        raise not_found("Application not registered" if app_id else "Organization not registered", **ids) from None
+    orgs.forget(org_id, app_id)
+    return {
+        "org_id": org_id,
+        **({"app_id": app_id} if app_id else {}),
+        "client_id": auth.client_id_for(org_id, app_id),
+        "client_secret": secret,
+        "rotation": {"rotated_at": _iso(now), "old_secret_expires_at": _iso(old_expires),
+                     "grace_period_hours": grace_period_hours},
+    }

@@ -1,0 +1,160 @@
+"""Spend report: per day x app x label totals from DailyTotal, as JSON rows or CSV.
+
+Which DailyTotal keys are read (one Query per key, ``date_key BETWEEN DAY#from AND DAY#to``,
+never a Scan):
+
+- APP-scoped org: every registered app (one Config Query, ``begins_with APP#``) x every
+  label of that app's effective ``model_ordering``; ``app_id`` narrows to one app.
+- ORG-scoped org: the org scope x the org's labels. Spend is not kept per app there, so
+  rows have ``app_id: null`` and an ``app_id`` filter (an app token) still sees the
+  org's rows, as the app aggregates endpoint of ``api_spec.md`` does.
+
+Only labels of the current ordering are reported (a label removed from the ordering
+keeps its totals in DailyTotal, but the report no longer names it). Days without spend
+have no row. Days are org-local (``DAY#yyyymmdd`` as the metering wrote them), so a
+23 h or 25 h DST day is one row like any other.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from boto3.dynamodb.conditions import Key
+from pydantic import BaseModel, Field
+
+from . import keys, orgs, tables
+from .aws import ddb_client, query_all, table
+from .errors import invalid_request
+
+MAX_DAYS = 92
+# 200 keys x 92 days of rows stays well under Lambda's 6 MB response limit (JSON ~230 B a row).
+MAX_USAGE_KEYS = 200
+QUERY_THREADS = 8
+COLUMNS = ("date", "app_id", "label", "cost_usd_micros", "input_tokens", "output_tokens",
+           "cache_read_input_tokens", "cache_write_input_tokens", "requests")
+COUNTERS = COLUMNS[3:]
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def parse_date(value: str | None, name: str) -> date:
+    """A ``YYYY-MM-DD`` query value; 400 in the ``api_spec.md`` shape otherwise."""
+    if value is None:
+        raise invalid_request(f"{name} is required", **{name: None, "expected_format": "YYYY-MM-DD"})
+    try:
+        if not _ISO_DATE.fullmatch(value):
+            raise ValueError
+        return date.fromisoformat(value)
+    except ValueError:
+        raise invalid_request("Invalid date format", **{name: value[:32], "expected_format": "YYYY-MM-DD"}) from None
+
+
+def check_range(first: date, last: date) -> None:
+    if first > last:
+        raise invalid_request("from must not be after to", **{"from": first.isoformat(), "to": last.isoformat()})
+    days = (last - first).days + 1
+    if days > MAX_DAYS:
+        raise invalid_request(f"The range covers {days} days; at most {MAX_DAYS} are allowed",
+                              **{"from": first.isoformat(), "to": last.isoformat(), "max_days": MAX_DAYS})
+
+
+class SpendRow(BaseModel):
+    date: str = Field(description="Org-local day, YYYY-MM-DD")
+    app_id: str | None = Field(description="null in ORG-scoped orgs (spend is kept per org)")
+    label: str
+    cost_usd_micros: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_write_input_tokens: int
+    requests: int
+
+
+class SpendReport(BaseModel):
+    """The JSON reply (OpenAPI document); ``format=csv`` has the same columns."""
+
+    rows: list[SpendRow]
+
+
+@dataclass(frozen=True)
+class UsageKey:
+    app_id: str | None
+    label: str
+    usage_key: str
+
+
+def app_items(org_id: str, attributes: tuple[str, ...] = ()) -> list[dict]:
+    """The org's app items (one Config Query, ``begins_with APP#``), only the named attributes."""
+    names = ("resource_key", *attributes)
+    return query_all(
+        table(tables.CONFIG).query,
+        KeyConditionExpression=Key("org_key").eq(keys.org_key(org_id))
+        & Key("resource_key").begins_with(keys.app_resource("")),
+        ProjectionExpression=", ".join(f"#a{i}" for i in range(len(names))),
+        ExpressionAttributeNames={f"#a{i}": name for i, name in enumerate(names)},
+    )
+
+
+def app_id_of(item: dict) -> str:
+    return item["resource_key"].removeprefix(keys.app_resource(""))
+
+
+def _usage_keys(org_id: str, app_id: str | None) -> list[UsageKey]:
+    org = orgs.effective_config(org_id)
+    app = orgs.effective_config(org_id, app_id) if app_id is not None else None  # 404 when not registered
+    if org.quota_scope == "ORG":
+        return [UsageKey(None, label, keys.usage_key(org.scope, label)) for label in org.model_ordering]
+    if app is not None:
+        scopes = [app]
+    else:
+        org_item, _ = orgs.load_items(org_id)
+        scopes = [orgs.merge(org_item, item, org_id, app_id_of(item))
+                  for item in app_items(org_id, orgs.APP_OVERRIDABLE)]
+    return [UsageKey(scope.app_id, label, keys.usage_key(scope.scope, label))
+            for scope in scopes for label in scope.model_ordering]
+
+
+def _query_days(client, usage_key: str, first: date, last: date) -> list[dict]:
+    return query_all(
+        client.query,
+        TableName=tables.DAILY_TOTAL.physical_name,
+        KeyConditionExpression="usage_key = :k AND date_key BETWEEN :first AND :last",
+        ExpressionAttributeValues={":k": usage_key, ":first": keys.day_key(first.strftime("%Y%m%d")),
+                                   ":last": keys.day_key(last.strftime("%Y%m%d"))},
+    )
+
+
+def _row(key: UsageKey, item: dict) -> dict:
+    day = datetime.strptime(item["date_key"].removeprefix("DAY#"), "%Y%m%d").date()
+    return {"date": day.isoformat(), "app_id": key.app_id, "label": key.label,
+            **{name: int(item.get(name, 0)) for name in COUNTERS}}
+
+
+def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id: str | None = None) -> list[dict]:
+    """Rows for ``from``..``to`` (``YYYY-MM-DD``, inclusive) sorted by date, app and ordering
+    position; 400 for bad dates or ranges, 404 for an unknown org or app."""
+    first, last = parse_date(first_day, "from"), parse_date(last_day, "to")
+    check_range(first, last)
+    usage_keys = _usage_keys(org_id, app_id)
+    if len(usage_keys) > MAX_USAGE_KEYS:
+        raise invalid_request("Too many apps x labels for one report; narrow it with app_id",
+                              usage_keys=len(usage_keys), max_usage_keys=MAX_USAGE_KEYS)
+    client = ddb_client()  # built once here: the threads share it (boto3 clients are thread-safe)
+    with ThreadPoolExecutor(max_workers=QUERY_THREADS) as pool:
+        results = list(pool.map(lambda key: _query_days(client, key.usage_key, first, last), usage_keys))
+    rows = [(_row(key, item), position) for position, (key, items) in enumerate(zip(usage_keys, results))
+            for item in items]
+    rows.sort(key=lambda pair: (pair[0]["date"], pair[1]))
+    return [row for row, _ in rows]
+
+
+def to_csv(rows: list[dict]) -> str:
+    """RFC 4180 CSV with a header row; ``app_id`` null is an empty field."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\r\n")
+    writer.writeheader()
+    writer.writerows({name: ("" if value is None else value) for name, value in row.items()} for row in rows)
+    return out.getvalue()

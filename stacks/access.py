@@ -1,0 +1,119 @@
+"""Least-privilege access of every function: which tables (and indexes) it may touch with
+which DynamoDB actions, and which secrets and AWS APIs it may use.
+
+This map is the contract between the layer code and the deployed IAM policies: a function
+gets exactly these actions on exactly these tables, and the table-name environment
+variables of exactly these tables. The building blocks below are named after the layer
+functions that make the calls; when a layer function starts calling a new table or
+action, change its block here (DynamoDB Local and moto do not check IAM, so only a
+deployment would notice). The infrastructure tests check that the deployed policies equal
+this map, that it covers every function, and that it never grants ``dynamodb:*``.
+"""
+from __future__ import annotations
+
+from price_keeper import routes
+from price_keeper.tables import (
+    ACTIVE_BY_DAY, ALL_TABLES, CONFIG, DAILY_TOTAL, PRICING_CACHE, REVOKED_TOKENS, STICKY_STATE,
+    USAGE_AGG_SHARDED, Index, TableSpec,
+)
+
+GET = "dynamodb:GetItem"
+BATCH_GET = "dynamodb:BatchGetItem"
+QUERY = "dynamodb:Query"
+PUT = "dynamodb:PutItem"
+UPDATE = "dynamodb:UpdateItem"
+
+# Targets: a table, or an index of a table (a Query on an index needs the index's ARN).
+Target = TableSpec | tuple[TableSpec, Index]
+Grants = dict[Target, tuple[str, ...]]
+
+
+def merge(*parts: Grants) -> Grants:
+    merged: dict[Target, list[str]] = {}
+    for part in parts:
+        for target, actions in part.items():
+            merged.setdefault(target, [])
+            merged[target] += [a for a in actions if a not in merged[target]]
+    return {target: tuple(actions) for target, actions in merged.items()}
+
+
+# --- building blocks: the calls each layer function makes ---------------------------
+AUTH_DECODE = {REVOKED_TOKENS: (BATCH_GET,)}  # auth.decode → _ensure_not_revoked (every bearer token)
+AUTH_REVOKE = {REVOKED_TOKENS: (PUT,)}  # auth.revoke
+AUTH_CLIENT = {CONFIG: (GET,)}  # auth.authenticate_client → _credential_item
+EFFECTIVE_CONFIG = {CONFIG: (BATCH_GET,)}  # orgs.load_items / orgs.effective_config
+# reports.app_items, aggregates._app_scopes, provisioning._profile_labels, boosts._load:
+ORG_CHILDREN = {CONFIG: (QUERY,)}
+PROFILE_LOOKUP = {CONFIG: (GET,)}  # profiles.find (known_label, bedrock_id, priced_model)
+PROFILE_REGISTER = {CONFIG: (PUT,)}  # profiles.register (conditional put)
+CONFIG_SAVE = {CONFIG: (UPDATE, PUT)}  # provisioning._save: update, else conditional create
+BOOST_CREATE = {CONFIG: (PUT,)}  # boosts.create
+DAILY_TOTALS = {DAILY_TOTAL: (BATCH_GET,)}  # aggregation.read_daily_totals (storage.batch_get)
+DAILY_STATUS = {DAILY_TOTAL: (GET,)}  # metering.daily_status
+DAILY_RANGE = {DAILY_TOTAL: (QUERY,)}  # reports._query_days
+STICKY_READ = {STICKY_STATE: (GET,)}  # selection.read_sticky
+STICKY_ADVANCE = {STICKY_STATE: (PUT,)}  # selection.write_sticky (conditional put)
+PRICE_QUOTE = {PRICING_CACHE: (BATCH_GET,)}  # pricing.quote (storage.batch_get)
+PRICE_STORE = {PRICING_CACHE: (PUT,)}  # pricing.refresh_pricing_cache (conditional put)
+USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # metering.record: TransactWriteItems of a Put and an Update
+AGGREGATION = {  # aggregation.run
+    (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # active_shard_keys
+    USAGE_AGG_SHARDED: (BATCH_GET,),
+    DAILY_TOTAL: (BATCH_GET, PUT),  # current totals; _put_total (conditional) and the heartbeat
+}
+ALERT_LIST = {STICKY_STATE: (QUERY,)}  # alerts._recorded
+# alerts.evaluate_and_fire: _recorded, _record, _claim_retry, _mark_published (boosts: ORG_CHILDREN)
+ALERT_FIRE = {STICKY_STATE: (QUERY, PUT, UPDATE)}
+RATE_LIMIT = {STICKY_STATE: (UPDATE,)}  # ratelimit._lease: conditional ADD (routes with a rate_limit)
+
+_TABLES: dict[str, Grants] = {
+    "health": {CONFIG: (GET,)},  # service.health
+    "docs": {},
+    "auth_token": AUTH_CLIENT,
+    "auth_refresh": AUTH_DECODE,
+    "auth_revoke": merge(AUTH_DECODE, AUTH_REVOKE),
+    "put_org": CONFIG_SAVE,
+    "put_app": merge(EFFECTIVE_CONFIG, ORG_CHILDREN, CONFIG_SAVE),
+    "rotate_credentials": {CONFIG: (UPDATE,)},  # provisioning.rotate_credentials (conditional update)
+    "quota_boosts": merge(EFFECTIVE_CONFIG, BOOST_CREATE),
+    "aggregates": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ),
+    "model_selection": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ,
+                             STICKY_ADVANCE, PRICE_QUOTE),
+    "inference_profiles": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_REGISTER),
+    "usage": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS),
+    "usage_batch": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS),
+    "spend_report": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, DAILY_RANGE),
+    "alerts": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, ALERT_LIST),
+    "aggregator": merge(AGGREGATION, EFFECTIVE_CONFIG, ORG_CHILDREN, STICKY_READ, ALERT_FIRE),
+    "pricing_fetcher": PRICE_STORE,
+}
+
+
+_RATE_LIMITED = {route.function for route in routes.ROUTES if route.rate_limit}
+
+TABLE_ACCESS: dict[str, Grants] = {
+    function: merge(grants, RATE_LIMIT) if function in _RATE_LIMITED else grants
+    for function, grants in _TABLES.items()
+}
+
+# Secrets each function may read. The signing key: the token endpoints and every function
+# that authorizes a bearer token. The provisioning key: the X-API-Key endpoints.
+JWT_READERS = frozenset({
+    "auth_token", "auth_refresh", "auth_revoke", "aggregates", "model_selection", "inference_profiles",
+    "usage", "usage_batch", "spend_report", "alerts",
+})
+PROVISIONING_READERS = frozenset({"put_org", "put_app", "rotate_credentials", "quota_boosts"})
+
+# Functions that resolve inference profiles to models (profiles.priced_model →
+# GetInferenceProfile): metering, and the price shown by model selection.
+INFERENCE_PROFILE_READERS = frozenset({"usage", "usage_batch", "model_selection"})
+# Functions that read AWS Price List prices (pricing.fetch_price_list → GetProducts).
+PRICE_LIST_READERS = frozenset({"pricing_fetcher"})
+# Functions that publish alert events on the service's event bus (alerts._publish).
+ALERT_PUBLISHERS = frozenset({"aggregator"})
+
+
+def tables_of(function: str) -> list[TableSpec]:
+    """Tables a function touches, in ``ALL_TABLES`` order (their env vars go on the function)."""
+    touched = {target[0] if isinstance(target, tuple) else target for target in TABLE_ACCESS[function]}
+    return [spec for spec in ALL_TABLES if spec in touched]

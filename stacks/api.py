@@ -1,0 +1,84 @@
+"""The REST API: one method per ``price_keeper.routes.ROUTES`` entry, each a Lambda proxy
+integration with the function the route names.
+
+REST (not HTTP API): the handlers use Powertools' ``APIGatewayRestResolver`` and the
+local gateway builds REST (payload v1) proxy events, so the deployed events have the
+exact shape every handler test already exercises; REST also gives stage throttling,
+gateway responses in our error schema and X-Ray tracing of the gateway itself.
+"""
+from __future__ import annotations
+
+import json
+
+from aws_cdk import RemovalPolicy, aws_apigateway as apigw, aws_lambda as lambda_, aws_logs as logs
+from constructs import Construct
+
+from price_keeper import routes
+
+from .functions import RETENTION
+from .settings import Settings
+
+CORS_HEADERS = ["Authorization", "Content-Type", "X-API-Key"]
+
+
+def _error_template(code: str, message_json: str) -> dict[str, str]:
+    """A gateway response body in the api_spec error schema; ``message_json`` is a JSON
+    string literal or ``$context.error.messageString`` (API Gateway quotes that one)."""
+    return {"application/json": f'{{"error": "{code}", "message": {message_json}, '
+                                f'"request_id": "$context.requestId"}}'}
+
+
+# Answers API Gateway gives itself (no function runs), reshaped into the error schema.
+# An unknown path or method is "missing authentication token" (403) to API Gateway; the
+# spec calls it 404 NOT_FOUND. (No ISO timestamp: gateway templates cannot format one.)
+GATEWAY_RESPONSES = (
+    ("UnknownRoute", apigw.ResponseType.MISSING_AUTHENTICATION_TOKEN, "404", "NOT_FOUND", json.dumps("No such route")),
+    ("Throttled", apigw.ResponseType.THROTTLED, "429", "RATE_LIMIT_EXCEEDED",
+     json.dumps("Stage rate limit exceeded; retry later")),
+    ("Default4xx", apigw.ResponseType.DEFAULT_4_XX, None, "INVALID_REQUEST", "$context.error.messageString"),
+    ("Default5xx", apigw.ResponseType.DEFAULT_5_XX, None, "INTERNAL_ERROR", json.dumps("Internal error")),
+)
+
+
+class RestApi(Construct):
+    def __init__(self, scope: Construct, id: str, *, settings: Settings, functions: dict[str, lambda_.IFunction]):
+        super().__init__(scope, id)
+        self.access_logs = logs.LogGroup(
+            self, "AccessLogs",
+            retention=RETENTION[settings.log_retention_days],
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        cors = apigw.CorsOptions(
+            allow_origins=list(settings.cors_origins),
+            allow_methods=sorted({route.method for route in routes.ROUTES}),
+            allow_headers=CORS_HEADERS,
+        ) if settings.cors_origins else None
+        self.api = apigw.RestApi(
+            self, "Api",
+            rest_api_name=f"{settings.prefix}api",
+            description="Bedrock Price Keeper HTTP API",
+            endpoint_types=[apigw.EndpointType.REGIONAL],
+            # Access logging needs the account-level CloudWatch role of API Gateway.
+            cloud_watch_role=True,
+            default_cors_preflight_options=cors,
+            deploy_options=apigw.StageOptions(
+                stage_name=settings.stage,
+                throttling_rate_limit=settings.throttle_rate_limit,
+                throttling_burst_limit=settings.throttle_burst_limit,
+                tracing_enabled=True,
+                access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
+                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
+                    caller=False, http_method=True, ip=True, protocol=True, request_time=True,
+                    resource_path=True, response_length=True, status=True, user=False,
+                ),
+            ),
+        )
+        for response_id, response_type, status, code, message_json in GATEWAY_RESPONSES:
+            self.api.add_gateway_response(response_id, type=response_type, status_code=status,
+                                          templates=_error_template(code, message_json))
+        integrations = {name: apigw.LambdaIntegration(function, allow_test_invoke=False)
+                        for name, function in functions.items()}
+        self.methods: list[apigw.Method] = []
+        for route in routes.ROUTES:
+            resource = self.api.root if route.path == "/" else self.api.root.resource_for_path(route.path)
+            self.methods.append(resource.add_method(route.method, integrations[route.function]))

@@ -1,0 +1,144 @@
+"""One Lambda function per HTTP function and job of ``price_keeper.routes``, each with its
+own role holding only what ``access.py`` grants it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from aws_cdk import Duration, RemovalPolicy, Stack, aws_iam as iam, aws_lambda as lambda_, aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from price_keeper import routes
+
+from . import LAMBDAS_DIR, access
+from .layer import SharedLayers
+from .settings import ARCHITECTURE, METRICS_NAMESPACE, RUNTIME, SERVICE_NAME, Settings
+from .storage import Tables
+
+FUNCTIONS: tuple[str, ...] = routes.HTTP_FUNCTIONS + routes.JOBS
+
+# Functions whose code asset is the whole lambdas/ directory: the docs function builds the
+# OpenAPI document from every handler's router.
+WHOLE_LAMBDAS_DIR = frozenset({"docs"})
+
+
+@dataclass(frozen=True)
+class Sizing:
+    memory_mb: int = 512
+    timeout_s: int = 10
+
+
+# bcrypt (cost 12) hashes and checks secrets: give those functions a full vCPU.
+# The aggregator must finish well inside its one-minute period; the pricing fetcher pages
+# through the Price List API once a day.
+SIZING: dict[str, Sizing] = {
+    "auth_token": Sizing(memory_mb=1769),
+    "put_org": Sizing(memory_mb=1769),
+    "put_app": Sizing(memory_mb=1769),
+    "rotate_credentials": Sizing(memory_mb=1769),
+    "aggregator": Sizing(memory_mb=1024, timeout_s=50),
+    "pricing_fetcher": Sizing(memory_mb=512, timeout_s=300),
+}
+
+RETENTION = {
+    1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK, 14: logs.RetentionDays.TWO_WEEKS, 30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS, 90: logs.RetentionDays.THREE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS, 365: logs.RetentionDays.ONE_YEAR,
+}
+
+
+def construct_id(name: str) -> str:
+    return "".join(part.title() for part in name.split("_"))
+
+
+def code_and_handler(name: str) -> tuple[lambda_.Code, str]:
+    excluded = ["**/__pycache__", "*.pyc", "tests"]
+    if name in WHOLE_LAMBDAS_DIR:
+        return lambda_.Code.from_asset(str(LAMBDAS_DIR), exclude=excluded), f"{name}/handler.lambda_handler"
+    return lambda_.Code.from_asset(str(LAMBDAS_DIR / name), exclude=excluded), "handler.lambda_handler"
+
+
+class Functions(Construct):
+    """``self.by_name[name]`` for every name in ``FUNCTIONS``."""
+
+    def __init__(self, scope: Construct, id: str, *, settings: Settings, tables: Tables, layers: SharedLayers,
+                 jwt_secret: secretsmanager.ISecret, provisioning_secret: secretsmanager.ISecret,
+                 extra_environment: dict[str, dict[str, str]]):
+        super().__init__(scope, id)
+        missing = [name for name in FUNCTIONS if not (LAMBDAS_DIR / name / "handler.py").is_file()]
+        if missing:
+            raise FileNotFoundError(f"no lambdas/<name>/handler.py for: {', '.join(missing)}")
+        self.by_name: dict[str, lambda_.Function] = {}
+        for name in FUNCTIONS:
+            environment = {
+                "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                "POWERTOOLS_LOG_LEVEL": settings.log_level,
+                **{spec.env: tables.by_spec[spec].table_name for spec in access.tables_of(name)},
+                **extra_environment.get(name, {}),
+            }
+            if name in access.JWT_READERS:
+                environment["JWT_SECRET_NAME"] = jwt_secret.secret_arn
+            if name in access.PROVISIONING_READERS:
+                environment["PROVISIONING_SECRET_NAME"] = provisioning_secret.secret_arn
+            function_name = f"{settings.prefix}{name.replace('_', '-')}"
+            log_group = logs.LogGroup(
+                self, f"{construct_id(name)}Logs",
+                log_group_name=f"/aws/lambda/{function_name}",
+                retention=RETENTION[settings.log_retention_days],
+                removal_policy=RemovalPolicy.DESTROY,
+            )
+            # Our own role instead of AWSLambdaBasicExecutionRole: logs only to its own group.
+            role = iam.Role(self, f"{construct_id(name)}Role",
+                            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                            description=f"Bedrock Price Keeper {name} function")
+            code, handler = code_and_handler(name)
+            sizing = SIZING.get(name, Sizing())
+            function = lambda_.Function(
+                self, construct_id(name),
+                function_name=function_name,
+                description=f"Bedrock Price Keeper: {name}",
+                runtime=RUNTIME,
+                architecture=ARCHITECTURE,
+                handler=handler,
+                code=code,
+                layers=[layers.common, layers.powertools],
+                environment=environment,
+                memory_size=sizing.memory_mb,
+                timeout=Duration.seconds(sizing.timeout_s),
+                tracing=lambda_.Tracing.ACTIVE,
+                log_group=log_group,
+                role=role,
+            )
+            log_group.grant_write(role)
+            self._grant_tables(name, role, tables)
+            if name in access.JWT_READERS:
+                jwt_secret.grant_read(role)
+            if name in access.PROVISIONING_READERS:
+                provisioning_secret.grant_read(role)
+            self._grant_aws_apis(name, role)
+            self.by_name[name] = function
+
+    @staticmethod
+    def _grant_tables(name: str, role: iam.Role, tables: Tables) -> None:
+        for target, actions in access.TABLE_ACCESS[name].items():
+            if isinstance(target, tuple):
+                spec, index = target
+                resource = f"{tables.by_spec[spec].table_arn}/index/{index.name}"
+            else:
+                resource = tables.by_spec[target].table_arn
+            role.add_to_policy(iam.PolicyStatement(actions=list(actions), resources=[resource]))
+
+    @staticmethod
+    def _grant_aws_apis(name: str, role: iam.Role) -> None:
+        stack = Stack.of(role)
+        if name in access.INFERENCE_PROFILE_READERS:
+            # Profiles are resolved in the calling region, which can be any region.
+            role.add_to_policy(iam.PolicyStatement(
+                actions=["bedrock:GetInferenceProfile"],
+                resources=[f"arn:{stack.partition}:bedrock:*:{stack.account}:inference-profile/*",
+                           f"arn:{stack.partition}:bedrock:*:{stack.account}:application-inference-profile/*"],
+            ))
+        if name in access.PRICE_LIST_READERS:
+            # The Price List API has no resource-level permissions: "*" is the only resource.
+            role.add_to_policy(iam.PolicyStatement(actions=["pricing:GetProducts"], resources=["*"]))

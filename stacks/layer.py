@@ -1,0 +1,106 @@
+"""The shared layer (``price_keeper`` + its pip dependencies + ``config.yaml``), built
+without Docker, and the AWS-managed Powertools layer."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsii
+from aws_cdk import (
+    Annotations, AssetHashType, BundlingOptions, ILocalBundling, RemovalPolicy, Stack,
+    aws_lambda as lambda_,
+)
+from constructs import Construct
+
+from . import LAYER_DIR, LAYER_SOURCE
+from .settings import ARCHITECTURE, PIP_PLATFORM, POWERTOOLS_ARCH, PYTHON_VERSION, RUNTIME, Settings
+
+PACKAGE = "price_keeper"
+REQUIREMENTS = LAYER_DIR / "requirements.txt"
+_SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
+def _package_files() -> list[Path]:
+    return sorted(p for p in (LAYER_SOURCE / PACKAGE).rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+
+
+def layer_hash(config_path: Path) -> str:
+    """Hash of everything that decides the layer's content (so a config change redeploys it)."""
+    digest = hashlib.sha256(f"{PIP_PLATFORM}|{PYTHON_VERSION}".encode())
+    named = [("requirements.txt", REQUIREMENTS), ("config.yaml", config_path)]
+    named += [(path.relative_to(LAYER_SOURCE).as_posix(), path) for path in _package_files()]
+    for name, path in named:
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def bundle_layer(output_dir: Path, config_path: Path) -> None:
+    """Lay out ``output_dir/python``: Lambda-ready wheels of the layer's requirements, the
+    ``price_keeper`` package, and ``config.yaml`` beside it (config.py looks there first).
+
+    ``--no-compile``: byte code compiled by the build machine's Python would not match the
+    runtime's, so it would only add weight.
+    """
+    target = output_dir / "python"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
+         "--platform", PIP_PLATFORM, "--only-binary=:all:", "--python-version", PYTHON_VERSION,
+         "--implementation", "cp", "--target", str(target), "-r", str(REQUIREMENTS)],
+        check=True, stdout=sys.stderr,
+    )
+    shutil.copytree(LAYER_SOURCE / PACKAGE, target / PACKAGE, ignore=_SKIPPED, dirs_exist_ok=True)
+    shutil.copyfile(config_path, target / PACKAGE / "config.yaml")
+
+
+@jsii.implements(ILocalBundling)
+class PipLayerBundling:
+    """Local bundling of the shared layer: pip's cross-platform wheel install, no Docker."""
+
+    def __init__(self, config_path: Path):
+        self.config_path = config_path
+
+    def try_bundle(self, output_dir: str, options: BundlingOptions) -> bool:  # noqa: ARG002 (jsii passes both)
+        bundle_layer(Path(output_dir), self.config_path)
+        return True
+
+
+class SharedLayers(Construct):
+    """``self.common``: our layer; ``self.powertools``: the AWS-managed Powertools layer
+    (Powertools, pydantic and the X-Ray SDK, built for this runtime and architecture)."""
+
+    def __init__(self, scope: Construct, id: str, settings: Settings):
+        super().__init__(scope, id)
+        if settings.bundle_layer:
+            code = lambda_.Code.from_asset(
+                str(LAYER_DIR),
+                asset_hash_type=AssetHashType.CUSTOM,
+                asset_hash=layer_hash(settings.config_path),
+                bundling=BundlingOptions(
+                    image=RUNTIME.bundling_image,  # required by the API; local bundling never falls back
+                    local=PipLayerBundling(settings.config_path),
+                ),
+            )
+        else:
+            code = lambda_.Code.from_asset(str(LAYER_DIR), exclude=["**/__pycache__", "*.pyc"])
+            Annotations.of(self).add_warning_v2(
+                "price-keeper:unbundledLayer",
+                "bundleLayer=false: the shared layer has no dependencies and no config.yaml; do not deploy this",
+            )
+        self.common = lambda_.LayerVersion(
+            self, "Common",
+            code=code,
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description="Bedrock Price Keeper shared code (price_keeper, pyjwt, bcrypt, PyYAML, config.yaml)",
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        stack = Stack.of(self)
+        self.powertools = lambda_.LayerVersion.from_layer_version_arn(
+            self, "Powertools",
+            f"arn:{stack.partition}:lambda:{stack.region}:017000801446:layer:"
+            f"AWSLambdaPowertoolsPythonV3-python312-{POWERTOOLS_ARCH}:{settings.powertools_layer_version}",
+        )

@@ -1,0 +1,97 @@
+"""The CloudWatch dashboard and alarms; every alarm notifies the alert topic."""
+from __future__ import annotations
+
+from aws_cdk import Duration, aws_apigateway as apigw, aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions, aws_lambda as lambda_, aws_sns as sns, aws_sqs as sqs
+from constructs import Construct
+
+from .settings import METRICS_NAMESPACE, SERVICE_NAME, Settings
+
+FIVE_MINUTES = Duration.minutes(5)
+API_5XX_RATE_PCT = 5
+AGGREGATOR_LAG_LIMIT_S = 120
+
+
+def custom_metric(name: str, statistic: str = "Maximum", period: Duration = Duration.minutes(1)) -> cloudwatch.Metric:
+    """A metric the functions publish with Powertools (EMF), whose only dimension is ``service``."""
+    return cloudwatch.Metric(namespace=METRICS_NAMESPACE, metric_name=name, dimensions_map={"service": SERVICE_NAME},
+                             statistic=statistic, period=period)
+
+
+def search(name: str, statistic: str, label: str) -> cloudwatch.MathExpression:
+    """Every series of a custom metric, whatever dimensions it carries (e.g. SpendPct per scope and label)."""
+    return cloudwatch.MathExpression(
+        expression=f"SEARCH('{{{METRICS_NAMESPACE}}} MetricName=\"{name}\"', '{statistic}', 300)",
+        using_metrics={}, label=label, period=FIVE_MINUTES,
+    )
+
+
+class Monitoring(Construct):
+    def __init__(self, scope: Construct, id: str, *, settings: Settings, api: apigw.RestApi,
+                 functions: dict[str, lambda_.Function], dead_letter_queues: dict[str, sqs.Queue], topic: sns.ITopic):
+        super().__init__(scope, id)
+        notify = actions.SnsAction(topic)
+        self.alarms: list[cloudwatch.Alarm] = []
+
+        def alarm(alarm_id: str, **kwargs) -> None:
+            created = cloudwatch.Alarm(self, alarm_id, alarm_name=f"{settings.prefix}{alarm_id}", **kwargs)
+            created.add_alarm_action(notify)
+            created.add_ok_action(notify)
+            self.alarms.append(created)
+
+        requests = api.metric_count(period=FIVE_MINUTES, statistic="Sum")
+        server_errors = api.metric_server_error(period=FIVE_MINUTES, statistic="Sum")
+        alarm("api-5xx-rate",
+              alarm_description=f"More than {API_5XX_RATE_PCT}% of API requests answered 5xx for 10 minutes",
+              metric=cloudwatch.MathExpression(expression="IF(requests > 0, 100 * errors / requests, 0)",
+                                               using_metrics={"requests": requests, "errors": server_errors},
+                                               label="5xx %", period=FIVE_MINUTES),
+              threshold=API_5XX_RATE_PCT, evaluation_periods=2,
+              comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+              treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
+        alarm("aggregator-lag",
+              alarm_description=f"Daily totals more than {AGGREGATOR_LAG_LIMIT_S} s behind the usage shards",
+              metric=custom_metric("AggregatorLagSeconds"), threshold=AGGREGATOR_LAG_LIMIT_S,
+              evaluation_periods=3, datapoints_to_alarm=2,
+              comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+              treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
+        for name, function in functions.items():
+            alarm(f"{name.replace('_', '-')}-throttles",
+                  alarm_description=f"Lambda throttled invocations of {name}",
+                  metric=function.metric_throttles(period=FIVE_MINUTES, statistic="Sum"), threshold=0,
+                  evaluation_periods=1, comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                  treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
+        for name, queue in dead_letter_queues.items():
+            alarm(f"{name.replace('_', '-')}-dlq-depth",
+                  alarm_description=f"Runs of {name} were lost: messages in its dead-letter queue",
+                  metric=queue.metric_approximate_number_of_messages_visible(period=FIVE_MINUTES,
+                                                                            statistic="Maximum"),
+                  threshold=0, evaluation_periods=1,
+                  comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                  treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
+
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{settings.prefix}dashboard")
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="API requests", left=[requests], width=8),
+            cloudwatch.GraphWidget(title="API 4xx / 5xx", width=8, left=[
+                api.metric_client_error(period=FIVE_MINUTES, statistic="Sum", label="4xx"),
+                api.metric_server_error(period=FIVE_MINUTES, statistic="Sum", label="5xx")]),
+            cloudwatch.GraphWidget(title="API latency", width=8, left=[
+                api.metric_latency(period=FIVE_MINUTES, statistic="p50", label="p50"),
+                api.metric_latency(period=FIVE_MINUTES, statistic="p99", label="p99")]),
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Lambda errors", width=12, left=[
+                f.metric_errors(period=FIVE_MINUTES, statistic="Sum", label=n) for n, f in functions.items()]),
+            cloudwatch.GraphWidget(title="Lambda throttles", width=12, left=[
+                f.metric_throttles(period=FIVE_MINUTES, statistic="Sum", label=n) for n, f in functions.items()]),
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Aggregator lag (s)", width=8, left=[custom_metric("AggregatorLagSeconds")],
+                                   left_annotations=[cloudwatch.HorizontalAnnotation(value=AGGREGATOR_LAG_LIMIT_S)]),
+            cloudwatch.GraphWidget(title="Spend % of quota", width=8,
+                                   left=[search("SpendPct", "Maximum", "SpendPct")]),
+            cloudwatch.GraphWidget(title="Dead-letter queue depth", width=8, left=[
+                q.metric_approximate_number_of_messages_visible(period=FIVE_MINUTES, statistic="Maximum", label=n)
+                for n, q in dead_letter_queues.items()]),
+        )

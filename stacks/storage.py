@@ -1,0 +1,56 @@
+"""The seven DynamoDB tables, built from ``price_keeper.tables.ALL_TABLES``."""
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy, aws_dynamodb as dynamodb
+from constructs import Construct
+
+from price_keeper.tables import ALL_TABLES, DAILY_TOTAL, USAGE_AGG_SHARDED, TableSpec
+
+from .settings import Settings
+
+# Tables whose changes a stream consumer may want (spend as it accrues, totals as they fold).
+STREAMED = (USAGE_AGG_SHARDED, DAILY_TOTAL)
+
+
+def _key(name: str) -> dynamodb.Attribute:
+    return dynamodb.Attribute(name=name, type=dynamodb.AttributeType.STRING)
+
+
+def physical_name(settings: Settings, spec: TableSpec) -> str:
+    return settings.prefix + spec.name
+
+
+class Tables(Construct):
+    """``self.by_spec[spec]`` is the table of each ``TableSpec``.
+
+    Tables that hold money (org config and credentials, usage shards, daily totals) have
+    point-in-time recovery and deletion protection and survive ``cdk destroy``; the others
+    are caches, revocations with a TTL, or unused, and go with the stack.
+    """
+
+    def __init__(self, scope: Construct, id: str, settings: Settings):
+        super().__init__(scope, id)
+        self.by_spec: dict[TableSpec, dynamodb.Table] = {}
+        for spec in ALL_TABLES:
+            table = dynamodb.Table(
+                self, "".join(part.title() for part in spec.name.split("-")),
+                table_name=physical_name(settings, spec),
+                partition_key=_key(spec.partition_key),
+                sort_key=_key(spec.sort_key) if spec.sort_key else None,
+                billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+                time_to_live_attribute=spec.ttl_attribute,
+                point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                    point_in_time_recovery_enabled=True) if spec.holds_money else None,
+                deletion_protection=spec.holds_money,
+                removal_policy=RemovalPolicy.RETAIN if spec.holds_money else RemovalPolicy.DESTROY,
+                stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES
+                if settings.enable_streams and spec in STREAMED else None,
+            )
+            for index in spec.indexes:
+                table.add_global_secondary_index(
+                    index_name=index.name,
+                    partition_key=_key(index.partition_key),
+                    sort_key=_key(index.sort_key) if index.sort_key else None,
+                    projection_type=dynamodb.ProjectionType(index.projection),
+                )
+            self.by_spec[spec] = table

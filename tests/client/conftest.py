@@ -1,0 +1,161 @@
+"""Fixtures for the client and CLI tests: the real local server over HTTP, provisioning
+helpers, and a real bedrock-runtime client whose calls botocore's Stubber answers."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import boto3
+import pytest
+import requests
+from botocore.stub import Stubber
+
+from price_keeper_client import Credentials, Provisioning
+
+ROOT = Path(__file__).resolve().parents[2]
+PROVISIONING_KEY = "client-tests-provisioning-key"
+BIN = Path(sys.executable).parent
+START_TIMEOUT_SECS = 60
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    api_key: str
+    log: Path
+
+    def provisioning(self) -> Provisioning:
+        return Provisioning(self.url, self.api_key)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> Server:
+    """``python -m local`` in a subprocess on a free port, in-memory, aggregating every second."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE")}
+    env.update(PORT=str(port), LOCAL_PERSIST="off", PROVISIONING_API_KEY=PROVISIONING_KEY, RATE_LIMITS="off",
+               AGGREGATOR_INTERVAL_SECONDS="1", PRICING_REFRESH_INTERVAL_SECONDS="0", BCRYPT_ROUNDS="4")
+    with open(log, "wb") as sink:
+        process = subprocess.Popen([sys.executable, "-m", "local"], cwd=ROOT, env=env, stdout=sink,
+                                   stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT_SECS
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"local server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if requests.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        except requests.ConnectionError:
+            pass
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"local server did not answer /health:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    yield Server(url, PROVISIONING_KEY, log)
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+ORG_DEFAULTS = dict(org_name="client tests", timezone="Europe/Paris", quota_scope="APP",
+                    model_ordering=["premium", "standard", "economy"],
+                    quotas={"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000})
+
+
+def provision(server: Server, app_id: str = "app-1", **org_fields) -> tuple[str, Credentials]:
+    """A new org with one app; returns the org id and the app's one-time credentials."""
+    org_id = str(uuid.uuid4())
+    admin = server.provisioning()
+    admin.put_org(org_id, {**ORG_DEFAULTS, **org_fields})
+    app = admin.put_app(org_id, app_id, {"app_name": app_id})
+    return org_id, app.credentials
+
+
+class CallLog:
+    """Records (method, path, JSON body) of every answered HTTP exchange a ``requests.Session`` makes."""
+
+    def __init__(self, session: requests.Session):
+        self.calls: list[tuple[str, str, object]] = []
+        session.hooks["response"].append(self._record)
+
+    def _record(self, response, *args, **kwargs):
+        body = response.request.body
+        self.calls.append((response.request.method, urlparse(response.request.url).path,
+                           json.loads(body) if body else None))
+
+    def bodies(self, method: str, path_suffix: str) -> list:
+        return [body for m, p, body in self.calls if m == method and p.endswith(path_suffix)]
+
+    def count(self, method: str, path_suffix: str) -> int:
+        return len(self.bodies(method, path_suffix))
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_000_000.0):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def converse_response(text: str = "Hello!", input_tokens: int = 1500, output_tokens: int = 800,
+                      cache_read: int = 0, cache_write: int = 0) -> dict:
+    """A Converse response shaped as bedrock-runtime returns it."""
+    return {
+        "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+        "stopReason": "end_turn",
+        "usage": {"inputTokens": input_tokens, "outputTokens": output_tokens,
+                  "totalTokens": input_tokens + output_tokens + cache_read + cache_write,
+                  "cacheReadInputTokens": cache_read, "cacheWriteInputTokens": cache_write},
+        "metrics": {"latencyMs": 412},
+    }
+
+
+def stubbed_bedrock(region: str = "us-east-1"):
+    """A real bedrock-runtime client and its activated Stubber (queue responses on it)."""
+    client = boto3.client("bedrock-runtime", region_name=region, aws_access_key_id="testing",
+                          aws_secret_access_key="testing")
+    stubber = Stubber(client)
+    stubber.activate()
+    return client, stubber
+
+
+def wait_for(probe, timeout: float = 30.0, interval: float = 0.25):
+    """Polls ``probe()`` until it returns something truthy (eventual consistency of the aggregator)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def cli(server: Server, *args: str, env: dict | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Runs the installed ``price-keeper`` console script against the test server."""
+    full_env = {name: value for name, value in os.environ.items() if not name.startswith("PRICE_KEEPER_")}
+    full_env.update(PRICE_KEEPER_URL=server.url, **(env or {}))
+    return subprocess.run([str(BIN / "price-keeper"), *args], env=full_env, input=stdin, capture_output=True,
+                          text=True, timeout=60)

@@ -1,0 +1,108 @@
+"""The model-selection cache: how long an answer is reused, and what makes the client ask again."""
+from __future__ import annotations
+
+import pytest
+
+from price_keeper_client import ModelChoice, QuotaExceeded
+from price_keeper_client.models import LabelQuota
+from price_keeper_client.selection import ModelSelector, cache_seconds
+
+from .conftest import FakeClock
+
+
+def choice(label="premium", mode="NORMAL", reason="NORMAL", cache=300) -> ModelChoice:
+    return ModelChoice.from_json({
+        "recommended_model": {"label": label, "bedrock_model_id": f"{label}-id", "reason": reason},
+        "quota_status": {"mode": mode, "quota_pct": 12.5},
+        "client_guidance": {"check_frequency": f"PERIODIC_{cache}S", "cache_duration_secs": cache},
+    })
+
+
+@pytest.mark.parametrize("guidance,cache_control,expected", [
+    (300, "max-age=300, private", 300),
+    (60, "max-age=60, private", 60),
+    (300, "private, max-age=30", 30),  # the header is shorter: it wins
+    (60, "max-age=300", 60),  # the guidance is shorter: it wins
+    (300, None, 300),
+    (300, "no-store", 0),
+])
+def test_cache_lifetime_is_the_shorter_of_guidance_and_max_age(guidance, cache_control, expected):
+    assert cache_seconds(choice(cache=guidance), cache_control) == expected
+
+
+class Answers:
+    """Plays the service: hands out queued answers and counts how often it was asked."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.asked = 0
+
+    def __call__(self, force):
+        self.asked += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_answer_is_reused_until_it_expires():
+    clock = FakeClock()
+    service = Answers((choice(cache=300), "max-age=300"), (choice(mode="TIGHT", cache=60), "max-age=60"))
+    selector = ModelSelector(service, clock=clock)
+    assert selector.current().mode == "NORMAL"
+    clock.advance(299)
+    assert selector.current().mode == "NORMAL" and service.asked == 1
+    clock.advance(2)
+    assert selector.current().mode == "TIGHT" and service.asked == 2
+    clock.advance(59)
+    selector.current()
+    assert service.asked == 2
+
+
+def test_force_always_asks():
+    service = Answers((choice(), None), (choice(label="standard"), None))
+    selector = ModelSelector(service, clock=FakeClock())
+    selector.current()
+    assert selector.current(force=True).label == "standard" and service.asked == 2
+
+
+def test_a_429_drops_the_cache_and_the_next_call_asks_again():
+    clock = FakeClock()
+    spent = QuotaExceeded("All model quotas exceeded for today", status=429)
+    service = Answers((choice(cache=60), None), spent, (choice(label="economy"), None))
+    selector = ModelSelector(service, clock=clock)
+    selector.current()
+    clock.advance(61)
+    with pytest.raises(QuotaExceeded):
+        selector.current()
+    assert selector.cached is None
+    assert selector.current().label == "economy" and service.asked == 3
+
+
+@pytest.mark.parametrize("quota,cached_mode,asks_again", [
+    (LabelQuota("premium", 96.0, "TIGHT", "NORMAL"), "NORMAL", True),
+    (LabelQuota("premium", 100.5, "EXCEEDED", None), "TIGHT", True),
+    (LabelQuota("premium", 40.0, "NORMAL", "QUOTA_EXCEEDED_ULTRA"), "NORMAL", True),  # reason changed
+    (LabelQuota("premium", 97.0, "TIGHT", None), "TIGHT", False),  # already known to be tight
+    (LabelQuota("premium", 40.0, "NORMAL", "NORMAL"), "NORMAL", False),
+    (LabelQuota("standard", 100.0, "EXCEEDED", None), "NORMAL", False),  # another label
+    (None, "NORMAL", False),  # the answer says nothing about quota
+])
+def test_usage_answers_invalidate_the_cache_when_the_label_gets_worse(quota, cached_mode, asks_again):
+    service = Answers((choice(mode=cached_mode), None), (choice(label="standard"), None))
+    selector = ModelSelector(service, clock=FakeClock())
+    selector.current()
+    selector.observe(quota)
+    selector.current()
+    assert service.asked == (2 if asks_again else 1)
+
+
+def test_label_quota_is_found_in_the_usage_answer_shapes():
+    top = {"request_id": "x", "quota_status": {"label": "premium", "mode": "TIGHT", "quota_pct": 96.0}}
+    nested = {"request_id": "x", "processing": {"quota": {"model_label": "premium", "status": "EXCEEDED"}}}
+    assert LabelQuota.find(top) == LabelQuota("premium", 96.0, "TIGHT", None)
+    assert LabelQuota.find(nested) == LabelQuota("premium", None, "EXCEEDED", None)
+    ours = {"request_id": "x", "processing": {"shard_id": 1},
+            "daily_total": {"label": "premium", "quota_pct": 100.2, "status": "EXCEEDED", "mode": "TIGHT"}}
+    assert LabelQuota.find(ours) == LabelQuota("premium", 100.2, "EXCEEDED", None)
+    assert LabelQuota.find({"request_id": "x", "processing": {"shard_id": 1}}) is None

@@ -1,0 +1,128 @@
+"""Least privilege: each function's role holds exactly what ``stacks/access.py`` grants."""
+from __future__ import annotations
+
+import pytest
+
+from price_keeper import routes
+from price_keeper.tables import ALL_TABLES, REVOKED_TOKENS, STICKY_STATE
+from stacks import access
+from stacks.functions import FUNCTIONS
+
+from .cfn import referenced_ids, role_statements
+
+pytestmark = pytest.mark.infra
+
+# The only actions allowed on Resource "*": AWS offers no resource-level permission for them.
+WILDCARD_RESOURCE_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "pricing:GetProducts"}
+
+
+def _function_statements(synth) -> dict[str, list]:
+    by_role = role_statements(synth.json)
+    return {name: by_role[role_id] for name, role_id in synth.role_ids().items()}
+
+
+def test_access_map_covers_every_function_with_plain_dynamodb_actions():
+    assert set(access.TABLE_ACCESS) == set(FUNCTIONS)
+    for grants in access.TABLE_ACCESS.values():
+        for target, actions in grants.items():
+            spec = target[0] if isinstance(target, tuple) else target
+            assert spec in ALL_TABLES
+            assert actions and all(a.startswith("dynamodb:") and "*" not in a for a in actions)
+
+
+def test_rate_limited_functions_may_count_in_sticky_state():
+    for route in routes.ROUTES:
+        if route.rate_limit:
+            assert "dynamodb:UpdateItem" in access.TABLE_ACCESS[route.function][STICKY_STATE], route
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_dynamodb_grants_are_exactly_the_access_map(synth, name):
+    table_ids = {table_id: spec for spec, table_id in synth.table_ids().items()}
+    granted: dict = {}
+    for statement in _function_statements(synth)[name]:
+        dynamo = [a for a in statement.actions if a.startswith("dynamodb:")]
+        if not dynamo:
+            continue
+        assert len(dynamo) == len(statement.actions), "DynamoDB actions share a statement with others"
+        for resource in statement.resources:
+            (table_id,) = referenced_ids(resource)
+            spec = table_ids[table_id]
+            index = _index_of(resource, spec)
+            target = (spec, index) if index else spec
+            granted.setdefault(target, set()).update(dynamo)
+    assert granted == {target: set(actions) for target, actions in access.TABLE_ACCESS[name].items()}
+
+
+def _index_of(resource, spec):
+    """The index an ARN ``<table arn>/index/<name>`` names, else None."""
+    if isinstance(resource, dict) and "Fn::Join" in resource:
+        suffix = "".join(part for part in resource["Fn::Join"][1] if isinstance(part, str))
+        for index in spec.indexes:
+            if suffix == f"/index/{index.name}":
+                return index
+        raise AssertionError(f"unexpected resource suffix {suffix!r}")
+    return None
+
+
+def test_no_wildcard_actions_and_no_wildcard_resources_on_data(synth):
+    for role_id, statements in role_statements(synth.json).items():
+        for statement in statements:
+            for action in statement.actions:
+                assert action != "*" and not action.endswith(":*"), (role_id, action)
+            if statement.wildcard:
+                assert not any(a.startswith(("dynamodb:", "secretsmanager:")) for a in statement.actions), role_id
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_resource_star_only_where_aws_requires_it(synth, name):
+    for statement in _function_statements(synth)[name]:
+        if statement.wildcard:
+            assert set(statement.actions) <= WILDCARD_RESOURCE_ACTIONS, (name, statement.actions)
+
+
+def test_functions_have_no_managed_policies(synth):
+    roles = synth.resources("AWS::IAM::Role")
+    for name, role_id in synth.role_ids().items():
+        assert not roles[role_id]["Properties"].get("ManagedPolicyArns"), name
+
+
+def _secret_readers(synth, secret) -> set[str]:
+    secret_id = synth.id_of(secret)
+    return {name for name, statements in _function_statements(synth).items()
+            if any("secretsmanager:GetSecretValue" in s.actions and secret_id in s.targets for s in statements)}
+
+
+def test_signing_key_readable_only_by_token_endpoints_and_authorizing_functions(synth):
+    assert _secret_readers(synth, synth.stack.jwt_secret) == access.JWT_READERS
+
+
+def test_provisioning_key_readable_only_by_provisioning_endpoints(synth):
+    assert _secret_readers(synth, synth.stack.provisioning_secret) == access.PROVISIONING_READERS
+    assert access.PROVISIONING_READERS == {"put_org", "put_app", "rotate_credentials", "quota_boosts"}
+
+
+def test_every_function_that_authorizes_reads_the_signing_key():
+    """A bearer-token check reads RevokedTokens; it needs the signing key to verify the token first."""
+    checks_tokens = {name for name, grants in access.TABLE_ACCESS.items() if REVOKED_TOKENS in grants}
+    assert checks_tokens <= access.JWT_READERS
+    assert {"auth_token", "auth_refresh", "auth_revoke"} <= access.JWT_READERS
+
+
+def test_only_the_aggregator_puts_events_and_only_on_the_service_bus(synth):
+    bus_id = synth.id_of(synth.stack.alerts.bus)
+    publishers = {}
+    for name, statements in _function_statements(synth).items():
+        for statement in statements:
+            if "events:PutEvents" in statement.actions:
+                publishers[name] = statement.targets
+    assert publishers == {"aggregator": {bus_id}}
+
+
+def test_logs_only_to_own_log_group(synth):
+    functions = synth.json["Resources"]
+    for name, fn_id in synth.function_ids().items():
+        own_group = functions[fn_id]["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+        for statement in _function_statements(synth)[name]:
+            if any(a.startswith("logs:") for a in statement.actions):
+                assert statement.targets == {own_group}, name

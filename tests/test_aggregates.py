@@ -1,0 +1,157 @@
+"""GET .../aggregates/today and .../aggregates/{date} for orgs and apps, through the real
+handler on moto."""
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from price_keeper import aggregation
+from price_keeper.timeutil import day_start_utc, org_date
+from tests.conftest import assert_error
+from tests.factories import seed_app, token_for
+from tests.usage_support import iso, new_tenant, usage_body
+
+NY = "America/New_York"
+
+
+def report(api, tenant, label="premium", **fields):
+    reply = api.post(tenant.app_path + "/usage", usage_body(model_label=label, **fields), token=tenant.token)
+    assert reply.status == 202, reply
+
+
+def test_app_today_has_the_spec_shape(api):
+    tenant = new_tenant(app_overrides={"app_name": "Production API"})
+    report(api, tenant, input_tokens=1_000_000, output_tokens=2_000_000)  # 0.80 + 6.40 USD
+    report(api, tenant, input_tokens=1_000_000, output_tokens=500_000)  # 0.80 + 1.60 USD
+    report(api, tenant, "standard", input_tokens=100, output_tokens=100, cache_read_input_tokens=1000)
+    aggregation.run()
+    reply = api.get(tenant.app_path + "/aggregates/today", token=tenant.token)
+    assert reply.status == 200, reply
+    body = reply.json()
+    assert body["org_id"] == tenant.org_id and body["app_id"] == tenant.app_id
+    assert body["app_name"] == "Production API"
+    assert body["date"] == org_date(NY).isoformat() and body["timezone"] == NY and body["quota_scope"] == "APP"
+    assert list(body["models"]) == ["premium", "standard", "economy"]
+    premium = body["models"]["premium"]
+    assert premium == {
+        "label": "premium", "bedrock_model_id": "amazon.nova-pro-v1:0", "cost_usd_micros": 9_600_000,
+        "quota_usd_micros": 10_000_000, "quota_pct": 96.0, "quota_status": "TIGHT", "input_tokens": 2_000_000,
+        "output_tokens": 2_500_000, "cache_read_input_tokens": 0, "cache_write_input_tokens": 0, "requests": 2,
+        "average_cost_per_request": 4_800_000,
+    }
+    assert body["models"]["standard"]["cache_read_input_tokens"] == 1000
+    assert body["models"]["economy"]["average_cost_per_request"] == 0
+    standard_cost = body["models"]["standard"]["cost_usd_micros"]
+    assert body["total_cost_usd_micros"] == 9_600_000 + standard_cost
+    assert body["total_quota_usd_micros"] == 17_000_000
+    assert body["total_quota_pct"] == round((9_600_000 + standard_cost) * 100 / 17_000_000, 1)
+    assert body["sticky_fallback_active"] is False and body["current_active_model"] == "premium"
+    assert body["updated_at"].endswith("Z")
+    assert reply.headers["cache-control"] == "max-age=30, private"
+    assert reply.headers["etag"].startswith('"')
+    assert 0 <= int(reply.headers["x-data-lag-secs"]) < 60
+
+
+def test_sticky_fallback_shows_in_aggregates(api):
+    tenant = new_tenant()
+    report(api, tenant, input_tokens=0, output_tokens=3_200_000)
+    aggregation.run()
+    api.get(tenant.app_path + "/model-selection", token=tenant.token)  # flips to standard
+    body = api.get(tenant.app_path + "/aggregates/today", token=tenant.token).json()
+    assert body["models"]["premium"]["quota_status"] == "EXCEEDED"
+    assert (body["sticky_fallback_active"], body["current_active_model"]) == (True, "standard")
+
+
+def test_org_aggregates_of_an_app_scoped_org_sum_its_apps(api):
+    tenant = new_tenant()
+    seed_app(tenant.org_id, "app-2", model_ordering=["economy"], quotas={"economy": 1_000_000})
+    report(api, tenant, output_tokens=1_000_000, input_tokens=0)  # 3.20 USD
+    api.post(f"{tenant.org_path}/apps/app-2/usage", usage_body(model_label="economy"),
+             token=token_for(tenant.org_id, "app-2"))
+    api.post(f"{tenant.org_path}/apps/app-2/usage", usage_body(output_tokens=1_000_000, input_tokens=0),
+             token=token_for(tenant.org_id, "app-2"))  # premium is not in app-2's ordering: refused
+    aggregation.run()
+    reply = api.get(tenant.org_path + "/aggregates/today", token=tenant.org_token)
+    assert reply.status == 200, reply
+    body = reply.json()
+    assert "app_id" not in body and body["quota_scope"] == "APP"
+    assert body["models"]["premium"]["cost_usd_micros"] == 3_200_000
+    assert body["models"]["economy"]["requests"] == 1
+    assert body["sticky_fallback_active"] is False
+
+
+def test_org_aggregates_of_an_org_scoped_org_match_its_apps(api):
+    tenant = new_tenant(quota_scope="ORG")
+    report(api, tenant)
+    aggregation.run()
+    org = api.get(tenant.org_path + "/aggregates/today", token=tenant.org_token).json()
+    app = api.get(tenant.app_path + "/aggregates/today", token=tenant.token).json()
+    assert org["models"] == app["models"] and org["models"]["premium"]["requests"] == 1
+
+
+def test_a_past_day_with_data(api):
+    tenant = new_tenant()
+    today = org_date(NY)
+    yesterday = today - timedelta(days=1)
+    report(api, tenant, timestamp=iso(day_start_utc(NY, yesterday) + timedelta(hours=12)))
+    aggregation.run()
+    reply = api.get(f"{tenant.app_path}/aggregates/{yesterday.isoformat()}", token=tenant.token)
+    assert reply.status == 200, reply
+    assert reply.json()["date"] == yesterday.isoformat()
+    assert reply.json()["models"]["premium"]["requests"] == 1
+    org = api.get(f"{tenant.org_path}/aggregates/{yesterday.isoformat()}", token=tenant.org_token)
+    assert org.status == 200 and org.json()["models"]["premium"]["cost_usd_micros"] == 3760
+    # the date path for today answers like /today, data or not
+    assert api.get(f"{tenant.app_path}/aggregates/{today.isoformat()}", token=tenant.token).status == 200
+
+
+def test_a_past_day_without_data_is_404(api):
+    tenant = new_tenant()
+    body = assert_error(api.get(f"{tenant.app_path}/aggregates/2025-12-15", token=tenant.token), 404, "NOT_FOUND")
+    assert body["message"] == "No data available for specified date"
+    assert body["details"]["date"] == "2025-12-15"
+
+
+@pytest.mark.parametrize("text", ["2026-13-45", "2026-02-30", "20260123", "2026-1-3", "today2", "2026-01-23T00:00"])
+def test_invalid_dates_are_400(api, text):
+    tenant = new_tenant()
+    body = assert_error(api.get(f"{tenant.app_path}/aggregates/{text}", token=tenant.token), 400, "INVALID_REQUEST")
+    assert body["details"] == {"date": text, "expected_format": "YYYY-MM-DD"}
+
+
+def test_future_dates_are_400(api):
+    tenant = new_tenant()
+    tomorrow = (org_date(NY) + timedelta(days=1)).isoformat()
+    assert_error(api.get(f"{tenant.org_path}/aggregates/{tomorrow}", token=tenant.org_token), 400, "INVALID_REQUEST")
+
+
+def test_access_rules(api):
+    tenant = new_tenant()
+    assert_error(api.get(tenant.org_path + "/aggregates/today", token=tenant.token), 403, "FORBIDDEN")
+    assert_error(api.get(tenant.org_path + "/aggregates/today"), 401, "UNAUTHORIZED")
+    assert api.get(tenant.app_path + "/aggregates/today", token=tenant.org_token).status == 200
+    assert_error(api.get(tenant.app_path + "/aggregates/today", token=new_tenant().token), 403, "FORBIDDEN")
+    assert_error(api.get("/api/v1/orgs/not-a-uuid/aggregates/today", token=tenant.org_token), 400, "INVALID_REQUEST")
+    ghost_app = token_for(tenant.org_id, "ghost")
+    assert_error(api.get(f"{tenant.org_path}/apps/ghost/aggregates/today", token=ghost_app), 404, "NOT_FOUND")
+    ghost_org = str(uuid.uuid4())
+    assert_error(api.get(f"/api/v1/orgs/{ghost_org}/aggregates/today", token=token_for(ghost_org)), 404, "NOT_FOUND")
+
+
+def test_lag_header_is_absent_until_the_aggregator_has_run(api):
+    tenant = new_tenant()
+    reply = api.get(tenant.app_path + "/aggregates/today", token=tenant.token)
+    assert reply.status == 200 and "x-data-lag-secs" not in reply.headers
+    assert reply.json()["updated_at"] is None
+
+
+def test_etag_changes_with_the_data(api):
+    tenant = new_tenant()
+    before = api.get(tenant.app_path + "/aggregates/today", token=tenant.token).headers["etag"]
+    report(api, tenant)
+    aggregation.run()
+    after = api.get(tenant.app_path + "/aggregates/today", token=tenant.token).headers["etag"]
+    assert before != after
+    assert api.get(tenant.app_path + "/aggregates/today", token=tenant.token).headers["etag"] == after

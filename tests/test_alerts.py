@@ -1,0 +1,291 @@
+"""Spend alerts: detection rules, once per org-local day (also under concurrent runs),
+EventBridge delivery and its retry, and GET /api/v1/orgs/{org_id}/alerts."""
+import json
+import threading
+import uuid
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import boto3
+import pytest
+
+from price_keeper import alerts, keys, orgs, tables
+from price_keeper.alerts import ALL_EXHAUSTED, FALLBACK, THRESHOLD, Alert, due_alerts
+from price_keeper.aws import client, table
+from price_keeper.timeutil import org_day
+from tests.conftest import assert_error
+from tests.factories import seed_app, seed_org, token_for
+from tests.moto_support import serialized_moto
+
+ORDERING = ("premium", "standard", "economy")
+QUOTAS = {"premium": 1000, "standard": 500, "economy": 200}
+NOW = datetime(2026, 10, 1, 15, 0, tzinfo=timezone.utc)
+DAY = "20261001"
+
+
+# --- detection (pure) ------------------------------------------------------------------
+
+def kinds(due):
+    return [(a.type, a.label, a.threshold_pct) for a in due]
+
+
+def test_nothing_is_due_below_the_lowest_threshold():
+    assert due_alerts(ORDERING, QUOTAS, {"premium": 799, "standard": 399}, None, (80, 95)) == []
+
+
+def test_thresholds_fire_at_their_percentage_of_each_quota():
+    due = due_alerts(ORDERING, QUOTAS, {"premium": 800, "standard": 475}, None, (80, 95))
+    assert kinds(due) == [(THRESHOLD, "premium", 80), (THRESHOLD, "standard", 80), (THRESHOLD, "standard", 95)]
+    assert (due[0].spend_usd_micros, due[0].quota_usd_micros) == (800, 1000)
+
+
+def test_first_label_spent_is_a_fallback_to_the_next():
+    due = due_alerts(ORDERING, QUOTAS, {"premium": 1000}, None, (80, 95))
+    assert kinds(due) == [(THRESHOLD, "premium", 80), (THRESHOLD, "premium", 95), (FALLBACK, "premium", None)]
+    assert due[-1].fallback_to == "standard"
+
+
+def test_sticky_state_past_a_label_is_a_fallback_even_when_totals_lag():
+    due = due_alerts(ORDERING, QUOTAS, {}, "economy", (80, 95))
+    assert kinds(due) == [(FALLBACK, "premium", None), (FALLBACK, "standard", None)]
+
+
+def test_every_label_spent_is_all_exhausted():
+    due = due_alerts(ORDERING, QUOTAS, {"premium": 1000, "standard": 600, "economy": 200}, None, (95,))
+    assert kinds(due) == [(THRESHOLD, "premium", 95), (THRESHOLD, "standard", 95), (THRESHOLD, "economy", 95),
+                          (FALLBACK, "premium", None), (FALLBACK, "standard", None), (ALL_EXHAUSTED, None, None)]
+
+
+def test_a_single_spent_label_has_nowhere_to_fall_back_to():
+    assert kinds(due_alerts(("premium",), {"premium": 10}, {"premium": 10}, None, ())) == [(ALL_EXHAUSTED, None, None)]
+
+
+def test_a_label_without_quota_counts_as_spent_but_has_no_threshold():
+    due = due_alerts(("premium", "standard"), {"standard": 100}, {}, None, (80,))
+    assert kinds(due) == [(FALLBACK, "premium", None)]
+
+
+def test_alert_keys_name_day_type_label_and_threshold():
+    assert Alert(THRESHOLD, "premium", 80).date_key(DAY) == "ALERT#20261001#THRESHOLD#premium#80"
+    assert Alert(FALLBACK, "premium").date_key(DAY) == "ALERT#20261001#FALLBACK#premium#-"
+    assert Alert(ALL_EXHAUSTED).date_key(DAY) == "ALERT#20261001#ALL_EXHAUSTED#-#-"
+
+
+# --- firing --------------------------------------------------------------------------------
+
+@pytest.fixture
+def bus(aws):
+    """The service bus in moto with a rule delivering its events to a queue; returns a
+    function draining the delivered events."""
+    events, sqs = boto3.client("events"), boto3.client("sqs")
+    events.create_event_bus(Name=alerts.DEFAULT_EVENT_BUS)
+    queue = sqs.create_queue(QueueName=f"alerts-{uuid.uuid4().hex}")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events.put_rule(Name="to-queue", EventBusName=alerts.DEFAULT_EVENT_BUS,
+                    EventPattern=json.dumps({"source": [alerts.EVENT_SOURCE]}))
+    events.put_targets(Rule="to-queue", EventBusName=alerts.DEFAULT_EVENT_BUS, Targets=[{"Id": "q", "Arn": arn}])
+
+    def delivered() -> list[dict]:
+        found = []
+        while True:
+            batch = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", [])
+            if not batch:
+                return found
+            for message in batch:
+                found.append(json.loads(message["Body"]))
+                sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
+
+    return delivered
+
+
+@pytest.fixture
+def put_events_calls(aws):
+    calls = Counter()
+
+    def count(**_):
+        calls["PutEvents"] += 1
+
+    client("events").meta.events.register("before-call.events.PutEvents", count)
+    return calls
+
+
+@pytest.fixture
+def org_config(aws):
+    org_id = seed_org(quota_scope="ORG", model_ordering=ORDERING, quotas=QUOTAS)
+    return orgs.effective_config(org_id)
+
+
+def fire(config, spends, sticky=None, day=DAY, now=NOW):
+    return alerts.evaluate_and_fire(config.scope, config, day, spends, sticky, now)
+
+
+def records(scope: str) -> list[dict]:
+    return table(tables.STICKY_STATE).query(
+        KeyConditionExpression="scope_key = :s AND begins_with(date_key, :p)",
+        ExpressionAttributeValues={":s": scope, ":p": "ALERT#"}, ConsistentRead=True)["Items"]
+
+
+def test_a_crossing_fires_once_and_the_next_threshold_fires_later(bus, put_events_calls, org_config):
+    assert fire(org_config, {"premium": 799}) == [] and records(org_config.scope) == []
+    assert kinds(fire(org_config, {"premium": 850})) == [(THRESHOLD, "premium", 80)]
+    assert fire(org_config, {"premium": 900}) == []
+    alerts._published.clear()  # a cold container: it learns from the record, not from memory
+    assert fire(org_config, {"premium": 900}) == []
+    assert kinds(fire(org_config, {"premium": 960})) == [(THRESHOLD, "premium", 95)]
+    events = bus()
+    assert [(e["detail"]["type"], e["detail"]["label"], e["detail"]["threshold_pct"]) for e in events] == [
+        (THRESHOLD, "premium", 80), (THRESHOLD, "premium", 95)]
+    assert put_events_calls["PutEvents"] == 2
+    first = events[0]
+    assert (first["source"], first["detail-type"]) == ("price-keeper", "SpendAlert")
+    assert first["detail"] == {
+        "type": THRESHOLD, "label": "premium", "threshold_pct": 80, "scope": org_config.scope,
+        "org_id": org_config.org_id, "app_id": None, "date": "2026-10-01", "fired_at": "2026-10-01T15:00:00Z",
+        "spend_usd_micros": 850, "quota_usd_micros": 1000, "fallback_to": None}
+    item = next(r for r in records(org_config.scope) if r["date_key"].endswith("#80"))
+    assert item["published"] is True
+    assert item[tables.TTL_ATTRIBUTE] == int(NOW.timestamp()) + alerts.ALERT_RETENTION_DAYS * 86400
+
+
+def test_concurrent_evaluations_fire_each_alert_exactly_once(bus, put_events_calls, org_config):
+    spends = {"premium": 1000, "standard": 500, "economy": 200}
+    expected = due_alerts(ORDERING, QUOTAS, spends, None, (80, 95))
+    workers, start = 6, threading.Barrier(6)
+    fired: list[Alert] = []
+
+    def run():
+        start.wait()
+        fired.extend(fire(org_config, spends))
+
+    threads = [threading.Thread(target=run) for _ in range(workers)]
+    with serialized_moto():  # moto handles one request at a time, as DynamoDB does per item
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert sorted(kinds(fired), key=str) == sorted(kinds(expected), key=str)
+    assert put_events_calls["PutEvents"] == len(expected) == 9
+    delivered = Counter((e["detail"]["type"], e["detail"]["label"], e["detail"]["threshold_pct"]) for e in bus())
+    assert set(delivered.values()) == {1} and len(delivered) == len(expected)
+
+
+def test_a_new_org_local_day_fires_again(bus, org_config):
+    assert len(fire(org_config, {"premium": 1000})) == 3
+    assert fire(org_config, {"premium": 1000}) == []
+    next_day = fire(org_config, {"premium": 1000}, day="20261002", now=NOW + timedelta(days=1))
+    assert kinds(next_day) == [(THRESHOLD, "premium", 80), (THRESHOLD, "premium", 95), (FALLBACK, "premium", None)]
+    assert [e["detail"]["date"] for e in bus()] == ["2026-10-01"] * 3 + ["2026-10-02"] * 3
+
+
+def test_fallback_and_all_exhausted_events(bus, org_config):
+    fire(org_config, {}, sticky="standard")
+    fire(org_config, {"premium": 10, "standard": 500, "economy": 200}, sticky="standard")
+    events = [e["detail"] for e in bus()]
+    fallbacks = [(e["label"], e["fallback_to"]) for e in events if e["type"] == FALLBACK]
+    assert fallbacks == [("premium", "standard"), ("standard", "economy")]
+    [exhausted] = [e for e in events if e["type"] == ALL_EXHAUSTED]
+    assert (exhausted["label"], exhausted["threshold_pct"]) == (None, None)
+
+
+def test_alerts_are_logged_as_warnings(bus, org_config, caplog):
+    fire(org_config, {"premium": 800})
+    [logged] = [record for record in caplog.records if record.getMessage() == "Spend alert"]
+    assert logged.levelname == "WARNING" and logged.alert["threshold_pct"] == 80
+
+
+def test_boosted_quota_is_the_one_alerts_compare_with(bus, org_config):
+    table(tables.CONFIG).put_item(Item={
+        "org_key": keys.org_key(org_config.org_id), "resource_key": "BOOST#ORG#b1", "boost_id": "b1",
+        "model_label": "premium", "amount_usd_micros": 1000, "expires_at": "2026-10-02T00:00:00Z",
+        tables.TTL_ATTRIBUTE: int((NOW + timedelta(hours=9)).timestamp())})
+    assert fire(org_config, {"premium": 1500}) == []  # 75 % of 2000
+    later = NOW + timedelta(hours=10)  # the boost expired: 150 % of 1000
+    assert kinds(fire(org_config, {"premium": 1500}, now=later)) == [
+        (THRESHOLD, "premium", 80), (THRESHOLD, "premium", 95), (FALLBACK, "premium", None)]
+
+
+def test_failed_publish_is_retried_by_a_later_run_once(bus, put_events_calls, org_config, monkeypatch):
+    monkeypatch.setenv("ALERT_EVENT_BUS", "no-such-bus")
+    assert fire(org_config, {"premium": 800}) == []
+    [item] = records(org_config.scope)
+    assert item["published"] is False and item["attempts"] == 1
+    monkeypatch.delenv("ALERT_EVENT_BUS")
+    # a run right after leaves it to the first publisher (it may still be at work)
+    assert fire(org_config, {"premium": 800}, now=NOW + timedelta(seconds=5)) == []
+    later = NOW + timedelta(seconds=alerts.RETRY_AFTER_SECONDS + 1)
+    assert kinds(fire(org_config, {"premium": 800}, now=later)) == [(THRESHOLD, "premium", 80)]
+    assert fire(org_config, {"premium": 800}, now=later + timedelta(minutes=5)) == []
+    [item] = records(org_config.scope)
+    assert item["published"] is True and item["attempts"] == 2
+    [event] = bus()
+    assert event["detail"]["fired_at"] == "2026-10-01T15:00:00Z"  # when it was first detected
+    assert put_events_calls["PutEvents"] == 2
+
+
+# --- GET .../alerts -----------------------------------------------------------------------
+
+def get_alerts(api, org_id, token, date=None):
+    return api.get(f"/api/v1/orgs/{org_id}/alerts", token=token, query=f"date={date}" if date else "")
+
+
+def test_get_alerts_of_a_day_from_every_scope_of_an_app_org(api, bus):
+    org_id = seed_org(quota_scope="APP", model_ordering=ORDERING, quotas=QUOTAS)
+    seed_app(org_id, "app-1")
+    seed_app(org_id, "app-2")
+    app1, app2 = orgs.effective_config(org_id, "app-1"), orgs.effective_config(org_id, "app-2")
+    fire(app1, {"premium": 800})
+    fire(app2, {"premium": 1000}, now=NOW + timedelta(minutes=1))
+    fire(app1, {"premium": 800}, day="20261002", now=NOW + timedelta(days=1))
+    reply = get_alerts(api, org_id, token_for(org_id), "2026-10-01")
+    assert reply.status == 200, reply
+    body = reply.json()
+    assert body["date"] == "2026-10-01"
+    assert body["alerts"] == [
+        {"type": THRESHOLD, "label": "premium", "threshold_pct": 80, "scope": app1.scope, "app_id": "app-1",
+         "fired_at": "2026-10-01T15:00:00Z"},
+        {"type": FALLBACK, "label": "premium", "threshold_pct": None, "scope": app2.scope, "app_id": "app-2",
+         "fired_at": "2026-10-01T15:01:00Z"},
+        {"type": THRESHOLD, "label": "premium", "threshold_pct": 80, "scope": app2.scope, "app_id": "app-2",
+         "fired_at": "2026-10-01T15:01:00Z"},
+        {"type": THRESHOLD, "label": "premium", "threshold_pct": 95, "scope": app2.scope, "app_id": "app-2",
+         "fired_at": "2026-10-01T15:01:00Z"},
+    ]
+    assert [a["scope"] for a in get_alerts(api, org_id, token_for(org_id), "2026-10-02").json()["alerts"]] == [
+        app1.scope]
+    assert get_alerts(api, org_id, token_for(org_id), "2026-09-30").json()["alerts"] == []
+
+
+def test_get_alerts_defaults_to_today_in_the_org_timezone(api, bus):
+    org_id = seed_org(quota_scope="ORG", timezone="Pacific/Kiritimati", model_ordering=ORDERING, quotas=QUOTAS)
+    config = orgs.effective_config(org_id)
+    now = datetime.now(timezone.utc)
+    today = org_day(config.timezone, now)  # UTC+14: usually not the UTC date
+    fire(config, {"premium": 800}, day=today, now=now)
+    body = get_alerts(api, org_id, token_for(org_id)).json()
+    assert body["date"] == f"{today[:4]}-{today[4:6]}-{today[6:]}"
+    assert [(a["type"], a["scope"], a["app_id"]) for a in body["alerts"]] == [(THRESHOLD, config.scope, None)]
+
+
+def test_another_orgs_alerts_never_appear(api, bus, org_config):
+    other = orgs.effective_config(seed_org(quota_scope="ORG", model_ordering=ORDERING, quotas=QUOTAS))
+    fire(other, {"premium": 1000})
+    assert get_alerts(api, org_config.org_id, token_for(org_config.org_id), "2026-10-01").json()["alerts"] == []
+    assert_error(get_alerts(api, org_config.org_id, token_for(other.org_id), "2026-10-01"), 403, "FORBIDDEN")
+
+
+def test_alerts_need_an_org_token(api, aws):
+    org_id = seed_org(quota_scope="APP")
+    seed_app(org_id, "app-1")
+    assert_error(get_alerts(api, org_id, token_for(org_id, "app-1")), 403, "FORBIDDEN")
+    assert_error(get_alerts(api, org_id, None), 401, "UNAUTHORIZED")
+
+
+@pytest.mark.parametrize("date", ["2026-13-01", "20261001", "yesterday"])
+def test_bad_date_is_400(api, aws, date):
+    org_id = seed_org()
+    assert_error(get_alerts(api, org_id, token_for(org_id), date), 400, "INVALID_REQUEST")
+
+
+def test_unknown_org_is_404(api, aws):
+    org_id = str(uuid.uuid4())
+    assert_error(get_alerts(api, org_id, token_for(org_id)), 404, "NOT_FOUND")

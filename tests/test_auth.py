@@ -1,0 +1,364 @@
+"""POST /auth/token, /auth/refresh, /auth/revoke and the authorizer step of runtime
+endpoints: real tokens, real signatures, revocation stored in DynamoDB (moto)."""
+import base64
+import json
+import time
+import uuid
+
+import jwt
+import pytest
+
+from local.gateway import LAMBDAS, LambdaContext, api_event
+from price_keeper import auth, cache, tables
+from price_keeper.api import build_app, lambda_entry
+from price_keeper.aws import table
+from price_keeper.errors import ApiError
+from price_keeper.modules import load_handler_module
+from tests.conftest import PROVISIONING_KEY, assert_error
+from tests.provisioned import ORG_BODY, get_tokens, new_app, new_org, tokens
+
+
+@pytest.fixture
+def org(api):
+    org_id, credentials = new_org(api)
+    return org_id, credentials
+
+
+@pytest.fixture
+def app_client(api, org):
+    org_id, _ = org
+    return org_id, new_app(api, org_id, "app-production-api")
+
+
+def claims_of(token: str) -> dict:
+    return jwt.decode(token, auth.signing_key(), algorithms=["HS256"], issuer=auth.ISSUER)
+
+
+def refresh(api, refresh_token: str):
+    return api.post("/auth/refresh", {"refresh_token": refresh_token, "grant_type": "refresh_token"})
+
+
+def revoke(api, token: str, bearer: str, hint: str | None = None):
+    body = {"token": token} | ({"token_type_hint": hint} if hint else {})
+    return api.post("/auth/revoke", body, token=bearer)
+
+
+def accepted(access_token: str, org_id: str, app_id: str | None = None) -> bool:
+    """Does the authorizer step of the runtime endpoints accept the token here?"""
+    try:
+        auth.authorize(f"Bearer {access_token}", org_id, app_id)
+        return True
+    except ApiError as error:
+        assert error.status == 401, error.status
+        return False
+
+
+def forge(claims: dict, key: str | None = None, algorithm: str = "HS256") -> str:
+    return jwt.encode(claims, key or auth.signing_key(), algorithm=algorithm)
+
+
+def access_claims(org_id: str, app_id: str | None, **changes) -> dict:
+    now = int(time.time())
+    return {"sub": auth.client_id_for(org_id, app_id), "org_id": org_id, "app_id": app_id,
+            "scope": auth.ACCESS_SCOPES, "token_type": "access", "iat": now, "exp": now + 3600,
+            "iss": auth.ISSUER, "jti": str(uuid.uuid4()), **changes}
+
+
+# --- POST /auth/token ------------------------------------------------------------------
+
+
+def test_app_token_has_the_spec_body_and_claims(api, app_client):
+    org_id, credentials = app_client
+    reply = get_tokens(api, credentials)
+    assert reply.status == 200, reply
+    body = reply.json()
+    assert set(body) == {"access_token", "refresh_token", "token_type", "expires_in", "refresh_expires_in", "scope"}
+    assert (body["token_type"], body["expires_in"], body["refresh_expires_in"]) == ("Bearer", 3600, 604800)
+    assert body["scope"] == f"org:{org_id} app:app-production-api"
+    access = claims_of(body["access_token"])
+    assert access["sub"] == f"org-{org_id}-app-app-production-api"
+    assert (access["org_id"], access["app_id"], access["token_type"]) == (org_id, "app-production-api", "access")
+    assert access["scope"] == ["read:aggregates", "write:costs", "read:model-selection"]
+    assert access["exp"] - access["iat"] == 3600 and access["iss"] == "bedrock-cost-keeper"
+    assert jwt.get_unverified_header(body["access_token"])["alg"] == "HS256"
+    refresh_claims = claims_of(body["refresh_token"])
+    assert refresh_claims["token_type"] == "refresh" and refresh_claims["sub"] == access["sub"]
+    assert refresh_claims["exp"] - refresh_claims["iat"] == 604800
+    assert access["rjti"] == refresh_claims["jti"]
+
+
+def test_org_token_is_scoped_to_the_org(api, org):
+    org_id, credentials = org
+    body = tokens(api, credentials)
+    assert body["scope"] == f"org:{org_id}"
+    assert claims_of(body["access_token"])["app_id"] is None
+
+
+@pytest.mark.parametrize("change", [
+    {"client_secret": "wrong"},
+    {"client_secret": "é" * 80},  # beyond bcrypt's 72 bytes: still a plain 401
+    {"client_id": f"org-{uuid.uuid4()}"},
+    {"client_id": "not-a-client-id"},
+    {"client_id": "org-"},
+])
+def test_bad_credentials_are_401(api, app_client, change):
+    _, credentials = app_client
+    assert_error(get_tokens(api, {**credentials, **change}), 401, "UNAUTHORIZED")
+
+
+def test_an_app_secret_does_not_open_the_org_client(api, org, app_client):
+    org_id, org_credentials = org
+    _, app_credentials = app_client
+    mixed = {"client_id": org_credentials["client_id"], "client_secret": app_credentials["client_secret"]}
+    assert_error(get_tokens(api, mixed), 401, "UNAUTHORIZED")
+
+
+@pytest.mark.parametrize("body", [
+    {"client_id": "x", "client_secret": "y", "grant_type": "password"},
+    {"client_id": "x", "client_secret": "y"},
+    {"client_secret": "y", "grant_type": "client_credentials"},
+    {"client_id": 5, "client_secret": "y", "grant_type": "client_credentials"},
+    {"client_id": "x", "client_secret": "y", "grant_type": "client_credentials", "scope": "all"},
+    {"client_id": "x" * 257, "client_secret": "y", "grant_type": "client_credentials"},
+    "{broken", "",
+])
+def test_malformed_token_requests_are_400(api, body):
+    assert_error(api.post("/auth/token", body), 400, "INVALID_REQUEST")
+
+
+# --- POST /auth/refresh ------------------------------------------------------------------
+
+
+def test_refresh_gives_a_new_working_access_token(api, app_client):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    reply = refresh(api, issued["refresh_token"])
+    assert reply.status == 200, reply
+    body = reply.json()
+    assert set(body) == {"access_token", "token_type", "expires_in"}
+    assert (body["token_type"], body["expires_in"]) == ("Bearer", 3600)
+    assert body["access_token"] != issued["access_token"]
+    assert accepted(body["access_token"], org_id, "app-production-api")
+    assert claims_of(body["access_token"])["rjti"] == claims_of(issued["refresh_token"])["jti"]
+
+
+def test_refresh_token_can_be_reused_until_it_expires(api, app_client):
+    _, credentials = app_client
+    issued = tokens(api, credentials)
+    assert refresh(api, issued["refresh_token"]).status == 200
+    assert refresh(api, issued["refresh_token"]).status == 200
+
+
+def test_access_token_used_as_refresh_token_is_401(api, app_client):
+    _, credentials = app_client
+    assert_error(refresh(api, tokens(api, credentials)["access_token"]), 401, "UNAUTHORIZED")
+
+
+@pytest.mark.parametrize("body", [
+    {"refresh_token": "x", "grant_type": "client_credentials"},
+    {"grant_type": "refresh_token"},
+    {"refresh_token": ["x"], "grant_type": "refresh_token"},
+    {"refresh_token": "x" * 5000, "grant_type": "refresh_token"},
+    "nope",
+])
+def test_malformed_refresh_requests_are_400(api, body):
+    assert_error(api.post("/auth/refresh", body), 400, "INVALID_REQUEST")
+
+
+# --- tokens the authorizer refuses --------------------------------------------------------
+
+
+def test_refresh_token_used_as_access_token_is_401(api, app_client):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    assert not accepted(issued["refresh_token"], org_id, "app-production-api")
+    assert_error(revoke(api, issued["refresh_token"], bearer=issued["refresh_token"]), 401, "UNAUTHORIZED")
+
+
+def test_expired_token_is_401(api, app_client):
+    org_id, _ = app_client
+    past = int(time.time()) - 7200
+    expired = forge(access_claims(org_id, "app-production-api", iat=past, exp=past + 3600))
+    assert not accepted(expired, org_id, "app-production-api")
+    assert_error(revoke(api, expired, bearer=expired), 401, "UNAUTHORIZED")
+
+
+def test_tampered_token_is_401(api, app_client):
+    org_id, credentials = app_client
+    access = tokens(api, credentials)["access_token"]
+    header, payload, signature = access.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=="))
+    claims["org_id"] = str(uuid.uuid4())
+    forged_payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    assert not accepted(f"{header}.{forged_payload}.{signature}", claims["org_id"], "app-production-api")
+    flipped = signature[:-2] + ("AA" if signature[-2:] != "AA" else "BB")
+    assert not accepted(f"{header}.{payload}.{flipped}", org_id, "app-production-api")
+
+
+def test_alg_none_token_is_401(api, app_client):
+    org_id, _ = app_client
+    unsigned = jwt.encode(access_claims(org_id, "app-production-api"), None, algorithm="none")
+    assert not accepted(unsigned, org_id, "app-production-api")
+    assert_error(revoke(api, unsigned, bearer=unsigned), 401, "UNAUTHORIZED")
+
+
+@pytest.mark.parametrize("token", [
+    "forged-with-another-key", "wrong-issuer", "no-jti", "sub-does-not-match-claims", "not-a-jwt",
+])
+def test_other_invalid_tokens_are_401(api, app_client, token):
+    org_id, _ = app_client
+    claims = access_claims(org_id, "app-production-api")
+    tokens_by_case = {
+        "forged-with-another-key": lambda: forge(claims, key="guessed-signing-key-of-32-bytes!"),
+        "wrong-issuer": lambda: forge({**claims, "iss": "someone-else"}),
+        "no-jti": lambda: forge({k: v for k, v in claims.items() if k != "jti"}),
+        "sub-does-not-match-claims": lambda: forge({**claims, "sub": f"org-{uuid.uuid4()}"}),
+        "not-a-jwt": lambda: "abc.def",
+    }
+    assert not accepted(tokens_by_case[token](), org_id, "app-production-api")
+
+
+@pytest.mark.parametrize("authorization", [None, "", "Bearer", "Bearer ", "Basic abc", "token-without-scheme"])
+def test_missing_or_malformed_authorization_is_401(api, app_client, authorization):
+    org_id, credentials = app_client
+    refresh_token = tokens(api, credentials)["refresh_token"]
+    headers = {} if authorization is None else {"Authorization": authorization}
+    assert_error(api.post("/auth/revoke", {"token": refresh_token}, headers=headers), 401, "UNAUTHORIZED")
+    with pytest.raises(ApiError) as refused:
+        auth.authorize(authorization, org_id, "app-production-api")
+    assert refused.value.status == 401
+
+
+# --- cross-tenant access ---------------------------------------------------------------------
+
+
+def test_app_token_is_403_on_another_app_and_on_org_level_resources(api, app_client):
+    org_id, credentials = app_client
+    access = tokens(api, credentials)["access_token"]
+    assert auth.authorize(f"Bearer {access}", org_id, "app-production-api")["app_id"] == "app-production-api"
+    for app_id in ("other-app", None):
+        with pytest.raises(ApiError) as refused:
+            auth.authorize(f"Bearer {access}", org_id, app_id)
+        assert refused.value.status == 403 and refused.value.code == "FORBIDDEN"
+
+
+def test_org_token_acts_on_its_apps_but_not_on_another_org(api, org):
+    org_id, credentials = org
+    access = tokens(api, credentials)["access_token"]
+    assert auth.authorize(f"Bearer {access}", org_id)["org_id"] == org_id
+    assert auth.authorize(f"Bearer {access}", org_id, "any-app")["org_id"] == org_id
+    with pytest.raises(ApiError) as refused:
+        auth.authorize(f"Bearer {access}", str(uuid.uuid4()))
+    assert refused.value.status == 403
+
+
+def test_a_client_cannot_revoke_another_clients_token(api, app_client):
+    org_id, credentials = app_client
+    other_org, other_credentials = new_org(api)
+    victim = tokens(api, credentials)
+    attacker = tokens(api, other_credentials)["access_token"]
+    assert_error(revoke(api, victim["refresh_token"], bearer=attacker), 403, "FORBIDDEN")
+    sibling = tokens(api, new_app(api, org_id, "sibling-app"))["access_token"]
+    assert_error(revoke(api, victim["refresh_token"], bearer=sibling), 403, "FORBIDDEN")
+    assert refresh(api, victim["refresh_token"]).status == 200
+
+
+# --- POST /auth/revoke -------------------------------------------------------------------------
+
+
+def test_revoking_a_refresh_token_ends_it_and_the_access_tokens_issued_from_it(api, app_client):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    refreshed = refresh(api, issued["refresh_token"]).json()["access_token"]
+    other_session = tokens(api, credentials)
+    reply = revoke(api, issued["refresh_token"], bearer=issued["access_token"], hint="refresh_token")
+    assert reply.status == 204 and reply.text == ""
+    assert_error(refresh(api, issued["refresh_token"]), 401, "UNAUTHORIZED")
+    assert not accepted(issued["access_token"], org_id, "app-production-api")
+    assert not accepted(refreshed, org_id, "app-production-api")
+    assert accepted(other_session["access_token"], org_id, "app-production-api")
+
+
+def test_revoking_an_access_token_ends_only_that_token(api, app_client):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    assert revoke(api, issued["access_token"], bearer=issued["access_token"]).status == 204
+    assert not accepted(issued["access_token"], org_id, "app-production-api")
+    fresh = refresh(api, issued["refresh_token"])
+    assert fresh.status == 200
+    assert accepted(fresh.json()["access_token"], org_id, "app-production-api")
+
+
+def test_revocation_is_stored_with_the_token_expiry_as_ttl(api, app_client):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    assert revoke(api, issued["refresh_token"], bearer=issued["access_token"]).status == 204
+    claims = claims_of(issued["refresh_token"])
+    item = table(tables.REVOKED_TOKENS).get_item(Key={"token_jti": claims["jti"]})["Item"]
+    assert item[tables.TTL_ATTRIBUTE] == claims["exp"]
+    assert item["token_type"] == "refresh" and item["client_id"] == claims["sub"]
+    assert issued["refresh_token"] not in repr(item)
+
+
+def test_revocation_reaches_a_process_with_empty_caches(api, app_client):
+    """Another Lambda container (no in-memory answers) reads the revocation from DynamoDB."""
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    assert accepted(issued["access_token"], org_id, "app-production-api")  # now cached as "not revoked"
+    revoke(api, issued["refresh_token"], bearer=issued["access_token"])
+    cache.clear_all()
+    assert not accepted(issued["access_token"], org_id, "app-production-api")
+    assert_error(refresh(api, issued["refresh_token"]), 401, "UNAUTHORIZED")
+
+
+def test_revoking_twice_or_an_expired_token_is_204(api, app_client):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    other = tokens(api, credentials)["access_token"]
+    assert revoke(api, issued["refresh_token"], bearer=other).status == 204
+    assert revoke(api, issued["refresh_token"], bearer=other).status == 204
+    past = int(time.time()) - 7200
+    expired = forge(access_claims(org_id, "app-production-api", iat=past, exp=past + 3600))
+    assert revoke(api, expired, bearer=other).status == 204
+
+
+@pytest.mark.parametrize("body", [
+    {"token": "not-a-token"},
+    {"token": "x", "token_type_hint": "id_token"},
+    {"token_type_hint": "refresh_token"},
+    {"token": 12},
+    {"token": "x", "extra": 1},
+    "{",
+])
+def test_malformed_revoke_requests_are_400(api, app_client, body):
+    _, credentials = app_client
+    access = tokens(api, credentials)["access_token"]
+    assert_error(api.post("/auth/revoke", body, token=access), 400, "INVALID_REQUEST")
+
+
+# --- secrets never reach the logs --------------------------------------------------------------
+
+
+def test_secrets_never_reach_the_logs_even_with_event_logging_switched_on(api, monkeypatch, capfd):
+    """POWERTOOLS_DEV and POWERTOOLS_LOGGER_LOG_EVENT would print whole events (bodies with
+    secrets); the service's resolver and entry point ignore them."""
+    monkeypatch.setenv("POWERTOOLS_DEV", "true")
+    monkeypatch.setenv("POWERTOOLS_LOGGER_LOG_EVENT", "true")
+    handlers = {name: lambda_entry(build_app(load_handler_module(LAMBDAS, name).router))
+                for name in ("put_org", "auth_token", "rotate_credentials")}
+
+    def call(method: str, path: str, body: dict, headers: dict) -> dict:
+        event, function = api_event(method, path, body=body, headers={"Content-Type": "application/json", **headers})
+        response = handlers[function](event, LambdaContext(function_name=function))
+        return json.loads(response["body"])
+
+    org_id = str(uuid.uuid4())
+    key = {"X-API-Key": PROVISIONING_KEY}
+    created = call("PUT", f"/api/v1/orgs/{org_id}", ORG_BODY, key)["credentials"]
+    rotated = call("POST", f"/api/v1/orgs/{org_id}/credentials/rotate", {"grace_period_hours": 1}, key)
+    issued = call("POST", "/auth/token", {**created, "grant_type": "client_credentials"}, {})
+    refused = call("POST", "/auth/token", {**created, "grant_type": "password"}, {})
+    assert "access_token" in issued and refused["error"] == "INVALID_REQUEST"
+    logged = capfd.readouterr()
+    for secret in (created["client_secret"], rotated["client_secret"], PROVISIONING_KEY, issued["refresh_token"]):
+        assert secret not in logged.out + logged.err

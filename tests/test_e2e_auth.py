@@ -1,0 +1,139 @@
+"""End to end over real HTTP: the local server (``python -m local``) in a subprocess,
+provisioning, tokens, refresh, revocation and rotation, and state that survives a restart."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from local.stack import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = ROOT / ".venv" / "bin" / "python"
+KEY = "e2e-provisioning-key"
+READY_DEADLINE_SECONDS = 90
+
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(not PYTHON.exists(), reason="needs the project's .venv (make test creates it)")]
+
+
+@contextlib.contextmanager
+def local_server(tmp_path: Path, persist: bool = False, state_dir: Path | None = None):
+    """Base URL of a freshly started local server; SIGTERM and wait on exit."""
+    port = free_port()
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("AWS_", "DYNAMODB_", "MOTO_")) and key not in ("JWT_SECRET_NAME",
+                                                                                 "PROVISIONING_SECRET_NAME")}
+    env.update(PORT=str(port), PROVISIONING_API_KEY=KEY, RATE_LIMITS="off", AGGREGATOR_INTERVAL_SECONDS="3600",
+               PRICING_REFRESH_INTERVAL_SECONDS="0", LOCAL_PERSIST="on" if persist else "off")
+    if state_dir is not None:
+        env["LOCAL_STATE_DIR"] = str(state_dir)
+    log = tmp_path / f"server-{port}.log"
+    with open(log, "wb") as output:
+        process = subprocess.Popen([str(PYTHON), "-m", "local"], cwd=ROOT, env=env, stdout=output,
+                                   stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_healthy(base_url, process, log)
+        yield base_url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_until_healthy(base_url: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + READY_DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"local server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(requests.ConnectionError):
+            if requests.get(f"{base_url}/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.2)
+    pytest.fail(f"local server not healthy after {READY_DEADLINE_SECONDS}s:\n{log.read_text()[-3000:]}")
+
+
+ORG_BODY = {"org_name": "e2e corp", "timezone": "Europe/Berlin", "quota_scope": "APP",
+            "model_ordering": ["premium", "standard"], "quotas": {"premium": 10_000_000, "standard": 5_000_000}}
+
+
+def provision_org(base_url: str, org_id: str) -> dict:
+    reply = requests.put(f"{base_url}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, json=ORG_BODY, timeout=10)
+    assert reply.status_code == 201, reply.text
+    return reply.json()["credentials"]
+
+
+def get_tokens(base_url: str, credentials: dict) -> requests.Response:
+    return requests.post(f"{base_url}/auth/token", json={**credentials, "grant_type": "client_credentials"},
+                         timeout=10)
+
+
+def refresh(base_url: str, refresh_token: str) -> requests.Response:
+    return requests.post(f"{base_url}/auth/refresh", json={"refresh_token": refresh_token,
+                                                           "grant_type": "refresh_token"}, timeout=10)
+
+
+def revoke(base_url: str, token: str, bearer: str) -> requests.Response:
+    return requests.post(f"{base_url}/auth/revoke", json={"token": token},
+                         headers={"Authorization": f"Bearer {bearer}"}, timeout=10)
+
+
+def test_provision_authenticate_refresh_revoke_rotate_over_http(tmp_path):
+    with local_server(tmp_path) as base_url:
+        org_id = str(uuid.uuid4())
+        unauthenticated = requests.put(f"{base_url}/api/v1/orgs/{org_id}", json=ORG_BODY, timeout=10)
+        assert unauthenticated.status_code == 401
+        provision_org(base_url, org_id)
+        app = requests.put(f"{base_url}/api/v1/orgs/{org_id}/apps/web-app", headers={"X-API-Key": KEY},
+                           json={"app_name": "Web app", "model_ordering": ["standard"]}, timeout=10)
+        assert app.status_code == 201, app.text
+        credentials = app.json()["credentials"]
+        assert credentials["client_id"] == f"org-{org_id}-app-web-app"
+
+        issued = get_tokens(base_url, credentials)
+        assert issued.status_code == 200, issued.text
+        issued = issued.json()
+        refreshed = refresh(base_url, issued["refresh_token"])
+        assert refreshed.status_code == 200, refreshed.text
+        refreshed_access = refreshed.json()["access_token"]
+
+        revoked = revoke(base_url, issued["refresh_token"], bearer=issued["access_token"])
+        assert revoked.status_code == 204 and revoked.content == b""
+        assert refresh(base_url, issued["refresh_token"]).status_code == 401
+        # The access tokens issued from the revoked refresh token no longer authenticate.
+        for access in (issued["access_token"], refreshed_access):
+            reply = revoke(base_url, issued["refresh_token"], bearer=access)
+            assert reply.status_code == 401 and reply.json()["error"] == "UNAUTHORIZED"
+
+        rotated = requests.post(f"{base_url}/api/v1/orgs/{org_id}/apps/web-app/credentials/rotate",
+                                headers={"X-API-Key": KEY}, json={"grace_period_hours": 0}, timeout=10)
+        assert rotated.status_code == 200, rotated.text
+        assert get_tokens(base_url, credentials).status_code == 401
+        new_credentials = {**credentials, "client_secret": rotated.json()["client_secret"]}
+        assert get_tokens(base_url, new_credentials).status_code == 200
+
+
+def test_orgs_secrets_and_signing_key_survive_a_restart(tmp_path):
+    state_dir = tmp_path / "state"
+    org_id = str(uuid.uuid4())
+    with local_server(tmp_path, persist=True, state_dir=state_dir) as base_url:
+        credentials = provision_org(base_url, org_id)
+        first_session = get_tokens(base_url, credentials).json()
+    assert (state_dir / "moto-journal.jsonl").exists()
+    with local_server(tmp_path, persist=True, state_dir=state_dir) as base_url:
+        assert get_tokens(base_url, credentials).status_code == 200
+        assert refresh(base_url, first_session["refresh_token"]).status_code == 200
+        again = requests.put(f"{base_url}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, json=ORG_BODY,
+                             timeout=10)
+        assert again.status_code == 200, again.text  # an update: the org is still there

@@ -1,0 +1,158 @@
+"""End to end over real HTTP: the local server (``python -m local``) in a subprocess with
+the aggregator on a 1 s timer. Provision an org and an app, spend past the first label's
+quota, see the fallback, stay on it (sticky) even when the label would be available again,
+exhaust every label and get 429 with ``retry_after`` and ``Retry-After``."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import requests
+
+from local.stack import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = ROOT / ".venv" / "bin" / "python"
+KEY = "e2e-quota-provisioning-key"
+READY_SECONDS = 90
+AGGREGATION_WAIT_SECONDS = 30
+
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(not PYTHON.exists(), reason="needs the project's .venv (make test creates it)")]
+
+
+@pytest.fixture
+def base_url(tmp_path):
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "DYNAMODB_", "MOTO_"))}
+    env.update(PORT=str(port), LOCAL_PERSIST="off", PROVISIONING_API_KEY=KEY, RATE_LIMITS="off",
+               AGGREGATOR_INTERVAL_SECONDS="1")
+    log = tmp_path / "server.log"
+    with open(log, "wb") as output:
+        server = subprocess.Popen([str(PYTHON), "-m", "local"], cwd=ROOT, env=env, stdout=output,
+                                  stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + READY_SECONDS
+        while not _healthy(url):
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"local server did not come up:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _healthy(url: str) -> bool:
+    with contextlib.suppress(requests.ConnectionError):
+        return requests.get(f"{url}/health", timeout=2).status_code == 200
+    return False
+
+
+QUOTAS = {"premium": 1_000_000, "standard": 1_000_000, "economy": 1_000_000}  # 1 USD a day each
+
+
+class Client:
+    def __init__(self, base_url: str):
+        self.base_url = base_url
+        self.org_id = str(uuid.uuid4())
+        self.app_id = "checkout"
+        self.app_path = f"{base_url}/api/v1/orgs/{self.org_id}/apps/{self.app_id}"
+        self.headers: dict = {}
+
+    def provision(self) -> None:
+        org = requests.put(f"{self.base_url}/api/v1/orgs/{self.org_id}", headers={"X-API-Key": KEY}, timeout=10, json={
+            "org_name": "quota e2e", "timezone": "Asia/Kolkata", "quota_scope": "APP",
+            "model_ordering": ["premium", "standard", "economy"], "quotas": QUOTAS})
+        assert org.status_code == 201, org.text
+        credentials = self.put_app(QUOTAS, expected=201).json()["credentials"]
+        tokens = requests.post(f"{self.base_url}/auth/token", timeout=10,
+                               json={**credentials, "grant_type": "client_credentials"})
+        assert tokens.status_code == 200, tokens.text
+        self.headers = {"Authorization": f"Bearer {tokens.json()['access_token']}"}
+
+    def put_app(self, quotas: dict, expected: int = 200) -> requests.Response:
+        reply = requests.put(self.app_path, headers={"X-API-Key": KEY}, timeout=10,
+                             json={"app_name": "Checkout", "quotas": quotas})
+        assert reply.status_code == expected, reply.text
+        return reply
+
+    def spend(self, label: str, output_tokens: int) -> dict:
+        reply = requests.post(f"{self.app_path}/usage", headers=self.headers, timeout=10, json={
+            "request_id": str(uuid.uuid4()), "model_label": label, "bedrock_model_id": "whatever-was-called",
+            "input_tokens": 0, "output_tokens": output_tokens, "status": "OK",
+            "timestamp": (datetime.now(timezone.utc) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")})
+        assert reply.status_code == 202, reply.text
+        return reply.json()
+
+    def selection(self) -> requests.Response:
+        return requests.get(f"{self.app_path}/model-selection", headers=self.headers,
+                            params={"force_check": "true"}, timeout=10)
+
+    def wait_for_selection(self, done) -> requests.Response:
+        """Poll model selection until ``done(reply)`` (the aggregator folds usage every second)."""
+        deadline = time.monotonic() + AGGREGATION_WAIT_SECONDS
+        while True:
+            reply = self.selection()
+            if done(reply):
+                return reply
+            assert time.monotonic() < deadline, f"selection never changed: {reply.status_code} {reply.text}"
+            time.sleep(0.5)
+
+
+def recommends(label: str):
+    return lambda reply: reply.status_code == 200 and reply.json()["recommended_model"]["label"] == label
+
+
+def test_fallback_sticky_and_exhaustion_over_http(base_url):
+    client = Client(base_url)
+    client.provision()
+    first = client.selection()
+    assert first.status_code == 200, first.text
+    assert (first.json()["recommended_model"]["label"], first.json()["recommended_model"]["reason"]) == ("premium",
+                                                                                                         "NORMAL")
+    assert first.headers["Cache-Control"] == "max-age=300, private"
+
+    accepted = client.spend("premium", 400_000)  # 1.28 USD of a 1 USD quota
+    assert accepted["processing"]["cost_usd_micros"] == 1_280_000
+
+    fallback = client.wait_for_selection(recommends("standard")).json()
+    assert fallback["recommended_model"]["reason"] == "QUOTA_EXCEEDED_PREMIUM"
+    assert fallback["quota_status"]["sticky_fallback_active"] is True
+    assert fallback["quota_status"]["models_status"]["premium"]["status"] == "EXCEEDED"
+    aggregates = requests.get(f"{client.app_path}/aggregates/today", headers=client.headers, timeout=10).json()
+    assert (aggregates["current_active_model"], aggregates["sticky_fallback_active"]) == ("standard", True)
+    assert aggregates["models"]["premium"]["cost_usd_micros"] == 1_280_000
+
+    client.put_app({**QUOTAS, "premium": 100_000_000})  # premium would be available again...
+    sticky = client.selection().json()
+    assert (sticky["recommended_model"]["label"], sticky["recommended_model"]["reason"]) == ("standard",
+                                                                                             "STICKY_FALLBACK")
+    client.put_app(QUOTAS)  # ...and is spent again
+
+    client.spend("standard", 400_000)  # 1.10 USD
+    client.wait_for_selection(recommends("economy"))
+    client.spend("economy", 8_000_000)  # 1.12 USD
+    exhausted = client.wait_for_selection(lambda reply: reply.status_code == 429)
+    body = exhausted.json()
+    assert body["error"] == "QUOTA_EXCEEDED" and body["message"] == "All model quotas exceeded for today"
+    retry_at = datetime.fromisoformat(body["retry_after"].replace("Z", "+00:00"))
+    assert retry_at.astimezone(timezone(timedelta(hours=5, minutes=30))).strftime("%H:%M:%S") == "00:00:00"
+    seconds = int(exhausted.headers["Retry-After"])
+    assert abs((datetime.now(timezone.utc) + timedelta(seconds=seconds)) - retry_at) < timedelta(seconds=10)
+    assert body["details"]["models"] == {"premium": {"quota_pct": 128.0, "exceeded": True},
+                                         "standard": {"quota_pct": 110.0, "exceeded": True},
+                                         "economy": {"quota_pct": 112.0, "exceeded": True}}
+    assert body["details"]["total_overage_usd_micros"] == 280_000 + 100_000 + 120_000

@@ -1,0 +1,324 @@
+"""Usage metering through the real handlers on moto: the 202/207 bodies, every error the
+spec lists (with nothing written), exactly-once under retries and races, and item sizes
+that stay constant at any daily volume."""
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from botocore.stub import Stubber
+
+from price_keeper import aggregation, keys, metering, orgs, tables
+from price_keeper.aws import ddb_client
+from price_keeper.models import UsageRequest
+from price_keeper.storage import item_size
+from price_keeper.timeutil import org_day
+from tests.conftest import assert_error
+from tests.factories import token_for
+from tests.moto_support import serialized_moto
+from tests.usage_support import (all_items, daily_total, dedup_items, iso, new_tenant, shard_items, usage_body)
+
+
+@pytest.fixture
+def tenant(api):
+    return new_tenant()
+
+
+@pytest.fixture
+def many_transactions():
+    """For tests writing hundreds of records: moto without its O(table) copy per transaction."""
+    with serialized_moto():
+        yield
+
+
+def post(api, tenant, body, token=None):
+    return api.post(tenant.app_path + "/usage", body, token=token or tenant.token)
+
+
+def nothing_written():
+    return all_items(tables.USAGE_AGG_SHARDED) == []
+
+
+# --- the single record -----------------------------------------------------------------
+
+def test_accepted_record_answers_202_with_shard_cost_and_daily_total(api, tenant):
+    body = usage_body()
+    reply = post(api, tenant, body)
+    assert reply.status == 202, reply
+    answer = reply.json()
+    assert answer["request_id"] == body["request_id"]
+    assert answer["status"] == "accepted" and answer["message"] == "Usage data queued for processing"
+    assert answer["duplicate"] is False
+    assert answer["processing"] == {"shard_id": keys.stable_shard(body["request_id"], 8),
+                                    "expected_aggregation_lag_secs": 60, "cost_usd_micros": 3760}
+    assert answer["pricing"]["source"] == "CONFIG_FALLBACK"
+    assert answer["timestamp"].endswith("Z")
+    day = org_day("America/New_York")
+    assert answer["daily_total"] == {"label": "premium", "org_day": day, "cost_usd_micros": 0, "requests": 0,
+                                     "quota_usd_micros": 10_000_000, "quota_pct": 0.0, "status": "NORMAL",
+                                     "mode": "NORMAL", "aggregated_at": None}
+
+
+def test_the_transaction_writes_one_dedup_item_and_adds_to_one_shard(api, tenant):
+    body = usage_body(cache_read_input_tokens=2000, cache_write_input_tokens=1000)
+    post(api, tenant, body)
+    day = org_day("America/New_York")
+    shard_id = keys.stable_shard(body["request_id"], 8)
+    [shard] = shard_items()
+    assert shard["shard_key"] == f"{tenant.scope}#LABEL#premium#SH#{shard_id}" and shard["date_key"] == f"DAY#{day}"
+    assert (shard["input_tokens"], shard["output_tokens"], shard["requests"]) == (1500, 800, 1)
+    assert (shard["cache_read_input_tokens"], shard["cache_write_input_tokens"]) == (2000, 1000)
+    assert shard["cost_usd_micros"] == 3760 + 400 + 800  # cache read 0.20, cache write 0.80 USD per 1M
+    assert shard["active_day"] == f"DAY#{day}"
+    assert int(shard["expires_at_epoch"]) > datetime.now(timezone.utc).timestamp() + 399 * 86400
+    [dedup] = dedup_items()
+    assert dedup["shard_key"] == f"{tenant.scope}#REQ#{body['request_id']}"
+    assert (dedup["shard_id"], dedup["cost_usd_micros"], dedup["model_label"], dedup["org_day"]) == (
+        shard_id, 4960, "premium", day)
+    assert 3 * 86400 - 60 < int(dedup["expires_at_epoch"]) - datetime.now(timezone.utc).timestamp() <= 3 * 86400
+    assert "active_day" not in dedup  # not in the aggregator's index
+
+
+def test_a_retry_is_counted_once_and_answers_with_the_original(api, tenant):
+    body = usage_body()
+    first = post(api, tenant, body).json()
+    retry = post(api, tenant, {**body, "input_tokens": 999_999, "model_label": "standard"})
+    assert retry.status == 202
+    again = retry.json()
+    assert again["duplicate"] is True and "already accepted" in again["message"]
+    assert again["processing"] == first["processing"]
+    assert again["daily_total"]["label"] == "premium"
+    [shard] = shard_items()
+    assert (shard["requests"], shard["cost_usd_micros"]) == (1, 3760)
+
+
+def test_request_ids_are_case_insensitive_uuids(api, tenant):
+    body = usage_body()
+    post(api, tenant, body)
+    assert post(api, tenant, {**body, "request_id": body["request_id"].upper()}).json()["duplicate"] is True
+
+
+def test_org_scope_counts_every_app_in_one_scope(api):
+    tenant = new_tenant(quota_scope="ORG")
+    post(api, tenant, usage_body())
+    [shard] = shard_items()
+    assert shard["shard_key"].startswith(f"ORG#{tenant.org_id}#LABEL#premium#SH#")
+
+
+def test_an_org_token_may_report_for_its_apps(api, tenant):
+    assert post(api, tenant, usage_body(), token=tenant.org_token).status == 202
+
+
+def test_a_record_from_yesterday_counts_toward_yesterday(api, tenant):
+    now = datetime.now(timezone.utc)
+    yesterday_noon = datetime.combine(datetime.strptime(org_day("America/New_York", now), "%Y%m%d").date()
+                                      - timedelta(days=1), datetime.min.time()).replace(hour=17, tzinfo=timezone.utc)
+    post(api, tenant, usage_body(timestamp=iso(yesterday_noon)))
+    assert shard_items()[0]["date_key"] == f"DAY#{org_day('America/New_York', yesterday_noon)}"
+
+
+# --- errors (spec error schema; nothing written) -------------------------------------------
+
+@pytest.mark.parametrize(("changes", "code"), [
+    ({"request_id": "not-a-uuid"}, "INVALID_REQUEST"),
+    ({"request_id": "7c9e6679742540de944be07fc1f90ae7"}, "INVALID_REQUEST"),  # UUID, not canonical
+    ({"model_label": "ultra_mega"}, "INVALID_MODEL_LABEL"),
+    ({"model_label": "has#hash"}, "INVALID_MODEL_LABEL"),
+    ({"model_label": "ultra_premium"}, "INVALID_CONFIG"),  # known to config, not in this app's ordering
+    ({"input_tokens": -1}, "INVALID_REQUEST"),
+    ({"output_tokens": "800"}, "INVALID_REQUEST"),
+    ({"output_tokens": 8.5}, "INVALID_REQUEST"),
+    ({"input_tokens": True}, "INVALID_REQUEST"),
+    ({"cache_read_input_tokens": -5}, "INVALID_REQUEST"),
+    ({"input_tokens": 10**11}, "INVALID_REQUEST"),
+    ({"status": "FAILED"}, "INVALID_REQUEST"),
+    ({"calling_region": "US-EAST-1"}, "INVALID_REQUEST"),
+    ({"timestamp": "yesterday"}, "INVALID_REQUEST"),
+    ({"timestamp": iso(datetime.now(timezone.utc) + timedelta(hours=1))}, "INVALID_REQUEST"),
+    ({"timestamp": iso(datetime.now(timezone.utc) - timedelta(days=3))}, "INVALID_REQUEST"),
+    ({"cost_usd_micros": 1}, "INVALID_REQUEST"),  # clients never send cost
+])
+def test_invalid_records_are_400_and_write_nothing(api, tenant, changes, code):
+    assert_error(post(api, tenant, usage_body(**changes)), 400, code)
+    assert nothing_written()
+
+
+@pytest.mark.parametrize("missing", ["request_id", "model_label", "bedrock_model_id", "input_tokens", "output_tokens",
+                                     "status", "timestamp"])
+def test_required_fields(api, tenant, missing):
+    body = usage_body()
+    del body[missing]
+    assert_error(post(api, tenant, body), 400, "INVALID_REQUEST")
+
+
+def test_label_errors_carry_the_spec_details(api, tenant):
+    body = assert_error(post(api, tenant, usage_body(model_label="ultra_premium")), 400, "INVALID_CONFIG")
+    assert body["message"] == "Model label not configured for this application"
+    assert body["details"] == {"model_label": "ultra_premium", "configured_labels": ["premium", "standard", "economy"],
+                               "app_id": tenant.app_id}
+    body = assert_error(post(api, tenant, usage_body(model_label="nope")), 400, "INVALID_MODEL_LABEL")
+    assert "premium" in body["details"]["valid_labels"]
+
+
+def test_timestamp_range_error_carries_the_window(api, tenant):
+    body = assert_error(post(api, tenant, usage_body(timestamp=iso(datetime.now(timezone.utc) - timedelta(days=3)))),
+                        400, "INVALID_REQUEST")
+    assert body["message"] == "Timestamp outside acceptable range"
+    assert set(body["details"]) == {"timestamp", "org_day", "timezone", "acceptable_range"}
+    assert body["details"]["timezone"] == "America/New_York"
+
+
+def test_authorization(api, tenant):
+    assert_error(api.post(tenant.app_path + "/usage", usage_body()), 401, "UNAUTHORIZED")
+    assert_error(post(api, tenant, usage_body(), token="not-a-jwt"), 401, "UNAUTHORIZED")
+    assert_error(post(api, tenant, usage_body(), token=new_tenant().token), 403, "FORBIDDEN")
+    assert_error(post(api, tenant, usage_body(), token=token_for(tenant.org_id, "other-app")), 403, "FORBIDDEN")
+    assert nothing_written()
+
+
+def test_unknown_org_or_app_is_404(api, tenant):
+    ghost = token_for(tenant.org_id, "ghost")
+    reply = api.post(f"/api/v1/orgs/{tenant.org_id}/apps/ghost/usage", usage_body(), token=ghost)
+    assert_error(reply, 404, "NOT_FOUND")
+    org_id = str(uuid.uuid4())
+    assert_error(api.post(f"/api/v1/orgs/{org_id}/apps/app-1/usage", usage_body(), token=token_for(org_id, "app-1")),
+                 404, "NOT_FOUND")
+    assert nothing_written()
+
+
+# --- batch ----------------------------------------------------------------------------------
+
+def post_batch(api, tenant, records):
+    return api.post(tenant.app_path + "/usage/batch", {"requests": records}, token=tenant.token)
+
+
+def test_batch_answers_207_with_a_result_per_record(api, tenant):
+    good, standard = usage_body(), usage_body(model_label="standard")
+    records = [good, usage_body(model_label="ultra_mega"), {"request_id": "x"}, 42, standard, good,
+               usage_body(model_label="ultra_premium")]
+    reply = post_batch(api, tenant, records)
+    assert reply.status == 207, reply
+    body = reply.json()
+    assert (body["accepted"], body["failed"]) == (3, 4)
+    results = body["results"]
+    assert [r["status"] for r in results] == ["accepted", "failed", "failed", "failed", "accepted", "accepted",
+                                              "failed"]
+    assert results[0] == {"request_id": good["request_id"], "status": "accepted",
+                          "shard_id": keys.stable_shard(good["request_id"], 8), "cost_usd_micros": 3760,
+                          "duplicate": False}
+    assert results[1]["error"] == "INVALID_MODEL_LABEL" and results[1]["request_id"] == records[1]["request_id"]
+    assert results[2]["error"] == "INVALID_REQUEST" and results[3] == {"request_id": None, "status": "failed",
+                                                                      "error": "INVALID_REQUEST",
+                                                                      "message": "Request validation failed"}
+    assert results[5]["duplicate"] is True and results[5]["shard_id"] == results[0]["shard_id"]
+    assert results[6]["error"] == "INVALID_CONFIG"
+    assert body["timestamp"].endswith("Z")
+    assert sum(int(item["requests"]) for item in shard_items()) == 2
+    assert len(dedup_items()) == 2
+
+
+def test_a_batch_retried_whole_is_counted_once(api, tenant, many_transactions):
+    records = [usage_body() for _ in range(20)]
+    post_batch(api, tenant, records)
+    again = post_batch(api, tenant, records).json()
+    assert again["accepted"] == 20 and all(result["duplicate"] for result in again["results"])
+    assert sum(int(item["requests"]) for item in shard_items()) == 20
+
+
+@pytest.mark.parametrize("records", [[], [usage_body() for _ in range(101)]])
+def test_batch_size_is_1_to_100(api, tenant, records):
+    assert_error(post_batch(api, tenant, records), 400, "INVALID_REQUEST")
+    assert nothing_written()
+
+
+def test_batch_body_must_be_an_object_with_requests(api, tenant):
+    assert_error(api.post(tenant.app_path + "/usage/batch", [usage_body()], token=tenant.token), 400, "INVALID_REQUEST")
+    assert_error(api.post(tenant.app_path + "/usage/batch", {"records": []}, token=tenant.token), 400,
+                 "INVALID_REQUEST")
+    assert_error(api.post(tenant.app_path + "/usage/batch", {"requests": [usage_body()]}), 401, "UNAUTHORIZED")
+
+
+def test_a_full_batch_of_100_is_accepted(api, tenant, many_transactions):
+    body = post_batch(api, tenant, [usage_body() for _ in range(100)]).json()
+    assert body["accepted"] == 100
+    aggregation.run()
+    total = daily_total(tenant.scope, "premium", org_day("America/New_York"))
+    assert (total["requests"], total["cost_usd_micros"]) == (100, 376_000)
+
+
+# --- the write under conflicts, races and volume ----------------------------------------------
+
+def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
+    tenant = new_tenant()
+    config = orgs.effective_config(tenant.org_id, tenant.app_id)
+    now = datetime.now(timezone.utc)
+    submission = metering.prepare(config, UsageRequest.model_validate(usage_body()), now)
+    tokens = []
+    client = ddb_client()
+    client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems",
+                                lambda params, **_: tokens.append(params["ClientRequestToken"]))
+    with Stubber(client) as stubber:
+        stubber.add_client_error("transact_write_items", "TransactionCanceledException", "conflict", 400,
+                                 modeled_fields={"CancellationReasons": [{"Code": "None"},
+                                                                         {"Code": "TransactionConflict"}]})
+        stubber.add_response("transact_write_items", {})
+        outcome = metering.record(submission, now)
+    assert outcome.duplicate is False and outcome.cost_usd_micros == 3760
+    assert len(tokens) == 2 and tokens[0] != tokens[1]
+    # an SDK retry of one attempt resends the very same token: DynamoDB applies it once
+    assert metering.request_token(metering.transaction_items(submission, int(now.timestamp())), 0) == tokens[0]
+
+
+def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws, many_transactions):
+    tenant = new_tenant()
+    config = orgs.effective_config(tenant.org_id, tenant.app_id)
+    rng = random.Random(7)
+    unique = [usage_body(input_tokens=rng.randrange(0, 50_000), output_tokens=rng.randrange(0, 20_000),
+                         cache_read_input_tokens=rng.randrange(0, 5_000)) for _ in range(280)]
+    submissions = unique + [dict(rng.choice(unique)) for _ in range(120)]  # 30 % retries and races
+    rng.shuffle(submissions)
+    answers, errors = [], []
+    chunks = [submissions[i::8] for i in range(8)]
+
+    def worker(chunk):
+        try:
+            for body in chunk:
+                answers.append(metering.submit(tenant.org_id, tenant.app_id, UsageRequest.model_validate(body)))
+        except Exception as error:  # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(chunk,)) for chunk in chunks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    aggregation.run()
+    assert errors == []
+    assert len(answers) == 400 and sum(1 for a in answers if a["duplicate"]) == 120
+    expected_cost = sum(metering.prepare(config, UsageRequest.model_validate(body), datetime.now(timezone.utc))
+                        .cost_usd_micros for body in unique)
+    total = daily_total(tenant.scope, "premium", org_day("America/New_York"))
+    assert total["requests"] == 280
+    assert total["cost_usd_micros"] == expected_cost
+    assert total["input_tokens"] == sum(body["input_tokens"] for body in unique)
+    assert total["cache_read_input_tokens"] == sum(body["cache_read_input_tokens"] for body in unique)
+
+
+def test_5000_submissions_for_one_label_and_day_keep_every_item_under_1_kb(aws, many_transactions):
+    tenant = new_tenant()
+    config = orgs.effective_config(tenant.org_id, tenant.app_id)
+    now = datetime.now(timezone.utc)
+    requests = [UsageRequest.model_validate(usage_body(output_tokens=1000 + i)) for i in range(5000)]
+    for request in requests:
+        metering.record(metering.prepare(config, request, now), now)
+    aggregation.run()
+    items = all_items(tables.USAGE_AGG_SHARDED) + all_items(tables.DAILY_TOTAL)
+    assert len(items) == 5000 + 8 + 2  # dedup items, 8 shards, one total and the heartbeat
+    sizes = [item_size(item) for item in items]
+    assert max(sizes) < 1024
+    shard_sizes = [item_size(item) for item in shard_items()]
+    assert max(shard_sizes) < 400  # a shard is a handful of counters, whatever the volume
+    assert daily_total(tenant.scope, "premium", org_day(config.timezone, now))["requests"] == 5000

@@ -1,0 +1,196 @@
+"""Inference profiles: registration (moto) and usage on a profile label, with Bedrock's
+GetInferenceProfile answered by a botocore Stubber (moto does not implement it)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from price_keeper import keys, profiles, tables
+from price_keeper.aws import table
+from tests.conftest import assert_error
+from tests.factories import token_for
+from tests.usage_support import new_tenant, shard_items, usage_body
+
+ARN = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6"
+
+
+def register(api, tenant, label: str, arn: str = ARN, description: str | None = "Premium profile for Tenant A",
+             token: str | None = None):
+    body = {"profile_label": label, "inference_profile_arn": arn}
+    if description is not None:
+        body["description"] = description
+    return api.post(tenant.app_path + "/inference-profiles", body, token=token or tenant.token)
+
+
+def stub_bedrock(monkeypatch, routing: dict[str, str], arn: str = ARN, error: str | None = None) -> Stubber:
+    """Bedrock answering one GetInferenceProfile for ``arn`` with ``routing`` (region -> model id)."""
+    client = boto3.client("bedrock", region_name="us-east-1")
+    stubber = Stubber(client)
+    expected = {"inferenceProfileIdentifier": arn}
+    if error:
+        stubber.add_client_error("get_inference_profile", error, "stubbed failure", 400, expected_params=expected)
+    else:
+        stubber.add_response("get_inference_profile", {
+            "inferenceProfileName": "tenant-a", "inferenceProfileArn": arn, "inferenceProfileId": arn.rsplit("/", 1)[1],
+            "status": "ACTIVE", "type": "APPLICATION",
+            "createdAt": datetime(2026, 1, 1, tzinfo=timezone.utc),
+            "updatedAt": datetime(2026, 1, 1, tzinfo=timezone.utc),
+            "models": [{"modelArn": f"arn:aws:bedrock:{region}::foundation-model/{model}"}
+                       for region, model in routing.items()],
+        }, expected)
+    stubber.activate()
+    monkeypatch.setattr(profiles, "bedrock_client", lambda region: client)
+    return stubber
+
+
+@pytest.fixture
+def tenant(api):
+    return new_tenant()
+
+
+def test_registration_answers_201_and_stores_the_seed_item(api, tenant):
+    reply = register(api, tenant, "tenant-a-premium")
+    assert reply.status == 201, reply
+    body = reply.json()
+    assert set(body) == {"profile_label", "inference_profile_arn", "status", "description", "created_at"}
+    assert (body["profile_label"], body["inference_profile_arn"], body["status"]) == ("tenant-a-premium", ARN,
+                                                                                      "registered")
+    assert body["created_at"].endswith("Z")
+    item = table(tables.CONFIG).get_item(Key={"org_key": keys.profile_org_key(tenant.org_id, tenant.app_id),
+                                              "resource_key": "PROFILE#tenant-a-premium"})["Item"]
+    assert item["inference_profile_arn"] == ARN and item["created_at"] == body["created_at"]
+    assert item["description"] == "Premium profile for Tenant A" and "updated_at_epoch" in item
+
+
+def test_description_is_optional(api, tenant):
+    reply = register(api, tenant, "no-description", description=None)
+    assert reply.status == 201 and "description" not in reply.json()
+
+
+def test_a_label_registers_once(api, tenant):
+    first = register(api, tenant, "tenant-a")
+    body = assert_error(register(api, tenant, "tenant-a", arn=ARN.replace("a1b2", "ffff")), 409, "ALREADY_EXISTS")
+    assert body["details"]["registered_at"] == first.json()["created_at"]
+
+
+def test_a_config_label_cannot_become_a_profile(api, tenant):
+    assert_error(register(api, tenant, "premium"), 409, "ALREADY_EXISTS")
+
+
+@pytest.mark.parametrize("arn", [
+    "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-3-5-sonnet-20241022-v2:0",
+    "arn:aws:bedrock:eu-west-1:123456789012:application-inference-profile/a1b2c3d4e5f6",
+    "arn:aws-cn:bedrock:cn-north-1:123456789012:application-inference-profile/abc",
+    "arn:aws-us-gov:bedrock:us-gov-west-1:123456789012:inference-profile/us-gov.amazon.nova-pro-v1:0",
+])
+def test_profile_arns_of_every_aws_partition_are_accepted(api, tenant, arn):
+    assert register(api, tenant, "p1", arn=arn).status == 201
+
+
+@pytest.mark.parametrize("arn", [
+    "not-a-valid-arn",
+    "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0",
+    "arn:aws:s3:us-east-1:123456789012:inference-profile/abc",
+    "arn:aws-foo:bedrock:us-east-1:123456789012:inference-profile/abc",
+    "arn:aws:bedrock:us-east-1:12345678901:inference-profile/abc",
+    "arn:aws:bedrock:us-east-1:123456789012:inference-profile/",
+    "arn:aws:bedrock:US-EAST-1:123456789012:inference-profile/abc",
+    ARN + " ",
+])
+def test_anything_else_is_400(api, tenant, arn):
+    body = assert_error(register(api, tenant, "p1", arn=arn), 400, "INVALID_REQUEST")
+    assert body["message"].startswith("Invalid inference profile ARN")
+    assert table(tables.CONFIG).get_item(Key={"org_key": keys.profile_org_key(tenant.org_id, tenant.app_id),
+                                              "resource_key": "PROFILE#p1"}).get("Item") is None
+
+
+@pytest.mark.parametrize("body", [
+    {"profile_label": "has#hash", "inference_profile_arn": ARN},
+    {"profile_label": "x" * 65, "inference_profile_arn": ARN},
+    {"profile_label": "ok"},
+    {"profile_label": "ok", "inference_profile_arn": ARN, "unexpected": 1},
+    {"profile_label": "ok", "inference_profile_arn": ARN, "description": "d" * 501},
+])
+def test_malformed_bodies_are_400(api, tenant, body):
+    assert_error(api.post(tenant.app_path + "/inference-profiles", body, token=tenant.token), 400, "INVALID_REQUEST")
+
+
+def test_registration_needs_the_apps_token(api, tenant):
+    anonymous = api.post(tenant.app_path + "/inference-profiles", {"profile_label": "p", "inference_profile_arn": ARN})
+    assert_error(anonymous, 401, "UNAUTHORIZED")
+    other = new_tenant()
+    assert_error(register(api, tenant, "p", token=other.token), 403, "FORBIDDEN")
+    assert_error(register(api, tenant, "p", token=token_for(tenant.org_id, "another-app")), 403, "FORBIDDEN")
+
+
+def test_an_unregistered_app_is_404(api, tenant):
+    token = token_for(tenant.org_id, "ghost-app")
+    reply = api.post(f"/api/v1/orgs/{tenant.org_id}/apps/ghost-app/inference-profiles",
+                     {"profile_label": "p", "inference_profile_arn": ARN}, token=token)
+    assert_error(reply, 404, "NOT_FOUND")
+
+
+# --- usage on a profile label ------------------------------------------------------
+
+def test_profile_usage_needs_calling_region(api, tenant):
+    register(api, tenant, "tenant-a-premium")
+    body = assert_error(api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a-premium"),
+                                 token=tenant.token), 400, "INVALID_REQUEST")
+    assert body["message"] == "calling_region is required when using inference profile label: tenant-a-premium"
+    assert body["details"] == {"model_label": "tenant-a-premium", "label_type": "profile"}
+    assert shard_items() == []
+
+
+def test_profile_usage_is_priced_for_the_model_serving_the_calling_region(api, tenant, monkeypatch):
+    register(api, tenant, "tenant-a-premium")
+    stubber = stub_bedrock(monkeypatch, {"us-east-1": "amazon.nova-pro-v1:0", "us-west-2": "amazon.nova-micro-v1:0"})
+    east = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a-premium", calling_region="us-east-1"),
+                    token=tenant.token)
+    assert east.status == 202, east
+    assert east.json()["processing"]["cost_usd_micros"] == 3760  # Nova Pro: 1500 x 0.80 + 800 x 3.20 per 1M
+    west = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a-premium", calling_region="us-west-2"),
+                    token=tenant.token)
+    assert west.json()["processing"]["cost_usd_micros"] == 165  # Nova Micro: 52.5 + 112 -> 164.5, rounded up
+    stubber.assert_no_pending_responses()  # one GetInferenceProfile for both: memoized
+    assert {item["shard_key"].split("#LABEL#")[1].split("#SH#")[0] for item in shard_items()} == {"tenant-a-premium"}
+
+
+def test_a_region_the_profile_does_not_serve_is_400(api, tenant, monkeypatch):
+    register(api, tenant, "tenant-a")
+    stub_bedrock(monkeypatch, {"us-east-1": "amazon.nova-pro-v1:0"})
+    reply = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="eu-west-1"),
+                     token=tenant.token)
+    body = assert_error(reply, 400, "INVALID_REQUEST")
+    assert body["details"]["profile_regions"] == ["us-east-1"]
+
+
+def test_a_profile_unknown_to_bedrock_is_400(api, tenant, monkeypatch):
+    register(api, tenant, "tenant-a")
+    stub_bedrock(monkeypatch, {}, error="ResourceNotFoundException")
+    assert_error(api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="us-east-1"),
+                          token=tenant.token), 400, "INVALID_REQUEST")
+
+
+def test_bedrock_failing_is_a_retryable_503_and_nothing_is_written(api, tenant, monkeypatch):
+    register(api, tenant, "tenant-a")
+    stub_bedrock(monkeypatch, {}, error="InternalServerException")
+    reply = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="us-east-1"),
+                     token=tenant.token)
+    assert_error(reply, 503, "SERVICE_UNAVAILABLE")
+    assert reply.headers["retry-after"] == "1"
+    assert shard_items() == []
+
+
+def test_a_profile_label_can_lead_the_model_ordering(api, monkeypatch):
+    tenant = new_tenant(app_overrides={"model_ordering": ["tenant-a", "premium"],
+                                       "quotas": {"tenant-a": 1_000_000, "premium": 1_000_000}})
+    register(api, tenant, "tenant-a")
+    stub_bedrock(monkeypatch, {"us-east-1": "amazon.nova-pro-v1:0"})
+    reply = api.get(tenant.app_path + "/model-selection", token=tenant.token)
+    assert reply.status == 200, reply
+    recommended = reply.json()["recommended_model"]
+    assert (recommended["label"], recommended["bedrock_model_id"]) == ("tenant-a", ARN)
+    assert reply.json()["pricing"]["input_price_usd_micros_per_1m"] == 800_000

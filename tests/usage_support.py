@@ -1,0 +1,76 @@
+"""Helpers of the metering tests: a seeded tenant with a real token, usage bodies, and
+reading what the metering wrote."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from price_keeper import keys, tables
+from price_keeper.aws import query_all, table
+from tests.factories import seed_app, seed_org, token_for
+
+
+@dataclass
+class Tenant:
+    org_id: str
+    app_id: str
+    token: str
+    org_token: str
+    quota_scope: str
+
+    @property
+    def app_path(self) -> str:
+        return f"/api/v1/orgs/{self.org_id}/apps/{self.app_id}"
+
+    @property
+    def org_path(self) -> str:
+        return f"/api/v1/orgs/{self.org_id}"
+
+    @property
+    def scope(self) -> str:
+        return keys.scope_key(self.org_id, self.app_id, self.quota_scope)
+
+
+def new_tenant(app_id: str = "app-1", app_overrides: dict | None = None, **org_settings) -> Tenant:
+    org_id = seed_org(**org_settings)
+    seed_app(org_id, app_id, **(app_overrides or {}))
+    return Tenant(org_id, app_id, token_for(org_id, app_id), token_for(org_id),
+                  org_settings.get("quota_scope", "APP"))
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def usage_body(request_id: str | None = None, **fields) -> dict:
+    body = {
+        "request_id": request_id or str(uuid.uuid4()),
+        "model_label": "premium",
+        "bedrock_model_id": "amazon.nova-pro-v1:0",
+        "input_tokens": 1500,
+        "output_tokens": 800,
+        "status": "OK",
+        "timestamp": iso(datetime.now(timezone.utc) - timedelta(seconds=5)),
+    }
+    body.update(fields)
+    return body
+
+
+def all_items(spec) -> list[dict]:
+    """Every item of a table (test inspection only; the service never scans)."""
+    return query_all(table(spec).scan)  # follows LastEvaluatedKey for scans too
+
+
+def shard_items(scope: str | None = None) -> list[dict]:
+    return [item for item in all_items(tables.USAGE_AGG_SHARDED)
+            if item["date_key"] != "DEDUP" and (scope is None or item["shard_key"].startswith(scope + "#LABEL#"))]
+
+
+def dedup_items() -> list[dict]:
+    return [item for item in all_items(tables.USAGE_AGG_SHARDED) if item["date_key"] == "DEDUP"]
+
+
+def daily_total(scope: str, label: str, day: str) -> dict | None:
+    return table(tables.DAILY_TOTAL).get_item(
+        Key={"usage_key": keys.usage_key(scope, label), "date_key": keys.day_key(day)}).get("Item")
