@@ -17,7 +17,7 @@ run: $(STAMP)
 	$(PY) -m local
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
 
 reset:
 	rm -rf .local
