@@ -2,66 +2,16 @@
 provisioning, tokens, refresh, revocation and rotation, and state that survives a restart."""
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 import requests
 
-from local.stack import free_port
+from tests.local_server import local_server
 
-ROOT = Path(__file__).resolve().parent.parent
-PYTHON = ROOT / ".venv" / "bin" / "python"
 KEY = "e2e-provisioning-key"
-READY_DEADLINE_SECONDS = 90
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(not PYTHON.exists(), reason="needs the project's .venv (make test creates it)")]
-
-
-@contextlib.contextmanager
-def local_server(tmp_path: Path, persist: bool = False, state_dir: Path | None = None):
-    """Base URL of a freshly started local server; SIGTERM and wait on exit."""
-    port = free_port()
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("AWS_", "DYNAMODB_", "MOTO_")) and key not in ("JWT_SECRET_NAME",
-                                                                                 "PROVISIONING_SECRET_NAME")}
-    env.update(PORT=str(port), PROVISIONING_API_KEY=KEY, RATE_LIMITS="off", AGGREGATOR_INTERVAL_SECONDS="3600",
-               PRICING_REFRESH_INTERVAL_SECONDS="0", LOCAL_PERSIST="on" if persist else "off")
-    if state_dir is not None:
-        env["LOCAL_STATE_DIR"] = str(state_dir)
-    log = tmp_path / f"server-{port}.log"
-    with open(log, "wb") as output:
-        process = subprocess.Popen([str(PYTHON), "-m", "local"], cwd=ROOT, env=env, stdout=output,
-                                   stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_healthy(base_url, process, log)
-        yield base_url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_until_healthy(base_url: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + READY_DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"local server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(requests.ConnectionError):
-            if requests.get(f"{base_url}/health", timeout=2).status_code == 200:
-                return
-        time.sleep(0.2)
-    pytest.fail(f"local server not healthy after {READY_DEADLINE_SECONDS}s:\n{log.read_text()[-3000:]}")
+pytestmark = pytest.mark.e2e
 
 
 ORG_BODY = {"org_name": "e2e corp", "timezone": "Europe/Berlin", "quota_scope": "APP",
@@ -90,7 +40,7 @@ def revoke(base_url: str, token: str, bearer: str) -> requests.Response:
 
 
 def test_provision_authenticate_refresh_revoke_rotate_over_http(tmp_path):
-    with local_server(tmp_path) as base_url:
+    with local_server(tmp_path, KEY) as base_url:
         org_id = str(uuid.uuid4())
         unauthenticated = requests.put(f"{base_url}/api/v1/orgs/{org_id}", json=ORG_BODY, timeout=10)
         assert unauthenticated.status_code == 401
@@ -127,11 +77,11 @@ def test_provision_authenticate_refresh_revoke_rotate_over_http(tmp_path):
 def test_orgs_secrets_and_signing_key_survive_a_restart(tmp_path):
     state_dir = tmp_path / "state"
     org_id = str(uuid.uuid4())
-    with local_server(tmp_path, persist=True, state_dir=state_dir) as base_url:
+    with local_server(tmp_path, KEY, LOCAL_PERSIST="on", LOCAL_STATE_DIR=str(state_dir)) as base_url:
         credentials = provision_org(base_url, org_id)
         first_session = get_tokens(base_url, credentials).json()
     assert (state_dir / "moto-journal.jsonl").exists()
-    with local_server(tmp_path, persist=True, state_dir=state_dir) as base_url:
+    with local_server(tmp_path, KEY, LOCAL_PERSIST="on", LOCAL_STATE_DIR=str(state_dir)) as base_url:
         assert get_tokens(base_url, credentials).status_code == 200
         assert refresh(base_url, first_session["refresh_token"]).status_code == 200
         again = requests.put(f"{base_url}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, json=ORG_BODY,

@@ -4,61 +4,25 @@ quota, see the fallback, stay on it (sticky) even when the label would be availa
 exhaust every label and get 429 with ``retry_after`` and ``Retry-After``."""
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 import requests
 
-from local.stack import free_port
+from tests.local_server import local_server
 
-ROOT = Path(__file__).resolve().parent.parent
-PYTHON = ROOT / ".venv" / "bin" / "python"
 KEY = "e2e-quota-provisioning-key"
-READY_SECONDS = 90
 AGGREGATION_WAIT_SECONDS = 30
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(not PYTHON.exists(), reason="needs the project's .venv (make test creates it)")]
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
 def base_url(tmp_path):
-    port = free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "DYNAMODB_", "MOTO_"))}
-    env.update(PORT=str(port), LOCAL_PERSIST="off", PROVISIONING_API_KEY=KEY, RATE_LIMITS="off",
-               AGGREGATOR_INTERVAL_SECONDS="1")
-    log = tmp_path / "server.log"
-    with open(log, "wb") as output:
-        server = subprocess.Popen([str(PYTHON), "-m", "local"], cwd=ROOT, env=env, stdout=output,
-                                  stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + READY_SECONDS
-        while not _healthy(url):
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"local server did not come up:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
+    with local_server(tmp_path, KEY, AGGREGATOR_INTERVAL_SECONDS="1") as url:
         yield url
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-
-
-def _healthy(url: str) -> bool:
-    with contextlib.suppress(requests.ConnectionError):
-        return requests.get(f"{url}/health", timeout=2).status_code == 200
-    return False
 
 
 QUOTAS = {"premium": 1_000_000, "standard": 1_000_000, "economy": 1_000_000}  # 1 USD a day each

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,11 +18,11 @@ import requests
 from botocore.stub import Stubber
 
 from price_keeper_client import Credentials, Provisioning
+from tests.local_server import local_server
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVISIONING_KEY = "client-tests-provisioning-key"
 BIN = Path(sys.executable).parent
-START_TIMEOUT_SECS = 60
 
 
 @dataclass(frozen=True)
@@ -36,45 +35,12 @@ class Server:
         return Provisioning(self.url, self.api_key)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> Server:
     """``python -m local`` in a subprocess on a free port, in-memory, aggregating every second."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    env = {name: value for name, value in os.environ.items()
-           if name not in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE")}
-    env.update(PORT=str(port), LOCAL_PERSIST="off", PROVISIONING_API_KEY=PROVISIONING_KEY, RATE_LIMITS="off",
-               AGGREGATOR_INTERVAL_SECONDS="1", PRICING_REFRESH_INTERVAL_SECONDS="0", BCRYPT_ROUNDS="4")
-    with open(log, "wb") as sink:
-        process = subprocess.Popen([sys.executable, "-m", "local"], cwd=ROOT, env=env, stdout=sink,
-                                   stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_SECS
-    while True:
-        if process.poll() is not None:
-            pytest.fail(f"local server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if requests.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except requests.ConnectionError:
-            pass
-        if time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"local server did not answer /health:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-    yield Server(url, PROVISIONING_KEY, log)
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    log_dir = tmp_path_factory.mktemp("server")
+    with local_server(log_dir, PROVISIONING_KEY, AGGREGATOR_INTERVAL_SECONDS="1") as url:
+        yield Server(url, PROVISIONING_KEY, next(log_dir.glob("server-*.log")))
 
 
 ORG_DEFAULTS = dict(org_name="client tests", timezone="Europe/Paris", quota_scope="APP",

@@ -1,0 +1,59 @@
+"""``python -m local`` in a subprocess, as a newcomer runs it: the one launcher every
+end-to-end test uses."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from local.stack import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+READY_DEADLINE_SECONDS = 90
+# Settings of the test process (moto endpoints, secret names) must not leak into the server.
+_NOT_INHERITED = ("AWS_", "DYNAMODB_", "MOTO_", "JWT_SECRET_NAME", "PROVISIONING_SECRET_NAME")
+
+
+@contextlib.contextmanager
+def local_server(log_dir: Path, provisioning_key: str, **settings: str):
+    """Base URL of a freshly started local server (in-memory, rate limits off, timers as
+    ``settings`` say); SIGTERM and wait on exit."""
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith(_NOT_INHERITED)}
+    env.update(PORT=str(port), PROVISIONING_API_KEY=provisioning_key, RATE_LIMITS="off", LOCAL_PERSIST="off",
+               AGGREGATOR_INTERVAL_SECONDS="3600", PRICING_REFRESH_INTERVAL_SECONDS="0", BCRYPT_ROUNDS="4")
+    env.update(settings)
+    log = Path(log_dir) / f"server-{port}.log"
+    with open(log, "wb") as output:
+        process = subprocess.Popen([sys.executable, "-m", "local"], cwd=ROOT, env=env, stdout=output,
+                                   stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_healthy(base_url, process, log)
+        yield base_url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_until_healthy(base_url: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + READY_DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"local server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(requests.ConnectionError):
+            if requests.get(f"{base_url}/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.2)
+    pytest.fail(f"local server not healthy after {READY_DEADLINE_SECONDS}s:\n{log.read_text()[-3000:]}")
