@@ -4,6 +4,8 @@ call the same ``lambda_handler`` the stack deploys."""
 from __future__ import annotations
 
 import json
+import threading
+from collections import defaultdict
 import sys
 import time
 import uuid
@@ -84,6 +86,11 @@ def api_event(method: str, path: str, *, body: str | bytes | dict | None = None,
     return event, route.function
 
 
+# One request at a time per function, as one Lambda container serves them: a Powertools
+# resolver keeps the current event on itself, so threads must not share one concurrently.
+_function_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+
+
 def invoke(method: str, path: str, **kwargs) -> dict:
     """Call the function behind ``method path`` and return its proxy response."""
     built = api_event(method, path, **kwargs)
@@ -93,4 +100,6 @@ def invoke(method: str, path: str, **kwargs) -> dict:
                 "body": json.dumps(error_body(error, "No such route" if status == 404 else f"{method} not allowed"))}
     event, function = built
     context = LambdaContext(function_name=function, aws_request_id=event["requestContext"]["requestId"])
-    return load_handler(function)(event, context)
+    handler = load_handler(function)
+    with _function_locks[function]:
+        return handler(event, context)

@@ -11,15 +11,19 @@ embedded one), LOCAL_PERSIST (on|off, default on: state under .local/).
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import sys
 import threading
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .gateway import LAMBDAS, LambdaContext, invoke, load_handler
+from .gateway import LAMBDAS, LambdaContext, invoke, load_handler  # puts the layer on sys.path
 from .stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME, LocalAws
+
+from price_keeper.errors import error_body  # noqa: E402
 
 log = logging.getLogger("price_keeper.local")
 MAX_BODY = 1_000_000
@@ -36,8 +40,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(413)
             return
         body = self.rfile.read(length) if length else None
-        response = invoke(self.command, path, body=body, headers=dict(self.headers.items()), query=query,
-                          source_ip=self.client_address[0])
+        try:
+            response = invoke(self.command, path, body=body, headers=dict(self.headers.items()), query=query,
+                              source_ip=self.client_address[0])
+        except Exception:  # what API Gateway answers when a function crashes outside its resolver
+            log.exception("function failed for %s %s", self.command, path)
+            response = {"statusCode": 502, "headers": {"Content-Type": "application/json"},
+                        "body": json.dumps(error_body("INTERNAL_ERROR", "Function failed"))}
         payload = (response.get("body") or "").encode()
         self.send_response(response["statusCode"])
         headers = {k: v for k, v in (response.get("headers") or {}).items()}
@@ -128,8 +137,12 @@ class LocalStack:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    for noisy in ("werkzeug", "botocore", "urllib3"):
+    warnings.filterwarnings("ignore", "No application metrics to publish")  # metrics are off locally
+    for noisy in ("botocore", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # moto has no Price List API: the pricing fetcher's call fails there (config prices
+    # serve, as when the API is down) and moto's own traceback would only be noise.
+    logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
     stack = LocalStack().start()
     print(f"Bedrock Price Keeper is running at {stack.base_url}", flush=True)
     print(f"  API docs:          {stack.base_url}/docs", flush=True)
