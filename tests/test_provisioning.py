@@ -402,3 +402,13 @@ def test_apps_of_two_orgs_with_the_same_id_are_separate(api):
     wrong = {"client_id": credentials_b["client_id"], "client_secret": credentials_a["client_secret"]}
     assert_error(api.post("/auth/token", {**wrong, "grant_type": "client_credentials"}), 401, "UNAUTHORIZED")
     assert auth.parse_client_id(credentials_a["client_id"]) == auth.Principal(org_a, "shared-name")
+
+
+def test_org_id_must_be_lower_case_so_one_org_has_one_key(api):
+    from tests.conftest import PROVISIONING_KEY, assert_error
+
+    org_id = "550E8400-E29B-41D4-A716-446655440000"
+    body = {"org_name": "x", "timezone": "UTC", "quota_scope": "ORG", "model_ordering": ["premium"],
+            "quotas": {"premium": 1}}
+    assert_error(api.put(f"/api/v1/orgs/{org_id}", body, api_key=PROVISIONING_KEY), 400, "INVALID_REQUEST")
+    assert api.put(f"/api/v1/orgs/{org_id.lower()}", body, api_key=PROVISIONING_KEY).status == 201

@@ -33,9 +33,9 @@ class UsageRequest(StrictBody):
     @field_validator("request_id")
     @classmethod
     def _canonical_uuid(cls, value: str) -> str:
-        if not is_uuid(value):
+        if not isinstance(value, str) or not is_uuid(value.lower()):
             raise ValueError("request_id must be a UUID")
-        return value.lower()
+        return value.lower()  # one request, one dedup key, whatever the client's case
 
 
 class UsageBatchRequest(StrictBody):

@@ -14,11 +14,11 @@ _REGION = re.compile(REGION_PATTERN)
 
 
 def is_uuid(value: str) -> bool:
-    """A UUID in its canonical 36-character form (what key builders and client ids expect)."""
+    """A UUID in its canonical lower-case 36-character form, so one org cannot have two keys."""
     if not isinstance(value, str) or len(value) != 36:
         return False
     try:
-        return str(uuid.UUID(value)) == value.lower()
+        return str(uuid.UUID(value)) == value  # lower-case only: one org, one key
     except ValueError:
         return False
 
