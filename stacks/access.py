@@ -42,7 +42,8 @@ AUTH_DECODE = {REVOKED_TOKENS: (BATCH_GET,)}  # auth.decode → _ensure_not_revo
 AUTH_REVOKE = {REVOKED_TOKENS: (PUT,)}  # auth.revoke
 AUTH_CLIENT = {CONFIG: (GET,)}  # auth.authenticate_client → _credential_item
 EFFECTIVE_CONFIG = {CONFIG: (BATCH_GET,)}  # orgs.load_items / orgs.effective_config
-# reports.app_items, aggregates._app_scopes, provisioning._profile_labels, boosts._load:
+# reports.app_items, aggregates._app_scopes, provisioning._profile_labels, boosts._load
+# (boosts.boosted_config in model selection, aggregates and the usage response):
 ORG_CHILDREN = {CONFIG: (QUERY,)}
 PROFILE_LOOKUP = {CONFIG: (GET,)}  # profiles.find (known_label, bedrock_id, priced_model)
 PROFILE_REGISTER = {CONFIG: (PUT,)}  # profiles.register (conditional put)
@@ -77,10 +78,11 @@ _TABLES: dict[str, Grants] = {
     "rotate_credentials": {CONFIG: (UPDATE,)},  # provisioning.rotate_credentials (conditional update)
     "quota_boosts": merge(EFFECTIVE_CONFIG, BOOST_CREATE),
     "aggregates": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ),
-    "model_selection": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ,
+    "model_selection": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ,
                              STICKY_ADVANCE, PRICE_QUOTE),
     "inference_profiles": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_REGISTER),
-    "usage": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS),
+    "usage": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD,
+                   DAILY_STATUS),
     "usage_batch": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS),
     "spend_report": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, DAILY_RANGE),
     "alerts": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, ALERT_LIST),

@@ -289,3 +289,23 @@ def test_bad_date_is_400(api, aws, date):
 def test_unknown_org_is_404(api, aws):
     org_id = str(uuid.uuid4())
     assert_error(get_alerts(api, org_id, token_for(org_id)), 404, "NOT_FOUND")
+
+
+def test_aggregator_run_fires_threshold_alert_once(api, bus):
+    """Usage over HTTP -> aggregator function -> THRESHOLD 80 % event, once however often it runs."""
+    from local.gateway import LambdaContext, load_handler
+    from tests.usage_support import new_tenant, usage_body
+
+    tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
+    assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202  # 3,760 µ$: 94 %
+    aggregator = load_handler("aggregator")
+    first = aggregator({}, LambdaContext(function_name="aggregator"))
+    assert first["alerts_fired"] == 1
+    assert api.post(f"{tenant.app_path}/usage", usage_body(input_tokens=1, output_tokens=0),
+                    token=tenant.token).status == 202
+    assert aggregator({}, LambdaContext(function_name="aggregator"))["alerts_fired"] == 0
+    events = bus()
+    assert [(e["detail"]["type"], e["detail"]["label"], e["detail"]["threshold_pct"]) for e in events] == [
+        ("THRESHOLD", "premium", 80)]
+    listed = api.get(f"{tenant.org_path}/alerts", token=tenant.org_token).json()["alerts"]
+    assert [(a["type"], a["label"], a["threshold_pct"]) for a in listed] == [("THRESHOLD", "premium", 80)]

@@ -190,3 +190,26 @@ def test_cached_boost_stops_counting_exactly_at_its_expiry(org_scoped):
     # still cached (the item is gone), and still counted until the expiry, not after it
     assert boosts.active_boosts(org_scoped, None, "ORG", expiry - timedelta(seconds=1)) == {"economy": 500}
     assert boosts.active_boosts(org_scoped, None, "ORG", expiry) == {}
+
+
+def test_boost_keeps_a_spent_label_available_in_selection_and_aggregates(api):
+    from datetime import datetime, timedelta, timezone
+
+    from local.gateway import LambdaContext, load_handler
+    from tests.conftest import PROVISIONING_KEY
+    from tests.usage_support import iso, new_tenant, usage_body
+
+    tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
+    for _ in range(2):  # 2 x 3,760 µ$: premium is past its 4,000 µ$ quota
+        assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
+    load_handler("aggregator")({}, LambdaContext(function_name="aggregator"))
+    boost = {"model_label": "premium", "amount_usd_micros": 10_000, "app_id": tenant.app_id,
+             "expires_at": iso(datetime.now(timezone.utc) + timedelta(days=1))}
+    assert api.post(f"{tenant.org_path}/quota-boosts", boost, api_key=PROVISIONING_KEY).status == 201
+
+    selection = api.get(f"{tenant.app_path}/model-selection", token=tenant.token).json()
+    assert selection["recommended_model"]["label"] == "premium"
+    assert selection["quota_status"]["models_status"]["premium"]["quota_usd_micros"] == 14_000
+    today = api.get(f"{tenant.app_path}/aggregates/today", token=tenant.token).json()
+    assert today["models"]["premium"]["quota_usd_micros"] == 14_000
+    assert today["models"]["premium"]["cost_usd_micros"] == 7_520

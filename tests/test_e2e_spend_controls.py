@@ -106,5 +106,6 @@ def test_boost_usage_report_and_alerts_over_http(base_url):
     alerts_url = f"{base_url}/api/v1/orgs/{org_id}/alerts"
     listed = _ok(requests.get(alerts_url, headers={"Authorization": f"Bearer {org_token}"}, timeout=10), 200)
     assert listed["date"] == today
-    assert all(alert["type"] == "THRESHOLD" and alert["label"] == "premium" for alert in listed["alerts"])
+    # 82 % of the boosted premium quota: the 80 % alert proves both the aggregator's alerting and the boost
+    assert [(a["type"], a["label"], a["threshold_pct"]) for a in listed["alerts"]] == [("THRESHOLD", "premium", 80)]
     assert requests.get(alerts_url, headers=bearer, timeout=10).status_code == 403  # org token only

@@ -15,7 +15,7 @@ from datetime import date, datetime
 
 from boto3.dynamodb.conditions import Key
 
-from . import keys, orgs, profiles, tables
+from . import boosts, keys, profiles, tables
 from .aggregation import SUM_FIELDS, Totals, read_daily_totals
 from .aws import query_all, table
 from .errors import invalid_request, not_found
@@ -89,7 +89,7 @@ def daily_aggregates(org_id: str, app_id: str | None, date_text: str | None = No
     """(body, headers) of the aggregates of an org (``app_id=None``) or app for today or
     ``date_text``; 404 for a past date without data."""
     now = now or utc_now()
-    config = orgs.effective_config(org_id, app_id)
+    config = boosts.boosted_config(org_id, app_id, now)
     today = org_date(config.timezone, now)
     wanted = today if date_text is None else parse_date(date_text, today)
     day = wanted.strftime("%Y%m%d")

@@ -93,6 +93,9 @@ class RunReport:
     totals_written: int = 0
     stale_puts_skipped: int = 0
     lag_seconds: int = 0  # age of the oldest shard update this run folded (0: nothing new)
+    # (usage_key, yyyymmdd, cost_usd_micros) of every total in play, and the ones this run changed
+    costs: list[tuple[str, str, int]] = field(default_factory=list)
+    changed: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -156,6 +159,7 @@ def run(now: datetime | None = None) -> RunReport:
                               attributes=[*SUM_FIELDS, "source_updated_at_epoch"])
     }
     for (usage_key, date_key), group in groups.items():
+        report.costs.append((usage_key, date_key.removeprefix("DAY#"), group.sums["cost_usd_micros"]))
         existing = current.get((usage_key, date_key), {})
         if existing and all(int(existing.get(name, 0)) == group.sums[name] for name in SUM_FIELDS):
             continue
@@ -164,6 +168,7 @@ def run(now: datetime | None = None) -> RunReport:
         report.lag_seconds = max(report.lag_seconds, now_epoch - min(unfolded))
         if _put_total(usage_key, date_key, group, now_epoch):
             report.totals_written += 1
+            report.changed.append((usage_key, date_key.removeprefix("DAY#")))
         else:
             report.stale_puts_skipped += 1
     table(tables.DAILY_TOTAL).put_item(Item={**HEARTBEAT_KEY, "last_run_epoch": now_epoch,

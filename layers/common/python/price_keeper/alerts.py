@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,10 +43,12 @@ from pydantic import BaseModel, Field
 
 from . import boosts, keys, orgs, reports, tables
 from .aws import client, ddb_client, query_all
+from .aggregation import RunReport
 from .cache import TTLCache
 from .config import get_config
 from .observability import logger
 from .orgs import EffectiveConfig
+from .selection import read_sticky
 from .timeutil import iso_utc, org_day, parse_day
 
 THRESHOLD, FALLBACK, ALL_EXHAUSTED = "THRESHOLD", "FALLBACK", "ALL_EXHAUSTED"
@@ -244,6 +247,26 @@ def evaluate_and_fire(scope: str, config: EffectiveConfig, day: str, totals_by_l
 
 
 # --- GET .../alerts -----------------------------------------------------------------
+
+def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
+    """Evaluate every scope/day whose totals the aggregation run changed (with the totals
+    of all its labels in play); the alerts published. A scope whose evaluation fails is
+    logged and retried by the next run that changes it, without failing the others."""
+    spends: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+    for usage_key, day, cost in report.costs:
+        scope, label = usage_key.rsplit("#LABEL#", 1)
+        spends[(scope, day)][label] = cost
+    fired: list[Alert] = []
+    for scope, day in dict.fromkeys((usage_key.rsplit("#LABEL#", 1)[0], day) for usage_key, day in report.changed):
+        try:
+            org_id, _, app_id = scope.removeprefix("ORG#").partition("#APP#")
+            config = orgs.effective_config(org_id, app_id or None)
+            sticky = read_sticky(scope, day) if config.sticky_fallback_enabled else None
+            fired += evaluate_and_fire(scope, config, day, spends[(scope, day)], sticky.label if sticky else None, now)
+        except Exception:  # noqa: BLE001 - one scope's failure must not stop the others' alerts
+            logger.exception("alert evaluation failed", extra={"scope": scope, "day": day})
+    return fired
+
 
 class AlertEntry(BaseModel):
     type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED"]

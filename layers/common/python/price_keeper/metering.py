@@ -30,7 +30,7 @@ from datetime import datetime, timedelta, timezone
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
-from . import keys, orgs, pricing, profiles, tables
+from . import boosts, keys, orgs, pricing, profiles, tables
 from .aggregation import Totals, usage_expires_at
 from .api import RETRYABLE_CODES
 from .aws import ddb_client, table
@@ -250,7 +250,7 @@ def _accepted_body(outcome: Outcome, now: datetime) -> dict:
 def submit(org_id: str, app_id: str, request: UsageRequest, now: datetime | None = None) -> dict:
     """``POST .../usage``: the 202 body (with the label's current DailyTotal)."""
     now = now or utc_now()
-    config = orgs.effective_config(org_id, app_id)
+    config = boosts.boosted_config(org_id, app_id, now)
     outcome = record(prepare(config, request, now), now)
     return {**_accepted_body(outcome, now), "daily_total": daily_status(config, outcome.label, outcome.day)}
 

@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 
 from botocore.exceptions import ClientError
 
-from . import keys, orgs, pricing, profiles, tables
+from . import boosts, keys, orgs, pricing, profiles, tables
 from .aggregation import read_daily_totals
 from .aws import table
 from .errors import ApiError
@@ -231,7 +231,7 @@ def select_model(org_id: str, app_id: str, force_check: bool = False, now: datet
     now = now or utc_now()
     if force_check:
         orgs.forget(org_id, app_id)
-    config = orgs.effective_config(org_id, app_id)
+    config = boosts.boosted_config(org_id, app_id, now)
     day = org_day(config.timezone, now)
     snapshot = current_decision(config, day, now, consistent=force_check)
     decision = snapshot.decision
