@@ -56,6 +56,7 @@ STICKY_READ = {STICKY_STATE: (GET,)}  # selection.read_sticky
 STICKY_ADVANCE = {STICKY_STATE: (PUT,)}  # selection.write_sticky (conditional put)
 PRICE_QUOTE = {PRICING_CACHE: (BATCH_GET,)}  # pricing.quote (storage.batch_get)
 PRICE_STORE = {PRICING_CACHE: (PUT,)}  # pricing.refresh_pricing_cache (conditional put)
+LIVE_SPEND = {USAGE_AGG_SHARDED: (BATCH_GET,)}  # live_spend.live_spend (selection in tight mode)
 USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # metering.record: TransactWriteItems of a Put and an Update
 AGGREGATION = {  # aggregation.run
     (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # active_shard_keys
@@ -79,7 +80,7 @@ _TABLES: dict[str, Grants] = {
     "quota_boosts": merge(EFFECTIVE_CONFIG, BOOST_CREATE),
     "aggregates": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ),
     "model_selection": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ,
-                             STICKY_ADVANCE, PRICE_QUOTE),
+                             STICKY_ADVANCE, PRICE_QUOTE, LIVE_SPEND),
     "inference_profiles": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_REGISTER),
     "usage": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD,
                    DAILY_STATUS),

@@ -275,3 +275,27 @@ def test_auth_and_ids(api):
                  "INVALID_REQUEST")
     ghost = token_for(tenant.org_id, "ghost")
     assert_error(api.get(f"/api/v1/orgs/{tenant.org_id}/apps/ghost/model-selection", token=ghost), 404, "NOT_FOUND")
+
+
+def test_tight_mode_reads_live_shards_so_a_stale_total_cannot_overspend(api):
+    """DailyTotal says premium is at 94 % (tight); the shards already hold 188 %: fall back now,
+    not one aggregation interval later."""
+    from local.gateway import LambdaContext, load_handler
+    from price_keeper import aggregation, keys, tables
+    from price_keeper.aws import table
+    from price_keeper.timeutil import org_day
+    from tests.usage_support import new_tenant, usage_body
+
+    tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000},
+                        tight_mode_threshold_pct=90)
+    assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
+    load_handler("aggregator")({}, LambdaContext(function_name="aggregator"))
+    assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
+    day = org_day("America/New_York")
+    stale = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": keys.usage_key(tenant.scope, "premium"),
+                                                    "date_key": keys.day_key(day)})["Item"]
+    assert stale["cost_usd_micros"] == 3_760  # the aggregator has not seen the second call
+
+    chosen = api.get(f"{tenant.app_path}/model-selection", token=tenant.token).json()["recommended_model"]
+    assert (chosen["label"], chosen["reason"]) == ("standard", "QUOTA_EXCEEDED_PREMIUM")
+    assert aggregation.run().totals_written == 1

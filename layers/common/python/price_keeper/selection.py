@@ -29,6 +29,7 @@ from . import boosts, keys, orgs, pricing, profiles, tables
 from .aggregation import read_daily_totals
 from .aws import table
 from .errors import ApiError
+from .live_spend import live_spend
 from .orgs import EffectiveConfig
 from .timeutil import day_start_utc, iso_utc, next_midnight_utc, org_day, parse_day, utc_now
 
@@ -158,6 +159,9 @@ MAX_STICKY_RACES = 3
 def current_decision(config: EffectiveConfig, day: str, now: datetime, consistent: bool = False) -> Snapshot:
     """Read sticky state and totals, decide, and move sticky state forward when needed.
 
+    In tight mode the DailyTotals (up to one aggregation interval old) are not trusted:
+    the live shards are read too (one BatchGetItem) and the larger spend counts, which
+    bounds a burst's overshoot past the quota (``benchmarks/overshoot.py``).
     When the conditional write loses a race, the state is re-read and the decision made
     again over the winner's state.
     """
@@ -171,6 +175,10 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
                       config.sticky_fallback_enabled, state)
 
     decision = decide_now(sticky)
+    if decision.mode == TIGHT:
+        live = live_spend(config.scope, config.model_ordering, day, config.agg_shard_count)
+        spends = {label: max(spend, live[label]) for label, spend in spends.items()}
+        decision = decide_now(sticky)
     for _ in range(MAX_STICKY_RACES):
         if decision.flip_to is None or write_sticky(config, day, decision.flip_to, now):
             break
