@@ -1,0 +1,57 @@
+"""Property tests (hypothesis) for the cost maths and the org-day boundaries."""
+from datetime import datetime, timedelta, timezone
+from fractions import Fraction
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from price_keeper.config import Prices
+from price_keeper.pricing import Tokens, cost_usd_micros
+from price_keeper.timeutil import day_start_utc, next_midnight_utc, org_date, org_day
+
+counts = st.integers(min_value=0, max_value=10_000_000)
+rates = st.integers(min_value=0, max_value=100_000_000)
+tokens = st.builds(Tokens, counts, counts, counts, counts)
+prices = st.builds(Prices, rates, rates, rates, rates)
+ZONES = ["UTC", "America/New_York", "Europe/Berlin", "Asia/Kolkata", "Pacific/Auckland", "Australia/Lord_Howe",
+         "America/St_Johns", "Pacific/Chatham", "Asia/Kathmandu", "America/Santiago"]
+moments = st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2035, 12, 31),
+                       timezones=st.just(timezone.utc))
+
+
+@given(tokens, prices)
+def test_cost_is_the_exact_total_rounded_up_once(usage, price):
+    exact = Fraction(usage.input * price.input + usage.output * price.output + usage.cache_read * price.cache_read
+                     + usage.cache_write * price.cache_write, 1_000_000)
+    cost = cost_usd_micros(usage, price)
+    assert isinstance(cost, int) and cost >= 0
+    assert cost - 1 < exact <= cost
+
+
+@given(tokens, prices, st.sampled_from(["input", "output", "cache_read", "cache_write"]), counts)
+def test_more_tokens_never_cost_less(usage, price, field, extra):
+    more = Tokens(**{**usage.__dict__, field: getattr(usage, field) + extra})
+    assert cost_usd_micros(more, price) >= cost_usd_micros(usage, price)
+
+
+@given(tokens, tokens, prices)
+def test_splitting_a_call_costs_at_most_one_micro_usd_more(a, b, price):
+    whole = Tokens(a.input + b.input, a.output + b.output, a.cache_read + b.cache_read, a.cache_write + b.cache_write)
+    assert 0 <= cost_usd_micros(a, price) + cost_usd_micros(b, price) - cost_usd_micros(whole, price) <= 1
+
+
+@settings(max_examples=300)
+@given(moments, st.sampled_from(ZONES))
+def test_a_moment_lies_inside_its_org_day(moment, zone):
+    start = day_start_utc(zone, org_date(zone, moment))
+    end = next_midnight_utc(zone, moment)
+    assert start <= moment < end
+    assert org_day(zone, start) == org_day(zone, moment)
+    assert org_date(zone, end) == org_date(zone, moment) + timedelta(days=1)
+
+
+@settings(max_examples=300)
+@given(moments, st.sampled_from(ZONES))
+def test_org_days_last_23_to_25_hours(moment, zone):
+    length = next_midnight_utc(zone, moment) - day_start_utc(zone, org_date(zone, moment))
+    assert timedelta(hours=23) <= length <= timedelta(hours=25)
