@@ -61,7 +61,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(payload)
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+    def __getattr__(self, name: str):
+        """Every method goes to the gateway (unknown ones get its 405/404 in the error schema)."""
+        if name.startswith("do_"):
+            return self._serve
+        raise AttributeError(name)
 
     def log_message(self, fmt: str, *args) -> None:  # quieter than the default stderr line
         log.debug("%s %s", self.address_string(), fmt % args)

@@ -27,3 +27,9 @@ def test_health_is_503_when_the_store_is_gone(api, monkeypatch):
 
 def test_unknown_route_is_404_in_the_error_schema(api):
     assert_error(api.get("/api/v1/nothing-here"), 404, "NOT_FOUND")
+
+
+def test_multipart_body_without_boundary_is_400_not_500(api):
+    """Found by schemathesis against the local server: Powertools' form parser raised."""
+    reply = api.post("/auth/token", '{"client_id": "x"}', headers={"Content-Type": "multipart/form-data"})
+    assert_error(reply, 400, "INVALID_REQUEST")

@@ -125,6 +125,12 @@ def build_app(*routers: Router) -> APIGatewayRestResolver:
     return app
 
 
+def _is_multipart(event: dict) -> bool:
+    headers = event.get("headers") or {}
+    return any(name.lower() == "content-type" and str(value).lower().startswith("multipart/")
+               for name, value in headers.items())
+
+
 def lambda_entry(app: APIGatewayRestResolver):
     """The Lambda entry point for a resolver, with Powertools logging, tracing and metrics."""
 
@@ -134,6 +140,10 @@ def lambda_entry(app: APIGatewayRestResolver):
     @tracer.capture_lambda_handler(capture_response=False)
     @metrics.log_metrics
     def lambda_handler(event: dict, context) -> dict:
+        if _is_multipart(event):  # Powertools' form parser runs before any middleware and raises
+            body = error_body("INVALID_REQUEST", "Content-Type must be application/json",
+                              request_id=(event.get("requestContext") or {}).get("requestId"))
+            return {"statusCode": 400, "headers": {"Content-Type": "application/json"}, "body": dumps(body)}
         return app.resolve(event, context)
 
     return lambda_handler
