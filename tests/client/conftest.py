@@ -119,6 +119,21 @@ def wait_for(probe, timeout: float = 30.0, interval: float = 0.25):
         time.sleep(interval)
 
 
+def wait_for_quota_exceeded(keeper):
+    """The ``QuotaExceeded`` model selection raises once the aggregator has folded the spend
+    (``None`` if it never does within ``wait_for``'s timeout)."""
+    from price_keeper_client import QuotaExceeded
+
+    def spent():
+        try:
+            keeper.select_model(force=True)
+        except QuotaExceeded as error:
+            return error
+        return None
+
+    return wait_for(spent)
+
+
 def cli(server: Server, *args: str, env: dict | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
     """Runs the installed ``price-keeper`` console script against the test server."""
     full_env = {name: value for name, value in os.environ.items() if not name.startswith("PRICE_KEEPER_")}

@@ -17,7 +17,7 @@ from price_keeper_client import PriceKeeper, QuotaExceeded, UsageRecord
 from price_keeper_client.models import DailySpend
 from price_keeper_client.spend_table import render
 
-from .conftest import BIN, ROOT, converse_response, provision, stubbed_bedrock, wait_for
+from .conftest import BIN, ROOT, converse_response, provision, stubbed_bedrock, wait_for, wait_for_quota_exceeded
 
 pytestmark = pytest.mark.e2e
 
@@ -99,14 +99,7 @@ def test_application_snippet_when_the_budget_is_spent(doc, server, monkeypatch, 
         keeper.report_usage(UsageRecord(str(uuid.uuid4()), "economy", "amazon.nova-micro-v1:0", 10_000, 0,
                                         datetime.now(timezone.utc)))
 
-        def spent():
-            try:
-                keeper.select_model(force=True)
-            except QuotaExceeded as error:
-                return error
-            return None
-
-        error = wait_for(spent)
+        error = wait_for_quota_exceeded(keeper)
     assert isinstance(error, QuotaExceeded)
     use_credentials(monkeypatch, server, creds)
     exec(compile(snippet, f"{doc} snippet", "exec"), {"__name__": "snippet"})

@@ -15,7 +15,7 @@ from requests.adapters import HTTPAdapter
 
 from price_keeper_client import PriceKeeper, QuotaExceeded, RetryPolicy, UsageRecord
 
-from .conftest import CallLog, FakeClock, converse_response, provision, stubbed_bedrock, wait_for
+from .conftest import CallLog, FakeClock, converse_response, provision, stubbed_bedrock, wait_for, wait_for_quota_exceeded
 
 pytestmark = pytest.mark.e2e
 
@@ -189,14 +189,7 @@ def test_all_quotas_spent_raises_quota_exceeded_with_retry_after(server):
     keeper, _ = make_keeper(server, creds, bedrock_client=bedrock)
     keeper.report_usage(usage(label="economy", model="amazon.nova-micro-v1:0", input_tokens=10_000))
 
-    def spent():
-        try:
-            keeper.select_model(force=True)
-        except QuotaExceeded as error:
-            return error
-        return None
-
-    error = wait_for(spent)
+    error = wait_for_quota_exceeded(keeper)
     assert isinstance(error, QuotaExceeded), "model selection never answered 429 QUOTA_EXCEEDED"
     tokyo = ZoneInfo("Asia/Tokyo")
     next_midnight = datetime.combine(datetime.now(tokyo).date() + timedelta(days=1), datetime.min.time(), tokyo)
