@@ -309,3 +309,26 @@ def test_aggregator_run_fires_threshold_alert_once(api, bus):
         ("THRESHOLD", "premium", 80)]
     listed = api.get(f"{tenant.org_path}/alerts", token=tenant.org_token).json()["alerts"]
     assert [(a["type"], a["label"], a["threshold_pct"]) for a in listed] == [("THRESHOLD", "premium", 80)]
+
+
+def test_a_scope_whose_alerting_fails_neither_fails_the_run_nor_stops_other_scopes(bus, org_config, caplog):
+    """Spend of an org that is no longer registered (its config read is a 404) is folded and
+    logged; the registered org in the same run still gets its alert."""
+    from price_keeper import aggregation
+    from price_keeper.timeutil import utc_now
+
+    now = utc_now()
+    day = org_day(org_config.timezone, now)
+    ghost_scope = keys.org_key(str(uuid.uuid4()))
+    for scope, cost in ((ghost_scope, 10_000), (org_config.scope, 900)):  # the ghost: 1,000 %; ours: 90 %
+        table(tables.USAGE_AGG_SHARDED).put_item(Item={
+            "shard_key": keys.shard_key(scope, "premium", 0), "date_key": keys.day_key(day),
+            "active_day": keys.day_key(day), "cost_usd_micros": cost, "requests": 1,
+            "updated_at_epoch": int(now.timestamp())})
+    report = aggregation.run(now)
+    assert report.totals_written == 2
+    fired = alerts.fire_after_run(report, now)
+    assert kinds(fired) == [(THRESHOLD, "premium", 80)]
+    assert [e["detail"]["scope"] for e in bus()] == [org_config.scope]
+    assert records(ghost_scope) == []
+    assert "alert evaluation failed" in caplog.text

@@ -1,24 +1,65 @@
 """Schemathesis against the served OpenAPI document of the local server: every operation,
-positive and negative data, no 5xx and every response within its documented schema."""
+positive and negative data, no 5xx and every response within its documented schema.
+
+Two passes: one with the path ids pinned to a provisioned org and app and a real bearer
+token, so the authenticated handlers run past ``auth.authorize``; one with generated ids,
+so id validation and tenant checks see hostile paths."""
+import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.local_server import local_server
 
 KEY = "fuzz-provisioning-key"
 ST = Path(sys.executable).parent / "st"
+CHECKS = "not_a_server_error,response_schema_conformance"
 
 pytestmark = pytest.mark.e2e
 
 
+def provisioned_tenant(base: str) -> tuple[str, str, str]:
+    """(org_id, app_id, org access token) of an org and app created over the API; an org
+    token may act on the org and on every app in it."""
+    org_id, app_id = str(uuid.uuid4()), "fuzz-app"
+    headers = {"X-API-Key": KEY}
+    org = requests.put(f"{base}/api/v1/orgs/{org_id}", headers=headers, timeout=30, json={
+        "org_name": "fuzz", "timezone": "America/New_York", "quota_scope": "APP",
+        "model_ordering": ["premium", "standard", "economy"],
+        "quotas": {"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000}})
+    org.raise_for_status()
+    requests.put(f"{base}/api/v1/orgs/{org_id}/apps/{app_id}", headers=headers, timeout=30,
+                 json={"app_name": "fuzz"}).raise_for_status()
+    token = requests.post(f"{base}/auth/token", timeout=30,
+                          json={**org.json()["credentials"], "grant_type": "client_credentials"})
+    token.raise_for_status()
+    return org_id, app_id, token.json()["access_token"]
+
+
+def schemathesis_run(base: str, tmp_path: Path, name: str, max_examples: int, headers: dict,
+                     path_ids: dict | None = None) -> None:
+    """One ``st run``; headers go in the config file (a CLI ``-H`` would replace them all)."""
+    config = "headers = { " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in headers.items()) + " }\n"
+    if path_ids:
+        config += "[parameters]\n" + "".join(f'"path.{k}" = {json.dumps(v)}\n' for k, v in path_ids.items())
+    config_file = tmp_path / f"{name}.toml"
+    config_file.write_text(config)
+    result = subprocess.run(
+        [str(ST), "--config-file", str(config_file), "--no-color", "run", f"{base}/openapi.json",
+         "--checks", CHECKS, "--max-examples", str(max_examples), "--seed", "20261122"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{name}:\n" + result.stdout[-6000:] + result.stderr[-2000:]
+    assert " passed" in result.stdout
+    assert "Authentication failed" not in result.stdout, f"{name}: the token did not authenticate"
+
+
 def test_no_server_error_and_no_schema_violation(tmp_path):
     with local_server(tmp_path, KEY) as base:
-        result = subprocess.run(
-            [str(ST), "run", f"{base}/openapi.json", "--checks", "not_a_server_error,response_schema_conformance",
-             "--max-examples", "10", "--seed", "20261122", "-H", f"X-API-Key: {KEY}", "--no-color"],
-            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-    assert " passed" in result.stdout
+        org_id, app_id, token = provisioned_tenant(base)
+        headers = {"X-API-Key": KEY, "Authorization": f"Bearer {token}"}
+        schemathesis_run(base, tmp_path, "authenticated", 15, headers, {"org_id": org_id, "app_id": app_id})
+        schemathesis_run(base, tmp_path, "generated_ids", 5, headers)
