@@ -6,13 +6,15 @@
    per handler, with tracing enabled as in Lambda): the sum of top-level imports, in ms.
 2. Requests/second and p50/p99 latency of usage submission and model selection against
    the local server (``python -m local``, in-memory) under concurrent load on loopback.
-3. Projected monthly cost at 10 requests/second from the DynamoDB units that
-   ``benchmarks/dynamodb_costs.py`` measures per request, beside the schema seed's own
-   estimate. Prices: us-east-1 on-demand list prices (see PRICES).
+3. DynamoDB calls and capacity units per warm request, measured on moto by
+   ``benchmarks/dynamodb_costs.py``'s meter (one active scope).
+4. Projected monthly cost at 10 requests/second from those units, beside the schema
+   seed's own estimate. Prices: us-east-1 on-demand list prices (see PRICES).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -36,8 +38,9 @@ PRICES = {  # USD, us-east-1 on-demand list prices
     "lambda_per_million_requests": 0.20, "lambda_per_gb_second_arm64": 0.0000133334,
     "api_gateway_rest_per_million": 3.50,
 }
-# Per request, warm path, from benchmarks/dynamodb_costs.py (see docs/metering.md).
-UNITS = {"usage": {"wru": 4.0, "rru": 0.5}, "model_selection": {"wru": 0.0, "rru": 2.0}}
+# Submissions before measuring, so every usage shard of the day exists (a day's first write
+# to a shard also writes its active-by-day index entry, 1 WRU, once per shard and day).
+WARM_SUBMISSIONS = 100
 SEED_ESTIMATE_DYNAMODB_USD = 8.77  # seed 000 "with revocation check caching"
 LAMBDA_MEMORY_GB = 0.256
 
@@ -46,8 +49,9 @@ def import_ms(function: str) -> float:
     code = ("import importlib.util, sys; sys.path.insert(0, 'layers/common/python');"
             f"s = importlib.util.spec_from_file_location('h', 'lambdas/{function}/handler.py');"
             "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)")
-    result = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=ROOT, capture_output=True,
-                            text=True, check=True)
+    env = {name: value for name, value in os.environ.items() if name != "POWERTOOLS_TRACE_DISABLED"}
+    result = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=ROOT, env=env,
+                            capture_output=True, text=True, check=True)
     total_us = 0
     for line in result.stderr.splitlines():
         parts = line.split("|")
@@ -71,11 +75,38 @@ def load(base: str, method: str, path: str, make_body, headers: dict, count: int
     return count / elapsed, statistics.median(latencies) * 1000, latencies[int(len(latencies) * 0.99) - 1] * 1000
 
 
-def monthly_cost(p50_ms: dict) -> list[tuple[str, float]]:
+def measured_units() -> dict[str, dict]:
+    """Calls, write and read units of one warm usage submission and one warm model
+    selection, on moto with dynamodb_costs' meter, in the steady state of a busy day.
+
+    Imported here, not at the top: dynamodb_costs configures a moto environment on import."""
+    import dynamodb_costs
+    from moto import mock_aws
+
+    from price_keeper import aws, cache, metering, selection
+    from tests.moto_support import serialized_moto
+
+    with mock_aws(), serialized_moto():
+        aws.reset()
+        cache.clear_all()
+        dynamodb_costs.create_tables()
+        meter = dynamodb_costs.Meter()
+        org_id, app_id = dynamodb_costs.seed_scopes(1)[0]
+        for _ in range(WARM_SUBMISSIONS):
+            metering.submit(org_id, app_id, dynamodb_costs.usage())
+        selection.select_model(org_id, app_id)
+        measured = {
+            "usage": dynamodb_costs.measure(meter, lambda: metering.submit(org_id, app_id, dynamodb_costs.usage())),
+            "model_selection": dynamodb_costs.measure(meter, lambda: selection.select_model(org_id, app_id)),
+        }
+    return {request: dict(zip(("calls", "wru", "rru"), row)) for request, row in measured.items()}
+
+
+def monthly_cost(p50_ms: dict, units: dict) -> list[tuple[str, float]]:
     per_month = 10 * 86400 * 30  # requests at 10/s, half usage reports, half selections
     rows = []
     dynamodb = sum(per_month / 2 / 1e6 * (u["wru"] * PRICES["dynamodb_per_million_wru"]
-                                          + u["rru"] * PRICES["dynamodb_per_million_rru"]) for u in UNITS.values())
+                                          + u["rru"] * PRICES["dynamodb_per_million_rru"]) for u in units.values())
     rows.append(("DynamoDB (measured units)", dynamodb))
     gb_seconds = sum(per_month / 2 * ms / 1000 * LAMBDA_MEMORY_GB for ms in p50_ms.values())
     rows.append(("Lambda (requests + GB-s at local p50)",
@@ -123,8 +154,13 @@ def main() -> None:
             rps, p50[name], p99 = load(base, method, path, body, headers, args.requests, args.threads)
             print(f"  {name:16s} {rps:7.1f} req/s   p50 {p50[name]:6.1f} ms   p99 {p99:6.1f} ms")
 
+    units = measured_units()
+    print("\nDynamoDB per warm request (moto, units computed from item sizes)")
+    for name, measured in units.items():
+        print(f"  {name:16s} {measured['calls']:50s} {measured['wru']:g} WRU  {measured['rru']:g} RRU")
+
     print("\nProjected monthly cost at 10 req/s (USD)")
-    for name, cost in monthly_cost(p50):
+    for name, cost in monthly_cost(p50, units):
         print(f"  {name:40s} {cost:8.2f}")
 
 
