@@ -2,11 +2,10 @@
 alerts and monitoring."""
 from __future__ import annotations
 
-import yaml
 from aws_cdk import CfnOutput, RemovalPolicy, Stack, aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from price_keeper.config import parse_config
+from price_keeper.config import parse_config, read_raw
 
 from . import access
 from .alerts import Alerts
@@ -33,7 +32,7 @@ class PriceKeeperStack(Stack):
     def __init__(self, scope: Construct, id: str, *, settings: Settings, **kwargs):
         super().__init__(scope, id, description="Bedrock Price Keeper: daily spend quotas for Amazon Bedrock", **kwargs)
         # A broken config.yaml fails the synth, not the first request after the deploy.
-        parse_config(yaml.safe_load(settings.config_path.read_text(encoding="utf-8")))
+        parse_config(read_raw(settings.config_path))
 
         self.tables = Tables(self, "Tables", settings)
         self.jwt_secret = _generated_secret(

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from price_keeper import aggregation, cache, keys, orgs, selection, tables
-from price_keeper.aws import table
+from price_keeper.aws import ddb_client, table
 from price_keeper.selection import Sticky, decide, quota_pct, quota_status
 from price_keeper.timeutil import next_midnight_utc, org_day
 from tests.conftest import assert_error
@@ -120,26 +120,33 @@ def put_total(scope: str, label: str, day: str, cost: int) -> None:
                                              "cost_usd_micros": cost, "requests": 1, "updated_at_epoch": 1})
 
 
-def test_losing_the_sticky_race_adopts_the_winners_state(aws, monkeypatch):
+def test_losing_the_sticky_race_adopts_the_winners_state(aws):
     tenant = new_tenant()
     config = config_of(tenant)
     now = datetime.now(timezone.utc)
     day = org_day(config.timezone, now)
     put_total(tenant.scope, "premium", day, 10_000_000)
     # this instance read "no sticky state" just before another one moved the day to economy
-    real_read = selection.read_sticky
-    reads = []
+    events = ddb_client().meta.events
+    sticky_reads = []
 
-    def read_before_the_other_write(scope, day, consistent=False):
-        reads.append(consistent)
-        if len(reads) == 1:
-            assert selection.write_sticky(config, day, 2, now)  # the other instance wins
-            return None
-        return real_read(scope, day, consistent)
+    def other_instance_wins(**_):
+        if not sticky_reads:
+            sticky_reads.append("batch")
+            assert selection.write_sticky(config, day, 2, now)
 
-    monkeypatch.setattr(selection, "read_sticky", read_before_the_other_write)
-    snapshot = selection.current_decision(config, day, now)
-    assert reads == [False, True]  # the flip to standard lost; the state was re-read strongly consistent
+    def remember_get(params, **_):
+        if params["TableName"] == tables.STICKY_STATE.physical_name:
+            sticky_reads.append(("get", params.get("ConsistentRead")))
+
+    events.register("after-call.dynamodb.BatchGetItem", other_instance_wins)
+    events.register("provide-client-params.dynamodb.GetItem", remember_get)
+    try:
+        snapshot = selection.current_decision(config, day, now)
+    finally:
+        events.unregister("after-call.dynamodb.BatchGetItem", other_instance_wins)
+        events.unregister("provide-client-params.dynamodb.GetItem", remember_get)
+    assert sticky_reads == ["batch", ("get", True)]  # the flip to standard lost; re-read strongly consistent
     assert (snapshot.decision.label, snapshot.decision.reason) == ("economy", "STICKY_FALLBACK")
     assert selection.read_sticky(tenant.scope, day) == Sticky("economy", 2)
 

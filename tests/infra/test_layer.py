@@ -1,7 +1,9 @@
 """The shared layer bundling: Lambda-ready wheels for the chosen architecture, the
-package, and config.yaml where config.py looks first; the asset hash follows the inputs."""
+package, the config as JSON where config.py looks first, byte code for the runtime's
+Python; the asset hash follows the inputs."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from stacks import REPO_ROOT
-from stacks.layer import bundle_layer, layer_hash
+from price_keeper.config import read_raw
+from stacks.layer import bundle_layer, layer_hash, runtime_python
+from stacks.settings import PYTHON_VERSION
 
 pytestmark = pytest.mark.infra
 
@@ -49,22 +53,37 @@ def test_native_wheels_are_built_for_arm64(bundle):
     assert all(_elf_machine(p) == ELF_MACHINE_AARCH64 for p in native)
 
 
-def test_bundle_has_dependencies_package_and_config_but_no_bytecode(bundle):
-    for name in ("jwt", "bcrypt", "yaml"):
+def test_bundle_has_dependencies_package_and_config_as_json(bundle):
+    for name in ("jwt", "bcrypt"):
         assert (bundle / name / "__init__.py").is_file(), name
+    assert not (bundle / "yaml").exists()  # the layer reads JSON; no YAML parser in a cold start
     source = REPO_ROOT / "layers" / "common" / "python" / "price_keeper"
     assert sorted(p.name for p in (bundle / "price_keeper").glob("*.py")) == sorted(p.name for p in source.glob("*.py"))
-    assert (bundle / "price_keeper" / "config.yaml").read_bytes() == (REPO_ROOT / "config.yaml").read_bytes()
-    assert not list(bundle.rglob("__pycache__"))
+    bundled = json.loads((bundle / "price_keeper" / "config.json").read_text())
+    assert bundled == read_raw(REPO_ROOT / "config.yaml")
+    assert not (bundle / "price_keeper" / "config.yaml").exists()
+
+
+@pytest.mark.skipif(runtime_python() is None, reason=f"no Python {PYTHON_VERSION} on this machine to precompile with")
+def test_every_module_is_precompiled_for_the_runtime(bundle):
+    tag = f"cpython-{PYTHON_VERSION.replace('.', '')}"
+    sources = [p for p in bundle.rglob("*.py") if "__pycache__" not in p.parts]
+    assert len(sources) > 30
+    for source in sources:
+        compiled = source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc"
+        assert compiled.is_file(), source
+        flags = int.from_bytes(compiled.read_bytes()[4:8], "little")
+        assert flags == 0b01, source  # hash-based, unchecked: valid whatever the zip's timestamps
 
 
 def test_bundled_package_reads_its_own_config(bundle, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PRICE_KEEPER_CONFIG"}
     env["PYTHONPATH"] = str(bundle)
     result = subprocess.run(
-        [sys.executable, "-c", "from price_keeper import config; print(config.config_path())"],
+        [sys.executable, "-c", "import sys; from price_keeper import config; config.get_config();"
+                               "print(config.config_path(), 'yaml' in sys.modules)"],
         cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == str(bundle / "price_keeper" / "config.yaml")
+    assert result.stdout.split() == [str(bundle / "price_keeper" / "config.json"), "False"]
 
 
 def test_bundled_package_imports_where_lambda_mounts_layers(bundle):
@@ -76,8 +95,9 @@ def test_bundled_package_imports_where_lambda_mounts_layers(bundle):
         shutil.copytree(bundle / "price_keeper", root / "python" / "price_keeper")
         env = {k: v for k, v in os.environ.items() if k != "PRICE_KEEPER_CONFIG"}
         env["PYTHONPATH"] = str(root / "python")
-        result = subprocess.run(
-            [sys.executable, "-c", "from price_keeper import config; print(config.get_config().service_name)"],
+        result = subprocess.run(  # with the runtime's Python where there is one: its byte code loads
+            [runtime_python() or sys.executable, "-c",
+             "from price_keeper import config; print(config.get_config().service_name)"],
             cwd=root, env=env, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == "bedrock-price-keeper"

@@ -26,7 +26,7 @@ from botocore.exceptions import ClientError
 from . import keys, tables
 from .aws import query_all, table
 from .config import get_config
-from .storage import batch_get
+from .storage import Read, batch_get, batch_get_many
 from .timeutil import org_days_in_play, parse_day, utc_now
 
 SUM_FIELDS = ("cost_usd_micros", "input_tokens", "output_tokens", "cache_read_input_tokens",
@@ -64,23 +64,31 @@ class DailyRead:
     def of(self, usage_key: str) -> Totals:
         return self.totals.get(usage_key, Totals())
 
+    @classmethod
+    def from_items(cls, items: Iterable[dict]) -> "DailyRead":
+        totals, last_run = {}, None
+        for item in items:
+            if item["usage_key"] == HEARTBEAT_KEY["usage_key"]:
+                last_run = int(item["last_run_epoch"])
+            else:
+                totals[item["usage_key"]] = Totals.from_item(item)
+        return cls(totals, last_run)
 
-def read_daily_totals(usage_keys: Iterable[str], day: str, *, consistent: bool = False,
-                      include_heartbeat: bool = False) -> DailyRead:
-    """DailyTotals of one org day for ``usage_keys`` (and the aggregator heartbeat) in one
-    BatchGetItem (more when over 100 keys)."""
+
+def daily_totals_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = False) -> Read:
+    """The read of one org day's DailyTotals for ``usage_keys`` (and the aggregator heartbeat),
+    for ``storage.batch_get_many``; ``DailyRead.from_items`` makes sense of what it finds."""
     wanted = [{"usage_key": usage_key, "date_key": keys.day_key(day)} for usage_key in usage_keys]
     if include_heartbeat:
         wanted.append(HEARTBEAT_KEY)
-    found = batch_get(tables.DAILY_TOTAL, wanted, consistent=consistent,
-                      attributes=[*SUM_FIELDS, "updated_at_epoch", "last_run_epoch"])
-    totals, last_run = {}, None
-    for item in found:
-        if item["usage_key"] == HEARTBEAT_KEY["usage_key"]:
-            last_run = int(item["last_run_epoch"])
-        else:
-            totals[item["usage_key"]] = Totals.from_item(item)
-    return DailyRead(totals, last_run)
+    return Read(tables.DAILY_TOTAL, wanted, [*SUM_FIELDS, "updated_at_epoch", "last_run_epoch"])
+
+
+def read_daily_totals(usage_keys: Iterable[str], day: str, *, consistent: bool = False,
+                      include_heartbeat: bool = False) -> DailyRead:
+    """DailyTotals of one org day in one BatchGetItem (more when over 100 keys)."""
+    read = daily_totals_read(usage_keys, day, include_heartbeat=include_heartbeat)
+    return DailyRead.from_items(batch_get_many([read], consistent=consistent)[0])
 
 
 # --- the aggregator ----------------------------------------------------------------

@@ -1,20 +1,23 @@
-"""Service configuration loaded once per process from ``config.yaml``.
+"""Service configuration loaded once per process.
 
-Lookup order: ``PRICE_KEEPER_CONFIG`` (a path), the copy the CDK bundling places in
-this package, then the repository root (local stack and tests).
+People edit ``config.yaml``; the CDK bundling ships it in the layer as ``config.json``
+(parsed and checked at synth), so a Lambda cold start reads it with the standard library
+instead of importing and running a YAML parser. Lookup order: ``PRICE_KEEPER_CONFIG`` (a
+``.yaml`` or ``.json`` path), the bundled ``config.json`` in this package, then the
+repository's ``config.yaml`` (local stack and tests).
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
+BUNDLED_NAME = "config.json"
 _PACKAGE_DIR = Path(__file__).resolve().parent
 # The repository root is three levels up in a checkout; in Lambda (/opt/python/price_keeper) there is none.
-_CANDIDATES = (_PACKAGE_DIR / "config.yaml", *(root / "config.yaml" for root in _PACKAGE_DIR.parents[3:4]))
+_CANDIDATES = (_PACKAGE_DIR / BUNDLED_NAME, *(root / "config.yaml" for root in _PACKAGE_DIR.parents[3:4]))
 
 LABEL_TYPES = ("model", "profile")
 PROFILE_KINDS = ("in_region", "geographic", "global")
@@ -99,6 +102,16 @@ def config_path() -> Path:
     raise FileNotFoundError("config.yaml not found; set PRICE_KEEPER_CONFIG")
 
 
+def read_raw(path: Path) -> dict:
+    """The settings in a ``.json`` or YAML file, as plain data."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        return json.loads(text)
+    import yaml  # only where config.yaml itself is read: the local stack, tests and synth
+
+    return yaml.safe_load(text)
+
+
 def parse_config(raw: dict) -> ServiceConfig:
     labels = {}
     for name, spec in (raw.get("model_labels") or {}).items():
@@ -138,5 +151,4 @@ def parse_config(raw: dict) -> ServiceConfig:
 
 @lru_cache(maxsize=1)
 def get_config() -> ServiceConfig:
-    with open(config_path(), encoding="utf-8") as handle:
-        return parse_config(yaml.safe_load(handle))
+    return parse_config(read_raw(config_path()))

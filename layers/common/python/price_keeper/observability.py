@@ -9,5 +9,7 @@ SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "price-keeper")
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "BedrockPriceKeeper")
 
 logger = Logger(service=SERVICE)
-tracer = Tracer(service=SERVICE)
+# Only botocore is patched: it is all the I/O there is, and patching every library the X-Ray
+# SDK knows imports each one that is installed (requests, sqlite3, ...) at cold start.
+tracer = Tracer(service=SERVICE, patch_modules=("botocore",))
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)

@@ -1,8 +1,8 @@
 """Model selection: which label a client should call right now.
 
 The rules are pure functions over (ordering, quotas, spends, sticky state) so they are
-testable without AWS; the store layer below reads one StickyState item and one
-BatchGetItem of DailyTotals, and writes StickyState only when the choice moves forward.
+testable without AWS; the store layer below reads the StickyState item and the DailyTotals
+in one BatchGetItem, and writes StickyState only when the choice moves forward.
 
 - The choice is the first label in ``model_ordering`` whose spend is under its quota.
 - Sticky fallback (when enabled): once a later label is chosen because earlier ones are
@@ -26,10 +26,11 @@ from zoneinfo import ZoneInfo
 from botocore.exceptions import ClientError
 
 from . import boosts, keys, orgs, pricing, profiles, tables
-from .aggregation import read_daily_totals
+from .aggregation import DailyRead, daily_totals_read
 from .aws import table
 from .errors import ApiError
 from .live_spend import live_spend
+from .storage import Read, batch_get_many
 from .orgs import EffectiveConfig
 from .timeutil import day_start_utc, iso_utc, next_midnight_utc, org_day, parse_day, utc_now
 
@@ -113,11 +114,21 @@ def refresh_secs(config: EffectiveConfig, mode: str) -> int:
 
 # --- the store layer ---------------------------------------------------------------
 
-def read_sticky(scope: str, day: str, consistent: bool = False) -> Sticky | None:
-    item = table(tables.STICKY_STATE).get_item(
-        Key={"scope_key": scope, "date_key": keys.day_key(day)}, ConsistentRead=consistent,
-        ProjectionExpression="active_model_label, active_model_index").get("Item")
+STICKY_ATTRIBUTES = ("active_model_label", "active_model_index")
+
+
+def _sticky_key(scope: str, day: str) -> dict:
+    return {"scope_key": scope, "date_key": keys.day_key(day)}
+
+
+def _sticky(item: dict | None) -> Sticky | None:
     return Sticky(item["active_model_label"], int(item["active_model_index"])) if item else None
+
+
+def read_sticky(scope: str, day: str, consistent: bool = False) -> Sticky | None:
+    return _sticky(table(tables.STICKY_STATE).get_item(
+        Key=_sticky_key(scope, day), ConsistentRead=consistent,
+        ProjectionExpression=", ".join(STICKY_ATTRIBUTES)).get("Item"))
 
 
 def write_sticky(config: EffectiveConfig, day: str, index: int, now: datetime) -> bool:
@@ -157,7 +168,8 @@ MAX_STICKY_RACES = 3
 
 
 def current_decision(config: EffectiveConfig, day: str, now: datetime, consistent: bool = False) -> Snapshot:
-    """Read sticky state and totals, decide, and move sticky state forward when needed.
+    """Read sticky state and totals (one BatchGetItem), decide, and move sticky state
+    forward when needed.
 
     In tight mode the DailyTotals (up to one aggregation interval old) are not trusted:
     the live shards are read too (one BatchGetItem) and the larger spend counts, which
@@ -165,9 +177,12 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
     When the conditional write loses a race, the state is re-read and the decision made
     again over the winner's state.
     """
-    sticky = read_sticky(config.scope, day, consistent) if config.sticky_fallback_enabled else None
-    totals = read_daily_totals([keys.usage_key(config.scope, label) for label in config.model_ordering], day,
-                               consistent=consistent)
+    reads = [daily_totals_read([keys.usage_key(config.scope, label) for label in config.model_ordering], day)]
+    if config.sticky_fallback_enabled:
+        reads.append(Read(tables.STICKY_STATE, [_sticky_key(config.scope, day)], STICKY_ATTRIBUTES))
+    found = batch_get_many(reads, consistent=consistent)  # one round trip for both tables
+    totals = DailyRead.from_items(found[0])
+    sticky = _sticky(found[1][0]) if config.sticky_fallback_enabled and found[1] else None
     spends = {label: totals.of(keys.usage_key(config.scope, label)).cost_usd_micros for label in config.model_ordering}
 
     def decide_now(state: Sticky | None) -> Decision:

@@ -1,11 +1,12 @@
-"""DynamoDB helpers the metering engine shares: chunked BatchGetItem with retries of
-unprocessed keys, and item sizes computed the way DynamoDB bills them."""
+"""DynamoDB helpers the metering engine shares: chunked BatchGetItem over one or several
+tables with retries of unprocessed keys, and item sizes computed the way DynamoDB bills them."""
 from __future__ import annotations
 
 import random
 import time
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from boto3.dynamodb.types import TypeDeserializer
 
@@ -29,33 +30,62 @@ def _backoff(attempt: int) -> None:
     time.sleep(min(1.0, 0.02 * 2 ** attempt) * random.uniform(0.5, 1.0))
 
 
-def batch_get(spec: TableSpec, item_keys: Iterable[dict], *, consistent: bool = False,
-              attributes: Iterable[str] | None = None) -> list[dict]:
-    """Every existing item among ``item_keys`` (any number; duplicates ignored), in no order.
+@dataclass(frozen=True)
+class Read:
+    """Keys to read from one table, optionally only some attributes (keys always come back)."""
 
-    Calls BatchGetItem with up to 100 keys and retries unprocessed keys with jittered
-    backoff; keys still unprocessed after that make the call a retryable 503.
+    spec: TableSpec
+    keys: Sequence[dict]
+    attributes: Sequence[str] | None = None
+
+    def request(self, consistent: bool) -> dict:
+        request: dict = {"ConsistentRead": consistent}
+        if self.attributes is not None:
+            spec = self.spec
+            names = list(dict.fromkeys([spec.partition_key, *([spec.sort_key] if spec.sort_key else []),
+                                        *self.attributes]))
+            request["ProjectionExpression"] = ", ".join(f"#a{i}" for i in range(len(names)))
+            request["ExpressionAttributeNames"] = {f"#a{i}": n for i, n in enumerate(names)}
+        return request
+
+
+def batch_get_many(reads: Sequence[Read], *, consistent: bool = False) -> list[list[dict]]:
+    """The existing items of each read (one list per read, in no order), fetched together:
+    one BatchGetItem for up to 100 keys over all tables, so a request that needs a few
+    items of several tables pays one round trip.
+
+    Duplicate keys are read once; unprocessed keys are retried with jittered backoff, and
+    keys still unprocessed after that make the call a retryable 503.
     """
-    unique = list({tuple(sorted(key.items())): key for key in item_keys}.values())
-    name = spec.physical_name
-    request: dict = {"ConsistentRead": consistent}
-    if attributes is not None:
-        names = list(dict.fromkeys([spec.partition_key, *([spec.sort_key] if spec.sort_key else []), *attributes]))
-        request["ProjectionExpression"] = ", ".join(f"#a{i}" for i in range(len(names)))
-        request["ExpressionAttributeNames"] = {f"#a{i}": n for i, n in enumerate(names)}
-    found: list[dict] = []
-    for start in range(0, len(unique), BATCH_GET_LIMIT):
-        pending = {name: {**request, "Keys": unique[start:start + BATCH_GET_LIMIT]}}
+    names = [read.spec.physical_name for read in reads]
+    if len(set(names)) != len(names):
+        raise ValueError("one Read per table")
+    requests = {name: read.request(consistent) for name, read in zip(names, reads)}
+    pairs = list({(name, tuple(sorted(key.items()))): (name, key)
+                  for name, read in zip(names, reads) for key in read.keys}.values())
+    found: dict[str, list[dict]] = {name: [] for name in names}
+    for start in range(0, len(pairs), BATCH_GET_LIMIT):
+        pending: dict = {}
+        for name, key in pairs[start:start + BATCH_GET_LIMIT]:
+            pending.setdefault(name, {**requests[name], "Keys": []})["Keys"].append(key)
         for attempt in range(UNPROCESSED_RETRIES + 1):
             reply = ddb_client().batch_get_item(RequestItems=pending)
-            found.extend(reply["Responses"].get(name, []))
+            for name, items in reply["Responses"].items():
+                found[name].extend(items)
             pending = reply.get("UnprocessedKeys") or {}
             if not pending:
                 break
             if attempt == UNPROCESSED_RETRIES:
                 raise service_unavailable()
             _backoff(attempt)
-    return found
+    return [found[name] for name in names]
+
+
+def batch_get(spec: TableSpec, item_keys: Iterable[dict], *, consistent: bool = False,
+              attributes: Iterable[str] | None = None) -> list[dict]:
+    """Every existing item of one table among ``item_keys`` (any number), in no order."""
+    read = Read(spec, list(item_keys), None if attributes is None else list(attributes))
+    return batch_get_many([read], consistent=consistent)[0]
 
 
 # --- item size (what a write or read is billed on) ---------------------------------

@@ -1,0 +1,75 @@
+"""DynamoDB calls per request through the real handlers, as one warm Lambda container sees
+a busy client: the per-request budget of the design (docs/performance.md), all-in, with
+token checks and rate-limit leases included. Call counts are deterministic, so they are
+asserted; time is not (benchmarks/ measures it)."""
+from collections import Counter
+
+import pytest
+
+from price_keeper import ratelimit
+from price_keeper.aws import ddb_client
+from tests.usage_support import new_tenant, usage_body
+
+WARM_REQUESTS = 60
+
+
+@pytest.fixture
+def calls(api, monkeypatch):
+    """DynamoDB operations the service's client makes, counted; rate limits on."""
+    monkeypatch.setenv("RATE_LIMITS", "on")
+    ratelimit._local.clear()
+    seen: Counter = Counter()
+
+    def count(model, **_):
+        seen[model.name] += 1
+
+    ddb_client().meta.events.register("before-call.dynamodb", count)
+    yield seen
+    ddb_client().meta.events.unregister("before-call.dynamodb", count)
+    ratelimit._local.clear()
+
+
+def leases(requests: int, lease_size: int) -> int:
+    """Rate-limit writes for ``requests``: one per leased slice, plus one if the minute's
+    window turned over during the run."""
+    return -(-requests // lease_size) + 1
+
+
+def test_warm_model_selection_is_one_read(api, calls):
+    tenant = new_tenant()
+    path = f"{tenant.app_path}/model-selection"
+    assert api.get(path, token=tenant.token).status == 200  # cold: config, prices, token check
+    calls.clear()
+    for _ in range(WARM_REQUESTS):
+        assert api.get(path, token=tenant.token).status == 200
+    assert calls["BatchGetItem"] == WARM_REQUESTS  # sticky state + DailyTotals in one call
+    assert calls["UpdateItem"] <= leases(WARM_REQUESTS, 120 // ratelimit.LEASE_FRACTION)
+    assert set(calls) <= {"BatchGetItem", "UpdateItem"}  # no token, config or price reads
+
+
+def test_warm_usage_submission_is_one_write_and_one_read(api, calls):
+    tenant = new_tenant()
+    path = f"{tenant.app_path}/usage"
+    assert api.post(path, usage_body(), token=tenant.token).status == 202  # cold
+    calls.clear()
+    for _ in range(WARM_REQUESTS):
+        assert api.post(path, usage_body(), token=tenant.token).status == 202
+    assert calls["TransactWriteItems"] == WARM_REQUESTS  # dedup item + shard, exactly once
+    assert calls["GetItem"] == WARM_REQUESTS  # the label's DailyTotal for the response
+    assert calls["UpdateItem"] <= leases(WARM_REQUESTS, 1000 // ratelimit.LEASE_FRACTION)
+    assert set(calls) <= {"TransactWriteItems", "GetItem", "UpdateItem"}
+    per_request = sum(calls.values()) / WARM_REQUESTS
+    assert per_request <= 2 + 2 / WARM_REQUESTS
+
+
+def test_a_new_token_is_checked_against_the_revocation_list_once(api, calls):
+    tenant = new_tenant()
+    path = f"{tenant.app_path}/model-selection"
+    assert api.get(path, token=tenant.token).status == 200
+    before = calls["BatchGetItem"]
+    assert api.get(path, token=tenant.org_token).status == 200  # another token: one revocation lookup
+    assert calls["BatchGetItem"] - before == 2  # the selection read + the new token's check
+    calls.clear()
+    for _ in range(10):
+        assert api.get(path, token=tenant.org_token).status == 200
+    assert calls["BatchGetItem"] == 10  # the token's "not revoked" answer is cached
