@@ -1,35 +1,63 @@
-"""Faults injected into DynamoDB mid-request: clients get a retryable 503, and a retried
-record is still counted exactly once."""
+"""Faults injected into DynamoDB mid-request: clients get a retryable 503 (a batch record a
+retryable failure of its own), and a retried record is still counted exactly once."""
 from types import SimpleNamespace
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
 
 from price_keeper import aggregation, keys
 from price_keeper.aws import ddb_client
 from price_keeper.timeutil import org_day
 from tests.conftest import assert_error
+from tests.factories import seed_org
 from tests.usage_support import daily_total, new_tenant, usage_body
 
+RECORD_COST_USD_MICROS = 3_760  # usage_body(): 1,500 input + 800 output tokens of premium
+FOREVER = 10**9  # calls: until the test brings the store back
 
-def fail_calls(operation: str, times: int, code: str = "ProvisionedThroughputExceededException", after: int = 0):
-    """Let ``after`` calls of ``operation`` through, then fail the next ``times`` as a
-    throttled (or erring) DynamoDB would. The injected reply replaces the whole call,
-    botocore's own retries included, so each injected failure is a store that kept failing."""
+
+def fail_calls(operation: str, times: int, code: str = "ProvisionedThroughputExceededException", after: int = 0,
+               unreachable: bool = False, reply_lost: bool = False):
+    """Let ``after`` calls of ``operation`` (``*``: any) through, then fail the next ``times``
+    as a throttled (or erring) DynamoDB would. The injected reply replaces the whole call,
+    botocore's own retries included, so each injected failure is a store that kept failing.
+
+    ``unreachable``: raise ``EndpointConnectionError`` instead, as botocore does once it gives
+    up on a store it cannot connect to. ``reply_lost``: the call reaches the store and is
+    applied; then the connection drops (``ConnectionClosedError``) and the reply is lost.
+    Setting ``["n"] = 0`` on the returned counters brings the store back.
+    """
     left = {"n": times, "passed": after}
+    endpoint = ddb_client().meta.endpoint_url
 
-    def throttle(**_):
+    def fail(**_):
         if left["passed"] > 0:
             left["passed"] -= 1
             return None
         if left["n"] <= 0:
             return None
         left["n"] -= 1
+        if reply_lost:
+            raise ConnectionClosedError(endpoint_url=endpoint)
+        if unreachable:
+            raise EndpointConnectionError(endpoint_url=endpoint)
         return SimpleNamespace(status_code=400), {"Error": {"Code": code, "Message": "injected"},
                                                   "ResponseMetadata": {"HTTPStatusCode": 400}}
 
-    ddb_client().meta.events.register(f"before-call.dynamodb.{operation}", throttle)
+    ddb_client().meta.events.register(f"{'after' if reply_lost else 'before'}-call.dynamodb.{operation}", fail)
     return left
+
+
+def assert_retryable(reply) -> None:
+    """503 ``SERVICE_UNAVAILABLE`` in the error schema, with ``Retry-After``."""
+    body = assert_error(reply, 503, "SERVICE_UNAVAILABLE")
+    assert reply.headers["retry-after"] == "1" and body["retry_after"] == 1
+
+
+def assert_counted_once(tenant, records: int = 1) -> None:
+    aggregation.run()
+    total = daily_total(tenant.scope, "premium", org_day("America/New_York"))
+    assert total["requests"] == records and total["cost_usd_micros"] == records * RECORD_COST_USD_MICROS
 
 
 def test_throttled_store_is_503_and_the_retry_counts_once(api):
@@ -37,14 +65,77 @@ def test_throttled_store_is_503_and_the_retry_counts_once(api):
     body = usage_body()
     fail_calls("TransactWriteItems", 3)
     for _ in range(3):  # the store stays throttled across the client's first retries
-        reply = api.post(f"{tenant.app_path}/usage", body, token=tenant.token)
-        assert_error(reply, 503, "SERVICE_UNAVAILABLE")
-        assert reply.headers["retry-after"] == "1"
+        assert_retryable(api.post(f"{tenant.app_path}/usage", body, token=tenant.token))
     for _ in range(2):  # the client retries (twice, even) with the same request_id
         assert api.post(f"{tenant.app_path}/usage", body, token=tenant.token).status == 202
-    aggregation.run()
-    total = daily_total(tenant.scope, "premium", org_day("America/New_York"))
-    assert total["requests"] == 1 and total["cost_usd_micros"] == 3_760
+    assert_counted_once(tenant)
+
+
+def test_unreachable_store_is_503_on_usage_and_the_retry_counts_once(api):
+    tenant = new_tenant()
+    body = usage_body()
+    store = fail_calls("*", FOREVER, unreachable=True)
+    for _ in range(2):
+        assert_retryable(api.post(f"{tenant.app_path}/usage", body, token=tenant.token))
+    store["n"] = 0  # the store is back
+    first = api.post(f"{tenant.app_path}/usage", body, token=tenant.token)
+    again = api.post(f"{tenant.app_path}/usage", body, token=tenant.token)
+    assert (first.status, first.json()["duplicate"]) == (202, False)
+    assert (again.status, again.json()["duplicate"]) == (202, True)
+    assert_counted_once(tenant)
+
+
+def test_unreachable_store_is_503_on_model_selection(api):
+    tenant = new_tenant()
+    store = fail_calls("*", FOREVER, unreachable=True)
+    assert_retryable(api.get(f"{tenant.app_path}/model-selection", token=tenant.token))
+    store["n"] = 0
+    reply = api.get(f"{tenant.app_path}/model-selection", token=tenant.token)
+    assert reply.status == 200 and reply.json()["recommended_model"]["label"] == "premium"
+
+
+def test_unreachable_store_is_503_on_the_token_endpoint(api):
+    org_id = seed_org()
+    credentials = {"client_id": f"org-{org_id}", "client_secret": "org-secret", "grant_type": "client_credentials"}
+    store = fail_calls("*", FOREVER, unreachable=True)
+    assert_retryable(api.post("/auth/token", credentials))
+    store["n"] = 0
+    assert api.post("/auth/token", credentials).status == 200
+
+
+def test_a_write_whose_reply_was_lost_is_503_and_the_retry_counts_once(api):
+    """The transaction landed but the connection dropped before its reply: the client sees a
+    503 and retries; the dedup item written with the record makes the retry a duplicate."""
+    tenant = new_tenant()
+    body = usage_body()
+    fail_calls("TransactWriteItems", 1, reply_lost=True)
+    assert_retryable(api.post(f"{tenant.app_path}/usage", body, token=tenant.token))
+    retry = api.post(f"{tenant.app_path}/usage", body, token=tenant.token)
+    assert (retry.status, retry.json()["duplicate"]) == (202, True)
+    assert_counted_once(tenant)
+
+
+def test_a_batch_throttled_part_way_fails_only_those_records_and_its_resubmission_counts_each_once(api):
+    tenant = new_tenant()
+    batch = {"requests": [usage_body() for _ in range(6)]}
+    request_ids = [record["request_id"] for record in batch["requests"]]
+    fail_calls("TransactWriteItems", 2, after=2)  # records 3 and 4 of 6 meet a throttled store
+    reply = api.post(f"{tenant.app_path}/usage/batch", batch, token=tenant.token)
+    assert reply.status == 207, reply
+    first = reply.json()
+    assert (first["accepted"], first["failed"]) == (4, 2)
+    assert [result["request_id"] for result in first["results"]] == request_ids
+    for n, result in enumerate(first["results"]):
+        if n in (2, 3):
+            assert (result["status"], result["error"]) == ("failed", "SERVICE_UNAVAILABLE"), result
+        else:
+            assert (result["status"], result["duplicate"]) == ("accepted", False), result
+            assert result["cost_usd_micros"] == RECORD_COST_USD_MICROS
+
+    again = api.post(f"{tenant.app_path}/usage/batch", batch, token=tenant.token).json()
+    assert (again["accepted"], again["failed"]) == (6, 0)
+    assert [result["duplicate"] for result in again["results"]] == [True, True, False, False, True, True]
+    assert_counted_once(tenant, records=6)
 
 
 def test_aggregator_resumes_after_a_failed_run_without_double_counting(api):
