@@ -72,6 +72,8 @@ class Meter:
         if model.name == "TransactWriteItems":  # item sizes before the update
             self._before = [self._size(body["TableName"], body["Key"]) if kind == "Update" else 0
                             for kind, body in (next(iter(a.items())) for a in params["TransactItems"])]
+        elif model.name == "UpdateItem":
+            self._before = [self._size(params["TableName"], params["Key"])]
 
     def _size(self, table_name: str, key: dict) -> int:
         item = self.inspect.get_item(TableName=table_name, Key=key).get("Item")
@@ -94,6 +96,9 @@ class Meter:
                 self.wcu += 2 * max(1, math.ceil(max(size, before) / WRITE_UNIT))
                 if kind == "Update" and before == 0 and "active_day" in body["UpdateExpression"]:
                     self.wcu += 1  # the new shard's index entry
+        elif operation == "UpdateItem":  # billed on the larger of before and after, failed or not
+            after = self._size(params["TableName"], params["Key"])
+            self.wcu += max(1, math.ceil(max(after, self._before[0]) / WRITE_UNIT))
         elif operation == "PutItem":
             self.wcu += max(1, math.ceil(item_size(params["Item"]) / WRITE_UNIT))
         elif operation == "GetItem":
@@ -152,6 +157,39 @@ def measure(meter: Meter, action) -> tuple[str, float, float]:
     action()
     calls = ", ".join(f"{count} {name}" for name, count in sorted(meter.calls.items()))
     return calls, meter.wcu, meter.rcu
+
+
+def through_handlers(meter: Meter, requests: int, busy_day: int = 100) -> dict[str, tuple[str, float, float, float]]:
+    """Usage submission and model selection, ``requests`` times each, through their real
+    Lambda handlers (API Gateway events, in process) with one access token and rate limits
+    on, as one warm container serves a busy client, after ``busy_day`` submissions (so
+    every shard of the day exists). Per request: the calls, WCU and RCU, with token checks
+    and rate-limit leases amortised over the run."""
+    from local import gateway
+    from price_keeper import auth
+
+    os.environ["RATE_LIMITS"] = "on"
+    boto3.client("secretsmanager").create_secret(Name=os.environ.get("JWT_SECRET_NAME", "price-keeper/jwt-signing-key"),
+                                                 SecretString=uuid.uuid4().hex)
+    org_id, app_id = seed_scopes(1)[0]
+    for _ in range(busy_day):
+        metering.submit(org_id, app_id, usage())
+    headers = {"Authorization": "Bearer " + auth.issue_tokens(auth.Principal(org_id, app_id))["access_token"],
+               "Content-Type": "application/json"}
+    app = f"/api/v1/orgs/{org_id}/apps/{app_id}"
+    calls = {"usage": lambda: gateway.invoke("POST", f"{app}/usage", headers=headers,
+                                             body=usage().model_dump()),
+             "model_selection": lambda: gateway.invoke("GET", f"{app}/model-selection", headers=headers)}
+    measured = {}
+    for name, call in calls.items():
+        assert call()["statusCode"] < 300  # cold: config, prices, the token's revocation check
+        meter.reset()
+        for _ in range(requests):
+            reply = call()
+            assert reply["statusCode"] < 300, reply
+        per_call = ", ".join(f"{count / requests:g} {operation}" for operation, count in sorted(meter.calls.items()))
+        measured[name] = (per_call, sum(meter.calls.values()) / requests, meter.wcu / requests, meter.rcu / requests)
+    return measured
 
 
 def activate(tenants, submissions_per_scope: int) -> None:

@@ -1,23 +1,24 @@
-"""Latency, throughput, cold-start imports and projected monthly AWS cost, in one run.
+"""Latency, throughput, cold-start imports, DynamoDB units and projected monthly AWS cost,
+in one run.
 
-    .venv/bin/python benchmarks/performance.py [--requests 200] [--threads 4]
+    .venv/bin/python benchmarks/performance.py [--requests 200] [--threads 4] [--runs 9]
 
-1. Cold-start import time of each handler (``python -X importtime``, a fresh interpreter
-   per handler, with tracing enabled as in Lambda): the sum of top-level imports, in ms.
+1. Cold-start import time of each function as Lambda runs it, beside the import of the
+   required libraries alone (``benchmarks/cold_start.py``).
 2. Requests/second and p50/p99 latency of usage submission and model selection against
    the local server (``python -m local``, in-memory) under concurrent load on loopback.
-3. DynamoDB calls and capacity units per warm request, measured on moto by
-   ``benchmarks/dynamodb_costs.py``'s meter (one active scope).
+3. DynamoDB calls and capacity units per warm request, all-in: through the real handlers
+   with one token and rate limits on, token checks and rate-limit leases amortised
+   (``benchmarks/dynamodb_costs.py``'s meter, on moto).
 4. Projected monthly cost at 10 requests/second from those units, beside the schema
    seed's own estimate. Prices: us-east-1 on-demand list prices (see PRICES).
 """
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT)]
 
-from price_keeper import routes  # noqa: E402
+import cold_start  # noqa: E402
 from tests.local_server import local_server  # noqa: E402
 
 KEY = "bench-provisioning-key"
@@ -38,26 +39,9 @@ PRICES = {  # USD, us-east-1 on-demand list prices
     "lambda_per_million_requests": 0.20, "lambda_per_gb_second_arm64": 0.0000133334,
     "api_gateway_rest_per_million": 3.50,
 }
-# Submissions before measuring, so every usage shard of the day exists (a day's first write
-# to a shard also writes its active-by-day index entry, 1 WRU, once per shard and day).
-WARM_SUBMISSIONS = 100
 SEED_ESTIMATE_DYNAMODB_USD = 8.77  # seed 000 "with revocation check caching"
 LAMBDA_MEMORY_GB = 0.256
-
-
-def import_ms(function: str) -> float:
-    code = ("import importlib.util, sys; sys.path.insert(0, 'layers/common/python');"
-            f"s = importlib.util.spec_from_file_location('h', 'lambdas/{function}/handler.py');"
-            "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)")
-    env = {name: value for name, value in os.environ.items() if name != "POWERTOOLS_TRACE_DISABLED"}
-    result = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=ROOT, env=env,
-                            capture_output=True, text=True, check=True)
-    total_us = 0
-    for line in result.stderr.splitlines():
-        parts = line.split("|")
-        if len(parts) == 3 and parts[1].strip().isdigit() and not parts[2].startswith("  "):
-            total_us += int(parts[1])
-    return total_us / 1000
+UNIT_REQUESTS = 100  # per endpoint, under model selection's 120/minute rate limit
 
 
 def load(base: str, method: str, path: str, make_body, headers: dict, count: int, threads: int):
@@ -75,31 +59,23 @@ def load(base: str, method: str, path: str, make_body, headers: dict, count: int
     return count / elapsed, statistics.median(latencies) * 1000, latencies[int(len(latencies) * 0.99) - 1] * 1000
 
 
-def measured_units() -> dict[str, dict]:
-    """Calls, write and read units of one warm usage submission and one warm model
-    selection, on moto with dynamodb_costs' meter, in the steady state of a busy day.
+def measured_units(requests: int) -> dict[str, dict]:
+    """Calls, write and read units per warm usage submission and model selection, through
+    the handlers (token checks and rate-limit leases included), on a busy day.
 
     Imported here, not at the top: dynamodb_costs configures a moto environment on import."""
     import dynamodb_costs
     from moto import mock_aws
 
-    from price_keeper import aws, cache, metering, selection
+    from price_keeper import aws, cache
     from tests.moto_support import serialized_moto
 
     with mock_aws(), serialized_moto():
         aws.reset()
         cache.clear_all()
         dynamodb_costs.create_tables()
-        meter = dynamodb_costs.Meter()
-        org_id, app_id = dynamodb_costs.seed_scopes(1)[0]
-        for _ in range(WARM_SUBMISSIONS):
-            metering.submit(org_id, app_id, dynamodb_costs.usage())
-        selection.select_model(org_id, app_id)
-        measured = {
-            "usage": dynamodb_costs.measure(meter, lambda: metering.submit(org_id, app_id, dynamodb_costs.usage())),
-            "model_selection": dynamodb_costs.measure(meter, lambda: selection.select_model(org_id, app_id)),
-        }
-    return {request: dict(zip(("calls", "wru", "rru"), row)) for request, row in measured.items()}
+        measured = dynamodb_costs.through_handlers(dynamodb_costs.Meter(), requests)
+    return {request: dict(zip(("by_operation", "calls", "wru", "rru"), row)) for request, row in measured.items()}
 
 
 def monthly_cost(p50_ms: dict, units: dict) -> list[tuple[str, float]]:
@@ -121,13 +97,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=9, help="fresh interpreters per cold-start import")
     args = parser.parse_args()
 
-    print("Cold-start imports (ms, tracing on)")
-    for function in (*routes.HTTP_FUNCTIONS, *routes.JOBS):
-        print(f"  {function:20s} {import_ms(function):8.1f}")
-
-    import tempfile
+    imports, _ = cold_start.measure(args.runs)
+    floor = imports["library floor"][0]
+    print(f"Cold-start imports, Lambda-like (ms, min and median of {args.runs}; 'ours' = min - library floor)")
+    for name, (best, median) in imports.items():
+        print(f"  {name:20s} {best:7.1f} {median:7.1f}" + ("" if name == "library floor" else f" {best - floor:7.1f}"))
 
     with tempfile.TemporaryDirectory() as logs, local_server(Path(logs), KEY) as base:
         org_id, app_id = str(uuid.uuid4()), "bench"
@@ -154,10 +131,12 @@ def main() -> None:
             rps, p50[name], p99 = load(base, method, path, body, headers, args.requests, args.threads)
             print(f"  {name:16s} {rps:7.1f} req/s   p50 {p50[name]:6.1f} ms   p99 {p99:6.1f} ms")
 
-    units = measured_units()
-    print("\nDynamoDB per warm request (moto, units computed from item sizes)")
+    units = measured_units(UNIT_REQUESTS)
+    print(f"\nDynamoDB per warm request, all-in ({UNIT_REQUESTS} requests through the handlers, one token, "
+          "rate limits on; moto, units computed from item sizes)")
     for name, measured in units.items():
-        print(f"  {name:16s} {measured['calls']:50s} {measured['wru']:g} WRU  {measured['rru']:g} RRU")
+        print(f"  {name:16s} {measured['calls']:.3f} calls ({measured['by_operation']})  "
+              f"{measured['wru']:g} WRU  {measured['rru']:g} RRU")
 
     print("\nProjected monthly cost at 10 req/s (USD)")
     for name, cost in monthly_cost(p50, units):

@@ -53,6 +53,8 @@ DAILY_TOTALS = {DAILY_TOTAL: (BATCH_GET,)}  # aggregation.read_daily_totals (sto
 DAILY_STATUS = {DAILY_TOTAL: (GET,)}  # metering.daily_status
 DAILY_RANGE = {DAILY_TOTAL: (QUERY,)}  # reports._query_days
 STICKY_READ = {STICKY_STATE: (GET,)}  # selection.read_sticky
+# selection.current_decision: DailyTotals and StickyState in one call (storage.batch_get_many)
+SELECTION_READ = {DAILY_TOTAL: (BATCH_GET,), STICKY_STATE: (BATCH_GET,)}
 STICKY_ADVANCE = {STICKY_STATE: (PUT,)}  # selection.write_sticky (conditional put)
 PRICE_QUOTE = {PRICING_CACHE: (BATCH_GET,)}  # pricing.quote (storage.batch_get)
 PRICE_STORE = {PRICING_CACHE: (PUT,)}  # pricing.refresh_pricing_cache (conditional put)
@@ -79,8 +81,8 @@ _TABLES: dict[str, Grants] = {
     "rotate_credentials": {CONFIG: (UPDATE,)},  # provisioning.rotate_credentials (conditional update)
     "quota_boosts": merge(EFFECTIVE_CONFIG, BOOST_CREATE),
     "aggregates": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ),
-    "model_selection": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ,
-                             STICKY_ADVANCE, PRICE_QUOTE, LIVE_SPEND),
+    "model_selection": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, SELECTION_READ,
+                             STICKY_READ, STICKY_ADVANCE, PRICE_QUOTE, LIVE_SPEND),
     "inference_profiles": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_REGISTER),
     "usage": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD,
                    DAILY_STATUS),

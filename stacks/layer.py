@@ -58,10 +58,11 @@ def runtime_python() -> str | None:
     return None
 
 
-def bundle_layer(output_dir: Path, config_path: Path) -> bool:
+def bundle_layer(output_dir: Path, config_path: Path, pip_platform: str = PIP_PLATFORM) -> bool:
     """Lay out ``output_dir/python``: Lambda-ready wheels of the layer's requirements, the
     ``price_keeper`` package, and the config as ``config.json`` beside it (config.py looks
-    there first). True when the layer was precompiled.
+    there first). True when the layer was precompiled. ``pip_platform`` other than the
+    functions' own is for measuring the layer on this machine (benchmarks/cold_start.py).
 
     Lambda's /opt is read-only, so modules shipped without byte code are compiled again on
     every cold start (about 30 ms for this layer). With an interpreter of the runtime's
@@ -71,7 +72,7 @@ def bundle_layer(output_dir: Path, config_path: Path) -> bool:
     target = output_dir / "python"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
-         "--platform", PIP_PLATFORM, "--only-binary=:all:", "--python-version", PYTHON_VERSION,
+         "--platform", pip_platform, "--only-binary=:all:", "--python-version", PYTHON_VERSION,
          "--implementation", "cp", "--target", str(target), "-r", str(REQUIREMENTS)],
         check=True, stdout=sys.stderr,
     )

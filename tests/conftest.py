@@ -15,8 +15,9 @@ os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 from local import gateway  # noqa: E402
 from local.stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME  # noqa: E402
 from price_keeper import aws as pk_aws  # noqa: E402
-from price_keeper import cache  # noqa: E402
+from price_keeper import cache, routes  # noqa: E402
 from price_keeper.tables import ALL_TABLES, TTL_ATTRIBUTE  # noqa: E402
+from tests.iam_check import only_granted  # noqa: E402
 
 PROVISIONING_KEY = "test-provisioning-key"
 
@@ -74,7 +75,8 @@ class Reply:
 
 
 class Api:
-    """Calls the real Lambda handlers with real API Gateway proxy events."""
+    """Calls the real Lambda handlers with real API Gateway proxy events, failing on any
+    DynamoDB call the function's deployed role would be denied (tests/iam_check.py)."""
 
     def request(self, method: str, path: str, body=None, headers: dict | None = None, query: str = "",
                 token: str | None = None, api_key: str | None = None) -> Reply:
@@ -86,7 +88,9 @@ class Api:
         if body is not None and not isinstance(body, (str, bytes)):
             body = json.dumps(body)
             headers.setdefault("Content-Type", "application/json")
-        return Reply(gateway.invoke(method, path, body=body, headers=headers, query=query))
+        found = routes.match(method, path)
+        with only_granted(found[0].function if found else None):  # the deployed role would allow it
+            return Reply(gateway.invoke(method, path, body=body, headers=headers, query=query))
 
     def get(self, path, **kw):
         return self.request("GET", path, **kw)

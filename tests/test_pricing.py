@@ -19,6 +19,7 @@ from price_keeper.config import Prices, get_config
 from price_keeper.errors import ApiError
 from price_keeper.timeutil import org_date, org_days_in_play
 from tests.conftest import assert_error
+from tests.iam_check import only_granted
 from tests.test_profiles import register, stub_bedrock
 from tests.usage_support import new_tenant, usage_body
 
@@ -165,7 +166,8 @@ def pricing_item(model_id: str, key: str) -> dict | None:
 
 def test_fetcher_writes_region_and_default_prices_for_every_day_in_play(aws):
     client, stubber = stub_price_list(configured_price_list_pages())
-    report = pricing.refresh_pricing_cache(NOW, client)
+    with only_granted("pricing_fetcher"):
+        report = pricing.refresh_pricing_cache(NOW, client)
     stubber.assert_no_pending_responses()
     assert report["status"] == "ok" and report["models"] == 2
     days = [day.isoformat() for day in org_days_in_play(NOW)]

@@ -1,0 +1,59 @@
+"""Every DynamoDB call a function makes must be granted to it by ``stacks/access.py``.
+
+moto does not check IAM, so a layer change that calls a new table or action passes every
+test and fails only when deployed (AccessDenied). ``only_granted(function)`` records the
+DynamoDB calls made while a handler runs and fails the test on any call the function's role
+would be denied. ``tests.conftest.Api`` wraps every handler call in it, so each handler test
+is also a test of the access map. Calls made from worker threads inside a handler are not
+seen (the hook records the calling thread only).
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+
+from price_keeper.aws import ddb_client
+from stacks.access import TABLE_ACCESS
+
+# TransactWriteItems / TransactGetItems are authorised per action on each item's table.
+_TRANSACT_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
+                     "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
+
+
+def required(operation: str, params: dict) -> list[tuple[str, str | None, str]]:
+    """(table, index or None, IAM action) the call needs."""
+    if operation in ("BatchGetItem", "BatchWriteItem"):
+        return [(table, None, f"dynamodb:{operation}") for table in params["RequestItems"]]
+    if operation in ("TransactWriteItems", "TransactGetItems"):
+        return [(body["TableName"], None, f"dynamodb:{_TRANSACT_ACTIONS[kind]}")
+                for action in params["TransactItems"] for kind, body in action.items()]
+    return [(params["TableName"], params.get("IndexName"), f"dynamodb:{operation}")]
+
+
+def granted(function: str) -> set[tuple[str, str | None, str]]:
+    result = set()
+    for target, actions in TABLE_ACCESS[function].items():
+        spec, index = target if isinstance(target, tuple) else (target, None)
+        result |= {(spec.physical_name, index.name if index else None, action) for action in actions}
+    return result
+
+
+@contextmanager
+def only_granted(function: str | None):
+    if function is None:
+        yield
+        return
+    thread, seen = threading.get_ident(), []
+
+    def record(params, model, **_):
+        if threading.get_ident() == thread:
+            seen.extend(required(model.name, params))
+
+    events = ddb_client().meta.events
+    events.register("provide-client-params.dynamodb", record)
+    try:
+        yield
+    finally:
+        events.unregister("provide-client-params.dynamodb", record)
+    denied = sorted(set(seen) - granted(function), key=str)
+    assert not denied, f"{function} makes DynamoDB calls stacks/access.py does not grant: {denied}"
