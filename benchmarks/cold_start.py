@@ -12,8 +12,9 @@ The functions' environment is rebuilt here (the venv is cached under ``.bench/``
 - ``LAMBDA_TASK_ROOT`` set (the X-Ray SDK then builds no sampling client, as in Lambda),
   tracing on, byte-code writes off (Lambda's /opt and /var/task are read-only).
 
-Each function's handler module is imported in a fresh interpreter ``--runs`` times; the
-time printed is the import alone (interpreter start-up excluded), min and median. The
+Each function's handler module is imported in a fresh interpreter ``--runs`` times (round
+robin over all functions); the time printed is the import alone (interpreter start-up
+excluded), min and median. The
 peer in the same run is the *library floor*: importing only the libraries every HTTP
 function needs (boto3, Powertools Event Handler with validation, Logger/Metrics/Tracer,
 Parameters, pyjwt, bcrypt). "ours" is a handler's min minus the floor's min: what the
@@ -75,10 +76,10 @@ def lambda_environment(layer: Path) -> dict:
     return env
 
 
-def timed_runs(python: Path, env: dict, body: str, runs: int) -> list[float]:
+def timed_run(python: Path, env: dict, body: str) -> float:
     code = TIMED.format(body=body)
-    return sorted(float(subprocess.run([str(python), "-c", code], env=env, cwd=tempfile.gettempdir(),
-                                       capture_output=True, text=True, check=True).stdout) for _ in range(runs))
+    return float(subprocess.run([str(python), "-c", code], env=env, cwd=tempfile.gettempdir(),
+                                capture_output=True, text=True, check=True).stdout)
 
 
 def handler_import(function: str) -> str:
@@ -115,11 +116,14 @@ def measure(runs: int) -> tuple[dict[str, tuple[float, float]], list[tuple[str, 
         if not bundle_layer(Path(out), ROOT / "config.yaml", pip_platform=f"manylinux2014_{machine}"):
             sys.exit("the layer could not be precompiled")
         env = lambda_environment(Path(out) / "python")
-        results = {"library floor": timed_runs(python, env, FLOOR, runs)}
-        for function in (*routes.HTTP_FUNCTIONS, *routes.JOBS):
-            results[function] = timed_runs(python, env, handler_import(function), runs)
-        heaviest = heaviest_packages(python, env, max(results, key=lambda name: results[name][0]))
-    return {name: (times[0], statistics.median(times)) for name, times in results.items()}, heaviest
+        targets = {"library floor": FLOOR, **{function: handler_import(function)
+                                              for function in (*routes.HTTP_FUNCTIONS, *routes.JOBS)}}
+        results: dict[str, list[float]] = {name: [] for name in targets}
+        for _ in range(runs):  # round-robin, so a noisy moment hits every target alike
+            for name, body in targets.items():
+                results[name].append(timed_run(python, env, body))
+        heaviest = heaviest_packages(python, env, max(results, key=lambda name: min(results[name])))
+    return {name: (min(times), statistics.median(times)) for name, times in results.items()}, heaviest
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ from decimal import Decimal
 from typing import Literal, Mapping, Sequence
 
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from . import boosts, keys, orgs, reports, tables
 from .aws import client, ddb_client, query_all
@@ -50,6 +50,7 @@ from .observability import logger
 from .orgs import EffectiveConfig
 from .selection import read_sticky
 from .timeutil import iso_utc, org_day, parse_day
+from .validation import Schema
 
 THRESHOLD, FALLBACK, ALL_EXHAUSTED = "THRESHOLD", "FALLBACK", "ALL_EXHAUSTED"
 EVENT_SOURCE = "price-keeper"
@@ -268,7 +269,7 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
     return fired
 
 
-class AlertEntry(BaseModel):
+class AlertEntry(Schema):
     type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED"]
     label: str | None = Field(description="null for ALL_EXHAUSTED")
     threshold_pct: int | None = Field(description="THRESHOLD only")
@@ -277,7 +278,7 @@ class AlertEntry(BaseModel):
     fired_at: str
 
 
-class AlertList(BaseModel):
+class AlertList(Schema):
     """The 200 reply (OpenAPI document)."""
 
     date: str = Field(description="The org-local day listed, YYYY-MM-DD")

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Annotated
 
 from boto3.dynamodb.conditions import Key
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import Field, StringConstraints
 
 from . import keys, orgs, tables
 from .aws import query_all, table
@@ -32,7 +32,7 @@ from .cache import TTLCache
 from .config import get_config
 from .errors import ApiError, invalid_request, not_found
 from .timeutil import iso_utc
-from .validation import APP_ID_PATTERN, StrictBody
+from .validation import APP_ID_PATTERN, Schema, StrictBody
 
 MAX_BOOST_DAYS = 7
 MAX_AMOUNT_USD_MICROS = 2**63 - 1  # CostAmount is a 64-bit integer
@@ -53,7 +53,7 @@ class BoostRequest(StrictBody):
         None, description="Required when the org's quota_scope is APP; not allowed when it is ORG")
 
 
-class Boost(BaseModel):
+class Boost(Schema):
     """The 201 reply (OpenAPI document)."""
 
     boost_id: str

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from boto3.dynamodb.conditions import Key
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from . import keys, orgs, tables
 from .aws import ddb_client, query_all, table
 from .errors import invalid_request
+from .validation import Schema
 
 MAX_DAYS = 92
 # 200 keys x 92 days of rows stays well under Lambda's 6 MB response limit (JSON ~230 B a row).
@@ -61,7 +62,7 @@ def check_range(first: date, last: date) -> None:
                               **{"from": first.isoformat(), "to": last.isoformat(), "max_days": MAX_DAYS})
 
 
-class SpendRow(BaseModel):
+class SpendRow(Schema):
     date: str = Field(description="Org-local day, YYYY-MM-DD")
     app_id: str | None = Field(description="null in ORG-scoped orgs (spend is kept per org)")
     label: str
@@ -73,7 +74,7 @@ class SpendRow(BaseModel):
     requests: int
 
 
-class SpendReport(BaseModel):
+class SpendReport(Schema):
     """The JSON reply (OpenAPI document); ``format=csv`` has the same columns."""
 
     rows: list[SpendRow]

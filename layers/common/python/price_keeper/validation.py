@@ -34,7 +34,15 @@ def is_region(value: str) -> bool:
     return isinstance(value, str) and _REGION.fullmatch(value) is not None
 
 
-class StrictBody(BaseModel):
+class Schema(BaseModel):
+    """Base of the request and reply shapes. ``defer_build``: pydantic builds a model's
+    validator when it is first used, not at import, so a function does not pay at cold
+    start for the shapes of the other functions that share its modules (~2 ms each)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class StrictBody(Schema):
     """Base of request bodies: JSON types exactly (``"5"`` is not 5, ``1`` is not ``true``)
     and no unknown fields, so a misspelt setting is a 400 instead of silently ignored."""
 
