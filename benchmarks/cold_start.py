@@ -1,6 +1,7 @@
 """Cold-start import time of every function, measured the way Lambda runs them.
 
     .venv/bin/python benchmarks/cold_start.py [--runs 9]
+    .venv/bin/python benchmarks/cold_start.py --instructions [FUNCTION ...]   # valgrind counts
 
 The functions' environment is rebuilt here (the venv is cached under ``.bench/``):
 
@@ -18,7 +19,8 @@ excluded), min and median. The
 peer in the same run is the *library floor*: importing only the libraries every HTTP
 function needs (boto3, Powertools Event Handler with validation, Logger/Metrics/Tracer,
 Parameters, pyjwt, bcrypt). "ours" is a handler's min minus the floor's min: what the
-service's own code adds.
+service's own code adds. Timings on a shared machine are noisy; ``--instructions`` counts
+instructions instead (valgrind), which repeat exactly from run to run.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import argparse
 import hashlib
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -82,6 +85,18 @@ def timed_run(python: Path, env: dict, body: str) -> float:
                                 capture_output=True, text=True, check=True).stdout)
 
 
+def instructions(python: Path, env: dict, body: str) -> int:
+    """Instructions executed by ``body`` beyond a bare interpreter start, counted by
+    ``valgrind --tool=callgrind``: the same on every run however busy the machine is."""
+    def count(code: str) -> int:
+        result = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", str(python),
+                                 "-c", code], env={**env, "PYTHONHASHSEED": "0"}, cwd=tempfile.gettempdir(),
+                                capture_output=True, text=True, check=True)
+        return int(re.search(r"Collected : (\d+)", result.stderr).group(1))
+
+    return count(body) - count("pass")
+
+
 def handler_import(function: str) -> str:
     path = str(ROOT / "lambdas" / function / "handler.py")
     return ("import importlib.util\n"
@@ -107,6 +122,16 @@ def heaviest_packages(python: Path, env: dict, function: str, runs: int = 3, top
     return [(name, micros / 1000) for name, micros in by_package.most_common(top)]
 
 
+def measure_instructions(functions) -> dict[str, int]:
+    """Instructions of the library floor and of each function's handler import (~15 s each)."""
+    python = runtime_venv()
+    with tempfile.TemporaryDirectory() as out:
+        bundle_layer(Path(out), ROOT / "config.yaml", pip_platform=f"manylinux2014_{platform.machine()}")
+        env = lambda_environment(Path(out) / "python")
+        return {"library floor": instructions(python, env, FLOOR),
+                **{function: instructions(python, env, handler_import(function)) for function in functions}}
+
+
 def measure(runs: int) -> tuple[dict[str, tuple[float, float]], list[tuple[str, float]]]:
     """(min, median) ms of the library floor and of every function's handler import, and the
     heaviest packages of the slowest handler."""
@@ -129,7 +154,18 @@ def measure(runs: int) -> tuple[dict[str, tuple[float, float]], list[tuple[str, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--instructions", nargs="*", metavar="FUNCTION",
+                        help="count instructions with valgrind instead of timing (noise-free; ~15 s per "
+                             "function): the named functions, or all")
     args = parser.parse_args()
+    if args.instructions is not None:
+        counts = measure_instructions(args.instructions or (*routes.HTTP_FUNCTIONS, *routes.JOBS))
+        floor = counts["library floor"]
+        print("Cold-start imports, Lambda-like, instructions beyond interpreter start-up (valgrind callgrind)")
+        for name, count in counts.items():
+            print(f"  {name:20s} {count / 1e6:9.1f} M" + ("" if name == "library floor" else
+                                                         f"   ours {100 * (count - floor) / floor:+6.1f} %"))
+        return
     results, heaviest = measure(args.runs)
     floor = results["library floor"][0]
     print(f"Cold-start imports, Lambda-like (runtime Python, bundled layer, tracing on), {args.runs} runs each")
