@@ -32,7 +32,7 @@ def test_cost_is_the_exact_total_rounded_up_once(usage, price):
 
 @given(tokens, prices, st.sampled_from(["input", "output", "cache_read", "cache_write"]), counts)
 def test_more_tokens_never_cost_less(usage, price, field, extra):
-    more = Tokens(**{**usage.__dict__, field: getattr(usage, field) + extra})
+    more = usage._replace(**{field: getattr(usage, field) + extra})
     assert cost_usd_micros(more, price) >= cost_usd_micros(usage, price)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, time, timezone
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
@@ -34,8 +34,7 @@ SUM_FIELDS = ("cost_usd_micros", "input_tokens", "output_tokens", "cache_read_in
 HEARTBEAT_KEY = {"usage_key": "#AGGREGATOR", "date_key": "#HEARTBEAT"}
 
 
-@dataclass(frozen=True)
-class Totals:
+class Totals(NamedTuple):
     cost_usd_micros: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -56,8 +55,7 @@ class Totals:
         return {name: getattr(self, name) for name in SUM_FIELDS}
 
 
-@dataclass(frozen=True)
-class DailyRead:
+class DailyRead(NamedTuple):
     totals: dict[str, Totals]  # by usage_key; absent keys have no spend
     last_run_epoch: int | None  # when the aggregator last ran (only when asked for)
 

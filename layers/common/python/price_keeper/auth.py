@@ -18,8 +18,7 @@ import os
 import secrets
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 import bcrypt
 import jwt
@@ -96,8 +95,7 @@ def require_provisioning_key(presented: str | None) -> None:
 
 # --- clients -----------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Principal:
+class Principal(NamedTuple):
     org_id: str
     app_id: str | None
 

@@ -18,7 +18,6 @@ expiring at 15:00 counts in selection and aggregates until 15:00 and not after.
 """
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Annotated
@@ -185,4 +184,4 @@ def boosted_config(org_id: str, app_id: str | None, now: datetime) -> orgs.Effec
     model selection, aggregates and the usage response compare spend against."""
     config = orgs.effective_config(org_id, app_id)
     extra = active_boosts(config.org_id, config.app_id, config.quota_scope, now)
-    return dataclasses.replace(config, quotas=apply(config.quotas, extra)) if extra else config
+    return config._replace(quotas=apply(config.quotas, extra)) if extra else config

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 BUNDLED_NAME = "config.json"
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -23,8 +24,7 @@ LABEL_TYPES = ("model", "profile")
 PROFILE_KINDS = ("in_region", "geographic", "global")
 
 
-@dataclass(frozen=True)
-class Prices:
+class Prices(NamedTuple):
     """Integer micro-USD per 1M tokens."""
 
     input: int
@@ -33,8 +33,7 @@ class Prices:
     cache_write: int = 0
 
 
-@dataclass(frozen=True)
-class Label:
+class Label(NamedTuple):
     name: str
     type: str
     id: str
@@ -48,8 +47,7 @@ class Label:
     price_list_model: str = ""
 
 
-@dataclass(frozen=True)
-class Metering:
+class Metering(NamedTuple):
     usage_agg_shard_count: int = 8
     tight_mode_threshold_pct: int = 95
     refresh_interval_normal_secs: int = 300
@@ -60,8 +58,7 @@ class Metering:
     aggregation_interval_secs: int = 60
 
 
-@dataclass(frozen=True)
-class Alerts:
+class Alerts(NamedTuple):
     """Spend alert settings: THRESHOLD alerts fire at these percentages of a label's daily quota."""
 
     thresholds_pct: tuple[int, ...] = (80, 95)
@@ -74,8 +71,7 @@ def _alerts(raw: dict) -> Alerts:
     return Alerts(thresholds_pct=tuple(sorted(set(thresholds))))
 
 
-@dataclass(frozen=True)
-class RateLimit:
+class RateLimit(NamedTuple):
     name: str
     requests: int
     per_seconds: int

@@ -24,8 +24,8 @@ import json
 import random
 import re
 import time
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
 
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
@@ -53,8 +53,7 @@ RETRYABLE_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "Provis
 _TIMESTAMP_SHAPE = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 
 
-@dataclass(frozen=True)
-class Submission:
+class Submission(NamedTuple):
     """A validated, priced usage record, ready to be written."""
 
     request_id: str
@@ -67,8 +66,7 @@ class Submission:
     quote: pricing.PriceQuote
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     request_id: str
     label: str
     day: str

@@ -6,7 +6,7 @@ cached in memory for ``CONFIG_CACHE_SECONDS`` (changes reach warm containers wit
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import keys, tables
 from .aws import ddb_client
@@ -22,8 +22,7 @@ APP_OVERRIDABLE = ("model_ordering", "quotas", "tight_mode_threshold_pct",
                    "refresh_interval_normal_secs", "refresh_interval_tight_secs")
 
 
-@dataclass(frozen=True)
-class EffectiveConfig:
+class EffectiveConfig(NamedTuple):
     org_id: str
     app_id: str | None
     org_name: str

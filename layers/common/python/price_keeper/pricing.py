@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import boto3
 from botocore.config import Config
@@ -50,8 +49,7 @@ PRICE_ATTRIBUTES = {
 }
 
 
-@dataclass(frozen=True)
-class Tokens:
+class Tokens(NamedTuple):
     input: int
     output: int
     cache_read: int = 0
@@ -67,8 +65,7 @@ def cost_usd_micros(tokens: Tokens, prices: Prices) -> int:
 
 # --- the price of a day ------------------------------------------------------------
 
-@dataclass(frozen=True)
-class PriceQuote:
+class PriceQuote(NamedTuple):
     prices: Prices
     source: str  # PRICING_API | CONFIG_FALLBACK
     version: str  # the day, yyyy-mm-dd

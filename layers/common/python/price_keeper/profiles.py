@@ -9,8 +9,8 @@ the answer is memoized in memory (AWS is the source of truth, nothing is stored)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import boto3
 from botocore.config import Config
@@ -38,8 +38,7 @@ _profiles = TTLCache(PROFILE_CACHE_SECONDS)
 _routing = TTLCache(ROUTING_CACHE_SECONDS)
 
 
-@dataclass(frozen=True)
-class Profile:
+class Profile(NamedTuple):
     label: str
     arn: str
 
@@ -136,8 +135,7 @@ def model_for_region(profile: Profile, region: str) -> str:
 
 # --- label resolution --------------------------------------------------------------
 
-@dataclass(frozen=True)
-class PricedModel:
+class PricedModel(NamedTuple):
     """What a label bills: the foundation model, the region whose price applies and the
     config fallback prices (``None`` when the model has none)."""
 

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from contextvars import ContextVar
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from botocore.exceptions import ClientError
 
@@ -53,8 +53,7 @@ def response_headers() -> dict:
     return _headers.get() or {}
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(NamedTuple):
     limit: RateLimit
     start: int
 

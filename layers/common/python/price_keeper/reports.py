@@ -20,8 +20,8 @@ import csv
 import io
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import date, datetime
+from typing import NamedTuple
 
 from boto3.dynamodb.conditions import Key
 from pydantic import Field
@@ -80,8 +80,7 @@ class SpendReport(Schema):
     rows: list[SpendRow]
 
 
-@dataclass(frozen=True)
-class UsageKey:
+class UsageKey(NamedTuple):
     app_id: str | None
     label: str
     usage_key: str

@@ -8,7 +8,7 @@ Powertools routes with ``rule(path)`` so the paths are written only here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 API = "/api/v1"
 ORG = f"{API}/orgs/{{org_id}}"
@@ -38,8 +38,7 @@ SPEND_REPORT = f"{ORG}/reports/spend"
 ALERTS = f"{ORG}/alerts"
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):
     method: str
     path: str
     function: str

@@ -19,8 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from botocore.exceptions import ClientError
@@ -61,14 +61,12 @@ def quota_status(spend: int, quota: int, threshold_pct: int) -> str:
     return NORMAL
 
 
-@dataclass(frozen=True)
-class Sticky:
+class Sticky(NamedTuple):
     label: str
     index: int
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     index: int | None  # position of the chosen label in the ordering; None: every label is spent
     label: str | None
     reason: str
@@ -154,8 +152,7 @@ def write_sticky(config: EffectiveConfig, day: str, index: int, now: datetime) -
         return False
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(NamedTuple):
     """What one selection read: spends of the ordering's labels and the decision."""
 
     config: EffectiveConfig

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
 from decimal import Decimal
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from boto3.dynamodb.types import TypeDeserializer
 
@@ -30,8 +29,7 @@ def _backoff(attempt: int) -> None:
     time.sleep(min(1.0, 0.02 * 2 ** attempt) * random.uniform(0.5, 1.0))
 
 
-@dataclass(frozen=True)
-class Read:
+class Read(NamedTuple):
     """Keys to read from one table, optionally only some attributes (keys always come back)."""
 
     spec: TableSpec
