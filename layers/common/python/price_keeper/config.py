@@ -65,7 +65,7 @@ class Alerts(NamedTuple):
 
 
 def _alerts(raw: dict) -> Alerts:
-    thresholds = tuple(raw.get("thresholds_pct", Alerts.thresholds_pct))
+    thresholds = tuple(raw.get("thresholds_pct", Alerts._field_defaults["thresholds_pct"]))
     if any(not isinstance(pct, int) or isinstance(pct, bool) or not 1 <= pct <= 100 for pct in thresholds):
         raise ValueError("alerts.thresholds_pct must be integers from 1 to 100")
     return Alerts(thresholds_pct=tuple(sorted(set(thresholds))))

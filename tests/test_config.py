@@ -1,0 +1,49 @@
+"""config.yaml parsing: defaults for what a file leaves out, refusals of what it gets wrong,
+and the JSON copy the layer ships reading the same as the YAML people edit."""
+import json
+
+import pytest
+
+from price_keeper.config import config_path, parse_config, read_raw
+
+LABEL = {"type": "model", "id": "amazon.nova-pro-v1:0", "input_price_usd_micros_per_1m": 800_000,
+         "output_price_usd_micros_per_1m": 3_200_000}
+
+
+def test_a_file_with_only_labels_gets_every_default():
+    config = parse_config({"model_labels": {"premium": LABEL}})
+    assert config.alerts.thresholds_pct == (80, 95)
+    assert config.metering.usage_agg_shard_count == 8 and config.metering.tight_mode_threshold_pct == 95
+    assert config.rate_limits == {} and config.org_defaults == {}
+    assert config.service_name == "bedrock-price-keeper"
+    premium = config.labels["premium"]
+    assert (premium.prices.input, premium.prices.output, premium.prices.cache_read) == (800_000, 3_200_000, 0)
+    assert premium.profile_kind == "in_region"
+
+
+def test_alert_thresholds_are_sorted_and_deduplicated():
+    config = parse_config({"model_labels": {}, "alerts": {"thresholds_pct": [95, 50, 95]}})
+    assert config.alerts.thresholds_pct == (50, 95)
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"alerts": {"thresholds_pct": [0]}}, "thresholds_pct"),
+    ({"alerts": {"thresholds_pct": [True]}}, "thresholds_pct"),
+    ({"model_labels": {"x": {**LABEL, "type": "engine"}}}, "type must be one of"),
+    ({"model_labels": {"x": {**LABEL, "profile_kind": "planet"}}}, "profile_kind must be one of"),
+])
+def test_mistakes_are_refused_with_the_setting_named(raw, message):
+    with pytest.raises(ValueError, match=message):
+        parse_config(raw)
+
+
+def test_an_unknown_metering_setting_is_refused():
+    with pytest.raises(TypeError, match="shard_cout"):
+        parse_config({"metering": {"shard_cout": 4}})
+
+
+def test_the_json_the_layer_ships_reads_the_same_as_the_yaml(tmp_path):
+    source = config_path()
+    bundled = tmp_path / "config.json"
+    bundled.write_text(json.dumps(read_raw(source)))
+    assert parse_config(read_raw(bundled)) == parse_config(read_raw(source))
