@@ -15,9 +15,8 @@ The functions' environment is rebuilt here (the venv is cached under ``.bench/``
 
 Each function's handler module is imported in a fresh interpreter ``--runs`` times (round
 robin over all functions); the time printed is the import alone (interpreter start-up
-excluded), min and median. The
-peer in the same run is the *library floor*: importing only the libraries every HTTP
-function needs (boto3, Powertools Event Handler with validation, Logger/Metrics/Tracer,
+excluded), min and median. The peer in the same run is the *library floor*: importing
+only the libraries every HTTP function needs (boto3, Powertools Event Handler with validation, Logger/Metrics/Tracer,
 Parameters, pyjwt, bcrypt). "ours" is a handler's min minus the floor's min: what the
 service's own code adds. Timings on a shared machine are noisy; ``--instructions`` counts
 instructions instead (valgrind), which repeat exactly from run to run.
@@ -34,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +45,7 @@ from price_keeper import routes  # noqa: E402
 from stacks.layer import bundle_layer, runtime_python  # noqa: E402
 
 BENCH_DIR = ROOT / ".bench"
+FUNCTIONS = (*routes.HTTP_FUNCTIONS, *routes.JOBS)
 TIMED = "import time; started = time.perf_counter()\n{body}\nprint((time.perf_counter() - started) * 1000)"
 FLOOR = """import boto3, bcrypt, jwt
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -77,6 +78,16 @@ def lambda_environment(layer: Path) -> dict:
                AWS_LAMBDA_FUNCTION_NAME="cold-start-bench", AWS_REGION="us-east-1",
                POWERTOOLS_SERVICE_NAME="price-keeper")
     return env
+
+
+@contextmanager
+def lambda_like():
+    """(python, env): the runtime venv and an environment over a freshly bundled layer."""
+    python = runtime_venv()
+    with tempfile.TemporaryDirectory() as out:
+        if not bundle_layer(Path(out), ROOT / "config.yaml", pip_platform=f"manylinux2014_{platform.machine()}"):
+            sys.exit("the layer could not be precompiled")
+        yield python, lambda_environment(Path(out) / "python")
 
 
 def timed_run(python: Path, env: dict, body: str) -> float:
@@ -124,10 +135,7 @@ def heaviest_packages(python: Path, env: dict, function: str, runs: int = 3, top
 
 def measure_instructions(functions) -> dict[str, int]:
     """Instructions of the library floor and of each function's handler import (~15 s each)."""
-    python = runtime_venv()
-    with tempfile.TemporaryDirectory() as out:
-        bundle_layer(Path(out), ROOT / "config.yaml", pip_platform=f"manylinux2014_{platform.machine()}")
-        env = lambda_environment(Path(out) / "python")
+    with lambda_like() as (python, env):
         return {"library floor": instructions(python, env, FLOOR),
                 **{function: instructions(python, env, handler_import(function)) for function in functions}}
 
@@ -135,20 +143,25 @@ def measure_instructions(functions) -> dict[str, int]:
 def measure(runs: int) -> tuple[dict[str, tuple[float, float]], list[tuple[str, float]]]:
     """(min, median) ms of the library floor and of every function's handler import, and the
     heaviest packages of the slowest handler."""
-    python = runtime_venv()
-    with tempfile.TemporaryDirectory() as out:
-        machine = platform.machine()
-        if not bundle_layer(Path(out), ROOT / "config.yaml", pip_platform=f"manylinux2014_{machine}"):
-            sys.exit("the layer could not be precompiled")
-        env = lambda_environment(Path(out) / "python")
-        targets = {"library floor": FLOOR, **{function: handler_import(function)
-                                              for function in (*routes.HTTP_FUNCTIONS, *routes.JOBS)}}
+    with lambda_like() as (python, env):
+        targets = {"library floor": FLOOR, **{function: handler_import(function) for function in FUNCTIONS}}
         results: dict[str, list[float]] = {name: [] for name in targets}
         for _ in range(runs):  # round-robin, so a noisy moment hits every target alike
             for name, body in targets.items():
                 results[name].append(timed_run(python, env, body))
         heaviest = heaviest_packages(python, env, max(results, key=lambda name: min(results[name])))
     return {name: (min(times), statistics.median(times)) for name, times in results.items()}, heaviest
+
+
+def print_times(results: dict[str, tuple[float, float]], heaviest: list[tuple[str, float]], runs: int) -> None:
+    floor = results["library floor"][0]
+    print(f"Cold-start imports, Lambda-like (runtime Python, bundled layer, tracing on), {runs} runs each")
+    print(f"  {'function':20s} {'min ms':>8s} {'median ms':>10s} {'ours ms':>8s}")
+    for name, (best, median) in results.items():
+        ours = "" if name == "library floor" else f"{best - floor:8.1f}"
+        print(f"  {name:20s} {best:8.1f} {median:10.1f} {ours}")
+    print("  slowest handler's heaviest packages (self time, ms): "
+          + ", ".join(f"{name} {ms:.0f}" for name, ms in heaviest))
 
 
 def main() -> None:
@@ -159,22 +172,14 @@ def main() -> None:
                              "function): the named functions, or all")
     args = parser.parse_args()
     if args.instructions is not None:
-        counts = measure_instructions(args.instructions or (*routes.HTTP_FUNCTIONS, *routes.JOBS))
+        counts = measure_instructions(args.instructions or FUNCTIONS)
         floor = counts["library floor"]
         print("Cold-start imports, Lambda-like, instructions beyond interpreter start-up (valgrind callgrind)")
         for name, count in counts.items():
             print(f"  {name:20s} {count / 1e6:9.1f} M" + ("" if name == "library floor" else
                                                          f"   ours {100 * (count - floor) / floor:+6.1f} %"))
         return
-    results, heaviest = measure(args.runs)
-    floor = results["library floor"][0]
-    print(f"Cold-start imports, Lambda-like (runtime Python, bundled layer, tracing on), {args.runs} runs each")
-    print(f"  {'function':20s} {'min ms':>8s} {'median ms':>10s} {'ours ms':>8s}")
-    for name, (best, median) in results.items():
-        ours = "" if name == "library floor" else f"{best - floor:8.1f}"
-        print(f"  {name:20s} {best:8.1f} {median:10.1f} {ours}")
-    print("  slowest handler's heaviest packages (self time, ms): "
-          + ", ".join(f"{name} {ms:.0f}" for name, ms in heaviest))
+    print_times(*measure(args.runs), args.runs)
 
 
 if __name__ == "__main__":

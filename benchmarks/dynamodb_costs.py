@@ -166,11 +166,11 @@ def through_handlers(meter: Meter, requests: int, busy_day: int = 100) -> dict[s
     every shard of the day exists). Per request: the calls, WCU and RCU, with token checks
     and rate-limit leases amortised over the run."""
     from local import gateway
+    from local.stack import JWT_SECRET_NAME
     from price_keeper import auth
 
-    os.environ["RATE_LIMITS"] = "on"
-    boto3.client("secretsmanager").create_secret(Name=os.environ.get("JWT_SECRET_NAME", "price-keeper/jwt-signing-key"),
-                                                 SecretString=uuid.uuid4().hex)
+    os.environ.update(RATE_LIMITS="on", JWT_SECRET_NAME=JWT_SECRET_NAME)
+    boto3.client("secretsmanager").create_secret(Name=JWT_SECRET_NAME, SecretString=uuid.uuid4().hex)
     org_id, app_id = seed_scopes(1)[0]
     for _ in range(busy_day):
         metering.submit(org_id, app_id, usage())

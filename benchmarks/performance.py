@@ -100,11 +100,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=9, help="fresh interpreters per cold-start import")
     args = parser.parse_args()
 
-    imports, _ = cold_start.measure(args.runs)
-    floor = imports["library floor"][0]
-    print(f"Cold-start imports, Lambda-like (ms, min and median of {args.runs}; 'ours' = min - library floor)")
-    for name, (best, median) in imports.items():
-        print(f"  {name:20s} {best:7.1f} {median:7.1f}" + ("" if name == "library floor" else f" {best - floor:7.1f}"))
+    cold_start.print_times(*cold_start.measure(args.runs), args.runs)
 
     with tempfile.TemporaryDirectory() as logs, local_server(Path(logs), KEY) as base:
         org_id, app_id = str(uuid.uuid4()), "bench"

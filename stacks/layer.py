@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 import jsii
@@ -45,9 +46,11 @@ def layer_hash(config_path: Path) -> str:
     return digest.hexdigest()
 
 
+@lru_cache(maxsize=1)
 def runtime_python() -> str | None:
     """An interpreter of the functions' Python version (``LAYER_PYTHON``, ``python3.12`` on
-    the PATH, or a pyenv install), or ``None`` when this machine has none."""
+    the PATH, or a pyenv install), or ``None`` when this machine has none. Probed once per
+    process: a synth asks twice (the asset hash, then the bundling)."""
     candidates = [os.environ.get("LAYER_PYTHON"), sys.executable, shutil.which(f"python{PYTHON_VERSION}"),
                   *sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{PYTHON_VERSION}.*/bin/python3")))]
     for candidate in filter(None, candidates):

@@ -15,7 +15,7 @@ os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 from local import gateway  # noqa: E402
 from local.stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME  # noqa: E402
 from price_keeper import aws as pk_aws  # noqa: E402
-from price_keeper import cache, routes  # noqa: E402
+from price_keeper import cache, ratelimit, routes  # noqa: E402
 from price_keeper.tables import ALL_TABLES, TTL_ATTRIBUTE  # noqa: E402
 from tests.iam_check import only_granted  # noqa: E402
 
@@ -34,7 +34,7 @@ def aws(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("BCRYPT_ROUNDS", "4")  # the cost factor is configuration; 12 in production
-    monkeypatch.setenv("RATE_LIMITS", "off")  # tests of the limits turn them on (tests/test_ratelimit.py)
+    monkeypatch.setenv("RATE_LIMITS", "off")  # tests of the limits turn them on (the limits_on fixture)
     monkeypatch.setenv("JWT_SECRET_NAME", JWT_SECRET_NAME)
     monkeypatch.setenv("PROVISIONING_SECRET_NAME", PROVISIONING_SECRET_NAME)
     with mock_aws():
@@ -57,6 +57,16 @@ def aws(monkeypatch):
         cache.clear_all()
         parameters.clear_caches()
         parameters.base.DEFAULT_PROVIDERS.clear()
+
+
+@pytest.fixture
+def limits_on(aws, monkeypatch):
+    """Per-client rate limits switched on (the ``aws`` fixture turns them off), with no
+    allowance leased by an earlier test."""
+    monkeypatch.setenv("RATE_LIMITS", "on")
+    ratelimit._local.clear()
+    yield
+    ratelimit._local.clear()
 
 
 class Reply:

@@ -1,6 +1,4 @@
 """Per-client rate limits: exact across containers, amortised in DynamoDB calls."""
-import pytest
-
 from price_keeper import ratelimit
 from price_keeper.aws import ddb_client
 from price_keeper.errors import ApiError
@@ -8,14 +6,6 @@ from tests.conftest import assert_error
 from tests.factories import seed_org
 
 NOW = 1_800_000_000.0  # a window start: 1_800_000_000 is a multiple of 60
-
-
-@pytest.fixture
-def limits_on(aws, monkeypatch):
-    monkeypatch.setenv("RATE_LIMITS", "on")
-    ratelimit._local.clear()
-    yield
-    ratelimit._local.clear()
 
 
 def admitted(client: str, attempts: int, *, now: float = NOW, new_container_each_time: bool = False) -> int:

@@ -14,10 +14,8 @@ WARM_REQUESTS = 60
 
 
 @pytest.fixture
-def calls(api, monkeypatch):
+def calls(api, limits_on):
     """DynamoDB operations the service's client makes, counted; rate limits on."""
-    monkeypatch.setenv("RATE_LIMITS", "on")
-    ratelimit._local.clear()
     seen: Counter = Counter()
 
     def count(model, **_):
@@ -26,7 +24,6 @@ def calls(api, monkeypatch):
     ddb_client().meta.events.register("before-call.dynamodb", count)
     yield seen
     ddb_client().meta.events.unregister("before-call.dynamodb", count)
-    ratelimit._local.clear()
 
 
 def leases(requests: int, lease_size: int) -> int:

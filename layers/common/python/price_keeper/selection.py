@@ -30,8 +30,8 @@ from .aggregation import DailyRead, daily_totals_read
 from .aws import table
 from .errors import ApiError
 from .live_spend import live_spend
-from .storage import Read, batch_get_many
 from .orgs import EffectiveConfig
+from .storage import Read, batch_get_many
 from .timeutil import day_start_utc, iso_utc, next_midnight_utc, org_day, parse_day, utc_now
 
 NORMAL, TIGHT, EXCEEDED = "NORMAL", "TIGHT", "EXCEEDED"
@@ -134,7 +134,7 @@ def write_sticky(config: EffectiveConfig, day: str, index: int, now: datetime) -
     moved it as far or further (the seed's conditional write)."""
     next_midnight = day_start_utc(config.timezone, parse_day(day) + timedelta(days=1))
     item = {
-        "scope_key": config.scope, "date_key": keys.day_key(day),
+        **_sticky_key(config.scope, day),
         "active_model_label": config.model_ordering[index], "active_model_index": index,
         "reason": "QUOTA_EXCEEDED", "previous_model_label": config.model_ordering[index - 1],
         "activated_at_epoch": int(now.timestamp()),
