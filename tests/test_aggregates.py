@@ -7,11 +7,12 @@ from datetime import timedelta
 
 import pytest
 
-from price_keeper import aggregation
+from price_keeper import aggregation, metering
+from price_keeper.models import UsageRequest
 from price_keeper.timeutil import day_start_utc, org_date
 from tests.conftest import assert_error
 from tests.factories import seed_app, token_for
-from tests.usage_support import iso, new_tenant, usage_body
+from tests.usage_support import PREMIUM_DOLLAR, iso, new_tenant, usage_body
 
 NY = "America/New_York"
 
@@ -23,8 +24,8 @@ def report(api, tenant, label="premium", **fields):
 
 def test_app_today_has_the_spec_shape(api):
     tenant = new_tenant(app_overrides={"app_name": "Production API"})
-    report(api, tenant, input_tokens=1_000_000, output_tokens=2_000_000)  # 0.80 + 6.40 USD
-    report(api, tenant, input_tokens=1_000_000, output_tokens=500_000)  # 0.80 + 1.60 USD
+    for _ in range(8):
+        report(api, tenant, input_tokens=1_000_000, output_tokens=125_000)  # 0.80 + 0.40 USD
     report(api, tenant, "standard", input_tokens=100, output_tokens=100, cache_read_input_tokens=1000)
     aggregation.run()
     reply = api.get(tenant.app_path + "/aggregates/today", token=tenant.token)
@@ -37,9 +38,9 @@ def test_app_today_has_the_spec_shape(api):
     premium = body["models"]["premium"]
     assert premium == {
         "label": "premium", "bedrock_model_id": "amazon.nova-pro-v1:0", "cost_usd_micros": 9_600_000,
-        "quota_usd_micros": 10_000_000, "quota_pct": 96.0, "quota_status": "TIGHT", "input_tokens": 2_000_000,
-        "output_tokens": 2_500_000, "cache_read_input_tokens": 0, "cache_write_input_tokens": 0, "requests": 2,
-        "average_cost_per_request": 4_800_000,
+        "quota_usd_micros": 10_000_000, "quota_pct": 96.0, "quota_status": "TIGHT", "input_tokens": 8_000_000,
+        "output_tokens": 1_000_000, "cache_read_input_tokens": 0, "cache_write_input_tokens": 0, "requests": 8,
+        "average_cost_per_request": 1_200_000,
     }
     assert body["models"]["standard"]["cache_read_input_tokens"] == 1000
     assert body["models"]["economy"]["average_cost_per_request"] == 0
@@ -56,7 +57,8 @@ def test_app_today_has_the_spec_shape(api):
 
 def test_sticky_fallback_shows_in_aggregates(api):
     tenant = new_tenant()
-    report(api, tenant, input_tokens=0, output_tokens=3_200_000)
+    for _ in range(10):
+        report(api, tenant, **PREMIUM_DOLLAR)
     aggregation.run()
     api.get(tenant.app_path + "/model-selection", token=tenant.token)  # flips to standard
     body = api.get(tenant.app_path + "/aggregates/today", token=tenant.token).json()
@@ -67,17 +69,18 @@ def test_sticky_fallback_shows_in_aggregates(api):
 def test_org_aggregates_of_an_app_scoped_org_sum_its_apps(api):
     tenant = new_tenant()
     seed_app(tenant.org_id, "app-2", model_ordering=["economy"], quotas={"economy": 1_000_000})
-    report(api, tenant, output_tokens=1_000_000, input_tokens=0)  # 3.20 USD
+    report(api, tenant, output_tokens=100_000, input_tokens=0)  # 0.32 USD
     api.post(f"{tenant.org_path}/apps/app-2/usage", usage_body(model_label="economy"),
              token=token_for(tenant.org_id, "app-2"))
-    api.post(f"{tenant.org_path}/apps/app-2/usage", usage_body(output_tokens=1_000_000, input_tokens=0),
-             token=token_for(tenant.org_id, "app-2"))  # premium is not in app-2's ordering: refused
+    outside = api.post(f"{tenant.org_path}/apps/app-2/usage", usage_body(output_tokens=100_000, input_tokens=0),
+                       token=token_for(tenant.org_id, "app-2"))
+    assert outside.status == 202, outside  # premium is not in app-2's ordering: counted all the same
     aggregation.run()
     reply = api.get(tenant.org_path + "/aggregates/today", token=tenant.org_token)
     assert reply.status == 200, reply
     body = reply.json()
     assert "app_id" not in body and body["quota_scope"] == "APP"
-    assert body["models"]["premium"]["cost_usd_micros"] == 3_200_000
+    assert body["models"]["premium"]["cost_usd_micros"] == 2 * 320_000
     assert body["models"]["economy"]["requests"] == 1
     assert body["sticky_fallback_active"] is False
 
@@ -95,7 +98,9 @@ def test_a_past_day_with_data(api):
     tenant = new_tenant()
     today = org_date(NY)
     yesterday = today - timedelta(days=1)
-    report(api, tenant, timestamp=iso(day_start_utc(NY, yesterday) + timedelta(hours=12)))
+    noon = day_start_utc(NY, yesterday) + timedelta(hours=12)
+    metering.submit(tenant.org_id, tenant.app_id, UsageRequest.model_validate(usage_body(timestamp=iso(noon))),
+                    now=noon + timedelta(seconds=5))  # reported yesterday
     aggregation.run()
     reply = api.get(f"{tenant.app_path}/aggregates/{yesterday.isoformat()}", token=tenant.token)
     assert reply.status == 200, reply

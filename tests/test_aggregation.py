@@ -54,7 +54,10 @@ def test_shards_fold_into_daily_totals(aws):
     put_shard("ORG#a", "standard", 1, cost=7)
     put_shard("ORG#b#APP#x", "premium", 2, cost=40, requests=2)
     report = aggregation.run(NOW)
-    assert (report.active_shards, report.usage_keys, report.totals_written) == (4, 3, 3)
+    assert (report.active_shards, report.usage_keys, report.totals_written) == (4, 3, 5)  # 3 labels, 2 scopes
+    scope_total = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": "ORG#a#TOTAL", "date_key": f"DAY#{DAY}"})["Item"]
+    assert (scope_total["cost_usd_micros"], scope_total["requests"], scope_total["labels"]) == (
+        357, 5, {"premium", "standard"})
     premium = total("ORG#a", "premium")
     assert (premium["cost_usd_micros"], premium["requests"], premium["input_tokens"], premium["output_tokens"]) == (
         350, 4, 40, 20)
@@ -72,7 +75,7 @@ def test_a_second_run_writes_nothing_and_a_change_rewrites_one_total(aws):
     assert again.totals_written == 0 and again.lag_seconds == 0
     put_shard("ORG#a", "premium", 3, cost=900, updated_at=int(NOW.timestamp()) + 90)
     third = aggregation.run(NOW + timedelta(minutes=2))
-    assert third.totals_written == 1
+    assert third.totals_written == 2  # premium and the scope's total
     assert total("ORG#a", "premium")["cost_usd_micros"] == 1000
 
 
@@ -81,7 +84,7 @@ def test_a_total_never_moves_backwards(aws):
     table(tables.DAILY_TOTAL).put_item(Item={"usage_key": "ORG#a#LABEL#premium", "date_key": f"DAY#{DAY}",
                                              "cost_usd_micros": 500, "requests": 5})  # a newer run's total
     report = aggregation.run(NOW)
-    assert (report.totals_written, report.stale_puts_skipped) == (0, 1)
+    assert (report.totals_written, report.stale_puts_skipped) == (1, 1)  # the scope total is new
     assert total("ORG#a", "premium")["cost_usd_micros"] == 500
 
 
@@ -107,8 +110,8 @@ def test_work_grows_with_active_scopes_not_with_all_orgs(calls):
     assert "Scan" not in seen
     assert seen["Query"] == 4  # one per day in play
     assert seen["BatchGetItem"] == 2  # the shards, then the totals
-    assert seen["PutItem"] == 2 + 1  # the two totals and the heartbeat
-    assert len(keys_read) == 3 + 2
+    assert seen["PutItem"] == 2 + 2 + 1  # the two label totals, the two scope totals and the heartbeat
+    assert len(keys_read) == 3 + 2 + 2
 
 
 def test_lag_is_the_age_of_the_oldest_unfolded_update(aws):
@@ -137,7 +140,7 @@ def test_a_run_that_fails_half_way_is_completed_by_the_next(aws, monkeypatch):
     with pytest.raises(RuntimeError):
         aggregation.run(NOW)
     monkeypatch.setattr(aggregation, "_put_total", real_put)
-    assert aggregation.run(NOW).totals_written == 2
+    assert aggregation.run(NOW).totals_written == 2 + 1  # the two labels left and the scope total
     assert all(total("ORG#a", label)["cost_usd_micros"] == 11 for label in ("premium", "standard", "economy"))
 
 
@@ -145,5 +148,5 @@ def test_the_scheduled_handler_reports_the_run(api):
     tenant = new_tenant()
     api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token)
     report = load_handler("aggregator")({"source": "aws.events"}, LambdaContext("aggregator"))
-    assert report["totals_written"] == 1 and report["active_shards"] == 1
+    assert report["totals_written"] == 2 and report["active_shards"] == 1  # the label and the scope total
     assert total(tenant.scope, "premium", org_day("America/New_York"))["cost_usd_micros"] == 3760

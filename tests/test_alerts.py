@@ -149,7 +149,7 @@ def test_a_crossing_fires_once_and_the_next_threshold_fires_later(bus, put_event
 
 def test_concurrent_evaluations_fire_each_alert_exactly_once(bus, put_events_calls, org_config):
     spends = {"premium": 1000, "standard": 500, "economy": 200}
-    expected = due_alerts(ORDERING, QUOTAS, spends, None, (80, 95))
+    expected = due_alerts(ORDERING, QUOTAS, spends, None, (80, 95), sum(QUOTAS.values()))
     workers, start = 6, threading.Barrier(6)
     fired: list[Alert] = []
 
@@ -164,7 +164,7 @@ def test_concurrent_evaluations_fire_each_alert_exactly_once(bus, put_events_cal
         for thread in threads:
             thread.join()
     assert sorted(kinds(fired), key=str) == sorted(kinds(expected), key=str)
-    assert put_events_calls["PutEvents"] == len(expected) == 9
+    assert put_events_calls["PutEvents"] == len(expected) == 9 + 2  # and the total cap's 80 and 95 %
     delivered = Counter((e["detail"]["type"], e["detail"]["label"], e["detail"]["threshold_pct"]) for e in bus())
     assert set(delivered.values()) == {1} and len(delivered) == len(expected)
 
@@ -201,7 +201,15 @@ def test_boosted_quota_is_the_one_alerts_compare_with(bus, org_config):
     assert fire(org_config, {"premium": 1500}) == []  # 75 % of 2000
     later = NOW + timedelta(hours=10)  # the boost expired: 150 % of 1000
     assert kinds(fire(org_config, {"premium": 1500}, now=later)) == [
-        (THRESHOLD, "premium", 80), (THRESHOLD, "premium", 95), (FALLBACK, "premium", None)]
+        (THRESHOLD, "premium", 80), (THRESHOLD, "premium", 95), (FALLBACK, "premium", None),
+        (THRESHOLD, None, 80)]  # 1,500 of the 1,700 total cap
+
+
+def test_spend_outside_the_ordering_fires_the_total_caps_alerts(bus, org_config):
+    total = sum(QUOTAS.values())
+    assert kinds(fire(org_config, {"my-profile": total * 80 // 100})) == [(THRESHOLD, None, 80)]
+    assert kinds(fire(org_config, {"my-profile": total})) == [(THRESHOLD, None, 95), (ALL_EXHAUSTED, None, None)]
+    assert [e["detail"]["quota_usd_micros"] for e in bus() if e["detail"]["type"] == THRESHOLD] == [total] * 2
 
 
 def test_failed_publish_is_retried_by_a_later_run_once(bus, put_events_calls, org_config, monkeypatch):
@@ -328,7 +336,7 @@ def test_a_scope_whose_alerting_fails_neither_fails_the_run_nor_stops_other_scop
             "active_day": keys.day_key(day), "cost_usd_micros": cost, "requests": 1,
             "updated_at_epoch": int(now.timestamp())})
     report = aggregation.run(now)
-    assert report.totals_written == 2
+    assert report.totals_written == 2 + 2  # a label total and a scope total each
     fired = alerts.fire_after_run(report, now)
     assert kinds(fired) == [(THRESHOLD, "premium", 80)]
     assert [e["detail"]["scope"] for e in bus()] == [org_config.scope]

@@ -15,11 +15,12 @@ from price_keeper import aggregation, keys, metering, orgs, tables
 from price_keeper.aws import ddb_client
 from price_keeper.models import UsageRequest
 from price_keeper.storage import item_size
-from price_keeper.timeutil import org_day
+from price_keeper.timeutil import day_start_utc, org_date, org_day
 from tests.conftest import assert_error
 from tests.factories import token_for
 from tests.moto_support import serialized_moto
-from tests.usage_support import (all_items, daily_total, dedup_items, iso, new_tenant, shard_items, usage_body)
+from tests.usage_support import (all_items, daily_total, dedup_items, iso, new_tenant, shard_items, usage_body,
+                                 zone_away_from_midnight)
 
 
 @pytest.fixture
@@ -112,12 +113,25 @@ def test_an_org_token_may_report_for_its_apps(api, tenant):
     assert post(api, tenant, usage_body(), token=tenant.org_token).status == 202
 
 
-def test_a_record_from_yesterday_counts_toward_yesterday(api, tenant):
-    now = datetime.now(timezone.utc)
-    yesterday_noon = datetime.combine(datetime.strptime(org_day("America/New_York", now), "%Y%m%d").date()
-                                      - timedelta(days=1), datetime.min.time()).replace(hour=17, tzinfo=timezone.utc)
-    post(api, tenant, usage_body(timestamp=iso(yesterday_noon)))
-    assert shard_items()[0]["date_key"] == f"DAY#{org_day('America/New_York', yesterday_noon)}"
+def test_a_record_stamped_yesterday_counts_toward_the_day_it_arrives(api):
+    zone = zone_away_from_midnight()
+    tenant = new_tenant(timezone=zone)
+    yesterday_noon = day_start_utc(zone, org_date(zone) - timedelta(days=1)) + timedelta(hours=12)
+    reply = post(api, tenant, usage_body(timestamp=iso(yesterday_noon)))
+    assert reply.status == 202 and reply.json()["daily_total"]["org_day"] == org_day(zone)
+    assert shard_items()[0]["date_key"] == f"DAY#{org_day(zone)}"  # today's quota, not yesterday's
+
+
+def test_a_config_label_outside_the_ordering_is_counted(api, tenant):
+    reply = post(api, tenant, usage_body(model_label="ultra_premium"))  # in config.yaml, not in the ordering
+    assert reply.status == 202, reply
+    assert shard_items()[0]["shard_key"].startswith(f"{tenant.scope}#LABEL#ultra_premium#SH#")
+
+
+def test_token_counts_over_the_labels_cap_are_400_with_the_limit(api, tenant):
+    body = assert_error(post(api, tenant, usage_body(output_tokens=128_001)), 400, "INVALID_REQUEST")
+    assert body["details"] == {"field": "output_tokens", "limit": 128_000, "value": 128_001, "model_label": "premium"}
+    assert post(api, tenant, usage_body(input_tokens=1_000_000, output_tokens=128_000)).status == 202
 
 
 # --- errors (spec error schema; nothing written) -------------------------------------------
@@ -127,7 +141,11 @@ def test_a_record_from_yesterday_counts_toward_yesterday(api, tenant):
     ({"request_id": "7c9e6679742540de944be07fc1f90ae7"}, "INVALID_REQUEST"),  # UUID, not canonical
     ({"model_label": "ultra_mega"}, "INVALID_MODEL_LABEL"),
     ({"model_label": "has#hash"}, "INVALID_MODEL_LABEL"),
-    ({"model_label": "ultra_premium"}, "INVALID_CONFIG"),  # known to config, not in this app's ordering
+    ({"timestamp": "0001-01-01T00:00:00+14:00"}, "INVALID_REQUEST"),  # before year 1 in UTC
+    ({"timestamp": "9999-12-31T23:59:59-14:00"}, "INVALID_REQUEST"),  # after year 9999 in UTC
+    ({"input_tokens": 1_000_001}, "INVALID_REQUEST"),  # over the per-record caps
+    ({"output_tokens": 128_001}, "INVALID_REQUEST"),
+    ({"cache_write_input_tokens": 1_000_001}, "INVALID_REQUEST"),
     ({"input_tokens": -1}, "INVALID_REQUEST"),
     ({"output_tokens": "800"}, "INVALID_REQUEST"),
     ({"output_tokens": 8.5}, "INVALID_REQUEST"),
@@ -155,10 +173,6 @@ def test_required_fields(api, tenant, missing):
 
 
 def test_label_errors_carry_the_spec_details(api, tenant):
-    body = assert_error(post(api, tenant, usage_body(model_label="ultra_premium")), 400, "INVALID_CONFIG")
-    assert body["message"] == "Model label not configured for this application"
-    assert body["details"] == {"model_label": "ultra_premium", "configured_labels": ["premium", "standard", "economy"],
-                               "app_id": tenant.app_id}
     body = assert_error(post(api, tenant, usage_body(model_label="nope")), 400, "INVALID_MODEL_LABEL")
     assert "premium" in body["details"]["valid_labels"]
 
@@ -198,7 +212,7 @@ def post_batch(api, tenant, records):
 def test_batch_answers_207_with_a_result_per_record(api, tenant):
     good, standard = usage_body(), usage_body(model_label="standard")
     records = [good, usage_body(model_label="ultra_mega"), {"request_id": "x"}, 42, standard, good,
-               usage_body(model_label="ultra_premium")]
+               usage_body(timestamp="9999-12-31T23:59:59-14:00")]
     reply = post_batch(api, tenant, records)
     assert reply.status == 207, reply
     body = reply.json()
@@ -214,7 +228,7 @@ def test_batch_answers_207_with_a_result_per_record(api, tenant):
                                                                       "error": "INVALID_REQUEST",
                                                                       "message": "Request validation failed"}
     assert results[5]["duplicate"] is True and results[5]["shard_id"] == results[0]["shard_id"]
-    assert results[6]["error"] == "INVALID_CONFIG"
+    assert results[6]["error"] == "INVALID_REQUEST"  # an edge-of-calendar timestamp fails only its record
     assert body["timestamp"].endswith("Z")
     assert sum(int(item["requests"]) for item in shard_items()) == 2
     assert len(dedup_items()) == 2
@@ -316,7 +330,7 @@ def test_5000_submissions_for_one_label_and_day_keep_every_item_under_1_kb(aws, 
         metering.record(metering.prepare(config, request, now), now)
     aggregation.run()
     items = all_items(tables.USAGE_AGG_SHARDED) + all_items(tables.DAILY_TOTAL)
-    assert len(items) == 5000 + 8 + 2  # dedup items, 8 shards, one total and the heartbeat
+    assert len(items) == 5000 + 8 + 3  # dedup items, 8 shards, the label and scope totals, the heartbeat
     sizes = [item_size(item) for item in items]
     assert max(sizes) < 1024
     shard_sizes = [item_size(item) for item in shard_items()]

@@ -12,7 +12,7 @@ from price_keeper.selection import Sticky, decide, quota_pct, quota_status
 from price_keeper.timeutil import next_midnight_utc, org_day
 from tests.conftest import assert_error
 from tests.factories import seed_app, token_for
-from tests.usage_support import new_tenant, usage_body
+from tests.usage_support import new_tenant, output_chunks, usage_body
 
 ORDER = ("premium", "standard", "economy")
 QUOTAS = {"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000}
@@ -189,10 +189,12 @@ def test_response_has_the_spec_shape(api):
 
 
 def spend(api, tenant, label: str, output_tokens: int):
-    """Report one call of ``output_tokens`` and fold it into DailyTotal."""
-    reply = api.post(tenant.app_path + "/usage", usage_body(model_label=label, input_tokens=0,
-                                                            output_tokens=output_tokens), token=tenant.token)
-    assert reply.status == 202, reply
+    """Report calls of ``output_tokens`` in all (each within the per-record cap) and fold
+    them into DailyTotal; the last reply."""
+    for chunk in output_chunks(output_tokens):
+        reply = api.post(tenant.app_path + "/usage", usage_body(model_label=label, input_tokens=0,
+                                                                output_tokens=chunk), token=tenant.token)
+        assert reply.status == 202, reply
     aggregation.run()
     return reply.json()
 
@@ -291,7 +293,7 @@ def test_tight_mode_reads_live_shards_so_a_stale_total_cannot_overspend(api):
     from price_keeper import aggregation, keys, tables
     from price_keeper.aws import table
     from price_keeper.timeutil import org_day
-    from tests.usage_support import new_tenant, usage_body
+    from tests.usage_support import new_tenant, output_chunks, usage_body
 
     tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000},
                         tight_mode_threshold_pct=90)
@@ -305,4 +307,4 @@ def test_tight_mode_reads_live_shards_so_a_stale_total_cannot_overspend(api):
 
     chosen = api.get(f"{tenant.app_path}/model-selection", token=tenant.token).json()["recommended_model"]
     assert (chosen["label"], chosen["reason"]) == ("standard", "QUOTA_EXCEEDED_PREMIUM")
-    assert aggregation.run().totals_written == 1
+    assert aggregation.run().totals_written == 2  # premium and the scope's total

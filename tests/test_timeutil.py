@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from price_keeper.errors import ApiError
-from price_keeper.metering import parse_timestamp, usage_day
+from price_keeper.metering import booking_day, parse_timestamp
 from price_keeper.timeutil import day_start_utc, next_midnight_utc, org_day, org_days_in_play
 
 
@@ -62,14 +62,14 @@ NY = "America/New_York"
 
 def rejected(moment: datetime, now: datetime, tz: str = NY) -> ApiError:
     with pytest.raises(ApiError) as raised:
-        usage_day(moment, tz, now)
+        booking_day(moment, tz, now)
     assert raised.value.status == 400 and raised.value.code == "INVALID_REQUEST"
     return raised.value
 
 
-def test_window_matches_the_spec_example():
+def test_window_matches_the_spec_example_and_counts_toward_the_day_of_arrival():
     now = utc("2026-01-23T15:30:45Z")
-    assert usage_day(utc("2026-01-22T05:00:00Z"), NY, now) == "20260122"
+    assert booking_day(utc("2026-01-22T05:00:00Z"), NY, now) == "20260123"  # stamped yesterday, arrives today
     error = rejected(utc("2026-01-22T04:59:59Z"), now)
     assert error.message == "Timestamp outside acceptable range"
     assert error.details == {"timestamp": "2026-01-22T04:59:59Z", "org_day": "20260123", "timezone": NY,
@@ -78,42 +78,52 @@ def test_window_matches_the_spec_example():
 
 def test_the_future_is_refused_beyond_five_minutes_of_clock_skew():
     now = utc("2026-01-23T15:30:45Z")
-    assert usage_day(now + timedelta(minutes=5), NY, now) == "20260123"
+    assert booking_day(now + timedelta(minutes=5), NY, now) == "20260123"
     assert rejected(now + timedelta(minutes=5, seconds=1), now).message == "Timestamp is in the future"
 
 
-def test_a_retry_across_midnight_counts_toward_the_calls_own_day():
+def test_a_call_of_yesterday_keeps_its_day_only_within_the_grace_after_midnight():
     call = utc("2026-01-24T04:59:50Z")  # 23:59:50 in New York
-    assert usage_day(call, NY, call) == "20260123"
-    assert usage_day(call, NY, call + timedelta(minutes=1)) == "20260123"
-    assert usage_day(call, NY, call + timedelta(hours=20)) == "20260123"
+    assert booking_day(call, NY, call) == "20260123"
+    assert booking_day(call, NY, call + timedelta(minutes=1)) == "20260123"
+    assert booking_day(call, NY, utc("2026-01-24T05:14:59Z")) == "20260123"  # 00:14:59, inside the 15 min
+    assert booking_day(call, NY, utc("2026-01-24T05:15:00Z")) == "20260124"  # grace over: today's quota
+    assert booking_day(call, NY, call + timedelta(hours=20)) == "20260124"
 
 
-def test_skew_just_after_midnight_counts_toward_the_new_day():
-    now = utc("2026-01-24T04:58:00Z")
-    assert usage_day(utc("2026-01-24T05:01:00Z"), NY, now) == "20260124"
+def test_skew_just_before_midnight_counts_toward_the_day_of_arrival():
+    now = utc("2026-01-24T04:58:00Z")  # 23:58 in New York; the client's clock is already past midnight
+    assert booking_day(utc("2026-01-24T05:01:00Z"), NY, now) == "20260123"
 
 
 def test_window_on_a_23_hour_day_covers_the_whole_previous_day():
     now = utc("2026-03-09T04:30:00Z")  # 00:30 on Monday after the spring-forward Sunday
-    assert usage_day(utc("2026-03-08T05:00:00Z"), NY, now) == "20260308"
+    assert booking_day(utc("2026-03-08T05:00:00Z"), NY, now) == "20260309"
     error = rejected(utc("2026-03-08T04:59:59Z"), now)
     assert error.details["acceptable_range"] == "2026-03-08T05:00:00Z to 2026-03-10T03:59:59Z"
 
 
 def test_window_on_a_25_hour_day_covers_the_whole_previous_day():
     now = utc("2026-11-02T05:30:00Z")  # 00:30 on Monday after the fall-back Sunday (25 h long)
-    assert usage_day(utc("2026-11-01T04:00:00Z"), NY, now) == "20261101"
+    assert booking_day(utc("2026-11-01T04:00:00Z"), NY, now) == "20261102"
+    assert booking_day(utc("2026-11-02T04:59:59Z"), NY, utc("2026-11-02T05:10:00Z")) == "20261101"  # in grace
     rejected(utc("2026-11-01T03:59:59Z"), now)
 
 
 def test_window_in_auckland_and_kolkata():
     now = utc("2026-04-05T12:30:00Z")  # 00:30 NZST on the 6th, after the 25 h day
-    assert usage_day(utc("2026-04-04T11:00:00Z"), "Pacific/Auckland", now) == "20260405"
+    assert booking_day(utc("2026-04-04T11:00:00Z"), "Pacific/Auckland", now) == "20260406"
     rejected(utc("2026-04-04T10:59:59Z"), now, "Pacific/Auckland")
     now = utc("2026-01-23T18:29:59Z")  # 23:59:59 IST
-    assert usage_day(utc("2026-01-21T18:30:00Z"), "Asia/Kolkata", now) == "20260122"
+    assert booking_day(utc("2026-01-21T18:30:00Z"), "Asia/Kolkata", now) == "20260123"
     rejected(utc("2026-01-21T18:29:59Z"), now, "Asia/Kolkata")
+
+
+@pytest.mark.parametrize("text", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+def test_timestamps_at_the_edge_of_the_calendar_are_a_400(text):
+    with pytest.raises(ApiError) as raised:
+        parse_timestamp(text)
+    assert (raised.value.status, raised.value.message) == (400, "Timestamp outside acceptable range")
 
 
 @pytest.mark.parametrize(("text", "expected"), [

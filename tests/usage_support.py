@@ -5,9 +5,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 from price_keeper import keys, tables
 from price_keeper.aws import query_all, table
+from price_keeper.config import get_config
 from tests.factories import seed_app, seed_org, token_for
 
 
@@ -43,6 +45,16 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+ZONES = ("America/New_York", "Asia/Tokyo", "Europe/London", "Australia/Sydney")
+
+
+def zone_away_from_midnight() -> str:
+    """A timezone whose local time is far from midnight now (01:00-22:00), so a test of the
+    day rules is never inside the after-midnight grace or about to cross a day."""
+    now = datetime.now(timezone.utc)
+    return next(zone for zone in ZONES if 1 <= now.astimezone(ZoneInfo(zone)).hour < 22)
+
+
 def usage_body(request_id: str | None = None, **fields) -> dict:
     body = {
         "request_id": request_id or str(uuid.uuid4()),
@@ -55,6 +67,16 @@ def usage_body(request_id: str | None = None, **fields) -> dict:
     }
     body.update(fields)
     return body
+
+
+# One record of exactly $1.00 of premium (0.80 input + 0.20 output), inside the per-record token caps.
+PREMIUM_DOLLAR = {"input_tokens": 1_000_000, "output_tokens": 62_500}
+
+
+def output_chunks(output_tokens: int) -> list[int]:
+    """``output_tokens`` split into records no larger than the default per-record cap."""
+    cap = get_config().metering.max_output_tokens
+    return [min(cap, output_tokens - start) for start in range(0, output_tokens, cap)] or [0]
 
 
 def all_items(spec) -> list[dict]:

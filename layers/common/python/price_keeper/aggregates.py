@@ -3,8 +3,10 @@ or an app, read from DailyTotal (one BatchGetItem, which also fetches the aggreg
 heartbeat for ``X-Data-Lag-Secs``).
 
 Org aggregates of an org with ``quota_scope: APP`` sum the org's apps (their scopes hold
-the data), found with one Config Query; the models map covers the labels in the
-orderings and quotas (DailyTotal cannot be listed by scope without a scan).
+the data), found with one Config Query. The models map covers the labels in the orderings
+and quotas, and every other label with spend that day: each scope's ``{scope}#TOTAL`` item
+(read in the same BatchGetItem) names the labels it summed, and the few outside the
+ordering are read in a second one. DailyTotal is never scanned.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from .aggregation import SUM_FIELDS, Totals, read_daily_totals
 from .aws import query_all, table
 from .errors import invalid_request, not_found
 from .orgs import EffectiveConfig
-from .selection import decide, quota_pct, quota_status, read_sticky
+from .selection import Total, decide, quota_pct, quota_status, read_sticky
 from .timeutil import iso_utc, org_date, utc_now
 
 DATE_FORMAT = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -95,20 +97,28 @@ def daily_aggregates(org_id: str, app_id: str | None, date_text: str | None = No
     day = wanted.strftime("%Y%m%d")
     whole_org_of_apps = app_id is None and config.quota_scope == "APP"
     labels, scopes = _labels_and_scopes(config, whole_org_of_apps)
-    read = read_daily_totals([keys.usage_key(scope, label) for scope in scopes for label in labels], day,
-                             include_heartbeat=True)
+    total_keys = [keys.scope_total_key(scope) for scope in scopes]
+    read = read_daily_totals([*(keys.usage_key(scope, label) for scope in scopes for label in labels), *total_keys],
+                             day, include_heartbeat=True)
     if wanted != today and not read.totals:
         raise not_found("No data available for specified date", date=wanted.isoformat(),
                         reason="Data expired (TTL) or date predates org registration")
-    per_label = {label: _sum([read.of(keys.usage_key(scope, label)) for scope in scopes]) for label in labels}
+    found = dict(read.totals)
+    spent_elsewhere = sorted({label for key in total_keys for label in read.labels.get(key, ())} - set(labels))
+    if spent_elsewhere:  # labels outside every ordering (self-registered profiles, dropped labels)
+        found.update(read_daily_totals([keys.usage_key(scope, label) for scope in scopes
+                                         for label in spent_elsewhere], day).totals)
+        labels += spent_elsewhere
+    per_label = {label: _sum([found.get(keys.usage_key(scope, label), Totals()) for scope in scopes])
+                 for label in labels}
     sticky = (read_sticky(config.scope, day)
               if config.sticky_fallback_enabled and not whole_org_of_apps else None)
     spends = {label: totals.cost_usd_micros for label, totals in per_label.items()}
+    total_cost = max(sum(spends.values()), sum(read.of(key).cost_usd_micros for key in total_keys))
+    total_quota = sum(config.quota(label) for label in labels) if whole_org_of_apps else config.total_quota
     decision = decide(config.model_ordering, config.quotas, spends, config.tight_mode_threshold_pct,
-                      config.sticky_fallback_enabled, sticky)
+                      config.sticky_fallback_enabled, sticky, Total(total_cost, total_quota))
     models = {label: _model_entry(config, label, per_label[label]) for label in labels}
-    total_cost = sum(spends.values())
-    total_quota = sum(config.quota(label) for label in labels)
     updated = _sum(list(per_label.values())).updated_at_epoch or read.last_run_epoch
     body = {"org_id": org_id}
     if app_id is not None:

@@ -4,7 +4,9 @@ Every run (EventBridge, once a minute):
 1. Query the sparse GSI ``active-by-day`` for each org-local day still in play (UTC today-2
    .. today+1): the shard keys written on those days, and nothing else. Work grows with
    the scopes active on those days, never with all orgs ever created, and nothing scans.
-2. BatchGetItem the shards (100 keys a call) and sum them per ``usage_key``/day.
+2. BatchGetItem the shards (100 keys a call) and sum them per ``usage_key``/day, and per
+   scope/day over every label (``{scope}#TOTAL``, with the set of labels that had spend):
+   what the scope's total cap, aggregates and reports read, whatever the labels.
 3. BatchGetItem the current DailyTotals and PutItem only the ones whose sums changed.
    The put is conditional on ``requests`` growing: sums only ever grow, so a slower,
    overlapping run can never move a total backwards.
@@ -58,19 +60,22 @@ class Totals(NamedTuple):
 class DailyRead(NamedTuple):
     totals: dict[str, Totals]  # by usage_key; absent keys have no spend
     last_run_epoch: int | None  # when the aggregator last ran (only when asked for)
+    labels: dict[str, frozenset[str]] = {}  # by scope total key: the labels it summed
 
     def of(self, usage_key: str) -> Totals:
         return self.totals.get(usage_key, Totals())
 
     @classmethod
     def from_items(cls, items: Iterable[dict]) -> "DailyRead":
-        totals, last_run = {}, None
+        totals, last_run, labels = {}, None, {}
         for item in items:
             if item["usage_key"] == HEARTBEAT_KEY["usage_key"]:
                 last_run = int(item["last_run_epoch"])
             else:
                 totals[item["usage_key"]] = Totals.from_item(item)
-        return cls(totals, last_run)
+                if "labels" in item:
+                    labels[item["usage_key"]] = frozenset(item["labels"])
+        return cls(totals, last_run, labels)
 
 
 def daily_totals_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = False) -> Read:
@@ -79,7 +84,7 @@ def daily_totals_read(usage_keys: Iterable[str], day: str, *, include_heartbeat:
     wanted = [{"usage_key": usage_key, "date_key": keys.day_key(day)} for usage_key in usage_keys]
     if include_heartbeat:
         wanted.append(HEARTBEAT_KEY)
-    return Read(tables.DAILY_TOTAL, wanted, [*SUM_FIELDS, "updated_at_epoch", "last_run_epoch"])
+    return Read(tables.DAILY_TOTAL, wanted, [*SUM_FIELDS, "updated_at_epoch", "last_run_epoch", "labels"])
 
 
 def read_daily_totals(usage_keys: Iterable[str], day: str, *, consistent: bool = False,
@@ -108,6 +113,7 @@ class RunReport:
 class _Group:
     sums: dict = field(default_factory=lambda: dict.fromkeys(SUM_FIELDS, 0))
     shard_updates: list[int] = field(default_factory=list)
+    labels: set[str] = field(default_factory=set)  # scope totals only: the labels summed
 
 
 def active_shard_keys(day: str) -> list[dict]:
@@ -129,6 +135,19 @@ def fold(shards: Iterable[dict]) -> dict[tuple[str, str], _Group]:
     return groups
 
 
+def scope_totals(groups: dict[tuple[str, str], _Group]) -> dict[tuple[str, str], _Group]:
+    """Label groups summed per (``{scope}#TOTAL``, date_key)."""
+    totals: dict[tuple[str, str], _Group] = {}
+    for (usage_key, date_key), group in groups.items():
+        scope, label = keys.split_usage_key(usage_key)
+        total = totals.setdefault((keys.scope_total_key(scope), date_key), _Group())
+        for name in SUM_FIELDS:
+            total.sums[name] += group.sums[name]
+        total.shard_updates.extend(group.shard_updates)
+        total.labels.add(label)
+    return totals
+
+
 def usage_expires_at(day: str) -> int:
     """TTL of an org day's shards and total: ``usage_retention_days`` after the day."""
     start = datetime.combine(parse_day(day), time(0), tzinfo=timezone.utc)
@@ -140,6 +159,8 @@ def _put_total(usage_key: str, date_key: str, group: _Group, now_epoch: int) -> 
     item = {"usage_key": usage_key, "date_key": date_key, **group.sums, "updated_at_epoch": now_epoch,
             "source_updated_at_epoch": max(group.shard_updates),
             tables.TTL_ATTRIBUTE: usage_expires_at(date_key.removeprefix("DAY#"))}
+    if group.labels:
+        item["labels"] = group.labels
     try:
         table(tables.DAILY_TOTAL).put_item(
             Item=item, ConditionExpression="attribute_not_exists(usage_key) OR requests < :requests",
@@ -151,6 +172,22 @@ def _put_total(usage_key: str, date_key: str, group: _Group, now_epoch: int) -> 
         return False
 
 
+def _fold_into(report: RunReport, usage_key: str, date_key: str, group: _Group, current: dict,
+               now_epoch: int) -> bool:
+    """Write one total when its sums changed; True when this run wrote it."""
+    existing = current.get((usage_key, date_key), {})
+    if existing and all(int(existing.get(name, 0)) == group.sums[name] for name in SUM_FIELDS):
+        return False
+    folded_until = int(existing.get("source_updated_at_epoch", 0))
+    unfolded = [update for update in group.shard_updates if update > folded_until] or group.shard_updates
+    report.lag_seconds = max(report.lag_seconds, now_epoch - min(unfolded))
+    if _put_total(usage_key, date_key, group, now_epoch):
+        report.totals_written += 1
+        return True
+    report.stale_puts_skipped += 1
+    return False
+
+
 def run(now: datetime | None = None) -> RunReport:
     now = now or utc_now()
     now_epoch = int(now.timestamp())
@@ -159,24 +196,18 @@ def run(now: datetime | None = None) -> RunReport:
     report.active_shards = len(shard_keys)
     groups = fold(batch_get(tables.USAGE_AGG_SHARDED, shard_keys, attributes=[*SUM_FIELDS, "updated_at_epoch"]))
     report.usage_keys = len(groups)
+    totals = scope_totals(groups)
     current = {
         (item["usage_key"], item["date_key"]): item
-        for item in batch_get(tables.DAILY_TOTAL, [{"usage_key": u, "date_key": d} for u, d in groups],
+        for item in batch_get(tables.DAILY_TOTAL, [{"usage_key": u, "date_key": d} for u, d in [*groups, *totals]],
                               attributes=[*SUM_FIELDS, "source_updated_at_epoch"])
     }
     for (usage_key, date_key), group in groups.items():
         report.costs.append((usage_key, date_key.removeprefix("DAY#"), group.sums["cost_usd_micros"]))
-        existing = current.get((usage_key, date_key), {})
-        if existing and all(int(existing.get(name, 0)) == group.sums[name] for name in SUM_FIELDS):
-            continue
-        folded_until = int(existing.get("source_updated_at_epoch", 0))
-        unfolded = [update for update in group.shard_updates if update > folded_until] or group.shard_updates
-        report.lag_seconds = max(report.lag_seconds, now_epoch - min(unfolded))
-        if _put_total(usage_key, date_key, group, now_epoch):
-            report.totals_written += 1
+        if _fold_into(report, usage_key, date_key, group, current, now_epoch):
             report.changed.append((usage_key, date_key.removeprefix("DAY#")))
-        else:
-            report.stale_puts_skipped += 1
+    for (usage_key, date_key), group in totals.items():
+        _fold_into(report, usage_key, date_key, group, current, now_epoch)
     table(tables.DAILY_TOTAL).put_item(Item={**HEARTBEAT_KEY, "last_run_epoch": now_epoch,
                                              "lag_seconds": report.lag_seconds, "updated_at_epoch": now_epoch})
     return report

@@ -3,10 +3,13 @@
 Alert kinds, for one quota scope (``ORG#{org}`` or ``ORG#{org}#APP#{app}``) and org-local day:
 
 - ``THRESHOLD`` (label, pct): the label's spend reached ``pct`` % of its daily quota
-  (quota boosts included), for each pct of config.yaml ``alerts.thresholds_pct``.
+  (quota boosts included), for each pct of config.yaml ``alerts.thresholds_pct``; with no
+  label, the scope's spend over every label (in the ordering or not) reached ``pct`` % of
+  its total cap (``total_quota_usd_micros``).
 - ``FALLBACK`` (label): selection moved off ``label`` to the next one in the ordering,
   because the label is spent or the day's sticky state already points past it.
-- ``ALL_EXHAUSTED``: every label of the ordering is spent (selection answers 429).
+- ``ALL_EXHAUSTED``: every label of the ordering is spent, or the total cap is reached
+  (selection answers 429).
 
 Detection is level-triggered: an alert is due whenever its condition holds, and "once per
 day" comes from the record, not from comparing old and new totals, so a run that crashed
@@ -88,8 +91,9 @@ class Alert:
 # --- detection (pure) ----------------------------------------------------------------
 
 def due_alerts(ordering: Sequence[str], quotas: Mapping[str, int], spends: Mapping[str, int],
-               sticky_label: str | None, thresholds_pct: Sequence[int]) -> list[Alert]:
-    """Every alert whose condition holds for these spends (label -> micro-USD).
+               sticky_label: str | None, thresholds_pct: Sequence[int], total_quota: int | None = None) -> list[Alert]:
+    """Every alert whose condition holds for these spends (label -> micro-USD, every label
+    with spend, in the ordering or not) and the scope's total cap.
 
     A label is spent when its spend reaches its quota (a label without quota is always
     spent), as model selection decides. Selection stands on the first unspent label at or
@@ -108,7 +112,11 @@ def due_alerts(ordering: Sequence[str], quotas: Mapping[str, int], spends: Mappi
     active = next((i for i in range(floor, len(ordering)) if spend(ordering[i]) < quota(ordering[i])), len(ordering))
     due += [Alert(FALLBACK, ordering[i], None, spend(ordering[i]), quota(ordering[i]), ordering[i + 1])
             for i in range(min(active, len(ordering) - 1))]
-    if ordering and active == len(ordering):
+    total = sum(int(value) for value in spends.values())
+    if total_quota:
+        due += [Alert(THRESHOLD, None, pct, total, total_quota)
+                for pct in thresholds_pct if total * 100 >= pct * total_quota]
+    if (ordering and active == len(ordering)) or (total_quota is not None and total >= total_quota):
         due.append(Alert(ALL_EXHAUSTED))
     return due
 
@@ -220,7 +228,7 @@ def evaluate_and_fire(scope: str, config: EffectiveConfig, day: str, totals_by_l
     """
     def due(quotas: Mapping[str, int]) -> list[Alert]:
         return due_alerts(config.model_ordering, quotas, totals_by_label, sticky_label,
-                          get_config().alerts.thresholds_pct)
+                          get_config().alerts.thresholds_pct, config._replace(quotas=quotas).total_quota)
 
     candidates = due(config.quotas)
     if not candidates:
@@ -271,7 +279,7 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
 
 class AlertEntry(Schema):
     type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED"]
-    label: str | None = Field(description="null for ALL_EXHAUSTED")
+    label: str | None = Field(description="null for ALL_EXHAUSTED, and for THRESHOLD of the scope's total cap")
     threshold_pct: int | None = Field(description="THRESHOLD only")
     scope: str = Field(description="Quota scope key: ORG#{org_id} or ORG#{org_id}#APP#{app_id}")
     app_id: str | None

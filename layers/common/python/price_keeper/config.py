@@ -45,6 +45,9 @@ class Label(NamedTuple):
     # The model's name in the AWS Price List (product attribute ``model``, e.g. "Nova Pro");
     # empty: the pricing fetcher does not look this label's model up.
     price_list_model: str = ""
+    # Most tokens one usage record may report per field (``None``: the metering default).
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
 
 
 class Metering(NamedTuple):
@@ -56,6 +59,13 @@ class Metering(NamedTuple):
     dedup_ttl_days: int = 3
     usage_retention_days: int = 400
     aggregation_interval_secs: int = 60
+    # A record stamped on the previous org-local day keeps that day only if it arrives
+    # this long after local midnight; later, it counts toward the day it arrives on.
+    backdate_grace_secs: int = 900
+    # Default per-record token caps of a label (config.yaml may set them per label):
+    # input covers the cache read/write counts too, which are input tokens.
+    max_input_tokens: int = 1_000_000
+    max_output_tokens: int = 128_000
 
 
 class Alerts(NamedTuple):
@@ -87,6 +97,12 @@ class ServiceConfig:
     rate_limits: dict[str, RateLimit] = field(default_factory=dict)
     alerts: Alerts = field(default_factory=Alerts)
 
+    def token_caps(self, label: str) -> tuple[int, int]:
+        """(max input, max output) tokens one usage record of ``label`` may report."""
+        spec = self.labels.get(label)
+        return ((spec and spec.max_input_tokens) or self.metering.max_input_tokens,
+                (spec and spec.max_output_tokens) or self.metering.max_output_tokens)
+
 
 def config_path() -> Path:
     explicit = os.environ.get("PRICE_KEEPER_CONFIG")
@@ -106,6 +122,15 @@ def read_raw(path: Path) -> dict:
     import yaml  # only where config.yaml itself is read: the local stack, tests and synth
 
     return yaml.safe_load(text)
+
+
+def _positive_or_none(spec: dict, name: str, label: str) -> int | None:
+    value = spec.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"label {label}: {name} must be a positive integer")
+    return value
 
 
 def parse_config(raw: dict) -> ServiceConfig:
@@ -131,6 +156,8 @@ def parse_config(raw: dict) -> ServiceConfig:
             family=spec.get("family", ""),
             profile_kind=kind,
             price_list_model=spec.get("price_list_model", ""),
+            max_input_tokens=_positive_or_none(spec, "max_input_tokens", name),
+            max_output_tokens=_positive_or_none(spec, "max_output_tokens", name),
         )
     service = raw.get("service") or {}
     return ServiceConfig(

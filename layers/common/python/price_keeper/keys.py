@@ -51,9 +51,25 @@ def usage_key_of_shard(shard: str) -> str:
     return shard.rsplit("#SH#", 1)[0]
 
 
-def dedup_key(scope: str, request_id: str) -> str:
-    """Key of the per-request dedup marker stored beside the shards (see metering)."""
-    return f"{scope}#REQ#{request_id}"
+def split_usage_key(usage_key: str) -> tuple[str, str]:
+    """(scope, label) of a ``{scope}#LABEL#{label}`` key."""
+    scope, _, label = usage_key.rpartition("#LABEL#")
+    return scope, label
+
+
+def scope_total_key(scope: str) -> str:
+    """DailyTotal ``usage_key`` of a scope's total over every label (no label has ``#``,
+    so it never collides with a ``{scope}#LABEL#{label}`` key)."""
+    return f"{scope}#TOTAL"
+
+
+def dedup_key(org_id: str, app_id: str, request_id: str) -> str:
+    """Key of the per-request dedup marker stored beside the shards (see metering).
+
+    It names the reporting app, not the quota scope, so a ``request_id`` stays a duplicate
+    whatever the org's ``quota_scope`` or timezone becomes during the dedup window.
+    """
+    return f"{profile_org_key(org_id, app_id)}#REQ#{request_id}"
 
 
 def stable_shard(request_id: str, shard_count: int) -> int:

@@ -14,8 +14,12 @@ A duplicate cancels the transaction on step 1; its ``ALL_OLD`` item answers the 
 the original shard and cost. The write cost is the same on the first and the millionth
 request of a day: nothing grows with the day's volume.
 
-The day a record counts toward is the org-local day of its ``timestamp`` (not of its
-arrival), so a retry that crosses midnight lands on the same shard and dedup item.
+The day a record counts toward is the org-local day it *arrives* on, whatever its
+``timestamp``: spend reported today counts against today's quota, so stamping records
+yesterday cannot spend around it. Only a record stamped on the previous day that arrives
+within ``backdate_grace_secs`` (15 min) of local midnight keeps its own day. The dedup item
+names the app and the ``request_id``, not the day or the quota scope, so a retry that
+crosses midnight, a timezone or a scope change is still a duplicate.
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ from .aggregation import Totals, usage_expires_at
 from .api import RETRYABLE_CODES
 from .aws import ddb_client, table
 from .config import get_config
-from .errors import ApiError, invalid_config, invalid_request, service_unavailable
+from .errors import ApiError, invalid_request, service_unavailable
 from .models import UsageRequest
 from .observability import logger
 from .orgs import EffectiveConfig
@@ -57,9 +61,10 @@ class Submission(NamedTuple):
     """A validated, priced usage record, ready to be written."""
 
     request_id: str
+    dedup_key: str
     scope: str
     label: str
-    day: str  # org-local yyyymmdd of the record's timestamp
+    day: str  # org-local yyyymmdd the record counts toward (see ``booking_day``)
     shard_id: int
     tokens: pricing.Tokens
     cost_usd_micros: int
@@ -79,44 +84,65 @@ class Outcome(NamedTuple):
 # --- validation --------------------------------------------------------------------
 
 def parse_timestamp(text: str) -> datetime:
-    """ISO 8601 date and time (``Z``, an offset, or none meaning UTC) as an aware datetime."""
+    """ISO 8601 date and time (``Z``, an offset, or none meaning UTC) as a UTC datetime."""
     try:
         if not _TIMESTAMP_SHAPE.match(text):
             raise ValueError(text)
         moment = datetime.fromisoformat(text)
+        return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
     except ValueError:
         raise invalid_request("timestamp must be ISO 8601, e.g. 2026-01-23T15:30:45Z", timestamp=text[:40]) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+14:00 is before year 1 in UTC
+        raise invalid_request("Timestamp outside acceptable range", timestamp=text[:40]) from None
 
 
-def usage_day(moment: datetime, tz_name: str, now: datetime) -> str:
-    """The org day a record at ``moment`` counts toward, if it is acceptable now.
+def booking_day(moment: datetime, tz_name: str, now: datetime) -> str:
+    """The org day a record stamped ``moment`` counts toward, if it is acceptable ``now``.
 
-    Accepted: from the start of the previous org-local day (the spec's 24 h tolerance,
-    DST-safe: a whole local day whatever its length) up to ``now`` plus the clock skew.
+    Accepted (the spec's window): from the start of the previous org-local day (DST-safe:
+    a whole local day whatever its length) up to ``now`` plus the clock skew. It counts
+    toward today, except that a record of the previous day keeps its day while ``now`` is
+    within ``backdate_grace_secs`` of local midnight (a call made just before midnight).
     """
     if moment > now + timedelta(seconds=CLOCK_SKEW_SECS):
         raise invalid_request("Timestamp is in the future", timestamp=iso_utc(moment), server_time=iso_utc(now),
                               allowed_clock_skew_secs=CLOCK_SKEW_SECS)
     today = org_date(tz_name, now)
+    today_start = day_start_utc(tz_name, today)
     earliest = day_start_utc(tz_name, today - timedelta(days=1))
     if moment < earliest:
         latest = day_start_utc(tz_name, today + timedelta(days=1)) - timedelta(seconds=1)
         raise invalid_request("Timestamp outside acceptable range", timestamp=iso_utc(moment),
                               org_day=today.strftime("%Y%m%d"), timezone=tz_name,
                               acceptable_range=f"{iso_utc(earliest)} to {iso_utc(latest)}")
-    return org_day(tz_name, moment)
+    grace = timedelta(seconds=get_config().metering.backdate_grace_secs)
+    if moment < today_start and now < today_start + grace:
+        return org_day(tz_name, moment)
+    return today.strftime("%Y%m%d")
+
+
+def check_token_caps(request: UsageRequest) -> None:
+    """400 for a token count over the label's per-record cap (one record cannot spend a day)."""
+    max_input, max_output = get_config().token_caps(request.model_label)
+    for name, cap in (("input_tokens", max_input), ("output_tokens", max_output),
+                      ("cache_read_input_tokens", max_input), ("cache_write_input_tokens", max_input)):
+        if getattr(request, name) > cap:
+            raise invalid_request(f"{name} exceeds the per-record limit for {request.model_label}",
+                                  field=name, limit=cap, value=getattr(request, name),
+                                  model_label=request.model_label)
 
 
 def priced_label(config: EffectiveConfig, label: str, calling_region: str | None) -> profiles.PricedModel:
-    """Check the usage label and resolve what it bills (spec error codes and details)."""
+    """Check the usage label and resolve what it bills (spec error codes and details).
+
+    Any label the service can price is accepted, in the app's ordering or not (a label
+    dropped from the ordering during the day, another config label, a profile the app
+    registered): the call was made and billed, so it is counted, toward the scope's total cap.
+    """
     known = profiles.known_label(config, label) if is_label(label) else None
     if known is None:
         raise ApiError(400, "INVALID_MODEL_LABEL", "Model label not defined in config",
                        {"model_label": label[:64], "valid_labels": sorted(get_config().labels)})
-    if known == "config" and label not in config.model_ordering:
-        raise invalid_config("Model label not configured for this application", model_label=label,
-                             configured_labels=list(config.model_ordering), app_id=config.app_id)
     is_profile = known != "config" or get_config().labels[label].type == "profile"
     if is_profile and not calling_region:
         raise invalid_request(f"calling_region is required when using inference profile label: {label}",
@@ -126,13 +152,15 @@ def priced_label(config: EffectiveConfig, label: str, calling_region: str | None
 
 def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Submission:
     """Validate and price one record (no writes)."""
-    day = usage_day(parse_timestamp(request.timestamp), config.timezone, now)
+    day = booking_day(parse_timestamp(request.timestamp), config.timezone, now)
+    check_token_caps(request)
     priced = priced_label(config, request.model_label, request.calling_region)
     quote = pricing.quote(priced.model_id, parse_day(day), priced.region, priced.fallback)
     tokens = pricing.Tokens(request.input_tokens, request.output_tokens, request.cache_read_input_tokens,
                             request.cache_write_input_tokens)
     return Submission(
-        request_id=request.request_id, scope=config.scope, label=request.model_label, day=day,
+        request_id=request.request_id, dedup_key=keys.dedup_key(config.org_id, config.app_id, request.request_id),
+        scope=config.scope, label=request.model_label, day=day,
         shard_id=keys.stable_shard(request.request_id, config.agg_shard_count), tokens=tokens,
         cost_usd_micros=pricing.cost_usd_micros(tokens, quote.prices), quote=quote,
     )
@@ -144,7 +172,7 @@ def transaction_items(submission: Submission, now_epoch: int) -> list[dict]:
     """The two actions of a submission's TransactWriteItems."""
     name = tables.USAGE_AGG_SHARDED.physical_name
     dedup = {
-        "shard_key": keys.dedup_key(submission.scope, submission.request_id), "date_key": DEDUP_SORT_KEY,
+        "shard_key": submission.dedup_key, "date_key": DEDUP_SORT_KEY,
         "model_label": submission.label, "org_day": submission.day, "shard_id": submission.shard_id,
         "cost_usd_micros": submission.cost_usd_micros, "price_source": submission.quote.source,
         "accepted_at_epoch": now_epoch,
@@ -271,6 +299,9 @@ def _submit_one(config: EffectiveConfig, raw, now: datetime) -> dict:
         if isinstance(error, BotoCoreError) or code in RETRYABLE_CODES:
             return _failed(raw, "SERVICE_UNAVAILABLE", "Storage temporarily unavailable; retry this record")
         logger.exception("usage record failed", extra={"aws_error": code})
+        return _failed(raw, "INTERNAL_ERROR", "Internal error")
+    except Exception:  # noqa: BLE001 - one record's fault must not fail the others (each is one transaction)
+        logger.exception("usage record failed")
         return _failed(raw, "INTERNAL_ERROR", "Internal error")
     return {"request_id": outcome.request_id, "status": "accepted", "shard_id": outcome.shard_id,
             "cost_usd_micros": outcome.cost_usd_micros, "duplicate": outcome.duplicate}

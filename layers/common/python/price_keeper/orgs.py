@@ -1,25 +1,29 @@
 """Reading org and app configuration, and the inheritance rules between them.
 
 An app inherits every setting from its org unless it overrides it; ``quota_scope``,
-``timezone`` and ``agg_shard_count`` always come from the org. The effective config is
-cached in memory for ``CONFIG_CACHE_SECONDS`` (changes reach warm containers within that).
+``timezone`` and ``agg_shard_count`` always come from the org, and so do the quotas while
+the org is ORG-scoped (an app's own ``quotas``/``total_quota_usd_micros``, kept from an
+earlier APP scope, are ignored then). The effective config is cached in memory for
+``CONFIG_CACHE_SECONDS`` (changes reach warm containers within that).
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 from . import keys, tables
-from .aws import ddb_client
 from .cache import TTLCache
 from .config import get_config
 from .errors import ApiError, not_found
+from .storage import batch_get
 from .validation import is_app_id, is_uuid
 
 CONFIG_CACHE_SECONDS = 30
 _effective = TTLCache(CONFIG_CACHE_SECONDS)
 
-APP_OVERRIDABLE = ("model_ordering", "quotas", "tight_mode_threshold_pct",
+APP_OVERRIDABLE = ("model_ordering", "quotas", "total_quota_usd_micros", "tight_mode_threshold_pct",
                    "refresh_interval_normal_secs", "refresh_interval_tight_secs")
+# What an app may override only while its org is APP-scoped (its own quota counters).
+APP_QUOTA_SETTINGS = ("quotas", "total_quota_usd_micros")
 
 
 class EffectiveConfig(NamedTuple):
@@ -36,6 +40,14 @@ class EffectiveConfig(NamedTuple):
     tight_mode_threshold_pct: int
     refresh_interval_normal_secs: int
     refresh_interval_tight_secs: int
+    total_quota_usd_micros: int | None = None  # None: the sum of the ordering's label quotas
+
+    @property
+    def total_quota(self) -> int:
+        """The scope's daily cap over every label (boosted quotas raise the default)."""
+        if self.total_quota_usd_micros is not None:
+            return self.total_quota_usd_micros
+        return sum(self.quota(label) for label in self.model_ordering)
 
     @property
     def scope(self) -> str:
@@ -56,19 +68,20 @@ def check_ids(org_id: str, app_id: str | None = None) -> None:
 
 
 def load_items(org_id: str, app_id: str | None = None) -> tuple[dict | None, dict | None]:
-    """Org item and (if asked) app item in one BatchGetItem."""
-    name = tables.CONFIG.physical_name
+    """Org item and (if asked) app item in one BatchGetItem (a throttled, incomplete read
+    is retried and then a 503, never a "not registered")."""
     wanted = [{"org_key": keys.org_key(org_id), "resource_key": keys.ROOT_RESOURCE}]
     if app_id:
         wanted.append({"org_key": keys.org_key(org_id), "resource_key": keys.app_resource(app_id)})
-    found = ddb_client().batch_get_item(RequestItems={name: {"Keys": wanted, "ConsistentRead": True}})
-    items = {item["resource_key"]: item for item in found["Responses"].get(name, [])}
+    items = {item["resource_key"]: item for item in batch_get(tables.CONFIG, wanted, consistent=True)}
     return items.get(keys.ROOT_RESOURCE), (items.get(keys.app_resource(app_id)) if app_id else None)
 
 
 def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> EffectiveConfig:
     defaults = get_config().metering
-    source = {**org, **{k: app[k] for k in APP_OVERRIDABLE if app and k in app}}
+    overridable = [k for k in APP_OVERRIDABLE if org["quota_scope"] == "APP" or k not in APP_QUOTA_SETTINGS]
+    source = {**org, **{k: app[k] for k in overridable if app and k in app}}
+    total = source.get("total_quota_usd_micros")
     return EffectiveConfig(
         org_id=org_id,
         app_id=app_id,
@@ -85,6 +98,7 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
                                                     defaults.refresh_interval_normal_secs)),
         refresh_interval_tight_secs=int(source.get("refresh_interval_tight_secs",
                                                    defaults.refresh_interval_tight_secs)),
+        total_quota_usd_micros=int(total) if total is not None else None,
     )
 
 

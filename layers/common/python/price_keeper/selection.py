@@ -12,7 +12,9 @@ in one BatchGetItem, and writes StickyState only when the choice moves forward.
   earlier label would be available again, e.g. after a quota raise).
 - Tight mode: the chosen label's spend is at or above ``tight_mode_threshold_pct`` of its
   quota; clients then poll at the tight refresh interval.
-- Every label spent: 429 ``QUOTA_EXCEEDED`` until the next org-local midnight.
+- Every label spent, or the scope's total over all labels (``total_quota``, which spend
+  on any label counts toward, in the ordering or not) reached: 429 ``QUOTA_EXCEEDED``
+  until the next org-local midnight. Tight mode also when the total is near its cap.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ NORMAL, TIGHT, EXCEEDED = "NORMAL", "TIGHT", "EXCEEDED"
 REASON_NORMAL = "NORMAL"
 REASON_STICKY = "STICKY_FALLBACK"
 REASON_ALL_EXCEEDED = "ALL_QUOTAS_EXCEEDED"
+REASON_TOTAL_EXCEEDED = "TOTAL_QUOTA_EXCEEDED"
 STICKY_GRACE_SECS = 3600  # StickyState lives until the next org-local midnight + 1 h
 
 
@@ -75,17 +78,27 @@ class Decision(NamedTuple):
     flip_to: int | None  # StickyState index to write (the choice moved forward)
 
 
+class Total(NamedTuple):
+    """A scope's spend over every label of the day against its total cap."""
+
+    spend: int
+    quota: int
+
+
 def decide(ordering: tuple[str, ...] | list[str], quotas: dict[str, int], spends: dict[str, int],
-           threshold_pct: int, sticky_enabled: bool, sticky: Sticky | None) -> Decision:
+           threshold_pct: int, sticky_enabled: bool, sticky: Sticky | None, total: Total | None = None) -> Decision:
     """The selection rules (pure). ``spends`` may omit labels with no spend yet."""
     def spend(label: str) -> int:
         return spends.get(label, 0)
+
 
     available = [i for i, label in enumerate(ordering) if spend(label) < quotas.get(label, 0)]
     floor = ordering.index(sticky.label) if sticky_enabled and sticky and sticky.label in ordering else 0
     chosen = next((i for i in available if i >= floor), None)
     if chosen is None:
         return Decision(None, None, REASON_ALL_EXCEEDED, EXCEEDED, sticky_enabled and floor > 0, None)
+    if total is not None and total.spend >= total.quota:
+        return Decision(None, None, REASON_TOTAL_EXCEEDED, EXCEEDED, sticky_enabled and floor > 0, None)
     label = ordering[chosen]
     if chosen == 0:
         reason = REASON_NORMAL
@@ -94,7 +107,9 @@ def decide(ordering: tuple[str, ...] | list[str], quotas: dict[str, int], spends
     else:
         reason = exceeded_reason(ordering[chosen - 1])
     flip_to = chosen if sticky_enabled and chosen > floor else None
-    mode = TIGHT if quota_status(spend(label), quotas.get(label, 0), threshold_pct) == TIGHT else NORMAL
+    tight = quota_status(spend(label), quotas.get(label, 0), threshold_pct) == TIGHT or (
+        total is not None and quota_status(total.spend, total.quota, threshold_pct) == TIGHT)
+    mode = TIGHT if tight else NORMAL
     return Decision(chosen, label, reason, mode, sticky_enabled and chosen > 0, flip_to)
 
 
@@ -158,6 +173,7 @@ class Snapshot(NamedTuple):
     config: EffectiveConfig
     day: str
     spends: dict[str, int]
+    total: Total
     decision: Decision
 
 
@@ -174,28 +190,34 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
     When the conditional write loses a race, the state is re-read and the decision made
     again over the winner's state.
     """
-    reads = [daily_totals_read([keys.usage_key(config.scope, label) for label in config.model_ordering], day)]
+    usage_keys = [keys.usage_key(config.scope, label) for label in config.model_ordering]
+    total_key = keys.scope_total_key(config.scope)
+    reads = [daily_totals_read([*usage_keys, total_key], day)]
     if config.sticky_fallback_enabled:
         reads.append(Read(tables.STICKY_STATE, [_sticky_key(config.scope, day)], STICKY_ATTRIBUTES))
     found = batch_get_many(reads, consistent=consistent)  # one round trip for both tables
     totals = DailyRead.from_items(found[0])
     sticky = _sticky(found[1][0]) if config.sticky_fallback_enabled and found[1] else None
-    spends = {label: totals.of(keys.usage_key(config.scope, label)).cost_usd_micros for label in config.model_ordering}
+    spends = {label: totals.of(key).cost_usd_micros for label, key in zip(config.model_ordering, usage_keys)}
+    # The scope total folds every label; never below the ordering's own sum (it may lag it).
+    total = Total(max(totals.of(total_key).cost_usd_micros, sum(spends.values())), config.total_quota)
 
     def decide_now(state: Sticky | None) -> Decision:
         return decide(config.model_ordering, config.quotas, spends, config.tight_mode_threshold_pct,
-                      config.sticky_fallback_enabled, state)
+                      config.sticky_fallback_enabled, state, total)
 
     decision = decide_now(sticky)
     if decision.mode == TIGHT:
         live = live_spend(config.scope, config.model_ordering, day, config.agg_shard_count)
+        unfolded = sum(max(0, live[label] - spend) for label, spend in spends.items())
         spends = {label: max(spend, live[label]) for label, spend in spends.items()}
+        total = total._replace(spend=total.spend + unfolded)
         decision = decide_now(sticky)
     for _ in range(MAX_STICKY_RACES):
         if decision.flip_to is None or write_sticky(config, day, decision.flip_to, now):
             break
         decision = decide_now(read_sticky(config.scope, day, consistent=True))
-    return Snapshot(config, day, spends, decision)
+    return Snapshot(config, day, spends, total, decision)
 
 
 def models_status(config: EffectiveConfig, spends: dict[str, int]) -> dict:
@@ -227,11 +249,18 @@ def _etag(*parts) -> str:
     return '"' + hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=8).hexdigest() + '"'
 
 
+def _total_status(total: Total) -> dict:
+    return {"spend_usd_micros": total.spend, "quota_usd_micros": total.quota,
+            "quota_pct": quota_pct(total.spend, total.quota), "exceeded": total.spend >= total.quota}
+
+
 def all_exceeded(config: EffectiveConfig, snapshot: Snapshot, now: datetime) -> ApiError:
     retry_at = next_midnight_utc(config.timezone, now)
-    spends = snapshot.spends
+    spends, total = snapshot.spends, snapshot.total
+    message = ("Daily total quota exceeded for today" if snapshot.decision.reason == REASON_TOTAL_EXCEEDED
+               else "All model quotas exceeded for today")
     return ApiError(
-        429, "QUOTA_EXCEEDED", "All model quotas exceeded for today",
+        429, "QUOTA_EXCEEDED", message,
         {
             "org_id": config.org_id, "app_id": config.app_id, "date": parse_day(snapshot.day).isoformat(),
             "models": {label: {"quota_pct": quota_pct(spends.get(label, 0), config.quota(label)),
@@ -239,6 +268,7 @@ def all_exceeded(config: EffectiveConfig, snapshot: Snapshot, now: datetime) -> 
                        for label in config.model_ordering},
             "total_overage_usd_micros": sum(max(0, spends.get(label, 0) - config.quota(label))
                                             for label in config.model_ordering),
+            "total": _total_status(total),
         },
         headers={"Retry-After": str(max(1, math.ceil((retry_at - now) / timedelta(seconds=1))))},
         retry_after=iso_utc(retry_at),
@@ -270,6 +300,7 @@ def select_model(org_id: str, app_id: str, force_check: bool = False, now: datet
             "spend_usd_micros": spend, "quota_usd_micros": quota, "quota_pct": quota_pct(spend, quota),
             "sticky_fallback_active": decision.sticky_active,
             "models_status": models_status(config, snapshot.spends),
+            "total": _total_status(snapshot.total),
         },
         "pricing": _pricing(config, label, day),
         "client_guidance": {
@@ -282,5 +313,6 @@ def select_model(org_id: str, app_id: str, force_check: bool = False, now: datet
         "org_local_time": now.astimezone(ZoneInfo(config.timezone)).replace(microsecond=0).isoformat(),
     }
     headers = {"Cache-Control": f"max-age={secs}, private",
-               "ETag": _etag(org_id, app_id, day, label, decision.reason, decision.mode, snapshot.spends)}
+               "ETag": _etag(org_id, app_id, day, label, decision.reason, decision.mode, snapshot.spends,
+                             snapshot.total)}
     return body, headers
