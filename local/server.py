@@ -150,6 +150,7 @@ def main() -> int:
     stack = LocalStack().start()
     print(f"Bedrock Price Keeper is running at {stack.base_url}", flush=True)
     print(f"  API docs:          {stack.base_url}/docs", flush=True)
+    print(f"  Spend console:     {stack.base_url}/console", flush=True)
     print(f"  Provisioning key:  {stack.provisioning_key}", flush=True)
     print("  Stop with Ctrl-C.", flush=True)
     done = threading.Event()

@@ -1,4 +1,5 @@
-"""GET /openapi.json and GET /docs: the OpenAPI document of the whole API and a Swagger UI.
+"""GET /openapi.json, GET /docs and GET /console: the OpenAPI document of the whole API, a
+Swagger UI, and the spend console (a static page from the layer, ``price_keeper.console``).
 
 The document is generated from the routers (and pydantic models) of every HTTP function,
 so it cannot drift from the handlers; the function's code asset is therefore the whole
@@ -10,7 +11,7 @@ from pathlib import Path
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.swagger_ui import generate_swagger_html
 
-from price_keeper import openapi, routes
+from price_keeper import console, openapi, routes
 from price_keeper.api import Router, build_app, dumps, lambda_entry
 from price_keeper.config import get_config
 from price_keeper.modules import load_handler_module
@@ -39,6 +40,12 @@ def docs_page():
     html = generate_swagger_html(_document().replace("</", "<\\/"), f"{SWAGGER_UI}/swagger-ui-bundle.js",
                                  f"{SWAGGER_UI}/swagger-ui.css", SWAGGER_UI, None)
     return Response(200, "text/html", html)
+
+
+@router.get(routes.rule(routes.CONSOLE), include_in_schema=False)
+def console_page():
+    page = console.page()
+    return Response(200, console.CONTENT_TYPE, page.html, page.headers)
 
 
 app = build_app(router)

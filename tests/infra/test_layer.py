@@ -15,7 +15,7 @@ import pytest
 
 from stacks import REPO_ROOT
 from price_keeper.config import read_raw
-from stacks.layer import bundle_layer, layer_hash, runtime_python
+from stacks.layer import _package_files, bundle_layer, layer_hash, runtime_python
 from stacks.settings import PYTHON_VERSION
 
 pytestmark = pytest.mark.infra
@@ -62,6 +62,20 @@ def test_bundle_has_dependencies_package_and_config_as_json(bundle):
     bundled = json.loads((bundle / "price_keeper" / "config.json").read_text())
     assert bundled == read_raw(REPO_ROOT / "config.yaml")
     assert not (bundle / "price_keeper" / "config.yaml").exists()
+
+
+def test_bundle_ships_the_console_page_and_the_hash_covers_it(bundle):
+    """GET /console is package data of the layer (price_keeper/console/): shipped, and loadable there."""
+    source = REPO_ROOT / "layers" / "common" / "python" / "price_keeper" / "console"
+    files = sorted(p.name for p in source.iterdir() if p.is_file())
+    assert {"console.html", "console.css", "console.js"} <= set(files)
+    assert sorted(p.name for p in (bundle / "price_keeper" / "console").iterdir() if p.is_file()) == files
+    assert {source / name for name in files} <= set(_package_files())  # a page change redeploys the layer
+    env = {k: v for k, v in os.environ.items() if k != "PRICE_KEEPER_CONFIG"}
+    env["PYTHONPATH"] = str(bundle)
+    result = subprocess.run([sys.executable, "-c", "from price_keeper import console; print(console.page().html[:15])"],
+                            env=env, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "<!doctype html>"
 
 
 @pytest.mark.skipif(runtime_python() is None, reason=f"no Python {PYTHON_VERSION} on this machine to precompile with")

@@ -21,6 +21,7 @@ AUTH_REFRESH = "/auth/refresh"
 AUTH_REVOKE = "/auth/revoke"
 OPENAPI = "/openapi.json"
 DOCS = "/docs"
+CONSOLE = "/console"
 ORG_CONFIG = ORG
 APP_CONFIG = APP
 ORG_ROTATE = f"{ORG}/credentials/rotate"
@@ -50,6 +51,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", HEALTH, "health"),
     Route("GET", OPENAPI, "docs"),
     Route("GET", DOCS, "docs"),
+    Route("GET", CONSOLE, "docs"),
     Route("POST", AUTH_TOKEN, "auth_token", "auth_token"),
     Route("POST", AUTH_REFRESH, "auth_refresh", "auth_refresh"),
     Route("POST", AUTH_REVOKE, "auth_revoke", "auth_revoke"),

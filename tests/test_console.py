@@ -1,0 +1,111 @@
+"""GET /console through the real docs function: one self-contained page (its CSS and JS
+inline, nothing fetched from elsewhere), a Content-Security-Policy that allows exactly those
+blocks, and a sign-in form that cannot leak a secret. The page in a browser:
+tests/test_console_browser.py."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from html.parser import HTMLParser
+
+from price_keeper import console, routes
+
+PAGE_BUDGET_BYTES = 64_000  # one Lambda response, no build step: keep it small (measured: ~37 KB)
+
+
+def _policy(reply) -> dict[str, list[str]]:
+    return {name: values for name, *values in
+            (directive.split() for directive in reply.headers["content-security-policy"].split(";"))}
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+class _Elements(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def _elements(html: str) -> list[tuple[str, dict]]:
+    parser = _Elements()
+    parser.feed(html)
+    return parser.tags
+
+
+def test_console_route_is_served_by_the_docs_function():
+    route, params = routes.match("GET", "/console")
+    assert (route.function, params) == ("docs", {})
+    assert routes.match("POST", "/console") is None
+
+
+def test_console_is_one_html_page_with_its_css_and_js_inline(api):
+    reply = api.get("/console")
+    assert reply.status == 200, reply
+    assert reply.headers["content-type"] == "text/html; charset=utf-8"
+    html = reply.text
+    assert len(html.encode()) < PAGE_BUDGET_BYTES
+    assert html.startswith("<!doctype html>") and "<!-- console." not in html
+    scripts = re.findall(r"<script>(.*?)</script>", html, re.S)
+    styles = re.findall(r"<style>(.*?)</style>", html, re.S)
+    assert scripts == [(console.HERE / "console.js").read_text()]
+    assert styles == [(console.HERE / "console.css").read_text()]
+    # Nothing is loaded from anywhere: no src, no stylesheet link, no URL but the SVG namespace.
+    for tag, attrs in _elements(html):
+        assert "src" not in attrs, tag
+        if tag == "link":
+            assert attrs == {"rel": "icon", "href": "data:,"}
+    assert set(re.findall(r"https?://[^\s\"'<>`]+", html)) == {"http://www.w3.org/2000/svg"}
+    assert "cdn" not in html.lower()
+
+
+def test_policy_allows_exactly_the_inline_blocks_and_this_origin(api):
+    reply = api.get("/console")
+    policy = _policy(reply)
+    (script,) = re.findall(r"<script>(.*?)</script>", reply.text, re.S)
+    (style,) = re.findall(r"<style>(.*?)</style>", reply.text, re.S)
+    assert policy == {
+        "default-src": ["'none'"], "script-src": [_sha256(script)], "style-src": [_sha256(style)],
+        "connect-src": ["'self'"], "img-src": ["'self'", "data:"], "base-uri": ["'none'"],
+        "form-action": ["'none'"], "frame-ancestors": ["'none'"],
+    }
+    assert reply.headers["x-content-type-options"] == "nosniff"
+    assert reply.headers["referrer-policy"] == "no-referrer"
+    assert "unsafe" not in reply.headers["content-security-policy"]
+
+
+def test_sign_in_form_has_labelled_client_credential_fields(api):
+    elements = _elements(api.get("/console").text)
+    forms = [attrs for tag, attrs in elements if tag == "form"]
+    assert forms == [{"id": "sign-in-form", "method": "post", "novalidate": None}]  # no action, never GET
+    inputs = {attrs["name"]: attrs for tag, attrs in elements if tag == "input"}
+    assert set(inputs) == {"client_id", "client_secret"}
+    assert inputs["client_secret"]["type"] == "password"
+    labelled = {attrs["for"] for tag, attrs in elements if tag == "label"}
+    assert {attrs["id"] for attrs in inputs.values()} <= labelled
+    assert ("button", {"type": "submit", "id": "sign-in-button"}) in elements
+    live = [attrs for tag, attrs in elements if "aria-live" in attrs]
+    assert {attrs.get("role") for attrs in live} == {"status", "alert"}
+    assert [attrs for tag, attrs in elements if attrs.get("id") == "history"]
+    assert ("meta", {"name": "viewport", "content": "width=device-width, initial-scale=1"}) in elements
+
+
+def test_script_keeps_tokens_in_memory_and_never_writes_html():
+    script = (console.HERE / "console.js").read_text()
+    for api in ("localStorage", "sessionStorage", "document.cookie", "indexedDB", "innerHTML", "outerHTML",
+                "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert api not in script, api
+    # Every request goes through one fetch helper, with credentials in headers and JSON bodies only.
+    assert script.count("fetch(") == 1
+    assert "credentials: 'omit'" in script and "Authorization = `Bearer ${s.access}`" in script
+    for path in ("auth/token", "auth/refresh", "auth/revoke"):
+        assert f"call('{path}', {{" in script, path
+
+
+def test_page_is_built_once_per_container():
+    assert console.page() is console.page()
