@@ -9,11 +9,12 @@ from datetime import date, timedelta
 
 import pytest
 
-from price_keeper import keys, reports, tables
+from price_keeper import aggregation, keys, reports, tables
 from price_keeper.aws import ddb_client, table
-from price_keeper.timeutil import day_start_utc, org_day
+from price_keeper.timeutil import day_start_utc, org_date, org_day
 from tests.conftest import assert_error
 from tests.factories import seed_app, seed_org, token_for
+from tests.usage_support import usage_body
 
 COUNTERS = ("cost_usd_micros", "input_tokens", "output_tokens", "cache_read_input_tokens",
             "cache_write_input_tokens", "requests")
@@ -111,7 +112,8 @@ def test_one_query_per_usage_key_and_never_a_scan(api, app_org):
         assert report(api, app_org, token_for(app_org), **{"from": "2026-07-01", "to": "2026-09-30"}).status == 200
     finally:
         ddb_client().meta.events.unregister("before-parameter-build.dynamodb", count)
-    assert calls[("Query", tables.DAILY_TOTAL.physical_name)] == 3 + 1  # app-1 x 3 labels + app-2 x 1
+    # app-1 x 3 labels + app-2 x 1, and each app scope's total (which names any label outside the ordering)
+    assert calls[("Query", tables.DAILY_TOTAL.physical_name)] == 3 + 1 + 2
     assert calls[("Query", tables.CONFIG.physical_name)] == 1  # the org's apps
     assert not [call for call in calls if call[0] == "Scan"]
 
@@ -232,3 +234,15 @@ def test_unknown_org_is_404(api):
     org_id = str(uuid.uuid4())
     assert_error(report(api, org_id, token_for(org_id), **{"from": "2026-10-01", "to": "2026-10-01"}),
                  404, "NOT_FOUND")
+
+
+def test_spend_on_a_label_outside_the_ordering_is_reported(api, app_org):
+    """app-2 orders [standard] only; its calls on premium count and show, as in aggregates."""
+    reply = api.post(f"/api/v1/orgs/{app_org}/apps/app-2/usage", usage_body(model_label="premium"),
+                     token=token_for(app_org, "app-2"))
+    assert reply.status == 202, reply
+    aggregation.run()
+    today = org_date("America/New_York").isoformat()
+    rows = report(api, app_org, token_for(app_org), **{"from": today, "to": today}).json()["rows"]
+    assert [(r["app_id"], r["label"], r["cost_usd_micros"], r["requests"]) for r in rows] == [
+        ("app-2", "premium", 3760, 1)]

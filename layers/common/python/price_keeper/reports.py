@@ -9,9 +9,11 @@ never a Scan):
   rows have ``app_id: null`` and an ``app_id`` filter (an app token) still sees the
   org's rows, as the app aggregates endpoint of ``api_spec.md`` does.
 
-Only labels of the current ordering are reported (a label removed from the ordering
-keeps its totals in DailyTotal, but the report no longer names it). Days without spend
-have no row. Days are org-local (``DAY#yyyymmdd`` as the metering wrote them), so a
+Every label with spend is reported, in the ordering or not: each scope's ``{scope}#TOTAL``
+items over the range (one more Query per scope) name the labels summed each day, and the
+labels outside the current ordering (a dropped label, a self-registered profile) are read
+in a second round of Queries. Days without spend have no row. A day's rows hold the spend
+that arrived on that day (the metering's booking rule, docs/metering.md). Days are org-local (``DAY#yyyymmdd`` as the metering wrote them), so a
 23 h or 25 h DST day is one row like any other.
 """
 from __future__ import annotations
@@ -102,19 +104,25 @@ def app_id_of(item: dict) -> str:
     return item["resource_key"].removeprefix(keys.app_resource(""))
 
 
-def _usage_keys(org_id: str, app_id: str | None) -> list[UsageKey]:
+def _scopes(org_id: str, app_id: str | None) -> list[orgs.EffectiveConfig]:
+    """The quota scopes the report covers (``app_id`` of an ORG-scoped org's config is None)."""
     org = orgs.effective_config(org_id)
     app = orgs.effective_config(org_id, app_id) if app_id is not None else None  # 404 when not registered
     if org.quota_scope == "ORG":
-        return [UsageKey(None, label, keys.usage_key(org.scope, label)) for label in org.model_ordering]
+        return [org]
     if app is not None:
-        scopes = [app]
-    else:
-        org_item, _ = orgs.load_items(org_id)
-        scopes = [orgs.merge(org_item, item, org_id, app_id_of(item))
-                  for item in app_items(org_id, orgs.APP_OVERRIDABLE)]
-    return [UsageKey(scope.app_id, label, keys.usage_key(scope.scope, label))
-            for scope in scopes for label in scope.model_ordering]
+        return [app]
+    org_item, _ = orgs.load_items(org_id)
+    return [orgs.merge(org_item, item, org_id, app_id_of(item)) for item in app_items(org_id, orgs.APP_OVERRIDABLE)]
+
+
+def _scope_app(scope: orgs.EffectiveConfig) -> str | None:
+    return scope.app_id if scope.quota_scope == "APP" else None
+
+
+def _usage_keys(scopes: list[orgs.EffectiveConfig], labels_of) -> list[UsageKey]:
+    return [UsageKey(_scope_app(scope), label, keys.usage_key(scope.scope, label))
+            for scope in scopes for label in labels_of(scope)]
 
 
 def _query_days(client, usage_key: str, first: date, last: date) -> list[dict]:
@@ -138,13 +146,26 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
     position; 400 for bad dates or ranges, 404 for an unknown org or app."""
     first, last = parse_date(first_day, "from"), parse_date(last_day, "to")
     check_range(first, last)
-    usage_keys = _usage_keys(org_id, app_id)
-    if len(usage_keys) > MAX_USAGE_KEYS:
+    scopes = _scopes(org_id, app_id)
+    usage_keys = _usage_keys(scopes, lambda scope: scope.model_ordering)
+    if len(usage_keys) + len(scopes) > MAX_USAGE_KEYS:
         raise invalid_request("Too many apps x labels for one report; narrow it with app_id",
                               usage_keys=len(usage_keys), max_usage_keys=MAX_USAGE_KEYS)
     client = ddb_client()  # built once here: the threads share it (boto3 clients are thread-safe)
-    with ThreadPoolExecutor(max_workers=QUERY_THREADS) as pool:
-        results = list(pool.map(lambda key: _query_days(client, key.usage_key, first, last), usage_keys))
+
+    def query(usage_keys: list[str]) -> list[list[dict]]:
+        with ThreadPoolExecutor(max_workers=QUERY_THREADS) as pool:
+            return list(pool.map(lambda key: _query_days(client, key, first, last), usage_keys))
+
+    *results, = query([key.usage_key for key in usage_keys] + [keys.scope_total_key(s.scope) for s in scopes])
+    scope_totals, results = results[len(usage_keys):], results[:len(usage_keys)]
+    outside = {scope.scope: sorted({label for item in items for label in item.get("labels", ())}
+                                   - set(scope.model_ordering))
+               for scope, items in zip(scopes, scope_totals)}
+    extra_keys = _usage_keys(scopes, lambda scope: outside[scope.scope])
+    if extra_keys:  # labels with spend outside the ordering
+        usage_keys += extra_keys
+        results += query([key.usage_key for key in extra_keys])
     rows = [(_row(key, item), position) for position, (key, items) in enumerate(zip(usage_keys, results))
             for item in items]
     rows.sort(key=lambda pair: (pair[0]["date"], pair[1]))
