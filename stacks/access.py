@@ -65,6 +65,7 @@ AGGREGATION = {  # aggregation.run
     USAGE_AGG_SHARDED: (BATCH_GET,),
     DAILY_TOTAL: (BATCH_GET, PUT),  # current totals; _put_total (conditional) and the heartbeat
 }
+DAY_SPEND_CHECK = {(USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,)}  # metering.org_has_spend (PUT org)
 ALERT_LIST = {STICKY_STATE: (QUERY,)}  # alerts._recorded
 # alerts.evaluate_and_fire: _recorded, _record, _claim_retry, _mark_published (boosts: ORG_CHILDREN)
 ALERT_FIRE = {STICKY_STATE: (QUERY, PUT, UPDATE)}
@@ -76,7 +77,7 @@ _TABLES: dict[str, Grants] = {
     "auth_token": AUTH_CLIENT,
     "auth_refresh": AUTH_DECODE,
     "auth_revoke": merge(AUTH_DECODE, AUTH_REVOKE),
-    "put_org": CONFIG_SAVE,
+    "put_org": merge(EFFECTIVE_CONFIG, ORG_CHILDREN, CONFIG_SAVE, DAY_SPEND_CHECK),
     "put_app": merge(EFFECTIVE_CONFIG, ORG_CHILDREN, CONFIG_SAVE),
     "rotate_credentials": {CONFIG: (UPDATE,)},  # provisioning.rotate_credentials (conditional update)
     "quota_boosts": merge(EFFECTIVE_CONFIG, BOOST_CREATE),

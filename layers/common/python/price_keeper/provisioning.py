@@ -12,6 +12,9 @@ requests can never both issue credentials:
 - PUT replaces the configuration: org settings left out of the body return to the
   service defaults (except ``agg_shard_count``, which is kept), and app settings left out
   are removed so the app inherits them from its org.
+- ``timezone`` and ``quota_scope`` move "today" and the quota counters: changing either is
+  refused with 409 while the org has spend on its current org-local day (in any scope), so
+  a change can never hand back a spent quota (docs/metering.md).
 
 See ``docs/provisioning.md`` for the validation rules and the decisions behind them.
 """
@@ -25,12 +28,12 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 from pydantic import Field, StringConstraints, model_validator
 
-from . import auth, keys, orgs, tables
+from . import auth, keys, metering, orgs, reports, tables
 from .aws import table
 from .config import get_config
 from .errors import ApiError, invalid_config, not_found
 from .storage import plain
-from .timeutil import is_valid_timezone, iso_utc
+from .timeutil import is_valid_timezone, iso_utc, next_midnight_utc, org_day, parse_day
 from .validation import StrictBody
 
 NAME_MAX_CHARS = 200
@@ -44,13 +47,17 @@ SHARD_COUNTS = (8, 16, 32, 64)
 ORG_ONLY_SETTINGS = frozenset({"timezone", "quota_scope", "agg_shard_count", "sticky_fallback_enabled"})
 # The settings an app may override: wire name -> attribute of the app item.
 APP_ATTRIBUTES = {"model_ordering": "model_ordering", "quotas": "quotas",
+                  "total_quota_usd_micros": "total_quota_usd_micros",
                   "tight_mode_threshold_pct": "tight_mode_threshold_pct",
                   "refresh_interval_secs": "refresh_interval_normal_secs"}
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=NAME_MAX_CHARS)]
 Label = Annotated[str, StringConstraints(min_length=1, max_length=LABEL_MAX_CHARS)]
 Ordering = Annotated[list[Label], Field(min_length=1, max_length=MAX_LABELS)]
-Quotas = Annotated[dict[Label, Annotated[int, Field(ge=0, le=MAX_QUOTA_USD_MICROS)]], Field(max_length=MAX_LABELS)]
+QuotaAmount = Annotated[int, Field(ge=0, le=MAX_QUOTA_USD_MICROS)]
+Quotas = Annotated[dict[Label, QuotaAmount], Field(max_length=MAX_LABELS)]
+TOTAL_QUOTA_DESCRIPTION = ("Daily cap over every label, in the ordering or not, in micro-USD; "
+                           "default: the sum of the ordering's label quotas")
 ThresholdPct = Annotated[int, Field(ge=50, le=100)]
 RefreshSecs = Annotated[int, Field(ge=1, le=MAX_REFRESH_INTERVAL_SECS)]
 
@@ -71,6 +78,7 @@ class OrgRequest(StrictBody):
     quota_scope: Literal["ORG", "APP"]
     model_ordering: Ordering
     quotas: Quotas = Field(description="Daily quota per label in micro-USD; one for every label in model_ordering")
+    total_quota_usd_micros: QuotaAmount | None = Field(None, description=TOTAL_QUOTA_DESCRIPTION)
     overrides: OrgOverrides = Field(default_factory=OrgOverrides)
 
 
@@ -94,6 +102,8 @@ class AppRequest(StrictBody):
     app_name: Name
     model_ordering: Ordering | None = None
     quotas: Quotas | None = Field(None, description="Only when the org's quota_scope is APP")
+    total_quota_usd_micros: QuotaAmount | None = Field(
+        None, description=TOTAL_QUOTA_DESCRIPTION + "; only when the org's quota_scope is APP")
     overrides: AppOverrides = Field(default_factory=AppOverrides)
 
     _org_only = model_validator(mode="before")(_reject_org_only)
@@ -139,8 +149,9 @@ def _profile_labels(org_id: str, app_id: str) -> list[str]:
 
 
 def _check_app(org_id: str, app_id: str, request: AppRequest, org: dict) -> None:
-    if request.quotas is not None and org["quota_scope"] != "APP":
-        raise invalid_config("quotas can be set per app only when the organization's quota_scope is APP",
+    own = [name for name in orgs.APP_QUOTA_SETTINGS if getattr(request, name) is not None]
+    if own and org["quota_scope"] != "APP":
+        raise invalid_config(f"{' and '.join(own)} can be set per app only when the organization's quota_scope is APP",
                              quota_scope=org["quota_scope"])
     ordering = request.model_ordering or org["model_ordering"]
     quotas = request.quotas if request.quotas is not None else org["quotas"]
@@ -251,25 +262,63 @@ def _org_values(request: OrgRequest) -> dict:
         "tight_mode_threshold_pct": given(overrides.tight_mode_threshold_pct, defaults.tight_mode_threshold_pct),
         "refresh_interval_normal_secs": given(overrides.refresh_interval_secs, defaults.refresh_interval_normal_secs),
         "refresh_interval_tight_secs": defaults.refresh_interval_tight_secs,
+        **({} if request.total_quota_usd_micros is None else {"total_quota_usd_micros": request.total_quota_usd_micros}),
         "updated_at_epoch": int(time.time()),
     }
 
 
-def put_org(org_id: str, request: OrgRequest) -> tuple[bool, dict]:
+DAY_BOUND_SETTINGS = ("timezone", "quota_scope")
+
+
+def _check_day_bound_change(org_id: str, stored: dict | None, request: OrgRequest, now: datetime) -> None:
+    """409 when the request moves ``timezone`` or ``quota_scope`` while today has spend.
+
+    Either would start a new day or a new counter with the day's spend left behind. Checked
+    on the usage shards (not the lagging totals), for the org day under the stored timezone.
+    """
+    if stored is None:
+        return
+    changed = [name for name in DAY_BOUND_SETTINGS if stored[name] != getattr(request, name)]
+    if not changed:
+        return
+    day = org_day(stored["timezone"], now)
+    if metering.org_has_spend(org_id, day):
+        next_midnight = next_midnight_utc(stored["timezone"], now)
+        raise ApiError(409, "CONFLICT", f"{' and '.join(changed)} cannot change while today has spend",
+                       {"changed": changed, "org_day": parse_day(day).isoformat(), "timezone": stored["timezone"],
+                        "next_org_midnight": iso_utc(next_midnight)},
+                       hint="Today's spend is counted in the current day and scope; apply the change on a "
+                            "day without spend (e.g. right after the next org-local midnight, before any usage)")
+
+
+def _ignored_app_quotas(org_id: str) -> list[str]:
+    """Apps whose own quotas (kept from an APP scope) are ignored while the org is ORG-scoped."""
+    items = reports.app_items(org_id, orgs.APP_QUOTA_SETTINGS)
+    return sorted(reports.app_id_of(item) for item in items if any(name in item for name in orgs.APP_QUOTA_SETTINGS))
+
+
+def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tuple[bool, dict]:
     """Create or update an org: (created, response body); the secret appears only on create."""
     _check_org(request)
+    stored, _ = orgs.load_items(org_id)
+    _check_day_bound_change(org_id, stored, request, now or datetime.now(timezone.utc))
     shards = request.overrides.agg_shard_count
+    values = _org_values(request)
     stored, secret = _save(
         {"org_key": keys.org_key(org_id), "resource_key": keys.ROOT_RESOURCE}, auth.Principal(org_id, None),
-        _org_values(request),
+        values, remove=[] if "total_quota_usd_micros" in values else ["total_quota_usd_micros"],
         create_only={"agg_shard_count": shards or get_config().metering.usage_agg_shard_count},
         must_match={"agg_shard_count": shards} if shards else None,
     )
     orgs.forget(org_id)
-    return _reply({"org_id": org_id}, stored, secret, {
+    configuration = {
         "timezone": stored["timezone"], "quota_scope": stored["quota_scope"],
         "model_ordering": stored["model_ordering"], "agg_shard_count": int(stored["agg_shard_count"]),
-    })
+        "total_quota_usd_micros": int(orgs.merge(stored, None, org_id, None).total_quota),
+    }
+    if stored["quota_scope"] == "ORG" and secret is None:
+        configuration["ignored_app_quota_overrides"] = _ignored_app_quotas(org_id)
+    return _reply({"org_id": org_id}, stored, secret, configuration)
 
 
 # --- apps --------------------------------------------------------------------------
@@ -277,6 +326,7 @@ def put_org(org_id: str, request: OrgRequest) -> tuple[bool, dict]:
 def _app_overrides(request: AppRequest) -> dict:
     """Overridable settings by wire name; ``None`` for a setting the app inherits."""
     return {"model_ordering": request.model_ordering, "quotas": request.quotas,
+            "total_quota_usd_micros": request.total_quota_usd_micros,
             "tight_mode_threshold_pct": request.overrides.tight_mode_threshold_pct,
             "refresh_interval_secs": request.overrides.refresh_interval_secs}
 
