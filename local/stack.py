@@ -1,9 +1,11 @@
 """The local stack's AWS side: an embedded moto server (loopback only) with the seven
-tables and the two secrets, persisted across restarts.
+tables and the two secrets, persisted across restarts, and the Bedrock inference-profile
+stand-in moto lacks (``local/bedrock.py``; served by the local HTTP server).
 
 Persistence uses moto's request recorder: every request moto serves is appended to
 ``.local/moto-journal.jsonl``; at start-up the journal is compacted to its writes (reads
-replay to nothing) and replayed, which rebuilds tables, items and secrets.
+replay to nothing) and replayed, which rebuilds tables, items and secrets. Application
+inference profiles are kept in ``.local/inference-profiles.json``.
 """
 from __future__ import annotations
 
@@ -15,12 +17,14 @@ from pathlib import Path
 
 import boto3
 
+from .bedrock import InferenceProfiles
 from .gateway import ROOT  # noqa: F401  (puts the layer on sys.path)
 from price_keeper.alerts import event_bus
 from price_keeper.tables import ALL_TABLES, TTL_ATTRIBUTE
 
 STATE_DIR = Path(os.environ.get("LOCAL_STATE_DIR") or ROOT / ".local")  # tests point it at a temp dir
 JOURNAL = STATE_DIR / "moto-journal.jsonl"
+INFERENCE_PROFILES = STATE_DIR / "inference-profiles.json"
 JWT_SECRET_NAME = "price-keeper/jwt-signing-key"
 PROVISIONING_SECRET_NAME = "price-keeper/provisioning-api-key"
 
@@ -51,11 +55,13 @@ def _compact_journal() -> None:
 
 
 class LocalAws:
-    """Starts moto, restores the journal, and makes sure tables and secrets exist."""
+    """Starts moto, restores the journal, and makes sure tables and secrets exist; holds
+    the Bedrock stand-in."""
 
     def __init__(self, persist: bool = True, dynamodb_endpoint: str | None = None):
         self.persist = persist
         self.dynamodb_endpoint = dynamodb_endpoint
+        self.bedrock = InferenceProfiles(INFERENCE_PROFILES if persist else None)
         self.server = None
         self.url = ""
 

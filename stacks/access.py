@@ -110,9 +110,10 @@ JWT_READERS = frozenset({
 })
 PROVISIONING_READERS = frozenset({"put_org", "put_app", "rotate_credentials", "quota_boosts"})
 
-# Functions that resolve inference profiles to models (profiles.priced_model →
-# GetInferenceProfile): metering, and the price shown by model selection.
-INFERENCE_PROFILE_READERS = frozenset({"usage", "usage_batch", "model_selection"})
+# Functions that resolve inference profiles to models (GetInferenceProfile): registration
+# (profiles.register refuses what it cannot resolve), metering (profiles.priced_model), and
+# the price shown by model selection.
+INFERENCE_PROFILE_READERS = frozenset({"inference_profiles", "usage", "usage_batch", "model_selection"})
 # Functions that read AWS Price List prices (pricing.fetch_price_list → GetProducts).
 PRICE_LIST_READERS = frozenset({"pricing_fetcher"})
 # Functions that publish alert events on the service's event bus (alerts._publish).

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import uuid
 
 import pytest
@@ -13,9 +14,11 @@ os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 
 from local import gateway  # noqa: E402
+from local.bedrock import InferenceProfiles  # noqa: E402
+from local.server import LocalHttpServer  # noqa: E402
 from local.stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME  # noqa: E402
 from price_keeper import aws as pk_aws  # noqa: E402
-from price_keeper import cache, ratelimit, routes  # noqa: E402
+from price_keeper import cache, profiles, ratelimit, routes  # noqa: E402
 from price_keeper.tables import ALL_TABLES, TTL_ATTRIBUTE  # noqa: E402
 from tests.iam_check import only_granted  # noqa: E402
 
@@ -125,3 +128,19 @@ def assert_error(reply: Reply, status: int, code: str) -> dict:
     assert isinstance(body["message"], str) and body["message"]
     assert body["timestamp"].endswith("Z")
     return body
+
+
+@pytest.fixture
+def bedrock_endpoint(monkeypatch) -> str:
+    """URL of the local stack's Bedrock stand-in (moto has no inference profiles), fresh
+    and in memory; the functions reach it through ``AWS_ENDPOINT_URL_BEDROCK``."""
+    httpd = LocalHttpServer(0, InferenceProfiles())
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK", url)
+    clients = profiles.bedrock_client  # a test may replace it (botocore Stubber)
+    clients.cache_clear()
+    yield url
+    clients.cache_clear()
+    httpd.shutdown()
+    httpd.server_close()

@@ -271,8 +271,8 @@ def test_usage_is_priced_from_the_pricing_cache(api):
 
 def test_usage_with_an_unpriceable_registered_profile_is_invalid_config(api, monkeypatch):
     tenant = new_tenant()
-    assert register(api, tenant, "tenant-x").status == 201
     stub_bedrock(monkeypatch, {"us-east-1": "acme.unknown-model-v1:0"})
+    assert register(api, tenant, "tenant-x").status == 201
     reply = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-x", calling_region="us-east-1"),
                      token=tenant.token)
     assert_error(reply, 400, "INVALID_CONFIG")

@@ -1,5 +1,7 @@
-"""Inference profiles: registration (moto) and usage on a profile label, with Bedrock's
-GetInferenceProfile answered by a botocore Stubber (moto does not implement it)."""
+"""Inference profiles: registration (moto) and usage on a profile label. moto has no
+Bedrock GetInferenceProfile: the local stack's stand-in answers it (over HTTP, as on
+``make run``), and a botocore Stubber where a test needs a routing or a failure no real
+profile has."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -8,13 +10,14 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from price_keeper import keys, profiles, tables
+from price_keeper import cache, keys, profiles, tables
 from price_keeper.aws import table
 from tests.conftest import assert_error
 from tests.factories import token_for
 from tests.usage_support import new_tenant, shard_items, usage_body
 
-ARN = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6"
+ARN = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-pro-v1:0"
+FOREIGN_ARN = ARN.replace("123456789012", "999999999999")
 
 
 def register(api, tenant, label: str, arn: str = ARN, description: str | None = "Premium profile for Tenant A",
@@ -25,8 +28,16 @@ def register(api, tenant, label: str, arn: str = ARN, description: str | None = 
     return api.post(tenant.app_path + "/inference-profiles", body, token=token or tenant.token)
 
 
+@pytest.fixture(autouse=True)
+def bedrock(aws, bedrock_endpoint):
+    """The functions resolve profiles with the local stack's stand-in; a client of it for
+    the test (e.g. to create application profiles)."""
+    return lambda region="us-east-1": boto3.client("bedrock", region_name=region, endpoint_url=bedrock_endpoint)
+
+
 def stub_bedrock(monkeypatch, routing: dict[str, str], arn: str = ARN, error: str | None = None) -> Stubber:
-    """Bedrock answering one GetInferenceProfile for ``arn`` with ``routing`` (region -> model id)."""
+    """Bedrock answering one GetInferenceProfile for ``arn`` with ``routing`` (region -> model id);
+    stub before registering: registration resolves the profile and memoizes the answer."""
     client = boto3.client("bedrock", region_name="us-east-1")
     stubber = Stubber(client)
     expected = {"inferenceProfileIdentifier": arn}
@@ -35,7 +46,7 @@ def stub_bedrock(monkeypatch, routing: dict[str, str], arn: str = ARN, error: st
     else:
         stubber.add_response("get_inference_profile", {
             "inferenceProfileName": "tenant-a", "inferenceProfileArn": arn, "inferenceProfileId": arn.rsplit("/", 1)[1],
-            "status": "ACTIVE", "type": "APPLICATION",
+            "status": "ACTIVE", "type": "APPLICATION" if "application-inference-profile" in arn else "SYSTEM_DEFINED",
             "createdAt": datetime(2026, 1, 1, tzinfo=timezone.utc),
             "updatedAt": datetime(2026, 1, 1, tzinfo=timezone.utc),
             "models": [{"modelArn": f"arn:aws:bedrock:{region}::foundation-model/{model}"}
@@ -72,7 +83,8 @@ def test_description_is_optional(api, tenant):
 
 def test_a_label_registers_once(api, tenant):
     first = register(api, tenant, "tenant-a")
-    body = assert_error(register(api, tenant, "tenant-a", arn=ARN.replace("a1b2", "ffff")), 409, "ALREADY_EXISTS")
+    body = assert_error(register(api, tenant, "tenant-a", arn=ARN.replace("nova-pro", "nova-micro")), 409,
+                        "ALREADY_EXISTS")
     assert body["details"]["registered_at"] == first.json()["created_at"]
 
 
@@ -82,12 +94,51 @@ def test_a_config_label_cannot_become_a_profile(api, tenant):
 
 @pytest.mark.parametrize("arn", [
     "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-3-5-sonnet-20241022-v2:0",
-    "arn:aws:bedrock:eu-west-1:123456789012:application-inference-profile/a1b2c3d4e5f6",
-    "arn:aws-cn:bedrock:cn-north-1:123456789012:application-inference-profile/abc",
+    "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/global.amazon.nova-2-lite-v1:0",
     "arn:aws-us-gov:bedrock:us-gov-west-1:123456789012:inference-profile/us-gov.amazon.nova-pro-v1:0",
 ])
-def test_profile_arns_of_every_aws_partition_are_accepted(api, tenant, arn):
+def test_system_profile_arns_of_every_aws_partition_are_accepted(api, tenant, arn):
     assert register(api, tenant, "p1", arn=arn).status == 201
+
+
+@pytest.mark.parametrize("region, model_arn", [
+    ("eu-west-1", "arn:aws:bedrock:eu-west-1::foundation-model/amazon.nova-pro-v1:0"),
+    ("cn-north-1", "arn:aws-cn:bedrock:cn-north-1::foundation-model/amazon.nova-pro-v1:0"),
+])
+def test_application_profile_arns_are_accepted(api, tenant, bedrock, region, model_arn):
+    arn = bedrock(region).create_inference_profile(inferenceProfileName="tenant-a",
+                                                   modelSource={"copyFrom": model_arn})["inferenceProfileArn"]
+    assert ":application-inference-profile/" in arn
+    assert register(api, tenant, "p1", arn=arn).status == 201
+
+
+def stored_profile(tenant, label: str) -> dict | None:
+    return table(tables.CONFIG).get_item(Key={"org_key": keys.profile_org_key(tenant.org_id, tenant.app_id),
+                                              "resource_key": f"PROFILE#{label}"}).get("Item")
+
+
+@pytest.mark.parametrize("arn", [
+    "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6",  # never created
+    "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/us.amazon.nova-pro-v1:0",  # not offered there
+])
+def test_a_profile_bedrock_does_not_know_is_refused_at_registration(api, tenant, arn):
+    body = assert_error(register(api, tenant, "p1", arn=arn), 400, "INVALID_REQUEST")
+    assert body["message"] == "Inference profile not found in AWS Bedrock"
+    assert stored_profile(tenant, "p1") is None
+
+
+def test_another_accounts_profile_is_refused_at_registration(api, tenant):
+    body = assert_error(register(api, tenant, "p1", arn=FOREIGN_ARN), 400, "INVALID_REQUEST")
+    assert "account" in body["message"] and body["details"] == {"inference_profile_arn": FOREIGN_ARN}
+    assert stored_profile(tenant, "p1") is None
+
+
+def test_bedrock_failing_at_registration_is_a_retryable_503_and_nothing_is_stored(api, tenant, monkeypatch):
+    stub_bedrock(monkeypatch, {}, error="ThrottlingException")
+    reply = register(api, tenant, "p1")
+    assert_error(reply, 503, "SERVICE_UNAVAILABLE")
+    assert reply.headers["retry-after"] == "1"
+    assert stored_profile(tenant, "p1") is None
 
 
 @pytest.mark.parametrize("arn", [
@@ -103,8 +154,7 @@ def test_profile_arns_of_every_aws_partition_are_accepted(api, tenant, arn):
 def test_anything_else_is_400(api, tenant, arn):
     body = assert_error(register(api, tenant, "p1", arn=arn), 400, "INVALID_REQUEST")
     assert body["message"].startswith("Invalid inference profile ARN")
-    assert table(tables.CONFIG).get_item(Key={"org_key": keys.profile_org_key(tenant.org_id, tenant.app_id),
-                                              "resource_key": "PROFILE#p1"}).get("Item") is None
+    assert stored_profile(tenant, "p1") is None
 
 
 @pytest.mark.parametrize("body", [
@@ -145,8 +195,8 @@ def test_profile_usage_needs_calling_region(api, tenant):
 
 
 def test_profile_usage_is_priced_for_the_model_serving_the_calling_region(api, tenant, monkeypatch):
-    register(api, tenant, "tenant-a-premium")
     stubber = stub_bedrock(monkeypatch, {"us-east-1": "amazon.nova-pro-v1:0", "us-west-2": "amazon.nova-micro-v1:0"})
+    register(api, tenant, "tenant-a-premium")
     east = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a-premium", calling_region="us-east-1"),
                     token=tenant.token)
     assert east.status == 202, east
@@ -154,28 +204,44 @@ def test_profile_usage_is_priced_for_the_model_serving_the_calling_region(api, t
     west = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a-premium", calling_region="us-west-2"),
                     token=tenant.token)
     assert west.json()["processing"]["cost_usd_micros"] == 165  # Nova Micro: 52.5 + 112 -> 164.5, rounded up
-    stubber.assert_no_pending_responses()  # one GetInferenceProfile for both: memoized
+    stubber.assert_no_pending_responses()  # one GetInferenceProfile for registration and both: memoized
     assert {item["shard_key"].split("#LABEL#")[1].split("#SH#")[0] for item in shard_items()} == {"tenant-a-premium"}
 
 
-def test_a_region_the_profile_does_not_serve_is_400(api, tenant, monkeypatch):
-    register(api, tenant, "tenant-a")
-    stub_bedrock(monkeypatch, {"us-east-1": "amazon.nova-pro-v1:0"})
+def test_a_region_the_profile_does_not_serve_is_400(api, tenant):
+    register(api, tenant, "tenant-a")  # us.amazon.nova-pro-v1:0: us-east-1, us-east-2, us-west-2
     reply = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="eu-west-1"),
                      token=tenant.token)
     body = assert_error(reply, 400, "INVALID_REQUEST")
-    assert body["details"]["profile_regions"] == ["us-east-1"]
+    assert body["details"]["profile_regions"] == ["us-east-1", "us-east-2", "us-west-2"]
 
 
-def test_a_profile_unknown_to_bedrock_is_400(api, tenant, monkeypatch):
+def test_usage_on_a_system_profile_is_priced_for_its_model(api, tenant):
     register(api, tenant, "tenant-a")
-    stub_bedrock(monkeypatch, {}, error="ResourceNotFoundException")
+    reply = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="us-west-2"),
+                     token=tenant.token)
+    assert reply.status == 202, reply
+    assert reply.json()["processing"]["cost_usd_micros"] == 3760  # Nova Pro at config prices
+
+
+def resolved_elsewhere() -> None:
+    """As in another container: nothing memoized, the next usage asks Bedrock again."""
+    cache.clear_all()
+
+
+@pytest.mark.parametrize("error", ["ResourceNotFoundException", "AccessDeniedException"])
+def test_a_registered_profile_bedrock_no_longer_shows_is_400_not_a_retry_loop(api, tenant, monkeypatch, error):
+    register(api, tenant, "tenant-a")
+    resolved_elsewhere()
+    stub_bedrock(monkeypatch, {}, error=error)  # deleted since, or registered before the account check
     assert_error(api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="us-east-1"),
                           token=tenant.token), 400, "INVALID_REQUEST")
+    assert shard_items() == []
 
 
 def test_bedrock_failing_is_a_retryable_503_and_nothing_is_written(api, tenant, monkeypatch):
     register(api, tenant, "tenant-a")
+    resolved_elsewhere()
     stub_bedrock(monkeypatch, {}, error="InternalServerException")
     reply = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="us-east-1"),
                      token=tenant.token)
@@ -184,11 +250,10 @@ def test_bedrock_failing_is_a_retryable_503_and_nothing_is_written(api, tenant, 
     assert shard_items() == []
 
 
-def test_a_profile_label_can_lead_the_model_ordering(api, monkeypatch):
+def test_a_profile_label_can_lead_the_model_ordering(api):
     tenant = new_tenant(app_overrides={"model_ordering": ["tenant-a", "premium"],
                                        "quotas": {"tenant-a": 1_000_000, "premium": 1_000_000}})
     register(api, tenant, "tenant-a")
-    stub_bedrock(monkeypatch, {"us-east-1": "amazon.nova-pro-v1:0"})
     reply = api.get(tenant.app_path + "/model-selection", token=tenant.token)
     assert reply.status == 200, reply
     recommended = reply.json()["recommended_model"]

@@ -119,6 +119,21 @@ def test_only_the_aggregator_puts_events_and_only_on_the_service_bus(synth):
     assert publishers == {"aggregator": {bus_id}}
 
 
+def test_profile_resolving_functions_read_inference_profiles_of_their_own_account_only(synth):
+    """Registration and usage resolve profiles (GetInferenceProfile); a profile of another
+    account is AccessDenied, which the service answers as 400 (docs/metering.md)."""
+    readers = {}
+    for name, statements in _function_statements(synth).items():
+        for statement in statements:
+            if "bedrock:GetInferenceProfile" in statement.actions:
+                assert statement.actions == ("bedrock:GetInferenceProfile",), name
+                readers[name] = statement.resources
+    assert set(readers) == access.INFERENCE_PROFILE_READERS
+    assert {"inference_profiles", "usage", "usage_batch", "model_selection"} <= set(readers)
+    for resources in readers.values():
+        assert all({"Ref": "AWS::AccountId"} in resource["Fn::Join"][1] for resource in resources), resources
+
+
 def test_logs_only_to_own_log_group(synth):
     functions = synth.json["Resources"]
     for name, fn_id in synth.function_ids().items():

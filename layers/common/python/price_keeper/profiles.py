@@ -5,6 +5,8 @@ An app can register Bedrock inference profiles under its own labels (Config item
 profile first, then to a ``config.yaml`` label. For a profile, the billed model depends on
 the calling region: Bedrock's GetInferenceProfile answers which model serves each region;
 the answer is memoized in memory (AWS is the source of truth, nothing is stored).
+Registration asks it too, so a profile the service cannot resolve — unknown to Bedrock,
+or of another AWS account (the service sees its own account only) — is refused up front.
 """
 from __future__ import annotations
 
@@ -56,13 +58,15 @@ def _item_key(org_id: str, app_id: str, label: str) -> dict:
 
 
 def register(config: EffectiveConfig, label: str, arn: str, description: str | None, now=None) -> dict:
-    """Store a profile under a new label of the app: 201 body; 400 for a bad ARN, 409 when
-    the label is taken (by a registered profile or by a ``config.yaml`` label)."""
+    """Store a profile under a new label of the app: 201 body; 400 for a bad ARN or one
+    Bedrock does not resolve for this account, 409 when the label is taken (by a registered
+    profile or by a ``config.yaml`` label), 503 when Bedrock fails."""
     if not is_profile_arn(arn):
         raise invalid_request(f"Invalid inference profile ARN: {arn[:200]}")
     if label in get_config().labels:
         raise ApiError(409, "ALREADY_EXISTS", "Label is already defined in config.yaml",
                        {"profile_label": label, "reason": "config_label"})
+    _routing_of(arn)
     now = now or utc_now()
     item = {**_item_key(config.org_id, config.app_id, label), "profile_label": label, "inference_profile_arn": arn,
             "created_at": iso_utc(now), "updated_at_epoch": int(now.timestamp())}
@@ -111,6 +115,9 @@ def _models_by_region(arn: str) -> dict[str, str]:
         code = error.response["Error"]["Code"]
         if code in ("ResourceNotFoundException", "ValidationException"):
             raise invalid_request("Inference profile not found in AWS Bedrock", inference_profile_arn=arn) from None
+        if code == "AccessDeniedException":  # the role may read its own account's profiles only
+            raise invalid_request("Inference profile not accessible: it must belong to the service's AWS account",
+                                  inference_profile_arn=arn) from None
         logger.warning("GetInferenceProfile failed", extra={"aws_error": code})
         raise service_unavailable("Inference profile details unavailable; retry") from None
     except BotoCoreError as error:
@@ -124,9 +131,14 @@ def _models_by_region(arn: str) -> dict[str, str]:
     return routing
 
 
+def _routing_of(arn: str) -> dict[str, str]:
+    """Region -> foundation model id of the profile (GetInferenceProfile, memoized)."""
+    return _routing.get_or_load(arn, lambda: _models_by_region(arn))
+
+
 def model_for_region(profile: Profile, region: str) -> str:
     """The foundation model id the profile uses in ``region`` (GetInferenceProfile, memoized)."""
-    routing = _routing.get_or_load(profile.arn, lambda: _models_by_region(profile.arn))
+    routing = _routing_of(profile.arn)
     if region not in routing:
         raise invalid_request(f"Inference profile {profile.label} does not serve region {region}",
                               model_label=profile.label, calling_region=region, profile_regions=sorted(routing))
