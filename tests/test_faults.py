@@ -1,11 +1,12 @@
 """Faults injected into DynamoDB mid-request: clients get a retryable 503 (a batch record a
 retryable failure of its own), and a retried record is still counted exactly once."""
+import json
 from types import SimpleNamespace
 
 import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
 
-from price_keeper import aggregation, keys
+from price_keeper import aggregation, cache, keys, storage, tables
 from price_keeper.aws import ddb_client
 from price_keeper.timeutil import org_day
 from tests.conftest import assert_error
@@ -155,3 +156,29 @@ def test_aggregator_resumes_after_a_failed_run_without_double_counting(api):
     aggregation.run()
     for total in totals():
         assert total["requests"] == 1 and total["cost_usd_micros"] == 3_760
+
+
+def test_a_config_read_left_unprocessed_is_503_never_not_registered(api, monkeypatch):
+    """A throttled BatchGetItem answers 200 with the keys under ``UnprocessedKeys``. Read as
+    "no item", the org looked unregistered (404, which a client treats as final and drops
+    the record); the read is retried and then a retryable 503, and nothing is cached."""
+    tenant = new_tenant()
+    monkeypatch.setattr(storage, "_backoff", lambda attempt: None)
+    config_table = tables.CONFIG.physical_name
+    throttled = {"on": True}
+
+    def leave_config_keys_unprocessed(params, **_):
+        request = json.loads(params["body"])["RequestItems"]
+        if throttled["on"] and config_table in request:
+            return SimpleNamespace(status_code=200), {"Responses": {}, "UnprocessedKeys": request,
+                                                      "ResponseMetadata": {"HTTPStatusCode": 200}}
+        return None
+
+    ddb_client().meta.events.register("before-call.dynamodb.BatchGetItem", leave_config_keys_unprocessed)
+    cache.clear_all()  # the token fixture read the config: start from a cold container
+    body = usage_body()
+    assert_retryable(api.post(f"{tenant.app_path}/usage", body, token=tenant.token))
+    assert_retryable(api.get(f"{tenant.app_path}/model-selection", token=tenant.token))
+    throttled["on"] = False
+    assert api.post(f"{tenant.app_path}/usage", body, token=tenant.token).status == 202
+    assert_counted_once(tenant)

@@ -3,15 +3,19 @@ rule, create vs update, the stored item shapes, and no write when a request is r
 import base64
 import threading
 import uuid
+from datetime import datetime, timedelta, timezone
 
 import bcrypt
 import pytest
 
-from price_keeper import auth, keys, orgs, provisioning, tables
+from price_keeper import auth, keys, metering, orgs, provisioning, tables
+from price_keeper.models import UsageRequest
 from price_keeper.aws import ddb_client, table
 from tests.conftest import assert_error
 from tests.factories import seed_app, seed_org
-from tests.provisioned import (APP_BODY, config_item, new_app, new_org, org_body, put_app, put_org, tokens)
+from tests.provisioned import (APP_BODY, ORG_BODY, config_item, new_app, new_org, org_body, put_app, put_org,
+                               tokens)
+from tests.usage_support import usage_body
 
 # --- orgs: create and update ----------------------------------------------------------
 
@@ -416,3 +420,53 @@ def test_org_id_must_be_lower_case_so_one_org_has_one_key(api):
             "quotas": {"premium": 1}}
     assert_error(api.put(f"/api/v1/orgs/{org_id}", body, api_key=PROVISIONING_KEY), 400, "INVALID_REQUEST")
     assert api.put(f"/api/v1/orgs/{org_id.lower()}", body, api_key=PROVISIONING_KEY).status == 201
+
+
+# --- changes that move the day or the counters (docs/metering.md "Integrity rules") ----------
+
+def test_a_request_id_stays_a_duplicate_across_a_scope_change(api):
+    """Dedup names the app, not the quota scope: a call counted yesterday in the app's scope
+    is still a duplicate today in the org's scope (the change itself is allowed: today has
+    no spend yet)."""
+    org_id, _ = new_org(api)
+    token = tokens(api, new_app(api, org_id, "app-1"))["access_token"]
+    yesterday = datetime.now(timezone.utc) - timedelta(days=1)
+    body = usage_body(timestamp=(yesterday - timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    first = metering.submit(org_id, "app-1", UsageRequest.model_validate(body), now=yesterday)
+    assert first["duplicate"] is False
+    moved = put_org(api, org_id, org_body(quota_scope="ORG"))
+    assert moved.status == 200, moved
+    assert moved.json()["configuration"]["ignored_app_quota_overrides"] == ["app-1"]
+    again = api.post(f"/api/v1/orgs/{org_id}/apps/app-1/usage", body, token=token)
+    assert again.status == 202 and again.json()["duplicate"] is True, again
+
+
+def test_app_quotas_from_an_app_scope_are_ignored_in_an_org_scope(api):
+    org_id, _ = new_org(api)
+    token = tokens(api, new_app(api, org_id, "app-1"))["access_token"]  # APP_BODY: premium 50 USD a day
+    assert put_org(api, org_id, org_body(quota_scope="ORG")).status == 200
+    status = api.get(f"/api/v1/orgs/{org_id}/apps/app-1/model-selection", token=token).json()["quota_status"]
+    assert status["quota_usd_micros"] == ORG_BODY["quotas"]["premium"]  # the org's counter and quota
+    reply = put_app(api, org_id, "app-1", {"app_name": "x", "total_quota_usd_micros": 5})
+    body = assert_error(reply, 400, "INVALID_CONFIG")
+    assert body["message"] == "total_quota_usd_micros can be set per app only when the organization's quota_scope is APP"
+
+
+def test_a_timezone_or_scope_change_is_409_while_today_has_spend_and_changes_nothing(api):
+    org_id, _ = new_org(api)
+    token = tokens(api, new_app(api, org_id, "app-1"))["access_token"]
+    assert api.post(f"/api/v1/orgs/{org_id}/apps/app-1/usage", usage_body(), token=token).status == 202
+    before = config_item(org_id)
+    for change in ({"timezone": "Pacific/Kiritimati"}, {"quota_scope": "ORG"}):
+        body = assert_error(put_org(api, org_id, org_body(**change)), 409, "CONFLICT")
+        assert body["details"]["changed"] == list(change) and body["details"]["timezone"] == "America/New_York"
+    assert config_item(org_id) == before
+    assert put_org(api, org_id, org_body(org_name="renamed")).status == 200  # other settings still change
+
+
+def test_the_total_cap_is_stored_and_returns_to_the_default_when_left_out(api):
+    org_id, _ = new_org(api, total_quota_usd_micros=12_345)
+    assert config_item(org_id)["total_quota_usd_micros"] == 12_345
+    reply = put_org(api, org_id, org_body())
+    assert reply.json()["configuration"]["total_quota_usd_micros"] == sum(ORG_BODY["quotas"].values())
+    assert "total_quota_usd_micros" not in config_item(org_id)
