@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test reset lint synth deploy destroy bench clean
+.PHONY: run test check reset lint synth deploy destroy bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2
+
+# The fast kinds only (unit and handler tests; no server, no synth, nothing slow): seconds, not minutes.
+check: $(STAMP)
+	$(PY) -m pytest -n 2 -m "(unit or handler) and not slow"
 
 reset:
 	rm -rf .local

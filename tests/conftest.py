@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import uuid
 
@@ -23,6 +24,31 @@ from price_keeper.tables import ALL_TABLES, TTL_ATTRIBUTE  # noqa: E402
 from tests.iam_check import only_granted  # noqa: E402
 
 PROVISIONING_KEY = "test-provisioning-key"
+
+
+# --- test kinds (markers): `make check` runs the fast ones, `make test` all ---------------
+
+def _starts_a_server(item) -> bool:
+    """The test or one of its fixtures comes from a module that launches ``python -m local``."""
+    modules = [item.module, *(sys.modules.get(definition.func.__module__)
+                              for definitions in item._fixtureinfo.name2fixturedefs.values()
+                              for definition in definitions)]
+    return any(getattr(module, "local_server", None) is not None for module in modules)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Give every test its kind, so new tests need no marker of their own: ``infra`` (synth)
+    under tests/infra, ``e2e`` when it talks HTTP to a local server, ``handler`` when it
+    runs on moto (the ``aws`` fixture), ``unit`` otherwise. ``slow`` is set by hand."""
+    for item in items:
+        if "infra" in item.path.parts:
+            item.add_marker(pytest.mark.infra)
+        elif item.get_closest_marker("e2e") or _starts_a_server(item):
+            item.add_marker(pytest.mark.e2e)
+        elif "aws" in item.fixturenames:
+            item.add_marker(pytest.mark.handler)
+        else:
+            item.add_marker(pytest.mark.unit)
 
 
 @pytest.fixture

@@ -57,6 +57,7 @@ def schemathesis_run(base: str, tmp_path: Path, name: str, max_examples: int, he
     assert "Authentication failed" not in result.stdout, f"{name}: the token did not authenticate"
 
 
+@pytest.mark.slow
 def test_no_server_error_and_no_schema_violation(tmp_path):
     with local_server(tmp_path, KEY) as base:
         org_id, app_id, token = provisioned_tenant(base)

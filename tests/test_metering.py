@@ -321,6 +321,7 @@ def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws
     assert total["cache_read_input_tokens"] == sum(body["cache_read_input_tokens"] for body in unique)
 
 
+@pytest.mark.slow
 def test_5000_submissions_for_one_label_and_day_keep_every_item_under_1_kb(aws, many_transactions):
     tenant = new_tenant()
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
