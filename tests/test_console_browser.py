@@ -60,8 +60,9 @@ APP_QUOTAS = {"premium": 1_250_000, "standard": 2_000_000, "economy": 150_000}
 USAGE = [  # (label, model id, input tokens, output tokens, expected cost in micro-USD)
     ("premium", "amazon.nova-pro-v1:0", 600_000, 50_000, 640_000),
     ("premium", "amazon.nova-pro-v1:0", 400_000, 50_000, 480_000),  # premium: 1,120,000 = $1.12, 89.6 %
-    ("standard", "amazon.nova-2-lite-v1:0", 0, 200_000, 550_000),
-    ("economy", "amazon.nova-micro-v1:0", 0, 1_000_000, 140_000),  # 93.3 %: TIGHT at the app's 90 %
+    ("standard", "amazon.nova-2-lite-v1:0", 1_000_000, 80_000, 550_000),
+    # economy: 4 x 35,000 = 140,000, 93.3 %: TIGHT at the app's 90 % (records stay within the token caps)
+    *[("economy", "amazon.nova-micro-v1:0", 1_000_000, 0, 35_000)] * 4,
 ]
 PREMIUM_MICROS = 1_120_000
 
@@ -429,7 +430,7 @@ def test_operator_sees_apps_and_alerts_at_phone_width(world, browser):
 
     apps = browser.js("""return [...document.querySelectorAll('#apps tbody tr')].map(
         tr => [...tr.querySelectorAll('th, td')].slice(0, 4).map(c => c.textContent))""")
-    assert apps == [[APP_ID, "$1.81", "$1.81", "4"]]
+    assert apps == [[APP_ID, "$1.81", "$1.81", str(len(USAGE))]]
     alerts = browser.js("""return [...document.querySelectorAll('#alerts li')].map(li => li.textContent)""")
     assert len(alerts) == 2 and all(alert.startswith("THRESHOLD") for alert in alerts)
     assert any("premium reached 80% of its quota · app checkout" in alert for alert in alerts)

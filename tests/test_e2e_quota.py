@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from tests.local_server import local_server
+from tests.usage_support import output_chunks
 
 KEY = "e2e-quota-provisioning-key"
 AGGREGATION_WAIT_SECONDS = 30
@@ -53,13 +54,17 @@ class Client:
         assert reply.status_code == expected, reply.text
         return reply
 
-    def spend(self, label: str, output_tokens: int) -> dict:
-        reply = requests.post(f"{self.app_path}/usage", headers=self.headers, timeout=10, json={
-            "request_id": str(uuid.uuid4()), "model_label": label, "bedrock_model_id": "whatever-was-called",
-            "input_tokens": 0, "output_tokens": output_tokens, "status": "OK",
-            "timestamp": (datetime.now(timezone.utc) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")})
-        assert reply.status_code == 202, reply.text
-        return reply.json()
+    def spend(self, label: str, output_tokens: int) -> int:
+        """Report ``output_tokens`` in records within the per-record cap; their total cost."""
+        cost = 0
+        for chunk in output_chunks(output_tokens):
+            reply = requests.post(f"{self.app_path}/usage", headers=self.headers, timeout=10, json={
+                "request_id": str(uuid.uuid4()), "model_label": label, "bedrock_model_id": "whatever-was-called",
+                "input_tokens": 0, "output_tokens": chunk, "status": "OK",
+                "timestamp": (datetime.now(timezone.utc) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")})
+            assert reply.status_code == 202, reply.text
+            cost += reply.json()["processing"]["cost_usd_micros"]
+        return cost
 
     def selection(self) -> requests.Response:
         return requests.get(f"{self.app_path}/model-selection", headers=self.headers,
@@ -89,8 +94,7 @@ def test_fallback_sticky_and_exhaustion_over_http(base_url):
                                                                                                          "NORMAL")
     assert first.headers["Cache-Control"] == "max-age=300, private"
 
-    accepted = client.spend("premium", 400_000)  # 1.28 USD of a 1 USD quota
-    assert accepted["processing"]["cost_usd_micros"] == 1_280_000
+    assert client.spend("premium", 400_000) == 1_280_000  # 1.28 USD of a 1 USD quota
 
     fallback = client.wait_for_selection(recommends("standard")).json()
     assert fallback["recommended_model"]["reason"] == "QUOTA_EXCEEDED_PREMIUM"
@@ -109,7 +113,9 @@ def test_fallback_sticky_and_exhaustion_over_http(base_url):
     client.spend("standard", 400_000)  # 1.10 USD
     client.wait_for_selection(recommends("economy"))
     client.spend("economy", 8_000_000)  # 1.12 USD
-    exhausted = client.wait_for_selection(lambda reply: reply.status_code == 429)
+    # 429 as soon as economy's first records are folded; wait until the aggregator has all of them
+    exhausted = client.wait_for_selection(lambda reply: reply.status_code == 429 and reply.json()["details"]["models"]
+                                          ["economy"]["quota_pct"] >= 112.0)
     body = exhausted.json()
     assert body["error"] == "QUOTA_EXCEEDED" and body["message"] == "All model quotas exceeded for today"
     retry_at = datetime.fromisoformat(body["retry_after"].replace("Z", "+00:00"))
