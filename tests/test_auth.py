@@ -9,9 +9,9 @@ import jwt
 import pytest
 
 from local.gateway import LAMBDAS, LambdaContext, api_event
-from price_keeper import auth, cache, tables
+from price_keeper import auth, cache, storage, tables
 from price_keeper.api import build_app, lambda_entry
-from price_keeper.aws import table
+from price_keeper.aws import ddb_client, table
 from price_keeper.errors import ApiError
 from price_keeper.modules import load_handler_module
 from tests.conftest import PROVISIONING_KEY, assert_error
@@ -362,3 +362,70 @@ def test_secrets_never_reach_the_logs_even_with_event_logging_switched_on(api, m
     logged = capfd.readouterr()
     for secret in (created["client_secret"], rotated["client_secret"], PROVISIONING_KEY, issued["refresh_token"]):
         assert secret not in logged.out + logged.err
+
+
+# --- revocation reads that DynamoDB leaves unprocessed -----------------------------------------
+
+
+def leave_revocation_keys_unprocessed(monkeypatch, times: int) -> dict:
+    """The next ``times`` BatchGetItem calls return every RevokedTokens key as
+    ``UnprocessedKeys`` (a throttled table); other tables are read normally. Setting
+    ``["n"] = 0`` on the returned counter brings the table back."""
+    client = ddb_client()
+    real = client.batch_get_item
+    name = tables.REVOKED_TOKENS.physical_name
+    left = {"n": times}
+
+    def partial(**kwargs):
+        wanted = kwargs["RequestItems"]
+        if name not in wanted or left["n"] <= 0:
+            return real(**kwargs)
+        left["n"] -= 1
+        others = {table_name: read for table_name, read in wanted.items() if table_name != name}
+        reply = real(**{**kwargs, "RequestItems": others}) if others else {"Responses": {}}
+        reply["UnprocessedKeys"] = {**reply.get("UnprocessedKeys", {}), name: wanted[name]}
+        return reply
+
+    monkeypatch.setattr(client, "batch_get_item", partial)
+    monkeypatch.setattr(storage, "_backoff", lambda attempt: None)
+    return left
+
+
+def test_a_revocation_read_left_unprocessed_never_accepts_a_revoked_token(api, app_client, monkeypatch):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    assert revoke(api, issued["refresh_token"], bearer=issued["access_token"]).status == 204
+    cache.clear_all()  # another container: nothing known in memory
+    throttled = leave_revocation_keys_unprocessed(monkeypatch, times=10**9)
+    with pytest.raises(ApiError) as refused:
+        auth.authorize(f"Bearer {issued['access_token']}", org_id, "app-production-api")
+    assert refused.value.status == 503 and refused.value.code == "SERVICE_UNAVAILABLE"
+    assert_error(refresh(api, issued["refresh_token"]), 503, "SERVICE_UNAVAILABLE")
+    throttled["n"] = 0
+    assert not accepted(issued["access_token"], org_id, "app-production-api")
+
+
+def test_unprocessed_revocation_keys_are_retried(api, app_client, monkeypatch):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    assert revoke(api, issued["refresh_token"], bearer=issued["access_token"]).status == 204
+    cache.clear_all()
+    leave_revocation_keys_unprocessed(monkeypatch, times=2)
+    assert not accepted(issued["access_token"], org_id, "app-production-api")
+
+
+def test_an_incomplete_revocation_read_is_not_cached_as_not_revoked(api, app_client, monkeypatch):
+    """After a failed read, a revocation made meanwhile by another container is seen at once."""
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    throttled = leave_revocation_keys_unprocessed(monkeypatch, times=10**9)
+    with pytest.raises(ApiError) as refused:
+        auth.authorize(f"Bearer {issued['access_token']}", org_id, "app-production-api")
+    assert refused.value.status == 503
+    throttled["n"] = 0
+    claims = claims_of(issued["access_token"])
+    table(tables.REVOKED_TOKENS).put_item(Item={  # revoked by another container
+        "token_jti": claims["jti"], "token_type": "access", "client_id": claims["sub"],
+        "revoked_at_epoch": int(time.time()), "original_expiry_epoch": claims["exp"],
+        tables.TTL_ATTRIBUTE: claims["exp"]})
+    assert not accepted(issued["access_token"], org_id, "app-production-api")

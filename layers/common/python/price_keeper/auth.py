@@ -25,8 +25,8 @@ import jwt
 from aws_lambda_powertools.utilities import parameters
 from pydantic import StringConstraints
 
-from . import keys, ratelimit, tables
-from .aws import ddb_client, table
+from . import keys, ratelimit, storage, tables
+from .aws import table
 from .cache import TTLCache
 from .errors import ApiError, forbidden, unauthorized
 from .validation import StrictBody
@@ -224,10 +224,10 @@ def _ensure_not_revoked(claims: dict) -> None:
         raise unauthorized("Token revoked")
     if not unknown:
         return
-    name = tables.REVOKED_TOKENS.physical_name
-    found = ddb_client().batch_get_item(
-        RequestItems={name: {"Keys": [{"token_jti": jti} for jti in unknown], "ProjectionExpression": "token_jti"}}
-    )["Responses"].get(name, [])
+    # batch_get retries unprocessed keys and answers 503 if some stay unread: an incomplete
+    # read must never pass for "not revoked" (nor be cached as such).
+    found = storage.batch_get(tables.REVOKED_TOKENS, [{"token_jti": jti} for jti in unknown],
+                              attributes=["token_jti"])
     if found:
         for item in found:
             _revoked.put(item["token_jti"], True)
