@@ -257,7 +257,7 @@ def test_app_item_has_the_seed_shape_and_no_plaintext_secret(api):
     credentials = new_app(api, org_id, "app-1")
     stored = config_item(org_id, "app-1")
     assert set(stored) == {"org_key", "resource_key", "app_name", "model_ordering", "quotas",
-                           "tight_mode_threshold_pct", "client_id", "client_secret_hash",
+                           "tight_mode_threshold_pct", "client_id", "client_secret_hash", "client_secret_fingerprint",
                            "client_secret_created_at_epoch", "created_at_epoch", "updated_at_epoch"}
     assert set(stored) - {"model_ordering", "quotas", "tight_mode_threshold_pct"} == set(
         config_item(org_id, seed_app(org_id, "seeded")))

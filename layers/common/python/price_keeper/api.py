@@ -182,4 +182,9 @@ def header(app: APIGatewayRestResolver, name: str) -> str | None:
     return app.current_event.get_header_value(name)
 
 
-__all__ = ["Router", "build_app", "json_response", "lambda_entry", "header", "dumps", "error_body"]
+def source_ip(app: APIGatewayRestResolver) -> str:
+    """The caller's address as API Gateway saw it (``requestContext.identity.sourceIp``)."""
+    return app.current_event.request_context.identity.source_ip or "unknown"
+
+
+__all__ = ["Router", "build_app", "json_response", "lambda_entry", "header", "source_ip", "dumps", "error_body"]
