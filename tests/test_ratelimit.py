@@ -1,12 +1,14 @@
 """Per-client rate limits: exact across containers, amortised in DynamoDB calls."""
 import uuid
+from datetime import datetime, timedelta, timezone
 
 from price_keeper import ratelimit
 from price_keeper.config import get_config
 from price_keeper.aws import ddb_client
 from price_keeper.errors import ApiError
-from tests.conftest import assert_error
+from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.factories import seed_org
+from tests.provisioned import put_app, put_org
 
 NOW = 1_800_000_000.0  # a window start: 1_800_000_000 is a multiple of 60
 
@@ -119,3 +121,22 @@ def test_a_refund_gives_one_request_back_to_every_container(limits_on):
     assert admitted("client-a", 1) == 0
     ratelimit.refund(charges[0])
     assert admitted("client-a", 2, new_container_each_time=True) == 1
+
+
+def test_an_org_and_ten_apps_provision_in_one_hour(limits_on, api):
+    """Each provisioning endpoint has its own hourly limit per key, so provisioning an org
+    and ten apps leaves rotation, revoke-tokens and boosts their own allowance."""
+    org_id = str(uuid.uuid4())
+    assert put_org(api, org_id).status == 201
+    for n in range(10):
+        reply = put_app(api, org_id, f"app-{n}")
+        assert reply.status == 201, reply
+    assert reply.headers["x-ratelimit-limit"] == "10" and reply.headers["x-ratelimit-remaining"] == "0"
+    key = {"api_key": PROVISIONING_KEY}
+    assert api.post(f"/api/v1/orgs/{org_id}/apps/app-0/credentials/rotate", {"grace_period_hours": 0}, **key).status == 200
+    assert api.post(f"/api/v1/orgs/{org_id}/apps/app-0/credentials/revoke-tokens", {}, **key).status == 204
+    expires_at = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+    boost = {"model_label": "premium", "amount_usd_micros": 1, "expires_at": expires_at, "app_id": "app-0"}
+    assert api.post(f"/api/v1/orgs/{org_id}/quota-boosts", boost, **key).status == 201
+    assert put_org(api, org_id).status == 200
+    assert_error(put_app(api, org_id, "app-10"), 429, "RATE_LIMIT_EXCEEDED")  # the 11th app of the hour
