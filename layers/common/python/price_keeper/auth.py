@@ -26,7 +26,7 @@ import jwt
 from aws_lambda_powertools.utilities import parameters
 from pydantic import StringConstraints
 
-from . import keys, ratelimit, storage, tables
+from . import audit, keys, ratelimit, storage, tables
 from .aws import table
 from .cache import TTLCache
 from .errors import ApiError, forbidden, unauthorized
@@ -104,6 +104,7 @@ def require_provisioning_key(presented: str | None) -> None:
     """401 unless ``X-API-Key`` equals the provisioning key (constant-time compare)."""
     if not presented or not hmac.compare_digest(presented.encode(), provisioning_key().encode()):
         raise ApiError(401, "UNAUTHORIZED", "Missing or invalid X-API-Key")
+    audit.note(authenticated=True)
     ratelimit.consume("provisioning-key")
 
 

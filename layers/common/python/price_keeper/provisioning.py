@@ -26,7 +26,7 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 from pydantic import Field, StringConstraints, model_validator
 
-from . import auth, keys, orgs, tables
+from . import audit, auth, keys, orgs, tables
 from .aws import ddb_client, table
 from .config import get_config
 from .errors import ApiError, invalid_config, not_found, service_unavailable
@@ -377,6 +377,7 @@ def rotate_credentials(org_id: str, app_id: str | None, grace_period_hours: int)
     cutoff (in the same transaction), those issued during the grace period by their
     ``exp``, which is capped at its end.
     """
+    audit.note(grace_period_hours=grace_period_hours)
     rotated_ms = auth.now_ms()
     now = rotated_ms // 1000
     old_expires = now + grace_period_hours * 3600

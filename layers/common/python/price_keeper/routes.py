@@ -45,6 +45,7 @@ class Route(NamedTuple):
     path: str
     function: str
     rate_limit: str | None = None  # a key of config.yaml ``rate_limits``; None: unlimited
+    audit: str | None = None  # the action an audit line names (audit.py); None: not audited
 
 
 ROUTES: tuple[Route, ...] = (
@@ -55,12 +56,12 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", AUTH_TOKEN, "auth_token", "auth_token"),
     Route("POST", AUTH_REFRESH, "auth_refresh", "auth_refresh"),
     Route("POST", AUTH_REVOKE, "auth_revoke", "auth_revoke"),
-    Route("PUT", ORG_CONFIG, "put_org", "put_org"),
-    Route("PUT", APP_CONFIG, "put_app", "put_app"),
-    Route("POST", ORG_ROTATE, "rotate_credentials", "rotate"),
-    Route("POST", APP_ROTATE, "rotate_credentials", "rotate"),
-    Route("POST", ORG_REVOKE_TOKENS, "revoke_tokens", "revoke_tokens"),
-    Route("POST", APP_REVOKE_TOKENS, "revoke_tokens", "revoke_tokens"),
+    Route("PUT", ORG_CONFIG, "put_org", "put_org", "org.put"),
+    Route("PUT", APP_CONFIG, "put_app", "put_app", "app.put"),
+    Route("POST", ORG_ROTATE, "rotate_credentials", "rotate", "org.rotate_credentials"),
+    Route("POST", APP_ROTATE, "rotate_credentials", "rotate", "app.rotate_credentials"),
+    Route("POST", ORG_REVOKE_TOKENS, "revoke_tokens", "revoke_tokens", "org.revoke_tokens"),
+    Route("POST", APP_REVOKE_TOKENS, "revoke_tokens", "revoke_tokens", "app.revoke_tokens"),
     Route("GET", ORG_AGGREGATES_TODAY, "aggregates", "aggregates"),
     Route("GET", ORG_AGGREGATES_DATE, "aggregates", "aggregates"),
     Route("GET", APP_AGGREGATES_TODAY, "aggregates", "aggregates"),
@@ -69,7 +70,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", INFERENCE_PROFILES, "inference_profiles", "profiles"),
     Route("POST", USAGE, "usage", "usage"),
     Route("POST", USAGE_BATCH, "usage_batch", "usage_batch"),
-    Route("POST", QUOTA_BOOSTS, "quota_boosts", "quota_boosts"),
+    Route("POST", QUOTA_BOOSTS, "quota_boosts", "quota_boosts", "quota_boost.create"),
     Route("GET", SPEND_REPORT, "spend_report", "aggregates"),
     Route("GET", ALERTS, "alerts", "aggregates"),
 )
