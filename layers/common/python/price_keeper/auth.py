@@ -1,14 +1,20 @@
 """OAuth2 client credentials: secrets, JWTs, revocation and the per-request authorizer.
 
-- Client secrets are 32 random bytes (base64), stored only as bcrypt hashes. During a
-  rotation grace period the previous hash is kept beside the new one.
+- Client secrets are 32 random bytes (base64), stored only as bcrypt hashes, each with a
+  short fingerprint. During a rotation grace period the previous hash is kept beside the
+  new one; the fingerprint picks the one hash to check, so every attempt costs one bcrypt
+  check. Token requests are limited per source address, and failed ones per client and
+  address (a client id is public: a limit on it alone would be a lock-out switch).
 - Tokens are HS256 JWTs signed with a key from Secrets Manager (Powertools Parameters,
   cached). Access tokens live 1 h, refresh tokens 7 d; every token has a ``jti`` and an
   access token names the refresh token it came from (``rjti``), so revoking a refresh
-  token ends the access tokens issued from it.
-- Revocation is a RevokedTokens item with TTL = token expiry. "Not revoked" answers are
-  cached for ``REVOCATION_CACHE_SECONDS`` per process (the seed's negative-lookup cache):
-  another warm Lambda container may accept a just-revoked token for that long.
+  token ends the access tokens issued from it. ``auth_time_ms`` is when the client
+  authenticated with its secret (kept by refreshed access tokens).
+- Revocation is a RevokedTokens item with TTL = token expiry, and a per-client cutoff item
+  ends every token authenticated before it (revoke-tokens, rotation). "Not revoked"
+  answers are cached for ``REVOCATION_CACHE_SECONDS`` per process (the seed's
+  negative-lookup cache): another warm Lambda container may accept a just-revoked access
+  token for that long; ``/auth/refresh`` always reads what is stored.
 """
 from __future__ import annotations
 
