@@ -132,9 +132,9 @@ def test_an_org_and_ten_apps_provision_in_one_hour(limits_on, api):
         reply = put_app(api, org_id, f"app-{n}")
         assert reply.status == 201, reply
     assert reply.headers["x-ratelimit-limit"] == "10" and reply.headers["x-ratelimit-remaining"] == "0"
-    key = {"api_key": PROVISIONING_KEY}
-    assert api.post(f"/api/v1/orgs/{org_id}/apps/app-0/credentials/rotate", {"grace_period_hours": 0}, **key).status == 200
-    assert api.post(f"/api/v1/orgs/{org_id}/apps/app-0/credentials/revoke-tokens", {}, **key).status == 204
+    key, app = {"api_key": PROVISIONING_KEY}, f"/api/v1/orgs/{org_id}/apps/app-0"
+    assert api.post(f"{app}/credentials/rotate", {"grace_period_hours": 0}, **key).status == 200
+    assert api.post(f"{app}/credentials/revoke-tokens", {}, **key).status == 204
     expires_at = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
     boost = {"model_label": "premium", "amount_usd_micros": 1, "expires_at": expires_at, "app_id": "app-0"}
     assert api.post(f"/api/v1/orgs/{org_id}/quota-boosts", boost, **key).status == 201

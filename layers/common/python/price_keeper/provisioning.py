@@ -2,7 +2,8 @@
 revoking their tokens.
 
 Each request is validated completely before it writes, and then writes one item with one
-conditional DynamoDB call, so a rejected request changes nothing and two concurrent
+conditional DynamoDB call (rotation and revoke-tokens: the client's item and its token
+cutoff in one transaction), so a rejected request changes nothing and two concurrent
 requests can never both issue credentials:
 
 - An update is tried first (``UpdateItem``, condition ``attribute_exists``). When there is
@@ -312,7 +313,8 @@ def put_app(org_id: str, app_id: str, request: AppRequest) -> tuple[bool, dict]:
 # --- credential rotation and revoke-tokens -------------------------------------------
 
 def _client_key(org_id: str, app_id: str | None) -> dict:
-    return {"org_key": keys.org_key(org_id), "resource_key": keys.app_resource(app_id) if app_id else keys.ROOT_RESOURCE}
+    resource = keys.app_resource(app_id) if app_id else keys.ROOT_RESOURCE
+    return {"org_key": keys.org_key(org_id), "resource_key": resource}
 
 
 def _write_with_cutoff(org_id: str, app_id: str | None, client_action: dict, cutoff: dict) -> bool:
