@@ -22,6 +22,7 @@ BATCH_GET = "dynamodb:BatchGetItem"
 QUERY = "dynamodb:Query"
 PUT = "dynamodb:PutItem"
 UPDATE = "dynamodb:UpdateItem"
+CONDITION_CHECK = "dynamodb:ConditionCheckItem"
 
 # Targets: a table, or an index of a table (a Query on an index needs the index's ARN).
 Target = TableSpec | tuple[TableSpec, Index]
@@ -40,6 +41,7 @@ def merge(*parts: Grants) -> Grants:
 # --- building blocks: the calls each layer function makes ---------------------------
 AUTH_DECODE = {REVOKED_TOKENS: (BATCH_GET,)}  # auth.decode → _ensure_not_revoked (every bearer token)
 AUTH_REVOKE = {REVOKED_TOKENS: (PUT,)}  # auth.revoke
+CLIENT_CUTOFF = {REVOKED_TOKENS: (UPDATE,)}  # auth.cutoff_update (in provisioning._write_with_cutoff's transaction)
 AUTH_CLIENT = {CONFIG: (GET,)}  # auth.authenticate_client → _credential_item
 EFFECTIVE_CONFIG = {CONFIG: (BATCH_GET,)}  # orgs.load_items / orgs.effective_config
 # reports.app_items, aggregates._app_scopes, provisioning._profile_labels, boosts._load
@@ -79,7 +81,10 @@ _TABLES: dict[str, Grants] = {
     "auth_revoke": merge(AUTH_DECODE, AUTH_REVOKE),
     "put_org": merge(EFFECTIVE_CONFIG, ORG_CHILDREN, CONFIG_SAVE, DAY_SPEND_CHECK),
     "put_app": merge(EFFECTIVE_CONFIG, ORG_CHILDREN, CONFIG_SAVE),
-    "rotate_credentials": {CONFIG: (UPDATE,)},  # provisioning.rotate_credentials (conditional update)
+    # provisioning.rotate_credentials / revoke_tokens: a transaction of a conditional action
+    # on the client's Config item and its cutoff
+    "rotate_credentials": merge({CONFIG: (UPDATE,)}, CLIENT_CUTOFF),
+    "revoke_tokens": merge({CONFIG: (CONDITION_CHECK,)}, CLIENT_CUTOFF),
     "quota_boosts": merge(EFFECTIVE_CONFIG, BOOST_CREATE),
     "aggregates": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ),
     "model_selection": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, SELECTION_READ,
@@ -108,7 +113,7 @@ JWT_READERS = frozenset({
     "auth_token", "auth_refresh", "auth_revoke", "aggregates", "model_selection", "inference_profiles",
     "usage", "usage_batch", "spend_report", "alerts",
 })
-PROVISIONING_READERS = frozenset({"put_org", "put_app", "rotate_credentials", "quota_boosts"})
+PROVISIONING_READERS = frozenset({"put_org", "put_app", "rotate_credentials", "revoke_tokens", "quota_boosts"})
 
 # Functions that resolve inference profiles to models (GetInferenceProfile): registration
 # (profiles.register refuses what it cannot resolve), metering (profiles.priced_model), and

@@ -40,6 +40,21 @@ GATEWAY_RESPONSES = (
 )
 
 
+# One JSON line per request. ``path`` is the concrete path (which org, which app), beside
+# the route template ``resourcePath``: the audit trail of who touched which tenant.
+ACCESS_LOG_FORMAT = apigw.AccessLogFormat.custom(json.dumps({
+    "requestId": apigw.AccessLogField.context_request_id(),
+    "ip": apigw.AccessLogField.context_identity_source_ip(),
+    "requestTime": apigw.AccessLogField.context_request_time(),
+    "httpMethod": apigw.AccessLogField.context_http_method(),
+    "resourcePath": apigw.AccessLogField.context_resource_path(),
+    "path": apigw.AccessLogField.context_path(),
+    "status": apigw.AccessLogField.context_status(),
+    "protocol": apigw.AccessLogField.context_protocol(),
+    "responseLength": apigw.AccessLogField.context_response_length(),
+}))
+
+
 class RestApi(Construct):
     def __init__(self, scope: Construct, id: str, *, settings: Settings, functions: dict[str, lambda_.IFunction]):
         super().__init__(scope, id)
@@ -67,10 +82,7 @@ class RestApi(Construct):
                 throttling_burst_limit=settings.throttle_burst_limit,
                 tracing_enabled=True,
                 access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
-                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
-                    caller=False, http_method=True, ip=True, protocol=True, request_time=True,
-                    resource_path=True, response_length=True, status=True, user=False,
-                ),
+                access_log_format=ACCESS_LOG_FORMAT,
             ),
         )
         for response_id, response_type, status, code, message_json in GATEWAY_RESPONSES:

@@ -118,7 +118,7 @@ class Api:
     DynamoDB call the function's deployed role would be denied (tests/iam_check.py)."""
 
     def request(self, method: str, path: str, body=None, headers: dict | None = None, query: str = "",
-                token: str | None = None, api_key: str | None = None) -> Reply:
+                token: str | None = None, api_key: str | None = None, source_ip: str = "127.0.0.1") -> Reply:
         headers = dict(headers or {})
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -129,7 +129,7 @@ class Api:
             headers.setdefault("Content-Type", "application/json")
         found = routes.match(method, path)
         with only_granted(found[0].function if found else None):  # the deployed role would allow it
-            return Reply(gateway.invoke(method, path, body=body, headers=headers, query=query))
+            return Reply(gateway.invoke(method, path, body=body, headers=headers, query=query, source_ip=source_ip))
 
     def get(self, path, **kw):
         return self.request("GET", path, **kw)

@@ -23,7 +23,7 @@ def seed_org(org_id: str | None = None, *, timezone: str = "America/New_York", q
         "sticky_fallback_enabled": sticky_fallback_enabled, "agg_shard_count": agg_shard_count,
         "tight_mode_threshold_pct": tight_mode_threshold_pct,
         "refresh_interval_normal_secs": 300, "refresh_interval_tight_secs": 60,
-        "client_id": auth.client_id_for(org_id), "client_secret_hash": auth.hash_secret(secret),
+        "client_id": auth.client_id_for(org_id), **auth.secret_attributes(secret),
         "client_secret_created_at_epoch": now, "created_at_epoch": now, "updated_at_epoch": now,
     })
     return org_id
@@ -33,7 +33,7 @@ def seed_app(org_id: str, app_id: str = "app-1", *, secret: str = "app-secret", 
     now = int(time.time())
     table(tables.CONFIG).put_item(Item={
         "org_key": keys.org_key(org_id), "resource_key": keys.app_resource(app_id), "app_name": app_id,
-        "client_id": auth.client_id_for(org_id, app_id), "client_secret_hash": auth.hash_secret(secret),
+        "client_id": auth.client_id_for(org_id, app_id), **auth.secret_attributes(secret),
         "client_secret_created_at_epoch": now, "created_at_epoch": now, "updated_at_epoch": now, **overrides,
     })
     return app_id

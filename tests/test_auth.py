@@ -4,14 +4,15 @@ import base64
 import json
 import time
 import uuid
+from types import SimpleNamespace
 
 import jwt
 import pytest
 
 from local.gateway import LAMBDAS, LambdaContext, api_event
-from price_keeper import auth, cache, tables
+from price_keeper import auth, cache, storage, tables
 from price_keeper.api import build_app, lambda_entry
-from price_keeper.aws import table
+from price_keeper.aws import ddb_client, table
 from price_keeper.errors import ApiError
 from price_keeper.modules import load_handler_module
 from tests.conftest import PROVISIONING_KEY, assert_error
@@ -339,7 +340,7 @@ def test_malformed_revoke_requests_are_400(api, app_client, body):
 # --- secrets never reach the logs --------------------------------------------------------------
 
 
-def test_secrets_never_reach_the_logs_even_with_event_logging_switched_on(api, monkeypatch, capfd):
+def test_secrets_never_reach_the_logs_even_with_event_logging_switched_on(api, monkeypatch, capfd, caplog):
     """POWERTOOLS_DEV and POWERTOOLS_LOGGER_LOG_EVENT would print whole events (bodies with
     secrets); the service's resolver and entry point ignore them."""
     monkeypatch.setenv("POWERTOOLS_DEV", "true")
@@ -360,5 +361,207 @@ def test_secrets_never_reach_the_logs_even_with_event_logging_switched_on(api, m
     refused = call("POST", "/auth/token", {**created, "grant_type": "password"}, {})
     assert "access_token" in issued and refused["error"] == "INVALID_REQUEST"
     logged = capfd.readouterr()
+    # The Powertools logger writes to the stdout it found at import (pytest's, not capfd's):
+    # its records, with their extra fields (the audit lines), are checked through caplog.
+    records = json.dumps([vars(record) for record in caplog.records], default=str)
+    assert '"audit"' in records  # the provisioning calls were logged
     for secret in (created["client_secret"], rotated["client_secret"], PROVISIONING_KEY, issued["refresh_token"]):
-        assert secret not in logged.out + logged.err
+        assert secret not in logged.out + logged.err + records
+
+
+# --- revocation reads that DynamoDB leaves unprocessed -----------------------------------------
+
+
+def leave_revocation_keys_unprocessed(monkeypatch, times: int) -> dict:
+    """The next ``times`` BatchGetItem calls return every RevokedTokens key as
+    ``UnprocessedKeys`` (a throttled table); other tables are read normally. Setting
+    ``["n"] = 0`` on the returned counter brings the table back."""
+    client = ddb_client()
+    real = client.batch_get_item
+    name = tables.REVOKED_TOKENS.physical_name
+    left = {"n": times}
+
+    def partial(**kwargs):
+        wanted = kwargs["RequestItems"]
+        if name not in wanted or left["n"] <= 0:
+            return real(**kwargs)
+        left["n"] -= 1
+        others = {table_name: read for table_name, read in wanted.items() if table_name != name}
+        reply = real(**{**kwargs, "RequestItems": others}) if others else {"Responses": {}}
+        reply["UnprocessedKeys"] = {**reply.get("UnprocessedKeys", {}), name: wanted[name]}
+        return reply
+
+    monkeypatch.setattr(client, "batch_get_item", partial)
+    monkeypatch.setattr(storage, "_backoff", lambda attempt: None)
+    return left
+
+
+def test_a_revocation_read_left_unprocessed_never_accepts_a_revoked_token(api, app_client, monkeypatch):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    assert revoke(api, issued["refresh_token"], bearer=issued["access_token"]).status == 204
+    cache.clear_all()  # another container: nothing known in memory
+    throttled = leave_revocation_keys_unprocessed(monkeypatch, times=10**9)
+    with pytest.raises(ApiError) as refused:
+        auth.authorize(f"Bearer {issued['access_token']}", org_id, "app-production-api")
+    assert refused.value.status == 503 and refused.value.code == "SERVICE_UNAVAILABLE"
+    assert_error(refresh(api, issued["refresh_token"]), 503, "SERVICE_UNAVAILABLE")
+    throttled["n"] = 0
+    assert not accepted(issued["access_token"], org_id, "app-production-api")
+
+
+def test_unprocessed_revocation_keys_are_retried(api, app_client, monkeypatch):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    assert revoke(api, issued["refresh_token"], bearer=issued["access_token"]).status == 204
+    cache.clear_all()
+    leave_revocation_keys_unprocessed(monkeypatch, times=2)
+    assert not accepted(issued["access_token"], org_id, "app-production-api")
+
+
+def test_an_incomplete_revocation_read_is_not_cached_as_not_revoked(api, app_client, monkeypatch):
+    """After a failed read, a revocation made meanwhile by another container is seen at once."""
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    throttled = leave_revocation_keys_unprocessed(monkeypatch, times=10**9)
+    with pytest.raises(ApiError) as refused:
+        auth.authorize(f"Bearer {issued['access_token']}", org_id, "app-production-api")
+    assert refused.value.status == 503
+    throttled["n"] = 0
+    claims = claims_of(issued["access_token"])
+    table(tables.REVOKED_TOKENS).put_item(Item={  # revoked by another container
+        "token_jti": claims["jti"], "token_type": "access", "client_id": claims["sub"],
+        "revoked_at_epoch": int(time.time()), "original_expiry_epoch": claims["exp"],
+        tables.TTL_ATTRIBUTE: claims["exp"]})
+    assert not accepted(issued["access_token"], org_id, "app-production-api")
+
+
+# --- POST .../credentials/revoke-tokens ----------------------------------------------------------
+
+
+def revoke_tokens(api, org_id: str, app_id: str | None = None, body=None, api_key: str | None = PROVISIONING_KEY):
+    path = f"/api/v1/orgs/{org_id}" + (f"/apps/{app_id}" if app_id else "") + "/credentials/revoke-tokens"
+    return api.post(path, {} if body is None else body, api_key=api_key)
+
+
+def test_revoke_tokens_ends_every_token_issued_to_the_client_before(api, org, app_client):
+    org_id, org_credentials = org
+    _, credentials = app_client
+    first, second = tokens(api, credentials), tokens(api, credentials)
+    refreshed = refresh(api, first["refresh_token"]).json()["access_token"]
+    org_session = tokens(api, org_credentials)
+    assert accepted(first["access_token"], org_id, "app-production-api")  # cached as not revoked here
+
+    reply = revoke_tokens(api, org_id, "app-production-api")
+    assert reply.status == 204 and reply.text == ""
+    for session in (first, second):
+        assert_error(refresh(api, session["refresh_token"]), 401, "UNAUTHORIZED")
+    for access in (first["access_token"], second["access_token"], refreshed):
+        assert not accepted(access, org_id, "app-production-api")
+    assert accepted(org_session["access_token"], org_id)  # another client
+    assert refresh(api, org_session["refresh_token"]).status == 200
+    after = tokens(api, credentials)  # the secret still works, in the same second too
+    assert accepted(after["access_token"], org_id, "app-production-api")
+    assert refresh(api, after["refresh_token"]).status == 200
+
+
+def test_revoke_tokens_of_an_org_client(api, org):
+    org_id, credentials = org
+    issued = tokens(api, credentials)
+    assert revoke_tokens(api, org_id).status == 204
+    assert_error(refresh(api, issued["refresh_token"]), 401, "UNAUTHORIZED")
+    assert not accepted(issued["access_token"], org_id)
+    assert accepted(tokens(api, credentials)["access_token"], org_id)
+
+
+def revoke_tokens_elsewhere(client_id: str) -> None:
+    """revoke-tokens handled by another container: the cutoff is stored, this container's
+    cached answers are untouched."""
+    ddb_client().transact_write_items(TransactItems=[auth.cutoff_update(client_id, auth.now_ms())])
+
+
+def test_another_container_refuses_access_tokens_within_the_cache_window(api, app_client, monkeypatch):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    assert accepted(issued["access_token"], org_id, "app-production-api")  # this container caches the answer
+    revoke_tokens_elsewhere(credentials["client_id"])
+    assert accepted(issued["access_token"], org_id, "app-production-api")  # cached, for at most 30 s
+    real = time.monotonic
+    monkeypatch.setattr(cache, "time", SimpleNamespace(monotonic=lambda: real() + auth.REVOCATION_CACHE_SECONDS + 1))
+    assert not accepted(issued["access_token"], org_id, "app-production-api")
+
+
+def test_another_container_refuses_refresh_tokens_at_once(api, app_client):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    assert accepted(issued["access_token"], org_id, "app-production-api")  # the client's cutoff is cached
+    revoke_tokens_elsewhere(credentials["client_id"])
+    assert_error(refresh(api, issued["refresh_token"]), 401, "UNAUTHORIZED")  # the refresh reads it fresh
+
+
+def test_tokens_without_a_millisecond_claim_are_judged_by_their_issue_second(api, app_client):
+    org_id, credentials = app_client
+    earlier = forge(access_claims(org_id, "app-production-api", iat=int(time.time()) - 1))
+    assert accepted(earlier, org_id, "app-production-api")
+    assert revoke_tokens(api, org_id, "app-production-api").status == 204
+    assert not accepted(earlier, org_id, "app-production-api")
+
+
+def test_refreshed_access_tokens_belong_to_their_session(api, app_client):
+    """An access token minted by /auth/refresh carries the session's authentication time, so
+    a refresh racing a revoke-tokens cannot mint a token that outlives it; nor does it
+    outlive its refresh token."""
+    _, credentials = app_client
+    issued = tokens(api, credentials)
+    refreshed = refresh(api, issued["refresh_token"]).json()
+    session = claims_of(issued["refresh_token"])
+    access = claims_of(refreshed["access_token"])
+    assert access["auth_time_ms"] == session["auth_time_ms"] == claims_of(issued["access_token"])["auth_time_ms"]
+    assert access["exp"] <= session["exp"]
+
+
+def test_revoke_tokens_stores_one_cutoff_item_that_expires_with_the_last_token_it_refuses(api, app_client):
+    org_id, credentials = app_client
+    before = auth.now_ms()
+    assert revoke_tokens(api, org_id, "app-production-api").status == 204
+    item = table(tables.REVOKED_TOKENS).get_item(Key={"token_jti": f"CLIENT#{credentials['client_id']}"})["Item"]
+    assert before <= item["cutoff_ms"] <= auth.now_ms()
+    assert item[tables.TTL_ATTRIBUTE] == item["cutoff_ms"] // 1000 + auth.REFRESH_TTL
+    assert item["client_id"] == credentials["client_id"]
+
+
+def test_revoke_tokens_of_an_unknown_org_or_app_is_404_and_stores_nothing(api, org):
+    org_id, _ = org
+    unknown_org = str(uuid.uuid4())
+    assert_error(revoke_tokens(api, unknown_org), 404, "NOT_FOUND")
+    body = assert_error(revoke_tokens(api, org_id, "no-such-app"), 404, "NOT_FOUND")
+    assert body["details"] == {"org_id": org_id, "app_id": "no-such-app"}
+    for client_id in (f"org-{unknown_org}", f"org-{org_id}-app-no-such-app"):
+        assert "Item" not in table(tables.REVOKED_TOKENS).get_item(Key={"token_jti": f"CLIENT#{client_id}"})
+
+
+@pytest.mark.parametrize("api_key", [None, "wrong-key"])
+def test_revoke_tokens_needs_the_provisioning_key(api, app_client, api_key):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    assert_error(revoke_tokens(api, org_id, "app-production-api", api_key=api_key), 401, "UNAUTHORIZED")
+    assert_error(revoke_tokens(api, org_id, "app-production-api", api_key=issued["access_token"]), 401,
+                 "UNAUTHORIZED")
+    assert refresh(api, issued["refresh_token"]).status == 200
+
+
+@pytest.mark.parametrize("org_id,app_id,body", [
+    ("not-a-uuid", None, {}), ("550e8400-e29b-41d4-a716-446655440000", "bad%23app", {}),
+    ("550e8400-e29b-41d4-a716-446655440000", None, {"grace_period_hours": 0}),
+    ("550e8400-e29b-41d4-a716-446655440000", None, "[]"),
+])
+def test_malformed_revoke_tokens_requests_are_400(api, org_id, app_id, body):
+    assert_error(revoke_tokens(api, org_id, app_id, body=body), 400, "INVALID_REQUEST")
+
+
+def test_revoke_tokens_without_a_body_is_fine(api, org):
+    org_id, credentials = org
+    issued = tokens(api, credentials)
+    reply = api.post(f"/api/v1/orgs/{org_id}/credentials/revoke-tokens", api_key=PROVISIONING_KEY)
+    assert reply.status == 204
+    assert_error(refresh(api, issued["refresh_token"]), 401, "UNAUTHORIZED")

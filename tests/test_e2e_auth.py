@@ -1,8 +1,12 @@
 """End to end over real HTTP: the local server (``python -m local``) in a subprocess,
-provisioning, tokens, refresh, revocation and rotation, and state that survives a restart."""
+provisioning, tokens, refresh, revocation, revoke-tokens and rotation, token limits per source
+address, and state that survives a restart."""
 from __future__ import annotations
 
+import http.client
+import json
 import uuid
+from urllib.parse import urlparse
 
 import pytest
 import requests
@@ -87,3 +91,40 @@ def test_orgs_secrets_and_signing_key_survive_a_restart(tmp_path):
         again = requests.put(f"{base_url}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, json=ORG_BODY,
                              timeout=10)
         assert again.status_code == 200, again.text  # an update: the org is still there
+
+
+def post_from(base_url: str, source_ip: str, path: str, body: dict) -> tuple[int, dict]:
+    """POST over a connection whose source address is ``source_ip`` (any 127.x is loopback)."""
+    url = urlparse(base_url)
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=10, source_address=(source_ip, 0))
+    try:
+        connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        reply = connection.getresponse()
+        return reply.status, json.loads(reply.read() or b"{}")
+    finally:
+        connection.close()
+
+
+def test_wrong_secrets_from_another_address_do_not_lock_out_the_client_and_revoke_tokens(tmp_path):
+    """Rate limits on. Ten wrong secrets sent with the real client id from 127.0.0.2 are
+    limited there, and the real client on 127.0.0.1 still gets its token; then the admin
+    ends every token of the client over HTTP."""
+    with local_server(tmp_path, KEY, RATE_LIMITS="on") as base_url:
+        org_id = str(uuid.uuid4())
+        credentials = provision_org(base_url, org_id)
+        wrong = {**credentials, "client_secret": "wrong", "grant_type": "client_credentials"}
+        statuses = [post_from(base_url, "127.0.0.2", "/auth/token", wrong)[0] for _ in range(10)]
+        assert statuses == [401] * 10
+        status, body = post_from(base_url, "127.0.0.2", "/auth/token", wrong)
+        assert (status, body["error"]) == (429, "RATE_LIMIT_EXCEEDED")
+
+        status, issued = post_from(base_url, "127.0.0.1", "/auth/token",
+                                   {**credentials, "grant_type": "client_credentials"})
+        assert status == 200, issued
+        revoked = requests.post(f"{base_url}/api/v1/orgs/{org_id}/credentials/revoke-tokens",
+                                headers={"X-API-Key": KEY}, json={}, timeout=10)
+        assert revoked.status_code == 204, revoked.text
+        assert refresh(base_url, issued["refresh_token"]).status_code == 401
+        again = get_tokens(base_url, credentials)
+        assert again.status_code == 200, again.text
+        assert refresh(base_url, again.json()["refresh_token"]).status_code == 200

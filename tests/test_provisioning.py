@@ -1,6 +1,9 @@
 """PUT /api/v1/orgs/{org_id} and PUT /api/v1/orgs/{org_id}/apps/{app_id}: every validation
 rule, create vs update, the stored item shapes, and no write when a request is refused."""
 import base64
+import hashlib
+import json
+import logging
 import threading
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -11,7 +14,7 @@ import pytest
 from price_keeper import auth, keys, metering, orgs, provisioning, tables
 from price_keeper.models import UsageRequest
 from price_keeper.aws import ddb_client, table
-from tests.conftest import assert_error
+from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.factories import seed_app, seed_org
 from tests.provisioned import (APP_BODY, ORG_BODY, config_item, new_app, new_org, org_body, put_app, put_org,
                                tokens)
@@ -265,7 +268,7 @@ def test_app_item_has_the_seed_shape_and_no_plaintext_secret(api):
     credentials = new_app(api, org_id, "app-1")
     stored = config_item(org_id, "app-1")
     assert set(stored) == {"org_key", "resource_key", "app_name", "model_ordering", "quotas",
-                           "tight_mode_threshold_pct", "client_id", "client_secret_hash",
+                           "tight_mode_threshold_pct", "client_id", "client_secret_hash", "client_secret_fingerprint",
                            "client_secret_created_at_epoch", "created_at_epoch", "updated_at_epoch"}
     assert set(stored) - {"model_ordering", "quotas", "tight_mode_threshold_pct"} == set(
         config_item(org_id, seed_app(org_id, "seeded")))
@@ -470,3 +473,79 @@ def test_the_total_cap_is_stored_and_returns_to_the_default_when_left_out(api):
     reply = put_org(api, org_id, org_body())
     assert reply.json()["configuration"]["total_quota_usd_micros"] == sum(ORG_BODY["quotas"].values())
     assert "total_quota_usd_micros" not in config_item(org_id)
+# --- the audit trail ---------------------------------------------------------------------
+
+
+_RECORD_ATTRIBUTES = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+def audit_lines(caplog) -> list[dict]:
+    """The audit lines logged since the last call: the fields each carries."""
+    lines = [{name: value for name, value in vars(record).items() if name not in _RECORD_ATTRIBUTES}
+             for record in caplog.records if record.getMessage() == "audit"]
+    caplog.clear()
+    return lines
+
+
+def summary(line: dict) -> tuple:
+    return line["action"], line["outcome"], line["status"], line.get("error")
+
+
+def test_every_provisioning_action_logs_one_audit_line(api, caplog):
+    """Logged although the service's log level is WARNING here (tests/conftest.py)."""
+    org_id = str(uuid.uuid4())
+    created = put_org(api, org_id).json()["credentials"]
+    put_org(api, org_id)
+    app = new_app(api, org_id, "app-1")
+    key = {"api_key": PROVISIONING_KEY}
+    rotated = api.post(f"/api/v1/orgs/{org_id}/apps/app-1/credentials/rotate", {"grace_period_hours": 0}, **key)
+    api.post(f"/api/v1/orgs/{org_id}/credentials/revoke-tokens", {}, **key)
+    expires_at = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+    boost = api.post(f"/api/v1/orgs/{org_id}/quota-boosts", {"model_label": "premium", "amount_usd_micros": 5,
+                                                             "expires_at": expires_at, "app_id": "app-1"}, **key)
+    tokens(api, created)  # not a provisioning action: no audit line
+    lines = audit_lines(caplog)
+    assert [summary(line) for line in lines] == [
+        ("org.put", "succeeded", 201, None), ("org.put", "succeeded", 200, None), ("app.put", "succeeded", 201, None),
+        ("app.rotate_credentials", "succeeded", 200, None), ("org.revoke_tokens", "succeeded", 204, None),
+        ("quota_boost.create", "succeeded", 201, None)]
+    key_id = "key:" + hashlib.sha256(PROVISIONING_KEY.encode()).hexdigest()[:8]
+    assert {(line["actor"], line["authenticated"], line["org_id"], line["source_ip"]) for line in lines} == {
+        (key_id, True, org_id, "127.0.0.1")}
+    assert [line.get("app_id") for line in lines] == [None, None, "app-1", "app-1", None, "app-1"]
+    assert lines[3]["grace_period_hours"] == 0
+    assert lines[5]["boost_id"] == boost.json()["boost_id"] and lines[5]["model_label"] == "premium"
+    for secret in (PROVISIONING_KEY, created["client_secret"], app["client_secret"], rotated.json()["client_secret"]):
+        assert secret not in json.dumps(lines)
+
+
+def test_refused_provisioning_requests_are_audited(api, caplog):
+    org_id, _ = new_org(api)
+    audit_lines(caplog)
+    key = {"api_key": PROVISIONING_KEY}
+    put_org(api, org_id, api_key="a-wrong-key")
+    put_org(api, org_id, {"org_name": "no other field"}, api_key="a-wrong-key")  # refused before the key check
+    put_app(api, str(uuid.uuid4()), "app-1")
+    api.post(f"/api/v1/orgs/{org_id}/apps/nope/credentials/revoke-tokens", {}, **key)
+    api.post(f"/api/v1/orgs/not-a-uuid/credentials/rotate", {}, **key)
+    lines = audit_lines(caplog)
+    assert [summary(line) for line in lines] == [
+        ("org.put", "refused", 401, "UNAUTHORIZED"), ("org.put", "refused", 400, "INVALID_REQUEST"),
+        ("app.put", "refused", 404, "NOT_FOUND"), ("app.revoke_tokens", "refused", 404, "NOT_FOUND"),
+        ("org.rotate_credentials", "refused", 400, "INVALID_REQUEST")]
+    wrong = "key:" + hashlib.sha256(b"a-wrong-key").hexdigest()[:8]
+    assert [(line["actor"], line["authenticated"]) for line in lines] == [
+        (wrong, False), (wrong, False), *[(lines[2]["actor"], True)] * 3]
+    assert lines[3]["app_id"] == "nope" and lines[4]["org_id"] == "not-a-uuid"
+
+
+def test_a_rate_limited_provisioning_request_is_audited(limits_on, api, caplog):
+    org_id, _ = new_org(api)
+    path = f"/api/v1/orgs/{org_id}/credentials/rotate"
+    for _ in range(5):  # the hourly rotation limit
+        assert api.post(path, {"grace_period_hours": 0}, api_key=PROVISIONING_KEY).status == 200
+    audit_lines(caplog)
+    assert_error(api.post(path, {"grace_period_hours": 0}, api_key=PROVISIONING_KEY), 429, "RATE_LIMIT_EXCEEDED")
+    (line,) = audit_lines(caplog)
+    assert summary(line) == ("org.rotate_credentials", "refused", 429, "RATE_LIMIT_EXCEEDED")
+    assert line["authenticated"] is True

@@ -1,9 +1,14 @@
 """Per-client rate limits: exact across containers, amortised in DynamoDB calls."""
+import uuid
+from datetime import datetime, timedelta, timezone
+
 from price_keeper import ratelimit
+from price_keeper.config import get_config
 from price_keeper.aws import ddb_client
 from price_keeper.errors import ApiError
-from tests.conftest import assert_error
+from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.factories import seed_org
+from tests.provisioned import put_app, put_org
 
 NOW = 1_800_000_000.0  # a window start: 1_800_000_000 is a multiple of 60
 
@@ -58,15 +63,80 @@ def test_switched_off_by_environment(limits_on, monkeypatch):
     assert admitted("client-a", 50) == 50
 
 
+def token_request(api, client_id: str, secret: str, source_ip: str):
+    return api.post("/auth/token", {"client_id": client_id, "client_secret": secret,
+                                    "grant_type": "client_credentials"}, source_ip=source_ip)
+
+
 def test_token_endpoint_answers_429_with_headers(limits_on, api):
     org_id = seed_org()
-    body = {"client_id": f"org-{org_id}", "client_secret": "wrong", "grant_type": "client_credentials"}
-    statuses = [api.post("/auth/token", body).status for _ in range(10)]
+    statuses = [token_request(api, f"org-{org_id}", "wrong", "203.0.113.9").status for _ in range(10)]
     assert statuses == [401] * 10
-    reply = api.post("/auth/token", body)
+    reply = token_request(api, f"org-{org_id}", "wrong", "203.0.113.9")
     error = assert_error(reply, 429, "RATE_LIMIT_EXCEEDED")
     assert 1 <= error["retry_after"] <= 60
     assert reply.headers["retry-after"] == str(error["retry_after"])
     assert reply.headers["x-ratelimit-limit"] == "10"
     assert reply.headers["x-ratelimit-remaining"] == "0"
-    assert reply.headers["x-ratelimit-clientid"] == f"org-{org_id}"
+    assert reply.headers["x-ratelimit-clientid"] == f"org-{org_id}@203.0.113.9"  # failed attempts, per address
+
+
+def test_wrong_secrets_from_another_address_do_not_lock_the_client_out(limits_on, api):
+    """A client id is public: ten wrong secrets sent with it from elsewhere must not cost
+    the real client its next token."""
+    org_id = seed_org(secret="org-secret")
+    for _ in range(10):
+        assert token_request(api, f"org-{org_id}", "wrong", "198.51.100.66").status == 401
+    assert_error(token_request(api, f"org-{org_id}", "wrong", "198.51.100.66"), 429, "RATE_LIMIT_EXCEEDED")
+    assert_error(token_request(api, f"org-{org_id}", "org-secret", "198.51.100.66"), 429, "RATE_LIMIT_EXCEEDED")
+    assert token_request(api, f"org-{org_id}", "org-secret", "192.0.2.10").status == 200
+
+
+def test_right_secrets_are_not_failed_attempts(limits_on, api):
+    org_id = seed_org(secret="org-secret")
+    for _ in range(12):
+        reply = token_request(api, f"org-{org_id}", "org-secret", "192.0.2.10")
+        assert reply.status == 200, reply
+    assert reply.headers["x-ratelimit-remaining"] == "10"  # each charge was given back
+    for _ in range(10):
+        assert token_request(api, f"org-{org_id}", "wrong", "192.0.2.10").status == 401
+    assert_error(token_request(api, f"org-{org_id}", "wrong", "192.0.2.10"), 429, "RATE_LIMIT_EXCEEDED")
+
+
+def test_every_attempt_from_one_address_counts_against_its_limit(limits_on, api):
+    """Spraying many client ids from one address (each a bcrypt check) is capped too."""
+    limit = get_config().rate_limits["auth_token_source"].requests
+    statuses = [token_request(api, f"org-{uuid.uuid4()}", "guess", "198.51.100.77").status for _ in range(limit)]
+    assert statuses == [401] * limit
+    reply = token_request(api, f"org-{uuid.uuid4()}", "guess", "198.51.100.77")
+    assert_error(reply, 429, "RATE_LIMIT_EXCEEDED")
+    assert reply.headers["x-ratelimit-clientid"] == "source:198.51.100.77"
+    org_id = seed_org(secret="org-secret")
+    assert token_request(api, f"org-{org_id}", "org-secret", "192.0.2.10").status == 200
+
+
+def test_a_refund_gives_one_request_back_to_every_container(limits_on):
+    ratelimit.begin_request("auth_token")  # 10 / minute
+    charges = [ratelimit.consume("client-a", now=NOW) for _ in range(10)]
+    assert admitted("client-a", 1) == 0
+    ratelimit.refund(charges[0])
+    assert admitted("client-a", 2, new_container_each_time=True) == 1
+
+
+def test_an_org_and_ten_apps_provision_in_one_hour(limits_on, api):
+    """Each provisioning endpoint has its own hourly limit per key, so provisioning an org
+    and ten apps leaves rotation, revoke-tokens and boosts their own allowance."""
+    org_id = str(uuid.uuid4())
+    assert put_org(api, org_id).status == 201
+    for n in range(10):
+        reply = put_app(api, org_id, f"app-{n}")
+        assert reply.status == 201, reply
+    assert reply.headers["x-ratelimit-limit"] == "10" and reply.headers["x-ratelimit-remaining"] == "0"
+    key, app = {"api_key": PROVISIONING_KEY}, f"/api/v1/orgs/{org_id}/apps/app-0"
+    assert api.post(f"{app}/credentials/rotate", {"grace_period_hours": 0}, **key).status == 200
+    assert api.post(f"{app}/credentials/revoke-tokens", {}, **key).status == 204
+    expires_at = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+    boost = {"model_label": "premium", "amount_usd_micros": 1, "expires_at": expires_at, "app_id": "app-0"}
+    assert api.post(f"/api/v1/orgs/{org_id}/quota-boosts", boost, **key).status == 201
+    assert put_org(api, org_id).status == 200
+    assert_error(put_app(api, org_id, "app-10"), 429, "RATE_LIMIT_EXCEEDED")  # the 11th app of the hour

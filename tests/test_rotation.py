@@ -1,16 +1,23 @@
-"""POST .../credentials/rotate: a new secret, the old one kept for the grace period only."""
+"""POST .../credentials/rotate: a new secret, the old one kept for the grace period only,
+and the tokens the old secret obtained ending with it."""
+import itertools
+import time
 import uuid
+from datetime import datetime, timedelta
+from types import SimpleNamespace
 
 import bcrypt
+import jwt
 import pytest
 
-from price_keeper import auth, keys, tables
+from price_keeper import auth, cache, keys, tables
 from price_keeper.aws import table
 from price_keeper.errors import ApiError
 from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.provisioned import config_item, get_tokens, new_app, new_org, tokens
 
 HOUR = 3600
+ADDRESS = "192.0.2.1"
 
 
 def rotate(api, org_id: str, app_id: str | None = None, body=None, api_key: str | None = PROVISIONING_KEY):
@@ -61,9 +68,10 @@ def test_grace_period_ends_exactly_at_its_expiry(api):
     org_id, old = new_org(api)
     rotate(api, org_id, body={"grace_period_hours": 2})
     expiry = int(config_item(org_id)["client_secret_rotation_grace_expires_at_epoch"])
-    assert auth.authenticate_client(old["client_id"], old["client_secret"], now=expiry - 1).org_id == org_id
+    client = auth.authenticate_client(old["client_id"], old["client_secret"], source_ip=ADDRESS, now=expiry - 1)
+    assert client == (auth.Principal(org_id, None), expiry)  # its tokens may not outlive the grace period
     with pytest.raises(ApiError) as refused:
-        auth.authenticate_client(old["client_id"], old["client_secret"], now=expiry)
+        auth.authenticate_client(old["client_id"], old["client_secret"], source_ip=ADDRESS, now=expiry)
     assert refused.value.status == 401
 
 
@@ -171,3 +179,129 @@ def test_rotation_needs_the_provisioning_key(api, api_key):
     assert config_item(org_id) == before and config_item(org_id, "app-1") == app_before
     tokens(api, old)
     tokens(api, app_credentials)
+
+
+# --- one bcrypt check per attempt ----------------------------------------------------------
+
+
+@pytest.fixture
+def bcrypt_checks(monkeypatch) -> list:
+    checks = []
+    real = auth.bcrypt.checkpw
+
+    def counted(password, hashed):
+        checks.append(hashed)
+        return real(password, hashed)
+
+    monkeypatch.setattr(auth.bcrypt, "checkpw", counted)
+    return checks
+
+
+def test_every_attempt_costs_one_bcrypt_check_in_a_grace_period_too(api, bcrypt_checks):
+    org_id, old = new_org(api)
+    new = with_secret(old, rotate(api, org_id, body={"grace_period_hours": 24}).json()["client_secret"])
+    attempts = {"wrong secret": (with_secret(old, "wrong"), 401), "old secret": (old, 200),
+                "new secret": (new, 200), "unknown client": ({**old, "client_id": f"org-{uuid.uuid4()}"}, 401)}
+    for name, (credentials, status) in attempts.items():
+        bcrypt_checks.clear()
+        assert get_tokens(api, credentials).status == status, name
+        assert len(bcrypt_checks) == 1, name
+
+
+def test_a_new_secret_never_has_the_current_secrets_fingerprint(api, monkeypatch):
+    """The fingerprint picks the hash to check, so the two secrets of a grace period must
+    differ in it: a colliding new secret is drawn again."""
+    org_id, old = new_org(api)
+    current = config_item(org_id)["client_secret_fingerprint"]
+    colliding = next(secret for secret in (f"collide-{n}" for n in itertools.count())
+                     if auth.secret_fingerprint(secret) == current)
+    drawn = iter([colliding, "distinct-secret"])
+    monkeypatch.setattr(auth, "new_client_secret", lambda: next(drawn))
+    body = rotate(api, org_id, body={"grace_period_hours": 24}).json()
+    assert body["client_secret"] == "distinct-secret"
+    stored = config_item(org_id)
+    assert stored["client_secret_fingerprint"] == auth.secret_fingerprint("distinct-secret") != current
+    assert stored["previous_client_secret_fingerprint"] == current
+    tokens(api, old)
+    tokens(api, with_secret(old, "distinct-secret"))
+
+
+# --- tokens already issued end with the secret that obtained them --------------------------
+
+
+def refresh(api, refresh_token: str):
+    return api.post("/auth/refresh", {"refresh_token": refresh_token, "grant_type": "refresh_token"})
+
+
+def accepted(access_token: str, org_id: str, app_id: str | None = None) -> bool:
+    try:
+        auth.authorize(f"Bearer {access_token}", org_id, app_id)
+        return True
+    except ApiError as error:
+        assert error.status == 401, error.status
+        return False
+
+
+def claims_of(token: str) -> dict:
+    return jwt.decode(token, auth.signing_key(), algorithms=["HS256"], issuer=auth.ISSUER)
+
+
+class Later:
+    """The service's clock ``seconds`` ahead (tokens' expiry checks included)."""
+
+    def __init__(self, monkeypatch, seconds: int):
+        real = time.time
+        monkeypatch.setattr(auth, "time", SimpleNamespace(time=lambda: real() + seconds,
+                                                          time_ns=lambda: int((real() + seconds) * 1e9)))
+        monkeypatch.setattr(jwt.api_jwt, "datetime", _ShiftedDatetime(seconds))
+        cache.clear_all()  # the revocation cache window has long passed
+
+
+def _ShiftedDatetime(seconds: int):
+    class Shifted(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) + timedelta(seconds=seconds)
+    return Shifted
+
+
+def test_rotation_without_grace_ends_the_tokens_already_issued(api):
+    org_id, old = new_org(api)
+    issued = tokens(api, old)
+    new = with_secret(old, rotate(api, org_id, body={"grace_period_hours": 0}).json()["client_secret"])
+    assert_error(refresh(api, issued["refresh_token"]), 401, "UNAUTHORIZED")
+    assert not accepted(issued["access_token"], org_id)
+    fresh = tokens(api, new)  # in the same second as the rotation
+    assert accepted(fresh["access_token"], org_id)
+    assert refresh(api, fresh["refresh_token"]).status == 200
+
+
+def test_old_secrets_tokens_end_when_the_grace_period_does(api, monkeypatch):
+    org_id, old = new_org(api)
+    before = tokens(api, old)
+    body = rotate(api, org_id, body={"grace_period_hours": 2}).json()
+    new = with_secret(old, body["client_secret"])
+    grace_end = int(config_item(org_id)["client_secret_rotation_grace_expires_at_epoch"])
+    during = tokens(api, old)  # the old secret still obtains tokens, but only until the grace ends
+    assert claims_of(during["refresh_token"])["exp"] == grace_end
+    assert during["refresh_expires_in"] <= 2 * HOUR and claims_of(during["access_token"])["exp"] <= grace_end
+    from_new = tokens(api, new)
+    assert from_new["refresh_expires_in"] == 7 * 24 * HOUR
+    assert refresh(api, before["refresh_token"]).status == 200  # within the grace period
+    assert accepted(before["access_token"], org_id)
+
+    Later(monkeypatch, 2 * HOUR + 1)
+    assert_error(refresh(api, before["refresh_token"]), 401, "UNAUTHORIZED")
+    assert_error(refresh(api, during["refresh_token"]), 401, "UNAUTHORIZED")
+    assert_error(get_tokens(api, old), 401, "UNAUTHORIZED")
+    assert refresh(api, from_new["refresh_token"]).status == 200
+
+
+def test_rotating_again_in_a_grace_period_ends_the_oldest_secrets_tokens_at_once(api):
+    org_id, first = new_org(api)
+    first_session = tokens(api, first)
+    second = with_secret(first, rotate(api, org_id, body={"grace_period_hours": 24}).json()["client_secret"])
+    second_session = tokens(api, second)
+    rotate(api, org_id, body={"grace_period_hours": 24})
+    assert_error(refresh(api, first_session["refresh_token"]), 401, "UNAUTHORIZED")
+    assert refresh(api, second_session["refresh_token"]).status == 200  # its own grace period runs

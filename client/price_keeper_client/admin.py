@@ -1,4 +1,5 @@
-"""``Provisioning``: the admin API (``X-API-Key``) for orgs, apps and credential rotation."""
+"""``Provisioning``: the admin API (``X-API-Key``) for orgs, apps, credential rotation and
+revoking a client's tokens."""
 from __future__ import annotations
 
 import os
@@ -47,6 +48,12 @@ class Provisioning:
         body = self.transport.request("POST", path, json={"grace_period_hours": grace_period_hours},
                                       headers=self._headers).body
         return Rotation.from_json(body)
+
+    def revoke_tokens(self, org_id: str, app_id: str | None = None) -> None:
+        """Ends every token issued to the org's (or app's) client before now: refresh tokens
+        at once, access tokens within 30 s. The client secret keeps working."""
+        path = f"{API}/orgs/{org_id}" + (f"/apps/{app_id}" if app_id else "") + "/credentials/revoke-tokens"
+        self.transport.request("POST", path, json={}, headers=self._headers)
 
     def close(self) -> None:
         self.transport.close()

@@ -3,6 +3,8 @@
     price-keeper org apply FILE.yaml [--secret-file PATH]
     price-keeper app apply FILE.yaml [--secret-file PATH]
     price-keeper org rotate --org ID [--app ID] --grace-hours N [--secret-file PATH]
+    price-keeper org revoke-tokens --org ID
+    price-keeper app revoke-tokens --org ID --app ID
     price-keeper revoke TOKEN|- [--hint access_token|refresh_token]
     price-keeper spend today|YYYY-MM-DD [--org ID] [--app ID]
     price-keeper model [--org ID] [--app ID] [--force]
@@ -160,6 +162,15 @@ def cmd_rotate(args, out: Output) -> None:
                       rotation.credentials, args.secret_file)
 
 
+def cmd_revoke_tokens(args, out: Output) -> None:
+    app_id = getattr(args, "app", None)
+    _provisioning(args).revoke_tokens(args.org, app_id)
+    client_id = f"org-{args.org}" + (f"-app-{app_id}" if app_id else "")
+    out.emit(f"Revoked every token issued to {client_id} until now (access tokens end within 30 s). "
+             "Its client secret still works; rotate it too if it leaked.",
+             {"org_id": args.org, "app_id": app_id, "client_id": client_id, "revoked": True})
+
+
 def cmd_revoke(args, out: Output) -> None:
     token = sys.stdin.read().strip() if args.token == "-" else args.token
     if not token:
@@ -223,6 +234,13 @@ def _parser() -> argparse.ArgumentParser:
         apply.set_defaults(handler=handler)
         rotate_options(actions.add_parser("rotate", parents=[common], help="rotate the client secret"),
                        app_required=kind == "app")
+        revoke_tokens = actions.add_parser(
+            "revoke-tokens", parents=[common], help=f"end every token issued to the {kind}'s client until now",
+            description="Refresh tokens stop at once, access tokens within 30 s; the client secret keeps working.")
+        revoke_tokens.add_argument("--org", required=True, help="org id")
+        if kind == "app":
+            revoke_tokens.add_argument("--app", required=True, help="app id")
+        revoke_tokens.set_defaults(handler=cmd_revoke_tokens)
 
     revoke = commands.add_parser("revoke", parents=[common], help="revoke an access or refresh token",
                                  description="Authenticates with $PRICE_KEEPER_CLIENT_ID/SECRET (the token's client).")

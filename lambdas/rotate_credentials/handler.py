@@ -1,5 +1,6 @@
 """POST .../credentials/rotate for an org or an app (X-API-Key): a new client secret,
-the old one valid for ``grace_period_hours`` (0-168, default 168)."""
+the old one valid for ``grace_period_hours`` (0-168, default 168), and the tokens it
+obtained ending with it."""
 from typing import Annotated, Optional
 
 from aws_lambda_powertools.event_handler.openapi.params import Body

@@ -12,7 +12,7 @@ import requests
 
 from price_keeper_client import PriceKeeper, UsageRecord
 
-from .conftest import cli, converse_response, stubbed_bedrock, wait_for
+from .conftest import ORG_DEFAULTS, cli, converse_response, stubbed_bedrock, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -221,3 +221,35 @@ def test_model_shows_the_recommendation_and_exits_5_when_every_quota_is_spent(se
     assert spent, "model never reported the exhausted quota"
     assert re.fullmatch(r"price-keeper: error: QUOTA_EXCEEDED: .+; quotas reset at \d{4}-\d\d-\d\dT00:00:00Z.*\n",
                         spent.stderr)
+
+
+def test_revoke_tokens_of_an_app_and_of_an_org(server):
+    org_id = str(uuid.uuid4())
+    org = server.provisioning().put_org(org_id, ORG_DEFAULTS).credentials
+    app = server.provisioning().put_app(org_id, "chatbot", {"app_name": "Support chatbot"}).credentials
+    admin = {"PRICE_KEEPER_API_KEY": server.api_key}
+
+    def session(client_id: str, secret: str) -> dict:
+        return requests.post(f"{server.url}/auth/token", timeout=10, json={
+            "client_id": client_id, "client_secret": secret, "grant_type": "client_credentials"}).json()
+
+    def refreshes(session: dict) -> bool:
+        reply = requests.post(f"{server.url}/auth/refresh", timeout=10, json={
+            "refresh_token": session["refresh_token"], "grant_type": "refresh_token"})
+        assert reply.status_code in (200, 401), reply.text
+        return reply.status_code == 200
+
+    app_session, org_session = session(app.client_id, app.client_secret), session(org.client_id, org.client_secret)
+    run = cli(server, "app", "revoke-tokens", "--org", org_id, "--app", "chatbot", env=admin)
+    assert run.returncode == 0, run.stderr
+    assert f"org-{org_id}-app-chatbot" in run.stdout and "secret still works" in run.stdout
+    assert not refreshes(app_session) and refreshes(org_session)
+    assert can_log_in(server, app.client_id, app.client_secret)
+
+    run = cli(server, "org", "revoke-tokens", "--org", org_id, "--json", env=admin)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == {"org_id": org_id, "app_id": None, "client_id": f"org-{org_id}", "revoked": True}
+    assert not refreshes(org_session)
+
+    unknown = cli(server, "app", "revoke-tokens", "--org", org_id, "--app", "nope", env=admin)
+    assert unknown.returncode == 4 and unknown.stderr.startswith("price-keeper: error: NOT_FOUND")

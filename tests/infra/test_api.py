@@ -62,6 +62,9 @@ def test_stage_throttling_tracing_and_json_access_logs(synth):
     assert logical_id(access_logs["DestinationArn"]) in synth.resources("AWS::Logs::LogGroup")
     fields = json.loads(access_logs["Format"])
     assert {"requestId", "status", "httpMethod", "resourcePath", "requestTime"} <= set(fields)
+    # The concrete path (which org, which app), not only the route template.
+    assert fields["path"] == "$context.path" and fields["resourcePath"] == "$context.resourcePath"
+    assert fields["ip"] == "$context.identity.sourceIp"
 
 
 def test_throttling_and_stage_from_context(synth_options):

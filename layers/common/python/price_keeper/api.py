@@ -16,7 +16,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupp
 from aws_lambda_powertools.logging import correlation_paths
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
 
-from . import ratelimit, routes
+from . import audit, ratelimit, routes
 from .errors import ApiError, error_body, invalid_request
 from .observability import logger, metrics, tracer
 
@@ -160,7 +160,8 @@ def _is_form(event: dict) -> bool:
 
 
 def lambda_entry(app: APIGatewayRestResolver):
-    """The Lambda entry point for a resolver, with Powertools logging, tracing and metrics."""
+    """The Lambda entry point for a resolver, with Powertools logging, tracing and metrics,
+    and the audit line of audited routes (``audit.py``), whatever the outcome."""
 
     # log_event=False whatever POWERTOOLS_LOGGER_LOG_EVENT says: request bodies carry secrets.
     @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True,
@@ -168,11 +169,17 @@ def lambda_entry(app: APIGatewayRestResolver):
     @tracer.capture_lambda_handler(capture_response=False)
     @metrics.log_metrics
     def lambda_handler(event: dict, context) -> dict:
+        audit.begin()
         if _is_form(event):
             body = error_body("INVALID_REQUEST", "Content-Type must be application/json",
                               request_id=(event.get("requestContext") or {}).get("requestId"))
-            return {"statusCode": 400, "headers": {"Content-Type": "application/json"}, "body": dumps(body)}
-        return app.resolve(event, context)
+            response = {"statusCode": 400, "headers": {"Content-Type": "application/json"}, "body": dumps(body)}
+        else:
+            response = app.resolve(event, context)
+        route = routes.route_for(event.get("httpMethod"), event.get("resource"))
+        if route and route.audit:
+            audit.record(route.audit, event, response)
+        return response
 
     return lambda_handler
 
@@ -182,4 +189,9 @@ def header(app: APIGatewayRestResolver, name: str) -> str | None:
     return app.current_event.get_header_value(name)
 
 
-__all__ = ["Router", "build_app", "json_response", "lambda_entry", "header", "dumps", "error_body"]
+def source_ip(app: APIGatewayRestResolver) -> str:
+    """The caller's address as API Gateway saw it (``requestContext.identity.sourceIp``)."""
+    return app.current_event.request_context.identity.source_ip or "unknown"
+
+
+__all__ = ["Router", "build_app", "json_response", "lambda_entry", "header", "source_ip", "dumps", "error_body"]

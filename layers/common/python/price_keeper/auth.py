@@ -1,18 +1,25 @@
 """OAuth2 client credentials: secrets, JWTs, revocation and the per-request authorizer.
 
-- Client secrets are 32 random bytes (base64), stored only as bcrypt hashes. During a
-  rotation grace period the previous hash is kept beside the new one.
+- Client secrets are 32 random bytes (base64), stored only as bcrypt hashes, each with a
+  short fingerprint. During a rotation grace period the previous hash is kept beside the
+  new one; the fingerprint picks the one hash to check, so every attempt costs one bcrypt
+  check. Token requests are limited per source address, and failed ones per client and
+  address (a client id is public: a limit on it alone would be a lock-out switch).
 - Tokens are HS256 JWTs signed with a key from Secrets Manager (Powertools Parameters,
   cached). Access tokens live 1 h, refresh tokens 7 d; every token has a ``jti`` and an
   access token names the refresh token it came from (``rjti``), so revoking a refresh
-  token ends the access tokens issued from it.
-- Revocation is a RevokedTokens item with TTL = token expiry. "Not revoked" answers are
-  cached for ``REVOCATION_CACHE_SECONDS`` per process (the seed's negative-lookup cache):
-  another warm Lambda container may accept a just-revoked token for that long.
+  token ends the access tokens issued from it. ``auth_time_ms`` is when the client
+  authenticated with its secret (kept by refreshed access tokens).
+- Revocation is a RevokedTokens item with TTL = token expiry, and a per-client cutoff item
+  ends every token authenticated before it (revoke-tokens, rotation). "Not revoked"
+  answers are cached for ``REVOCATION_CACHE_SECONDS`` per process (the seed's
+  negative-lookup cache): another warm Lambda container may accept a just-revoked access
+  token for that long; ``/auth/refresh`` always reads what is stored.
 """
 from __future__ import annotations
 
 import base64
+import hashlib
 import hmac
 import os
 import secrets
@@ -25,8 +32,8 @@ import jwt
 from aws_lambda_powertools.utilities import parameters
 from pydantic import StringConstraints
 
-from . import keys, ratelimit, tables
-from .aws import ddb_client, table
+from . import audit, keys, ratelimit, storage, tables
+from .aws import table
 from .cache import TTLCache
 from .errors import ApiError, forbidden, unauthorized
 from .validation import StrictBody
@@ -39,9 +46,14 @@ ACCESS_SCOPES = ["read:aggregates", "write:costs", "read:model-selection"]
 REVOCATION_CACHE_SECONDS = 30
 SECRET_CACHE_SECONDS = 300
 BCRYPT_MAX_BYTES = 72
+FINGERPRINT_CHARS = 4
+# POST /auth/token limits (config.yaml rate_limits).
+FAILED_ATTEMPTS_LIMIT = "auth_token"  # per client id and source address
+SOURCE_LIMIT = "auth_token_source"  # every attempt, per source address
 
 _not_revoked = TTLCache(REVOCATION_CACHE_SECONDS)
 _revoked = TTLCache(REFRESH_TTL)
+_cutoffs = TTLCache(REVOCATION_CACHE_SECONDS)  # client id -> its cutoff item ({} when none)
 
 
 def _bcrypt_rounds() -> int:
@@ -70,8 +82,16 @@ def hash_secret(secret: str) -> str:
     return bcrypt.hashpw(secret.encode(), bcrypt.gensalt(_bcrypt_rounds())).decode()
 
 
-def _matches(secret: bytes, hashed: str | None) -> bool:
-    return bool(hashed) and bcrypt.checkpw(secret, hashed.encode())
+def secret_fingerprint(secret: str) -> str:
+    """A short digest stored beside a secret's hash. During a rotation grace period it picks
+    which of the two hashes to check, so every attempt costs one bcrypt check. 16 bits of a
+    256-bit random secret tell nothing about the secret (rotation keeps the two distinct)."""
+    return hashlib.sha256(secret.encode()).hexdigest()[:FINGERPRINT_CHARS]
+
+
+def secret_attributes(secret: str) -> dict:
+    """The Config item attributes that store a client secret."""
+    return {"client_secret_hash": hash_secret(secret), "client_secret_fingerprint": secret_fingerprint(secret)}
 
 
 def _secret(env: str, default_name: str) -> str:
@@ -90,6 +110,7 @@ def require_provisioning_key(presented: str | None) -> None:
     """401 unless ``X-API-Key`` equals the provisioning key (constant-time compare)."""
     if not presented or not hmac.compare_digest(presented.encode(), provisioning_key().encode()):
         raise ApiError(401, "UNAUTHORIZED", "Missing or invalid X-API-Key")
+    audit.note(authenticated=True)
     ratelimit.consume("provisioning-key")
 
 
@@ -135,59 +156,94 @@ def _credential_item(principal: Principal) -> dict | None:
     ).get("Item")
 
 
-def authenticate_client(client_id: str, client_secret: str, now: float | None = None) -> Principal:
-    """The principal for valid credentials; 401 otherwise (same cost for every failure)."""
+class Authenticated(NamedTuple):
+    principal: Principal
+    # End of the rotation grace period when the previous secret was presented: no token
+    # issued from that secret may outlive it. None for the current secret.
+    not_after: int | None
+
+
+def _hash_to_check(item: dict, secret: str, now: float) -> tuple[str, int | None]:
+    """The one stored hash the presented secret can match, and its grace period end."""
+    grace_until = int(item.get("client_secret_rotation_grace_expires_at_epoch", 0))
+    if grace_until > now and item.get("previous_client_secret_fingerprint") == secret_fingerprint(secret):
+        return item["previous_client_secret_hash"], grace_until
+    return item["client_secret_hash"], None
+
+
+def authenticate_client(client_id: str, client_secret: str, *, source_ip: str,
+                        now: float | None = None) -> Authenticated:
+    """The client for valid credentials; 401 otherwise.
+
+    Every attempt costs exactly one bcrypt check (unknown clients check a dummy hash). A
+    ``client_id`` is public, so the limits are keyed on the caller's address: all attempts
+    per source address, and failed attempts per client and source address (charged before
+    the check, refunded when the secret was right), so wrong secrets sent from elsewhere
+    never lock the real client out.
+    """
+    ratelimit.consume(f"source:{source_ip}", limit_name=SOURCE_LIMIT)
     principal = parse_client_id(client_id)
-    ratelimit.consume(principal.client_id if principal else "malformed-client-id")
+    failure = ratelimit.consume(f"{principal.client_id if principal else 'malformed-client-id'}@{source_ip}",
+                                limit_name=FAILED_ATTEMPTS_LIMIT)
     item = _credential_item(principal) if principal else None
     presented = client_secret.encode()
     if not item or len(presented) > BCRYPT_MAX_BYTES:  # bcrypt refuses longer input; ours are 44 bytes
         bcrypt.checkpw(presented[:BCRYPT_MAX_BYTES], _dummy_hash())
         raise unauthorized("Invalid client credentials")
-    if _matches(presented, item.get("client_secret_hash")):
-        return principal
-    grace_until = int(item.get("client_secret_rotation_grace_expires_at_epoch", 0))
-    if grace_until > (now or time.time()) and _matches(presented, item.get("previous_client_secret_hash")):
-        return principal
-    raise unauthorized("Invalid client credentials")
+    hashed, not_after = _hash_to_check(item, client_secret, time.time() if now is None else now)
+    if not bcrypt.checkpw(presented, hashed.encode()):
+        raise unauthorized("Invalid client credentials")
+    ratelimit.refund(failure)
+    return Authenticated(principal, not_after)
 
 
 # --- tokens ------------------------------------------------------------------------
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
 
 def _encode(claims: dict) -> str:
     return jwt.encode(claims, signing_key(), algorithm=ALGORITHM)
 
 
-def _access_token(principal: Principal, refresh_jti: str, now: int) -> str:
-    return _encode({
-        "sub": principal.client_id, "org_id": principal.org_id, "app_id": principal.app_id,
-        "scope": ACCESS_SCOPES, "token_type": "access", "iat": now, "exp": now + ACCESS_TTL,
-        "iss": ISSUER, "jti": str(uuid.uuid4()), "rjti": refresh_jti,
-    })
-
-
-def issue_tokens(principal: Principal) -> dict:
-    now = int(time.time())
-    refresh_jti = str(uuid.uuid4())
-    refresh_token = _encode({
-        "sub": principal.client_id, "org_id": principal.org_id, "app_id": principal.app_id,
-        "token_type": "refresh", "iat": now, "exp": now + REFRESH_TTL, "iss": ISSUER, "jti": refresh_jti,
-    })
+def _claims(principal: Principal, token_type: str, now: int, exp: int, auth_time_ms: int) -> dict:
     return {
-        "access_token": _access_token(principal, refresh_jti, now),
-        "refresh_token": refresh_token,
+        "sub": principal.client_id, "org_id": principal.org_id, "app_id": principal.app_id,
+        "token_type": token_type, "iat": now, "exp": exp, "auth_time_ms": auth_time_ms,
+        "iss": ISSUER, "jti": str(uuid.uuid4()),
+    }
+
+
+def _access_token(principal: Principal, refresh_jti: str, now: int, exp: int, auth_time_ms: int) -> str:
+    return _encode({**_claims(principal, "access", now, exp, auth_time_ms),
+                    "scope": ACCESS_SCOPES, "rjti": refresh_jti})
+
+
+def issue_tokens(principal: Principal, not_after: int | None = None) -> dict:
+    """An access and a refresh token; neither lives past ``not_after`` (the end of the grace
+    period of a previous secret)."""
+    authenticated_ms = now_ms()
+    now = authenticated_ms // 1000
+    refresh_exp = min(now + REFRESH_TTL, not_after or now + REFRESH_TTL)
+    access_exp = min(now + ACCESS_TTL, refresh_exp)
+    refresh = _claims(principal, "refresh", now, refresh_exp, authenticated_ms)
+    return {
+        "access_token": _access_token(principal, refresh["jti"], now, access_exp, authenticated_ms),
+        "refresh_token": _encode(refresh),
         "token_type": "Bearer",
-        "expires_in": ACCESS_TTL,
-        "refresh_expires_in": REFRESH_TTL,
+        "expires_in": access_exp - now,
+        "refresh_expires_in": refresh_exp - now,
         "scope": principal.scope,
     }
 
 
-def decode(token: str, token_type: str) -> dict:
+def decode(token: str, token_type: str, *, fresh: bool = False) -> dict:
     """Verified claims of a token of the given type; 401 for anything else.
 
     Only HS256 is accepted (so ``alg: none`` and algorithm swaps fail), and ``exp``,
-    ``iat``, ``iss``, ``sub`` and ``jti`` are required.
+    ``iat``, ``iss``, ``sub`` and ``jti`` are required. ``fresh``: check revocations with a
+    consistent read instead of this container's cached answers.
     """
     try:
         claims = jwt.decode(
@@ -202,38 +258,57 @@ def decode(token: str, token_type: str) -> dict:
         raise unauthorized(f"Expected a {token_type} token")
     if parse_client_id(claims["sub"]) != Principal(claims.get("org_id"), claims.get("app_id")):
         raise unauthorized("Invalid token")
-    _ensure_not_revoked(claims)
+    _ensure_not_revoked(claims, fresh=fresh)
     return claims
 
 
 def refresh_access_token(refresh_token: str) -> dict:
-    claims = decode(refresh_token, "refresh")
+    """A new access token for a refresh token, checked against revocations and the client's
+    cutoff as stored now (not as cached), so revoke-tokens ends refreshing at once."""
+    claims = decode(refresh_token, "refresh", fresh=True)
     ratelimit.consume(claims["sub"])
     principal = Principal(claims["org_id"], claims.get("app_id"))
+    now = int(time.time())
+    exp = min(now + ACCESS_TTL, int(claims["exp"]))
     return {
-        "access_token": _access_token(principal, claims["jti"], int(time.time())),
+        "access_token": _access_token(principal, claims["jti"], now, exp, _auth_time_ms(claims)),
         "token_type": "Bearer",
-        "expires_in": ACCESS_TTL,
+        "expires_in": exp - now,
     }
 
 
-def _ensure_not_revoked(claims: dict) -> None:
+def _auth_time_ms(claims: dict) -> int:
+    """When the client authenticated with its secret for this token (tokens issued before
+    the claim existed: their issue second)."""
+    return int(claims.get("auth_time_ms") or int(claims["iat"]) * 1000)
+
+
+def _ensure_not_revoked(claims: dict, *, fresh: bool) -> None:
+    """401 for a revoked token (its ``jti``, its refresh token's ``rjti``) or one authenticated
+    before its client's cutoff: one BatchGetItem for all three, answers cached for
+    ``REVOCATION_CACHE_SECONDS`` unless ``fresh``."""
     jtis = [claims["jti"]] + ([claims["rjti"]] if claims.get("rjti") else [])
-    unknown = [jti for jti in jtis if not _not_revoked.get(jti)]
-    if any(_revoked.get(jti) for jti in unknown):
+    if any(_revoked.get(jti) for jti in jtis):
         raise unauthorized("Token revoked")
-    if not unknown:
-        return
-    name = tables.REVOKED_TOKENS.physical_name
-    found = ddb_client().batch_get_item(
-        RequestItems={name: {"Keys": [{"token_jti": jti} for jti in unknown], "ProjectionExpression": "token_jti"}}
-    )["Responses"].get(name, [])
-    if found:
-        for item in found:
-            _revoked.put(item["token_jti"], True)
+    client_id = claims["sub"]
+    unknown = jtis if fresh else [jti for jti in jtis if not _not_revoked.get(jti)]
+    cutoff = None if fresh else _cutoffs.get(client_id)
+    if unknown or cutoff is None:
+        # batch_get retries unprocessed keys and answers 503 if some stay unread: an
+        # incomplete read must never pass for "not revoked" (nor be cached as such).
+        found = storage.batch_get(tables.REVOKED_TOKENS, [{"token_jti": jti} for jti in unknown]
+                                  + [_cutoff_key(client_id)], consistent=fresh, attributes=CUTOFF_ATTRIBUTES)
+        items = {item["token_jti"]: item for item in found}
+        cutoff = items.pop(_cutoff_key(client_id)["token_jti"], {})
+        _cutoffs.put(client_id, cutoff)
+        if items:
+            for jti in items:
+                _revoked.put(jti, True)
+            raise unauthorized("Token revoked")
+        for jti in unknown:
+            _not_revoked.put(jti, True)
+    if _auth_time_ms(claims) < _effective_cutoff_ms(cutoff, time.time()):
         raise unauthorized("Token revoked")
-    for jti in unknown:
-        _not_revoked.put(jti, True)
 
 
 def revoke(caller: dict, token: str) -> None:
@@ -261,6 +336,53 @@ def revoke(caller: dict, token: str) -> None:
     })
     _not_revoked.discard(claims["jti"])
     _revoked.put(claims["jti"], True)
+
+
+# --- per-client cutoffs: revoke-tokens and rotation ---------------------------------
+#
+# One RevokedTokens item per client (``token_jti = CLIENT#{client_id}``) ends every token
+# the client authenticated for before a given millisecond (``auth_time_ms`` claim):
+# ``cutoff_ms`` at once (revoke-tokens, rotation without grace), ``pending_cutoff_ms`` from
+# ``pending_cutoff_at_epoch`` on (rotation with grace: the old secret's tokens end when
+# its grace period does). A rotation that replaces a pending cutoff moves it to
+# ``superseded_cutoff_ms``, effective at once: rotating again during a grace period ends
+# the older secret, and its tokens, immediately. Every write is a blind update (cutoffs
+# only grow), and the item expires when the last token it can refuse has.
+
+CUTOFF_ATTRIBUTES = ("cutoff_ms", "superseded_cutoff_ms", "pending_cutoff_ms", "pending_cutoff_at_epoch")
+
+
+def _cutoff_key(client_id: str) -> dict:
+    return {"token_jti": f"CLIENT#{client_id}"}
+
+
+def _effective_cutoff_ms(item: dict, now: float) -> int:
+    pending = int(item.get("pending_cutoff_ms", 0)) if now >= int(item.get("pending_cutoff_at_epoch", 0)) else 0
+    return max(int(item.get("cutoff_ms", 0)), int(item.get("superseded_cutoff_ms", 0)), pending)
+
+
+def cutoff_update(client_id: str, before_ms: int, effective_at: int | None = None) -> dict:
+    """The ``TransactWriteItems`` action that ends the client's tokens authenticated before
+    ``before_ms``: at once, or from ``effective_at`` (epoch seconds) on."""
+    if effective_at is None:
+        expression, values = "SET cutoff_ms = :before", {}
+    else:
+        expression = ("SET superseded_cutoff_ms = if_not_exists(pending_cutoff_ms, :zero), "
+                      "pending_cutoff_ms = :before, pending_cutoff_at_epoch = :at")
+        values = {":zero": 0, ":at": effective_at}
+    return {"Update": {
+        "TableName": tables.REVOKED_TOKENS.physical_name,
+        "Key": _cutoff_key(client_id),
+        # Tokens authenticated before the cutoff expire within REFRESH_TTL of it.
+        "UpdateExpression": f"{expression}, client_id = :client, {tables.TTL_ATTRIBUTE} = :ttl",
+        "ExpressionAttributeValues": {**values, ":before": before_ms, ":client": client_id,
+                                      ":ttl": before_ms // 1000 + REFRESH_TTL},
+    }}
+
+
+def forget_cutoff(client_id: str) -> None:
+    """Drop this container's cached cutoff after writing a new one."""
+    _cutoffs.discard(client_id)
 
 
 # --- the authorizer step of every runtime endpoint ---------------------------------

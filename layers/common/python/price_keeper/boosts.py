@@ -25,7 +25,7 @@ from typing import Annotated
 from boto3.dynamodb.conditions import Key
 from pydantic import Field, StringConstraints
 
-from . import keys, orgs, tables
+from . import audit, keys, orgs, tables
 from .aws import query_all, table
 from .cache import TTLCache
 from .config import get_config
@@ -112,9 +112,11 @@ def _check_target(org_id: str, request: BoostRequest) -> orgs.EffectiveConfig:
 def create(org_id: str, request: BoostRequest, now: datetime | None = None) -> dict:
     """Store a boost (one PutItem after every check passed) and return it as the API shows it."""
     now = now or datetime.now(timezone.utc)
+    audit.note(app_id=request.app_id, model_label=request.model_label, amount_usd_micros=request.amount_usd_micros)
     expires = parse_expiry(request.expires_at, now)
     config = _check_target(org_id, request)
     boost_id = str(uuid.uuid4())
+    audit.note(boost_id=boost_id, expires_at=iso_utc(expires))
     item = {
         "org_key": keys.org_key(org_id),
         "resource_key": scope_prefix(config.quota_scope, request.app_id) + boost_id,

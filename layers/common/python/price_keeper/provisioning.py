@@ -1,7 +1,9 @@
-"""Provisioning: creating and updating orgs and apps, and rotating their client secrets.
+"""Provisioning: creating and updating orgs and apps, rotating their client secrets and
+revoking their tokens.
 
 Each request is validated completely before it writes, and then writes one item with one
-conditional DynamoDB call, so a rejected request changes nothing and two concurrent
+conditional DynamoDB call (rotation and revoke-tokens: the client's item and its token
+cutoff in one transaction), so a rejected request changes nothing and two concurrent
 requests can never both issue credentials:
 
 - An update is tried first (``UpdateItem``, condition ``attribute_exists``). When there is
@@ -28,11 +30,11 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 from pydantic import Field, StringConstraints, model_validator
 
-from . import auth, keys, metering, orgs, reports, tables
-from .aws import table
+from . import audit, auth, keys, metering, orgs, reports, tables
+from .aws import ddb_client, table
 from .config import get_config
-from .errors import ApiError, invalid_config, not_found
-from .storage import plain
+from .errors import ApiError, invalid_config, not_found, service_unavailable
+from .storage import TRANSACTION_RETRYABLE_REASONS, plain
 from .timeutil import is_valid_timezone, iso_utc, next_midnight_utc, org_day, parse_day
 from .validation import StrictBody
 
@@ -111,6 +113,10 @@ class AppRequest(StrictBody):
 
 class RotateRequest(StrictBody):
     grace_period_hours: Annotated[int, Field(ge=0, le=MAX_GRACE_HOURS)] = MAX_GRACE_HOURS
+
+
+class RevokeTokensRequest(StrictBody):
+    """No fields: the body is ``{}`` (or absent); anything in it is a 400."""
 
 
 # --- validation against config.yaml and the stored org ------------------------------
@@ -219,7 +225,7 @@ def _save(key: dict, principal: auth.Principal, values: dict, *, remove: Iterabl
     secret = auth.new_client_secret()
     now = int(time.time())
     item = {**key, **values, **(create_only or {}), "client_id": principal.client_id,
-            "client_secret_hash": auth.hash_secret(secret), "client_secret_created_at_epoch": now,
+            **auth.secret_attributes(secret), "client_secret_created_at_epoch": now,
             "created_at_epoch": now, "updated_at_epoch": now}
     if _create(item):
         return item, secret
@@ -354,39 +360,85 @@ def put_app(org_id: str, app_id: str, request: AppRequest) -> tuple[bool, dict]:
     })
 
 
-# --- credential rotation -----------------------------------------------------------
+# --- credential rotation and revoke-tokens -------------------------------------------
+
+def _client_key(org_id: str, app_id: str | None) -> dict:
+    resource = keys.app_resource(app_id) if app_id else keys.ROOT_RESOURCE
+    return {"org_key": keys.org_key(org_id), "resource_key": resource}
+
+
+def _write_with_cutoff(org_id: str, app_id: str | None, client_action: dict, cutoff: dict) -> bool:
+    """A conditional action on the client's Config item and its token cutoff
+    (``auth.cutoff_update``), in one transaction: both or neither.
+
+    ``False`` when the action's condition failed on an existing item; 404 when the org or
+    app is not registered; 503 when the transaction was throttled or conflicted.
+    """
+    try:
+        ddb_client().transact_write_items(TransactItems=[client_action, cutoff])
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "TransactionCanceledException":
+            raise
+        reasons = error.response.get("CancellationReasons") or [{}]
+        if reasons[0].get("Code") == "ConditionalCheckFailed":
+            if "Item" in reasons[0]:
+                return False
+            ids = {"org_id": org_id, **({"app_id": app_id} if app_id else {})}
+            raise not_found("Application not registered" if app_id else "Organization not registered", **ids) from None
+        if TRANSACTION_RETRYABLE_REASONS.intersection(reason.get("Code") for reason in reasons):
+            raise service_unavailable() from None
+        raise
+    auth.forget_cutoff(auth.client_id_for(org_id, app_id))
+    return True
+
+
+def _rotation(org_id: str, app_id: str | None, secret: str, now: int, old_expires: int | None) -> dict:
+    """The Config update of a rotation: the new secret, and the current one kept as the
+    previous until ``old_expires`` (``None``: dropped at once). Its condition refuses a new
+    secret whose fingerprint equals the current one's (see ``auth.secret_fingerprint``)."""
+    stored = auth.secret_attributes(secret)
+    values = {":hash": stored["client_secret_hash"], ":fp": stored["client_secret_fingerprint"], ":now": now}
+    assignments = ["client_secret_hash = :hash", "client_secret_fingerprint = :fp",
+                   "client_secret_created_at_epoch = :now", "updated_at_epoch = :now"]
+    if old_expires is not None:
+        # Operands read the item as it was, so the previous hash is the one being replaced.
+        # An item from before fingerprints has none: its old secret ends with the rotation.
+        assignments += ["previous_client_secret_hash = client_secret_hash",
+                        "previous_client_secret_fingerprint = if_not_exists(client_secret_fingerprint, :none)",
+                        "client_secret_rotation_grace_expires_at_epoch = :until"]
+        values.update({":until": old_expires, ":none": ""})
+        expression = "SET " + ", ".join(assignments)
+    else:
+        expression = ("SET " + ", ".join(assignments) + " REMOVE previous_client_secret_hash, "
+                      "previous_client_secret_fingerprint, client_secret_rotation_grace_expires_at_epoch")
+    return {"Update": {
+        "TableName": tables.CONFIG.physical_name, "Key": _client_key(org_id, app_id),
+        "UpdateExpression": expression, "ExpressionAttributeValues": values,
+        "ConditionExpression": f"{_EXISTS} AND (attribute_not_exists(client_secret_fingerprint) "
+                               "OR client_secret_fingerprint <> :fp)",
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }}
+
 
 def rotate_credentials(org_id: str, app_id: str | None, grace_period_hours: int) -> dict:
     """Issue a new client secret; the old one keeps working for ``grace_period_hours``.
 
-    Only one previous secret is kept: rotating again during a grace period ends the
-    older secret at once. With 0 hours the previous secret is removed immediately.
+    Only one previous secret is kept: rotating again during a grace period ends the older
+    secret at once. With 0 hours the previous secret is removed immediately. The tokens the
+    old secret obtained end with it: those issued before the rotation by the client's
+    cutoff (in the same transaction), those issued during the grace period by their
+    ``exp``, which is capped at its end.
     """
-    secret = auth.new_client_secret()
-    now = int(time.time())
+    audit.note(grace_period_hours=grace_period_hours)
+    rotated_ms = auth.now_ms()
+    now = rotated_ms // 1000
     old_expires = now + grace_period_hours * 3600
-    values = {":hash": auth.hash_secret(secret), ":now": now}
-    assignments = ["client_secret_hash = :hash", "client_secret_created_at_epoch = :now", "updated_at_epoch = :now"]
-    if grace_period_hours:
-        # Operands read the item as it was, so the previous hash is the one being replaced.
-        assignments += ["previous_client_secret_hash = client_secret_hash",
-                        "client_secret_rotation_grace_expires_at_epoch = :until"]
-        values[":until"] = old_expires
-        expression = "SET " + ", ".join(assignments)
-    else:
-        expression = ("SET " + ", ".join(assignments)
-                      + " REMOVE previous_client_secret_hash, client_secret_rotation_grace_expires_at_epoch")
-    resource = keys.app_resource(app_id) if app_id else keys.ROOT_RESOURCE
-    try:
-        table(tables.CONFIG).update_item(
-            Key={"org_key": keys.org_key(org_id), "resource_key": resource}, UpdateExpression=expression,
-            ConditionExpression=_EXISTS, ExpressionAttributeValues=values,
-        )
-    except ClientError as error:
-        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-            raise
-        ids = {"org_id": org_id, **({"app_id": app_id} if app_id else {})}
-        raise not_found("Application not registered" if app_id else "Organization not registered", **ids) from None
+    grace_end = old_expires if grace_period_hours else None
+    cutoff = auth.cutoff_update(auth.client_id_for(org_id, app_id), rotated_ms, grace_end)
+    while True:  # again only if the new secret's fingerprint equals the current one's (1 in 65,536)
+        secret = auth.new_client_secret()
+        if _write_with_cutoff(org_id, app_id, _rotation(org_id, app_id, secret, now, grace_end), cutoff):
+            break
     orgs.forget(org_id, app_id)
     return {
         "org_id": org_id,
@@ -396,3 +448,13 @@ def rotate_credentials(org_id: str, app_id: str | None, grace_period_hours: int)
         "rotation": {"rotated_at": _iso(now), "old_secret_expires_at": _iso(old_expires),
                      "grace_period_hours": grace_period_hours},
     }
+
+
+def revoke_tokens(org_id: str, app_id: str | None) -> None:
+    """End every token issued to the org's or app's client before now: refresh tokens at
+    once, access tokens within the revocation cache window (``auth.REVOCATION_CACHE_SECONDS``).
+    The secret stays valid; tokens obtained from now on work."""
+    registered = {"ConditionCheck": {"TableName": tables.CONFIG.physical_name, "Key": _client_key(org_id, app_id),
+                                     "ConditionExpression": _EXISTS}}
+    _write_with_cutoff(org_id, app_id, registered, auth.cutoff_update(auth.client_id_for(org_id, app_id),
+                                                                      auth.now_ms()))

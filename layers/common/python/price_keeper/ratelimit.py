@@ -11,7 +11,10 @@ per 50 requests. Near the limit the slice shrinks to 1, so small limits stay exa
 
 The limit of the current request comes from its route (``routes.Route.rate_limit``),
 set by the API middleware; ``consume(client)`` is called where the client is known
-(after token verification, or with the client id of a token request).
+(after token verification, or with the client id of a token request). A request may also
+count against a named limit of its own (``consume(key, limit_name=...)``), and give back what
+it consumed (``refund``): the token endpoint charges a failed-attempts limit before it
+checks a secret and refunds it when the secret was right.
 """
 from __future__ import annotations
 
@@ -66,16 +69,24 @@ def _window(limit: RateLimit, now: float) -> Window:
     return Window(limit, int(now // limit.per_seconds) * limit.per_seconds)
 
 
+def _expiry(window: Window) -> int:
+    return window.reset + window.limit.per_seconds
+
+
+def _counter_key(client: str, window: Window) -> dict:
+    return {"scope_key": f"RATE#{client}", "date_key": f"LIMIT#{window.limit.name}#{window.start}"}
+
+
 def _lease(client: str, window: Window, wanted: int) -> tuple[int, int]:
     """Take up to ``wanted`` requests of the window's allowance: (granted, used after)."""
     for size in dict.fromkeys((wanted, 1)):
         try:
             updated = table(tables.STICKY_STATE).update_item(
-                Key={"scope_key": f"RATE#{client}", "date_key": f"LIMIT#{window.limit.name}#{window.start}"},
+                Key=_counter_key(client, window),
                 UpdateExpression="ADD used :n SET expires_at_epoch = :ttl",
                 ConditionExpression="attribute_not_exists(used) OR used <= :ceiling",
                 ExpressionAttributeValues={":n": size, ":ceiling": window.limit.requests - size,
-                                           ":ttl": window.reset + window.limit.per_seconds},
+                                           ":ttl": _expiry(window)},
                 ReturnValues="UPDATED_NEW",
             )
             return size, int(updated["Attributes"]["used"])
@@ -89,11 +100,19 @@ def _unit(seconds: int) -> str:
     return {60: "minute", 3600: "hour", 86400: "day"}.get(seconds, f"{seconds} seconds")
 
 
-def consume(client: str, now: float | None = None) -> None:
-    """Count one request of ``client`` against the current route's limit; 429 when spent."""
-    name = _route_limit.get()
+class Charge(NamedTuple):
+    """One request counted against a window (what ``refund`` gives back)."""
+
+    client: str
+    window: Window
+
+
+def consume(client: str, now: float | None = None, *, limit_name: str | None = None) -> Charge | None:
+    """Count one request of ``client`` against the limit ``limit_name`` (default: the
+    current route's); 429 when spent. ``None`` when no limit applies."""
+    name = limit_name or _route_limit.get()
     if name is None or not enabled():
-        return
+        return None
     limit = get_config().rate_limits[name]
     now = time.time() if now is None else now
     window = _window(limit, now)
@@ -116,6 +135,22 @@ def consume(client: str, now: float | None = None) -> None:
             spare, unleased = _local.get(key, (0, 0))[0] + granted, limit.requests - used
             _local[key] = (spare - 1, unleased)
     _headers.set(_header_values(client, window, _local[key][0] + _local[key][1]))
+    return Charge(client, window)
+
+
+def refund(charge: Charge | None) -> None:
+    """Give back one request counted by ``consume`` to every container (one ``ADD -1``
+    on the window it was counted in, even if that window has ended since)."""
+    if charge is None:
+        return
+    window = charge.window
+    table(tables.STICKY_STATE).update_item(
+        Key=_counter_key(charge.client, window), UpdateExpression="ADD used :minus_one SET expires_at_epoch = :ttl",
+        ExpressionAttributeValues={":minus_one": -1, ":ttl": _expiry(window)},
+    )
+    headers = _headers.get()
+    if headers and headers["X-RateLimit-ClientId"] == charge.client:
+        _headers.set({**headers, "X-RateLimit-Remaining": str(int(headers["X-RateLimit-Remaining"]) + 1)})
 
 
 def _header_values(client: str, window: Window, remaining: int) -> dict:

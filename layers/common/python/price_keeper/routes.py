@@ -26,6 +26,8 @@ ORG_CONFIG = ORG
 APP_CONFIG = APP
 ORG_ROTATE = f"{ORG}/credentials/rotate"
 APP_ROTATE = f"{APP}/credentials/rotate"
+ORG_REVOKE_TOKENS = f"{ORG}/credentials/revoke-tokens"
+APP_REVOKE_TOKENS = f"{APP}/credentials/revoke-tokens"
 ORG_AGGREGATES_TODAY = f"{ORG}/aggregates/today"
 ORG_AGGREGATES_DATE = f"{ORG}/aggregates/{{date}}"
 APP_AGGREGATES_TODAY = f"{APP}/aggregates/today"
@@ -44,6 +46,7 @@ class Route(NamedTuple):
     path: str
     function: str
     rate_limit: str | None = None  # a key of config.yaml ``rate_limits``; None: unlimited
+    audit: str | None = None  # the action an audit line names (audit.py); None: not audited
 
 
 ROUTES: tuple[Route, ...] = (
@@ -55,10 +58,12 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", AUTH_TOKEN, "auth_token", "auth_token"),
     Route("POST", AUTH_REFRESH, "auth_refresh", "auth_refresh"),
     Route("POST", AUTH_REVOKE, "auth_revoke", "auth_revoke"),
-    Route("PUT", ORG_CONFIG, "put_org", "provision"),
-    Route("PUT", APP_CONFIG, "put_app", "provision"),
-    Route("POST", ORG_ROTATE, "rotate_credentials", "rotate"),
-    Route("POST", APP_ROTATE, "rotate_credentials", "rotate"),
+    Route("PUT", ORG_CONFIG, "put_org", "put_org", "org.put"),
+    Route("PUT", APP_CONFIG, "put_app", "put_app", "app.put"),
+    Route("POST", ORG_ROTATE, "rotate_credentials", "rotate", "org.rotate_credentials"),
+    Route("POST", APP_ROTATE, "rotate_credentials", "rotate", "app.rotate_credentials"),
+    Route("POST", ORG_REVOKE_TOKENS, "revoke_tokens", "revoke_tokens", "org.revoke_tokens"),
+    Route("POST", APP_REVOKE_TOKENS, "revoke_tokens", "revoke_tokens", "app.revoke_tokens"),
     Route("GET", ORG_AGGREGATES_TODAY, "aggregates", "aggregates"),
     Route("GET", ORG_AGGREGATES_DATE, "aggregates", "aggregates"),
     Route("GET", APP_AGGREGATES_TODAY, "aggregates", "aggregates"),
@@ -67,7 +72,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", INFERENCE_PROFILES, "inference_profiles", "profiles"),
     Route("POST", USAGE, "usage", "usage"),
     Route("POST", USAGE_BATCH, "usage_batch", "usage_batch"),
-    Route("POST", QUOTA_BOOSTS, "quota_boosts", "provision"),
+    Route("POST", QUOTA_BOOSTS, "quota_boosts", "quota_boosts", "quota_boost.create"),
     Route("GET", SPEND_REPORT, "spend_report", "aggregates"),
     Route("GET", ALERTS, "alerts", "aggregates"),
 )

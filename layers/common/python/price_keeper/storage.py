@@ -15,6 +15,8 @@ from .tables import TableSpec
 
 BATCH_GET_LIMIT = 100  # keys per BatchGetItem call
 UNPROCESSED_RETRIES = 8
+# CancellationReasons codes of a TransactWriteItems that is worth retrying.
+TRANSACTION_RETRYABLE_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
 
 _deserializer = TypeDeserializer()
 

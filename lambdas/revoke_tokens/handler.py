@@ -1,0 +1,35 @@
+"""POST .../credentials/revoke-tokens for an org or an app (X-API-Key): every token issued
+to the client before now is refused (204). The client secret stays valid."""
+from typing import Annotated, Optional
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.params import Body
+
+from price_keeper import auth, orgs, provisioning, routes
+from price_keeper.api import Router, build_app, header, lambda_entry
+
+router = Router()
+RevokeTokensBody = Annotated[Optional[provisioning.RevokeTokensRequest], Body()]
+
+
+def _revoke_tokens(org_id: str, app_id: str | None):
+    auth.require_provisioning_key(header(router, "X-API-Key"))
+    orgs.check_ids(org_id, app_id)
+    provisioning.revoke_tokens(org_id, app_id)
+    return Response(status_code=204)
+
+
+@router.post(routes.rule(routes.ORG_REVOKE_TOKENS), security=[{"provisioningKey": []}],
+             responses={204: {"description": "Every token issued to the org's client before now is refused"}})
+def revoke_org_tokens(org_id: str, body: RevokeTokensBody = None):
+    return _revoke_tokens(org_id, None)
+
+
+@router.post(routes.rule(routes.APP_REVOKE_TOKENS), security=[{"provisioningKey": []}],
+             responses={204: {"description": "Every token issued to the app's client before now is refused"}})
+def revoke_app_tokens(org_id: str, app_id: str, body: RevokeTokensBody = None):
+    return _revoke_tokens(org_id, app_id)
+
+
+app = build_app(router)
+lambda_handler = lambda_entry(app)
