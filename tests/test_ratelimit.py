@@ -13,13 +13,13 @@ from tests.provisioned import put_app, put_org
 NOW = 1_800_000_000.0  # a window start: 1_800_000_000 is a multiple of 60
 
 
-def admitted(client: str, attempts: int, *, now: float = NOW, new_container_each_time: bool = False) -> int:
+def admitted(client: str, attempts: int, limit: str, *, now: float = NOW, new_container_each_time: bool = False) -> int:
     count = 0
     for _ in range(attempts):
         if new_container_each_time:
             ratelimit._local.clear()
         try:
-            ratelimit.consume(client, now=now)
+            ratelimit.consume(client, now=now, limit_name=limit)
             count += 1
         except ApiError as error:
             assert error.status == 429 and error.code == "RATE_LIMIT_EXCEEDED"
@@ -27,40 +27,34 @@ def admitted(client: str, attempts: int, *, now: float = NOW, new_container_each
 
 
 def test_one_container_admits_exactly_the_limit(limits_on):
-    ratelimit.begin_request("model_selection")  # 120 / minute
-    assert admitted("client-a", 150) == 120
+    assert admitted("client-a", 150, "model_selection") == 120
 
 
 def test_many_containers_never_admit_more_than_the_limit(limits_on):
-    ratelimit.begin_request("model_selection")
-    assert admitted("client-a", 300, new_container_each_time=True) <= 120
+    assert admitted("client-a", 300, "model_selection", new_container_each_time=True) <= 120
 
 
 def test_clients_have_separate_allowances(limits_on):
-    ratelimit.begin_request("auth_token")  # 10 / minute
-    assert admitted("client-a", 12) == 10
-    assert admitted("client-b", 12) == 10
+    assert admitted("client-a", 12, "auth_token") == 10
+    assert admitted("client-b", 12, "auth_token") == 10
 
 
 def test_next_window_starts_afresh(limits_on):
-    ratelimit.begin_request("auth_token")
-    assert admitted("client-a", 11) == 10
-    assert admitted("client-a", 11, now=NOW + 60) == 10
+    assert admitted("client-a", 11, "auth_token") == 10
+    assert admitted("client-a", 11, "auth_token", now=NOW + 60) == 10
 
 
 def test_usage_limit_costs_one_write_per_fifty_requests(limits_on):
     calls = []
     ddb_client().meta.events.register("before-call.dynamodb.UpdateItem", lambda **kw: calls.append(1))
-    ratelimit.begin_request("usage")  # 1000 / minute, leased 50 at a time
-    assert admitted("client-a", 1000) == 1000
+    assert admitted("client-a", 1000, "usage") == 1000
     assert len(calls) == 20
-    assert admitted("client-a", 5) == 0
+    assert admitted("client-a", 5, "usage") == 0
 
 
 def test_switched_off_by_environment(limits_on, monkeypatch):
     monkeypatch.setenv("RATE_LIMITS", "off")
-    ratelimit.begin_request("auth_token")
-    assert admitted("client-a", 50) == 50
+    assert admitted("client-a", 50, "auth_token") == 50
 
 
 def token_request(api, client_id: str, secret: str, source_ip: str):
@@ -116,11 +110,10 @@ def test_every_attempt_from_one_address_counts_against_its_limit(limits_on, api)
 
 
 def test_a_refund_gives_one_request_back_to_every_container(limits_on):
-    ratelimit.begin_request("auth_token")  # 10 / minute
-    charges = [ratelimit.consume("client-a", now=NOW) for _ in range(10)]
-    assert admitted("client-a", 1) == 0
+    charges = [ratelimit.consume("client-a", now=NOW, limit_name="auth_token") for _ in range(10)]
+    assert admitted("client-a", 1, "auth_token") == 0
     ratelimit.refund(charges[0])
-    assert admitted("client-a", 2, new_container_each_time=True) == 1
+    assert admitted("client-a", 2, "auth_token", new_container_each_time=True) == 1
 
 
 def test_an_org_and_ten_apps_provision_in_one_hour(limits_on, api):

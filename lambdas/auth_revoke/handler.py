@@ -6,15 +6,14 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from price_keeper import auth, routes
-from price_keeper.api import Router, build_app, header, lambda_entry
+from price_keeper.api import Router, build_app, lambda_entry, principal
 
 router = Router()
 
 
-@router.post(routes.rule(routes.AUTH_REVOKE), security=[{"bearerAuth": []}])
+@router.post(routes.rule(routes.AUTH_REVOKE))
 def revoke_token(body: Annotated[auth.RevokeRequest, Body()]):
-    caller = auth.authenticate_bearer(header(router, "Authorization"))
-    auth.revoke(caller, body.token)
+    auth.revoke(principal(router), body.token)
     return Response(status_code=204)
 
 

@@ -4,17 +4,15 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import auth, orgs, profiles, routes
-from price_keeper.api import Router, build_app, header, json_response, lambda_entry
+from price_keeper import orgs, profiles, routes
+from price_keeper.api import Router, build_app, json_response, lambda_entry
 from price_keeper.models import InferenceProfileRequest
 
 router = Router()
 
 
-@router.post(routes.rule(routes.INFERENCE_PROFILES), security=[{"bearerAuth": []}])
+@router.post(routes.rule(routes.INFERENCE_PROFILES))
 def register_profile(org_id: str, app_id: str, body: Annotated[InferenceProfileRequest, Body()]):
-    orgs.check_ids(org_id, app_id)
-    auth.authorize(header(router, "Authorization"), org_id, app_id)
     config = orgs.effective_config(org_id, app_id)
     return json_response(201, profiles.register(config, body.profile_label, body.inference_profile_arn,
                                                 body.description))

@@ -4,16 +4,14 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
-from price_keeper import auth, orgs, routes, selection
-from price_keeper.api import Router, build_app, header, json_response, lambda_entry
+from price_keeper import routes, selection
+from price_keeper.api import Router, build_app, json_response, lambda_entry
 
 router = Router()
 
 
-@router.get(routes.rule(routes.MODEL_SELECTION), security=[{"bearerAuth": []}])
+@router.get(routes.rule(routes.MODEL_SELECTION))
 def model_selection(org_id: str, app_id: str, force_check: Annotated[bool, Query()] = False):
-    orgs.check_ids(org_id, app_id)
-    auth.authorize(header(router, "Authorization"), org_id, app_id)
     body, headers = selection.select_model(org_id, app_id, force_check=force_check)
     return json_response(200, body, headers)
 

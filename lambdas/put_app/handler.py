@@ -4,16 +4,14 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import auth, orgs, provisioning, routes
-from price_keeper.api import Router, build_app, header, json_response, lambda_entry
+from price_keeper import provisioning, routes
+from price_keeper.api import Router, build_app, json_response, lambda_entry
 
 router = Router()
 
 
-@router.put(routes.rule(routes.APP_CONFIG), security=[{"provisioningKey": []}])
+@router.put(routes.rule(routes.APP_CONFIG))
 def put_app(org_id: str, app_id: str, body: Annotated[provisioning.AppRequest, Body()]):
-    auth.require_provisioning_key(header(router, "X-API-Key"))
-    orgs.check_ids(org_id, app_id)
     created, reply = provisioning.put_app(org_id, app_id, body)
     return json_response(201 if created else 200, reply)
 

@@ -4,17 +4,15 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import auth, boosts, orgs, routes
-from price_keeper.api import Router, build_app, header, json_response, lambda_entry
+from price_keeper import boosts, routes
+from price_keeper.api import Router, build_app, json_response, lambda_entry
 
 router = Router()
 
 
-@router.post(routes.rule(routes.QUOTA_BOOSTS), security=[{"provisioningKey": []}],
+@router.post(routes.rule(routes.QUOTA_BOOSTS),
              responses={201: {"description": "Boost stored", "content": {"application/json": {"model": boosts.Boost}}}})
 def create_quota_boost(org_id: str, body: Annotated[boosts.BoostRequest, Body()]):
-    auth.require_provisioning_key(header(router, "X-API-Key"))
-    orgs.check_ids(org_id)
     return json_response(201, boosts.create(org_id, body))
 
 

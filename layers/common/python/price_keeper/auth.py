@@ -50,6 +50,7 @@ FINGERPRINT_CHARS = 4
 # POST /auth/token limits (config.yaml rate_limits).
 FAILED_ATTEMPTS_LIMIT = "auth_token"  # per client id and source address
 SOURCE_LIMIT = "auth_token_source"  # every attempt, per source address
+REFRESH_LIMIT = "auth_refresh"  # per client
 
 _not_revoked = TTLCache(REVOCATION_CACHE_SECONDS)
 _revoked = TTLCache(REFRESH_TTL)
@@ -111,7 +112,6 @@ def require_provisioning_key(presented: str | None) -> None:
     if not presented or not hmac.compare_digest(presented.encode(), provisioning_key().encode()):
         raise ApiError(401, "UNAUTHORIZED", "Missing or invalid X-API-Key")
     audit.note(authenticated=True)
-    ratelimit.consume("provisioning-key")
 
 
 # --- clients -----------------------------------------------------------------------
@@ -266,7 +266,7 @@ def refresh_access_token(refresh_token: str) -> dict:
     """A new access token for a refresh token, checked against revocations and the client's
     cutoff as stored now (not as cached), so revoke-tokens ends refreshing at once."""
     claims = decode(refresh_token, "refresh", fresh=True)
-    ratelimit.consume(claims["sub"])
+    ratelimit.consume(claims["sub"], limit_name=REFRESH_LIMIT)
     principal = Principal(claims["org_id"], claims.get("app_id"))
     now = int(time.time())
     exp = min(now + ACCESS_TTL, int(claims["exp"]))
@@ -311,8 +311,8 @@ def _ensure_not_revoked(claims: dict, *, fresh: bool) -> None:
         raise unauthorized("Token revoked")
 
 
-def revoke(caller: dict, token: str) -> None:
-    """Revoke ``token`` (access or refresh) on behalf of the caller's access token.
+def revoke(caller: Principal, token: str) -> None:
+    """Revoke ``token`` (access or refresh) on behalf of the caller (``/auth/revoke``'s bearer).
 
     The token must verify and belong to the caller's client; revoking it twice is fine.
     """
@@ -323,7 +323,7 @@ def revoke(caller: dict, token: str) -> None:
         return  # already unusable; nothing to store
     except jwt.PyJWTError:
         raise ApiError(400, "INVALID_REQUEST", "token is not a token issued by this service") from None
-    if claims["sub"] != caller["sub"]:
+    if claims["sub"] != caller.client_id:
         raise forbidden("Token belongs to another client")
     now = int(time.time())
     table(tables.REVOKED_TOKENS).put_item(Item={
@@ -397,24 +397,25 @@ def bearer_token(authorization: str | None) -> str:
 
 
 def authenticate_bearer(authorization: str | None) -> dict:
-    """Claims of the caller's valid, unrevoked access token, counted against its rate limit."""
-    claims = decode(bearer_token(authorization), "access")
-    ratelimit.consume(claims["sub"])
-    return claims
+    """Claims of the caller's valid, unrevoked access token."""
+    return decode(bearer_token(authorization), "access")
 
 
-def authorize(authorization: str | None, org_id: str, app_id: str | None = None) -> dict:
-    """Claims of a valid, unrevoked access token allowed on ``org_id``/``app_id``.
-
-    An org token may act on its org and every app in it; an app token only on its own
-    app. Anything else is 403 (the token is valid, the resource is not its own).
-    """
-    claims = authenticate_bearer(authorization)
+def check_access(claims: dict, org_id: str, app_id: str | None = None) -> None:
+    """403 unless the token may act on ``org_id``/``app_id``: an org token on its org and
+    every app in it, an app token only on its own app (the token is valid, the resource is
+    not its own)."""
     if claims["org_id"] != org_id:
         raise forbidden()
     token_app = claims.get("app_id")
     if token_app is not None and token_app != app_id:
         raise forbidden()
+
+
+def authorize(authorization: str | None, org_id: str, app_id: str | None = None) -> dict:
+    """Claims of a valid, unrevoked access token allowed on ``org_id``/``app_id``."""
+    claims = authenticate_bearer(authorization)
+    check_access(claims, org_id, app_id)
     return claims
 
 

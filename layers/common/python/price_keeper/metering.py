@@ -37,7 +37,6 @@ from pydantic import ValidationError
 
 from . import boosts, keys, orgs, pricing, profiles, tables
 from .aggregation import Totals, usage_expires_at
-from .api import RETRYABLE_CODES
 from .aws import ddb_client, table
 from .config import get_config
 from .errors import ApiError, invalid_request, service_unavailable
@@ -45,15 +44,13 @@ from .models import UsageRequest
 from .observability import logger
 from .orgs import EffectiveConfig
 from .selection import EXCEEDED, NORMAL, TIGHT, quota_pct, quota_status
-from .storage import plain
+from .storage import TRANSACTION_RETRYABLE_REASONS, error_code, is_retryable, plain
 from .timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
 from .validation import is_label
 
 CLOCK_SKEW_SECS = 300  # a timestamp up to 5 min ahead of the server clock is not "in the future"
 DEDUP_SORT_KEY = "DEDUP"
 TRANSACTION_ATTEMPTS = 5
-# Cancellation reasons worth another attempt (another transaction held the shard item).
-RETRYABLE_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
 
 _TIMESTAMP_SHAPE = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 
@@ -227,7 +224,7 @@ def record(submission: Submission, now: datetime) -> Outcome:
                 first = plain(reasons[0]["Item"])
                 return Outcome(submission.request_id, first["model_label"], first["org_day"], int(first["shard_id"]),
                                int(first["cost_usd_micros"]), first.get("price_source", ""), duplicate=True)
-            if not RETRYABLE_REASONS.intersection(codes):
+            if not TRANSACTION_RETRYABLE_REASONS.intersection(codes):
                 raise
             time.sleep(min(0.5, 0.02 * 2 ** attempt) * random.uniform(0.5, 1.0))
     raise service_unavailable("Usage write kept conflicting with concurrent writes; retry")
@@ -306,10 +303,9 @@ def _submit_one(config: EffectiveConfig, raw, now: datetime) -> dict:
     except ApiError as error:
         return _failed(raw, error.code, error.message)
     except (ClientError, BotoCoreError) as error:
-        code = error.response["Error"]["Code"] if isinstance(error, ClientError) else "Unreachable"
-        if isinstance(error, BotoCoreError) or code in RETRYABLE_CODES:
+        if is_retryable(error):
             return _failed(raw, "SERVICE_UNAVAILABLE", "Storage temporarily unavailable; retry this record")
-        logger.exception("usage record failed", extra={"aws_error": code})
+        logger.exception("usage record failed", extra={"aws_error": error_code(error)})
         return _failed(raw, "INTERNAL_ERROR", "Internal error")
     except Exception:  # noqa: BLE001 - one record's fault must not fail the others (each is one transaction)
         logger.exception("usage record failed")

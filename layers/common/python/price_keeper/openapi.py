@@ -2,7 +2,9 @@
 
 Powertools generates paths and request schemas from the handlers' routers and pydantic
 models; this module replaces its default 422 validation response with the error
-responses the service actually sends (``api_spec.md`` error schema, 400 for bad input).
+responses the service actually sends (``api_spec.md`` error schema, 400 for bad input),
+and declares each operation's security from its route (``routes.Route.auth``, what the
+request pipeline enforces), so the document and the enforcement cannot disagree.
 """
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import json
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn, HTTPBearer
+
+from .routes import ROUTES, Auth
 
 TITLE = "Bedrock Price Keeper"
 SECURITY_SCHEMES = {
@@ -28,6 +32,11 @@ ERROR_SCHEMA = {
         "retry_after": {},
         "hint": {"type": "string"},
     },
+}
+SECURITY = {
+    Auth.BEARER: [{"bearerAuth": []}],
+    Auth.BEARER_ANY: [{"bearerAuth": []}],
+    Auth.PROVISIONING_KEY: [{"provisioningKey": []}],
 }
 ERROR_RESPONSES = {
     "400": "Invalid request or configuration",
@@ -48,7 +57,12 @@ def document(app: APIGatewayRestResolver, version: str) -> dict:
         components.pop(name, None)
     components["Error"] = ERROR_SCHEMA
     error_ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
-    for operations in schema.get("paths", {}).values():
+    paths = schema.get("paths", {})
+    for route in ROUTES:
+        operation = paths.get(route.path, {}).get(route.method.lower())
+        if operation is not None and route.auth in SECURITY:
+            operation["security"] = SECURITY[route.auth]
+    for operations in paths.values():
         for operation in operations.values():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)

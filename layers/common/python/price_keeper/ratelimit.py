@@ -9,12 +9,12 @@ can never admit more than ``limit`` requests; the cost is one write per slice
 (``limit // LEASE_FRACTION``, at least 1), so the 1,000/min usage limit costs one write
 per 50 requests. Near the limit the slice shrinks to 1, so small limits stay exact.
 
-The limit of the current request comes from its route (``routes.Route.rate_limit``),
-set by the API middleware; ``consume(client)`` is called where the client is known
-(after token verification, or with the client id of a token request). A request may also
-count against a named limit of its own (``consume(key, limit_name=...)``), and give back what
-it consumed (``refund``): the token endpoint charges a failed-attempts limit before it
-checks a secret and refunds it when the secret was right.
+``consume(key, limit_name=...)`` counts one request where the caller is known: the request
+pipeline with the route's limit (``routes.Route.rate_limit``) once it authenticated the
+caller, the token endpoints with their own limits. ``refund`` gives back what was consumed:
+the token endpoint charges a failed-attempts limit before it checks a secret and refunds it
+when the secret was right. The ``X-RateLimit-*`` headers of the request's last charge are
+kept for its response (``response_headers``; ``begin_request`` clears them).
 """
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ from .errors import ApiError
 
 LEASE_FRACTION = 20
 
-_route_limit: ContextVar[str | None] = ContextVar("route_limit", default=None)
 _headers: ContextVar[dict | None] = ContextVar("rate_headers", default=None)
 # (client, limit, window start) -> (leased requests not yet spent here, allowance not yet leased by anyone)
 _local: dict[tuple[str, str, int], tuple[int, int]] = {}
@@ -45,9 +44,8 @@ def enabled() -> bool:
     return os.environ.get("RATE_LIMITS", "on").lower() not in ("off", "false", "0")
 
 
-def begin_request(limit_name: str | None) -> None:
-    """Called by the API middleware at the start of each request."""
-    _route_limit.set(limit_name)
+def begin_request() -> None:
+    """Called by the API entry point at the start of each request."""
     _headers.set(None)
 
 
@@ -107,10 +105,10 @@ class Charge(NamedTuple):
     window: Window
 
 
-def consume(client: str, now: float | None = None, *, limit_name: str | None = None) -> Charge | None:
-    """Count one request of ``client`` against the limit ``limit_name`` (default: the
-    current route's); 429 when spent. ``None`` when no limit applies."""
-    name = limit_name or _route_limit.get()
+def consume(client: str, now: float | None = None, *, limit_name: str | None) -> Charge | None:
+    """Count one request of ``client`` against the limit ``limit_name``; 429 when spent.
+    ``None`` when no limit applies (no name, or limits switched off)."""
+    name = limit_name
     if name is None or not enabled():
         return None
     limit = get_config().rate_limits[name]

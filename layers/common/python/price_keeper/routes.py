@@ -41,12 +41,32 @@ SPEND_REPORT = f"{ORG}/reports/spend"
 ALERTS = f"{ORG}/alerts"
 
 
+class Auth:
+    """How a route authenticates its caller (the request pipeline, ``pipeline.admit``, does it
+    before the body is even parsed; the OpenAPI security comes from the same value)."""
+
+    NONE = "none"
+    PROVISIONING_KEY = "provisioning_key"  # X-API-Key
+    BEARER = "bearer"  # an access token of the path's org; an app token only for its own app
+    BEARER_ANY = "bearer_any"  # any valid access token (the token names the client)
+    CLIENT = "client"  # the token endpoints: authenticating the client is the handler's job
+
+
 class Route(NamedTuple):
     method: str
     path: str
     function: str
+    auth: str = Auth.NONE
     rate_limit: str | None = None  # a key of config.yaml ``rate_limits``; None: unlimited
     audit: str | None = None  # the action an audit line names (audit.py); None: not audited
+
+
+def _admin(method: str, path: str, function: str, rate_limit: str, audit: str) -> Route:
+    return Route(method, path, function, Auth.PROVISIONING_KEY, rate_limit, audit)
+
+
+def _bearer(method: str, path: str, function: str, rate_limit: str) -> Route:
+    return Route(method, path, function, Auth.BEARER, rate_limit)
 
 
 ROUTES: tuple[Route, ...] = (
@@ -55,26 +75,26 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", OPENAPI, "docs"),
     Route("GET", DOCS, "docs"),
     Route("GET", CONSOLE, "docs"),
-    Route("POST", AUTH_TOKEN, "auth_token", "auth_token"),
-    Route("POST", AUTH_REFRESH, "auth_refresh", "auth_refresh"),
-    Route("POST", AUTH_REVOKE, "auth_revoke", "auth_revoke"),
-    Route("PUT", ORG_CONFIG, "put_org", "put_org", "org.put"),
-    Route("PUT", APP_CONFIG, "put_app", "put_app", "app.put"),
-    Route("POST", ORG_ROTATE, "rotate_credentials", "rotate", "org.rotate_credentials"),
-    Route("POST", APP_ROTATE, "rotate_credentials", "rotate", "app.rotate_credentials"),
-    Route("POST", ORG_REVOKE_TOKENS, "revoke_tokens", "revoke_tokens", "org.revoke_tokens"),
-    Route("POST", APP_REVOKE_TOKENS, "revoke_tokens", "revoke_tokens", "app.revoke_tokens"),
-    Route("GET", ORG_AGGREGATES_TODAY, "aggregates", "aggregates"),
-    Route("GET", ORG_AGGREGATES_DATE, "aggregates", "aggregates"),
-    Route("GET", APP_AGGREGATES_TODAY, "aggregates", "aggregates"),
-    Route("GET", APP_AGGREGATES_DATE, "aggregates", "aggregates"),
-    Route("GET", MODEL_SELECTION, "model_selection", "model_selection"),
-    Route("POST", INFERENCE_PROFILES, "inference_profiles", "profiles"),
-    Route("POST", USAGE, "usage", "usage"),
-    Route("POST", USAGE_BATCH, "usage_batch", "usage_batch"),
-    Route("POST", QUOTA_BOOSTS, "quota_boosts", "quota_boosts", "quota_boost.create"),
-    Route("GET", SPEND_REPORT, "spend_report", "aggregates"),
-    Route("GET", ALERTS, "alerts", "aggregates"),
+    Route("POST", AUTH_TOKEN, "auth_token", Auth.CLIENT, "auth_token"),
+    Route("POST", AUTH_REFRESH, "auth_refresh", Auth.CLIENT, "auth_refresh"),
+    Route("POST", AUTH_REVOKE, "auth_revoke", Auth.BEARER_ANY, "auth_revoke"),
+    _admin("PUT", ORG_CONFIG, "put_org", "put_org", "org.put"),
+    _admin("PUT", APP_CONFIG, "put_app", "put_app", "app.put"),
+    _admin("POST", ORG_ROTATE, "rotate_credentials", "rotate", "org.rotate_credentials"),
+    _admin("POST", APP_ROTATE, "rotate_credentials", "rotate", "app.rotate_credentials"),
+    _admin("POST", ORG_REVOKE_TOKENS, "revoke_tokens", "revoke_tokens", "org.revoke_tokens"),
+    _admin("POST", APP_REVOKE_TOKENS, "revoke_tokens", "revoke_tokens", "app.revoke_tokens"),
+    _admin("POST", QUOTA_BOOSTS, "quota_boosts", "quota_boosts", "quota_boost.create"),
+    _bearer("GET", ORG_AGGREGATES_TODAY, "aggregates", "aggregates"),
+    _bearer("GET", ORG_AGGREGATES_DATE, "aggregates", "aggregates"),
+    _bearer("GET", APP_AGGREGATES_TODAY, "aggregates", "aggregates"),
+    _bearer("GET", APP_AGGREGATES_DATE, "aggregates", "aggregates"),
+    _bearer("GET", MODEL_SELECTION, "model_selection", "model_selection"),
+    _bearer("POST", INFERENCE_PROFILES, "inference_profiles", "profiles"),
+    _bearer("POST", USAGE, "usage", "usage"),
+    _bearer("POST", USAGE_BATCH, "usage_batch", "usage_batch"),
+    _bearer("GET", SPEND_REPORT, "spend_report", "aggregates"),
+    _bearer("GET", ALERTS, "alerts", "aggregates"),
 )
 
 # Scheduled functions (EventBridge), not behind API Gateway.

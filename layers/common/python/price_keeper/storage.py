@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Iterable, NamedTuple, Sequence
 
 from boto3.dynamodb.types import TypeDeserializer
+from botocore.exceptions import BotoCoreError, ClientError
 
 from .aws import ddb_client
 from .errors import service_unavailable
@@ -16,9 +17,24 @@ from .tables import TableSpec
 BATCH_GET_LIMIT = 100  # keys per BatchGetItem call
 UNPROCESSED_RETRIES = 8
 # CancellationReasons codes of a TransactWriteItems that is worth retrying.
+# DynamoDB error codes that mean "try again" (answered as a 503 with Retry-After).
+RETRYABLE_CODES = frozenset({
+    "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+    "InternalServerError", "ServiceUnavailable", "TransactionConflictException",
+})
 TRANSACTION_RETRYABLE_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
 
 _deserializer = TypeDeserializer()
+
+
+def error_code(error: ClientError | BotoCoreError) -> str:
+    """The AWS error code of a failed call (``Unreachable`` when the store never answered)."""
+    return error.response.get("Error", {}).get("Code", "") if isinstance(error, ClientError) else "Unreachable"
+
+
+def is_retryable(error: ClientError | BotoCoreError) -> bool:
+    """A throttled, busy or unreachable store: the same request may succeed later."""
+    return isinstance(error, BotoCoreError) or error_code(error) in RETRYABLE_CODES
 
 
 def plain(raw_item: dict) -> dict:

@@ -1,0 +1,49 @@
+"""The request pipeline: one step every API request passes before its handler runs.
+
+For the route the request matched (``routes.Route``), ``admit``:
+
+1. checks the path ids that become keys (``orgs.check_ids``: 400 before any store access);
+2. authenticates the caller as the route declares (``Route.auth``): the provisioning key,
+   or an access token allowed on the path's org and app;
+3. counts the request against the route's rate limit, keyed on the authenticated caller;
+4. returns the caller as a ``Principal`` (``None`` for the provisioning key and open routes).
+
+It runs before Powertools parses and validates the body, so a request without credentials
+is a 401 whatever its body. The token endpoints (``Auth.CLIENT``) authenticate the client
+themselves: that is their job.
+"""
+from __future__ import annotations
+
+from . import auth, orgs, ratelimit
+from .auth import Principal
+from .routes import Auth, Route
+
+PROVISIONING_CLIENT = "provisioning-key"  # the rate-limit counter of the provisioning key
+
+
+def _header(event: dict, name: str) -> str | None:
+    wanted = name.lower()
+    return next((value for key, value in (event.get("headers") or {}).items() if key.lower() == wanted), None)
+
+
+def admit(route: Route | None, event: dict) -> Principal | None:
+    """Check, authenticate and rate-limit one request (``ApiError`` when refused)."""
+    if route is None:
+        return None
+    path = event.get("pathParameters") or {}
+    query = event.get("queryStringParameters") or {}
+    org_id = path.get("org_id")
+    app_id = path.get("app_id") or query.get("app_id")  # the spend report names its app in the query
+    if org_id is not None:
+        orgs.check_ids(org_id, app_id)
+    if route.auth == Auth.PROVISIONING_KEY:
+        auth.require_provisioning_key(_header(event, "X-API-Key"))
+        ratelimit.consume(PROVISIONING_CLIENT, limit_name=route.rate_limit)
+        return None
+    if route.auth not in (Auth.BEARER, Auth.BEARER_ANY):
+        return None
+    claims = auth.authenticate_bearer(_header(event, "Authorization"))
+    ratelimit.consume(claims["sub"], limit_name=route.rate_limit)  # before the 403: refusals count too
+    if route.auth == Auth.BEARER:
+        auth.check_access(claims, org_id, app_id)
+    return Principal(claims["org_id"], claims.get("app_id"))
