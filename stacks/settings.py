@@ -9,7 +9,7 @@
 | ``enableStreams`` | ``false`` | DynamoDB Streams (NEW_AND_OLD_IMAGES) on UsageAggSharded and DailyTotal |
 | ``corsOrigins`` | empty (CORS off) | comma-separated origins allowed by the API's CORS preflight |
 | ``alertEmail`` | empty | e-mail address subscribed to the alert topic |
-| ``alertWebhookUrl`` | empty | ``https://`` chat webhook (e.g. Slack incoming webhook) receiving each alert as ``{"text": ...}`` |
+| ``alertWebhookUrl`` | empty | ``https://`` chat webhook (e.g. Slack) that gets each alert as ``{"text": ...}`` |
 | ``throttleRateLimit`` / ``throttleBurstLimit`` | ``100`` / ``200`` | API stage throttling (requests/s, burst) |
 | ``logLevel`` | ``INFO`` | ``POWERTOOLS_LOG_LEVEL`` of every function |
 | ``logRetentionDays`` | ``30`` | retention of function and access logs |

@@ -18,11 +18,8 @@ from local.gateway import LambdaContext, load_handler
 from price_keeper import pricing, tables
 from price_keeper.aws import table
 from price_keeper.config import GEOGRAPHIC, GLOBAL, IN_REGION, Prices, get_config
-from price_keeper.errors import ApiError
 from price_keeper.timeutil import org_date, org_days_in_play
-from tests.conftest import assert_error
 from tests.iam_check import only_granted
-from tests.test_profiles import register, stub_bedrock
 from tests.usage_support import new_tenant, usage_body
 
 # --- cost maths --------------------------------------------------------------------
@@ -149,12 +146,14 @@ NOVA_2_LITE = [
     # the same input listed twice at different rates: the higher one, whatever the order
     product(LITE, "us-east-1", "Input tokens", "0.00030", usage_suffix="input-tokens"),
     # a price change announced for the 24th
-    product(LITE, "us-east-1", "Output tokens", "0.0025", usage_suffix="output-tokens", effective="2026-01-24T00:00:00Z"),
+    product(LITE, "us-east-1", "Output tokens", "0.0025", usage_suffix="output-tokens",
+            effective="2026-01-24T00:00:00Z"),
     # other offers of the same tokens
     product(LITE, "us-east-1", "Input tokens", "0.00066", usage_suffix="input-tokens-long-context"),
     product(LITE, "us-east-1", "Output tokens", "0.0055", usage_suffix="output-tokens-long-context"),
     product(LITE, "us-east-1", "Input tokens", "0.000165", usage_suffix="input-tokens-batch"),
-    product(LITE, "us-east-1", "Output tokens", "0.001375", usage_suffix="output-tokens-batch", feature="Batch Inference"),
+    product(LITE, "us-east-1", "Output tokens", "0.001375", usage_suffix="output-tokens-batch",
+            feature="Batch Inference"),
     product(LITE, "us-east-1", "Input tokens", "0.000165", usage_suffix="input-tokens-flex"),
     product(LITE, "us-east-1", "Input tokens", "0.000578", usage_suffix="input-tokens-priority"),
     product(LITE, "us-east-1", "Output tokens", "0.0048", usage_suffix="output-tokens-priority"),
@@ -381,7 +380,8 @@ GLOBAL_CONFIG = Prices(700_000, 2_800_000, 175_000, 700_000)
     ({IN_REGION: (810_000, 3_240_000)}, {**CONFIGURED, GLOBAL: GLOBAL_CONFIG}, GLOBAL,
      ("CONFIG_FALLBACK", GLOBAL_CONFIG)),
     # no price of the kind anywhere: priced as in-region (global is cheaper: never under-counted)
-    ({IN_REGION: (810_000, 3_240_000)}, CONFIGURED, GLOBAL, ("PRICING_API", Prices(810_000, 3_240_000, 200_000, 800_000))),
+    ({IN_REGION: (810_000, 3_240_000)}, CONFIGURED, GLOBAL,
+     ("PRICING_API", Prices(810_000, 3_240_000, 200_000, 800_000))),
     ({}, CONFIGURED, GEOGRAPHIC, ("CONFIG_FALLBACK", FALLBACK)),
     ({GEOGRAPHIC: (880_000, 3_520_000)}, CONFIGURED, GEOGRAPHIC,
      ("PRICING_API", Prices(880_000, 3_520_000, 200_000, 800_000))),

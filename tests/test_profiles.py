@@ -324,8 +324,8 @@ def test_a_global_profile_is_priced_at_the_global_rate_of_the_calling_region(api
     assert (global_reply["pricing"]["source"], global_reply["pricing"]["profile_kind"]) == ("PRICING_API", "GLOBAL")
     assert global_reply["processing"]["cost_usd_micros"] == 720 + 2880
     # a geographic profile has no rate of its own here: the Region's in-region rate
-    geo_reply = api.post(tenant.app_path + "/usage", {**body, "model_label": "nova-eu", "request_id": str(uuid.uuid4())},
-                         token=tenant.token).json()
+    geo_body = {**body, "model_label": "nova-eu", "request_id": str(uuid.uuid4())}
+    geo_reply = api.post(tenant.app_path + "/usage", geo_body, token=tenant.token).json()
     assert geo_reply["pricing"]["profile_kind"] == "GEOGRAPHIC"
     assert geo_reply["processing"]["cost_usd_micros"] == 1050 + 4200
 

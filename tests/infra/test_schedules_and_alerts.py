@@ -74,7 +74,8 @@ def test_alert_events_route_from_the_bus_to_the_topic(synth):
     topic_id = synth.id_of(synth.stack.alerts.topic)
     (bus,) = synth.resources("AWS::Events::EventBus").values()
     assert bus["Properties"]["Name"] == "price-keeper-dev-events"
-    on_bus = [r["Properties"] for r in synth.resources("AWS::Events::Rule").values() if "EventBusName" in r["Properties"]]
+    on_bus = [r["Properties"] for r in synth.resources("AWS::Events::Rule").values()
+              if "EventBusName" in r["Properties"]]
     assert all(logical_id(rule["EventBusName"]) == bus_id for rule in on_bus) and len(on_bus) == 2
     rule = _rule(synth, synth.stack.alerts.rule)
     assert rule["EventPattern"] == {"source": ["price-keeper"]}
@@ -90,8 +91,9 @@ def test_unpriced_model_events_run_the_pricing_fetcher(synth):
     assert logical_id(target["Arn"]) == synth.function_ids()["pricing_fetcher"]
     assert "Input" not in target and "InputTransformer" not in target  # the whole event: detail names the model
     assert target["RetryPolicy"] == {"MaximumRetryAttempts": 8, "MaximumEventAgeInSeconds": 6 * 3600}
+    rule_id = synth.id_of(synth.stack.alerts.unpriced_model_rule)
     permissions = [p["Properties"] for p in synth.resources("AWS::Lambda::Permission").values()
-                   if logical_id(p["Properties"].get("SourceArn", "")) == synth.id_of(synth.stack.alerts.unpriced_model_rule)]
+                   if logical_id(p["Properties"].get("SourceArn", "")) == rule_id]
     assert [(p["Principal"], logical_id(p["FunctionName"])) for p in permissions] == [
         ("events.amazonaws.com", synth.function_ids()["pricing_fetcher"])]
 
@@ -117,8 +119,9 @@ def test_a_configured_webhook_gets_each_alert_as_slack_json(synth_options):
     text = transformer["InputTemplate"]
     for placeholder, path in paths.items():
         text = text.replace(f"<{placeholder}>", path.removeprefix("$.detail."))
-    assert json.loads(text) == {"text": "Bedrock Price Keeper type: label label, threshold threshold_pct%, model "
-                                        "model_id; spend spend_usd_micros of quota_usd_micros micro-USD on date in scope"}
+    assert json.loads(text) == {"text": "Bedrock Price Keeper type: label label, threshold threshold_pct%, "
+                                        "model model_id; spend spend_usd_micros of quota_usd_micros micro-USD "
+                                        "on date in scope"}
 
 
 def test_the_webhook_must_be_https():
