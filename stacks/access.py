@@ -59,7 +59,9 @@ STICKY_READ = {STICKY_STATE: (GET,)}  # selection.read_sticky
 SELECTION_READ = {DAILY_TOTAL: (BATCH_GET,), STICKY_STATE: (BATCH_GET,)}
 STICKY_ADVANCE = {STICKY_STATE: (PUT,)}  # selection.write_sticky (conditional put)
 PRICE_QUOTE = {PRICING_CACHE: (BATCH_GET,)}  # pricing.quote (storage.batch_get)
-PRICE_STORE = {PRICING_CACHE: (PUT,)}  # pricing.refresh_pricing_cache (conditional put)
+# pricing.refresh_pricing_cache / price_unpriced_model: _store (conditional update), the
+# unlabelled-model registry (unlabelled_models, _register)
+PRICE_STORE = {PRICING_CACHE: (GET, UPDATE)}
 LIVE_SPEND = {USAGE_AGG_SHARDED: (BATCH_GET,)}  # live_spend.live_spend (selection in tight mode)
 USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # metering.record: TransactWriteItems of a Put and an Update
 AGGREGATION = {  # aggregation.run
@@ -90,9 +92,11 @@ _TABLES: dict[str, Grants] = {
     "model_selection": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, SELECTION_READ,
                              STICKY_READ, STICKY_ADVANCE, PRICE_QUOTE, LIVE_SPEND),
     "inference_profiles": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_REGISTER),
+    # metering.count: UNPRICED_MODEL alerts (alerts.fire_unpriced_model)
     "usage": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD,
-                   DAILY_STATUS),
-    "usage_batch": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS),
+                   DAILY_STATUS, ALERT_FIRE),
+    "usage_batch": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS,
+                         ALERT_FIRE),
     "spend_report": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, DAILY_RANGE),
     "alerts": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, ALERT_LIST),
     "aggregator": merge(AGGREGATION, EFFECTIVE_CONFIG, ORG_CHILDREN, STICKY_READ, ALERT_FIRE),
@@ -121,8 +125,11 @@ PROVISIONING_READERS = frozenset({"put_org", "put_app", "rotate_credentials", "r
 INFERENCE_PROFILE_READERS = frozenset({"inference_profiles", "usage", "usage_batch", "model_selection"})
 # Functions that read AWS Price List prices (pricing.fetch_price_list → GetProducts).
 PRICE_LIST_READERS = frozenset({"pricing_fetcher"})
-# Functions that publish alert events on the service's event bus (alerts._publish).
-ALERT_PUBLISHERS = frozenset({"aggregator"})
+# Functions that look up a foundation model's name (pricing.price_list_name → GetFoundationModel).
+FOUNDATION_MODEL_READERS = frozenset({"pricing_fetcher"})
+# Functions that publish alert events on the service's event bus (alerts._publish): the
+# aggregator (spend alerts) and metering (UNPRICED_MODEL).
+ALERT_PUBLISHERS = frozenset({"aggregator", "usage", "usage_batch"})
 
 
 def tables_of(function: str) -> list[TableSpec]:

@@ -139,6 +139,11 @@ class Functions(Construct):
                 resources=[f"arn:{stack.partition}:bedrock:*:{stack.account}:inference-profile/*",
                            f"arn:{stack.partition}:bedrock:*:{stack.account}:application-inference-profile/*"],
             ))
+        if name in access.FOUNDATION_MODEL_READERS:
+            # Foundation models are AWS's own (no account in the ARN), in any region.
+            role.add_to_policy(iam.PolicyStatement(
+                actions=["bedrock:GetFoundationModel"],
+                resources=[f"arn:{stack.partition}:bedrock:*::foundation-model/*"]))
         if name in access.PRICE_LIST_READERS:
             # The Price List API has no resource-level permissions: "*" is the only resource.
             role.add_to_policy(iam.PolicyStatement(actions=["pricing:GetProducts"], resources=["*"]))

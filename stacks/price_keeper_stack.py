@@ -51,6 +51,7 @@ class PriceKeeperStack(Stack):
         )
         for name in access.ALERT_PUBLISHERS:
             self.alerts.bus.grant_put_events_to(self.functions.by_name[name].role)
+        self.alerts.look_up_unpriced_models_with(self.functions.by_name["pricing_fetcher"])
         self.api = RestApi(self, "Http", settings=settings, functions=self.functions.by_name)
         self.schedules = Schedules(self, "Schedules", settings=settings, functions=self.functions.by_name)
         self.monitoring = Monitoring(

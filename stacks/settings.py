@@ -9,6 +9,7 @@
 | ``enableStreams`` | ``false`` | DynamoDB Streams (NEW_AND_OLD_IMAGES) on UsageAggSharded and DailyTotal |
 | ``corsOrigins`` | empty (CORS off) | comma-separated origins allowed by the API's CORS preflight |
 | ``alertEmail`` | empty | e-mail address subscribed to the alert topic |
+| ``alertWebhookUrl`` | empty | ``https://`` chat webhook (e.g. Slack) that gets each alert as ``{"text": ...}`` |
 | ``throttleRateLimit`` / ``throttleBurstLimit`` | ``100`` / ``200`` | API stage throttling (requests/s, burst) |
 | ``logLevel`` | ``INFO`` | ``POWERTOOLS_LOG_LEVEL`` of every function |
 | ``logRetentionDays`` | ``30`` | retention of function and access logs |
@@ -54,6 +55,14 @@ def _origins(value) -> tuple[str, ...]:
     return tuple(item.strip() for item in items if item.strip())
 
 
+def _https(value) -> str | None:
+    if not value:
+        return None
+    if not str(value).startswith("https://"):
+        raise ValueError("alertWebhookUrl must be an https:// URL")
+    return str(value)
+
+
 @dataclass(frozen=True)
 class Settings:
     stage: str = "dev"
@@ -63,6 +72,7 @@ class Settings:
     enable_streams: bool = False
     cors_origins: tuple[str, ...] = ()
     alert_email: str | None = None
+    alert_webhook_url: str | None = None
     throttle_rate_limit: float = 100
     throttle_burst_limit: int = 200
     log_level: str = "INFO"
@@ -92,6 +102,7 @@ class Settings:
             enable_streams=_flag(get("enableStreams"), False),
             cors_origins=_origins(get("corsOrigins")),
             alert_email=get("alertEmail") or None,
+            alert_webhook_url=_https(get("alertWebhookUrl")),
             throttle_rate_limit=float(get("throttleRateLimit") or cls.throttle_rate_limit),
             throttle_burst_limit=int(get("throttleBurstLimit") or cls.throttle_burst_limit),
             log_level=str(get("logLevel") or cls.log_level).upper(),

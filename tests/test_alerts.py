@@ -16,6 +16,7 @@ from price_keeper.timeutil import org_day
 from tests.conftest import assert_error
 from tests.factories import seed_app, seed_org, token_for
 from tests.moto_support import serialized_moto
+from tests.provisioned import new_org, org_body, put_app, put_org
 
 ORDERING = ("premium", "standard", "economy")
 QUOTAS = {"premium": 1000, "standard": 500, "economy": 200}
@@ -141,7 +142,7 @@ def test_a_crossing_fires_once_and_the_next_threshold_fires_later(bus, put_event
     assert first["detail"] == {
         "type": THRESHOLD, "label": "premium", "threshold_pct": 80, "scope": org_config.scope,
         "org_id": org_config.org_id, "app_id": None, "date": "2026-10-01", "fired_at": "2026-10-01T15:00:00Z",
-        "spend_usd_micros": 850, "quota_usd_micros": 1000, "fallback_to": None}
+        "spend_usd_micros": 850, "quota_usd_micros": 1000, "fallback_to": None, "model_id": None, "region": None}
     item = next(r for r in records(org_config.scope) if r["date_key"].endswith("#80"))
     assert item["published"] is True
     assert item[tables.TTL_ATTRIBUTE] == int(NOW.timestamp()) + alerts.ALERT_RETENTION_DAYS * 86400
@@ -249,14 +250,14 @@ def test_get_alerts_of_a_day_from_every_scope_of_an_app_org(api, bus):
     body = reply.json()
     assert body["date"] == "2026-10-01"
     assert body["alerts"] == [
-        {"type": THRESHOLD, "label": "premium", "threshold_pct": 80, "scope": app1.scope, "app_id": "app-1",
-         "fired_at": "2026-10-01T15:00:00Z"},
-        {"type": FALLBACK, "label": "premium", "threshold_pct": None, "scope": app2.scope, "app_id": "app-2",
-         "fired_at": "2026-10-01T15:01:00Z"},
-        {"type": THRESHOLD, "label": "premium", "threshold_pct": 80, "scope": app2.scope, "app_id": "app-2",
-         "fired_at": "2026-10-01T15:01:00Z"},
-        {"type": THRESHOLD, "label": "premium", "threshold_pct": 95, "scope": app2.scope, "app_id": "app-2",
-         "fired_at": "2026-10-01T15:01:00Z"},
+        {"type": THRESHOLD, "label": "premium", "threshold_pct": 80, "model_id": None, "scope": app1.scope,
+         "app_id": "app-1", "fired_at": "2026-10-01T15:00:00Z"},
+        {"type": FALLBACK, "label": "premium", "threshold_pct": None, "model_id": None, "scope": app2.scope,
+         "app_id": "app-2", "fired_at": "2026-10-01T15:01:00Z"},
+        {"type": THRESHOLD, "label": "premium", "threshold_pct": 80, "model_id": None, "scope": app2.scope,
+         "app_id": "app-2", "fired_at": "2026-10-01T15:01:00Z"},
+        {"type": THRESHOLD, "label": "premium", "threshold_pct": 95, "model_id": None, "scope": app2.scope,
+         "app_id": "app-2", "fired_at": "2026-10-01T15:01:00Z"},
     ]
     assert [a["scope"] for a in get_alerts(api, org_id, token_for(org_id), "2026-10-02").json()["alerts"]] == [
         app1.scope]
@@ -342,3 +343,30 @@ def test_a_scope_whose_alerting_fails_neither_fails_the_run_nor_stops_other_scop
     assert [e["detail"]["scope"] for e in bus()] == [org_config.scope]
     assert records(ghost_scope) == []
     assert "alert evaluation failed" in caplog.text
+
+
+# --- thresholds per org ------------------------------------------------------------------
+
+def test_an_org_sets_its_own_alert_thresholds(api, bus):
+    org_id, _ = new_org(api, quota_scope="ORG", model_ordering=list(ORDERING), quotas=QUOTAS,
+                        overrides={"alert_thresholds_pct": [90, 50, 90]})
+    config = orgs.effective_config(org_id)
+    assert config.alert_thresholds_pct == (50, 90)
+    fired = fire(config, {"premium": 500})
+    assert kinds(fired) == [(THRESHOLD, "premium", 50)]  # config.yaml's 80 and 95 are not this org's
+    assert put_org(api, org_id, org_body(quota_scope="ORG", model_ordering=list(ORDERING), quotas=QUOTAS)).status == 200
+    assert orgs.effective_config(org_id).alert_thresholds_pct == (80, 95)  # left out: the service's again
+
+
+@pytest.mark.parametrize("thresholds", [[0], [101], [], ["80"], [True], list(range(1, 12))])
+def test_org_alert_thresholds_out_of_range_are_400(api, aws, thresholds):
+    reply = put_org(api, str(uuid.uuid4()), org_body(overrides={"alert_thresholds_pct": thresholds}))
+    assert_error(reply, 400, "INVALID_REQUEST")
+
+
+def test_apps_take_the_orgs_alert_thresholds(api, aws):
+    org_id, _ = new_org(api, overrides={"alert_thresholds_pct": [60]})
+    assert_error(put_app(api, org_id, "app-1", {"app_name": "A", "overrides": {"alert_thresholds_pct": [70]}}),
+                 400, "INVALID_REQUEST")
+    assert put_app(api, org_id, "app-1", {"app_name": "A"}).status == 201
+    assert orgs.effective_config(org_id, "app-1").alert_thresholds_pct == (60,)

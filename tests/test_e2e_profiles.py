@@ -3,7 +3,9 @@ inference profiles with its Bedrock stand-in. Register a system-defined profile 
 local account and report usage on it; create an application profile through the server's
 Bedrock endpoint with boto3 and do the same; another account's profile is refused.
 A registered application profile still prices usage after a restart of a persistent
-local stack."""
+local stack. Each usage reply names the profile's kind (``pricing.profile_kind``), and a
+profile routing to a model outside config.yaml is counted at the estimate with an
+``UNPRICED_MODEL`` alert."""
 from __future__ import annotations
 
 import contextlib
@@ -22,6 +24,8 @@ from tests.local_server import local_server
 
 KEY = "e2e-profiles-provisioning-key"
 US_NOVA_2_LITE = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-2-lite-v1:0"
+GLOBAL_NOVA_2_LITE = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/global.amazon.nova-2-lite-v1:0"
+US_LLAMA = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.meta.llama3-3-70b-instruct-v1:0"
 NOVA_2_LITE_COST = 330 + 1375  # 1,000 input x 0.33 + 500 output x 2.75 USD per 1M (config.yaml "standard")
 
 pytestmark = pytest.mark.e2e
@@ -37,6 +41,7 @@ class App(NamedTuple):
     base_url: str
     path: str
     bearer: dict
+    org_bearer: dict
 
     def at(self, base_url: str) -> "App":
         """The same app on a restarted server (another port)."""
@@ -61,11 +66,15 @@ def provision(base_url: str) -> App:
     created = requests.put(f"{base_url}/api/v1/orgs/{org_id}/apps/web", headers=admin, timeout=10,
                            json={"app_name": "Web"})
     assert created.status_code == 201, created.text
+    return App(base_url, f"/api/v1/orgs/{org_id}/apps/web", bearer_of(base_url, created.json()["credentials"]),
+               bearer_of(base_url, org.json()["credentials"]))
+
+
+def bearer_of(base_url: str, credentials: dict) -> dict:
     tokens = requests.post(f"{base_url}/auth/token", timeout=10,
-                           json={**created.json()["credentials"], "grant_type": "client_credentials"})
+                           json={**credentials, "grant_type": "client_credentials"})
     assert tokens.status_code == 200, tokens.text
-    bearer = {"Authorization": f"Bearer {tokens.json()['access_token']}"}
-    return App(base_url, f"/api/v1/orgs/{org_id}/apps/web", bearer)
+    return {"Authorization": f"Bearer {tokens.json()['access_token']}"}
 
 
 def register(app: App, label: str, arn: str) -> requests.Response:
@@ -90,6 +99,32 @@ def test_usage_on_a_system_defined_profile_of_the_local_account(app):
     accepted = report(app, "nova-lite-us", US_NOVA_2_LITE, "us-east-1")
     assert accepted.status_code == 202, accepted.text
     assert accepted.json()["processing"]["cost_usd_micros"] == NOVA_2_LITE_COST
+    assert accepted.json()["pricing"]["profile_kind"] == "GEOGRAPHIC"
+
+
+@pytest.mark.parametrize("calling_region", ["us-east-1", "eu-west-1"])
+def test_usage_on_a_global_profile_is_priced_as_global_from_any_region(app, calling_region):
+    label = f"nova-lite-global-{calling_region}"
+    assert register(app, label, GLOBAL_NOVA_2_LITE).status_code == 201
+    accepted = report(app, label, GLOBAL_NOVA_2_LITE, calling_region)
+    assert accepted.status_code == 202, accepted.text
+    assert accepted.json()["pricing"]["profile_kind"] == "GLOBAL"
+    # no global rate on the local stack (no Price List): priced as in-region, never under-counted
+    assert accepted.json()["processing"]["cost_usd_micros"] == NOVA_2_LITE_COST
+
+
+def test_usage_on_a_model_outside_the_config_is_counted_at_the_estimate(app):
+    assert register(app, "llama-us", US_LLAMA).status_code == 201
+    accepted = report(app, "llama-us", US_LLAMA, "us-west-2")
+    assert accepted.status_code == 202, accepted.text
+    assert accepted.json()["pricing"]["source"] == "ESTIMATE"
+    assert accepted.json()["pricing"]["profile_kind"] == "GEOGRAPHIC"
+    assert accepted.json()["processing"]["cost_usd_micros"] == 1000 * 800_000 // 10**6 + 500 * 3_200_000 // 10**6
+    org_path = app.path.rsplit("/apps/", 1)[0]
+    alerts = requests.get(f"{app.base_url}{org_path}/alerts", headers=app.org_bearer, timeout=10)
+    assert alerts.status_code == 200, alerts.text
+    assert [(a["type"], a["label"], a["model_id"]) for a in alerts.json()["alerts"]] == [
+        ("UNPRICED_MODEL", "llama-us", "meta.llama3-3-70b-instruct-v1:0")]
 
 
 def test_usage_on_an_application_profile_created_through_the_local_server(base_url, app):

@@ -3,6 +3,8 @@ shaped like the real GetProducts ones) and the price-of-the-day lookup (moto).""
 from __future__ import annotations
 
 import json
+import random
+import zlib
 from datetime import date, datetime, timedelta, timezone
 from fractions import Fraction
 
@@ -15,12 +17,9 @@ from hypothesis import strategies as st
 from local.gateway import LambdaContext, load_handler
 from price_keeper import pricing, tables
 from price_keeper.aws import table
-from price_keeper.config import Prices, get_config
-from price_keeper.errors import ApiError
+from price_keeper.config import GEOGRAPHIC, GLOBAL, IN_REGION, Prices, get_config
 from price_keeper.timeutil import org_date, org_days_in_play
-from tests.conftest import assert_error
 from tests.iam_check import only_granted
-from tests.test_profiles import register, stub_bedrock
 from tests.usage_support import new_tenant, usage_body
 
 # --- cost maths --------------------------------------------------------------------
@@ -71,15 +70,25 @@ def test_price_list_units_become_micro_usd_per_million_tokens(usd, unit, micros)
 
 # --- the Price List ----------------------------------------------------------------
 
+DAY = date(2026, 1, 23)
 REGION_NAMES = {"us-east-1": ("USE1", "US East (N. Virginia)"), "eu-west-1": ("EU", "EU (Ireland)")}
 
 
 def product(model: str, region: str, inference_type: str, usd: str, *, unit: str = "1K tokens",
-            usage_suffix: str | None = None, feature: str = "On-demand Inference") -> str:
-    """One ``PriceList`` entry as GetProducts returns it (a JSON string)."""
+            usage_suffix: str | None = None, feature: str = "On-demand Inference",
+            effective: str = "2026-01-01T00:00:00Z", tiers: list[tuple[str, str]] | None = None) -> str:
+    """One ``PriceList`` entry as GetProducts returns it (a JSON string). ``tiers``:
+    (beginRange, USD) price ranges of one term instead of the single ``usd``."""
     prefix, location = REGION_NAMES[region]
     suffix = usage_suffix or inference_type.lower().replace(" ", "-")
-    sku = f"SKU{abs(hash((model, region, inference_type, suffix))) % 10**10:010d}"
+    sku = f"SKU{zlib.crc32(repr((model, region, inference_type, suffix, usd, effective)).encode()):010d}"
+    ranges = tiers or [("0", usd)]
+    dimensions = {
+        f"{sku}.JRTCKXETXF.{i}YS6EN2CT7": {
+            "unit": unit, "beginRange": begin, "endRange": ranges[i + 1][0] if i + 1 < len(ranges) else "Inf",
+            "appliesTo": [], "description": f"{model} {inference_type}", "rateCode": f"{sku}.JRTCKXETXF.{i}YS6EN2CT7",
+            "pricePerUnit": {"USD": price},
+        } for i, (begin, price) in enumerate(ranges)}
     return json.dumps({
         "product": {
             "productFamily": "Amazon Bedrock",
@@ -93,12 +102,8 @@ def product(model: str, region: str, inference_type: str, usd: str, *, unit: str
         },
         "serviceCode": "AmazonBedrock",
         "terms": {"OnDemand": {f"{sku}.JRTCKXETXF": {
-            "priceDimensions": {f"{sku}.JRTCKXETXF.6YS6EN2CT7": {
-                "unit": unit, "endRange": "Inf", "beginRange": "0", "appliesTo": [],
-                "description": f"{model} {inference_type}", "rateCode": f"{sku}.JRTCKXETXF.6YS6EN2CT7",
-                "pricePerUnit": {"USD": usd},
-            }},
-            "sku": sku, "effectiveDate": "2026-01-01T00:00:00Z", "offerTermCode": "JRTCKXETXF", "termAttributes": {},
+            "priceDimensions": dimensions,
+            "sku": sku, "effectiveDate": effective, "offerTermCode": "JRTCKXETXF", "termAttributes": {},
         }}},
         "version": "20260101000000",
         "publicationDate": "2026-01-01T00:00:00Z",
@@ -122,11 +127,95 @@ def test_price_list_parsing_keeps_on_demand_token_prices_only():
     parsed = pricing.parse_price_list(
         NOVA_PRO + [product("Titan Text", "us-east-1", "Input tokens", "0.0003"),
                     product("Nova Micro", "eu-west-1", "Input tokens", "0.000046")],  # no output price
-        {"Nova Pro", "Nova Micro"})
+        {"Nova Pro", "Nova Micro"}, DAY)
     assert parsed == {
-        ("Nova Pro", "us-east-1"): Prices(800_000, 3_200_000, 200_000, 800_000),
-        ("Nova Pro", "eu-west-1"): Prices(1_050_000, 4_200_000, 0, 0),
+        ("Nova Pro", "us-east-1"): {IN_REGION: Prices(800_000, 3_200_000, 200_000, 800_000)},
+        ("Nova Pro", "eu-west-1"): {IN_REGION: Prices(1_050_000, 4_200_000, 0, 0)},
     }
+
+
+# One model as the Price List shows it: every offer of its tokens, told apart by usage type
+# (values illustrative; the shapes are GetProducts').
+LITE = "Nova 2.0 Lite"
+NOVA_2_LITE = [
+    # standard on-demand, in-region
+    product(LITE, "us-east-1", "Input tokens", "0.00033", usage_suffix="input-tokens"),
+    product(LITE, "us-east-1", "Output tokens", "0.00275", usage_suffix="output-tokens"),
+    product(LITE, "us-east-1", "Cache read input tokens", "0.0000825", usage_suffix="cache-read-input-token-count"),
+    product(LITE, "us-east-1", "Cache write input tokens", "0.00033", usage_suffix="cache-write-input-token-count"),
+    # the same input listed twice at different rates: the higher one, whatever the order
+    product(LITE, "us-east-1", "Input tokens", "0.00030", usage_suffix="input-tokens"),
+    # a price change announced for the 24th
+    product(LITE, "us-east-1", "Output tokens", "0.0025", usage_suffix="output-tokens",
+            effective="2026-01-24T00:00:00Z"),
+    # other offers of the same tokens
+    product(LITE, "us-east-1", "Input tokens", "0.00066", usage_suffix="input-tokens-long-context"),
+    product(LITE, "us-east-1", "Output tokens", "0.0055", usage_suffix="output-tokens-long-context"),
+    product(LITE, "us-east-1", "Input tokens", "0.000165", usage_suffix="input-tokens-batch"),
+    product(LITE, "us-east-1", "Output tokens", "0.001375", usage_suffix="output-tokens-batch",
+            feature="Batch Inference"),
+    product(LITE, "us-east-1", "Input tokens", "0.000165", usage_suffix="input-tokens-flex"),
+    product(LITE, "us-east-1", "Input tokens", "0.000578", usage_suffix="input-tokens-priority"),
+    product(LITE, "us-east-1", "Output tokens", "0.0048", usage_suffix="output-tokens-priority"),
+    product(LITE, "us-east-1", "Input tokens", "0.0004", usage_suffix="input-tokens-latency-optimized"),
+    product(LITE, "us-east-1", "Cache write input tokens", "0.00066", usage_suffix="cache-write-1h-input-token-count"),
+    product(LITE, "us-east-1", "Input tokens", "24.00", unit="Hour", feature="Provisioned Throughput",
+            usage_suffix="ProvisionedThroughput-NoCommit"),
+    product(LITE, "us-east-1", "Input tokens", "0.0003", usage_suffix="input-tokens-batch-cross-region-global"),
+    # cross-region: global (its own, lower, rate) and geographic
+    product(LITE, "us-east-1", "Input tokens", "0.0003", usage_suffix="input-tokens-cross-region-global"),
+    product(LITE, "us-east-1", "Output tokens", "0.0025", usage_suffix="output-tokens-cross-region-global"),
+    product(LITE, "us-east-1", "Cache read input tokens", "0.000075",
+            usage_suffix="cache-read-input-token-count-cross-region-global"),
+    product(LITE, "us-east-1", "Input tokens", "0.000363", usage_suffix="input-tokens-cross-region-geo"),
+    product(LITE, "us-east-1", "Output tokens", "0.003025", usage_suffix="output-tokens-cross-region-geo"),
+    # another region, whose input is priced in tiers (the first tier is the standard price)
+    product(LITE, "eu-west-1", "Input tokens", "", tiers=[("0", "0.00034"), ("200000", "0.00068")]),
+    product(LITE, "eu-west-1", "Output tokens", "0.00286"),
+]
+LITE_ON_THE_23RD = {
+    (LITE, "us-east-1"): {IN_REGION: Prices(330_000, 2_750_000, 82_500, 330_000),
+                          GLOBAL: Prices(300_000, 2_500_000, 75_000, 0),
+                          GEOGRAPHIC: Prices(363_000, 3_025_000, 0, 0)},
+    (LITE, "eu-west-1"): {IN_REGION: Prices(340_000, 2_860_000, 0, 0)},
+}
+
+
+def test_each_kind_gets_its_standard_on_demand_price_and_no_other_offers():
+    assert pricing.parse_price_list(NOVA_2_LITE, {LITE}, DAY) == LITE_ON_THE_23RD
+
+
+def test_a_price_takes_effect_on_its_day():
+    parsed = pricing.parse_price_list(NOVA_2_LITE, {LITE}, DAY + timedelta(days=1))
+    assert parsed[(LITE, "us-east-1")][IN_REGION] == Prices(330_000, 2_500_000, 82_500, 330_000)
+    assert pricing.parse_price_list(NOVA_2_LITE, {LITE}, date(2025, 12, 31)) == {}  # nothing in effect yet
+
+
+def test_the_standard_price_does_not_depend_on_the_order_the_price_list_answers_in():
+    for seed in range(20):
+        entries = list(NOVA_2_LITE)
+        random.Random(seed).shuffle(entries)
+        assert pricing.parse_price_list(entries, {LITE}, DAY) == LITE_ON_THE_23RD, seed
+
+
+@pytest.mark.parametrize("usage_type, inference_type, feature, expected", [
+    ("USE1-NovaPro-input-tokens", "Input tokens", "On-demand Inference", (IN_REGION, "input")),
+    ("USE1-Claude4.5Sonnet-output-tokens-cross-region-global", "Output tokens", "On-demand Inference",
+     (GLOBAL, "output")),
+    ("USW2-xai.grok-4.6-input-tokens-global-standard", "Input tokens global", "On-demand Inference",
+     (GLOBAL, "input")),
+    ("USE1-Claude4.5Sonnet-cache-read-input-token-count-cross-region-geo", "Cache read input tokens",
+     "On-demand Inference", (GEOGRAPHIC, "cache_read")),
+    ("USE1-NovaPro-input-tokens-standard", "Input tokens", "On-demand Inference", (IN_REGION, "input")),
+    ("USE1-Claude4.5Sonnet-reserved-3-month-input-tokens-per-minute-cross-region-geo", "Input tokens",
+     "On-demand Inference", None),
+    ("USE1-Claude4Sonnet-input-tokens-lctx", "Input tokens", "On-demand Inference", None),
+    ("USE1-NovaPro-output-tokens-priority", "Output tokens priority", "On-demand Inference", None),
+    ("USE1-NovaPro-input-tokens", "Input tokens", "Batch Inference", None),
+    ("USE1-NovaPro-ProvisionedThroughput", "Model units", "Provisioned Throughput", None),
+])
+def test_usage_types_are_classified_by_kind_and_offer(usage_type, inference_type, feature, expected):
+    assert pricing.classify({"usagetype": usage_type, "inferenceType": inference_type, "feature": feature}) == expected
 
 
 def stub_price_list(pages_by_model: dict[str, list[list[str]]]):
@@ -201,6 +290,34 @@ def test_a_days_price_once_written_is_kept(aws):
     assert (report["written"], report["kept"]) == (2, 6)  # 24th, 25th new (x2 keys); 22nd-24th kept
 
 
+def test_a_kind_learned_later_is_added_to_a_day_without_changing_its_prices(aws):
+    client, _ = stub_price_list(configured_price_list_pages())
+    pricing.refresh_pricing_cache(NOW, client)
+    with_global = {"Nova Pro": [[product("Nova Pro", "us-east-1", "Input tokens", "0.0001"),
+                                 product("Nova Pro", "us-east-1", "Output tokens", "0.0001"),
+                                 product("Nova Pro", "us-east-1", "Input tokens", "0.00072",
+                                         usage_suffix="input-tokens-cross-region-global"),
+                                 product("Nova Pro", "us-east-1", "Output tokens", "0.00288",
+                                         usage_suffix="output-tokens-cross-region-global")]],
+                   "Nova 2.0 Lite": [[]], "Nova Micro": [[]]}
+    client, _ = stub_price_list(with_global)
+    report = pricing.refresh_pricing_cache(NOW, client)
+    item = pricing_item("amazon.nova-pro-v1:0", "2026-01-23#us-east-1")
+    assert item["input_price_usd_micros_per_1m"] == 800_000  # the day's price stays
+    assert (item["global_input_price_usd_micros_per_1m"], item["global_output_price_usd_micros_per_1m"]) == (
+        720_000, 2_880_000)
+    assert (report["written"], report["kept"]) == (8, 0)  # 4 days x (region + default key), each gained GLOBAL
+    client, _ = stub_price_list(with_global)
+    assert pricing.refresh_pricing_cache(NOW, client)["written"] == 0  # nothing new: no write
+
+
+def test_a_price_change_announced_ahead_lands_on_its_day(aws):
+    client, _ = stub_price_list({"Nova Pro": [[]], "Nova Micro": [[]], "Nova 2.0 Lite": [NOVA_2_LITE]})
+    pricing.refresh_pricing_cache(NOW, client)  # the 24th is written today, with the term in effect then
+    assert pricing_item("amazon.nova-2-lite-v1:0", "2026-01-23")["output_price_usd_micros_per_1m"] == 2_750_000
+    assert pricing_item("amazon.nova-2-lite-v1:0", "2026-01-24")["output_price_usd_micros_per_1m"] == 2_500_000
+
+
 def test_price_list_failure_writes_nothing_and_config_prices_keep_serving(api, monkeypatch):
     client = boto3.client("pricing", region_name="us-east-1")
     stubber = Stubber(client)
@@ -219,41 +336,72 @@ def test_price_list_failure_writes_nothing_and_config_prices_keep_serving(api, m
 
 # --- the price of the day ----------------------------------------------------------
 
-def put_price(model_id: str, key: str, input_price: int, output_price: int) -> None:
-    table(tables.PRICING_CACHE).put_item(Item={"model_id": model_id, "price_key": key,
-                                               "input_price_usd_micros_per_1m": input_price,
-                                               "output_price_usd_micros_per_1m": output_price})
+def put_price(model_id: str, key: str, input_price: int, output_price: int, kind: str = IN_REGION) -> None:
+    table(tables.PRICING_CACHE).update_item(
+        Key={"model_id": model_id, "price_key": key}, UpdateExpression="SET #i = :i, #o = :o",
+        ExpressionAttributeNames={"#i": pricing.price_attribute(kind, "input"),
+                                  "#o": pricing.price_attribute(kind, "output")},
+        ExpressionAttributeValues={":i": input_price, ":o": output_price})
 
 
 FALLBACK = Prices(800_000, 3_200_000, 200_000, 800_000)
-DAY = date(2026, 1, 23)
+CONFIGURED = {IN_REGION: FALLBACK}
 
 
 def test_region_price_first_then_the_days_default_then_config(aws):
-    assert pricing.quote("m", DAY, "eu-west-1", FALLBACK).source == "CONFIG_FALLBACK"
-    pricing._quotes.clear()
+    assert pricing.quote("m", DAY, "eu-west-1", IN_REGION, CONFIGURED).source == "CONFIG_FALLBACK"
+    pricing._stored.clear()
     put_price("m", "2026-01-23", 1_000_000, 4_000_000)
-    default = pricing.quote("m", DAY, "eu-west-1", FALLBACK)
+    default = pricing.quote("m", DAY, "eu-west-1", IN_REGION, CONFIGURED)
     assert (default.source, default.prices) == ("PRICING_API", Prices(1_000_000, 4_000_000, 200_000, 800_000))
-    pricing._quotes.clear()
+    pricing._stored.clear()
     put_price("m", "2026-01-23#eu-west-1", 1_050_000, 4_200_000)
-    regional = pricing.quote("m", DAY, "eu-west-1", FALLBACK)
+    regional = pricing.quote("m", DAY, "eu-west-1", IN_REGION, CONFIGURED)
     assert regional.prices.input == 1_050_000 and regional.version == "2026-01-23"
-    assert pricing.quote("m", DAY, None, FALLBACK).prices.input == 1_000_000
-    assert pricing.quote("m", date(2026, 1, 24), None, FALLBACK).source == "CONFIG_FALLBACK"
+    assert pricing.quote("m", DAY, None, IN_REGION, CONFIGURED).prices.input == 1_000_000
+    assert pricing.quote("m", date(2026, 1, 24), None, IN_REGION, CONFIGURED).source == "CONFIG_FALLBACK"
 
 
 def test_quotes_are_cached_in_memory(aws):
     put_price("m", "2026-01-23", 1_000_000, 4_000_000)
-    assert pricing.quote("m", DAY, None, FALLBACK).prices.input == 1_000_000
+    assert pricing.quote("m", DAY, None, IN_REGION, CONFIGURED).prices.input == 1_000_000
     table(tables.PRICING_CACHE).delete_item(Key={"model_id": "m", "price_key": "2026-01-23"})
-    assert pricing.quote("m", DAY, None, FALLBACK).prices.input == 1_000_000
+    assert pricing.quote("m", DAY, None, IN_REGION, CONFIGURED).prices.input == 1_000_000
 
 
-def test_a_model_without_any_price_cannot_be_metered(aws):
-    with pytest.raises(ApiError) as raised:
-        pricing.quote("unknown.model", DAY, "us-east-1", None)
-    assert (raised.value.status, raised.value.code) == (400, "INVALID_CONFIG")
+GLOBAL_CONFIG = Prices(700_000, 2_800_000, 175_000, 700_000)
+
+
+@pytest.mark.parametrize("stored, configured, kind, expected", [
+    # the kind's own Price List price, its cache prices from the config's price of that kind
+    ({IN_REGION: (800_000, 3_200_000), GLOBAL: (720_000, 2_880_000)}, {**CONFIGURED, GLOBAL: GLOBAL_CONFIG}, GLOBAL,
+     ("PRICING_API", Prices(720_000, 2_880_000, 175_000, 700_000))),
+    # none in the Price List: the kind's config price before the in-region Price List one
+    ({IN_REGION: (810_000, 3_240_000)}, {**CONFIGURED, GLOBAL: GLOBAL_CONFIG}, GLOBAL,
+     ("CONFIG_FALLBACK", GLOBAL_CONFIG)),
+    # no price of the kind anywhere: priced as in-region (global is cheaper: never under-counted)
+    ({IN_REGION: (810_000, 3_240_000)}, CONFIGURED, GLOBAL,
+     ("PRICING_API", Prices(810_000, 3_240_000, 200_000, 800_000))),
+    ({}, CONFIGURED, GEOGRAPHIC, ("CONFIG_FALLBACK", FALLBACK)),
+    ({GEOGRAPHIC: (880_000, 3_520_000)}, CONFIGURED, GEOGRAPHIC,
+     ("PRICING_API", Prices(880_000, 3_520_000, 200_000, 800_000))),
+    # a model outside config.yaml: the Price List, else the configured estimate
+    ({GLOBAL: (720_000, 2_880_000)}, None, GLOBAL, ("PRICING_API", Prices(720_000, 2_880_000, 0, 0))),
+    ({}, None, GLOBAL, ("ESTIMATE", get_config().unknown_model_estimate)),
+])
+def test_each_profile_kind_is_priced_by_its_own_price_first(aws, stored, configured, kind, expected):
+    for stored_kind, (input_price, output_price) in stored.items():
+        put_price("m", "2026-01-23#us-east-1", input_price, output_price, stored_kind)
+    quote = pricing.quote("m", DAY, "us-east-1", kind, configured)
+    assert (quote.source, quote.prices) == expected
+    assert quote.profile_kind == kind and quote.as_response()["profile_kind"] == kind
+
+
+def test_the_estimate_defaults_to_the_highest_label_price():
+    labels = get_config().labels.values()
+    assert get_config().unknown_model_estimate == Prices(*(max(getattr(label.prices, c) for label in labels)
+                                                           for c in Prices._fields))
+    assert get_config().unknown_model_estimate == Prices(800_000, 3_200_000, 200_000, 800_000)
 
 
 def test_usage_is_priced_from_the_pricing_cache(api):
@@ -262,17 +410,9 @@ def test_usage_is_priced_from_the_pricing_cache(api):
     put_price("amazon.nova-pro-v1:0", today.isoformat(), 1_000_000, 4_000_000)
     put_price("amazon.nova-pro-v1:0", f"{today.isoformat()}#eu-west-1", 2_000_000, 8_000_000)
     plain = api.post(tenant.app_path + "/usage", usage_body(input_tokens=1000, output_tokens=1000), token=tenant.token)
-    assert plain.json()["pricing"] == {"source": "PRICING_API", "version": today.isoformat()}
+    assert plain.json()["pricing"] == {"source": "PRICING_API", "version": today.isoformat(),
+                                       "profile_kind": "IN_REGION"}
     assert plain.json()["processing"]["cost_usd_micros"] == 5_000
     regional = api.post(tenant.app_path + "/usage", usage_body(input_tokens=1000, output_tokens=1000,
                                                                calling_region="eu-west-1"), token=tenant.token)
     assert regional.json()["processing"]["cost_usd_micros"] == 10_000
-
-
-def test_usage_with_an_unpriceable_registered_profile_is_invalid_config(api, monkeypatch):
-    tenant = new_tenant()
-    stub_bedrock(monkeypatch, {"us-east-1": "acme.unknown-model-v1:0"})
-    assert register(api, tenant, "tenant-x").status == 201
-    reply = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-x", calling_region="us-east-1"),
-                     token=tenant.token)
-    assert_error(reply, 400, "INVALID_CONFIG")

@@ -4,6 +4,7 @@ Bedrock GetInferenceProfile: the local stack's stand-in answers it (over HTTP, a
 profile has."""
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timezone
 
 import boto3
@@ -12,6 +13,7 @@ from botocore.stub import Stubber
 
 from price_keeper import cache, keys, profiles, tables
 from price_keeper.aws import table
+from price_keeper.timeutil import org_date
 from tests.conftest import assert_error
 from tests.factories import token_for
 from tests.usage_support import new_tenant, shard_items, usage_body
@@ -259,3 +261,78 @@ def test_a_profile_label_can_lead_the_model_ordering(api):
     recommended = reply.json()["recommended_model"]
     assert (recommended["label"], recommended["bedrock_model_id"]) == ("tenant-a", ARN)
     assert reply.json()["pricing"]["input_price_usd_micros_per_1m"] == 800_000
+
+
+# --- profile kinds -----------------------------------------------------------------
+
+def profile_arn(region: str, profile_id: str, partition: str = "aws") -> str:
+    return f"arn:{partition}:bedrock:{region}:123456789012:inference-profile/{profile_id}"
+
+
+@pytest.mark.parametrize("arn, calling_region, kind", [
+    (profile_arn("us-east-1", "us.amazon.nova-pro-v1:0"), "us-west-2", "GEOGRAPHIC"),
+    (profile_arn("eu-west-1", "eu.amazon.nova-pro-v1:0"), "eu-central-1", "GEOGRAPHIC"),
+    (profile_arn("ap-south-1", "apac.amazon.nova-pro-v1:0"), "ap-southeast-1", "GEOGRAPHIC"),
+    (profile_arn("ap-northeast-1", "jp.amazon.nova-pro-v1:0"), "ap-northeast-3", "GEOGRAPHIC"),
+    (profile_arn("ap-southeast-2", "au.amazon.nova-pro-v1:0"), "ap-southeast-4", "GEOGRAPHIC"),
+    (profile_arn("ca-central-1", "ca.amazon.nova-pro-v1:0"), "ca-west-1", "GEOGRAPHIC"),
+    (profile_arn("us-gov-west-1", "us-gov.amazon.nova-pro-v1:0", "aws-us-gov"), "us-gov-east-1", "GEOGRAPHIC"),
+    # a global profile answers its model without a Region: it serves every calling Region
+    (profile_arn("us-east-1", "global.amazon.nova-pro-v1:0"), "us-east-1", "GLOBAL"),
+    (profile_arn("us-east-1", "global.amazon.nova-pro-v1:0"), "eu-west-1", "GLOBAL"),
+])
+def test_a_system_profiles_kind_comes_from_its_id(api, tenant, arn, calling_region, kind):
+    assert register(api, tenant, "p1", arn=arn).status == 201
+    reply = api.post(tenant.app_path + "/usage", usage_body(model_label="p1", calling_region=calling_region),
+                     token=tenant.token)
+    assert reply.status == 202, reply
+    assert reply.json()["pricing"]["profile_kind"] == kind
+    assert reply.json()["processing"]["cost_usd_micros"] == 3760  # Nova Pro at config prices (no kind price)
+
+
+@pytest.mark.parametrize("copy_from, calling_region, kind", [
+    (profile_arn("us-east-1", "global.amazon.nova-pro-v1:0"), "us-east-1", "GLOBAL"),
+    (profile_arn("us-east-1", "us.amazon.nova-pro-v1:0"), "us-east-2", "GEOGRAPHIC"),
+    ("arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0", "us-east-1", "IN_REGION"),
+])
+def test_an_application_profile_has_the_kind_of_what_it_copies(api, tenant, bedrock, copy_from, calling_region,
+                                                                kind):
+    arn = bedrock().create_inference_profile(inferenceProfileName="copy",
+                                             modelSource={"copyFrom": copy_from})["inferenceProfileArn"]
+    assert register(api, tenant, "p1", arn=arn).status == 201
+    reply = api.post(tenant.app_path + "/usage", usage_body(model_label="p1", calling_region=calling_region),
+                     token=tenant.token)
+    assert reply.status == 202, reply
+    assert reply.json()["pricing"]["profile_kind"] == kind
+
+
+def test_a_foundation_model_label_is_in_region(api, tenant):
+    reply = api.post(tenant.app_path + "/usage", usage_body(calling_region="us-east-1"), token=tenant.token)
+    assert reply.json()["pricing"]["profile_kind"] == "IN_REGION"
+
+
+def test_a_global_profile_is_priced_at_the_global_rate_of_the_calling_region(api, tenant):
+    today = org_date("America/New_York").isoformat()
+    table(tables.PRICING_CACHE).put_item(Item={
+        "model_id": "amazon.nova-pro-v1:0", "price_key": f"{today}#eu-west-1",
+        "input_price_usd_micros_per_1m": 1_050_000, "output_price_usd_micros_per_1m": 4_200_000,
+        "global_input_price_usd_micros_per_1m": 720_000, "global_output_price_usd_micros_per_1m": 2_880_000})
+    for label, profile_id in (("nova-global", "global.amazon.nova-pro-v1:0"), ("nova-eu", "eu.amazon.nova-pro-v1:0")):
+        assert register(api, tenant, label, arn=profile_arn("eu-west-1", profile_id)).status == 201
+    body = usage_body(model_label="nova-global", calling_region="eu-west-1", input_tokens=1000, output_tokens=1000)
+    global_reply = api.post(tenant.app_path + "/usage", body, token=tenant.token).json()
+    assert (global_reply["pricing"]["source"], global_reply["pricing"]["profile_kind"]) == ("PRICING_API", "GLOBAL")
+    assert global_reply["processing"]["cost_usd_micros"] == 720 + 2880
+    # a geographic profile has no rate of its own here: the Region's in-region rate
+    geo_body = {**body, "model_label": "nova-eu", "request_id": str(uuid.uuid4())}
+    geo_reply = api.post(tenant.app_path + "/usage", geo_body, token=tenant.token).json()
+    assert geo_reply["pricing"]["profile_kind"] == "GEOGRAPHIC"
+    assert geo_reply["processing"]["cost_usd_micros"] == 1050 + 4200
+
+
+def test_a_retry_answers_with_the_first_acceptances_kind(api, tenant):
+    register(api, tenant, "nova-global", arn=profile_arn("us-east-1", "global.amazon.nova-pro-v1:0"))
+    body = usage_body(model_label="nova-global", calling_region="us-east-1")
+    api.post(tenant.app_path + "/usage", body, token=tenant.token)
+    retry = api.post(tenant.app_path + "/usage", body, token=tenant.token).json()
+    assert retry["duplicate"] is True and retry["pricing"]["profile_kind"] == "GLOBAL"

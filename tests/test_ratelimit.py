@@ -1,4 +1,5 @@
 """Per-client rate limits: exact across containers, amortised in DynamoDB calls."""
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -100,11 +101,15 @@ def test_right_secrets_are_not_failed_attempts(limits_on, api):
 def test_every_attempt_from_one_address_counts_against_its_limit(limits_on, api):
     """Spraying many client ids from one address (each a bcrypt check) is capped too."""
     limit = get_config().rate_limits["auth_token_source"].requests
-    statuses = [token_request(api, f"org-{uuid.uuid4()}", "guess", "198.51.100.77").status for _ in range(limit)]
+    for address in ("198.51.100.77", "198.51.100.78"):  # a second try if a minute window ended mid-way
+        window = int(time.time() // 60)
+        statuses = [token_request(api, f"org-{uuid.uuid4()}", "guess", address).status for _ in range(limit)]
+        reply = token_request(api, f"org-{uuid.uuid4()}", "guess", address)
+        if int(time.time() // 60) == window:
+            break
     assert statuses == [401] * limit
-    reply = token_request(api, f"org-{uuid.uuid4()}", "guess", "198.51.100.77")
     assert_error(reply, 429, "RATE_LIMIT_EXCEEDED")
-    assert reply.headers["x-ratelimit-clientid"] == "source:198.51.100.77"
+    assert reply.headers["x-ratelimit-clientid"] == f"source:{address}"
     org_id = seed_org(secret="org-secret")
     assert token_request(api, f"org-{org_id}", "org-secret", "192.0.2.10").status == 200
 

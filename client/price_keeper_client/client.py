@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Sequence
 import requests
 
 from .auth import Principal, TokenManager
-from .bedrock import ConverseResult, GuardedBedrock
+from .bedrock import ConverseResult, ConverseStream, GuardedBedrock
 from .errors import PriceKeeperError, Unauthorized
 from .models import BatchResult, DailySpend, ModelChoice, UsageReceipt, UsageRecord
 from .reporter import UsageReporter
@@ -147,8 +147,15 @@ class PriceKeeper:
         return self._bedrock
 
     def converse(self, messages: list[dict], **kwargs: Any) -> ConverseResult:
-        """Bedrock Converse with the recommended model; its token usage is reported."""
+        """Bedrock Converse with the recommended model; its token usage is reported (a call
+        that fails after reaching Bedrock as ``ERROR``, then its error is raised)."""
         return self.bedrock.converse(messages, **kwargs)
+
+    def converse_stream(self, messages: list[dict], **kwargs: Any) -> ConverseStream:
+        """Bedrock ConverseStream with the recommended model: iterate the result for the
+        stream's events, unchanged; its usage is reported when the stream ends (from the
+        ``metadata`` event), or as ``ERROR`` with what is known when it breaks."""
+        return self.bedrock.converse_stream(messages, **kwargs)
 
     # -- aggregates ------------------------------------------------------------------------------
 

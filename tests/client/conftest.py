@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -140,3 +141,82 @@ def cli(server: Server, *args: str, env: dict | None = None, stdin: str | None =
     full_env.update(PRICE_KEEPER_URL=server.url, **(env or {}))
     return subprocess.run([str(BIN / "price-keeper"), *args], env=full_env, input=stdin, capture_output=True,
                           text=True, timeout=60)
+
+
+# --- ConverseStream on the wire ---------------------------------------------------------
+
+def _event_message(headers: dict[str, str], payload: dict) -> bytes:
+    """One message of AWS's event-stream encoding (the binary framing ConverseStream answers
+    in): prelude (total and headers length, CRC32), string headers, JSON payload, CRC32."""
+    encoded_headers = b"".join(
+        len(name).to_bytes(1, "big") + name.encode() + b"\x07" + len(value).to_bytes(2, "big") + value.encode()
+        for name, value in headers.items())
+    body = json.dumps(payload).encode()
+    total = 12 + len(encoded_headers) + len(body) + 4
+    prelude = total.to_bytes(4, "big") + len(encoded_headers).to_bytes(4, "big")
+    message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + encoded_headers + body
+    return message + zlib.crc32(message).to_bytes(4, "big")
+
+
+def stream_event(event_type: str, payload: dict) -> bytes:
+    return _event_message({":event-type": event_type, ":content-type": "application/json",
+                           ":message-type": "event"}, payload)
+
+
+def stream_exception(exception_type: str, message: str) -> bytes:
+    """An error inside the stream, as Bedrock sends it (botocore raises ``EventStreamError``)."""
+    return _event_message({":exception-type": exception_type, ":content-type": "application/json",
+                           ":message-type": "exception"}, {"message": message})
+
+
+def stream_events(text: str = "Hello there", input_tokens: int = 1500, output_tokens: int = 800,
+                  cache_read: int = 0) -> list[bytes]:
+    """A whole ConverseStream answer: message start, text deltas, stops, then ``metadata``."""
+    half = len(text) // 2
+    usage = {"inputTokens": input_tokens, "outputTokens": output_tokens,
+             "totalTokens": input_tokens + output_tokens + cache_read}
+    if cache_read:
+        usage["cacheReadInputTokens"] = cache_read
+    return [
+        stream_event("messageStart", {"role": "assistant"}),
+        stream_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": text[:half]}}),
+        stream_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": text[half:]}}),
+        stream_event("contentBlockStop", {"contentBlockIndex": 0}),
+        stream_event("messageStop", {"stopReason": "end_turn"}),
+        stream_event("metadata", {"usage": usage, "metrics": {"latencyMs": 412}}),
+    ]
+
+
+class WireStream:
+    """The raw HTTP body botocore reads a ConverseStream answer from: ``stream()`` yields
+    the encoded messages (then raises ``breaks_with``, if given, as a dropped connection would)."""
+
+    def __init__(self, messages: list[bytes], breaks_with: BaseException | None = None):
+        self.messages, self.breaks_with, self.closed = messages, breaks_with, False
+
+    def stream(self, **_):
+        yield from self.messages
+        if self.breaks_with is not None:
+            raise self.breaks_with
+
+    def close(self):
+        self.closed = True
+
+
+def answer_converse_stream(client, *bodies: WireStream) -> list[dict]:
+    """Makes ``client`` (a real bedrock-runtime client) receive ``bodies`` as the HTTP
+    answers of its next ConverseStream calls; botocore parses them as it parses Bedrock's.
+    Returns the requests' parsed JSON bodies (with the model id of the URL)."""
+    from urllib.parse import unquote
+
+    from botocore.awsrequest import AWSResponse
+
+    pending, sent = list(bodies), []
+
+    def respond(request, **_):
+        model = unquote(request.url.split("/model/", 1)[1].rsplit("/converse-stream", 1)[0])
+        sent.append({"modelId": model, **json.loads(request.body)})
+        return AWSResponse(request.url, 200, {"Content-Type": "application/vnd.amazon.eventstream"}, pending.pop(0))
+
+    client.meta.events.register("before-send.bedrock-runtime.ConverseStream", respond)
+    return sent

@@ -17,7 +17,8 @@ from price_keeper_client import PriceKeeper, QuotaExceeded, UsageRecord
 from price_keeper_client.models import DailySpend
 from price_keeper_client.spend_table import render
 
-from .conftest import BIN, ROOT, converse_response, provision, stubbed_bedrock, wait_for, wait_for_quota_exceeded
+from .conftest import (BIN, ROOT, WireStream, answer_converse_stream, converse_response, provision, stream_events,
+                       stubbed_bedrock, wait_for, wait_for_quota_exceeded)
 
 pytestmark = pytest.mark.e2e
 
@@ -46,10 +47,10 @@ def section(doc: str, heading: str) -> str:
     return "".join(lines)
 
 
-def code_block(doc: str, heading: str, language: str) -> str:
+def code_block(doc: str, heading: str, language: str, index: int = 0) -> str:
     blocks = re.findall(rf"^```{language}\n(.*?)^```", section(doc, heading), re.S | re.M)
-    assert blocks, f'no {language} block under "## {heading}" in {doc}'
-    return blocks[0]
+    assert len(blocks) > index, f'no {language} block #{index + 1} under "## {heading}" in {doc}'
+    return blocks[index]
 
 
 @pytest.fixture
@@ -106,6 +107,21 @@ def test_application_snippet_when_the_budget_is_spent(doc, server, monkeypatch, 
     out = capsys.readouterr().out
     assert f"Today's Bedrock budget is spent; it resets at {error.retry_after:%Y-%m-%d %H:%M} UTC" in out
     bedrock_from_boto3.assert_no_pending_responses()  # nothing was queued, and Bedrock was not called
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_streaming_snippet_relays_the_text_and_reports_the_usage(doc, server, monkeypatch, capsys):
+    snippet = code_block(doc, "Use it from your application", "python", 1)
+    _, creds = provision(server)
+    use_credentials(monkeypatch, server, creds)
+    bedrock = boto3.client("bedrock-runtime", region_name="us-east-1", aws_access_key_id="testing",
+                           aws_secret_access_key="testing")
+    sent = answer_converse_stream(bedrock, WireStream(stream_events("Shipped: the new console.", 1500, 800)))
+    monkeypatch.setattr(boto3, "client", lambda service_name, *args, **kwargs: bedrock)
+    exec(compile(snippet, f"{doc} streaming snippet", "exec"), {"__name__": "snippet"})
+    out = capsys.readouterr().out
+    assert out == "Shipped: the new console.\n800 tokens, 3760 micro-USD\n"
+    assert [request["modelId"] for request in sent] == ["amazon.nova-pro-v1:0"]
 
 
 @pytest.mark.parametrize("doc", DOCS)

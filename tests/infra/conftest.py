@@ -24,6 +24,7 @@ from stacks import REPO_ROOT  # noqa: E402
 # Context of the second synthesis: every optional feature on.
 OPTIONS = {"stage": "prod", "tablePrefix": "pk-", "enableStreams": "true",
            "corsOrigins": "https://a.example, https://b.example", "alertEmail": "ops@example.com",
+           "alertWebhookUrl": "https://hooks.slack.com/services/T000/B000/XXXXXXXX",
            "throttleRateLimit": "50", "throttleBurstLimit": "80"}
 
 

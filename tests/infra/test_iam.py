@@ -111,14 +111,29 @@ def test_every_function_that_authorizes_reads_the_signing_key():
     assert {"auth_token", "auth_refresh", "auth_revoke"} <= access.JWT_READERS
 
 
-def test_only_the_aggregator_puts_events_and_only_on_the_service_bus(synth):
+def test_only_alert_publishers_put_events_and_only_on_the_service_bus(synth):
+    """The aggregator (spend alerts) and the usage functions (UNPRICED_MODEL)."""
     bus_id = synth.id_of(synth.stack.alerts.bus)
     publishers = {}
     for name, statements in _function_statements(synth).items():
         for statement in statements:
             if "events:PutEvents" in statement.actions:
                 publishers[name] = statement.targets
-    assert publishers == {"aggregator": {bus_id}}
+    assert publishers == {"aggregator": {bus_id}, "usage": {bus_id}, "usage_batch": {bus_id}}
+
+
+def test_only_the_pricing_fetcher_reads_foundation_models(synth):
+    """It asks a model's name (GetFoundationModel) to find it in the Price List; foundation
+    models are AWS's, so the ARN has no account."""
+    readers = {}
+    for name, statements in _function_statements(synth).items():
+        for statement in statements:
+            if "bedrock:GetFoundationModel" in statement.actions:
+                assert statement.actions == ("bedrock:GetFoundationModel",), name
+                readers[name] = statement.resources
+    assert set(readers) == {"pricing_fetcher"}
+    (resource,) = readers["pricing_fetcher"]
+    assert resource["Fn::Join"][1][-1] == ":bedrock:*::foundation-model/*"
 
 
 def test_profile_resolving_functions_read_inference_profiles_of_their_own_account_only(synth):

@@ -2,6 +2,8 @@
 and the alert bus → SNS route."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from .cfn import logical_id
@@ -63,16 +65,74 @@ def test_pricing_fetcher_runs_once_on_deploy(synth):
     assert logical_id(version["Properties"]["FunctionName"]) == synth.function_ids()["pricing_fetcher"]
 
 
+def _rule(synth, rule) -> dict:
+    return synth.json["Resources"][synth.id_of(rule)]["Properties"]
+
+
 def test_alert_events_route_from_the_bus_to_the_topic(synth):
     bus_id = synth.id_of(synth.stack.alerts.bus)
     topic_id = synth.id_of(synth.stack.alerts.topic)
     (bus,) = synth.resources("AWS::Events::EventBus").values()
     assert bus["Properties"]["Name"] == "price-keeper-dev-events"
-    (rule,) = [r["Properties"] for r in synth.resources("AWS::Events::Rule").values()
-               if "EventBusName" in r["Properties"]]
-    assert logical_id(rule["EventBusName"]) == bus_id
+    on_bus = [r["Properties"] for r in synth.resources("AWS::Events::Rule").values()
+              if "EventBusName" in r["Properties"]]
+    assert all(logical_id(rule["EventBusName"]) == bus_id for rule in on_bus) and len(on_bus) == 2
+    rule = _rule(synth, synth.stack.alerts.rule)
     assert rule["EventPattern"] == {"source": ["price-keeper"]}
-    assert [logical_id(t["Arn"]) for t in rule["Targets"]] == [topic_id]
+    assert [logical_id(t["Arn"]) for t in rule["Targets"]] == [topic_id]  # no webhook unless configured
+    assert not synth.resources("AWS::Events::ApiDestination")
+
+
+def test_unpriced_model_events_run_the_pricing_fetcher(synth):
+    rule = _rule(synth, synth.stack.alerts.unpriced_model_rule)
+    assert rule["EventPattern"] == {"source": ["price-keeper"], "detail-type": ["SpendAlert"],
+                                    "detail": {"type": ["UNPRICED_MODEL"]}}
+    (target,) = rule["Targets"]
+    assert logical_id(target["Arn"]) == synth.function_ids()["pricing_fetcher"]
+    assert "Input" not in target and "InputTransformer" not in target  # the whole event: detail names the model
+    assert target["RetryPolicy"] == {"MaximumRetryAttempts": 8, "MaximumEventAgeInSeconds": 6 * 3600}
+    rule_id = synth.id_of(synth.stack.alerts.unpriced_model_rule)
+    permissions = [p["Properties"] for p in synth.resources("AWS::Lambda::Permission").values()
+                   if logical_id(p["Properties"].get("SourceArn", "")) == rule_id]
+    assert [(p["Principal"], logical_id(p["FunctionName"])) for p in permissions] == [
+        ("events.amazonaws.com", synth.function_ids()["pricing_fetcher"])]
+
+
+def test_a_configured_webhook_gets_each_alert_as_slack_json(synth_options):
+    ((destination_id, destination),) = synth_options.resources("AWS::Events::ApiDestination").items()
+    destination = destination["Properties"]
+    assert destination["InvocationEndpoint"] == "https://hooks.slack.com/services/T000/B000/XXXXXXXX"
+    assert destination["HttpMethod"] == "POST"
+    ((connection_id, connection),) = synth_options.resources("AWS::Events::Connection").items()
+    assert logical_id(destination["ConnectionArn"]) == connection_id
+    assert connection["Properties"]["AuthorizationType"] == "API_KEY"
+    rule = _rule(synth_options, synth_options.stack.alerts.rule)
+    topic_id = synth_options.id_of(synth_options.stack.alerts.topic)
+    topic_target, webhook_target = rule["Targets"]
+    assert logical_id(topic_target["Arn"]) == topic_id and "InputTransformer" not in topic_target
+    assert logical_id(webhook_target["Arn"]) == destination_id
+    assert logical_id(webhook_target["RoleArn"])  # EventBridge invokes the destination with its own role
+    transformer = webhook_target["InputTransformer"]
+    paths = transformer["InputPathsMap"]
+    assert set(paths.values()) >= {"$.detail.type", "$.detail.label", "$.detail.model_id", "$.detail.scope"}
+    # the template is Slack's {"text": ...} once EventBridge fills each placeholder in (here: the field's name)
+    text = transformer["InputTemplate"]
+    for placeholder, path in paths.items():
+        text = text.replace(f"<{placeholder}>", path.removeprefix("$.detail."))
+    assert json.loads(text) == {"text": "Bedrock Price Keeper type: label label, threshold threshold_pct%, "
+                                        "model model_id; spend spend_usd_micros of quota_usd_micros micro-USD "
+                                        "on date in scope"}
+
+
+def test_the_webhook_must_be_https():
+    from stacks.settings import Settings
+
+    class Node:
+        def try_get_context(self, key):
+            return {"alertWebhookUrl": "http://hooks.example/alert"}.get(key)
+
+    with pytest.raises(ValueError, match="https"):
+        Settings.from_context(Node())
 
 
 def test_no_email_subscription_unless_configured(synth, synth_options):

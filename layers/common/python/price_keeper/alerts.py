@@ -10,6 +10,12 @@ Alert kinds, for one quota scope (``ORG#{org}`` or ``ORG#{org}#APP#{app}``) and 
   because the label is spent or the day's sticky state already points past it.
 - ``ALL_EXHAUSTED``: every label of the ordering is spent, or the total cap is reached
   (selection answers 429).
+- ``UNPRICED_MODEL`` (label, model): usage was counted at the configured estimate because
+  its model (a profile routing outside config.yaml) has no known price. Raised by the usage
+  path, not the aggregator; its event also makes the pricing fetcher look the model up.
+
+Thresholds are config.yaml ``alerts.thresholds_pct`` unless the org sets its own
+(``overrides.alert_thresholds_pct``).
 
 Detection is level-triggered: an alert is due whenever its condition holds, and "once per
 day" comes from the record, not from comparing old and new totals, so a run that crashed
@@ -48,14 +54,13 @@ from . import boosts, keys, orgs, reports, tables
 from .aws import client, ddb_client, query_all
 from .aggregation import RunReport
 from .cache import TTLCache
-from .config import get_config
 from .observability import logger
 from .orgs import EffectiveConfig
 from .selection import read_sticky
 from .timeutil import iso_utc, org_day, parse_day
 from .validation import Schema
 
-THRESHOLD, FALLBACK, ALL_EXHAUSTED = "THRESHOLD", "FALLBACK", "ALL_EXHAUSTED"
+THRESHOLD, FALLBACK, ALL_EXHAUSTED, UNPRICED_MODEL = "THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL"
 EVENT_SOURCE = "price-keeper"
 DETAIL_TYPE = "SpendAlert"
 DEFAULT_EVENT_BUS = "price-keeper-events"
@@ -82,10 +87,12 @@ class Alert:
     spend_usd_micros: int | None = field(default=None, compare=False)
     quota_usd_micros: int | None = field(default=None, compare=False)
     fallback_to: str | None = field(default=None, compare=False)
+    model_id: str | None = None  # UNPRICED_MODEL: one alert per model (part of the identity)
+    region: str | None = field(default=None, compare=False)  # UNPRICED_MODEL: the calling region
 
     def date_key(self, day: str) -> str:
         threshold = _NO_PART if self.threshold_pct is None else str(self.threshold_pct)
-        return f"ALERT#{day}#{self.type}#{self.label or _NO_PART}#{threshold}"
+        return f"ALERT#{day}#{self.type}#{self.model_id or self.label or _NO_PART}#{threshold}"
 
 
 # --- detection (pure) ----------------------------------------------------------------
@@ -150,6 +157,7 @@ def _record(scope: str, config: EffectiveConfig, day: str, alert: Alert, now: da
         "date": parse_day(day).isoformat(), "type": alert.type, "label": alert.label,
         "threshold_pct": alert.threshold_pct, "spend_usd_micros": alert.spend_usd_micros,
         "quota_usd_micros": alert.quota_usd_micros, "fallback_to": alert.fallback_to,
+        "model_id": alert.model_id, "region": alert.region,
         "fired_at": iso_utc(now), "fired_at_epoch": now_epoch, "claimed_at_epoch": now_epoch,
         "attempts": 1, "published": False,
         tables.TTL_ATTRIBUTE: now_epoch + ALERT_RETENTION_DAYS * 86400,
@@ -176,7 +184,7 @@ def _claim_retry(item: dict, now: datetime) -> dict | None:
 
 
 EVENT_FIELDS = ("type", "label", "threshold_pct", "scope", "org_id", "app_id", "date", "fired_at",
-                "spend_usd_micros", "quota_usd_micros", "fallback_to")
+                "spend_usd_micros", "quota_usd_micros", "fallback_to", "model_id", "region")
 
 
 def event_detail(item: dict) -> dict:
@@ -228,7 +236,7 @@ def evaluate_and_fire(scope: str, config: EffectiveConfig, day: str, totals_by_l
     """
     def due(quotas: Mapping[str, int]) -> list[Alert]:
         return due_alerts(config.model_ordering, quotas, totals_by_label, sticky_label,
-                          get_config().alerts.thresholds_pct, config._replace(quotas=quotas).total_quota)
+                          config.alert_thresholds_pct, config._replace(quotas=quotas).total_quota)
 
     candidates = due(config.quotas)
     if not candidates:
@@ -236,6 +244,19 @@ def evaluate_and_fire(scope: str, config: EffectiveConfig, day: str, totals_by_l
     extra = boosts.active_boosts(config.org_id, config.app_id, config.quota_scope, now)
     if extra:
         candidates = due(boosts.apply(config.quotas, extra))
+    return _fire(scope, config, day, candidates, now)
+
+
+def fire_unpriced_model(config: EffectiveConfig, day: str, label: str, model_id: str, region: str | None,
+                        now: datetime) -> list[Alert]:
+    """``UNPRICED_MODEL`` for the scope, day and model (once; a warm container that saw it
+    published does no I/O): for the usage path, after counting a record at the estimate."""
+    return _fire(config.scope, config, day, [Alert(UNPRICED_MODEL, label, model_id=model_id, region=region)], now)
+
+
+def _fire(scope: str, config: EffectiveConfig, day: str, candidates: Sequence[Alert], now: datetime) -> list[Alert]:
+    """Record and publish each alert not yet published for the scope and day; the ones
+    this call published."""
     pending = [alert for alert in candidates if not _published.get((scope, alert.date_key(day)))]
     if not pending:
         return []
@@ -278,9 +299,10 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
 
 
 class AlertEntry(Schema):
-    type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED"]
+    type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL"]
     label: str | None = Field(description="null for ALL_EXHAUSTED, and for THRESHOLD of the scope's total cap")
     threshold_pct: int | None = Field(description="THRESHOLD only")
+    model_id: str | None = Field(description="UNPRICED_MODEL only: the Bedrock model counted at the estimate")
     scope: str = Field(description="Quota scope key: ORG#{org_id} or ORG#{org_id}#APP#{app_id}")
     app_id: str | None
     fired_at: str
@@ -296,7 +318,7 @@ class AlertList(Schema):
 def _row(item: dict) -> dict:
     threshold = item.get("threshold_pct")
     return {"type": item["type"], "label": item.get("label"),
-            "threshold_pct": int(threshold) if threshold is not None else None,
+            "threshold_pct": int(threshold) if threshold is not None else None, "model_id": item.get("model_id"),
             "scope": item["scope"], "app_id": item.get("app_id"), "fired_at": item["fired_at"]}
 
 

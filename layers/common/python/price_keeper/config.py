@@ -21,7 +21,15 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _CANDIDATES = (_PACKAGE_DIR / BUNDLED_NAME, *(root / "config.yaml" for root in _PACKAGE_DIR.parents[3:4]))
 
 LABEL_TYPES = ("model", "profile")
-PROFILE_KINDS = ("in_region", "geographic", "global")
+# How a call reaches its model, which selects the price (the wire names of ``pricing.profile_kind``):
+# a foundation model or an in-region profile, a geographic cross-region profile (``us.``,
+# ``eu.``...), or a global one (``global.``, billed at its own, lower, rate).
+IN_REGION, GEOGRAPHIC, GLOBAL = "IN_REGION", "GEOGRAPHIC", "GLOBAL"
+# config.yaml keys of a label's cross-region prices
+CROSS_REGION_KEYS = {"geographic": GEOGRAPHIC, "global": GLOBAL}
+PRICE_FIELDS = {"input": "input_price_usd_micros_per_1m", "output": "output_price_usd_micros_per_1m",
+                "cache_read": "cache_read_price_usd_micros_per_1m",
+                "cache_write": "cache_write_price_usd_micros_per_1m"}
 
 
 class Prices(NamedTuple):
@@ -41,13 +49,19 @@ class Label(NamedTuple):
     description: str = ""
     tier: str = ""
     family: str = ""
-    profile_kind: str = "in_region"
+    # Prices of cross-region profiles (GEOGRAPHIC / GLOBAL) when the Price List has none;
+    # a kind left out is priced as in-region.
+    cross_region_prices: dict[str, Prices] = {}
     # The model's name in the AWS Price List (product attribute ``model``, e.g. "Nova Pro");
     # empty: the pricing fetcher does not look this label's model up.
     price_list_model: str = ""
     # Most tokens one usage record may report per field (``None``: the metering default).
     max_input_tokens: int | None = None
     max_output_tokens: int | None = None
+
+    def configured_prices(self) -> dict[str, Prices]:
+        """The label's config.yaml prices by profile kind (IN_REGION always present)."""
+        return {IN_REGION: self.prices, **self.cross_region_prices}
 
 
 class Metering(NamedTuple):
@@ -96,6 +110,9 @@ class ServiceConfig:
     org_defaults: dict = field(default_factory=dict)
     rate_limits: dict[str, RateLimit] = field(default_factory=dict)
     alerts: Alerts = field(default_factory=Alerts)
+    # The price of a model with no known price (a profile routing outside config.yaml and
+    # the Price List): config.yaml ``unknown_model_estimate``, default the highest label price.
+    unknown_model_estimate: Prices = Prices(0, 0)
 
     def token_caps(self, label: str) -> tuple[int, int]:
         """(max input, max output) tokens one usage record of ``label`` may report."""
@@ -133,28 +150,45 @@ def _positive_or_none(spec: dict, name: str, label: str) -> int | None:
     return value
 
 
+def _prices(spec: dict, where: str) -> Prices:
+    """Prices from the ``*_price_usd_micros_per_1m`` fields (input and output required)."""
+    values = {}
+    for component, name in PRICE_FIELDS.items():
+        value = spec.get(name, None if component in ("input", "output") else 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{where}: {name} must be an integer >= 0")
+        values[component] = value
+    return Prices(**values)
+
+
+def _cross_region_prices(spec: dict, label: str) -> dict[str, Prices]:
+    raw = spec.get("cross_region_prices") or {}
+    unknown = sorted(set(raw) - set(CROSS_REGION_KEYS))
+    if unknown:
+        raise ValueError(f"label {label}: cross_region_prices keys must be among {sorted(CROSS_REGION_KEYS)}")
+    return {CROSS_REGION_KEYS[key]: _prices(prices, f"label {label} cross_region_prices.{key}")
+            for key, prices in raw.items()}
+
+
+def _highest(prices: list[Prices]) -> Prices:
+    """Each component's highest price (a conservative estimate for a model of unknown price)."""
+    return Prices(*(max((getattr(p, c) for p in prices), default=0) for c in PRICE_FIELDS))
+
+
 def parse_config(raw: dict) -> ServiceConfig:
     labels = {}
     for name, spec in (raw.get("model_labels") or {}).items():
         if spec.get("type") not in LABEL_TYPES:
             raise ValueError(f"label {name}: type must be one of {LABEL_TYPES}")
-        kind = spec.get("profile_kind", "in_region")
-        if kind not in PROFILE_KINDS:
-            raise ValueError(f"label {name}: profile_kind must be one of {PROFILE_KINDS}")
         labels[name] = Label(
             name=name,
             type=spec["type"],
             id=spec["id"],
-            prices=Prices(
-                input=int(spec["input_price_usd_micros_per_1m"]),
-                output=int(spec["output_price_usd_micros_per_1m"]),
-                cache_read=int(spec.get("cache_read_price_usd_micros_per_1m", 0)),
-                cache_write=int(spec.get("cache_write_price_usd_micros_per_1m", 0)),
-            ),
+            prices=_prices(spec, f"label {name}"),
             description=spec.get("description", ""),
             tier=spec.get("tier", ""),
             family=spec.get("family", ""),
-            profile_kind=kind,
+            cross_region_prices=_cross_region_prices(spec, name),
             price_list_model=spec.get("price_list_model", ""),
             max_input_tokens=_positive_or_none(spec, "max_input_tokens", name),
             max_output_tokens=_positive_or_none(spec, "max_output_tokens", name),
@@ -169,6 +203,9 @@ def parse_config(raw: dict) -> ServiceConfig:
         rate_limits={name: RateLimit(name, int(spec["requests"]), int(spec["per_seconds"]))
                      for name, spec in (raw.get("rate_limits") or {}).items()},
         alerts=_alerts(raw.get("alerts") or {}),
+        unknown_model_estimate=(_prices(raw["unknown_model_estimate"], "unknown_model_estimate")
+                                if raw.get("unknown_model_estimate")
+                                else _highest([label.prices for label in labels.values()])),
     )
 
 

@@ -35,10 +35,10 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
-from . import boosts, keys, orgs, pricing, profiles, tables
+from . import alerts, boosts, keys, orgs, pricing, profiles, tables
 from .aggregation import Totals, usage_expires_at
 from .aws import ddb_client, table
-from .config import get_config
+from .config import IN_REGION, get_config
 from .errors import ApiError, invalid_request, service_unavailable
 from .models import UsageRequest
 from .observability import logger
@@ -76,6 +76,7 @@ class Outcome(NamedTuple):
     shard_id: int
     cost_usd_micros: int
     price_source: str
+    profile_kind: str
     duplicate: bool
 
 
@@ -153,7 +154,7 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
     day = booking_day(parse_timestamp(request.timestamp), config.timezone, now)
     check_token_caps(request)
     priced = priced_label(config, request.model_label, request.calling_region)
-    quote = pricing.quote(priced.model_id, parse_day(day), priced.region, priced.fallback)
+    quote = pricing.price_of(priced, parse_day(day))
     tokens = pricing.Tokens(request.input_tokens, request.output_tokens, request.cache_read_input_tokens,
                             request.cache_write_input_tokens)
     return Submission(
@@ -173,6 +174,7 @@ def transaction_items(submission: Submission, now_epoch: int) -> list[dict]:
         "shard_key": submission.dedup_key, "date_key": DEDUP_SORT_KEY,
         "model_label": submission.label, "org_day": submission.day, "shard_id": submission.shard_id,
         "cost_usd_micros": submission.cost_usd_micros, "price_source": submission.quote.source,
+        "profile_kind": submission.quote.profile_kind,
         "accepted_at_epoch": now_epoch,
         tables.TTL_ATTRIBUTE: now_epoch + get_config().metering.dedup_ttl_days * 86400,
     }
@@ -214,7 +216,8 @@ def record(submission: Submission, now: datetime) -> Outcome:
         try:
             ddb_client().transact_write_items(TransactItems=items, ClientRequestToken=request_token(items, attempt))
             return Outcome(submission.request_id, submission.label, submission.day, submission.shard_id,
-                           submission.cost_usd_micros, submission.quote.source, duplicate=False)
+                           submission.cost_usd_micros, submission.quote.source, submission.quote.profile_kind,
+                           duplicate=False)
         except ClientError as error:
             if error.response["Error"]["Code"] != "TransactionCanceledException":
                 raise
@@ -223,11 +226,26 @@ def record(submission: Submission, now: datetime) -> Outcome:
             if codes and codes[0] == "ConditionalCheckFailed":
                 first = plain(reasons[0]["Item"])
                 return Outcome(submission.request_id, first["model_label"], first["org_day"], int(first["shard_id"]),
-                               int(first["cost_usd_micros"]), first.get("price_source", ""), duplicate=True)
+                               int(first["cost_usd_micros"]), first.get("price_source", ""),
+                               first.get("profile_kind", IN_REGION), duplicate=True)
             if not TRANSACTION_RETRYABLE_REASONS.intersection(codes):
                 raise
             time.sleep(min(0.5, 0.02 * 2 ** attempt) * random.uniform(0.5, 1.0))
     raise service_unavailable("Usage write kept conflicting with concurrent writes; retry")
+
+
+def count(config: EffectiveConfig, submission: Submission, now: datetime) -> Outcome:
+    """``record``; a record newly counted at the estimate (a model with no known price)
+    raises ``UNPRICED_MODEL`` for its scope, day and model. The alert never fails the
+    record: a failure is logged and the next estimated record retries it."""
+    outcome = record(submission, now)
+    if outcome.price_source == pricing.ESTIMATE and not outcome.duplicate:
+        try:
+            alerts.fire_unpriced_model(config, submission.day, submission.label, submission.quote.model_id,
+                                       submission.quote.region, now)
+        except Exception:  # noqa: BLE001 - the usage is counted; only its alert is late
+            logger.exception("UNPRICED_MODEL alert failed", extra={"model_id": submission.quote.model_id})
+    return outcome
 
 
 def org_has_spend(org_id: str, day: str) -> bool:
@@ -276,7 +294,8 @@ def _accepted_body(outcome: Outcome, now: datetime) -> dict:
             "expected_aggregation_lag_secs": get_config().metering.aggregation_interval_secs,
             "cost_usd_micros": outcome.cost_usd_micros,
         },
-        "pricing": {"source": outcome.price_source, "version": parse_day(outcome.day).isoformat()},
+        "pricing": {"source": outcome.price_source, "version": parse_day(outcome.day).isoformat(),
+                    "profile_kind": outcome.profile_kind},
         "timestamp": iso_utc(now),
     }
 
@@ -285,7 +304,7 @@ def submit(org_id: str, app_id: str, request: UsageRequest, now: datetime | None
     """``POST .../usage``: the 202 body (with the label's current DailyTotal)."""
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
-    outcome = record(prepare(config, request, now), now)
+    outcome = count(config, prepare(config, request, now), now)
     return {**_accepted_body(outcome, now), "daily_total": daily_status(config, outcome.label, outcome.day)}
 
 
@@ -297,7 +316,7 @@ def _failed(raw, code: str, message: str) -> dict:
 
 def _submit_one(config: EffectiveConfig, raw, now: datetime) -> dict:
     try:
-        outcome = record(prepare(config, UsageRequest.model_validate(raw), now), now)
+        outcome = count(config, prepare(config, UsageRequest.model_validate(raw), now), now)
     except ValidationError:
         return _failed(raw, "INVALID_REQUEST", "Request validation failed")
     except ApiError as error:

@@ -1,7 +1,7 @@
 """Reading org and app configuration, and the inheritance rules between them.
 
 An app inherits every setting from its org unless it overrides it; ``quota_scope``,
-``timezone`` and ``agg_shard_count`` always come from the org, and so do the quotas while
+``timezone``, ``agg_shard_count`` and the alert thresholds always come from the org, and so do the quotas while
 the org is ORG-scoped (an app's own ``quotas``/``total_quota_usd_micros``, kept from an
 earlier APP scope, are ignored then). The effective config is cached in memory for
 ``CONFIG_CACHE_SECONDS`` (changes reach warm containers within that).
@@ -41,6 +41,8 @@ class EffectiveConfig(NamedTuple):
     refresh_interval_normal_secs: int
     refresh_interval_tight_secs: int
     total_quota_usd_micros: int | None = None  # None: the sum of the ordering's label quotas
+    # THRESHOLD alert percentages (the org's overrides.alert_thresholds_pct, else config.yaml's)
+    alert_thresholds_pct: tuple[int, ...] = ()
 
     @property
     def total_quota(self) -> int:
@@ -99,6 +101,8 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
         refresh_interval_tight_secs=int(source.get("refresh_interval_tight_secs",
                                                    defaults.refresh_interval_tight_secs)),
         total_quota_usd_micros=int(total) if total is not None else None,
+        alert_thresholds_pct=(tuple(sorted({int(pct) for pct in org["alert_thresholds_pct"]}))
+                              if org.get("alert_thresholds_pct") else get_config().alerts.thresholds_pct),
     )
 
 

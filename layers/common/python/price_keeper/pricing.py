@@ -4,14 +4,19 @@ Cost is integer micro-USD computed server-side: every token count times its pric
 per 1M tokens) is summed exactly in integers and divided by 1M **once**, rounding **up**
 (a spend guard never under-counts; the error is below one micro-USD per record).
 
-The price of a day for a model comes from PricingCache: ``{yyyy-mm-dd}#{region}`` when the
-usage names a region, then ``{yyyy-mm-dd}``, then the label's fallback prices from
-``config.yaml``. The daily pricing fetcher fills PricingCache from the AWS Price List API.
+A price depends on the model, the day, the calling region and the profile kind (in-region,
+geographic or global cross-region inference). It comes from PricingCache items
+``{yyyy-mm-dd}#{region}`` then ``{yyyy-mm-dd}`` (each holding every kind the Price List
+has), then ``config.yaml``; a kind without a price of its own is priced as in-region, and a
+model with no price anywhere at the configured estimate (``ESTIMATE``). The pricing
+fetcher fills PricingCache from the AWS Price List API: daily, and on the first sight of a
+model outside ``config.yaml``.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
@@ -21,11 +26,10 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import tables
+from . import profiles, tables
 from .aws import table
 from .cache import TTLCache
-from .config import Prices, get_config
-from .errors import invalid_config
+from .config import GEOGRAPHIC, GLOBAL, IN_REGION, PRICE_FIELDS, Prices, get_config
 from .observability import logger
 from .storage import batch_get
 from .timeutil import org_days_in_play, utc_now
@@ -35,18 +39,27 @@ MICROS_PER_USD = 1_000_000
 
 PRICING_API = "PRICING_API"
 CONFIG_FALLBACK = "CONFIG_FALLBACK"
+ESTIMATE = "ESTIMATE"  # a model with no known price, counted at config.yaml unknown_model_estimate
 
 PRICE_CACHE_SECONDS = 600
 PRICE_TTL_DAYS = 3
 PRICE_LIST_ENDPOINT_REGION = "us-east-1"  # the Price List API answers from us-east-1 for every region
 SERVICE_CODE = "AmazonBedrock"
 
-PRICE_ATTRIBUTES = {
-    "input": "input_price_usd_micros_per_1m",
-    "output": "output_price_usd_micros_per_1m",
-    "cache_read": "cache_read_price_usd_micros_per_1m",
-    "cache_write": "cache_write_price_usd_micros_per_1m",
-}
+# PricingCache items of models outside config.yaml the fetcher prices: {model id: Price List name}.
+REGISTRY_KEY = {"model_id": "#UNLABELLED", "price_key": "PRICE_LIST_MODELS"}
+
+
+def price_attribute(kind: str, component: str) -> str:
+    """PricingCache attribute of a price: the seed's names for in-region prices
+    (``input_price_usd_micros_per_1m``), prefixed by the kind for cross-region ones
+    (``global_input_price_usd_micros_per_1m``)."""
+    name = PRICE_FIELDS[component]
+    return name if kind == IN_REGION else f"{kind.lower()}_{name}"
+
+
+PRICE_ATTRIBUTES = [price_attribute(kind, component) for kind in (IN_REGION, GEOGRAPHIC, GLOBAL)
+                    for component in PRICE_FIELDS]
 
 
 class Tokens(NamedTuple):
@@ -67,19 +80,18 @@ def cost_usd_micros(tokens: Tokens, prices: Prices) -> int:
 
 class PriceQuote(NamedTuple):
     prices: Prices
-    source: str  # PRICING_API | CONFIG_FALLBACK
+    source: str  # PRICING_API | CONFIG_FALLBACK | ESTIMATE
     version: str  # the day, yyyy-mm-dd
     model_id: str
     region: str | None
+    profile_kind: str = IN_REGION
 
     def as_response(self) -> dict:
         return {
-            "input_price_usd_micros_per_1m": self.prices.input,
-            "output_price_usd_micros_per_1m": self.prices.output,
-            "cache_read_price_usd_micros_per_1m": self.prices.cache_read,
-            "cache_write_price_usd_micros_per_1m": self.prices.cache_write,
+            **{PRICE_FIELDS[component]: getattr(self.prices, component) for component in PRICE_FIELDS},
             "version": self.version,
             "source": self.source,
+            "profile_kind": self.profile_kind,
         }
 
 
@@ -87,65 +99,106 @@ def price_key(day: date, region: str | None = None) -> str:
     return day.isoformat() + (f"#{region}" if region else "")
 
 
-def _prices_from_item(item: dict, fallback: Prices | None) -> Prices:
-    def component(kind: str) -> int:
-        value = item.get(PRICE_ATTRIBUTES[kind])
+def _prices_from_item(item: dict, kind: str, fill: Prices | None) -> Prices | None:
+    """The item's prices of ``kind`` (None when it has none); missing components (e.g. cache
+    prices) from ``fill``."""
+    if item.get(price_attribute(kind, "input")) is None:
+        return None
+
+    def component(name: str) -> int:
+        value = item.get(price_attribute(kind, name))
         if value is not None:
             return int(value)
-        return getattr(fallback, kind) if fallback else 0
+        return getattr(fill, name) if fill else 0
 
-    return Prices(*(component(kind) for kind in ("input", "output", "cache_read", "cache_write")))
-
-
-_quotes = TTLCache(PRICE_CACHE_SECONDS)
+    return Prices(*(component(name) for name in PRICE_FIELDS))
 
 
-def quote(model_id: str, day: date, region: str | None, fallback: Prices | None) -> PriceQuote:
-    """The price of ``day`` for ``model_id`` (region, then default, then ``fallback``).
+_stored = TTLCache(PRICE_CACHE_SECONDS)
 
-    One BatchGetItem on a miss, then cached in memory per (model, day, region). With no
-    price anywhere the label cannot be metered: 400 ``INVALID_CONFIG``.
+
+def _stored_items(model_id: str, day: date, region: str | None) -> list[dict]:
+    """The day's PricingCache items of the model: the region's, then the default one (one
+    BatchGetItem on a miss, then cached in memory per model, day and region)."""
+    def load() -> list[dict]:
+        wanted = [price_key(day, region)] + ([price_key(day)] if region else [])
+        found = {item["price_key"]: item for item in batch_get(
+            tables.PRICING_CACHE, [{"model_id": model_id, "price_key": key} for key in wanted],
+            attributes=["price_key", *PRICE_ATTRIBUTES])}
+        return [found[key] for key in wanted if key in found]
+
+    return _stored.get_or_load((model_id, day, region), load)
+
+
+def quote(model_id: str, day: date, region: str | None, kind: str = IN_REGION,
+          configured: dict[str, Prices] | None = None) -> PriceQuote:
+    """The price of ``day`` for ``model_id`` called in ``region`` through a ``kind`` profile.
+
+    ``configured`` holds the config.yaml prices by kind (``Label.configured_prices``; None
+    for a model outside config.yaml). For the kind, then (a cross-region kind without a
+    price of its own) for IN_REGION: PricingCache (region, then default), then config.yaml.
+    Nothing anywhere: the configured estimate, ``ESTIMATE``. Global cross-region inference
+    is cheaper than in-region, so pricing it as in-region over-counts, never under-counts.
     """
-    return _quotes.get_or_load((model_id, day, region, fallback), lambda: _load_quote(model_id, day, region, fallback))
+    items = _stored_items(model_id, day, region)
+    for candidate in dict.fromkeys((kind, IN_REGION)):
+        fill = (configured.get(candidate) or configured[IN_REGION]) if configured else None
+        for item in items:
+            prices = _prices_from_item(item, candidate, fill)
+            if prices is not None:
+                return PriceQuote(prices, PRICING_API, day.isoformat(), model_id, region, kind)
+        if configured and candidate in configured:
+            return PriceQuote(configured[candidate], CONFIG_FALLBACK, day.isoformat(), model_id, region, kind)
+    return PriceQuote(get_config().unknown_model_estimate, ESTIMATE, day.isoformat(), model_id, region, kind)
 
 
-def _load_quote(model_id: str, day: date, region: str | None, fallback: Prices | None) -> PriceQuote:
-    wanted = [price_key(day, region)] + ([price_key(day)] if region else [])
-    found = {item["price_key"]: item for item in batch_get(
-        tables.PRICING_CACHE, [{"model_id": model_id, "price_key": key} for key in wanted],
-        attributes=["price_key", *PRICE_ATTRIBUTES.values()])}
-    for key in wanted:
-        if key in found:
-            return PriceQuote(_prices_from_item(found[key], fallback), PRICING_API, day.isoformat(), model_id, region)
-    if fallback is None:
-        raise invalid_config("No price known for this model; add it to config.yaml", model_id=model_id,
-                             region=region, date=day.isoformat())
-    return PriceQuote(fallback, CONFIG_FALLBACK, day.isoformat(), model_id, region)
+def price_of(priced: profiles.PricedModel, day: date) -> PriceQuote:
+    """The price of ``day`` for what a label bills (``profiles.priced_model``)."""
+    return quote(priced.model_id, day, priced.region, priced.profile_kind, priced.configured)
 
 
 # --- the AWS Price List ------------------------------------------------------------
+#
+# GetProducts answers every Bedrock product of a model: on-demand token prices per region,
+# and the same tokens under other offers, told apart by the usage type (and feature):
+#   USE1-NovaPro-input-tokens                        standard, in-region
+#   USE1-Claude4.5Sonnet-input-tokens-cross-region-global   global cross-region
+#   USE1-NovaPro-input-tokens-batch / -flex / -priority / -latency-optimized ...  other offers
+#   USE1-Claude4Sonnet-input-tokens-long-context     long-context tier
+#   USE1-Claude4.5Sonnet-cache-write-1h-input-token-count   1-hour cache writes
+# Only standard on-demand token prices are kept, per kind.
 
-# Price List ``inferenceType`` values of on-demand token prices.
-_TOKEN_KINDS = {
-    "input tokens": "input",
-    "output tokens": "output",
-    "cache read input tokens": "cache_read",
-    "cache write input tokens": "cache_write",
-}
-# Usage types of other offers (batch, flex, priority, provisioned, cross-region global...)
-# that must not become the on-demand price.
-_OTHER_OFFERS = ("batch", "flex", "priority", "latency-optimized", "provisioned", "custom", "global", "cross-region")
+# Dash-delimited words of an offer that is not the standard on-demand one.
+_OTHER_OFFER = re.compile(
+    r"(?:^|-)(?:batch|flex|priority|latency-optimized|provisioned|reserved|commitment|custom|training|"
+    r"storage|import|long-context|long-ctx|lctx|1h|mantle)(?:-|$)")
+_GLOBAL_OFFER = re.compile(r"(?:^|-)global(?:-|$)")
+_GEOGRAPHIC_OFFER = re.compile(r"(?:^|-)(?:cross-region|geo)(?:-|$)")
+_TOKEN_COMPONENTS = (("cache read", "cache_read"), ("cache write", "cache_write"), ("input", "input"),
+                     ("output", "output"))
 _TOKENS_PER_UNIT = {"1k tokens": 1_000, "1m tokens": 1_000_000, "tokens": 1, "token": 1}
 
 
-def token_kind(attributes: dict) -> str | None:
-    """``input``/``output``/``cache_read``/``cache_write`` for an on-demand token product."""
-    if attributes.get("feature", "On-demand Inference") != "On-demand Inference":
+def _words(*texts: str) -> str:
+    return "-".join(re.sub(r"[\s_]+", "-", text.strip().lower()) for text in texts if text)
+
+
+def classify(attributes: dict) -> tuple[str, str] | None:
+    """(profile kind, token component) of a standard on-demand token product, else None."""
+    inference = attributes.get("inferenceType", "").strip().lower()
+    component = next((name for prefix, name in _TOKEN_COMPONENTS if inference.startswith(prefix)), None)
+    if component is None or "token" not in inference:
         return None
-    usage_type = attributes.get("usagetype", "").lower()
-    if any(offer in usage_type for offer in _OTHER_OFFERS):
+    # the usage type without its region prefix (USE1-), which is not an offer word
+    usage = attributes.get("usagetype", "").partition("-")[2]
+    words = _words(usage, inference, attributes.get("feature", ""))
+    if _OTHER_OFFER.search(words):
         return None
-    return _TOKEN_KINDS.get(attributes.get("inferenceType", "").strip().lower())
+    if _GLOBAL_OFFER.search(words):
+        return GLOBAL, component
+    if _GEOGRAPHIC_OFFER.search(words):
+        return GEOGRAPHIC, component
+    return IN_REGION, component
 
 
 def micros_per_1m(usd_per_unit: str, unit: str) -> int:
@@ -156,28 +209,78 @@ def micros_per_1m(usd_per_unit: str, unit: str) -> int:
     return int(exact.quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
-def parse_price_list(entries: Iterable[str | dict], model_names: set[str]) -> dict[tuple[str, str], Prices]:
-    """``{(price list model name, region): Prices}`` for the on-demand token prices of
-    ``model_names`` found in GetProducts ``PriceList`` entries (JSON strings). Entries of
-    other offers, other models or unknown units are skipped; a model/region needs both an
-    input and an output price."""
-    found: dict[tuple[str, str], dict[str, int]] = {}
+class PricePoint(NamedTuple):
+    """One standard on-demand token price of the Price List, from its term's effective date."""
+
+    model: str  # the Price List model name
+    region: str
+    kind: str
+    component: str
+    effective: date
+    micros: int
+
+
+def _effective(term: dict) -> date:
+    text = term.get("effectiveDate") or ""
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).date()
+    except ValueError:
+        return date.min
+
+
+def _first_tier(dimensions: Iterable[dict]) -> dict | None:
+    """The token dimension starting at 0 tokens (a tiered term's later ranges are not the
+    standard price)."""
+    tokens = [d for d in dimensions if d.get("unit", "").strip().lower() in _TOKENS_PER_UNIT
+              and d.get("pricePerUnit", {}).get("USD") is not None]
+    return min(tokens, key=lambda d: Decimal(d.get("beginRange") or 0), default=None)
+
+
+def price_points(entries: Iterable[str | dict], model_names: set[str]) -> list[PricePoint]:
+    """The standard on-demand token prices of ``model_names`` in GetProducts ``PriceList``
+    entries (JSON strings); other offers, models and units are skipped."""
+    points = []
     for entry in entries:
         product = json.loads(entry) if isinstance(entry, str) else entry
         attributes = product.get("product", {}).get("attributes", {})
-        name, region, kind = attributes.get("model"), attributes.get("regionCode"), token_kind(attributes)
-        if name not in model_names or not region or kind is None:
+        name, region, classified = attributes.get("model"), attributes.get("regionCode"), classify(attributes)
+        if name not in model_names or not region or classified is None:
             continue
         for term in product.get("terms", {}).get("OnDemand", {}).values():
-            for dimension in term.get("priceDimensions", {}).values():
-                usd = dimension.get("pricePerUnit", {}).get("USD")
-                if usd is None or dimension.get("unit", "").strip().lower() not in _TOKENS_PER_UNIT:
-                    continue
-                found.setdefault((name, region), {})[kind] = micros_per_1m(usd, dimension["unit"])
-    return {
-        key: Prices(kinds["input"], kinds["output"], kinds.get("cache_read", 0), kinds.get("cache_write", 0))
-        for key, kinds in found.items() if "input" in kinds and "output" in kinds
-    }
+            dimension = _first_tier(term.get("priceDimensions", {}).values())
+            if dimension is not None:
+                points.append(PricePoint(name, region, *classified, _effective(term),
+                                         micros_per_1m(dimension["pricePerUnit"]["USD"], dimension["unit"])))
+    return points
+
+
+def prices_on(points: Iterable[PricePoint], day: date) -> dict[tuple[str, str], dict[str, Prices]]:
+    """``{(model name, region): {kind: Prices}}`` in effect on ``day``: for each price, the
+    term effective latest on or before the day; products that tie (same model, region, kind
+    and component) give the highest price, so the choice never depends on the order the API
+    answers in and never under-counts. A kind needs both an input and an output price."""
+    best: dict[tuple, tuple[date, int]] = {}
+    for point in points:
+        if point.effective > day:
+            continue
+        key = (point.model, point.region, point.kind, point.component)
+        best[key] = max(best.get(key, (date.min, -1)), (point.effective, point.micros))
+    grouped: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+    for (model, region, kind, component), (_, micros) in best.items():
+        grouped.setdefault((model, region), {}).setdefault(kind, {})[component] = micros
+    result = {}
+    for key, kinds in grouped.items():
+        complete = {kind: Prices(c["input"], c["output"], c.get("cache_read", 0), c.get("cache_write", 0))
+                    for kind, c in kinds.items() if "input" in c and "output" in c}
+        if complete:
+            result[key] = complete
+    return result
+
+
+def parse_price_list(entries: Iterable[str | dict], model_names: set[str],
+                     day: date) -> dict[tuple[str, str], dict[str, Prices]]:
+    """The standard on-demand token prices of ``model_names`` in effect on ``day``."""
+    return prices_on(price_points(entries, model_names), day)
 
 
 @lru_cache(maxsize=1)
@@ -203,60 +306,154 @@ def default_price_region() -> str:
     return os.environ.get("DEFAULT_PRICE_REGION", "us-east-1")
 
 
-def pricing_items(prices: dict[tuple[str, str], Prices], now: datetime) -> list[dict]:
-    """PricingCache items for every configured model and day that can still be metered:
-    ``{day}#{region}`` for each region and ``{day}`` for the default region."""
-    labels_by_name: dict[str, list] = {}
-    for label in get_config().labels.values():
-        if label.type == "model" and label.price_list_model:
-            labels_by_name.setdefault(label.price_list_model, []).append(label)
+class PricedModelId(NamedTuple):
+    """A Bedrock model id the fetcher prices, under its Price List name, with the config
+    label's descriptive attributes (empty for a model outside config.yaml)."""
+
+    model_id: str
+    price_list_model: str
+    details: dict
+
+
+def configured_models() -> list[PricedModelId]:
+    return [PricedModelId(label.id, label.price_list_model,
+                          {"model_label": label.name, "tier": label.tier, "family": label.family,
+                           "description": label.description})
+            for label in get_config().labels.values() if label.type == "model" and label.price_list_model]
+
+
+def pricing_items(points: list[PricePoint], models: list[PricedModelId], now: datetime) -> list[dict]:
+    """PricingCache items for ``models`` and every day that can still be metered, each day
+    priced by the terms in effect on it: ``{day}#{region}`` for each region and ``{day}``
+    for the default region, with the prices of every kind found."""
     fetched = int(now.timestamp())
     items: dict[tuple[str, str], dict] = {}
-    for (name, region), found in sorted(prices.items()):
-        for label in labels_by_name.get(name, []):
-            for day in org_days_in_play(now):
-                regions = [region] + ([None] if region == default_price_region() else [])
-                for key_region in regions:
-                    key = (label.id, price_key(day, key_region))
+    for day in org_days_in_play(now):
+        for (name, region), kinds in sorted(prices_on(points, day).items()):
+            for model in (model for model in models if model.price_list_model == name):
+                for key_region in [region] + ([None] if region == default_price_region() else []):
+                    key = (model.model_id, price_key(day, key_region))
                     items.setdefault(key, {
-                        "model_id": label.id, "price_key": key[1], "model_label": label.name, "tier": label.tier,
-                        "family": label.family, "description": label.description,
-                        **{PRICE_ATTRIBUTES[kind]: getattr(found, kind) for kind in PRICE_ATTRIBUTES},
+                        "model_id": model.model_id, "price_key": key[1], **model.details,
+                        **{price_attribute(kind, component): getattr(prices, component)
+                           for kind, prices in kinds.items() for component in PRICE_FIELDS},
                         "fetched_at_epoch": fetched,
                         tables.TTL_ATTRIBUTE: fetched + PRICE_TTL_DAYS * 86400,
                     })
     return list(items.values())
 
 
-def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
-    """The pricing fetcher: read the Price List, write the days' prices to PricingCache.
+def _store(item: dict) -> bool:
+    """Add the item's prices to the day's PricingCache item; False when it had them all.
 
-    A day's price, once written, is kept (conditional put): usage of a day is priced the
-    same whenever it arrives. When the Price List cannot be read, nothing is written and
-    the existing cache or the config prices keep serving (the run reports ``unavailable``
-    instead of failing, so the schedule does not turn into a crash loop).
+    Every attribute is written only if absent (``if_not_exists``): a price, once written
+    for a day, is kept, so usage of a day is priced the same whenever it arrives, while a
+    kind or component learned later (a new cross-region offer, a model first seen
+    mid-day) is still added. The condition skips the write when nothing is new.
+    """
+    attributes = [name for name in item if name not in ("model_id", "price_key")]
+    prices = [name for name in attributes if name in PRICE_ATTRIBUTES]
+    names = {f"#a{i}": name for i, name in enumerate(attributes)}
+    by_name = {name: placeholder for placeholder, name in names.items()}
+    try:
+        table(tables.PRICING_CACHE).update_item(
+            Key={"model_id": item["model_id"], "price_key": item["price_key"]},
+            UpdateExpression="SET " + ", ".join(f"{p} = if_not_exists({p}, :{p[1:]})" for p in names),
+            ConditionExpression=" OR ".join(f"attribute_not_exists({by_name[name]})" for name in prices),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues={f":{p[1:]}": item[name] for p, name in names.items()})
+        return True
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        return False
+
+
+def _write(points: list[PricePoint], models: list[PricedModelId], now: datetime) -> dict:
+    written = kept = 0
+    for item in pricing_items(points, models, now):
+        if _store(item):
+            written += 1
+        else:
+            kept += 1
+    _stored.clear()
+    return {"written": written, "kept": kept, "models": len({point.model for point in points})}
+
+
+def _price_list_points(client, names: set[str]) -> list[PricePoint] | None:
+    """The Price List's points for ``names``; None (logged) when it cannot be read."""
+    try:
+        return price_points(fetch_price_list(client or pricing_client(), names), names)
+    except (ClientError, BotoCoreError) as error:
+        logger.warning("price list unavailable; stored and config prices keep serving",
+                       extra={"error_type": type(error).__name__})
+        return None
+
+
+def unlabelled_models() -> dict[str, str]:
+    """Models outside config.yaml the fetcher prices: {model id: Price List name}."""
+    item = table(tables.PRICING_CACHE).get_item(Key=REGISTRY_KEY).get("Item") or {}
+    return dict(item.get("models") or {})
+
+
+def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
+    """The daily run: read the Price List for every configured model and every model
+    outside config.yaml seen since (``unlabelled_models``), add the days' prices to
+    PricingCache (``_store``).
+
+    When the Price List cannot be read, nothing is written and the stored or config prices
+    keep serving (the run reports ``unavailable`` instead of failing, so the schedule does
+    not turn into a crash loop).
     """
     now = now or utc_now()
-    names = {label.price_list_model for label in get_config().labels.values()
-             if label.type == "model" and label.price_list_model}
-    try:
-        entries = fetch_price_list(client or pricing_client(), names)
-    except (ClientError, BotoCoreError) as error:
-        logger.warning("price list unavailable; config prices keep serving", extra={"error_type": type(error).__name__})
+    models = configured_models() + [PricedModelId(model_id, name, {})
+                                    for model_id, name in sorted(unlabelled_models().items())]
+    points = _price_list_points(client, {model.price_list_model for model in models})
+    if points is None:
         return {"status": "unavailable", "written": 0, "kept": 0, "models": 0}
-    prices = parse_price_list(entries, names)
-    written = kept = 0
-    pricing_table = table(tables.PRICING_CACHE)
-    for item in pricing_items(prices, now):
-        try:
-            pricing_table.put_item(Item=item, ConditionExpression="attribute_not_exists(price_key)")
-            written += 1
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            kept += 1
-    _quotes.clear()
-    models = len({name for name, _ in prices})
-    logger.info("pricing refreshed", extra={"models": models, "written": written, "kept": kept})
-    return {"status": "ok", "written": written, "kept": kept, "models": models}
+    report = {"status": "ok", **_write(points, models, now)}
+    logger.info("pricing refreshed", extra=report)
+    return report
 
+
+# --- models outside config.yaml -------------------------------------------------------
+
+def price_list_name(model_id: str, region: str) -> str | None:
+    """The model's Price List name: Bedrock's ``modelName`` (GetFoundationModel) in
+    ``region``; None (logged) when Bedrock does not answer it."""
+    try:
+        reply = profiles.bedrock_client(region).get_foundation_model(modelIdentifier=model_id)
+    except (ClientError, BotoCoreError) as error:
+        logger.warning("foundation model name unavailable", extra={"model_id": model_id,
+                                                                   "error_type": type(error).__name__})
+        return None
+    return reply["modelDetails"]["modelName"]
+
+
+def _register(model_id: str, name: str) -> None:
+    """Add the model to the registry the daily run reads (two updates: the map may not exist yet)."""
+    pricing_table = table(tables.PRICING_CACHE)
+    pricing_table.update_item(Key=REGISTRY_KEY, UpdateExpression="SET models = if_not_exists(models, :empty)",
+                              ExpressionAttributeValues={":empty": {}})
+    pricing_table.update_item(Key=REGISTRY_KEY, UpdateExpression="SET models.#id = :name",
+                              ExpressionAttributeNames={"#id": model_id}, ExpressionAttributeValues={":name": name})
+
+
+def price_unpriced_model(model_id: str, region: str | None, now: datetime | None = None, client=None) -> dict:
+    """First sight of a model outside config.yaml (its ``UNPRICED_MODEL`` alert event):
+    look its prices up at once and register it for the daily run. A model already
+    registered is left to the daily run (the alert fires once per scope and day, so many
+    first sights may arrive)."""
+    now = now or utc_now()
+    if model_id in unlabelled_models():
+        return {"status": "registered", "written": 0, "kept": 0, "models": 0}
+    name = price_list_name(model_id, region or default_price_region())
+    if name is None:
+        return {"status": "unresolved", "written": 0, "kept": 0, "models": 0}
+    points = _price_list_points(client, {name})
+    if points is None:
+        return {"status": "unavailable", "written": 0, "kept": 0, "models": 0}
+    report = {"status": "ok", **_write(points, [PricedModelId(model_id, name, {})], now)}
+    _register(model_id, name)
+    logger.info("unpriced model looked up", extra={"model_id": model_id, "price_list_model": name, **report})
+    return report

@@ -7,6 +7,12 @@ the calling region: Bedrock's GetInferenceProfile answers which model serves eac
 the answer is memoized in memory (AWS is the source of truth, nothing is stored).
 Registration asks it too, so a profile the service cannot resolve — unknown to Bedrock,
 or of another AWS account (the service sees its own account only) — is refused up front.
+
+The profile's kind selects the price: a system-defined profile's id names it (``global.``
+is GLOBAL, a geography such as ``us.``/``eu.``/``apac.`` is GEOGRAPHIC); an application
+profile has the kind of what it copies, which its models show (a Region-less foundation
+model ARN: a global profile; several Regions: a geographic one; one Region: a foundation
+model, in-region).
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from . import keys, tables
 from .aws import table
 from .cache import TTLCache
-from .config import Prices, get_config
+from .config import GEOGRAPHIC, GLOBAL, IN_REGION, Prices, get_config
 from .errors import ApiError, invalid_request, service_unavailable
 from .observability import logger
 from .orgs import EffectiveConfig
@@ -31,7 +37,9 @@ PROFILE_ARN = re.compile(
     r"^arn:(?P<partition>aws|aws-cn|aws-us-gov):bedrock:(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d):(?P<account>\d{12}):"
     r"(?P<kind>inference-profile|application-inference-profile)/(?P<id>[A-Za-z0-9][A-Za-z0-9._:-]{0,127})$"
 )
-_FOUNDATION_MODEL_ARN = re.compile(r"^arn:[a-z-]+:bedrock:(?P<region>[a-z0-9-]+):\d*:foundation-model/(?P<model>.+)$")
+# A global profile lists its model once without a Region (``arn:aws:bedrock:::foundation-model/...``).
+_FOUNDATION_MODEL_ARN = re.compile(r"^arn:[a-z-]+:bedrock:(?P<region>[a-z0-9-]*):\d*:foundation-model/(?P<model>.+)$")
+GLOBAL_PROFILE_PREFIX = "global."
 
 PROFILE_CACHE_SECONDS = 30  # same as the config cache: a registration reaches other containers within it
 ROUTING_CACHE_SECONDS = 3600
@@ -108,7 +116,25 @@ def bedrock_client(region: str):
                                       read_timeout=5))
 
 
-def _models_by_region(arn: str) -> dict[str, str]:
+class Routing(NamedTuple):
+    """What GetInferenceProfile says about a profile: its kind, the foundation model serving
+    each Region, and (global profiles) the model serving any Region."""
+
+    kind: str
+    by_region: dict[str, str]
+    anywhere: str | None = None
+
+
+def _kind(arn: str, by_region: dict[str, str], anywhere: str | None) -> str:
+    parsed = PROFILE_ARN.match(arn)
+    if parsed["kind"] == "inference-profile":  # system-defined: the id's prefix names the geography
+        return GLOBAL if parsed["id"].startswith(GLOBAL_PROFILE_PREFIX) else GEOGRAPHIC
+    if anywhere is not None:
+        return GLOBAL
+    return GEOGRAPHIC if len(by_region) > 1 else IN_REGION
+
+
+def _resolve(arn: str) -> Routing:
     try:
         reply = bedrock_client(PROFILE_ARN.match(arn)["region"]).get_inference_profile(inferenceProfileIdentifier=arn)
     except ClientError as error:
@@ -123,40 +149,47 @@ def _models_by_region(arn: str) -> dict[str, str]:
     except BotoCoreError as error:
         logger.warning("GetInferenceProfile unreachable", extra={"error_type": type(error).__name__})
         raise service_unavailable("Inference profile details unavailable; retry") from None
-    routing = {}
+    by_region, anywhere = {}, None
     for model in reply.get("models", []):
         parsed = _FOUNDATION_MODEL_ARN.match(model.get("modelArn", ""))
-        if parsed:
-            routing.setdefault(parsed["region"], parsed["model"])
-    return routing
+        if parsed and parsed["region"]:
+            by_region.setdefault(parsed["region"], parsed["model"])
+        elif parsed:
+            anywhere = anywhere or parsed["model"]
+    return Routing(_kind(arn, by_region, anywhere), by_region, anywhere)
 
 
-def _routing_of(arn: str) -> dict[str, str]:
-    """Region -> foundation model id of the profile (GetInferenceProfile, memoized)."""
-    return _routing.get_or_load(arn, lambda: _models_by_region(arn))
+def _routing_of(arn: str) -> Routing:
+    """The profile's kind and models (GetInferenceProfile, memoized)."""
+    return _routing.get_or_load(arn, lambda: _resolve(arn))
 
 
-def model_for_region(profile: Profile, region: str) -> str:
-    """The foundation model id the profile uses in ``region`` (GetInferenceProfile, memoized)."""
+def model_for_region(profile: Profile, region: str) -> tuple[str, str]:
+    """(foundation model id, profile kind) of the profile called in ``region``
+    (GetInferenceProfile, memoized). A global profile serves every Region."""
     routing = _routing_of(profile.arn)
-    if region not in routing:
+    model_id = routing.by_region.get(region) or routing.anywhere
+    if model_id is None:
         raise invalid_request(f"Inference profile {profile.label} does not serve region {region}",
-                              model_label=profile.label, calling_region=region, profile_regions=sorted(routing))
-    return routing[region]
+                              model_label=profile.label, calling_region=region,
+                              profile_regions=sorted(routing.by_region))
+    return model_id, routing.kind
 
 
 # --- label resolution --------------------------------------------------------------
 
 class PricedModel(NamedTuple):
-    """What a label bills: the foundation model, the region whose price applies and the
-    config fallback prices (``None`` when the model has none)."""
+    """What a label bills: the foundation model, the region whose price applies, how the
+    call reaches the model, and the config.yaml prices by kind (``None`` when the model is
+    not in config.yaml)."""
 
     label: str
     kind: str  # model | profile
     bedrock_id: str  # what the client calls: a model id or a profile ARN
     model_id: str
     region: str | None
-    fallback: Prices | None
+    configured: dict[str, Prices] | None
+    profile_kind: str = IN_REGION
 
 
 def known_label(config: EffectiveConfig, label: str) -> Profile | str | None:
@@ -175,10 +208,10 @@ def bedrock_id(config: EffectiveConfig, label: str) -> str | None:
     return get_config().labels[label].id if resolved else None
 
 
-def _fallback_for_model(model_id: str) -> Prices | None:
+def _configured_for_model(model_id: str) -> dict[str, Prices] | None:
     for spec in get_config().labels.values():
         if spec.type == "model" and spec.id == model_id:
-            return spec.prices
+            return spec.configured_prices()
     return None
 
 
@@ -192,13 +225,14 @@ def priced_model(config: EffectiveConfig, label: str, calling_region: str | None
     if resolved is None:
         raise ValueError(f"unknown label {label}")
     if isinstance(resolved, Profile):
-        profile, fallback = resolved, None
+        profile, configured = resolved, None
     else:
         spec = get_config().labels[label]
         if spec.type == "model":
-            return PricedModel(label, "model", spec.id, spec.id, calling_region, spec.prices)
-        profile, fallback = Profile(label, spec.id), spec.prices
+            return PricedModel(label, "model", spec.id, spec.id, calling_region, spec.configured_prices())
+        profile, configured = Profile(label, spec.id), spec.configured_prices()
     region = calling_region or profile.home_region
-    model_id = model_for_region(profile, region)
-    return PricedModel(label, "profile", profile.arn, model_id, region, fallback or _fallback_for_model(model_id))
+    model_id, kind = model_for_region(profile, region)
+    return PricedModel(label, "profile", profile.arn, model_id, region,
+                       configured or _configured_for_model(model_id), kind)
 

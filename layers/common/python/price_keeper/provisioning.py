@@ -61,6 +61,7 @@ Quotas = Annotated[dict[Label, QuotaAmount], Field(max_length=MAX_LABELS)]
 TOTAL_QUOTA_DESCRIPTION = ("Daily cap over every label, in the ordering or not, in micro-USD; "
                            "default: the sum of the ordering's label quotas")
 ThresholdPct = Annotated[int, Field(ge=50, le=100)]
+AlertThresholds = Annotated[list[Annotated[int, Field(ge=1, le=100)]], Field(min_length=1, max_length=10)]
 RefreshSecs = Annotated[int, Field(ge=1, le=MAX_REFRESH_INTERVAL_SECS)]
 
 
@@ -72,6 +73,8 @@ class OrgOverrides(StrictBody):
     sticky_fallback_enabled: bool | None = None
     refresh_interval_secs: RefreshSecs | None = Field(
         None, description="Stored as refresh_interval_normal_secs; the tight-mode interval stays the default")
+    alert_thresholds_pct: AlertThresholds | None = Field(
+        None, description="THRESHOLD alert percentages of the org's quotas; default config.yaml alerts.thresholds_pct")
 
 
 class OrgRequest(StrictBody):
@@ -269,6 +272,8 @@ def _org_values(request: OrgRequest) -> dict:
         "refresh_interval_normal_secs": given(overrides.refresh_interval_secs, defaults.refresh_interval_normal_secs),
         "refresh_interval_tight_secs": defaults.refresh_interval_tight_secs,
         **({} if request.total_quota_usd_micros is None else {"total_quota_usd_micros": request.total_quota_usd_micros}),
+        **({} if overrides.alert_thresholds_pct is None
+           else {"alert_thresholds_pct": sorted(set(overrides.alert_thresholds_pct))}),
         "updated_at_epoch": int(time.time()),
     }
 
@@ -312,7 +317,7 @@ def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tu
     values = _org_values(request)
     stored, secret = _save(
         {"org_key": keys.org_key(org_id), "resource_key": keys.ROOT_RESOURCE}, auth.Principal(org_id, None),
-        values, remove=[] if "total_quota_usd_micros" in values else ["total_quota_usd_micros"],
+        values, remove=[name for name in ("total_quota_usd_micros", "alert_thresholds_pct") if name not in values],
         create_only={"agg_shard_count": shards or get_config().metering.usage_agg_shard_count},
         must_match={"agg_shard_count": shards} if shards else None,
     )

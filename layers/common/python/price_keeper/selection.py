@@ -240,7 +240,7 @@ def _pricing(config: EffectiveConfig, label: str, day: str) -> dict:
         return {"version": version, "source": "UNAVAILABLE"}
     try:
         priced = profiles.priced_model(config, label, None)
-        return pricing.quote(priced.model_id, parse_day(day), priced.region, priced.fallback).as_response()
+        return pricing.price_of(priced, parse_day(day)).as_response()
     except ApiError:
         return {"version": version, "source": "UNAVAILABLE"}
 

@@ -1,0 +1,186 @@
+"""Usage on a model with no known price (a profile routing outside config.yaml): counted at
+the configured estimate (202, ``pricing.source: ESTIMATE``), one ``UNPRICED_MODEL`` alert
+per scope, model and day, and the pricing fetcher looking the model up in the Price List on
+that alert's event (Bedrock GetFoundationModel for its name) and daily after that. moto for
+DynamoDB and EventBridge; the local stack's Bedrock stand-in for the profiles; botocore's
+Stubber for GetFoundationModel and GetProducts, which moto lacks."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from local.gateway import LambdaContext, load_handler
+from price_keeper import alerts, pricing, profiles, tables
+from price_keeper.aws import ddb_client, table
+from price_keeper.config import get_config
+from tests.iam_check import only_granted
+from tests.test_alerts import bus  # noqa: F401 - the fixture: the service bus delivering to a queue
+from tests.test_pricing import product, stub_price_list
+from tests.test_profiles import bedrock, register  # noqa: F401 - bedrock: the stand-in fixture
+from tests.usage_support import new_tenant, shard_items, usage_body
+
+LLAMA = "meta.llama3-3-70b-instruct-v1:0"
+LLAMA_US = f"arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.{LLAMA}"
+LLAMA_GLOBAL = f"arn:aws:bedrock:us-east-1:123456789012:inference-profile/global.{LLAMA}"
+LLAMA_NAME = "Llama 3.3 70B Instruct"
+
+
+@pytest.fixture
+def tenant(api):
+    return new_tenant()
+
+
+def report(api, tenant, label: str, **fields):
+    return api.post(tenant.app_path + "/usage", usage_body(model_label=label, calling_region="us-east-1", **fields),
+                    token=tenant.token)
+
+
+def test_usage_on_a_model_without_a_price_is_counted_at_the_estimate(api, tenant, bus):
+    assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
+    reply = report(api, tenant, "llama", input_tokens=1000, output_tokens=1000)
+    assert reply.status == 202, reply
+    assert reply.json()["pricing"]["source"] == "ESTIMATE"
+    assert reply.json()["pricing"]["profile_kind"] == "GEOGRAPHIC"
+    estimate = get_config().unknown_model_estimate
+    assert reply.json()["processing"]["cost_usd_micros"] == pricing.cost_usd_micros(pricing.Tokens(1000, 1000),
+                                                                                     estimate)
+    assert [int(item["cost_usd_micros"]) for item in shard_items()] == [(estimate.input + estimate.output) // 1000]
+
+
+def test_an_unpriced_model_alerts_once_per_model_and_day(api, tenant, bus):
+    register(api, tenant, "llama-us", arn=LLAMA_US)
+    register(api, tenant, "llama-global", arn=LLAMA_GLOBAL)
+    for label in ("llama-us", "llama-us", "llama-global"):  # two labels, one model
+        assert report(api, tenant, label).status == 202
+    batch = api.post(tenant.app_path + "/usage/batch", {"requests": [
+        usage_body(model_label="llama-us", calling_region="us-east-1")]}, token=tenant.token)
+    assert batch.json()["accepted"] == 1
+    events = bus()
+    assert [event["detail-type"] for event in events] == ["SpendAlert"]
+    detail = events[0]["detail"]
+    assert (detail["type"], detail["label"], detail["model_id"], detail["region"]) == (
+        "UNPRICED_MODEL", "llama-us", LLAMA, "us-east-1")
+    assert (detail["org_id"], detail["app_id"]) == (tenant.org_id, tenant.app_id)
+    listed = api.get(f"/api/v1/orgs/{tenant.org_id}/alerts", token=tenant.org_token)
+    assert listed.status == 200, listed
+    (alert,) = listed.json()["alerts"]
+    assert (alert["type"], alert["label"], alert["model_id"], alert["threshold_pct"]) == (
+        "UNPRICED_MODEL", "llama-us", LLAMA, None)
+
+
+def test_a_priced_model_raises_no_alert(api, tenant, bus):
+    register(api, tenant, "nova", arn=LLAMA_US.replace(LLAMA, "amazon.nova-pro-v1:0"))
+    assert report(api, tenant, "nova").json()["pricing"]["source"] == "CONFIG_FALLBACK"
+    assert bus() == []
+
+
+def test_a_failing_alert_never_fails_the_usage(api, tenant, caplog):
+    register(api, tenant, "llama", arn=LLAMA_US)
+    ddb_client().delete_table(TableName=tables.STICKY_STATE.physical_name)  # where alerts are recorded
+    reply = report(api, tenant, "llama")
+    assert reply.status == 202, reply
+    assert len(shard_items()) == 1
+    assert "UNPRICED_MODEL alert failed" in caplog.text
+
+
+# --- the Price List on first sight, then daily ---------------------------------------
+
+NOW = datetime(2026, 1, 23, 15, 30, tzinfo=timezone.utc)
+LLAMA_PRODUCTS = [product(LLAMA_NAME, "us-east-1", "Input tokens", "0.00072"),
+                  product(LLAMA_NAME, "us-east-1", "Output tokens", "0.00072"),
+                  product(LLAMA_NAME, "us-east-1", "Input tokens", "0.00036", usage_suffix="input-tokens-batch")]
+
+
+def stub_foundation_model(monkeypatch, *names: str) -> Stubber:
+    """Bedrock answering GetFoundationModel of the Llama model once per name given."""
+    client = boto3.client("bedrock", region_name="us-east-1")
+    stubber = Stubber(client)
+    for name in names:
+        stubber.add_response("get_foundation_model", {"modelDetails": {
+            "modelArn": f"arn:aws:bedrock:us-east-1::foundation-model/{LLAMA}", "modelId": LLAMA,
+            "modelName": name, "providerName": "Meta", "inputModalities": ["TEXT"], "outputModalities": ["TEXT"],
+            "responseStreamingSupported": True, "customizationsSupported": [],
+            "inferenceTypesSupported": ["INFERENCE_PROFILE"], "modelLifecycle": {"status": "ACTIVE"},
+        }}, {"modelIdentifier": LLAMA})
+    stubber.activate()
+    monkeypatch.setattr(profiles, "bedrock_client", lambda region: client)
+    return stubber
+
+
+def unpriced_model_event(model_id: str = LLAMA) -> dict:
+    """The UNPRICED_MODEL alert as the stack's rule delivers it to the fetcher."""
+    return {"version": "0", "id": "6a7e8feb-b491-4cf7-a9f1-bf3703467718", "detail-type": "SpendAlert",
+            "source": alerts.EVENT_SOURCE, "account": "123456789012", "time": "2026-01-23T15:30:45Z",
+            "region": "us-east-1", "resources": [],
+            "detail": {"type": "UNPRICED_MODEL", "label": "llama", "model_id": model_id, "region": "us-east-1"}}
+
+
+def run_fetcher(event: dict, monkeypatch, client) -> dict:
+    monkeypatch.setattr(pricing, "pricing_client", lambda: client)
+    monkeypatch.setattr(pricing, "utc_now", lambda: NOW)
+    with only_granted("pricing_fetcher"):
+        return load_handler("pricing_fetcher")(event, LambdaContext("pricing_fetcher"))
+
+
+def llama_price(key: str) -> dict | None:
+    return table(tables.PRICING_CACHE).get_item(Key={"model_id": LLAMA, "price_key": key}).get("Item")
+
+
+def test_first_sight_looks_the_model_up_and_the_daily_run_keeps_it_priced(aws, monkeypatch):
+    names = stub_foundation_model(monkeypatch, LLAMA_NAME)
+    client, prices = stub_price_list({LLAMA_NAME: [LLAMA_PRODUCTS]})
+    report = run_fetcher(unpriced_model_event(), monkeypatch, client)
+    assert report["status"] == "ok" and report["written"] == 2 * 4  # region + default key, 4 days in play
+    names.assert_no_pending_responses()
+    prices.assert_no_pending_responses()
+    item = llama_price("2026-01-23#us-east-1")
+    assert (item["input_price_usd_micros_per_1m"], item["output_price_usd_micros_per_1m"]) == (720_000, 720_000)
+    assert pricing.unlabelled_models() == {LLAMA: LLAMA_NAME}
+
+    # another scope's alert for the same model: already registered, nothing asked
+    assert run_fetcher(unpriced_model_event(), monkeypatch, client)["status"] == "registered"
+
+    # the daily run asks the Price List for the configured models and the registered one
+    configured = {label.price_list_model for label in get_config().labels.values() if label.price_list_model}
+    cheaper = [product(LLAMA_NAME, "us-east-1", "Input tokens", "0.0006", effective="2026-01-25T00:00:00Z"),
+               product(LLAMA_NAME, "us-east-1", "Output tokens", "0.0006", effective="2026-01-25T00:00:00Z")]
+    client, daily = stub_price_list({**{name: [[]] for name in configured}, LLAMA_NAME: [LLAMA_PRODUCTS + cheaper]})
+    monkeypatch.setattr(pricing, "utc_now", lambda: NOW.replace(day=24))
+    monkeypatch.setattr(pricing, "pricing_client", lambda: client)
+    with only_granted("pricing_fetcher"):
+        load_handler("pricing_fetcher")({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}},
+                                        LambdaContext("pricing_fetcher"))
+    daily.assert_no_pending_responses()
+    assert llama_price("2026-01-25#us-east-1")["input_price_usd_micros_per_1m"] == 600_000
+
+
+def test_a_model_bedrock_cannot_name_is_left_at_the_estimate(aws, monkeypatch):
+    client = boto3.client("bedrock", region_name="us-east-1")
+    stubber = Stubber(client)
+    stubber.add_client_error("get_foundation_model", "ResourceNotFoundException", "no such model", 404)
+    stubber.activate()
+    monkeypatch.setattr(profiles, "bedrock_client", lambda region: client)
+    pricing_client, prices = stub_price_list({})
+    report = run_fetcher(unpriced_model_event(), monkeypatch, pricing_client)
+    assert report == {"status": "unresolved", "written": 0, "kept": 0, "models": 0}
+    assert pricing.unlabelled_models() == {}  # the next alert (another day) asks again
+
+
+def test_usage_after_the_lookup_is_priced_from_the_price_list(api, tenant, bus, monkeypatch):
+    register(api, tenant, "llama", arn=LLAMA_US)
+    assert report(api, tenant, "llama").json()["pricing"]["source"] == "ESTIMATE"
+    (event,) = bus()
+    with monkeypatch.context() as patched:
+        stub_foundation_model(patched, LLAMA_NAME)
+        client, _ = stub_price_list({LLAMA_NAME: [LLAMA_PRODUCTS]})
+        patched.setattr(pricing, "pricing_client", lambda: client)
+        with only_granted("pricing_fetcher"):
+            load_handler("pricing_fetcher")(json.loads(json.dumps(event)), LambdaContext("pricing_fetcher"))
+    pricing._stored.clear()  # as after the quote cache's 10 minutes
+    reply = report(api, tenant, "llama", input_tokens=1000, output_tokens=1000)
+    assert reply.json()["pricing"]["source"] == "PRICING_API"
+    assert reply.json()["processing"]["cost_usd_micros"] == 720 + 720
