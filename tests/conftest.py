@@ -5,7 +5,9 @@ import json
 import os
 import sys
 import threading
+import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -91,8 +93,11 @@ def aws(monkeypatch):
 @pytest.fixture
 def limits_on(aws, monkeypatch):
     """Per-client rate limits switched on (the ``aws`` fixture turns them off), with no
-    allowance leased by an earlier test."""
+    allowance leased by an earlier test, and their clock held mid-window so that a minute
+    boundary never falls between a test's requests."""
     monkeypatch.setenv("RATE_LIMITS", "on")
+    held = (time.time() // 3600) * 3600 + 30
+    monkeypatch.setattr(ratelimit, "time", SimpleNamespace(time=lambda: held))
     ratelimit._local.clear()
     yield
     ratelimit._local.clear()
