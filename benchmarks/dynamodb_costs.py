@@ -40,9 +40,9 @@ import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
 from price_keeper import aggregation, keys, metering, orgs, selection, tables  # noqa: E402
-from price_keeper.aws import ddb_client  # noqa: E402
+from price_keeper.store.dynamo import ddb_client  # noqa: E402
 from price_keeper.models import UsageRequest  # noqa: E402
-from price_keeper.storage import item_size, plain  # noqa: E402
+from price_keeper.store.dynamo import item_size, plain  # noqa: E402
 from price_keeper.timeutil import org_day  # noqa: E402
 from tests.moto_support import serialized_moto  # noqa: E402
 
@@ -255,10 +255,9 @@ def main() -> None:
     results = []
     for scopes in (1, args.scopes):
         with mock_aws(), serialized_moto():
-            from price_keeper import aws, cache
+            from price_keeper import state
 
-            aws.reset()
-            cache.clear_all()
+            state.reset()
             create_tables()
             meter = Meter()
             for name, calls, wcu, rcu in scenario(meter, scopes, args.submissions_per_scope):

@@ -3,7 +3,7 @@ model selection moves off it, when selection reads DailyTotal only ("before") an
 tight mode, it reads the live usage shards ("after", ``live_spend``).
 
 Everything runs on moto in-process with a simulated clock (no sleeping): each request of
-a 20 requests/s burst asks the selection rules (``selection.decide``) which label to use,
+a 20 requests/s burst asks the selection rules (``quota.decide``) which label to use,
 then is metered on that label with the real exactly-once write (``metering.prepare`` +
 ``record``); the real aggregator (``aggregation.run``) folds the shards into DailyTotal
 every 60 simulated seconds. The burst starts ``phase`` seconds after an aggregator run.
@@ -45,11 +45,11 @@ for name in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE"):
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-from price_keeper import aggregation, aws, cache, keys, metering, orgs  # noqa: E402
+from price_keeper import aggregation, keys, metering, orgs, state  # noqa: E402
 from price_keeper.aggregation import read_daily_totals  # noqa: E402
-from price_keeper.live_spend import live_spend  # noqa: E402
+from price_keeper.store.usage import label_spends as live_spend  # noqa: E402
 from price_keeper.models import UsageRequest  # noqa: E402
-from price_keeper.selection import TIGHT, decide  # noqa: E402
+from price_keeper.quota import TIGHT, decide  # noqa: E402
 from price_keeper.tables import ALL_TABLES  # noqa: E402
 from tests.factories import seed_app, seed_org  # noqa: E402
 from tests.moto_support import serialized_moto  # noqa: E402
@@ -74,8 +74,7 @@ class Result:
 
 
 def _fresh_store() -> None:
-    aws.reset()
-    cache.clear_all()
+    state.reset()
     ddb = boto3.client("dynamodb")
     for spec in ALL_TABLES:
         ddb.create_table(**spec.create_table_kwargs())

@@ -67,12 +67,11 @@ def measured_units(requests: int) -> dict[str, dict]:
     import dynamodb_costs
     from moto import mock_aws
 
-    from price_keeper import aws, cache
+    from price_keeper import state
     from tests.moto_support import serialized_moto
 
     with mock_aws(), serialized_moto():
-        aws.reset()
-        cache.clear_all()
+        state.reset()
         dynamodb_costs.create_tables()
         measured = dynamodb_costs.through_handlers(dynamodb_costs.Meter(), requests)
     return {request: dict(zip(("by_operation", "calls", "wru", "rru"), row)) for request, row in measured.items()}

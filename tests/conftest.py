@@ -20,8 +20,7 @@ from local import gateway  # noqa: E402
 from local.bedrock import InferenceProfiles  # noqa: E402
 from local.server import LocalHttpServer  # noqa: E402
 from local.stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME  # noqa: E402
-from price_keeper import aws as pk_aws  # noqa: E402
-from price_keeper import cache, profiles, ratelimit, routes  # noqa: E402
+from price_keeper import profiles, ratelimit, routes, state  # noqa: E402
 from price_keeper.tables import ALL_TABLES, TTL_ATTRIBUTE  # noqa: E402
 from tests.iam_check import only_granted  # noqa: E402
 
@@ -56,7 +55,6 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def aws(monkeypatch):
     """A fresh moto DynamoDB + Secrets Manager with the seven tables and both secrets."""
-    from aws_lambda_powertools.utilities import parameters
     from moto import mock_aws
 
     for name in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE"):
@@ -69,10 +67,7 @@ def aws(monkeypatch):
     monkeypatch.setenv("JWT_SECRET_NAME", JWT_SECRET_NAME)
     monkeypatch.setenv("PROVISIONING_SECRET_NAME", PROVISIONING_SECRET_NAME)
     with mock_aws():
-        pk_aws.reset()
-        cache.clear_all()
-        parameters.clear_caches()
-        parameters.base.DEFAULT_PROVIDERS.clear()
+        state.reset()
         import boto3
 
         ddb = boto3.client("dynamodb")
@@ -84,10 +79,7 @@ def aws(monkeypatch):
         sm.create_secret(Name=JWT_SECRET_NAME, SecretString="test-signing-key-" + uuid.uuid4().hex)
         sm.create_secret(Name=PROVISIONING_SECRET_NAME, SecretString=PROVISIONING_KEY)
         yield
-        pk_aws.reset()
-        cache.clear_all()
-        parameters.clear_caches()
-        parameters.base.DEFAULT_PROVIDERS.clear()
+        state.reset()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import time
 import uuid
 
 from price_keeper import auth, keys, tables
-from price_keeper.aws import table
+from price_keeper.store.dynamo import table
 
 
 def seed_org(org_id: str | None = None, *, timezone: str = "America/New_York", quota_scope: str = "APP",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
-from price_keeper.aws import ddb_client
+from price_keeper.store.dynamo import ddb_client
 from stacks.access import TABLE_ACCESS
 
 # TransactWriteItems / TransactGetItems are authorised per action on each item's table.

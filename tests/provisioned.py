@@ -6,7 +6,7 @@ import copy
 import uuid
 
 from price_keeper import keys, tables
-from price_keeper.aws import table
+from price_keeper.store.dynamo import table
 from tests.conftest import PROVISIONING_KEY
 
 ORG_BODY = {

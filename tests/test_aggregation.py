@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from price_keeper import aggregation, keys, tables
-from price_keeper.aws import ddb_client, table
+from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.timeutil import org_day
 from tests.factories import seed_org
 from local.gateway import LambdaContext, load_handler
@@ -120,7 +120,7 @@ def test_lag_is_the_age_of_the_oldest_unfolded_update(aws):
     assert aggregation.run(NOW).lag_seconds == 42
     put_shard("ORG#a", "premium", 1, cost=500, updated_at=int(NOW.timestamp()) + 30)
     assert aggregation.run(NOW + timedelta(seconds=50)).lag_seconds == 20
-    heartbeat = table(tables.DAILY_TOTAL).get_item(Key=aggregation.HEARTBEAT_KEY)["Item"]
+    heartbeat = table(tables.DAILY_TOTAL).get_item(Key=keys.HEARTBEAT_KEY)["Item"]
     assert heartbeat["last_run_epoch"] == int(NOW.timestamp()) + 50 and heartbeat["lag_seconds"] == 20
 
 

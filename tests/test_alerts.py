@@ -11,7 +11,8 @@ import pytest
 
 from price_keeper import alerts, keys, orgs, tables
 from price_keeper.alerts import ALL_EXHAUSTED, FALLBACK, THRESHOLD, Alert, due_alerts
-from price_keeper.aws import client, table
+from price_keeper.aws import client
+from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_day
 from tests.conftest import assert_error
 from tests.factories import seed_app, seed_org, token_for

@@ -10,9 +10,10 @@ import jwt
 import pytest
 
 from local.gateway import LAMBDAS, LambdaContext, api_event
-from price_keeper import auth, cache, storage, tables
+from price_keeper import auth, cache, state, tables
+from price_keeper.store import dynamo
 from price_keeper.api import build_app, lambda_entry
-from price_keeper.aws import ddb_client, table
+from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.errors import ApiError
 from price_keeper.modules import load_handler_module
 from tests.conftest import PROVISIONING_KEY, assert_error
@@ -307,7 +308,7 @@ def test_revocation_reaches_a_process_with_empty_caches(api, app_client):
     issued = tokens(api, credentials)
     assert accepted(issued["access_token"], org_id, "app-production-api")  # now cached as "not revoked"
     revoke(api, issued["refresh_token"], bearer=issued["access_token"])
-    cache.clear_all()
+    state.reset()
     assert not accepted(issued["access_token"], org_id, "app-production-api")
     assert_error(refresh(api, issued["refresh_token"]), 401, "UNAUTHORIZED")
 
@@ -392,7 +393,7 @@ def leave_revocation_keys_unprocessed(monkeypatch, times: int) -> dict:
         return reply
 
     monkeypatch.setattr(client, "batch_get_item", partial)
-    monkeypatch.setattr(storage, "_backoff", lambda attempt: None)
+    monkeypatch.setattr(dynamo, "_backoff", lambda attempt: None)
     return left
 
 
@@ -400,7 +401,7 @@ def test_a_revocation_read_left_unprocessed_never_accepts_a_revoked_token(api, a
     org_id, credentials = app_client
     issued = tokens(api, credentials)
     assert revoke(api, issued["refresh_token"], bearer=issued["access_token"]).status == 204
-    cache.clear_all()  # another container: nothing known in memory
+    state.reset()  # another container: nothing known in memory
     throttled = leave_revocation_keys_unprocessed(monkeypatch, times=10**9)
     with pytest.raises(ApiError) as refused:
         auth.authorize(f"Bearer {issued['access_token']}", org_id, "app-production-api")
@@ -414,7 +415,7 @@ def test_unprocessed_revocation_keys_are_retried(api, app_client, monkeypatch):
     org_id, credentials = app_client
     issued = tokens(api, credentials)
     assert revoke(api, issued["refresh_token"], bearer=issued["access_token"]).status == 204
-    cache.clear_all()
+    state.reset()
     leave_revocation_keys_unprocessed(monkeypatch, times=2)
     assert not accepted(issued["access_token"], org_id, "app-production-api")
 

@@ -7,7 +7,7 @@ import pytest
 from boto3.dynamodb.conditions import Key
 
 from price_keeper import boosts, keys, tables
-from price_keeper.aws import table
+from price_keeper.store.dynamo import table
 from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.factories import seed_app, seed_org
 

@@ -13,11 +13,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import requests
-from aws_lambda_powertools.utilities import parameters
 
 from local.server import LocalStack
-from price_keeper import aws as pk_aws
-from price_keeper import cache
+from price_keeper import state
 
 KEY = "e2e-spend-controls-key"
 AGGREGATION_DEADLINE_SECONDS = 30
@@ -26,10 +24,7 @@ pytestmark = pytest.mark.e2e
 
 
 def _forget_clients() -> None:
-    pk_aws.reset()
-    cache.clear_all()
-    parameters.clear_caches()
-    parameters.base.DEFAULT_PROVIDERS.clear()
+    state.reset()
 
 
 @pytest.fixture

@@ -6,8 +6,9 @@ from types import SimpleNamespace
 import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
 
-from price_keeper import aggregation, cache, keys, storage, tables
-from price_keeper.aws import ddb_client
+from price_keeper import aggregation, keys, state, tables
+from price_keeper.store import dynamo
+from price_keeper.store.dynamo import ddb_client
 from price_keeper.timeutil import org_day
 from tests.conftest import assert_error
 from tests.factories import seed_org
@@ -163,7 +164,7 @@ def test_a_config_read_left_unprocessed_is_503_never_not_registered(api, monkeyp
     "no item", the org looked unregistered (404, which a client treats as final and drops
     the record); the read is retried and then a retryable 503, and nothing is cached."""
     tenant = new_tenant()
-    monkeypatch.setattr(storage, "_backoff", lambda attempt: None)
+    monkeypatch.setattr(dynamo, "_backoff", lambda attempt: None)
     config_table = tables.CONFIG.physical_name
     throttled = {"on": True}
 
@@ -174,8 +175,8 @@ def test_a_config_read_left_unprocessed_is_503_never_not_registered(api, monkeyp
                                                       "ResponseMetadata": {"HTTPStatusCode": 200}}
         return None
 
+    state.reset()  # the token fixture read the config: start from a cold container
     ddb_client().meta.events.register("before-call.dynamodb.BatchGetItem", leave_config_keys_unprocessed)
-    cache.clear_all()  # the token fixture read the config: start from a cold container
     body = usage_body()
     assert_retryable(api.post(f"{tenant.app_path}/usage", body, token=tenant.token))
     assert_retryable(api.get(f"{tenant.app_path}/model-selection", token=tenant.token))

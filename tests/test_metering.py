@@ -3,6 +3,7 @@ spec lists (with nothing written), exactly-once under retries and races, and ite
 that stay constant at any daily volume."""
 from __future__ import annotations
 
+import copy
 import random
 import threading
 import uuid
@@ -12,9 +13,9 @@ import pytest
 from botocore.stub import Stubber
 
 from price_keeper import aggregation, keys, metering, orgs, tables
-from price_keeper.aws import ddb_client
 from price_keeper.models import UsageRequest
-from price_keeper.storage import item_size
+from price_keeper.store import usage
+from price_keeper.store.dynamo import ddb_client, item_size
 from price_keeper.timeutil import day_start_utc, org_date, org_day
 from tests.conftest import assert_error
 from tests.factories import token_for
@@ -270,10 +271,14 @@ def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
     now = datetime.now(timezone.utc)
     submission = metering.prepare(config, UsageRequest.model_validate(usage_body()), now)
-    tokens = []
+    tokens, items = [], []
+
+    def seen(params, **_):
+        tokens.append(params["ClientRequestToken"])
+        items.append(copy.deepcopy(params["TransactItems"]))  # before boto3 serialises them
+
     client = ddb_client()
-    client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems",
-                                lambda params, **_: tokens.append(params["ClientRequestToken"]))
+    client.meta.events.register_first("before-parameter-build.dynamodb.TransactWriteItems", seen)
     with Stubber(client) as stubber:
         stubber.add_client_error("transact_write_items", "TransactionCanceledException", "conflict", 400,
                                  modeled_fields={"CancellationReasons": [{"Code": "None"},
@@ -283,7 +288,7 @@ def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
     assert outcome.duplicate is False and outcome.cost_usd_micros == 3760
     assert len(tokens) == 2 and tokens[0] != tokens[1]
     # an SDK retry of one attempt resends the very same token: DynamoDB applies it once
-    assert metering.request_token(metering.transaction_items(submission, int(now.timestamp())), 0) == tokens[0]
+    assert items[0] == items[1] and usage.request_token(items[0], 0) == tokens[0]
 
 
 def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws, many_transactions):

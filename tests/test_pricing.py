@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from local.gateway import LambdaContext, load_handler
 from price_keeper import pricing, tables
-from price_keeper.aws import table
+from price_keeper.store.dynamo import table
 from price_keeper.config import GEOGRAPHIC, GLOBAL, IN_REGION, Prices, get_config
 from price_keeper.timeutil import org_date, org_days_in_play
 from tests.iam_check import only_granted

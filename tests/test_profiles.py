@@ -11,8 +11,8 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from price_keeper import cache, keys, profiles, tables
-from price_keeper.aws import table
+from price_keeper import keys, profiles, state, tables
+from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_date
 from tests.conftest import assert_error
 from tests.factories import token_for
@@ -228,7 +228,7 @@ def test_usage_on_a_system_profile_is_priced_for_its_model(api, tenant):
 
 def resolved_elsewhere() -> None:
     """As in another container: nothing memoized, the next usage asks Bedrock again."""
-    cache.clear_all()
+    state.reset()
 
 
 @pytest.mark.parametrize("error", ["ResourceNotFoundException", "AccessDeniedException"])

@@ -11,9 +11,10 @@ from datetime import datetime, timedelta, timezone
 import bcrypt
 import pytest
 
-from price_keeper import auth, keys, metering, orgs, provisioning, tables
+from price_keeper import auth, keys, metering, orgs, tables
 from price_keeper.models import UsageRequest
-from price_keeper.aws import ddb_client, table
+from price_keeper.store import config_items
+from price_keeper.store.dynamo import ddb_client, table
 from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.factories import seed_app, seed_org
 from tests.provisioned import (APP_BODY, ORG_BODY, config_item, new_app, new_org, org_body, put_app, put_org,
@@ -113,7 +114,7 @@ def test_shard_count_check_is_one_conditional_write_not_a_read_then_write(api):
 def test_a_create_never_overwrites_an_existing_org(api):
     org_id = seed_org()
     before = config_item(org_id)
-    assert provisioning._create({**before, "org_name": "intruder"}) is False
+    assert config_items.create({**before, "org_name": "intruder"}) is False
     assert config_item(org_id) == before
 
 

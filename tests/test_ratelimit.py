@@ -1,11 +1,10 @@
 """Per-client rate limits: exact across containers, amortised in DynamoDB calls."""
-import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
 from price_keeper import ratelimit
 from price_keeper.config import get_config
-from price_keeper.aws import ddb_client
+from price_keeper.store.dynamo import ddb_client
 from price_keeper.errors import ApiError
 from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.factories import seed_org

@@ -10,7 +10,7 @@ from datetime import date, timedelta
 import pytest
 
 from price_keeper import aggregation, keys, reports, tables
-from price_keeper.aws import ddb_client, table
+from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.timeutil import day_start_utc, org_date, org_day
 from tests.conftest import assert_error
 from tests.factories import seed_app, seed_org, token_for

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from price_keeper import ratelimit
-from price_keeper.aws import ddb_client
+from price_keeper.store.dynamo import ddb_client
 from tests.usage_support import new_tenant, usage_body
 
 WARM_REQUESTS = 60

@@ -10,8 +10,8 @@ import bcrypt
 import jwt
 import pytest
 
-from price_keeper import auth, cache, keys, tables
-from price_keeper.aws import table
+from price_keeper import auth, keys, state, tables
+from price_keeper.store.dynamo import table
 from price_keeper.errors import ApiError
 from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.provisioned import config_item, get_tokens, new_app, new_org, tokens
@@ -254,7 +254,7 @@ class Later:
         monkeypatch.setattr(auth, "time", SimpleNamespace(time=lambda: real() + seconds,
                                                           time_ns=lambda: int((real() + seconds) * 1e9)))
         monkeypatch.setattr(jwt.api_jwt, "datetime", _ShiftedDatetime(seconds))
-        cache.clear_all()  # the revocation cache window has long passed
+        state.reset()  # the revocation cache window has long passed
 
 
 def _ShiftedDatetime(seconds: int):

@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from price_keeper import aggregation, cache, keys, orgs, selection, tables
-from price_keeper.aws import ddb_client, table
-from price_keeper.selection import Sticky, decide, quota_pct, quota_status
+from price_keeper import aggregation, keys, orgs, selection, state, tables
+from price_keeper.store.dynamo import ddb_client, table
+from price_keeper.quota import Sticky, decide, quota_pct, quota_status
 from price_keeper.timeutil import next_midnight_utc, org_day
 from tests.conftest import assert_error
 from tests.factories import seed_app, token_for
@@ -226,7 +226,7 @@ def test_fallback_is_sticky_for_the_rest_of_the_day(api):
     table(tables.CONFIG).update_item(Key={"org_key": keys.org_key(tenant.org_id), "resource_key": "#"},
                                      UpdateExpression="SET quotas.premium = :q",
                                      ExpressionAttributeValues={":q": 10**9})
-    cache.clear_all()
+    state.reset()
     body = select(api, tenant).json()
     assert (body["recommended_model"]["label"], body["recommended_model"]["reason"]) == ("standard", "STICKY_FALLBACK")
 
@@ -291,7 +291,7 @@ def test_tight_mode_reads_live_shards_so_a_stale_total_cannot_overspend(api):
     not one aggregation interval later."""
     from local.gateway import LambdaContext, load_handler
     from price_keeper import aggregation, keys, tables
-    from price_keeper.aws import table
+    from price_keeper.store.dynamo import table
     from price_keeper.timeutil import org_day
     from tests.usage_support import new_tenant, output_chunks, usage_body
 

@@ -15,7 +15,8 @@ from botocore.stub import Stubber
 
 from local.gateway import LambdaContext, load_handler
 from price_keeper import alerts, pricing, profiles, tables
-from price_keeper.aws import ddb_client, table
+from price_keeper.store import prices as price_store
+from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.config import get_config
 from tests.iam_check import only_granted
 from tests.test_alerts import bus  # noqa: F401 - the fixture: the service bus delivering to a queue
@@ -139,7 +140,7 @@ def test_first_sight_looks_the_model_up_and_the_daily_run_keeps_it_priced(aws, m
     prices.assert_no_pending_responses()
     item = llama_price("2026-01-23#us-east-1")
     assert (item["input_price_usd_micros_per_1m"], item["output_price_usd_micros_per_1m"]) == (720_000, 720_000)
-    assert pricing.unlabelled_models() == {LLAMA: LLAMA_NAME}
+    assert price_store.registered_models() == {LLAMA: LLAMA_NAME}
 
     # another scope's alert for the same model: already registered, nothing asked
     assert run_fetcher(unpriced_model_event(), monkeypatch, client)["status"] == "registered"
@@ -167,7 +168,7 @@ def test_a_model_bedrock_cannot_name_is_left_at_the_estimate(aws, monkeypatch):
     pricing_client, prices = stub_price_list({})
     report = run_fetcher(unpriced_model_event(), monkeypatch, pricing_client)
     assert report == {"status": "unresolved", "written": 0, "kept": 0, "models": 0}
-    assert pricing.unlabelled_models() == {}  # the next alert (another day) asks again
+    assert price_store.registered_models() == {}  # the next alert (another day) asks again
 
 
 def test_usage_after_the_lookup_is_priced_from_the_price_list(api, tenant, bus, monkeypatch):

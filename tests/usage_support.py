@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from price_keeper import keys, tables
-from price_keeper.aws import query_all, table
+from price_keeper.store.dynamo import query_all, table
 from price_keeper.config import get_config
 from tests.factories import seed_app, seed_org, token_for
 

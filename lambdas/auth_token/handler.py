@@ -3,16 +3,16 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import auth, routes
-from price_keeper.api import Router, build_app, json_response, lambda_entry, source_ip
+from price_keeper import auth, replies, routes
+from price_keeper.api import Router, build_app, documented, lambda_entry, reply, source_ip
 
 router = Router()
 
 
-@router.post(routes.rule(routes.AUTH_TOKEN))
+@router.post(routes.rule(routes.AUTH_TOKEN), responses=documented(200, replies.Tokens, "Access and refresh tokens"))
 def issue_token(body: Annotated[auth.TokenRequest, Body()]):
     client = auth.authenticate_client(body.client_id, body.client_secret, source_ip=source_ip(router))
-    return json_response(200, auth.issue_tokens(client.principal, not_after=client.not_after))
+    return reply(200, replies.Tokens, auth.issue_tokens(client.principal, not_after=client.not_after))
 
 
 app = build_app(router)

@@ -4,16 +4,17 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
-from price_keeper import routes, selection
-from price_keeper.api import Router, build_app, json_response, lambda_entry
+from price_keeper import replies, routes, selection
+from price_keeper.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()
 
 
-@router.get(routes.rule(routes.MODEL_SELECTION))
+@router.get(routes.rule(routes.MODEL_SELECTION),
+            responses=documented(200, replies.ModelSelection, "The label to call now"))
 def model_selection(org_id: str, app_id: str, force_check: Annotated[bool, Query()] = False):
     body, headers = selection.select_model(org_id, app_id, force_check=force_check)
-    return json_response(200, body, headers)
+    return reply(200, replies.ModelSelection, body, headers)
 
 
 app = build_app(router)

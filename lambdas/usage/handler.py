@@ -7,16 +7,16 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import metering, routes
-from price_keeper.api import Router, build_app, json_response, lambda_entry
+from price_keeper import metering, replies, routes
+from price_keeper.api import Router, build_app, documented, lambda_entry, reply
 from price_keeper.models import UsageRequest
 
 router = Router()
 
 
-@router.post(routes.rule(routes.USAGE))
+@router.post(routes.rule(routes.USAGE), responses=documented(202, replies.UsageReceipt, "Counted (or a duplicate)"))
 def submit_usage(org_id: str, app_id: str, body: Annotated[UsageRequest, Body()]):
-    return json_response(202, metering.submit(org_id, app_id, body))
+    return reply(202, replies.UsageReceipt, metering.submit(org_id, app_id, body))
 
 
 app = build_app(router)

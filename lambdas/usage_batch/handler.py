@@ -6,16 +6,17 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import metering, routes
-from price_keeper.api import Router, build_app, json_response, lambda_entry
+from price_keeper import metering, replies, routes
+from price_keeper.api import Router, build_app, documented, lambda_entry, reply
 from price_keeper.models import UsageBatchRequest
 
 router = Router()
 
 
-@router.post(routes.rule(routes.USAGE_BATCH))
+@router.post(routes.rule(routes.USAGE_BATCH),
+             responses=documented(207, replies.BatchReceipt, "A result per record, in order"))
 def submit_usage_batch(org_id: str, app_id: str, body: Annotated[UsageBatchRequest, Body()]):
-    return json_response(207, metering.submit_batch(org_id, app_id, body.requests))
+    return reply(207, replies.BatchReceipt, metering.submit_batch(org_id, app_id, body.requests))
 
 
 app = build_app(router)

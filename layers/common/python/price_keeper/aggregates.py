@@ -10,33 +10,24 @@ ordering are read in a second one. DailyTotal is never scanned.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from datetime import date, datetime
 
-from boto3.dynamodb.conditions import Key
-
-from . import boosts, keys, profiles, tables
+from . import boosts, keys, profiles, reports
 from .aggregation import SUM_FIELDS, Totals, read_daily_totals
-from .aws import query_all, table
+from .cache import etag
 from .errors import invalid_request, not_found
 from .orgs import EffectiveConfig
-from .selection import Total, decide, quota_pct, quota_status, read_sticky
+from .quota import Total, decide, quota_pct, quota_status
+from .selection import read_sticky
+from .store import config_items
 from .timeutil import iso_utc, org_date, utc_now
 
-DATE_FORMAT = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 CACHE_CONTROL = "max-age=30, private"
 
 
 def parse_date(text: str, org_today: date) -> date:
     """A ``YYYY-MM-DD`` path date that is a real date and not after the org's today."""
-    try:
-        if not DATE_FORMAT.fullmatch(text):
-            raise ValueError(text)
-        parsed = date.fromisoformat(text)
-    except ValueError:
-        raise invalid_request("Invalid date format", date=text[:40], expected_format="YYYY-MM-DD") from None
+    parsed = reports.parse_date(text, "date")
     if parsed > org_today:
         raise invalid_request("Date cannot be in the future", date=text, org_today=org_today.isoformat())
     return parsed
@@ -44,11 +35,8 @@ def parse_date(text: str, org_today: date) -> date:
 
 def _app_scopes(org_id: str) -> list[tuple[str, tuple[str, ...]]]:
     """(scope, model_ordering override) of every app of an org (one paginated Config Query)."""
-    items = query_all(table(tables.CONFIG).query, ProjectionExpression="resource_key, model_ordering",
-                      KeyConditionExpression=Key("org_key").eq(keys.org_key(org_id))
-                      & Key("resource_key").begins_with("APP#"))
-    return [(keys.scope_key(org_id, item["resource_key"].removeprefix("APP#"), "APP"),
-             tuple(item.get("model_ordering") or ())) for item in items]
+    return [(keys.scope_key(org_id, item["app_id"], "APP"), tuple(item.get("model_ordering") or ()))
+            for item in config_items.app_items(org_id, ["model_ordering"])]
 
 
 def _labels_and_scopes(config: EffectiveConfig, whole_org_of_apps: bool) -> tuple[list[str], list[str]]:
@@ -135,9 +123,7 @@ def daily_aggregates(org_id: str, app_id: str | None, date_text: str | None = No
         "current_active_model": decision.label,
         "updated_at": iso_utc(datetime.fromtimestamp(updated, now.tzinfo)) if updated else None,
     })
-    digest = hashlib.blake2b(json.dumps([org_id, app_id, day, models, decision.label], sort_keys=True).encode(),
-                             digest_size=8).hexdigest()
-    headers = {"Cache-Control": CACHE_CONTROL, "ETag": f'"{digest}"'}
+    headers = {"Cache-Control": CACHE_CONTROL, "ETag": etag(org_id, app_id, day, models, decision.label)}
     if read.last_run_epoch is not None:
         headers["X-Data-Lag-Secs"] = str(max(0, int(now.timestamp()) - read.last_run_epoch))
     return body, headers

@@ -22,18 +22,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, time, timezone
 from typing import Iterable, NamedTuple
 
-from boto3.dynamodb.conditions import Key
-from botocore.exceptions import ClientError
-
 from . import keys, tables
-from .aws import query_all, table
 from .config import get_config
-from .storage import Read, batch_get, batch_get_many
+from .store import daily_totals, usage
+from .store.dynamo import batch_get_many
 from .timeutil import org_days_in_play, parse_day, utc_now
 
-SUM_FIELDS = ("cost_usd_micros", "input_tokens", "output_tokens", "cache_read_input_tokens",
-              "cache_write_input_tokens", "requests")
-HEARTBEAT_KEY = {"usage_key": "#AGGREGATOR", "date_key": "#HEARTBEAT"}
+SUM_FIELDS = usage.COUNTERS
 
 
 class Totals(NamedTuple):
@@ -69,7 +64,7 @@ class DailyRead(NamedTuple):
     def from_items(cls, items: Iterable[dict]) -> "DailyRead":
         totals, last_run, labels = {}, None, {}
         for item in items:
-            if item["usage_key"] == HEARTBEAT_KEY["usage_key"]:
+            if item["usage_key"] == keys.HEARTBEAT_KEY["usage_key"]:
                 last_run = int(item["last_run_epoch"])
             else:
                 totals[item["usage_key"]] = Totals.from_item(item)
@@ -78,19 +73,10 @@ class DailyRead(NamedTuple):
         return cls(totals, last_run, labels)
 
 
-def daily_totals_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = False) -> Read:
-    """The read of one org day's DailyTotals for ``usage_keys`` (and the aggregator heartbeat),
-    for ``storage.batch_get_many``; ``DailyRead.from_items`` makes sense of what it finds."""
-    wanted = [{"usage_key": usage_key, "date_key": keys.day_key(day)} for usage_key in usage_keys]
-    if include_heartbeat:
-        wanted.append(HEARTBEAT_KEY)
-    return Read(tables.DAILY_TOTAL, wanted, [*SUM_FIELDS, "updated_at_epoch", "last_run_epoch", "labels"])
-
-
 def read_daily_totals(usage_keys: Iterable[str], day: str, *, consistent: bool = False,
                       include_heartbeat: bool = False) -> DailyRead:
     """DailyTotals of one org day in one BatchGetItem (more when over 100 keys)."""
-    read = daily_totals_read(usage_keys, day, include_heartbeat=include_heartbeat)
+    read = daily_totals.day_read(usage_keys, day, include_heartbeat=include_heartbeat)
     return DailyRead.from_items(batch_get_many([read], consistent=consistent)[0])
 
 
@@ -114,14 +100,6 @@ class _Group:
     sums: dict = field(default_factory=lambda: dict.fromkeys(SUM_FIELDS, 0))
     shard_updates: list[int] = field(default_factory=list)
     labels: set[str] = field(default_factory=set)  # scope totals only: the labels summed
-
-
-def active_shard_keys(day: str) -> list[dict]:
-    """Keys of the usage shards written for org day ``day`` (``yyyymmdd``), from the GSI."""
-    index = tables.ACTIVE_BY_DAY
-    items = query_all(table(tables.USAGE_AGG_SHARDED).query, IndexName=index.name,
-                      KeyConditionExpression=Key(index.partition_key).eq(keys.day_key(day)))
-    return [{"shard_key": item["shard_key"], "date_key": item["date_key"]} for item in items]
 
 
 def fold(shards: Iterable[dict]) -> dict[tuple[str, str], _Group]:
@@ -158,18 +136,10 @@ def _put_total(usage_key: str, date_key: str, group: _Group, now_epoch: int) -> 
     """Write a total unless a newer one (more requests) is already there."""
     item = {"usage_key": usage_key, "date_key": date_key, **group.sums, "updated_at_epoch": now_epoch,
             "source_updated_at_epoch": max(group.shard_updates),
-            tables.TTL_ATTRIBUTE: usage_expires_at(date_key.removeprefix("DAY#"))}
+            tables.TTL_ATTRIBUTE: usage_expires_at(keys.day_of_key(date_key))}
     if group.labels:
         item["labels"] = group.labels
-    try:
-        table(tables.DAILY_TOTAL).put_item(
-            Item=item, ConditionExpression="attribute_not_exists(usage_key) OR requests < :requests",
-            ExpressionAttributeValues={":requests": group.sums["requests"]})
-        return True
-    except ClientError as error:
-        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-            raise
-        return False
+    return daily_totals.put_if_grown(item)
 
 
 def _fold_into(report: RunReport, usage_key: str, date_key: str, group: _Group, current: dict,
@@ -192,22 +162,17 @@ def run(now: datetime | None = None) -> RunReport:
     now = now or utc_now()
     now_epoch = int(now.timestamp())
     report = RunReport(days=[day.strftime("%Y%m%d") for day in org_days_in_play(now)])
-    shard_keys = [shard for day in report.days for shard in active_shard_keys(day)]
+    shard_keys = [shard for day in report.days for shard in usage.active_shard_keys(day)]
     report.active_shards = len(shard_keys)
-    groups = fold(batch_get(tables.USAGE_AGG_SHARDED, shard_keys, attributes=[*SUM_FIELDS, "updated_at_epoch"]))
+    groups = fold(usage.read_shards(shard_keys, [*SUM_FIELDS, "updated_at_epoch"]))
     report.usage_keys = len(groups)
     totals = scope_totals(groups)
-    current = {
-        (item["usage_key"], item["date_key"]): item
-        for item in batch_get(tables.DAILY_TOTAL, [{"usage_key": u, "date_key": d} for u, d in [*groups, *totals]],
-                              attributes=[*SUM_FIELDS, "source_updated_at_epoch"])
-    }
+    current = daily_totals.read_current([*groups, *totals])
     for (usage_key, date_key), group in groups.items():
-        report.costs.append((usage_key, date_key.removeprefix("DAY#"), group.sums["cost_usd_micros"]))
+        report.costs.append((usage_key, keys.day_of_key(date_key), group.sums["cost_usd_micros"]))
         if _fold_into(report, usage_key, date_key, group, current, now_epoch):
-            report.changed.append((usage_key, date_key.removeprefix("DAY#")))
+            report.changed.append((usage_key, keys.day_of_key(date_key)))
     for (usage_key, date_key), group in totals.items():
         _fold_into(report, usage_key, date_key, group, current, now_epoch)
-    table(tables.DAILY_TOTAL).put_item(Item={**HEARTBEAT_KEY, "last_run_epoch": now_epoch,
-                                             "lag_seconds": report.lag_seconds, "updated_at_epoch": now_epoch})
+    daily_totals.put_heartbeat(now_epoch, report.lag_seconds)
     return report

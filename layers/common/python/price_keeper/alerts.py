@@ -41,7 +41,6 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -51,12 +50,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 
 from . import boosts, keys, orgs, reports, tables
-from .aws import client, ddb_client, query_all
+from .aws import client
 from .aggregation import RunReport
 from .cache import TTLCache
 from .observability import logger
 from .orgs import EffectiveConfig
+from .quota import first_unspent, reached, sticky_floor
 from .selection import read_sticky
+from .store import alert_records, config_items
 from .timeutil import iso_utc, org_day, parse_day
 from .validation import Schema
 
@@ -66,7 +67,6 @@ DETAIL_TYPE = "SpendAlert"
 DEFAULT_EVENT_BUS = "price-keeper-events"
 ALERT_RETENTION_DAYS = 35
 RETRY_AFTER_SECONDS = 30  # an unpublished record claimed longer ago than this is retried
-QUERY_THREADS = 8
 _NO_PART = "-"  # key part of a missing label/threshold (no label can be "-": ids start alphanumeric)
 
 # (scope, date_key) of records known to be published: a warm aggregator skips them without I/O.
@@ -92,7 +92,7 @@ class Alert:
 
     def date_key(self, day: str) -> str:
         threshold = _NO_PART if self.threshold_pct is None else str(self.threshold_pct)
-        return f"ALERT#{day}#{self.type}#{self.model_id or self.label or _NO_PART}#{threshold}"
+        return keys.alert_date_key(day, self.type, self.model_id or self.label or _NO_PART, threshold)
 
 
 # --- detection (pure) ----------------------------------------------------------------
@@ -102,9 +102,8 @@ def due_alerts(ordering: Sequence[str], quotas: Mapping[str, int], spends: Mappi
     """Every alert whose condition holds for these spends (label -> micro-USD, every label
     with spend, in the ordering or not) and the scope's total cap.
 
-    A label is spent when its spend reaches its quota (a label without quota is always
-    spent), as model selection decides. Selection stands on the first unspent label at or
-    after the sticky label; every label before that position fell back to its successor.
+    A label is spent, and has fallen back to its successor, by the rules model selection
+    applies (``quota.first_unspent`` from the sticky floor).
     """
     def spend(label: str) -> int:
         return int(spends.get(label, 0))
@@ -114,39 +113,21 @@ def due_alerts(ordering: Sequence[str], quotas: Mapping[str, int], spends: Mappi
 
     due = [Alert(THRESHOLD, label, pct, spend(label), quota(label))
            for label in ordering if quota(label) > 0
-           for pct in thresholds_pct if spend(label) * 100 >= pct * quota(label)]
-    floor = list(ordering).index(sticky_label) if sticky_label in ordering else 0
-    active = next((i for i in range(floor, len(ordering)) if spend(ordering[i]) < quota(ordering[i])), len(ordering))
+           for pct in thresholds_pct if reached(spend(label), quota(label), pct)]
+    active = first_unspent(ordering, quotas, spends, sticky_floor(ordering, sticky_label))
+    active = len(ordering) if active is None else active
     due += [Alert(FALLBACK, ordering[i], None, spend(ordering[i]), quota(ordering[i]), ordering[i + 1])
             for i in range(min(active, len(ordering) - 1))]
     total = sum(int(value) for value in spends.values())
     if total_quota:
         due += [Alert(THRESHOLD, None, pct, total, total_quota)
-                for pct in thresholds_pct if total * 100 >= pct * total_quota]
+                for pct in thresholds_pct if reached(total, total_quota, pct)]
     if (ordering and active == len(ordering)) or (total_quota is not None and total >= total_quota):
         due.append(Alert(ALL_EXHAUSTED))
     return due
 
 
 # --- the record and the event ----------------------------------------------------------
-
-def _recorded(scope: str, day: str, dynamodb=None) -> dict[str, dict]:
-    """The scope's alert records of the day by date_key (one Query)."""
-    items = query_all((dynamodb or ddb_client()).query, TableName=tables.STICKY_STATE.physical_name,
-                      KeyConditionExpression="scope_key = :s AND begins_with(date_key, :p)",
-                      ExpressionAttributeValues={":s": scope, ":p": f"ALERT#{day}#"})
-    return {item["date_key"]: item for item in items}
-
-
-def _conditional(call, **kwargs) -> dict | None:
-    """The call's reply, or None when its condition failed (another run got there first)."""
-    try:
-        return call(**kwargs)
-    except ClientError as error:
-        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-            raise
-        return None
-
 
 def _record(scope: str, config: EffectiveConfig, day: str, alert: Alert, now: datetime) -> dict | None:
     """Write the alert's record; the item when this run is the first to see the alert."""
@@ -163,9 +144,7 @@ def _record(scope: str, config: EffectiveConfig, day: str, alert: Alert, now: da
         tables.TTL_ATTRIBUTE: now_epoch + ALERT_RETENTION_DAYS * 86400,
     }
     item = {name: value for name, value in item.items() if value is not None}
-    written = _conditional(ddb_client().put_item, TableName=tables.STICKY_STATE.physical_name, Item=item,
-                           ConditionExpression="attribute_not_exists(date_key)")
-    return item if written is not None else None
+    return item if alert_records.create(item) else None
 
 
 def _claim_retry(item: dict, now: datetime) -> dict | None:
@@ -173,14 +152,7 @@ def _claim_retry(item: dict, now: datetime) -> dict | None:
     now_epoch = int(now.timestamp())
     if int(item["claimed_at_epoch"]) > now_epoch - RETRY_AFTER_SECONDS:
         return None
-    reply = _conditional(
-        ddb_client().update_item, TableName=tables.STICKY_STATE.physical_name,
-        Key={"scope_key": item["scope_key"], "date_key": item["date_key"]},
-        UpdateExpression="SET claimed_at_epoch = :now ADD attempts :one",
-        ConditionExpression="published = :false AND claimed_at_epoch = :seen",
-        ExpressionAttributeValues={":now": now_epoch, ":one": 1, ":false": False, ":seen": item["claimed_at_epoch"]},
-        ReturnValues="ALL_NEW")
-    return reply["Attributes"] if reply is not None else None
+    return alert_records.claim(item, now_epoch)
 
 
 EVENT_FIELDS = ("type", "label", "threshold_pct", "scope", "org_id", "app_id", "date", "fired_at",
@@ -212,14 +184,6 @@ def _publish(item: dict) -> bool:
                        extra={"alert": detail, "error_code": entry.get("ErrorCode")})
         return False
     return True
-
-
-def _mark_published(item: dict, now: datetime) -> None:
-    ddb_client().update_item(
-        TableName=tables.STICKY_STATE.physical_name,
-        Key={"scope_key": item["scope_key"], "date_key": item["date_key"]},
-        UpdateExpression="SET published = :true, published_at_epoch = :now",
-        ExpressionAttributeValues={":true": True, ":now": int(now.timestamp())})
 
 
 def evaluate_and_fire(scope: str, config: EffectiveConfig, day: str, totals_by_label: Mapping[str, int],
@@ -260,7 +224,7 @@ def _fire(scope: str, config: EffectiveConfig, day: str, candidates: Sequence[Al
     pending = [alert for alert in candidates if not _published.get((scope, alert.date_key(day)))]
     if not pending:
         return []
-    recorded = _recorded(scope, day)
+    recorded = alert_records.of_day(scope, day)
     fired = []
     for alert in pending:
         key = alert.date_key(day)
@@ -270,7 +234,7 @@ def _fire(scope: str, config: EffectiveConfig, day: str, candidates: Sequence[Al
             continue
         owned = _record(scope, config, day, alert, now) if existing is None else _claim_retry(existing, now)
         if owned is not None and _publish(owned):
-            _mark_published(owned, now)
+            alert_records.mark_published(owned, int(now.timestamp()))
             _published.put((scope, key), True)
             fired.append(alert)
     return fired
@@ -284,13 +248,12 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
     logged and retried by the next run that changes it, without failing the others."""
     spends: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
     for usage_key, day, cost in report.costs:
-        scope, label = usage_key.rsplit("#LABEL#", 1)
+        scope, label = keys.split_usage_key(usage_key)
         spends[(scope, day)][label] = cost
     fired: list[Alert] = []
-    for scope, day in dict.fromkeys((usage_key.rsplit("#LABEL#", 1)[0], day) for usage_key, day in report.changed):
+    for scope, day in dict.fromkeys((keys.split_usage_key(usage_key)[0], day) for usage_key, day in report.changed):
         try:
-            org_id, _, app_id = scope.removeprefix("ORG#").partition("#APP#")
-            config = orgs.effective_config(org_id, app_id or None)
+            config = orgs.effective_config(*keys.split_scope(scope))
             sticky = read_sticky(scope, day) if config.sticky_fallback_enabled else None
             fired += evaluate_and_fire(scope, config, day, spends[(scope, day)], sticky.label if sticky else None, now)
         except Exception:  # noqa: BLE001 - one scope's failure must not stop the others' alerts
@@ -330,11 +293,8 @@ def list_alerts(org_id: str, date_text: str | None) -> dict:
            else org_day(config.timezone))
     scopes = [config.scope]
     if config.quota_scope == "APP":
-        scopes += [keys.scope_key(org_id, reports.app_id_of(item), "APP") for item in reports.app_items(org_id)]
-    dynamodb = ddb_client()  # built once here: the threads share it (boto3 clients are thread-safe)
-    with ThreadPoolExecutor(max_workers=QUERY_THREADS) as pool:
-        found = [item for items in pool.map(lambda scope: _recorded(scope, day, dynamodb).values(), scopes)
-                 for item in items]
+        scopes += [keys.scope_key(org_id, item["app_id"], "APP") for item in config_items.app_items(org_id)]
+    found = alert_records.of_day_many(scopes, day)
     rows = sorted((_row(item) for item in found), key=lambda row: (
         row["fired_at"], row["scope"], row["type"], row["label"] or "", row["threshold_pct"] or 0))
     return {"date": parse_day(day).isoformat(), "alerts": rows}

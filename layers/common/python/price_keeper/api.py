@@ -14,10 +14,10 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 from aws_lambda_powertools.logging import correlation_paths
-from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import BaseModel
 
-from . import audit, pipeline, ratelimit, routes, storage
-from .errors import ApiError, error_body, invalid_request, service_unavailable
+from . import audit, pipeline, ratelimit, routes
+from .errors import ApiError, as_api_error, error_body, invalid_request
 from .observability import logger, metrics, tracer
 
 def _json_default(value: Any):
@@ -34,6 +34,17 @@ def dumps(body: Any) -> str:
 
 def json_response(status: int, body: Any, headers: dict | None = None) -> Response:
     return Response(status_code=status, content_type="application/json", body=dumps(body), headers=headers or {})
+
+
+def reply(status: int, model: type[BaseModel], body: dict, headers: dict | None = None) -> Response:
+    """``body`` answered as ``model`` publishes it: validated (a body that breaks its schema
+    is a bug, answered 500), with exactly the fields it has."""
+    return json_response(status, model.model_validate(body).model_dump(mode="json", exclude_unset=True), headers)
+
+
+def documented(status: int, model: type[BaseModel], description: str) -> dict:
+    """The ``responses`` of a route decorator declaring its reply model for the OpenAPI document."""
+    return {status: {"description": description, "content": {"application/json": {"model": model}}}}
 
 
 def _request_id(app: APIGatewayRestResolver) -> str | None:
@@ -81,21 +92,6 @@ def parse_body(text: str) -> dict:
     if not isinstance(body, dict):
         raise invalid_request("Request body must be a JSON object")
     return body
-
-
-def as_api_error(error: Exception) -> ApiError:
-    """Any exception as the error the client gets: a throttled or unreachable store is a
-    retryable 503, anything unexpected a logged 500 (the one mapping of the service)."""
-    if isinstance(error, ApiError):
-        return error
-    if isinstance(error, (ClientError, BotoCoreError)):
-        if storage.is_retryable(error):
-            logger.warning("storage throttled or unreachable", extra={"aws_error": storage.error_code(error)})
-            return service_unavailable()
-        logger.exception("unexpected storage error", extra={"aws_error": storage.error_code(error)})
-    else:
-        logger.exception("unhandled error")
-    return ApiError(500, "INTERNAL_ERROR", "Internal error")
 
 
 def build_app(*routers: Router) -> APIGatewayRestResolver:

@@ -22,6 +22,7 @@ from contextvars import ContextVar
 
 from aws_lambda_powertools import Logger
 
+from . import state
 from .observability import SERVICE
 
 KEY_ID_CHARS = 8
@@ -29,6 +30,7 @@ ID_MAX_CHARS = 100  # path ids are logged before or without validation: cut shor
 
 _logger = Logger(service=SERVICE, child=True, level="INFO")
 _facts: ContextVar[dict | None] = ContextVar("audit_facts", default=None)
+state.kept(lambda: _facts.set(None))
 
 
 def key_id(presented: str) -> str:

@@ -32,10 +32,10 @@ import jwt
 from aws_lambda_powertools.utilities import parameters
 from pydantic import StringConstraints
 
-from . import audit, keys, ratelimit, storage, tables
-from .aws import table
+from . import audit, ratelimit, state
 from .cache import TTLCache
 from .errors import ApiError, forbidden, unauthorized
+from .store import config_items, revocations
 from .validation import StrictBody
 
 ISSUER = "bedrock-cost-keeper"
@@ -99,6 +99,11 @@ def _secret(env: str, default_name: str) -> str:
     return parameters.get_secret(os.environ.get(env, default_name), max_age=SECRET_CACHE_SECONDS)
 
 
+# Powertools Parameters keeps the secrets' values and its providers' clients per process.
+state.kept(parameters.clear_caches)
+state.kept(parameters.base.DEFAULT_PROVIDERS.clear)
+
+
 def signing_key() -> str:
     return _secret("JWT_SECRET_NAME", "price-keeper/jwt-signing-key")
 
@@ -149,13 +154,6 @@ def parse_client_id(client_id: str) -> Principal | None:
     return None
 
 
-def _credential_item(principal: Principal) -> dict | None:
-    resource = keys.app_resource(principal.app_id) if principal.app_id else keys.ROOT_RESOURCE
-    return table(tables.CONFIG).get_item(
-        Key={"org_key": keys.org_key(principal.org_id), "resource_key": resource}, ConsistentRead=True,
-    ).get("Item")
-
-
 class Authenticated(NamedTuple):
     principal: Principal
     # End of the rotation grace period when the previous secret was presented: no token
@@ -185,7 +183,7 @@ def authenticate_client(client_id: str, client_secret: str, *, source_ip: str,
     principal = parse_client_id(client_id)
     failure = ratelimit.consume(f"{principal.client_id if principal else 'malformed-client-id'}@{source_ip}",
                                 limit_name=FAILED_ATTEMPTS_LIMIT)
-    item = _credential_item(principal) if principal else None
+    item = config_items.client_item(principal.org_id, principal.app_id) if principal else None
     presented = client_secret.encode()
     if not item or len(presented) > BCRYPT_MAX_BYTES:  # bcrypt refuses longer input; ours are 44 bytes
         bcrypt.checkpw(presented[:BCRYPT_MAX_BYTES], _dummy_hash())
@@ -294,15 +292,10 @@ def _ensure_not_revoked(claims: dict, *, fresh: bool) -> None:
     unknown = jtis if fresh else [jti for jti in jtis if not _not_revoked.get(jti)]
     cutoff = None if fresh else _cutoffs.get(client_id)
     if unknown or cutoff is None:
-        # batch_get retries unprocessed keys and answers 503 if some stay unread: an
-        # incomplete read must never pass for "not revoked" (nor be cached as such).
-        found = storage.batch_get(tables.REVOKED_TOKENS, [{"token_jti": jti} for jti in unknown]
-                                  + [_cutoff_key(client_id)], consistent=fresh, attributes=CUTOFF_ATTRIBUTES)
-        items = {item["token_jti"]: item for item in found}
-        cutoff = items.pop(_cutoff_key(client_id)["token_jti"], {})
+        revoked, cutoff = revocations.read(unknown, client_id, consistent=fresh)
         _cutoffs.put(client_id, cutoff)
-        if items:
-            for jti in items:
+        if revoked:
+            for jti in revoked:
                 _revoked.put(jti, True)
             raise unauthorized("Token revoked")
         for jti in unknown:
@@ -326,14 +319,9 @@ def revoke(caller: Principal, token: str) -> None:
     if claims["sub"] != caller.client_id:
         raise forbidden("Token belongs to another client")
     now = int(time.time())
-    table(tables.REVOKED_TOKENS).put_item(Item={
-        "token_jti": claims["jti"],
-        "token_type": claims.get("token_type", "access"),
-        "client_id": claims["sub"],
-        "revoked_at_epoch": now,
-        "original_expiry_epoch": int(claims["exp"]),
-        tables.TTL_ATTRIBUTE: int(claims["exp"]),
-    })
+    revocations.revoke(claims["jti"], {"token_type": claims.get("token_type", "access"), "client_id": claims["sub"],
+                                       "revoked_at_epoch": now, "original_expiry_epoch": int(claims["exp"])},
+                       expires_at=int(claims["exp"]))
     _not_revoked.discard(claims["jti"])
     _revoked.put(claims["jti"], True)
 
@@ -349,35 +337,16 @@ def revoke(caller: Principal, token: str) -> None:
 # the older secret, and its tokens, immediately. Every write is a blind update (cutoffs
 # only grow), and the item expires when the last token it can refuse has.
 
-CUTOFF_ATTRIBUTES = ("cutoff_ms", "superseded_cutoff_ms", "pending_cutoff_ms", "pending_cutoff_at_epoch")
-
-
-def _cutoff_key(client_id: str) -> dict:
-    return {"token_jti": f"CLIENT#{client_id}"}
-
-
 def _effective_cutoff_ms(item: dict, now: float) -> int:
     pending = int(item.get("pending_cutoff_ms", 0)) if now >= int(item.get("pending_cutoff_at_epoch", 0)) else 0
     return max(int(item.get("cutoff_ms", 0)), int(item.get("superseded_cutoff_ms", 0)), pending)
 
 
 def cutoff_update(client_id: str, before_ms: int, effective_at: int | None = None) -> dict:
-    """The ``TransactWriteItems`` action that ends the client's tokens authenticated before
-    ``before_ms``: at once, or from ``effective_at`` (epoch seconds) on."""
-    if effective_at is None:
-        expression, values = "SET cutoff_ms = :before", {}
-    else:
-        expression = ("SET superseded_cutoff_ms = if_not_exists(pending_cutoff_ms, :zero), "
-                      "pending_cutoff_ms = :before, pending_cutoff_at_epoch = :at")
-        values = {":zero": 0, ":at": effective_at}
-    return {"Update": {
-        "TableName": tables.REVOKED_TOKENS.physical_name,
-        "Key": _cutoff_key(client_id),
-        # Tokens authenticated before the cutoff expire within REFRESH_TTL of it.
-        "UpdateExpression": f"{expression}, client_id = :client, {tables.TTL_ATTRIBUTE} = :ttl",
-        "ExpressionAttributeValues": {**values, ":before": before_ms, ":client": client_id,
-                                      ":ttl": before_ms // 1000 + REFRESH_TTL},
-    }}
+    """The transaction action that ends the client's tokens authenticated before
+    ``before_ms``: at once, or from ``effective_at`` (epoch seconds) on. Tokens
+    authenticated before the cutoff expire within ``REFRESH_TTL`` of it, and so does the item."""
+    return revocations.cutoff_update(client_id, before_ms, effective_at, before_ms // 1000 + REFRESH_TTL)
 
 
 def forget_cutoff(client_id: str) -> None:

@@ -22,21 +22,19 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Annotated
 
-from boto3.dynamodb.conditions import Key
 from pydantic import Field, StringConstraints
 
 from . import audit, keys, orgs, tables
-from .aws import query_all, table
 from .cache import TTLCache
 from .config import get_config
 from .errors import ApiError, invalid_request, not_found
+from .store import boosts as boost_store, config_items
 from .timeutil import iso_utc
 from .validation import APP_ID_PATTERN, Schema, StrictBody
 
 MAX_BOOST_DAYS = 7
 MAX_AMOUNT_USD_MICROS = 2**63 - 1  # CostAmount is a 64-bit integer
 BOOST_CACHE_SECONDS = 30
-BOOST_PREFIX = "BOOST#"
 
 # (org_id, app_id | None, quota_scope) -> [(label, amount, expires_at_epoch)], unfiltered:
 # expiry is checked at every call, so a cached boost stops counting exactly at its expiry.
@@ -64,11 +62,6 @@ class Boost(Schema):
     created_at: str
 
 
-def scope_prefix(quota_scope: str, app_id: str | None) -> str:
-    """``BOOST#ORG#`` or ``BOOST#APP#{app_id}#``: the resource_key prefix of one quota's boosts."""
-    return f"{BOOST_PREFIX}ORG#" if quota_scope == "ORG" else f"{BOOST_PREFIX}APP#{app_id}#"
-
-
 def parse_expiry(value: str, now: datetime) -> datetime:
     """The expiry as an aware UTC datetime; 400 unless it is in (now, now + 7 days]."""
     try:
@@ -90,7 +83,7 @@ def parse_expiry(value: str, now: datetime) -> datetime:
 
 def _check_target(org_id: str, request: BoostRequest) -> orgs.EffectiveConfig:
     """The effective config of the boosted scope; 404/400 when the boost cannot apply."""
-    org, app = orgs.load_items(org_id, request.app_id)  # consistent reads: an admin write, no stale cache
+    org, app = config_items.org_and_app(org_id, request.app_id)  # consistent reads: an admin write, no stale cache
     if org is None:
         raise not_found("Organization not registered", org_id=org_id)
     if request.app_id and app is None:
@@ -119,7 +112,7 @@ def create(org_id: str, request: BoostRequest, now: datetime | None = None) -> d
     audit.note(boost_id=boost_id, expires_at=iso_utc(expires))
     item = {
         "org_key": keys.org_key(org_id),
-        "resource_key": scope_prefix(config.quota_scope, request.app_id) + boost_id,
+        "resource_key": keys.boost_prefix(config.quota_scope, request.app_id) + boost_id,
         "boost_id": boost_id,
         "model_label": request.model_label,
         "amount_usd_micros": request.amount_usd_micros,
@@ -130,7 +123,7 @@ def create(org_id: str, request: BoostRequest, now: datetime | None = None) -> d
     }
     if request.app_id:
         item["app_id"] = request.app_id
-    table(tables.CONFIG).put_item(Item=item, ConditionExpression="attribute_not_exists(resource_key)")
+    boost_store.create(item)
     _cache.discard((org_id, request.app_id, config.quota_scope))
     return {"boost_id": boost_id, "org_id": org_id, "app_id": request.app_id, "model_label": request.model_label,
             "amount_usd_micros": request.amount_usd_micros, "expires_at": item["expires_at"],
@@ -138,14 +131,8 @@ def create(org_id: str, request: BoostRequest, now: datetime | None = None) -> d
 
 
 def _load(org_id: str, app_id: str | None, quota_scope: str) -> list[tuple[str, int, int]]:
-    items = query_all(
-        table(tables.CONFIG).query,
-        KeyConditionExpression=Key("org_key").eq(keys.org_key(org_id))
-        & Key("resource_key").begins_with(scope_prefix(quota_scope, app_id)),
-        ProjectionExpression="model_label, amount_usd_micros, #ttl",
-        ExpressionAttributeNames={"#ttl": tables.TTL_ATTRIBUTE},
-    )
-    return [(item["model_label"], int(item["amount_usd_micros"]), int(item[tables.TTL_ATTRIBUTE])) for item in items]
+    return [(item["model_label"], int(item["amount_usd_micros"]), int(item[tables.TTL_ATTRIBUTE]))
+            for item in boost_store.of_quota(org_id, app_id, quota_scope)]
 
 
 def active_boosts(org_id: str, app_id: str | None, quota_scope: str, now: datetime) -> dict[str, int]:

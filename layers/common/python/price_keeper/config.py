@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
+from . import state
+
 BUNDLED_NAME = "config.json"
 _PACKAGE_DIR = Path(__file__).resolve().parent
 # The repository root is three levels up in a checkout; in Lambda (/opt/python/price_keeper) there is none.
@@ -212,3 +214,6 @@ def parse_config(raw: dict) -> ServiceConfig:
 @lru_cache(maxsize=1)
 def get_config() -> ServiceConfig:
     return parse_config(read_raw(config_path()))
+
+
+state.kept(get_config.cache_clear)

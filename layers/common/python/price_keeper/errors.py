@@ -1,7 +1,17 @@
-"""The error schema of ``api_spec.md``: every 4xx/5xx body is built here."""
+"""The error schema of ``api_spec.md``: every 4xx/5xx body is built here, and every
+failure becomes the client's error in one place (``as_api_error``)."""
 from __future__ import annotations
 
+from botocore.exceptions import BotoCoreError, ClientError
+
+from .observability import logger
 from .timeutil import iso_utc, utc_now
+
+# AWS error codes that mean "try again" (answered as a 503 with Retry-After).
+RETRYABLE_CODES = frozenset({
+    "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+    "InternalServerError", "ServiceUnavailable", "TransactionConflictException",
+})
 
 
 class ApiError(Exception):
@@ -60,3 +70,28 @@ def not_found(message: str, **details) -> ApiError:
 def service_unavailable(message: str = "Storage temporarily unavailable; retry", retry_after: int = 1) -> ApiError:
     return ApiError(503, "SERVICE_UNAVAILABLE", message, headers={"Retry-After": str(retry_after)},
                     retry_after=retry_after)
+
+
+def error_code(error: ClientError | BotoCoreError) -> str:
+    """The AWS error code of a failed call (``Unreachable`` when the service never answered)."""
+    return error.response.get("Error", {}).get("Code", "") if isinstance(error, ClientError) else "Unreachable"
+
+
+def is_retryable(error: ClientError | BotoCoreError) -> bool:
+    """A throttled, busy or unreachable service: the same request may succeed later."""
+    return isinstance(error, BotoCoreError) or error_code(error) in RETRYABLE_CODES
+
+
+def as_api_error(error: Exception) -> ApiError:
+    """Any exception as the error the client gets: a throttled or unreachable store is a
+    retryable 503, anything unexpected a logged 500 (the one mapping of the service)."""
+    if isinstance(error, ApiError):
+        return error
+    if isinstance(error, (ClientError, BotoCoreError)):
+        if is_retryable(error):
+            logger.warning("storage throttled or unreachable", extra={"aws_error": error_code(error)})
+            return service_unavailable()
+        logger.exception("unexpected storage error", extra={"aws_error": error_code(error)})
+    else:
+        logger.exception("unhandled error")
+    return ApiError(500, "INTERNAL_ERROR", "Internal error")

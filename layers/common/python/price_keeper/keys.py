@@ -1,4 +1,4 @@
-"""Key builders, exactly as the schema seed spells them.
+"""Every key of every table, built and parsed here, exactly as the schema seed spells them.
 
 Ids that reach these functions have been validated (``validation.py``): an org id is a
 UUID and app ids / labels cannot contain ``#``, so no id can address another tenant's keys.
@@ -18,12 +18,32 @@ def app_resource(app_id: str) -> str:
     return f"APP#{app_id}"
 
 
+def app_id_of_resource(resource_key: str) -> str:
+    """The app id of an ``APP#{app}`` Config resource key."""
+    return resource_key.removeprefix(app_resource(""))
+
+
+HEALTH_PROBE = {"org_key": "HEALTH", "resource_key": ROOT_RESOURCE}  # never written: a read proves the store answers
+
+
 def profile_org_key(org_id: str, app_id: str) -> str:
     return f"ORG#{org_id}#APP#{app_id}"
 
 
 def profile_resource(label: str) -> str:
     return f"PROFILE#{label}"
+
+
+def profile_label_of_resource(resource_key: str) -> str:
+    return resource_key.removeprefix(profile_resource(""))
+
+
+BOOST_PREFIX = "BOOST#"
+
+
+def boost_prefix(quota_scope: str, app_id: str | None) -> str:
+    """``BOOST#ORG#`` or ``BOOST#APP#{app_id}#``: the Config resource_key prefix of one quota's boosts."""
+    return f"{BOOST_PREFIX}ORG#" if quota_scope == "ORG" else f"{BOOST_PREFIX}APP#{app_id}#"
 
 
 def scope_key(org_id: str, app_id: str | None, quota_scope: str) -> str:
@@ -33,9 +53,20 @@ def scope_key(org_id: str, app_id: str | None, quota_scope: str) -> str:
     return profile_org_key(org_id, app_id)
 
 
+def split_scope(scope: str) -> tuple[str, str | None]:
+    """(org id, app id or None) of a scope key."""
+    org_id, _, app_id = scope.removeprefix(org_key("")).partition("#APP#")
+    return org_id, app_id or None
+
+
 def day_key(day: str) -> str:
     """``DAY#yyyymmdd`` for an org-local day given as ``yyyymmdd``."""
     return f"DAY#{day}"
+
+
+def day_of_key(date_key: str) -> str:
+    """``yyyymmdd`` of a ``DAY#yyyymmdd`` key."""
+    return date_key.removeprefix(day_key(""))
 
 
 def usage_key(scope: str, label: str) -> str:
@@ -63,6 +94,18 @@ def scope_total_key(scope: str) -> str:
     return f"{scope}#TOTAL"
 
 
+# The aggregator's heartbeat in DailyTotal (no usage key starts with '#').
+HEARTBEAT_KEY = {"usage_key": "#AGGREGATOR", "date_key": "#HEARTBEAT"}
+
+
+def label_of_shard(shard: str) -> str:
+    """The label of a shard key."""
+    return split_usage_key(usage_key_of_shard(shard))[1]
+
+
+DEDUP_SORT_KEY = "DEDUP"
+
+
 def dedup_key(org_id: str, app_id: str, request_id: str) -> str:
     """Key of the per-request dedup marker stored beside the shards (see metering).
 
@@ -76,3 +119,44 @@ def stable_shard(request_id: str, shard_count: int) -> int:
     """Shard for a request id: the same in every process (unlike the salted ``hash()``)."""
     digest = hashlib.blake2b(request_id.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % shard_count
+
+
+# --- StickyState: three concepts, each with its own key shape -----------------------
+
+def sticky_key(scope: str, day: str) -> dict:
+    """The scope's sticky model choice for an org day."""
+    return {"scope_key": scope, "date_key": day_key(day)}
+
+
+def alert_prefix(day: str) -> str:
+    return f"ALERT#{day}#"
+
+
+def alert_date_key(day: str, alert_type: str, subject: str, threshold: str) -> str:
+    """One alert of a scope and org day (``subject``: the model id, label or ``-``)."""
+    return f"{alert_prefix(day)}{alert_type}#{subject}#{threshold}"
+
+
+def rate_window_key(client: str, limit_name: str, window_start: int) -> dict:
+    """A client's request counter of one rate-limit window."""
+    return {"scope_key": f"RATE#{client}", "date_key": f"LIMIT#{limit_name}#{window_start}"}
+
+
+# --- RevokedTokens and PricingCache -------------------------------------------------
+
+def revocation_key(jti: str) -> dict:
+    return {"token_jti": jti}
+
+
+def cutoff_key(client_id: str) -> dict:
+    """The client's token cutoff item (``CLIENT#`` never collides with a UUID jti)."""
+    return {"token_jti": f"CLIENT#{client_id}"}
+
+
+def price_key(day_iso: str, region: str | None = None) -> str:
+    """PricingCache sort key: ``yyyy-mm-dd`` or ``yyyy-mm-dd#{region}``."""
+    return day_iso + (f"#{region}" if region else "")
+
+
+# Models outside config.yaml that the daily fetch prices ({model id: Price List name}).
+PRICE_LIST_REGISTRY_KEY = {"model_id": "#UNLABELLED", "price_key": "PRICE_LIST_MODELS"}

@@ -1,18 +1,9 @@
 """Usage metering: validate a usage record, price it, and count it exactly once.
 
-The write (one TransactWriteItems, 2 actions, every item well under 1 KB):
-
-1. Put the dedup item ``{scope}#REQ#{request_id}`` / ``DEDUP`` in UsageAggSharded with
-   ``attribute_not_exists(shard_key)``; it remembers the shard, cost, label and day of the
-   first acceptance and expires (TTL) after ``dedup_ttl_days``.
-2. Update the shard ``{scope}#LABEL#{label}#SH#{n}`` / ``DAY#{day}``: ADD the cost, the
-   token counts and ``requests``; SET ``updated_at_epoch``, ``active_day`` (the sparse
-   ``active-by-day`` index the aggregator queries) and the TTL.
-
-Both land or neither does, so a record is never counted twice and never lost half-way.
-A duplicate cancels the transaction on step 1; its ``ALL_OLD`` item answers the retry with
-the original shard and cost. The write cost is the same on the first and the millionth
-request of a day: nothing grows with the day's volume.
+The write is one TransactWriteItems of a dedup marker and a shard update
+(``store.usage``): both land or neither does, so a record is never counted twice and
+never lost half-way, and a duplicate is answered with what the first acceptance counted.
+The write cost is the same on the first and the millionth request of a day.
 
 The day a record counts toward is the org-local day it *arrives* on, whatever its
 ``timestamp``: spend reported today counts against today's quota, so stamping records
@@ -23,33 +14,27 @@ crosses midnight, a timezone or a scope change is still a duplicate.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import re
 import time
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
-from boto3.dynamodb.conditions import Key
-from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
-from . import alerts, boosts, keys, orgs, pricing, profiles, tables
+from . import alerts, boosts, keys, orgs, pricing, profiles
 from .aggregation import Totals, usage_expires_at
-from .aws import ddb_client, table
 from .config import IN_REGION, get_config
-from .errors import ApiError, invalid_request, service_unavailable
+from .errors import ApiError, as_api_error, invalid_request, service_unavailable
 from .models import UsageRequest
 from .observability import logger
 from .orgs import EffectiveConfig
-from .selection import EXCEEDED, NORMAL, TIGHT, quota_pct, quota_status
-from .storage import TRANSACTION_RETRYABLE_REASONS, error_code, is_retryable, plain
+from .quota import EXCEEDED, NORMAL, TIGHT, quota_pct, quota_status
+from .store import daily_totals, usage
 from .timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
 from .validation import is_label
 
 CLOCK_SKEW_SECS = 300  # a timestamp up to 5 min ahead of the server clock is not "in the future"
-DEDUP_SORT_KEY = "DEDUP"
 TRANSACTION_ATTEMPTS = 5
 
 _TIMESTAMP_SHAPE = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
@@ -167,70 +152,35 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
 
 # --- the exactly-once write --------------------------------------------------------
 
-def transaction_items(submission: Submission, now_epoch: int) -> list[dict]:
-    """The two actions of a submission's TransactWriteItems."""
-    name = tables.USAGE_AGG_SHARDED.physical_name
-    dedup = {
-        "shard_key": submission.dedup_key, "date_key": DEDUP_SORT_KEY,
-        "model_label": submission.label, "org_day": submission.day, "shard_id": submission.shard_id,
-        "cost_usd_micros": submission.cost_usd_micros, "price_source": submission.quote.source,
-        "profile_kind": submission.quote.profile_kind,
-        "accepted_at_epoch": now_epoch,
-        tables.TTL_ATTRIBUTE: now_epoch + get_config().metering.dedup_ttl_days * 86400,
-    }
-    tokens = submission.tokens
-    shard_update = {
-        "TableName": name,
-        "Key": {"shard_key": keys.shard_key(submission.scope, submission.label, submission.shard_id),
-                "date_key": keys.day_key(submission.day)},
-        "UpdateExpression": (
-            "ADD cost_usd_micros :cost, input_tokens :input, output_tokens :output, "
-            "cache_read_input_tokens :cache_read, cache_write_input_tokens :cache_write, requests :one "
-            "SET updated_at_epoch = :now, active_day = if_not_exists(active_day, :day), "
-            f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :expires)"
-        ),
-        "ExpressionAttributeValues": {
-            ":cost": submission.cost_usd_micros, ":input": tokens.input, ":output": tokens.output,
-            ":cache_read": tokens.cache_read, ":cache_write": tokens.cache_write, ":one": 1, ":now": now_epoch,
-            ":day": keys.day_key(submission.day), ":expires": usage_expires_at(submission.day),
-        },
-    }
-    return [
-        {"Put": {"TableName": name, "Item": dedup, "ConditionExpression": "attribute_not_exists(shard_key)",
-                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}},
-        {"Update": shard_update},
-    ]
-
-
-def request_token(items: list[dict], attempt: int) -> str:
-    """ClientRequestToken: the same for SDK retries of one call (which DynamoDB then applies
-    at most once), new for each attempt after a conflict (which must run again)."""
-    digest = hashlib.blake2b(json.dumps([items, attempt], sort_keys=True, default=str).encode(), digest_size=16)
-    return digest.hexdigest()
-
-
 def record(submission: Submission, now: datetime) -> Outcome:
-    """Write a submission exactly once; a duplicate answers with the original's outcome."""
-    items = transaction_items(submission, int(now.timestamp()))
+    """Write a submission exactly once (``store.usage``); a duplicate answers with the
+    original's outcome."""
+    now_epoch = int(now.timestamp())
+    tokens = submission.tokens
+    items = usage.record_items(
+        dedup_key=submission.dedup_key, scope=submission.scope, label=submission.label,
+        shard_id=submission.shard_id, day=submission.day, now_epoch=now_epoch,
+        counts={"cost_usd_micros": submission.cost_usd_micros, "input_tokens": tokens.input,
+                "output_tokens": tokens.output, "cache_read_input_tokens": tokens.cache_read,
+                "cache_write_input_tokens": tokens.cache_write},
+        marker={"model_label": submission.label, "org_day": submission.day, "shard_id": submission.shard_id,
+                "cost_usd_micros": submission.cost_usd_micros, "price_source": submission.quote.source,
+                "profile_kind": submission.quote.profile_kind},
+        expires_at=usage_expires_at(submission.day),
+        marker_expires_at=now_epoch + get_config().metering.dedup_ttl_days * 86400)
     for attempt in range(TRANSACTION_ATTEMPTS):
         try:
-            ddb_client().transact_write_items(TransactItems=items, ClientRequestToken=request_token(items, attempt))
+            first = usage.write_once(items, attempt)
+        except usage.Conflict:
+            time.sleep(min(0.5, 0.02 * 2 ** attempt) * random.uniform(0.5, 1.0))
+            continue
+        if first is None:
             return Outcome(submission.request_id, submission.label, submission.day, submission.shard_id,
                            submission.cost_usd_micros, submission.quote.source, submission.quote.profile_kind,
                            duplicate=False)
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "TransactionCanceledException":
-                raise
-            reasons = error.response.get("CancellationReasons") or []
-            codes = [reason.get("Code") for reason in reasons]
-            if codes and codes[0] == "ConditionalCheckFailed":
-                first = plain(reasons[0]["Item"])
-                return Outcome(submission.request_id, first["model_label"], first["org_day"], int(first["shard_id"]),
-                               int(first["cost_usd_micros"]), first.get("price_source", ""),
-                               first.get("profile_kind", IN_REGION), duplicate=True)
-            if not TRANSACTION_RETRYABLE_REASONS.intersection(codes):
-                raise
-            time.sleep(min(0.5, 0.02 * 2 ** attempt) * random.uniform(0.5, 1.0))
+        return Outcome(submission.request_id, first["model_label"], first["org_day"], int(first["shard_id"]),
+                       int(first["cost_usd_micros"]), first.get("price_source", ""),
+                       first.get("profile_kind", IN_REGION), duplicate=True)
     raise service_unavailable("Usage write kept conflicting with concurrent writes; retry")
 
 
@@ -248,24 +198,11 @@ def count(config: EffectiveConfig, submission: Submission, now: datetime) -> Out
     return outcome
 
 
-def org_has_spend(org_id: str, day: str) -> bool:
-    """Whether any scope of the org (the org's or an app's) has usage booked on ``day``:
-    one Query of the ``active-by-day`` index, ``begins_with ORG#{org}#``, at most one key."""
-    index = tables.ACTIVE_BY_DAY
-    found = table(tables.USAGE_AGG_SHARDED).query(
-        IndexName=index.name, Limit=1, KeyConditionExpression=Key(index.partition_key).eq(keys.day_key(day))
-        & Key(index.sort_key).begins_with(keys.org_key(org_id) + "#"))
-    return bool(found["Items"])
-
-
 # --- the endpoints -----------------------------------------------------------------
 
 def daily_status(config: EffectiveConfig, label: str, day: str) -> dict:
     """The label's DailyTotal as of the last aggregation, with quota percentage and mode."""
-    item = table(tables.DAILY_TOTAL).get_item(
-        Key={"usage_key": keys.usage_key(config.scope, label), "date_key": keys.day_key(day)},
-        ProjectionExpression="cost_usd_micros, requests, updated_at_epoch").get("Item")
-    totals = Totals.from_item(item)
+    totals = Totals.from_item(daily_totals.label_total(keys.usage_key(config.scope, label), day))
     quota = config.quota(label)
     status = quota_status(totals.cost_usd_micros, quota, config.tight_mode_threshold_pct) if quota > 0 else None
     return {
@@ -319,16 +256,9 @@ def _submit_one(config: EffectiveConfig, raw, now: datetime) -> dict:
         outcome = count(config, prepare(config, UsageRequest.model_validate(raw), now), now)
     except ValidationError:
         return _failed(raw, "INVALID_REQUEST", "Request validation failed")
-    except ApiError as error:
-        return _failed(raw, error.code, error.message)
-    except (ClientError, BotoCoreError) as error:
-        if is_retryable(error):
-            return _failed(raw, "SERVICE_UNAVAILABLE", "Storage temporarily unavailable; retry this record")
-        logger.exception("usage record failed", extra={"aws_error": error_code(error)})
-        return _failed(raw, "INTERNAL_ERROR", "Internal error")
-    except Exception:  # noqa: BLE001 - one record's fault must not fail the others (each is one transaction)
-        logger.exception("usage record failed")
-        return _failed(raw, "INTERNAL_ERROR", "Internal error")
+    except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others (each is one transaction)
+        failure = as_api_error(error)
+        return _failed(raw, failure.code, failure.message)
     return {"request_id": outcome.request_id, "status": "accepted", "shard_id": outcome.shard_id,
             "cost_usd_micros": outcome.cost_usd_micros, "duplicate": outcome.duplicate}
 

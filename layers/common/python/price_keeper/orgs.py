@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import keys, tables
+from . import keys
 from .cache import TTLCache
 from .config import get_config
 from .errors import ApiError, not_found
-from .storage import batch_get
+from .store import config_items
 from .validation import is_app_id, is_uuid
 
 CONFIG_CACHE_SECONDS = 30
@@ -69,16 +69,6 @@ def check_ids(org_id: str, app_id: str | None = None) -> None:
                        {"app_id": app_id[:100]})
 
 
-def load_items(org_id: str, app_id: str | None = None) -> tuple[dict | None, dict | None]:
-    """Org item and (if asked) app item in one BatchGetItem (a throttled, incomplete read
-    is retried and then a 503, never a "not registered")."""
-    wanted = [{"org_key": keys.org_key(org_id), "resource_key": keys.ROOT_RESOURCE}]
-    if app_id:
-        wanted.append({"org_key": keys.org_key(org_id), "resource_key": keys.app_resource(app_id)})
-    items = {item["resource_key"]: item for item in batch_get(tables.CONFIG, wanted, consistent=True)}
-    return items.get(keys.ROOT_RESOURCE), (items.get(keys.app_resource(app_id)) if app_id else None)
-
-
 def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> EffectiveConfig:
     defaults = get_config().metering
     overridable = [k for k in APP_OVERRIDABLE if org["quota_scope"] == "APP" or k not in APP_QUOTA_SETTINGS]
@@ -112,7 +102,7 @@ def effective_config(org_id: str, app_id: str | None = None) -> EffectiveConfig:
     cached = _effective.get(cache_key)
     if cached is not None:
         return cached
-    org, app = load_items(org_id, app_id)
+    org, app = config_items.org_and_app(org_id, app_id)
     if org is None:
         raise not_found("Organization not registered", org_id=org_id)
     if app_id and app is None:

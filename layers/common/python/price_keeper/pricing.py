@@ -26,12 +26,11 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import profiles, tables
-from .aws import table
+from . import keys, profiles, state, tables
 from .cache import TTLCache
 from .config import GEOGRAPHIC, GLOBAL, IN_REGION, PRICE_FIELDS, Prices, get_config
 from .observability import logger
-from .storage import batch_get
+from .store import prices as price_store
 from .timeutil import org_days_in_play, utc_now
 
 TOKENS_PER_PRICE = 1_000_000  # prices are per 1M tokens
@@ -45,9 +44,6 @@ PRICE_CACHE_SECONDS = 600
 PRICE_TTL_DAYS = 3
 PRICE_LIST_ENDPOINT_REGION = "us-east-1"  # the Price List API answers from us-east-1 for every region
 SERVICE_CODE = "AmazonBedrock"
-
-# PricingCache items of models outside config.yaml the fetcher prices: {model id: Price List name}.
-REGISTRY_KEY = {"model_id": "#UNLABELLED", "price_key": "PRICE_LIST_MODELS"}
 
 
 def price_attribute(kind: str, component: str) -> str:
@@ -95,10 +91,6 @@ class PriceQuote(NamedTuple):
         }
 
 
-def price_key(day: date, region: str | None = None) -> str:
-    return day.isoformat() + (f"#{region}" if region else "")
-
-
 def _prices_from_item(item: dict, kind: str, fill: Prices | None) -> Prices | None:
     """The item's prices of ``kind`` (None when it has none); missing components (e.g. cache
     prices) from ``fill``."""
@@ -121,11 +113,8 @@ def _stored_items(model_id: str, day: date, region: str | None) -> list[dict]:
     """The day's PricingCache items of the model: the region's, then the default one (one
     BatchGetItem on a miss, then cached in memory per model, day and region)."""
     def load() -> list[dict]:
-        wanted = [price_key(day, region)] + ([price_key(day)] if region else [])
-        found = {item["price_key"]: item for item in batch_get(
-            tables.PRICING_CACHE, [{"model_id": model_id, "price_key": key} for key in wanted],
-            attributes=["price_key", *PRICE_ATTRIBUTES])}
-        return [found[key] for key in wanted if key in found]
+        wanted = [keys.price_key(day.isoformat(), region)] + ([keys.price_key(day.isoformat())] if region else [])
+        return price_store.of_day(model_id, wanted, PRICE_ATTRIBUTES)
 
     return _stored.get_or_load((model_id, day, region), load)
 
@@ -290,6 +279,9 @@ def pricing_client():
                                       read_timeout=20))
 
 
+state.kept(pricing_client.cache_clear)
+
+
 def fetch_price_list(client, model_names: Iterable[str]) -> list[str]:
     """Every AmazonBedrock product of the named models (all regions), paginated."""
     entries: list[str] = []
@@ -332,7 +324,7 @@ def pricing_items(points: list[PricePoint], models: list[PricedModelId], now: da
         for (name, region), kinds in sorted(prices_on(points, day).items()):
             for model in (model for model in models if model.price_list_model == name):
                 for key_region in [region] + ([None] if region == default_price_region() else []):
-                    key = (model.model_id, price_key(day, key_region))
+                    key = (model.model_id, keys.price_key(day.isoformat(), key_region))
                     items.setdefault(key, {
                         "model_id": model.model_id, "price_key": key[1], **model.details,
                         **{price_attribute(kind, component): getattr(prices, component)
@@ -351,22 +343,7 @@ def _store(item: dict) -> bool:
     kind or component learned later (a new cross-region offer, a model first seen
     mid-day) is still added. The condition skips the write when nothing is new.
     """
-    attributes = [name for name in item if name not in ("model_id", "price_key")]
-    prices = [name for name in attributes if name in PRICE_ATTRIBUTES]
-    names = {f"#a{i}": name for i, name in enumerate(attributes)}
-    by_name = {name: placeholder for placeholder, name in names.items()}
-    try:
-        table(tables.PRICING_CACHE).update_item(
-            Key={"model_id": item["model_id"], "price_key": item["price_key"]},
-            UpdateExpression="SET " + ", ".join(f"{p} = if_not_exists({p}, :{p[1:]})" for p in names),
-            ConditionExpression=" OR ".join(f"attribute_not_exists({by_name[name]})" for name in prices),
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues={f":{p[1:]}": item[name] for p, name in names.items()})
-        return True
-    except ClientError as error:
-        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-            raise
-        return False
+    return price_store.add_missing(item, PRICE_ATTRIBUTES)
 
 
 def _write(points: list[PricePoint], models: list[PricedModelId], now: datetime) -> dict:
@@ -390,15 +367,9 @@ def _price_list_points(client, names: set[str]) -> list[PricePoint] | None:
         return None
 
 
-def unlabelled_models() -> dict[str, str]:
-    """Models outside config.yaml the fetcher prices: {model id: Price List name}."""
-    item = table(tables.PRICING_CACHE).get_item(Key=REGISTRY_KEY).get("Item") or {}
-    return dict(item.get("models") or {})
-
-
 def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
     """The daily run: read the Price List for every configured model and every model
-    outside config.yaml seen since (``unlabelled_models``), add the days' prices to
+    outside config.yaml seen since (``store.prices.registered_models``), add the days' prices to
     PricingCache (``_store``).
 
     When the Price List cannot be read, nothing is written and the stored or config prices
@@ -407,7 +378,7 @@ def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
     """
     now = now or utc_now()
     models = configured_models() + [PricedModelId(model_id, name, {})
-                                    for model_id, name in sorted(unlabelled_models().items())]
+                                    for model_id, name in sorted(price_store.registered_models().items())]
     points = _price_list_points(client, {model.price_list_model for model in models})
     if points is None:
         return {"status": "unavailable", "written": 0, "kept": 0, "models": 0}
@@ -430,22 +401,13 @@ def price_list_name(model_id: str, region: str) -> str | None:
     return reply["modelDetails"]["modelName"]
 
 
-def _register(model_id: str, name: str) -> None:
-    """Add the model to the registry the daily run reads (two updates: the map may not exist yet)."""
-    pricing_table = table(tables.PRICING_CACHE)
-    pricing_table.update_item(Key=REGISTRY_KEY, UpdateExpression="SET models = if_not_exists(models, :empty)",
-                              ExpressionAttributeValues={":empty": {}})
-    pricing_table.update_item(Key=REGISTRY_KEY, UpdateExpression="SET models.#id = :name",
-                              ExpressionAttributeNames={"#id": model_id}, ExpressionAttributeValues={":name": name})
-
-
 def price_unpriced_model(model_id: str, region: str | None, now: datetime | None = None, client=None) -> dict:
     """First sight of a model outside config.yaml (its ``UNPRICED_MODEL`` alert event):
     look its prices up at once and register it for the daily run. A model already
     registered is left to the daily run (the alert fires once per scope and day, so many
     first sights may arrive)."""
     now = now or utc_now()
-    if model_id in unlabelled_models():
+    if model_id in price_store.registered_models():
         return {"status": "registered", "written": 0, "kept": 0, "models": 0}
     name = price_list_name(model_id, region or default_price_region())
     if name is None:
@@ -454,6 +416,6 @@ def price_unpriced_model(model_id: str, region: str | None, now: datetime | None
     if points is None:
         return {"status": "unavailable", "written": 0, "kept": 0, "models": 0}
     report = {"status": "ok", **_write(points, [PricedModelId(model_id, name, {})], now)}
-    _register(model_id, name)
+    price_store.register_model(model_id, name)
     logger.info("unpriced model looked up", extra={"model_id": model_id, "price_list_model": name, **report})
     return report

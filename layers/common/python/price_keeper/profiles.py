@@ -24,13 +24,14 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import keys, tables
-from .aws import table
+from . import state
 from .cache import TTLCache
 from .config import GEOGRAPHIC, GLOBAL, IN_REGION, Prices, get_config
 from .errors import ApiError, invalid_request, service_unavailable
 from .observability import logger
 from .orgs import EffectiveConfig
+from .store import profiles as profile_store
+from .store.dynamo import ConditionFailed
 from .timeutil import iso_utc, utc_now
 
 PROFILE_ARN = re.compile(
@@ -61,10 +62,6 @@ def is_profile_arn(value: str) -> bool:
     return isinstance(value, str) and PROFILE_ARN.fullmatch(value) is not None
 
 
-def _item_key(org_id: str, app_id: str, label: str) -> dict:
-    return {"org_key": keys.profile_org_key(org_id, app_id), "resource_key": keys.profile_resource(label)}
-
-
 def register(config: EffectiveConfig, label: str, arn: str, description: str | None, now=None) -> dict:
     """Store a profile under a new label of the app: 201 body; 400 for a bad ARN or one
     Bedrock does not resolve for this account, 409 when the label is taken (by a registered
@@ -76,19 +73,15 @@ def register(config: EffectiveConfig, label: str, arn: str, description: str | N
                        {"profile_label": label, "reason": "config_label"})
     _routing_of(arn)
     now = now or utc_now()
-    item = {**_item_key(config.org_id, config.app_id, label), "profile_label": label, "inference_profile_arn": arn,
+    item = {**profile_store.profile_key(config.org_id, config.app_id, label), "profile_label": label, "inference_profile_arn": arn,
             "created_at": iso_utc(now), "updated_at_epoch": int(now.timestamp())}
     if description is not None:
         item["description"] = description
     try:
-        table(tables.CONFIG).put_item(Item=item, ConditionExpression="attribute_not_exists(resource_key)",
-                                      ReturnValuesOnConditionCheckFailure="ALL_OLD")
-    except ClientError as error:
-        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-            raise
-        existing = error.response.get("Item") or {}
+        profile_store.create(item)
+    except ConditionFailed as taken:
         raise ApiError(409, "ALREADY_EXISTS", "Inference profile label already registered",
-                       {"profile_label": label, "registered_at": existing.get("created_at", {}).get("S")}) from None
+                       {"profile_label": label, "registered_at": (taken.item or {}).get("created_at")}) from None
     _profiles.discard((config.org_id, config.app_id, label))
     body = {"profile_label": label, "inference_profile_arn": arn, "status": "registered"}
     if description is not None:
@@ -103,7 +96,7 @@ def find(org_id: str, app_id: str | None, label: str) -> Profile | None:
         return None
 
     def load() -> Profile | None:
-        item = table(tables.CONFIG).get_item(Key=_item_key(org_id, app_id, label)).get("Item")
+        item = profile_store.find(org_id, app_id, label)
         return Profile(label, item["inference_profile_arn"]) if item else None
 
     return _profiles.get_or_load((org_id, app_id, label), load)
@@ -114,6 +107,9 @@ def bedrock_client(region: str):
     return boto3.client("bedrock", region_name=region,
                         config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2,
                                       read_timeout=5))
+
+
+state.kept(bedrock_client.cache_clear)
 
 
 class Routing(NamedTuple):

@@ -26,15 +26,13 @@ import time
 from datetime import datetime, timezone
 from typing import Annotated, Iterable, Literal
 
-from boto3.dynamodb.conditions import Key
-from botocore.exceptions import ClientError
 from pydantic import Field, StringConstraints, model_validator
 
-from . import audit, auth, keys, metering, orgs, reports, tables
-from .aws import ddb_client, table
+from . import audit, auth, orgs
 from .config import get_config
-from .errors import ApiError, invalid_config, not_found, service_unavailable
-from .storage import TRANSACTION_RETRYABLE_REASONS, plain
+from .errors import ApiError, invalid_config, not_found
+from .store import config_items, profiles as profile_store, usage
+from .store.dynamo import ConditionFailed
 from .timeutil import is_valid_timezone, iso_utc, next_midnight_utc, org_day, parse_day
 from .validation import StrictBody
 
@@ -147,16 +145,6 @@ def _check_org(request: OrgRequest) -> None:
     _check_labels(request.model_ordering, request.quotas, list(get_config().labels), "main config")
 
 
-def _profile_labels(org_id: str, app_id: str) -> list[str]:
-    """Inference-profile labels registered for the app (one Query, keys only)."""
-    found = table(tables.CONFIG).query(
-        KeyConditionExpression=Key("org_key").eq(keys.profile_org_key(org_id, app_id))
-        & Key("resource_key").begins_with(keys.profile_resource("")),
-        ProjectionExpression="resource_key",
-    )["Items"]
-    return [item["resource_key"].removeprefix(keys.profile_resource("")) for item in found]
-
-
 def _check_app(org_id: str, app_id: str, request: AppRequest, org: dict) -> None:
     own = [name for name in orgs.APP_QUOTA_SETTINGS if getattr(request, name) is not None]
     if own and org["quota_scope"] != "APP":
@@ -166,14 +154,11 @@ def _check_app(org_id: str, app_id: str, request: AppRequest, org: dict) -> None
     quotas = request.quotas if request.quotas is not None else org["quotas"]
     valid = list(get_config().labels)
     if any(label not in valid for label in [*ordering, *quotas]):
-        valid += _profile_labels(org_id, app_id)
+        valid += profile_store.labels(org_id, app_id)
     _check_labels(ordering, quotas, valid, "main config or registered as an inference profile of this app")
 
 
 # --- conditional writes --------------------------------------------------------------
-
-_EXISTS = "attribute_exists(org_key)"
-
 
 def _update(key: dict, values: dict, remove: Iterable[str] = (), must_match: dict | None = None) -> dict | None:
     """Update an existing item and return it; ``None`` when there is no item.
@@ -181,42 +166,12 @@ def _update(key: dict, values: dict, remove: Iterable[str] = (), must_match: dic
     ``must_match`` names immutable attributes: the update happens only if each stored
     value equals the requested one; otherwise 400 ``INVALID_CONFIG`` (nothing written).
     """
-    must_match = must_match or {}
-    names = {f"#s{i}": name for i, name in enumerate(values)}
-    names.update({f"#r{i}": name for i, name in enumerate(remove)})
-    names.update({f"#m{i}": name for i, name in enumerate(must_match)})
-    attribute_values = {f":s{i}": value for i, value in enumerate(values.values())}
-    attribute_values.update({f":m{i}": value for i, value in enumerate(must_match.values())})
-    expression = "SET " + ", ".join(f"#s{i} = :s{i}" for i in range(len(values)))
-    if remove:
-        expression += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(remove)))
-    condition = " AND ".join([_EXISTS, *(f"#m{i} = :m{i}" for i in range(len(must_match)))])
     try:
-        return table(tables.CONFIG).update_item(
-            Key=key, UpdateExpression=expression, ConditionExpression=condition,
-            ExpressionAttributeNames=names, ExpressionAttributeValues=attribute_values,
-            ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD",
-        )["Attributes"]
-    except ClientError as error:
-        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-            raise
-        if "Item" not in error.response:
-            return None
-        stored = plain(error.response["Item"])
-        changed = {name: {"stored": stored.get(name), "requested": value}
-                   for name, value in must_match.items() if stored.get(name) != value}
+        return config_items.update_existing(key, values, remove, must_match)
+    except ConditionFailed as failed:
+        changed = {name: {"stored": failed.item.get(name), "requested": value}
+                   for name, value in (must_match or {}).items() if failed.item.get(name) != value}
         raise invalid_config(f"{', '.join(changed)} cannot be changed after creation", **changed) from None
-
-
-def _create(item: dict) -> bool:
-    """Put a new item; ``False`` when one already exists (another request created it)."""
-    try:
-        table(tables.CONFIG).put_item(Item=item, ConditionExpression="attribute_not_exists(org_key)")
-        return True
-    except ClientError as error:
-        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-            raise
-        return False
 
 
 def _save(key: dict, principal: auth.Principal, values: dict, *, remove: Iterable[str] = (),
@@ -230,7 +185,7 @@ def _save(key: dict, principal: auth.Principal, values: dict, *, remove: Iterabl
     item = {**key, **values, **(create_only or {}), "client_id": principal.client_id,
             **auth.secret_attributes(secret), "client_secret_created_at_epoch": now,
             "created_at_epoch": now, "updated_at_epoch": now}
-    if _create(item):
+    if config_items.create(item):
         return item, secret
     # Lost a create race: the winner's item exists now and this request updates it.
     return _update(key, values, remove, must_match), None
@@ -293,7 +248,7 @@ def _check_day_bound_change(org_id: str, stored: dict | None, request: OrgReques
     if not changed:
         return
     day = org_day(stored["timezone"], now)
-    if metering.org_has_spend(org_id, day):
+    if usage.org_has_spend(org_id, day):
         next_midnight = next_midnight_utc(stored["timezone"], now)
         raise ApiError(409, "CONFLICT", f"{' and '.join(changed)} cannot change while today has spend",
                        {"changed": changed, "org_day": parse_day(day).isoformat(), "timezone": stored["timezone"],
@@ -304,19 +259,19 @@ def _check_day_bound_change(org_id: str, stored: dict | None, request: OrgReques
 
 def _ignored_app_quotas(org_id: str) -> list[str]:
     """Apps whose own quotas (kept from an APP scope) are ignored while the org is ORG-scoped."""
-    items = reports.app_items(org_id, orgs.APP_QUOTA_SETTINGS)
-    return sorted(reports.app_id_of(item) for item in items if any(name in item for name in orgs.APP_QUOTA_SETTINGS))
+    items = config_items.app_items(org_id, orgs.APP_QUOTA_SETTINGS)
+    return sorted(item["app_id"] for item in items if any(name in item for name in orgs.APP_QUOTA_SETTINGS))
 
 
 def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tuple[bool, dict]:
     """Create or update an org: (created, response body); the secret appears only on create."""
     _check_org(request)
-    stored, _ = orgs.load_items(org_id)
+    stored, _ = config_items.org_and_app(org_id, None)
     _check_day_bound_change(org_id, stored, request, now or datetime.now(timezone.utc))
     shards = request.overrides.agg_shard_count
     values = _org_values(request)
     stored, secret = _save(
-        {"org_key": keys.org_key(org_id), "resource_key": keys.ROOT_RESOURCE}, auth.Principal(org_id, None),
+        config_items.client_key(org_id, None), auth.Principal(org_id, None),
         values, remove=[name for name in ("total_quota_usd_micros", "alert_thresholds_pct") if name not in values],
         create_only={"agg_shard_count": shards or get_config().metering.usage_agg_shard_count},
         must_match={"agg_shard_count": shards} if shards else None,
@@ -344,7 +299,7 @@ def _app_overrides(request: AppRequest) -> dict:
 
 def put_app(org_id: str, app_id: str, request: AppRequest) -> tuple[bool, dict]:
     """Create or update an app of a registered org: (created, response body)."""
-    org, _ = orgs.load_items(org_id)
+    org, _ = config_items.org_and_app(org_id, None)
     if org is None:
         raise ApiError(404, "NOT_FOUND", "Organization not registered", {"org_id": org_id},
                        hint=f"Call PUT /api/v1/orgs/{org_id} first")
@@ -353,7 +308,7 @@ def put_app(org_id: str, app_id: str, request: AppRequest) -> tuple[bool, dict]:
     inherited = [name for name, value in overrides.items() if value is None]
     values = {APP_ATTRIBUTES[name]: value for name, value in overrides.items() if value is not None}
     stored, secret = _save(
-        {"org_key": keys.org_key(org_id), "resource_key": keys.app_resource(app_id)}, auth.Principal(org_id, app_id),
+        config_items.client_key(org_id, app_id), auth.Principal(org_id, app_id),
         {"app_name": request.app_name, **values, "updated_at_epoch": int(time.time())},
         remove=[APP_ATTRIBUTES[name] for name in inherited],
     )
@@ -367,62 +322,14 @@ def put_app(org_id: str, app_id: str, request: AppRequest) -> tuple[bool, dict]:
 
 # --- credential rotation and revoke-tokens -------------------------------------------
 
-def _client_key(org_id: str, app_id: str | None) -> dict:
-    resource = keys.app_resource(app_id) if app_id else keys.ROOT_RESOURCE
-    return {"org_key": keys.org_key(org_id), "resource_key": resource}
-
-
 def _write_with_cutoff(org_id: str, app_id: str | None, client_action: dict, cutoff: dict) -> bool:
-    """A conditional action on the client's Config item and its token cutoff
-    (``auth.cutoff_update``), in one transaction: both or neither.
-
-    ``False`` when the action's condition failed on an existing item; 404 when the org or
-    app is not registered; 503 when the transaction was throttled or conflicted.
-    """
-    try:
-        ddb_client().transact_write_items(TransactItems=[client_action, cutoff])
-    except ClientError as error:
-        if error.response["Error"]["Code"] != "TransactionCanceledException":
-            raise
-        reasons = error.response.get("CancellationReasons") or [{}]
-        if reasons[0].get("Code") == "ConditionalCheckFailed":
-            if "Item" in reasons[0]:
-                return False
-            ids = {"org_id": org_id, **({"app_id": app_id} if app_id else {})}
-            raise not_found("Application not registered" if app_id else "Organization not registered", **ids) from None
-        if TRANSACTION_RETRYABLE_REASONS.intersection(reason.get("Code") for reason in reasons):
-            raise service_unavailable() from None
-        raise
+    """``config_items.write_with_cutoff``; 404 when the org or app is not registered."""
+    written = config_items.write_with_cutoff(client_action, cutoff)
+    if written is None:
+        ids = {"org_id": org_id, **({"app_id": app_id} if app_id else {})}
+        raise not_found("Application not registered" if app_id else "Organization not registered", **ids)
     auth.forget_cutoff(auth.client_id_for(org_id, app_id))
-    return True
-
-
-def _rotation(org_id: str, app_id: str | None, secret: str, now: int, old_expires: int | None) -> dict:
-    """The Config update of a rotation: the new secret, and the current one kept as the
-    previous until ``old_expires`` (``None``: dropped at once). Its condition refuses a new
-    secret whose fingerprint equals the current one's (see ``auth.secret_fingerprint``)."""
-    stored = auth.secret_attributes(secret)
-    values = {":hash": stored["client_secret_hash"], ":fp": stored["client_secret_fingerprint"], ":now": now}
-    assignments = ["client_secret_hash = :hash", "client_secret_fingerprint = :fp",
-                   "client_secret_created_at_epoch = :now", "updated_at_epoch = :now"]
-    if old_expires is not None:
-        # Operands read the item as it was, so the previous hash is the one being replaced.
-        # An item from before fingerprints has none: its old secret ends with the rotation.
-        assignments += ["previous_client_secret_hash = client_secret_hash",
-                        "previous_client_secret_fingerprint = if_not_exists(client_secret_fingerprint, :none)",
-                        "client_secret_rotation_grace_expires_at_epoch = :until"]
-        values.update({":until": old_expires, ":none": ""})
-        expression = "SET " + ", ".join(assignments)
-    else:
-        expression = ("SET " + ", ".join(assignments) + " REMOVE previous_client_secret_hash, "
-                      "previous_client_secret_fingerprint, client_secret_rotation_grace_expires_at_epoch")
-    return {"Update": {
-        "TableName": tables.CONFIG.physical_name, "Key": _client_key(org_id, app_id),
-        "UpdateExpression": expression, "ExpressionAttributeValues": values,
-        "ConditionExpression": f"{_EXISTS} AND (attribute_not_exists(client_secret_fingerprint) "
-                               "OR client_secret_fingerprint <> :fp)",
-        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-    }}
+    return written
 
 
 def rotate_credentials(org_id: str, app_id: str | None, grace_period_hours: int) -> dict:
@@ -442,7 +349,8 @@ def rotate_credentials(org_id: str, app_id: str | None, grace_period_hours: int)
     cutoff = auth.cutoff_update(auth.client_id_for(org_id, app_id), rotated_ms, grace_end)
     while True:  # again only if the new secret's fingerprint equals the current one's (1 in 65,536)
         secret = auth.new_client_secret()
-        if _write_with_cutoff(org_id, app_id, _rotation(org_id, app_id, secret, now, grace_end), cutoff):
+        rotation = config_items.rotation(org_id, app_id, auth.secret_attributes(secret), now, grace_end)
+        if _write_with_cutoff(org_id, app_id, rotation, cutoff):
             break
     orgs.forget(org_id, app_id)
     return {
@@ -459,7 +367,5 @@ def revoke_tokens(org_id: str, app_id: str | None) -> None:
     """End every token issued to the org's or app's client before now: refresh tokens at
     once, access tokens within the revocation cache window (``auth.REVOCATION_CACHE_SECONDS``).
     The secret stays valid; tokens obtained from now on work."""
-    registered = {"ConditionCheck": {"TableName": tables.CONFIG.physical_name, "Key": _client_key(org_id, app_id),
-                                     "ConditionExpression": _EXISTS}}
-    _write_with_cutoff(org_id, app_id, registered, auth.cutoff_update(auth.client_id_for(org_id, app_id),
+    _write_with_cutoff(org_id, app_id, config_items.registered(org_id, app_id), auth.cutoff_update(auth.client_id_for(org_id, app_id),
                                                                       auth.now_ms()))

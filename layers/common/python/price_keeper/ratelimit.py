@@ -25,18 +25,18 @@ import time
 from contextvars import ContextVar
 from typing import NamedTuple
 
-from botocore.exceptions import ClientError
-
-from . import tables
-from .aws import table
 from .config import RateLimit, get_config
+from . import state
 from .errors import ApiError
+from .store import rate_windows
 
 LEASE_FRACTION = 20
 
 _headers: ContextVar[dict | None] = ContextVar("rate_headers", default=None)
 # (client, limit, window start) -> (leased requests not yet spent here, allowance not yet leased by anyone)
 _local: dict[tuple[str, str, int], tuple[int, int]] = {}
+state.kept(_local.clear)
+state.kept(lambda: _headers.set(None))
 _lock = threading.Lock()
 
 
@@ -71,26 +71,13 @@ def _expiry(window: Window) -> int:
     return window.reset + window.limit.per_seconds
 
 
-def _counter_key(client: str, window: Window) -> dict:
-    return {"scope_key": f"RATE#{client}", "date_key": f"LIMIT#{window.limit.name}#{window.start}"}
-
-
 def _lease(client: str, window: Window, wanted: int) -> tuple[int, int]:
     """Take up to ``wanted`` requests of the window's allowance: (granted, used after)."""
     for size in dict.fromkeys((wanted, 1)):
-        try:
-            updated = table(tables.STICKY_STATE).update_item(
-                Key=_counter_key(client, window),
-                UpdateExpression="ADD used :n SET expires_at_epoch = :ttl",
-                ConditionExpression="attribute_not_exists(used) OR used <= :ceiling",
-                ExpressionAttributeValues={":n": size, ":ceiling": window.limit.requests - size,
-                                           ":ttl": _expiry(window)},
-                ReturnValues="UPDATED_NEW",
-            )
-            return size, int(updated["Attributes"]["used"])
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
+        used = rate_windows.lease(client, window.limit.name, window.start, size, window.limit.requests,
+                                  _expiry(window))
+        if used is not None:
+            return size, used
     return 0, window.limit.requests
 
 
@@ -142,10 +129,7 @@ def refund(charge: Charge | None) -> None:
     if charge is None:
         return
     window = charge.window
-    table(tables.STICKY_STATE).update_item(
-        Key=_counter_key(charge.client, window), UpdateExpression="ADD used :minus_one SET expires_at_epoch = :ttl",
-        ExpressionAttributeValues={":minus_one": -1, ":ttl": _expiry(window)},
-    )
+    rate_windows.give_back(charge.client, window.limit.name, window.start, _expiry(window))
     headers = _headers.get()
     if headers and headers["X-RateLimit-ClientId"] == charge.client:
         _headers.set({**headers, "X-RateLimit-Remaining": str(int(headers["X-RateLimit-Remaining"]) + 1)})

@@ -21,22 +21,20 @@ from __future__ import annotations
 import csv
 import io
 import re
-from concurrent.futures import ThreadPoolExecutor
-from datetime import date, datetime
+from datetime import date
 from typing import NamedTuple
 
-from boto3.dynamodb.conditions import Key
 from pydantic import Field
 
-from . import keys, orgs, tables
-from .aws import ddb_client, query_all, table
+from . import keys, orgs
 from .errors import invalid_request
+from .store import config_items, daily_totals
+from .timeutil import parse_day
 from .validation import Schema
 
 MAX_DAYS = 92
 # 200 keys x 92 days of rows stays well under Lambda's 6 MB response limit (JSON ~230 B a row).
 MAX_USAGE_KEYS = 200
-QUERY_THREADS = 8
 COLUMNS = ("date", "app_id", "label", "cost_usd_micros", "input_tokens", "output_tokens",
            "cache_read_input_tokens", "cache_write_input_tokens", "requests")
 COUNTERS = COLUMNS[3:]
@@ -88,22 +86,6 @@ class UsageKey(NamedTuple):
     usage_key: str
 
 
-def app_items(org_id: str, attributes: tuple[str, ...] = ()) -> list[dict]:
-    """The org's app items (one Config Query, ``begins_with APP#``), only the named attributes."""
-    names = ("resource_key", *attributes)
-    return query_all(
-        table(tables.CONFIG).query,
-        KeyConditionExpression=Key("org_key").eq(keys.org_key(org_id))
-        & Key("resource_key").begins_with(keys.app_resource("")),
-        ProjectionExpression=", ".join(f"#a{i}" for i in range(len(names))),
-        ExpressionAttributeNames={f"#a{i}": name for i, name in enumerate(names)},
-    )
-
-
-def app_id_of(item: dict) -> str:
-    return item["resource_key"].removeprefix(keys.app_resource(""))
-
-
 def _scopes(org_id: str, app_id: str | None) -> list[orgs.EffectiveConfig]:
     """The quota scopes the report covers (``app_id`` of an ORG-scoped org's config is None)."""
     org = orgs.effective_config(org_id)
@@ -112,8 +94,9 @@ def _scopes(org_id: str, app_id: str | None) -> list[orgs.EffectiveConfig]:
         return [org]
     if app is not None:
         return [app]
-    org_item, _ = orgs.load_items(org_id)
-    return [orgs.merge(org_item, item, org_id, app_id_of(item)) for item in app_items(org_id, orgs.APP_OVERRIDABLE)]
+    org_item, _ = config_items.org_and_app(org_id, None)
+    return [orgs.merge(org_item, item, org_id, item["app_id"])
+            for item in config_items.app_items(org_id, orgs.APP_OVERRIDABLE)]
 
 
 def _scope_app(scope: orgs.EffectiveConfig) -> str | None:
@@ -125,18 +108,8 @@ def _usage_keys(scopes: list[orgs.EffectiveConfig], labels_of) -> list[UsageKey]
             for scope in scopes for label in labels_of(scope)]
 
 
-def _query_days(client, usage_key: str, first: date, last: date) -> list[dict]:
-    return query_all(
-        client.query,
-        TableName=tables.DAILY_TOTAL.physical_name,
-        KeyConditionExpression="usage_key = :k AND date_key BETWEEN :first AND :last",
-        ExpressionAttributeValues={":k": usage_key, ":first": keys.day_key(first.strftime("%Y%m%d")),
-                                   ":last": keys.day_key(last.strftime("%Y%m%d"))},
-    )
-
-
 def _row(key: UsageKey, item: dict) -> dict:
-    day = datetime.strptime(item["date_key"].removeprefix("DAY#"), "%Y%m%d").date()
+    day = parse_day(keys.day_of_key(item["date_key"]))
     return {"date": day.isoformat(), "app_id": key.app_id, "label": key.label,
             **{name: int(item.get(name, 0)) for name in COUNTERS}}
 
@@ -151,11 +124,9 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
     if len(usage_keys) + len(scopes) > MAX_USAGE_KEYS:
         raise invalid_request("Too many apps x labels for one report; narrow it with app_id",
                               usage_keys=len(usage_keys), max_usage_keys=MAX_USAGE_KEYS)
-    client = ddb_client()  # built once here: the threads share it (boto3 clients are thread-safe)
 
     def query(usage_keys: list[str]) -> list[list[dict]]:
-        with ThreadPoolExecutor(max_workers=QUERY_THREADS) as pool:
-            return list(pool.map(lambda key: _query_days(client, key, first, last), usage_keys))
+        return daily_totals.days_between(usage_keys, first, last)
 
     *results, = query([key.usage_key for key in usage_keys] + [keys.scope_total_key(s.scope) for s in scopes])
     scope_totals, results = results[len(usage_keys):], results[:len(usage_keys)]

@@ -1,116 +1,29 @@
 """Model selection: which label a client should call right now.
 
-The rules are pure functions over (ordering, quotas, spends, sticky state) so they are
-testable without AWS; the store layer below reads the StickyState item and the DailyTotals
-in one BatchGetItem, and writes StickyState only when the choice moves forward.
-
-- The choice is the first label in ``model_ordering`` whose spend is under its quota.
-- Sticky fallback (when enabled): once a later label is chosen because earlier ones are
-  spent, StickyState records it for the org-local day with the seed's conditional write
-  (``attribute_not_exists(active_model_label) OR active_model_index < :new_index``), so the
-  choice only moves forward during a day, never back (reason ``STICKY_FALLBACK`` when an
-  earlier label would be available again, e.g. after a quota raise).
-- Tight mode: the chosen label's spend is at or above ``tight_mode_threshold_pct`` of its
-  quota; clients then poll at the tight refresh interval.
-- Every label spent, or the scope's total over all labels (``total_quota``, which spend
-  on any label counts toward, in the ordering or not) reached: 429 ``QUOTA_EXCEEDED``
-  until the next org-local midnight. Tight mode also when the total is near its cap.
+The rules are the pure ones of ``quota``; this module reads what they need (the
+StickyState choice and the DailyTotals in one BatchGetItem, the live shards in tight
+mode), writes StickyState only when the choice moves forward (the seed's conditional
+write), and shapes the reply.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from datetime import datetime, timedelta
 from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
-from botocore.exceptions import ClientError
-
-from . import boosts, keys, orgs, pricing, profiles, tables
-from .aggregation import DailyRead, daily_totals_read
-from .aws import table
+from . import boosts, keys, orgs, pricing, profiles
+from .aggregation import DailyRead
+from .cache import etag
 from .errors import ApiError
-from .live_spend import live_spend
 from .orgs import EffectiveConfig
-from .storage import Read, batch_get_many
+from .quota import (REASON_NORMAL, REASON_STICKY, REASON_TOTAL_EXCEEDED, TIGHT, Decision, Sticky, Total, decide,
+                    quota_pct, quota_status)
+from .store import daily_totals, sticky as sticky_store, usage
+from .store.dynamo import batch_get_many
 from .timeutil import day_start_utc, iso_utc, next_midnight_utc, org_day, parse_day, utc_now
 
-NORMAL, TIGHT, EXCEEDED = "NORMAL", "TIGHT", "EXCEEDED"
-REASON_NORMAL = "NORMAL"
-REASON_STICKY = "STICKY_FALLBACK"
-REASON_ALL_EXCEEDED = "ALL_QUOTAS_EXCEEDED"
-REASON_TOTAL_EXCEEDED = "TOTAL_QUOTA_EXCEEDED"
 STICKY_GRACE_SECS = 3600  # StickyState lives until the next org-local midnight + 1 h
-
-
-def exceeded_reason(label: str) -> str:
-    return f"QUOTA_EXCEEDED_{label.upper()}"
-
-
-def quota_pct(spend: int, quota: int) -> float | None:
-    """Spend as a percentage of quota, to one decimal (half up); None without a quota."""
-    if quota <= 0:
-        return None
-    tenths = (spend * 2000 + quota) // (2 * quota)
-    return tenths / 10
-
-
-def quota_status(spend: int, quota: int, threshold_pct: int) -> str:
-    if spend >= quota:
-        return EXCEEDED
-    if spend * 100 >= threshold_pct * quota:
-        return TIGHT
-    return NORMAL
-
-
-class Sticky(NamedTuple):
-    label: str
-    index: int
-
-
-class Decision(NamedTuple):
-    index: int | None  # position of the chosen label in the ordering; None: every label is spent
-    label: str | None
-    reason: str
-    mode: str  # NORMAL | TIGHT of the chosen label
-    sticky_active: bool
-    flip_to: int | None  # StickyState index to write (the choice moved forward)
-
-
-class Total(NamedTuple):
-    """A scope's spend over every label of the day against its total cap."""
-
-    spend: int
-    quota: int
-
-
-def decide(ordering: tuple[str, ...] | list[str], quotas: dict[str, int], spends: dict[str, int],
-           threshold_pct: int, sticky_enabled: bool, sticky: Sticky | None, total: Total | None = None) -> Decision:
-    """The selection rules (pure). ``spends`` may omit labels with no spend yet."""
-    def spend(label: str) -> int:
-        return spends.get(label, 0)
-
-
-    available = [i for i, label in enumerate(ordering) if spend(label) < quotas.get(label, 0)]
-    floor = ordering.index(sticky.label) if sticky_enabled and sticky and sticky.label in ordering else 0
-    chosen = next((i for i in available if i >= floor), None)
-    if chosen is None:
-        return Decision(None, None, REASON_ALL_EXCEEDED, EXCEEDED, sticky_enabled and floor > 0, None)
-    if total is not None and total.spend >= total.quota:
-        return Decision(None, None, REASON_TOTAL_EXCEEDED, EXCEEDED, sticky_enabled and floor > 0, None)
-    label = ordering[chosen]
-    if chosen == 0:
-        reason = REASON_NORMAL
-    elif chosen == floor and any(i < floor for i in available):
-        reason = REASON_STICKY
-    else:
-        reason = exceeded_reason(ordering[chosen - 1])
-    flip_to = chosen if sticky_enabled and chosen > floor else None
-    tight = quota_status(spend(label), quotas.get(label, 0), threshold_pct) == TIGHT or (
-        total is not None and quota_status(total.spend, total.quota, threshold_pct) == TIGHT)
-    mode = TIGHT if tight else NORMAL
-    return Decision(chosen, label, reason, mode, sticky_enabled and chosen > 0, flip_to)
 
 
 def describe(decision: Decision, ordering) -> str:
@@ -125,46 +38,25 @@ def refresh_secs(config: EffectiveConfig, mode: str) -> int:
     return config.refresh_interval_tight_secs if mode == TIGHT else config.refresh_interval_normal_secs
 
 
-# --- the store layer ---------------------------------------------------------------
-
-STICKY_ATTRIBUTES = ("active_model_label", "active_model_index")
-
-
-def _sticky_key(scope: str, day: str) -> dict:
-    return {"scope_key": scope, "date_key": keys.day_key(day)}
-
+# --- reading and moving the day's choice -------------------------------------------
 
 def _sticky(item: dict | None) -> Sticky | None:
     return Sticky(item["active_model_label"], int(item["active_model_index"])) if item else None
 
 
 def read_sticky(scope: str, day: str, consistent: bool = False) -> Sticky | None:
-    return _sticky(table(tables.STICKY_STATE).get_item(
-        Key=_sticky_key(scope, day), ConsistentRead=consistent,
-        ProjectionExpression=", ".join(STICKY_ATTRIBUTES)).get("Item"))
+    return _sticky(sticky_store.read(scope, day, consistent))
 
 
 def write_sticky(config: EffectiveConfig, day: str, index: int, now: datetime) -> bool:
     """Move the day's sticky state forward to ``index``; False when another writer already
     moved it as far or further (the seed's conditional write)."""
     next_midnight = day_start_utc(config.timezone, parse_day(day) + timedelta(days=1))
-    item = {
-        **_sticky_key(config.scope, day),
+    return sticky_store.advance(config.scope, day, {
         "active_model_label": config.model_ordering[index], "active_model_index": index,
         "reason": "QUOTA_EXCEEDED", "previous_model_label": config.model_ordering[index - 1],
         "activated_at_epoch": int(now.timestamp()),
-        tables.TTL_ATTRIBUTE: int(next_midnight.timestamp()) + STICKY_GRACE_SECS,
-    }
-    try:
-        table(tables.STICKY_STATE).put_item(
-            Item=item,
-            ConditionExpression="attribute_not_exists(active_model_label) OR active_model_index < :new_index",
-            ExpressionAttributeValues={":new_index": index})
-        return True
-    except ClientError as error:
-        if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-            raise
-        return False
+    }, int(next_midnight.timestamp()) + STICKY_GRACE_SECS)
 
 
 class Snapshot(NamedTuple):
@@ -192,9 +84,9 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
     """
     usage_keys = [keys.usage_key(config.scope, label) for label in config.model_ordering]
     total_key = keys.scope_total_key(config.scope)
-    reads = [daily_totals_read([*usage_keys, total_key], day)]
+    reads = [daily_totals.day_read([*usage_keys, total_key], day)]
     if config.sticky_fallback_enabled:
-        reads.append(Read(tables.STICKY_STATE, [_sticky_key(config.scope, day)], STICKY_ATTRIBUTES))
+        reads.append(sticky_store.day_read(config.scope, day))
     found = batch_get_many(reads, consistent=consistent)  # one round trip for both tables
     totals = DailyRead.from_items(found[0])
     sticky = _sticky(found[1][0]) if config.sticky_fallback_enabled and found[1] else None
@@ -208,7 +100,7 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
 
     decision = decide_now(sticky)
     if decision.mode == TIGHT:
-        live = live_spend(config.scope, config.model_ordering, day, config.agg_shard_count)
+        live = usage.label_spends(config.scope, config.model_ordering, day, config.agg_shard_count)
         unfolded = sum(max(0, live[label] - spend) for label, spend in spends.items())
         spends = {label: max(spend, live[label]) for label, spend in spends.items()}
         total = total._replace(spend=total.spend + unfolded)
@@ -243,10 +135,6 @@ def _pricing(config: EffectiveConfig, label: str, day: str) -> dict:
         return pricing.price_of(priced, parse_day(day)).as_response()
     except ApiError:
         return {"version": version, "source": "UNAVAILABLE"}
-
-
-def _etag(*parts) -> str:
-    return '"' + hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=8).hexdigest() + '"'
 
 
 def _total_status(total: Total) -> dict:
@@ -313,6 +201,6 @@ def select_model(org_id: str, app_id: str, force_check: bool = False, now: datet
         "org_local_time": now.astimezone(ZoneInfo(config.timezone)).replace(microsecond=0).isoformat(),
     }
     headers = {"Cache-Control": f"max-age={secs}, private",
-               "ETag": _etag(org_id, app_id, day, label, decision.reason, decision.mode, snapshot.spends,
+               "ETag": etag(org_id, app_id, day, label, decision.reason, decision.mode, snapshot.spends,
                              snapshot.total)}
     return body, headers

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import time
 
-from . import tables
-from .aws import table
 from .config import get_config
+from .store import config_items
 from .timeutil import iso_utc, utc_now
 
 
@@ -27,7 +26,7 @@ def health() -> tuple[bool, dict]:
             "timestamp": iso_utc(utc_now())}
     started = time.perf_counter()
     try:
-        table(tables.CONFIG).get_item(Key={"org_key": "HEALTH", "resource_key": "#"})
+        config_items.probe()
     except Exception as error:  # any failure to reach the store is "unhealthy", not a 500
         body.update(status="unhealthy", database={"status": "disconnected", "error": type(error).__name__})
         return False, body

@@ -1,40 +1,133 @@
-"""DynamoDB helpers the metering engine shares: chunked BatchGetItem over one or several
-tables with retries of unprocessed keys, and item sizes computed the way DynamoDB bills them."""
+"""The one DynamoDB connection and the helpers every table module shares: table handles,
+paginated queries, conditional writes, chunked BatchGetItem over one or several tables with
+retries of unprocessed keys, the error codes worth retrying, and item sizes computed the
+way DynamoDB bills them.
+
+``DYNAMODB_ENDPOINT_URL`` points DynamoDB elsewhere (the local stack, DynamoDB Local).
+Nothing is created at import time, so handler modules import with no environment set.
+"""
 from __future__ import annotations
 
+import os
 import random
+from concurrent.futures import ThreadPoolExecutor
 import time
 from decimal import Decimal
-from typing import Iterable, NamedTuple, Sequence
+from functools import lru_cache
+from typing import Callable, Iterable, NamedTuple, Sequence
 
+import boto3
 from boto3.dynamodb.types import TypeDeserializer
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
-from .aws import ddb_client
-from .errors import service_unavailable
-from .tables import TableSpec
+from .. import state
+from ..aws import RETRIES
+from ..errors import error_code, service_unavailable
+from ..tables import TableSpec
 
 BATCH_GET_LIMIT = 100  # keys per BatchGetItem call
 UNPROCESSED_RETRIES = 8
 # CancellationReasons codes of a TransactWriteItems that is worth retrying.
-# DynamoDB error codes that mean "try again" (answered as a 503 with Retry-After).
-RETRYABLE_CODES = frozenset({
-    "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
-    "InternalServerError", "ServiceUnavailable", "TransactionConflictException",
-})
 TRANSACTION_RETRYABLE_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
 
 _deserializer = TypeDeserializer()
 
 
-def error_code(error: ClientError | BotoCoreError) -> str:
-    """The AWS error code of a failed call (``Unreachable`` when the store never answered)."""
-    return error.response.get("Error", {}).get("Code", "") if isinstance(error, ClientError) else "Unreachable"
+@lru_cache(maxsize=1)
+def dynamodb():
+    """The DynamoDB service resource (its ``meta.client`` takes and returns plain Python values)."""
+    return boto3.resource("dynamodb", endpoint_url=os.environ.get("DYNAMODB_ENDPOINT_URL") or None, config=RETRIES)
 
 
-def is_retryable(error: ClientError | BotoCoreError) -> bool:
-    """A throttled, busy or unreachable store: the same request may succeed later."""
-    return isinstance(error, BotoCoreError) or error_code(error) in RETRYABLE_CODES
+def ddb_client():
+    """Low-level client with the resource's type (de)serialisation: batch and transaction calls."""
+    return dynamodb().meta.client
+
+
+@lru_cache(maxsize=None)
+def _table(name: str):
+    return dynamodb().Table(name)
+
+
+def table(spec: TableSpec):
+    return _table(spec.physical_name)
+
+
+@state.kept
+def forget_connections() -> None:
+    """Drop the resource and table handles (tests switch endpoints and credentials)."""
+    dynamodb.cache_clear()
+    _table.cache_clear()
+
+
+QUERY_THREADS = 8  # concurrent Queries of one request (a report over many usage keys)
+
+
+def query_many(run_query: Callable[..., list[dict]], arguments: Sequence) -> list[list[dict]]:
+    """``run_query(client, argument)`` for every argument, concurrently, in order. The client
+    is built here, once, and shared (boto3 clients are thread-safe; building one is not)."""
+    client = ddb_client()
+    with ThreadPoolExecutor(max_workers=QUERY_THREADS) as pool:
+        return list(pool.map(lambda argument: run_query(client, argument), arguments))
+
+
+def query_all(query, **kwargs) -> list[dict]:
+    """Every item a Query returns, following ``LastEvaluatedKey`` (``query`` is a Table's or
+    a client's ``query`` method)."""
+    items: list[dict] = []
+    while True:
+        page = query(**kwargs)
+        items.extend(page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs = {**kwargs, "ExclusiveStartKey": page["LastEvaluatedKey"]}
+
+
+class ConditionFailed(Exception):
+    """A conditional write found its condition false; ``item`` is the stored item (plain
+    values) when the call asked for it with ``ReturnValuesOnConditionCheckFailure``."""
+
+    def __init__(self, item: dict | None):
+        super().__init__("condition failed")
+        self.item = item
+
+
+def conditional(call: Callable[..., dict], **kwargs) -> dict:
+    """The reply of a conditional PutItem / UpdateItem / DeleteItem; ``ConditionFailed``
+    when its condition is false (any other error propagates)."""
+    try:
+        return call(**kwargs)
+    except ClientError as error:
+        if error_code(error) != "ConditionalCheckFailedException":
+            raise
+        raw = error.response.get("Item")
+        raise ConditionFailed(plain(raw) if raw else None) from None
+
+
+def written(call: Callable[..., dict], **kwargs) -> bool:
+    """``conditional`` for callers that only need to know whether the write happened."""
+    try:
+        conditional(call, **kwargs)
+        return True
+    except ConditionFailed:
+        return False
+
+
+def transact(items: list[dict], **kwargs) -> list[dict] | None:
+    """TransactWriteItems: None when it committed; its ``CancellationReasons`` (stored items
+    as plain values) when it was cancelled by a failed condition or a retryable conflict.
+    Any other error propagates."""
+    try:
+        ddb_client().transact_write_items(TransactItems=items, **kwargs)
+        return None
+    except ClientError as error:
+        if error_code(error) != "TransactionCanceledException":
+            raise
+        reasons = error.response.get("CancellationReasons") or [{}]
+        codes = {reason.get("Code") for reason in reasons}
+        if "ConditionalCheckFailed" not in codes and not TRANSACTION_RETRYABLE_REASONS & codes:
+            raise
+        return [{**reason, "Item": plain(reason["Item"])} if "Item" in reason else reason for reason in reasons]
 
 
 def plain(raw_item: dict) -> dict:

@@ -1,0 +1,24 @@
+"""Config table: quota boosts (``BOOST#ORG#{id}`` / ``BOOST#APP#{app}#{id}`` items, TTL at expiry)."""
+from __future__ import annotations
+
+from boto3.dynamodb.conditions import Key
+
+from .. import keys, tables
+from .dynamo import query_all, table
+
+
+def create(item: dict) -> None:
+    """Put a new boost item (its id is fresh; the condition guards against a reused id)."""
+    table(tables.CONFIG).put_item(Item=item, ConditionExpression="attribute_not_exists(resource_key)")
+
+
+def of_quota(org_id: str, app_id: str | None, quota_scope: str) -> list[dict]:
+    """The boosts of one quota (expired ones included until TTL removes them): label,
+    amount and expiry epoch."""
+    return query_all(
+        table(tables.CONFIG).query,
+        KeyConditionExpression=Key("org_key").eq(keys.org_key(org_id))
+        & Key("resource_key").begins_with(keys.boost_prefix(quota_scope, app_id)),
+        ProjectionExpression="model_label, amount_usd_micros, #ttl",
+        ExpressionAttributeNames={"#ttl": tables.TTL_ATTRIBUTE},
+    )

@@ -1,0 +1,31 @@
+"""Config table: an app's registered inference profiles (``PROFILE#{label}`` items)."""
+from __future__ import annotations
+
+from boto3.dynamodb.conditions import Key
+
+from .. import keys, tables
+from .dynamo import conditional, table
+
+
+def profile_key(org_id: str, app_id: str, label: str) -> dict:
+    return {"org_key": keys.profile_org_key(org_id, app_id), "resource_key": keys.profile_resource(label)}
+
+
+def create(item: dict) -> None:
+    """Put a new profile item; ``ConditionFailed`` with the stored item when the label is taken."""
+    conditional(table(tables.CONFIG).put_item, Item=item, ConditionExpression="attribute_not_exists(resource_key)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD")
+
+
+def find(org_id: str, app_id: str, label: str) -> dict | None:
+    return table(tables.CONFIG).get_item(Key=profile_key(org_id, app_id, label)).get("Item")
+
+
+def labels(org_id: str, app_id: str) -> list[str]:
+    """Labels registered for the app (one Query, keys only; an app has few profiles)."""
+    found = table(tables.CONFIG).query(
+        KeyConditionExpression=Key("org_key").eq(keys.profile_org_key(org_id, app_id))
+        & Key("resource_key").begins_with(keys.profile_resource("")),
+        ProjectionExpression="resource_key",
+    )["Items"]
+    return [keys.profile_label_of_resource(item["resource_key"]) for item in found]

@@ -1,0 +1,113 @@
+"""UsageAggSharded: the exactly-once usage write and the shard reads.
+
+A record is one TransactWriteItems of two actions: Put the dedup marker
+(``ORG#{org}#APP#{app}#REQ#{id}`` / ``DEDUP``, ``attribute_not_exists``) and ADD the
+record's counters to its shard (``{scope}#LABEL#{label}#SH#{n}`` / ``DAY#{day}``). Both
+land or neither does; a duplicate cancels on the marker, whose ``ALL_OLD`` item tells
+the retry what the first acceptance counted.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Iterable
+
+from boto3.dynamodb.conditions import Key
+
+from .. import keys, tables
+from .dynamo import batch_get, query_all, table, transact
+
+# The counters a shard and a DailyTotal hold (they only ever grow).
+COUNTERS = ("cost_usd_micros", "input_tokens", "output_tokens", "cache_read_input_tokens",
+            "cache_write_input_tokens", "requests")
+
+
+class Conflict(Exception):
+    """The write lost a race with a concurrent transaction on the same items: retry it."""
+
+
+def record_items(*, dedup_key: str, marker: dict, scope: str, label: str, shard_id: int, day: str,
+                 counts: dict[str, int], now_epoch: int, expires_at: int, marker_expires_at: int) -> list[dict]:
+    """The two actions of one record: its dedup ``marker`` (what a duplicate is answered
+    with) and the ADD of its ``counts`` (every name in ``COUNTERS`` but ``requests``)."""
+    name = tables.USAGE_AGG_SHARDED.physical_name
+    counters = {**counts, "requests": 1}
+    shard_update = {
+        "TableName": name,
+        "Key": {"shard_key": keys.shard_key(scope, label, shard_id), "date_key": keys.day_key(day)},
+        "UpdateExpression": (
+            "ADD " + ", ".join(f"{counter} :{counter}" for counter in COUNTERS)
+            + " SET updated_at_epoch = :now, active_day = if_not_exists(active_day, :day), "
+            f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :expires)"
+        ),
+        "ExpressionAttributeValues": {
+            **{f":{counter}": counters[counter] for counter in COUNTERS},
+            ":now": now_epoch, ":day": keys.day_key(day), ":expires": expires_at,
+        },
+    }
+    dedup = {"shard_key": dedup_key, "date_key": keys.DEDUP_SORT_KEY, **marker,
+             "accepted_at_epoch": now_epoch, tables.TTL_ATTRIBUTE: marker_expires_at}
+    return [
+        {"Put": {"TableName": name, "Item": dedup, "ConditionExpression": "attribute_not_exists(shard_key)",
+                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}},
+        {"Update": shard_update},
+    ]
+
+
+def request_token(items: list[dict], attempt: int) -> str:
+    """ClientRequestToken: the same for SDK retries of one call (which DynamoDB then applies
+    at most once), new for each attempt after a conflict (which must run again)."""
+    digest = hashlib.blake2b(json.dumps([items, attempt], sort_keys=True, default=str).encode(), digest_size=16)
+    return digest.hexdigest()
+
+
+def write_once(items: list[dict], attempt: int) -> dict | None:
+    """Write one record's ``record_items``: None when this write counted it, the first
+    acceptance's marker when its request id was counted before; ``Conflict`` to retry."""
+    reasons = transact(items, ClientRequestToken=request_token(items, attempt))
+    if reasons is None:
+        return None
+    if reasons[0].get("Code") == "ConditionalCheckFailed":
+        return reasons[0]["Item"]
+    raise Conflict()
+
+
+def org_has_spend(org_id: str, day: str) -> bool:
+    """Whether any scope of the org (the org's or an app's) has a shard on ``day``: one
+    Query of the ``active-by-day`` index, ``begins_with ORG#{org}#``, at most one key."""
+    index = tables.ACTIVE_BY_DAY
+    found = table(tables.USAGE_AGG_SHARDED).query(
+        IndexName=index.name, Limit=1, KeyConditionExpression=Key(index.partition_key).eq(keys.day_key(day))
+        & Key(index.sort_key).begins_with(keys.org_key(org_id) + "#"))
+    return bool(found["Items"])
+
+
+def active_shard_keys(day: str) -> list[dict]:
+    """Keys of the shards written for org day ``day`` (``yyyymmdd``), from the sparse GSI."""
+    index = tables.ACTIVE_BY_DAY
+    items = query_all(table(tables.USAGE_AGG_SHARDED).query, IndexName=index.name,
+                      KeyConditionExpression=Key(index.partition_key).eq(keys.day_key(day)))
+    return [{"shard_key": item["shard_key"], "date_key": item["date_key"]} for item in items]
+
+
+def read_shards(shard_keys: Iterable[dict], attributes: Iterable[str]) -> list[dict]:
+    """The existing shards among ``shard_keys`` (any number; BatchGetItem)."""
+    return batch_get(tables.USAGE_AGG_SHARDED, shard_keys, attributes=attributes)
+
+
+def label_spends(scope: str, labels: Iterable[str], day: str, shard_count: int) -> dict[str, int]:
+    """``cost_usd_micros`` of each label of ``scope`` on ``day`` summed over its shards; 0 for
+    a label with no shard yet: live spend, for model selection in tight mode.
+
+    DailyTotal lags the shards until the aggregator folds them. Near a quota that lag is
+    what a burst overspends, so tight mode reads the shards themselves: one BatchGetItem of
+    labels x shards (e.g. 3 labels x 8 shards = 24 keys, ~12 read units eventually
+    consistent, vs 1.5 for the totals). ``benchmarks/overshoot.py`` measures what it buys.
+    """
+    labels = list(labels)
+    wanted = [{"shard_key": keys.shard_key(scope, label, shard), "date_key": keys.day_key(day)}
+              for label in labels for shard in range(shard_count)]
+    spends = dict.fromkeys(labels, 0)
+    for item in read_shards(wanted, ["cost_usd_micros"]):
+        spends[keys.label_of_shard(item["shard_key"])] += int(item.get("cost_usd_micros", 0))
+    return spends

@@ -1,0 +1,79 @@
+"""The seams of the layer hold: DynamoDB only behind ``store/``, handlers that leave
+authentication to the request pipeline, and one reset for all process state."""
+import ast
+from pathlib import Path
+
+import price_keeper
+from price_keeper import aws, ratelimit, state
+from price_keeper.store import dynamo
+from tests.usage_support import new_tenant, usage_body
+
+PACKAGE = Path(next(iter(price_keeper.__path__)))
+LAMBDAS = PACKAGE.parents[3] / "lambdas"
+DYNAMODB_CALLS = {"get_item", "put_item", "update_item", "delete_item", "query", "scan", "batch_get_item",
+                  "batch_write_item", "transact_write_items", "transact_get_items", "Table"}
+CONNECTION = {"dynamodb", "ddb_client", "table", "query_all", "conditional", "written", "transact"}
+TOKEN_HANDLERS = {"auth_token", "auth_refresh"}  # issuing tokens is their job
+
+
+def _modules(root: Path):
+    for path in sorted(root.rglob("*.py")):
+        yield path, ast.parse(path.read_text(), filename=str(path))
+
+
+def _outside_store():
+    return [(path, tree) for path, tree in _modules(PACKAGE) if "store" not in path.relative_to(PACKAGE).parts]
+
+
+def test_nothing_outside_store_calls_dynamodb():
+    offences = []
+    for path, tree in _outside_store():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in DYNAMODB_CALLS:
+                offences.append(f"{path.name}:{node.lineno} .{node.func.attr}(...)")
+            if isinstance(node, ast.ImportFrom) and node.module and (
+                    node.module.startswith("boto3.dynamodb") or node.module.endswith("store.dynamo")):
+                used = {alias.name for alias in node.names} & CONNECTION
+                if node.module.startswith("boto3.dynamodb") or used:
+                    offences.append(f"{path.name}:{node.lineno} imports {node.module} {sorted(used)}")
+    assert offences == []
+
+
+def test_keys_are_built_and_parsed_only_in_store():
+    offences = []
+    for path, tree in _outside_store():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and any(
+                    node.value.startswith(prefix) for prefix in ("DAY#", "#LABEL#", "ALERT#", "RATE#", "BOOST#",
+                                                                 "CLIENT#", "ORG#", "APP#", "PROFILE#")):
+                offences.append(f"{path.name}:{node.lineno} {node.value!r}")
+    assert offences == []
+
+
+def test_no_handler_authenticates_by_itself():
+    for path, tree in _modules(LAMBDAS):
+        if path.parent.name in TOKEN_HANDLERS:
+            continue
+        calls = [node for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                 and isinstance(node.value, ast.Name) and node.value.id == "auth"]
+        assert calls == [], f"{path.parent.name} calls auth.{calls[0].attr if calls else ''}"
+
+
+def test_one_reset_forgets_all_process_state(api):
+    tenant = new_tenant()
+    assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
+    aws.client("events")
+    ratelimit._local[("client", "usage", 0)] = (1, 1)
+    assert dynamo.dynamodb.cache_info().currsize == 1 and aws.client.cache_info().currsize == 1
+    state.reset()
+    assert dynamo.dynamodb.cache_info().currsize == 0 and aws.client.cache_info().currsize == 0
+    assert ratelimit._local == {} and ratelimit.response_headers() in (None, {})
+    assert all(not cache._data for cache in _ttl_caches())
+
+
+def _ttl_caches():
+    import gc
+
+    from price_keeper.cache import TTLCache
+
+    return [obj for obj in gc.get_objects() if isinstance(obj, TTLCache)]
