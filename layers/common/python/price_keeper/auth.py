@@ -36,6 +36,8 @@ from . import audit, keys, ratelimit, storage, tables
 from .aws import table
 from .cache import TTLCache
 from .errors import ApiError, forbidden, unauthorized
+from .metric_names import TOKENS_REVOKED
+from .observability import count
 from .validation import StrictBody
 
 ISSUER = "bedrock-cost-keeper"
@@ -336,6 +338,7 @@ def revoke(caller: Principal, token: str) -> None:
     })
     _not_revoked.discard(claims["jti"])
     _revoked.put(claims["jti"], True)
+    count(TOKENS_REVOKED)
 
 
 # --- per-client cutoffs: revoke-tokens and rotation ---------------------------------

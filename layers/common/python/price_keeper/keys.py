@@ -38,6 +38,12 @@ def day_key(day: str) -> str:
     return f"DAY#{day}"
 
 
+def split_scope(scope: str) -> tuple[str, str | None]:
+    """(org_id, app_id or None) of a key made by ``scope_key``."""
+    org_id, _, app_id = scope.removeprefix("ORG#").partition("#APP#")
+    return org_id, app_id or None
+
+
 def usage_key(scope: str, label: str) -> str:
     return f"{scope}#LABEL#{label}"
 

@@ -34,6 +34,8 @@ from . import audit, auth, keys, metering, orgs, reports, tables
 from .aws import ddb_client, table
 from .config import get_config
 from .errors import ApiError, invalid_config, not_found, service_unavailable
+from .metric_names import CLIENT_TOKENS_REVOKED
+from .observability import count
 from .storage import TRANSACTION_RETRYABLE_REASONS, plain
 from .timeutil import is_valid_timezone, iso_utc, next_midnight_utc, org_day, parse_day
 from .validation import StrictBody
@@ -463,3 +465,4 @@ def revoke_tokens(org_id: str, app_id: str | None) -> None:
                                      "ConditionExpression": _EXISTS}}
     _write_with_cutoff(org_id, app_id, registered, auth.cutoff_update(auth.client_id_for(org_id, app_id),
                                                                       auth.now_ms()))
+    count(CLIENT_TOKENS_REVOKED)

@@ -32,6 +32,8 @@ from .aggregation import DailyRead, daily_totals_read
 from .aws import table
 from .errors import ApiError
 from .live_spend import live_spend
+from .metric_names import STICKY_FLIPS
+from .observability import count
 from .orgs import EffectiveConfig
 from .storage import Read, batch_get_many
 from .timeutil import day_start_utc, iso_utc, next_midnight_utc, org_day, parse_day, utc_now
@@ -160,11 +162,12 @@ def write_sticky(config: EffectiveConfig, day: str, index: int, now: datetime) -
             Item=item,
             ConditionExpression="attribute_not_exists(active_model_label) OR active_model_index < :new_index",
             ExpressionAttributeValues={":new_index": index})
-        return True
     except ClientError as error:
         if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
             raise
         return False
+    count(STICKY_FLIPS)
+    return True
 
 
 class Snapshot(NamedTuple):
