@@ -351,7 +351,8 @@ def test_a_scope_whose_alerting_fails_neither_fails_the_run_nor_stops_other_scop
 
 def changed(*totals: tuple[str, str, str, int]) -> RunReport:
     """An aggregation run that changed these (scope, label, yyyymmdd, cost) totals."""
-    return RunReport(days=[DAY], costs=[(keys.usage_key(scope, label), day, cost) for scope, label, day, cost in totals],
+    return RunReport(days=[DAY],
+                     costs=[(keys.usage_key(scope, label), day, cost) for scope, label, day, cost in totals],
                      changed=[(keys.usage_key(scope, label), day) for scope, label, day, _ in totals])
 
 
