@@ -27,8 +27,8 @@ class Tables(Construct):
     deletion protection and survive ``cdk destroy``; the others are caches, revocations with
     a TTL, or unused, and go with the stack. Every table has point-in-time recovery: it is
     billed on table size, which is kilobytes for the small tables (well under a cent a
-    month), and it keeps a restorable backup for 35 days even after ``cdk destroy`` deleted
-    a table, which for RevokedTokens means revoked tokens stay revoked.
+    month), and DynamoDB keeps a backup of a deleted PITR table for 35 days, so the
+    revocations and sticky state a mistaken ``cdk destroy`` deleted can be restored.
     """
 
     def __init__(self, scope: Construct, id: str, settings: Settings):
