@@ -9,18 +9,21 @@ import os
 
 import aws_cdk as cdk
 
+from stacks import nag
 from stacks.price_keeper_stack import PriceKeeperStack
 from stacks.settings import Settings
 
 
 def build(app: cdk.App) -> PriceKeeperStack:
-    """The stack of the stage named in the app's context."""
+    """The stack of the stage named in the app's context, checked by cdk-nag's
+    ``AwsSolutions`` pack when it is synthesized (``stacks/nag.py``)."""
     settings = Settings.from_context(app.node)
     region = settings.region or os.environ.get("CDK_DEFAULT_REGION")
     env = cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=region) if region else None
     stack = PriceKeeperStack(app, f"PriceKeeper-{settings.stage}", settings=settings, env=env)
     cdk.Tags.of(stack).add("service", "bedrock-price-keeper")
     cdk.Tags.of(stack).add("stage", settings.stage)
+    nag.check(app, stack)
     return stack
 
 

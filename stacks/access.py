@@ -136,3 +136,9 @@ def tables_of(function: str) -> list[TableSpec]:
     """Tables a function touches, in ``ALL_TABLES`` order (their env vars go on the function)."""
     touched = {target[0] if isinstance(target, tuple) else target for target in TABLE_ACCESS[function]}
     return [spec for spec in ALL_TABLES if spec in touched]
+
+
+def touched_tables() -> list[TableSpec]:
+    """Tables some function may touch, in ``ALL_TABLES`` order (the others see no requests)."""
+    touched = {spec for function in TABLE_ACCESS for spec in tables_of(function)}
+    return [spec for spec in ALL_TABLES if spec in touched]

@@ -83,8 +83,22 @@ class RestApi(Construct):
                 tracing_enabled=True,
                 access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
                 access_log_format=ACCESS_LOG_FORMAT,
+                # Execution logs of failed requests only (integration errors, gateway
+                # 5xx), never request or response bodies: they carry client secrets and tokens.
+                logging_level=apigw.MethodLoggingLevel.ERROR,
+                data_trace_enabled=False,
             ),
         )
+        # API Gateway writes execution logs to a group of this fixed name, creating it
+        # without retention when it is missing; created here first, it has ours and goes
+        # with the stack.
+        self.execution_logs = logs.LogGroup(
+            self, "ExecutionLogs",
+            log_group_name=f"API-Gateway-Execution-Logs_{self.api.rest_api_id}/{settings.stage}",
+            retention=RETENTION[settings.log_retention_days],
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.api.deployment_stage.node.add_dependency(self.execution_logs)
         for response_id, response_type, status, code, message_json in GATEWAY_RESPONSES:
             self.api.add_gateway_response(response_id, type=response_type, status_code=status,
                                           templates=_error_template(code, message_json))

@@ -1,9 +1,19 @@
-"""The CloudWatch dashboard and alarms; every alarm notifies the alert topic."""
+"""The CloudWatch dashboard and alarms; every alarm notifies the alert topic.
+
+The custom metrics plotted here are the ones the functions publish (``price_keeper.metric_names``);
+everything else is AWS's own metrics, which cost nothing to plot.
+"""
 from __future__ import annotations
 
 from aws_cdk import Duration, aws_apigateway as apigw, aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as actions, aws_lambda as lambda_, aws_sns as sns, aws_sqs as sqs
+from aws_cdk import aws_cloudwatch_actions as actions, aws_dynamodb as dynamodb, aws_lambda as lambda_
+from aws_cdk import aws_sns as sns, aws_sqs as sqs
 from constructs import Construct
+
+from price_keeper.metric_names import (
+    AGGREGATOR_LAG_SECONDS, CLIENT_TOKENS_REVOKED, SPEND_PCT, STICKY_FLIPS, TOKENS_REVOKED,
+)
+from price_keeper.tables import REVOKED_TOKENS, TableSpec
 
 from .settings import METRICS_NAMESPACE, SERVICE_NAME, Settings
 
@@ -18,17 +28,32 @@ def custom_metric(name: str, statistic: str = "Maximum", period: Duration = Dura
                              statistic=statistic, period=period)
 
 
-def search(name: str, statistic: str, label: str) -> cloudwatch.MathExpression:
-    """Every series of a custom metric, whatever dimensions it carries (e.g. SpendPct per scope and label)."""
-    return cloudwatch.MathExpression(
-        expression=f"SEARCH('{{{METRICS_NAMESPACE}}} MetricName=\"{name}\"', '{statistic}', 300)",
-        using_metrics={}, label=label, period=FIVE_MINUTES,
-    )
+def throttle_events(table: dynamodb.ITable, spec: TableSpec) -> cloudwatch.MathExpression:
+    """Read and write requests DynamoDB throttled on a table and on each of its indexes (an
+    index that cannot keep up throttles the table's writes), summed per five minutes.
+
+    DynamoDB publishes these only while something is throttled, and an alarm on an
+    ``AWS/DynamoDB`` metric ignores missing data whatever it is told: after a burst it would
+    stay in ALARM until the next one. ``FILL(..., 0)`` turns the quiet periods into zeros, so
+    the alarm returns to OK.
+    """
+    ids = spec.name.replace("-", "_")
+    targets = [{"TableName": table.table_name}] + [
+        {"TableName": table.table_name, "GlobalSecondaryIndexName": index.name} for index in spec.indexes]
+    using = {f"{kind.lower()}_{ids}_{n}": cloudwatch.Metric(
+        namespace="AWS/DynamoDB", metric_name=f"{kind}ThrottleEvents", dimensions_map=dimensions,
+        statistic="Sum", period=FIVE_MINUTES)
+        for n, dimensions in enumerate(targets) for kind in ("Read", "Write")}
+    return cloudwatch.MathExpression(expression=" + ".join(f"FILL({metric_id}, 0)" for metric_id in using),
+                                     using_metrics=using, label=spec.name, period=FIVE_MINUTES)
 
 
 class Monitoring(Construct):
     def __init__(self, scope: Construct, id: str, *, settings: Settings, api: apigw.RestApi,
-                 functions: dict[str, lambda_.Function], dead_letter_queues: dict[str, sqs.Queue], topic: sns.ITopic):
+                 functions: dict[str, lambda_.Function], tables: dict[TableSpec, dynamodb.ITable],
+                 dead_letter_queues: dict[str, sqs.Queue], topic: sns.ITopic):
+        """``tables``: the tables some function may touch (``access.touched_tables``); a table no
+        role can reach cannot be throttled, and its alarm would cost for nothing."""
         super().__init__(scope, id)
         notify = actions.SnsAction(topic)
         self.alarms: list[cloudwatch.Alarm] = []
@@ -51,7 +76,7 @@ class Monitoring(Construct):
               treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
         alarm("aggregator-lag",
               alarm_description=f"Daily totals more than {AGGREGATOR_LAG_LIMIT_S} s behind the usage shards",
-              metric=custom_metric("AggregatorLagSeconds"), threshold=AGGREGATOR_LAG_LIMIT_S,
+              metric=custom_metric(AGGREGATOR_LAG_SECONDS), threshold=AGGREGATOR_LAG_LIMIT_S,
               evaluation_periods=3, datapoints_to_alarm=2,
               comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
               treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
@@ -67,6 +92,13 @@ class Monitoring(Construct):
                   metric=queue.metric_approximate_number_of_messages_visible(period=FIVE_MINUTES,
                                                                             statistic="Maximum"),
                   threshold=0, evaluation_periods=1,
+                  comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                  treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
+        throttled = {spec: throttle_events(table, spec) for spec, table in tables.items()}
+        for spec, events in throttled.items():
+            alarm(f"table-{spec.name}-throttles",
+                  alarm_description=f"DynamoDB throttled requests to the {spec.name} table or its indexes",
+                  metric=events, threshold=0, evaluation_periods=1,
                   comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
                   treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
 
@@ -87,11 +119,29 @@ class Monitoring(Construct):
                 f.metric_throttles(period=FIVE_MINUTES, statistic="Sum", label=n) for n, f in functions.items()]),
         )
         self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(title="Aggregator lag (s)", width=8, left=[custom_metric("AggregatorLagSeconds")],
+            cloudwatch.GraphWidget(title="Aggregator lag (s)", width=8, left=[custom_metric(AGGREGATOR_LAG_SECONDS)],
                                    left_annotations=[cloudwatch.HorizontalAnnotation(value=AGGREGATOR_LAG_LIMIT_S)]),
-            cloudwatch.GraphWidget(title="Spend % of quota", width=8,
-                                   left=[search("SpendPct", "Maximum", "SpendPct")]),
+            # One value per quota of each scope the aggregator changed: the maximum is the
+            # scope closest to being cut off, the median how spent a typical quota is.
+            cloudwatch.GraphWidget(title="Spend % of daily quota (active scopes)", width=8, left=[
+                custom_metric(SPEND_PCT, "Maximum", FIVE_MINUTES).with_(label="closest to its quota"),
+                custom_metric(SPEND_PCT, "p50", FIVE_MINUTES).with_(label="median quota")],
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=100, label="quota")]),
             cloudwatch.GraphWidget(title="Dead-letter queue depth", width=8, left=[
                 q.metric_approximate_number_of_messages_visible(period=FIVE_MINUTES, statistic="Maximum", label=n)
                 for n, q in dead_letter_queues.items()]),
+        )
+        revocation_reads = tables[REVOKED_TOKENS].metric_consumed_read_capacity_units(
+            period=FIVE_MINUTES, statistic="Sum")
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(title="Sticky fallbacks and revocations", width=8, left=[
+                custom_metric(name, "Sum", FIVE_MINUTES).with_(label=name)
+                for name in (STICKY_FLIPS, TOKENS_REVOKED, CLIENT_TOKENS_REVOKED)]),
+            # The revocation check caches "not revoked" answers (auth.REVOCATION_CACHE_SECONDS):
+            # read units of RevokedTokens per API request show how well, with no metric of our own.
+            cloudwatch.GraphWidget(title="Revocation check: RevokedTokens read units per request", width=8, left=[
+                cloudwatch.MathExpression(expression="IF(requests > 0, reads / requests, 0)",
+                                          using_metrics={"reads": revocation_reads, "requests": requests},
+                                          label="read units / request", period=FIVE_MINUTES)]),
+            cloudwatch.GraphWidget(title="DynamoDB throttled requests", width=8, left=list(throttled.values())),
         )

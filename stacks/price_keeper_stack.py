@@ -56,6 +56,7 @@ class PriceKeeperStack(Stack):
         self.schedules = Schedules(self, "Schedules", settings=settings, functions=self.functions.by_name)
         self.monitoring = Monitoring(
             self, "Monitoring", settings=settings, api=self.api.api, functions=self.functions.by_name,
+            tables={spec: self.tables.by_spec[spec] for spec in access.touched_tables()},
             dead_letter_queues=self.schedules.dead_letter_queues, topic=self.alerts.topic,
         )
 

@@ -24,8 +24,11 @@ class Tables(Construct):
     """``self.by_spec[spec]`` is the table of each ``TableSpec``.
 
     Tables that hold money (org config and credentials, usage shards, daily totals) have
-    point-in-time recovery and deletion protection and survive ``cdk destroy``; the others
-    are caches, revocations with a TTL, or unused, and go with the stack.
+    deletion protection and survive ``cdk destroy``; the others are caches, revocations with
+    a TTL, or unused, and go with the stack. Every table has point-in-time recovery: it is
+    billed on table size, which is kilobytes for the small tables (well under a cent a
+    month), and DynamoDB keeps a backup of a deleted PITR table for 35 days, so the
+    revocations and sticky state a mistaken ``cdk destroy`` deleted can be restored.
     """
 
     def __init__(self, scope: Construct, id: str, settings: Settings):
@@ -40,7 +43,7 @@ class Tables(Construct):
                 billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
                 time_to_live_attribute=spec.ttl_attribute,
                 point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                    point_in_time_recovery_enabled=True) if spec.holds_money else None,
+                    point_in_time_recovery_enabled=True),
                 deletion_protection=spec.holds_money,
                 removal_policy=RemovalPolicy.RETAIN if spec.holds_money else RemovalPolicy.DESTROY,
                 stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES

@@ -154,6 +154,26 @@ def assert_error(reply: Reply, status: int, code: str) -> dict:
 
 
 @pytest.fixture
+def emitted_metrics():
+    """The custom metrics the code under test adds, as the EMF line its handler's
+    ``log_metrics`` would print: ``emitted_metrics()`` is {metric name: values}. Every
+    metric must carry the one dimension ``service`` (see price_keeper/metric_names.py)."""
+    from price_keeper.observability import metrics
+
+    def emitted() -> dict[str, list[float]]:
+        if not metrics.metric_set:
+            return {}
+        line = metrics.serialize_metric_set()
+        (directive,) = line["_aws"]["CloudWatchMetrics"]
+        assert directive["Dimensions"] == [["service"]], directive
+        return {metric["Name"]: line[metric["Name"]] for metric in directive["Metrics"]}
+
+    metrics.clear_metrics()  # with metrics disabled, log_metrics never clears what earlier tests added
+    yield emitted
+    metrics.clear_metrics()
+
+
+@pytest.fixture
 def bedrock_endpoint(monkeypatch) -> str:
     """URL of the local stack's Bedrock stand-in (moto has no inference profiles), fresh
     and in memory; the functions reach it through ``AWS_ENDPOINT_URL_BEDROCK``."""

@@ -10,8 +10,10 @@ import boto3
 import pytest
 
 from price_keeper import alerts, keys, orgs, tables
+from price_keeper.aggregation import RunReport
 from price_keeper.alerts import ALL_EXHAUSTED, FALLBACK, THRESHOLD, Alert, due_alerts
 from price_keeper.aws import client
+from price_keeper.metric_names import AGGREGATOR_LAG_SECONDS, SPEND_PCT
 from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_day
 from tests.conftest import assert_error
@@ -344,6 +346,55 @@ def test_a_scope_whose_alerting_fails_neither_fails_the_run_nor_stops_other_scop
     assert [e["detail"]["scope"] for e in bus()] == [org_config.scope]
     assert records(ghost_scope) == []
     assert "alert evaluation failed" in caplog.text
+
+
+# --- SpendPct: how close the scopes a run changed are to their quotas ----------------------
+
+def changed(*totals: tuple[str, str, str, int]) -> RunReport:
+    """An aggregation run that changed these (scope, label, yyyymmdd, cost) totals."""
+    return RunReport(days=[DAY],
+                     costs=[(keys.usage_key(scope, label), day, cost) for scope, label, day, cost in totals],
+                     changed=[(keys.usage_key(scope, label), day) for scope, label, day, _ in totals])
+
+
+def test_spend_pcts_are_each_quota_and_the_total_cap_of_a_changed_scope(org_config):
+    report = changed(*((org_config.scope, label, DAY, cost)
+                       for label, cost in (("premium", 800), ("standard", 100), ("my-profile", 50))))
+    # premium, standard, economy of the ordering; then 950 of the 1,700 total cap
+    assert alerts.spend_pcts(report, NOW) == [80.0, 20.0, 0.0, 55.9]
+
+
+def test_spend_pcts_count_active_boosts(org_config):
+    table(tables.CONFIG).put_item(Item={
+        "org_key": keys.org_key(org_config.org_id), "resource_key": "BOOST#ORG#b1", "boost_id": "b1",
+        "model_label": "premium", "amount_usd_micros": 1000, "expires_at": "2026-10-02T00:00:00Z",
+        tables.TTL_ATTRIBUTE: int((NOW + timedelta(hours=9)).timestamp())})
+    report = changed((org_config.scope, "premium", DAY, 800))
+    assert alerts.spend_pcts(report, NOW) == [40.0, 0.0, 0.0, 29.6]  # 800 of 2,000; of the 2,700 cap
+
+
+def test_spend_pcts_leave_out_other_days_former_scopes_and_unreadable_configs(org_config, caplog):
+    yesterday = (datetime.strptime(DAY, "%Y%m%d") - timedelta(days=1)).strftime("%Y%m%d")
+    ghost = keys.org_key(str(uuid.uuid4()))
+    app_counters = keys.scope_key(org_config.org_id, "app-1", "APP")  # the org is ORG-scoped now
+    report = changed((org_config.scope, "premium", yesterday, 900), (ghost, "premium", DAY, 900),
+                     (app_counters, "premium", DAY, 900))
+    assert alerts.spend_pcts(report, NOW) == []
+    assert "spend % of quota not computed" in caplog.text  # the ghost's 404
+
+
+def test_the_aggregator_publishes_spend_pct_and_its_lag(api, bus, emitted_metrics):
+    from local.gateway import LambdaContext, load_handler
+    from tests.iam_check import only_granted
+    from tests.usage_support import new_tenant, usage_body
+
+    tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
+    assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202  # 3,760 µ$
+    with only_granted("aggregator"):  # the boosts read included
+        load_handler("aggregator")({}, LambdaContext(function_name="aggregator"))
+    published = emitted_metrics()
+    assert published[SPEND_PCT] == [94.0, 0.0, 0.0, 0.1]  # of 4,000, 5M, 2M; of the 7,004,000 cap
+    assert len(published[AGGREGATOR_LAG_SECONDS]) == 1
 
 
 # --- thresholds per org ------------------------------------------------------------------

@@ -15,6 +15,7 @@ from price_keeper.store import dynamo
 from price_keeper.api import build_app, lambda_entry
 from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.errors import ApiError
+from price_keeper.metric_names import CLIENT_TOKENS_REVOKED, TOKENS_REVOKED
 from price_keeper.modules import load_handler_module
 from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.provisioned import ORG_BODY, get_tokens, new_app, new_org, tokens
@@ -324,6 +325,18 @@ def test_revoking_twice_or_an_expired_token_is_204(api, app_client):
     assert revoke(api, expired, bearer=other).status == 204
 
 
+def test_each_stored_revocation_is_counted(api, app_client, emitted_metrics):
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    other = tokens(api, credentials)["access_token"]
+    assert revoke(api, issued["refresh_token"], bearer=other).status == 204
+    assert revoke(api, issued["access_token"], bearer=other).status == 204
+    past = int(time.time()) - 7200
+    expired = forge(access_claims(org_id, "app-production-api", iat=past, exp=past + 3600))
+    assert revoke(api, expired, bearer=other).status == 204  # nothing to store, nothing counted
+    assert emitted_metrics() == {TOKENS_REVOKED: [1.0, 1.0]}
+
+
 @pytest.mark.parametrize("body", [
     {"token": "not-a-token"},
     {"token": "x", "token_type_hint": "id_token"},
@@ -539,6 +552,13 @@ def test_revoke_tokens_of_an_unknown_org_or_app_is_404_and_stores_nothing(api, o
     assert body["details"] == {"org_id": org_id, "app_id": "no-such-app"}
     for client_id in (f"org-{unknown_org}", f"org-{org_id}-app-no-such-app"):
         assert "Item" not in table(tables.REVOKED_TOKENS).get_item(Key={"token_jti": f"CLIENT#{client_id}"})
+
+
+def test_revoke_tokens_is_counted_when_it_stores_a_cutoff(api, org, emitted_metrics):
+    org_id, _ = org
+    assert revoke_tokens(api, org_id).status == 204
+    assert_error(revoke_tokens(api, str(uuid.uuid4())), 404, "NOT_FOUND")
+    assert emitted_metrics() == {CLIENT_TOKENS_REVOKED: [1.0]}
 
 
 @pytest.mark.parametrize("api_key", [None, "wrong-key"])

@@ -7,8 +7,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from price_keeper import aggregation, keys, orgs, selection, state, tables
-from price_keeper.store.dynamo import ddb_client, table
+from price_keeper.metric_names import STICKY_FLIPS
 from price_keeper.quota import Sticky, decide, quota_pct, quota_status
+from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.timeutil import next_midnight_utc, org_day
 from tests.conftest import assert_error
 from tests.factories import seed_app, token_for
@@ -113,6 +114,16 @@ def test_sticky_writes_only_move_forward_and_expire_after_the_next_midnight(aws)
     assert item["reason"] == "QUOTA_EXCEEDED"
     assert item["expires_at_epoch"] == int(next_midnight_utc("Europe/Berlin", now).timestamp()) + 3600
     assert selection.read_sticky(tenant.scope, day) == Sticky("economy", 2)
+
+
+def test_each_sticky_flip_is_counted_once_and_a_refused_write_not_at_all(aws, emitted_metrics):
+    config = config_of(new_tenant())
+    now = datetime(2026, 3, 28, 12, tzinfo=timezone.utc)
+    day = org_day(config.timezone, now)
+    assert selection.write_sticky(config, day, 1, now) is True
+    assert selection.write_sticky(config, day, 1, now) is False  # another instance got there first
+    assert selection.write_sticky(config, day, 2, now) is True
+    assert emitted_metrics() == {STICKY_FLIPS: [1.0, 1.0]}
 
 
 def put_total(scope: str, label: str, day: str, cost: int) -> None:

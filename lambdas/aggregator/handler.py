@@ -1,10 +1,12 @@
 """Scheduled (EventBridge, every minute): fold the usage shards of the org days in play
-into DailyTotal, fire the spend alerts those totals cross, and publish the aggregator lag."""
+into DailyTotal, fire the spend alerts those totals cross, and publish the aggregator lag
+and how close each changed scope is to its quotas."""
 from dataclasses import asdict
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from price_keeper import aggregation, alerts
+from price_keeper.metric_names import AGGREGATOR_LAG_SECONDS, SPEND_PCT
 from price_keeper.observability import logger, metrics
 from price_keeper.timeutil import utc_now
 
@@ -13,11 +15,14 @@ from price_keeper.timeutil import utc_now
 @metrics.log_metrics
 def lambda_handler(event: dict, context) -> dict:
     report = aggregation.run()
-    fired = alerts.fire_after_run(report, utc_now())
-    metrics.add_metric(name="AggregatorLagSeconds", unit=MetricUnit.Seconds, value=report.lag_seconds)
+    now = utc_now()
+    fired = alerts.fire_after_run(report, now)
+    metrics.add_metric(name=AGGREGATOR_LAG_SECONDS, unit=MetricUnit.Seconds, value=report.lag_seconds)
     metrics.add_metric(name="ActiveShards", unit=MetricUnit.Count, value=report.active_shards)
     metrics.add_metric(name="DailyTotalsWritten", unit=MetricUnit.Count, value=report.totals_written)
     metrics.add_metric(name="AlertsFired", unit=MetricUnit.Count, value=len(fired))
+    for pct in alerts.spend_pcts(report, now):  # one metric, a value per quota (Powertools flushes each 100)
+        metrics.add_metric(name=SPEND_PCT, unit=MetricUnit.Percent, value=pct)
     summary = {**asdict(report), "costs": len(report.costs), "changed": len(report.changed), "alerts_fired": len(fired)}
     logger.info("aggregation run", extra={"report": summary})
     return summary

@@ -67,6 +67,20 @@ def test_stage_throttling_tracing_and_json_access_logs(synth):
     assert fields["ip"] == "$context.identity.sourceIp"
 
 
+def test_stage_logs_failed_executions_without_bodies_to_a_group_with_retention(synth):
+    (stage,) = synth.resources("AWS::ApiGateway::Stage").values()
+    (settings,) = stage["Properties"]["MethodSettings"]
+    assert (settings["HttpMethod"], settings["ResourcePath"]) == ("*", "/*")
+    assert settings["LoggingLevel"] == "ERROR" and settings["DataTraceEnabled"] is False
+    (api_id,) = synth.resources("AWS::ApiGateway::RestApi")
+    group_id = synth.id_of(synth.stack.api.execution_logs)
+    group = synth.json["Resources"][group_id]
+    assert group["Properties"]["LogGroupName"] == {
+        "Fn::Join": ["", ["API-Gateway-Execution-Logs_", {"Ref": api_id}, "/dev"]]}
+    assert group["Properties"]["RetentionInDays"] == 30 and group["DeletionPolicy"] == "Delete"
+    assert group_id in stage["DependsOn"]  # it exists before API Gateway would create it without retention
+
+
 def test_throttling_and_stage_from_context(synth_options):
     (stage,) = synth_options.resources("AWS::ApiGateway::Stage").values()
     (settings,) = stage["Properties"]["MethodSettings"]

@@ -45,15 +45,14 @@ def test_active_by_day_index_is_keys_only(synth):
 
 
 @pytest.mark.parametrize("spec", ALL_TABLES, ids=lambda s: s.name)
-def test_money_tables_are_protected_and_retained(synth, spec):
+def test_money_tables_are_protected_and_retained_and_every_table_is_recoverable(synth, spec):
     table = _table(synth, spec)
     props = table["Properties"]
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     if spec.holds_money:
-        assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
         assert props["DeletionProtectionEnabled"] is True
         assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == "Retain"
     else:
-        assert "PointInTimeRecoverySpecification" not in props
         assert not props.get("DeletionProtectionEnabled", False)
         assert table["DeletionPolicy"] == "Delete"
 

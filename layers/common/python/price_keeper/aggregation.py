@@ -94,6 +94,18 @@ class RunReport:
     costs: list[tuple[str, str, int]] = field(default_factory=list)
     changed: list[tuple[str, str]] = field(default_factory=list)
 
+    def changed_spends(self) -> dict[tuple[str, str], dict[str, int]]:
+        """(scope, yyyymmdd) -> ``cost_usd_micros`` by label, for every scope/day with a
+        total this run changed, in the order they changed, with every label of that
+        scope/day in play (changed or not)."""
+        spends: dict[tuple[str, str], dict[str, int]] = {
+            (keys.split_usage_key(usage_key)[0], day): {} for usage_key, day in self.changed}
+        for usage_key, day, cost in self.costs:
+            scope, label = keys.split_usage_key(usage_key)
+            if (scope, day) in spends:
+                spends[(scope, day)][label] = cost
+        return spends
+
 
 @dataclass
 class _Group:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -55,7 +54,7 @@ from .aggregation import RunReport
 from .cache import TTLCache
 from .observability import logger
 from .orgs import EffectiveConfig
-from .quota import first_unspent, reached, sticky_floor
+from .quota import first_unspent, quota_pct, reached, sticky_floor
 from .selection import read_sticky
 from .store import alert_records, config_items
 from .timeutil import iso_utc, org_day, parse_day
@@ -246,19 +245,43 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
     """Evaluate every scope/day whose totals the aggregation run changed (with the totals
     of all its labels in play); the alerts published. A scope whose evaluation fails is
     logged and retried by the next run that changes it, without failing the others."""
-    spends: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
-    for usage_key, day, cost in report.costs:
-        scope, label = keys.split_usage_key(usage_key)
-        spends[(scope, day)][label] = cost
     fired: list[Alert] = []
-    for scope, day in dict.fromkeys((keys.split_usage_key(usage_key)[0], day) for usage_key, day in report.changed):
+    for (scope, day), spends in report.changed_spends().items():
         try:
             config = orgs.effective_config(*keys.split_scope(scope))
             sticky = read_sticky(scope, day) if config.sticky_fallback_enabled else None
-            fired += evaluate_and_fire(scope, config, day, spends[(scope, day)], sticky.label if sticky else None, now)
+            fired += evaluate_and_fire(scope, config, day, spends, sticky.label if sticky else None, now)
         except Exception:  # noqa: BLE001 - one scope's failure must not stop the others' alerts
             logger.exception("alert evaluation failed", extra={"scope": scope, "day": day})
     return fired
+
+
+def spend_pcts(report: RunReport, now: datetime) -> list[float]:
+    """The share of each daily quota used (``selection.quota_pct``, boosts included), for
+    every scope whose totals of its current org-local day the run changed: one value per
+    label of the ordering with a quota, and one for the scope's total cap. The aggregator
+    publishes them as the ``SpendPct`` metric.
+
+    Scopes of another day (late usage of yesterday) are left out: the metric is how close
+    scopes are to being cut off now. So are counters that are no longer a quota scope (the
+    org changed ``quota_scope`` during the day) and, logged, scopes whose config cannot be
+    read (the run's totals and alerts are done; a metric must not fail it). The config and
+    the boosts come from the caches ``fire_after_run`` filled; the boosts cost one Config
+    Query per scope when no alert was due, at most once per ``boosts.BOOST_CACHE_SECONDS``.
+    """
+    pcts: list[float] = []
+    for (scope, day), spends in report.changed_spends().items():
+        try:
+            config = boosts.boosted_config(*keys.split_scope(scope), now)
+        except Exception:  # noqa: BLE001 - see above: logged, and the other scopes still count
+            logger.exception("spend % of quota not computed", extra={"scope": scope, "day": day})
+            continue
+        if config.scope != scope or day != org_day(config.timezone, now):
+            continue
+        quotas = [(spends.get(label, 0), config.quota(label)) for label in config.model_ordering]
+        quotas.append((sum(spends.values()), config.total_quota))
+        pcts += [quota_pct(spend, quota) for spend, quota in quotas if quota > 0]
+    return pcts
 
 
 class AlertEntry(Schema):

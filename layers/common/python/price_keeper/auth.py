@@ -35,6 +35,8 @@ from pydantic import StringConstraints
 from . import audit, ratelimit, state
 from .cache import TTLCache
 from .errors import ApiError, forbidden, unauthorized
+from .metric_names import TOKENS_REVOKED
+from .observability import count
 from .store import config_items, revocations
 from .validation import StrictBody
 
@@ -324,6 +326,7 @@ def revoke(caller: Principal, token: str) -> None:
                        expires_at=int(claims["exp"]))
     _not_revoked.discard(claims["jti"])
     _revoked.put(claims["jti"], True)
+    count(TOKENS_REVOKED)
 
 
 # --- per-client cutoffs: revoke-tokens and rotation ---------------------------------

@@ -31,6 +31,8 @@ from pydantic import Field, StringConstraints, model_validator
 from . import audit, auth, orgs
 from .config import get_config
 from .errors import ApiError, invalid_config, not_found
+from .metric_names import CLIENT_TOKENS_REVOKED
+from .observability import count
 from .store import config_items, profiles as profile_store, usage
 from .store.dynamo import ConditionFailed
 from .timeutil import is_valid_timezone, iso_utc, next_midnight_utc, org_day, parse_day
@@ -369,3 +371,4 @@ def revoke_tokens(org_id: str, app_id: str | None) -> None:
     The secret stays valid; tokens obtained from now on work."""
     _write_with_cutoff(org_id, app_id, config_items.registered(org_id, app_id), auth.cutoff_update(auth.client_id_for(org_id, app_id),
                                                                       auth.now_ms()))
+    count(CLIENT_TOKENS_REVOKED)

@@ -16,6 +16,8 @@ from . import boosts, keys, orgs, pricing, profiles
 from .aggregation import DailyRead
 from .cache import etag
 from .errors import ApiError
+from .metric_names import STICKY_FLIPS
+from .observability import count
 from .orgs import EffectiveConfig
 from .quota import (REASON_NORMAL, REASON_STICKY, REASON_TOTAL_EXCEEDED, TIGHT, Decision, Sticky, Total, decide,
                     quota_pct, quota_status)
@@ -52,11 +54,14 @@ def write_sticky(config: EffectiveConfig, day: str, index: int, now: datetime) -
     """Move the day's sticky state forward to ``index``; False when another writer already
     moved it as far or further (the seed's conditional write)."""
     next_midnight = day_start_utc(config.timezone, parse_day(day) + timedelta(days=1))
-    return sticky_store.advance(config.scope, day, {
+    moved = sticky_store.advance(config.scope, day, {
         "active_model_label": config.model_ordering[index], "active_model_index": index,
         "reason": "QUOTA_EXCEEDED", "previous_model_label": config.model_ordering[index - 1],
         "activated_at_epoch": int(now.timestamp()),
     }, int(next_midnight.timestamp()) + STICKY_GRACE_SECS)
+    if moved:
+        count(STICKY_FLIPS)
+    return moved
 
 
 class Snapshot(NamedTuple):
