@@ -1,4 +1,7 @@
 """The served OpenAPI document covers every route and speaks the real error schema."""
+import json
+import re
+
 from price_keeper import routes
 
 
@@ -19,6 +22,13 @@ def test_openapi_documents_400_errors_not_422(api):
         for method, operation in operations.items():
             assert "422" not in operation["responses"], (method, path)
             assert operation["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith("/Error")
+
+
+def test_every_reference_in_the_document_resolves(api):
+    text = api.get("/openapi.json").text
+    schemas = json.loads(text)["components"]["schemas"]
+    refs = set(re.findall(r'"\$ref":\s*"#/components/schemas/([^"]+)"', text))
+    assert refs and refs <= set(schemas), sorted(refs - set(schemas))
 
 
 def test_docs_page_embeds_the_document(api):

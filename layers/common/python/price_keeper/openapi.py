@@ -53,7 +53,7 @@ ERROR_RESPONSES = {
 def document(app: APIGatewayRestResolver, version: str) -> dict:
     schema = json.loads(app.get_openapi_json_schema(title=TITLE, version=version, security_schemes=SECURITY_SCHEMES))
     components = schema.setdefault("components", {}).setdefault("schemas", {})
-    for name in ("HTTPValidationError", "ValidationError"):
+    for name in ("HTTPValidationError", "ValidationError", "ResponseValidationError"):
         components.pop(name, None)
     components["Error"] = ERROR_SCHEMA
     error_ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
