@@ -36,3 +36,11 @@ def test_docs_page_embeds_the_document(api):
     assert reply.status == 200
     assert reply.headers["content-type"].startswith("text/html")
     assert '"openapi":"3.1.0"' in reply.text
+    assert "SwaggerUIBundle" in reply.text  # Swagger UI's script inline: no script or stylesheet to fetch
+    assert not re.search(r"<(?:script|link)\b[^>]*\b(?:src|href)=", reply.text)
+
+
+def test_docs_page_link_to_its_document_answers_the_document(api):
+    reply = api.get("/docs", query="format=json")
+    assert reply.status == 200 and reply.headers["content-type"] == "application/json"
+    assert reply.json() == api.get("/openapi.json").json()

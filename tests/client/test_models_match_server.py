@@ -119,9 +119,9 @@ WIRE = {
         "cache_duration_secs": "client_guidance.cache_duration_secs",
         "check_frequency": "client_guidance.check_frequency"},
         left_in_raw=frozenset({"org_id", "app_id", "org_local_time"})),
-    UsageReceipt: Wire("usage", paths={"shard_id": "processing.shard_id", "cost_usd_micros": "processing.cost_usd_micros",
-                                       "quota": "daily_total"},
-                       left_in_raw=frozenset({"message", "timestamp", "pricing"})),
+    UsageReceipt: Wire("usage", paths={
+        "shard_id": "processing.shard_id", "cost_usd_micros": "processing.cost_usd_micros", "quota": "daily_total"},
+        left_in_raw=frozenset({"message", "timestamp", "pricing"})),
     LabelQuota: Wire("usage", "daily_total", partial=True, not_sent=frozenset({"reason"})),
     BatchResult: Wire("batch", left_in_raw=frozenset({"timestamp"})),
     BatchItemResult: Wire("batch", "results.*"),
@@ -131,7 +131,8 @@ WIRE = {
     Provisioned: Wire("provisioned"),
     Rotation: Wire("rotation", paths={
         "credentials": ("client_id", "client_secret"), "rotated_at": "rotation.rotated_at",
-        "old_secret_expires_at": "rotation.old_secret_expires_at", "grace_period_hours": "rotation.grace_period_hours"}),
+        "old_secret_expires_at": "rotation.old_secret_expires_at",
+        "grace_period_hours": "rotation.grace_period_hours"}),
 }
 
 
@@ -152,7 +153,8 @@ def problems(model: type, wire: Wire, source: Shape) -> list[str]:
                 found.append(f"{name}: " + (f"the server sends no {path!r}" if shape is None else
                                             f"the server now sends {path!r}: model it"))
             elif shape is not None and not isinstance(paths, tuple) and not shape.types <= json_types(hints[name]):
-                found.append(f"{name}: the server sends {sorted(shape.types)} at {path!r}, the model takes {hints[name]}")
+                found.append(f"{name}: the server sends {sorted(shape.types)} at {path!r}, "
+                             f"the model takes {hints[name]}")
     if not wire.partial:
         found += [f"the server's {key!r} is not modelled"
                   for key in sorted(target.properties.keys() - read - wire.left_in_raw)]
@@ -198,7 +200,8 @@ def answers(server) -> dict[str, Shape]:
     recorded["rotation"] = [call("POST", f"{app.format(org_id)}/credentials/rotate", 200, headers=admin, json={})]
     shapes = {name: of_answers(values) for name, values in recorded.items()}
     document = call("GET", "/openapi.json", 200)
-    shapes |= {f"schema:{name}": of_schema(schema, document) for name, schema in document["components"]["schemas"].items()}
+    shapes |= {f"schema:{name}": of_schema(schema, document)
+               for name, schema in document["components"]["schemas"].items()}
     return shapes
 
 
