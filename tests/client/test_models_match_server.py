@@ -151,7 +151,7 @@ def problems(model: type, wire: Wire, source: Shape) -> list[str]:
             shape = target.find(path)
             if (shape is None) != (name in wire.not_sent):
                 found.append(f"{name}: " + (f"the server sends no {path!r}" if shape is None else
-                                            f"the server now sends {path!r}: model it"))
+                                            f"the server now sends {path!r}: take it off not_sent"))
             elif shape is not None and not isinstance(paths, tuple) and not shape.types <= json_types(hints[name]):
                 found.append(f"{name}: the server sends {sorted(shape.types)} at {path!r}, "
                              f"the model takes {hints[name]}")
