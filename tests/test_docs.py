@@ -3,6 +3,7 @@ import json
 import re
 
 from price_keeper import routes
+from tests.provisioned import new_org, tokens
 
 
 def test_openapi_document_lists_every_api_route(api):
@@ -44,3 +45,13 @@ def test_docs_page_link_to_its_document_answers_the_document(api):
     reply = api.get("/docs", query="format=json")
     assert reply.status == 200 and reply.headers["content-type"] == "application/json"
     assert reply.json() == api.get("/openapi.json").json()
+
+
+def test_the_functions_keep_their_callers_once_the_document_is_built(api):
+    """The document's app includes copies of the handlers' routers: including the serving ones
+    would make it their resolver, and /auth/revoke, in the same process, would lose its caller."""
+    assert api.get("/openapi.json").status == 200
+    _, credentials = new_org(api)
+    issued = tokens(api, credentials)
+    revoked = api.post("/auth/revoke", {"token": issued["refresh_token"]}, token=issued["access_token"])
+    assert revoked.status == 204, revoked

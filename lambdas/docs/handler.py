@@ -30,8 +30,11 @@ router = Router()
 
 @lru_cache(maxsize=1)
 def _document() -> str:
+    # From copies of the handlers: an app that includes a router becomes the router's resolver
+    # (its request context), so in one process (the local server, the tests) the serving
+    # functions would read this app's empty context, and their callers would be lost.
     functions = [name for name in routes.HTTP_FUNCTIONS if name != "docs"]
-    api = build_app(*(load_handler_module(LAMBDAS_DIR, name).router for name in functions
+    api = build_app(*(load_handler_module(LAMBDAS_DIR, name, namespace="docs").router for name in functions
                       if (LAMBDAS_DIR / name / "handler.py").exists()))
     return dumps(openapi.document(api, get_config().version))
 
