@@ -50,5 +50,17 @@ destroy: $(STAMP) $(NPM_STAMP)
 lint: synth
 	$(VENV)/bin/cfn-lint -- cdk.out/*.template.json
 
+# The benchmarks of docs/performance.md: cold starts, local latency, DynamoDB units and monthly
+# cost (performance.py, which runs cold_start.py's measure), a burst's quota overshoot, and
+# DynamoDB per operation with BENCH_SCOPES active scopes. Cold starts need Python 3.12 (the
+# functions' runtime). 21 minutes on the shared 2-core VM under load (performance 8, overshoot
+# 8, dynamodb_costs 4.5); BENCH_SCOPES=1000, the figures of docs/performance.md, adds 7.
+BENCH_SCOPES ?= 100
+
+bench: $(STAMP)
+	$(PY) benchmarks/performance.py
+	$(PY) benchmarks/overshoot.py
+	$(PY) benchmarks/dynamodb_costs.py --scopes $(BENCH_SCOPES)
+
 clean: reset
 	rm -rf $(VENV) cdk.out node_modules .pytest_cache

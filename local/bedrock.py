@@ -89,11 +89,11 @@ def _partition(region: str) -> str:
         raise _invalid(f"Unknown Region {region!r}") from None
 
 
-def bedrock_region(headers) -> str | None:
-    """The Region a request signed for Bedrock names (SigV4 credential scope); None for any
-    other request."""
+def signed_for(headers) -> tuple[str, str] | None:
+    """(service, Region) of a request's SigV4 credential scope; None for a request not signed
+    for AWS (the API's own, with a bearer token or an API key)."""
     signed = _SIGNED_FOR.search(headers.get("Authorization") or "")
-    return signed["region"] if signed and signed["service"] == "bedrock" else None
+    return (signed["service"], signed["region"]) if signed else None
 
 
 class InferenceProfiles:

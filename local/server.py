@@ -4,7 +4,12 @@ An HTTP server on ``127.0.0.1:$PORT`` turns each request into an API Gateway pro
 event and calls the same Lambda handler ``cdk deploy`` ships; the aggregator and the
 pricing fetcher run on timers as EventBridge would run them. Requests signed for Bedrock
 go to the inference-profile stand-in (``local/bedrock.py``), which the functions reach
-through ``AWS_ENDPOINT_URL_BEDROCK``.
+through ``AWS_ENDPOINT_URL_BEDROCK``. moto has no Price List API either: requests signed for
+``pricing`` (``AWS_ENDPOINT_URL_PRICING``) are refused at once, and config.yaml prices serve,
+as when the Price List is down in AWS.
+
+It prints one plain line per log event, the functions' included, and stops cleanly on
+SIGTERM or SIGINT, however many arrive.
 
 Environment: PORT (8080), PROVISIONING_API_KEY (generated when unset),
 AGGREGATOR_INTERVAL_SECONDS (60), PRICING_REFRESH_INTERVAL_SECONDS (86400),
@@ -22,14 +27,25 @@ import threading
 import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .bedrock import ACCOUNT, InferenceProfiles, bedrock_region
+from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+
+from .bedrock import ACCOUNT, InferenceProfiles, signed_for
 from .gateway import LAMBDAS, LambdaContext, invoke, load_handler  # puts the layer on sys.path
 from .stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME, LocalAws
 
 from price_keeper.errors import error_body  # noqa: E402
+from price_keeper.observability import logger as function_logger  # noqa: E402
 
 log = logging.getLogger("price_keeper.local")
 MAX_BODY = 1_000_000
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+# What Powertools adds to every event of a function (Lambda context, trace), left out of the
+# line. The functions share one logger here, so its function_name may be another's.
+_CONTEXT_KEYS = frozenset({"level", "location", "message", "timestamp", "name", "service", "sampling_rate",
+                           "cold_start", "function_name", "function_memory_size", "function_arn",
+                           "function_request_id", "correlation_id", "xray_trace_id", "exception", "exception_name"})
+NO_PRICE_LIST = {"statusCode": 400, "headers": {"Content-Type": "application/x-amz-json-1.1"}, "body": json.dumps({
+    "__type": "AccessDeniedException", "message": "The local stack has no Price List API; config.yaml prices serve"})}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -46,10 +62,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(413)
             return
         body = self.rfile.read(length) if length else None
-        region = bedrock_region(self.headers)
+        service, region = signed_for(self.headers) or (None, None)
         try:
-            if region:
+            if service == "bedrock":
                 response = self.server.bedrock.respond(self.command, path, region, body)
+            elif service == "pricing":
+                response = NO_PRICE_LIST
             else:
                 response = invoke(self.command, path, body=body, headers=dict(self.headers.items()), query=query,
                                   source_ip=self.client_address[0])
@@ -141,6 +159,7 @@ class LocalStack:
         self.httpd = LocalHttpServer(self.port, self.aws.bedrock)
         self.port = self.httpd.server_address[1]
         os.environ["AWS_ENDPOINT_URL_BEDROCK"] = self.base_url
+        os.environ["AWS_ENDPOINT_URL_PRICING"] = self.base_url
         threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
         for function, env, default, run_first in (
             ("aggregator", "AGGREGATOR_INTERVAL_SECONDS", 60, False),
@@ -159,14 +178,36 @@ class LocalStack:
         self.aws.stop()
 
 
-def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    warnings.filterwarnings("ignore", "No application metrics to publish")  # metrics are off locally
-    for noisy in ("botocore", "urllib3"):
+def _event_line(event: dict) -> str:
+    """A function's log event as one line of ``LOG_FORMAT``, its own keys (``extra=``) at the
+    end; a traceback, if any, follows."""
+    message = event["message"] if isinstance(event["message"], str) else json.dumps(event["message"], default=str)
+    keys = " ".join(f"{key}={json.dumps(value, default=str)}" for key, value in event.items()
+                    if key not in _CONTEXT_KEYS)
+    line = f"{event['timestamp']} {event['level']} {event['name']} {message}"
+    return "\n".join(filter(None, (f"{line} {keys}".rstrip(), event.get("exception"))))
+
+
+def _log_plainly() -> None:
+    """The server's own logging in ``LOG_FORMAT``. The functions' Powertools logger writes JSON
+    for CloudWatch and also hands each event on to the root logger: here it writes
+    ``_event_line`` instead, and alone."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    for noisy in ("botocore", "urllib3", "werkzeug"):  # werkzeug: a line per request moto serves
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    # moto has no Price List API: the pricing fetcher's call fails there (config prices
-    # serve, as when the API is down) and moto's own traceback would only be noise.
-    logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
+    function_logger.registered_handler.setFormatter(LambdaPowertoolsFormatter(
+        json_serializer=_event_line, datefmt="%Y-%m-%d %H:%M:%S,%F", serialize_stacktrace=False,
+        service=function_logger.service, name="%(name)s"))
+    logging.getLogger(function_logger.name).propagate = False
+
+
+def main() -> int:
+    # Blocked before any thread starts (threads inherit the mask): the signals then wait for
+    # sigwait below, instead of running a handler in the middle of whatever the main thread does.
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    _log_plainly()
+    warnings.filterwarnings("ignore", "No application metrics to publish")  # metrics are off locally
     stack = LocalStack().start()
     print(f"Bedrock Price Keeper is running at {stack.base_url}", flush=True)
     print(f"  API docs:          {stack.base_url}/docs", flush=True)
@@ -174,12 +215,8 @@ def main() -> int:
     print(f"  Provisioning key:  {stack.provisioning_key}", flush=True)
     print(f"  Bedrock profiles:  {stack.base_url} as endpoint URL (account {ACCOUNT}; see README)", flush=True)
     print("  Stop with Ctrl-C.", flush=True)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    try:
-        done.wait()
-    except KeyboardInterrupt:
-        pass
+    received = signal.sigwait(stop_signals)  # more of them, while stopping, stay blocked and pending
+    print(f"{signal.Signals(received).name}: stopping", flush=True)
     stack.stop()
     print("stopped", flush=True)
     return 0

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,17 @@ READY_DEADLINE_SECONDS = 90
 _NOT_INHERITED = ("AWS_", "DYNAMODB_", "MOTO_", "JWT_SECRET_NAME", "PROVISIONING_SECRET_NAME")
 
 
-@contextlib.contextmanager
-def local_server(log_dir: Path, provisioning_key: str, **settings: str):
-    """Base URL of a freshly started local server (in-memory, rate limits off, timers as
-    ``settings`` say); SIGTERM and wait on exit."""
+@dataclass(frozen=True)
+class Launched:
+    process: subprocess.Popen
+    base_url: str
+    log: Path  # stdout and stderr
+
+
+def launch(log_dir: Path, provisioning_key: str, *, own_process_group: bool = False, **settings: str) -> Launched:
+    """A freshly started local server (in-memory, rate limits off, timers as ``settings``
+    say), once it answers /health; in a process group of its own if asked (as ``make run``
+    is in a terminal's), else in the tests' (so that it dies with them)."""
     port = free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith(_NOT_INHERITED)}
     env.update(PORT=str(port), PROVISIONING_API_KEY=provisioning_key, RATE_LIMITS="off", LOCAL_PERSIST="off",
@@ -33,11 +41,23 @@ def local_server(log_dir: Path, provisioning_key: str, **settings: str):
     log = Path(log_dir) / f"server-{port}.log"
     with open(log, "wb") as output:
         process = subprocess.Popen([sys.executable, "-m", "local"], cwd=ROOT, env=env, stdout=output,
-                                   stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}"
+                                   stderr=subprocess.STDOUT, process_group=0 if own_process_group else None)
+    launched = Launched(process, f"http://127.0.0.1:{port}", log)
     try:
-        _wait_until_healthy(base_url, process, log)
-        yield base_url
+        _wait_until_healthy(launched.base_url, process, log)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    return launched
+
+
+@contextlib.contextmanager
+def local_server(log_dir: Path, provisioning_key: str, **settings: str):
+    """Base URL of a freshly started local server (``launch``); SIGTERM and wait on exit."""
+    process = (launched := launch(log_dir, provisioning_key, **settings)).process
+    try:
+        yield launched.base_url
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -9,6 +9,8 @@ from typing import Any
 from .errors import parse_timestamp
 
 QUOTA_STATES = ("NORMAL", "TIGHT", "EXCEEDED")
+PRICE_FIELDS = ("input_price_usd_micros_per_1m", "output_price_usd_micros_per_1m", "cache_read_price_usd_micros_per_1m",
+                "cache_write_price_usd_micros_per_1m")
 
 
 def iso_utc(moment: datetime) -> str:
@@ -21,17 +23,22 @@ def _time(value: Any) -> datetime | None:
 
 @dataclass(frozen=True)
 class Pricing:
+    """The selected label's prices (micro-USD per 1M tokens of each kind) and their origin."""
+
     input_price_usd_micros_per_1m: int
     output_price_usd_micros_per_1m: int
+    cache_read_price_usd_micros_per_1m: int = 0
+    cache_write_price_usd_micros_per_1m: int = 0
     version: str | None = None
     source: str | None = None
+    profile_kind: str | None = None
 
     @classmethod
     def from_json(cls, body: dict | None) -> "Pricing | None":
         if not body:
             return None
-        return cls(int(body.get("input_price_usd_micros_per_1m", 0)), int(body.get("output_price_usd_micros_per_1m", 0)),
-                   body.get("version"), body.get("source"))
+        return cls(*(int(body.get(name, 0)) for name in PRICE_FIELDS),
+                   version=body.get("version"), source=body.get("source"), profile_kind=body.get("profile_kind"))
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,7 @@ class UsageReceipt:
 
     request_id: str
     status: str
+    duplicate: bool
     shard_id: int | None
     cost_usd_micros: int | None
     quota: LabelQuota | None
@@ -132,16 +140,21 @@ class UsageReceipt:
     @classmethod
     def from_json(cls, body: dict) -> "UsageReceipt":
         processing = body.get("processing") or {}
-        return cls(body.get("request_id", ""), body.get("status", "accepted"), processing.get("shard_id"),
-                   processing.get("cost_usd_micros"), LabelQuota.find(body), body)
+        return cls(body.get("request_id", ""), body.get("status", "accepted"), bool(body.get("duplicate", False)),
+                   processing.get("shard_id"), processing.get("cost_usd_micros"), LabelQuota.find(body), body)
 
 
 @dataclass(frozen=True)
 class BatchItemResult:
+    """One record's outcome: accepted (shard, cost, replay or not) or failed (error code and message)."""
+
     request_id: str
     status: str
     error: str | None
+    message: str | None
     shard_id: int | None
+    cost_usd_micros: int | None
+    duplicate: bool
 
     @property
     def accepted(self) -> bool:
@@ -159,8 +172,9 @@ class BatchResult:
 
     @classmethod
     def from_json(cls, body: dict) -> "BatchResult":
-        results = tuple(BatchItemResult(item.get("request_id", ""), item.get("status", ""),
-                                        item.get("error"), item.get("shard_id"))
+        results = tuple(BatchItemResult(item.get("request_id", ""), item.get("status", ""), item.get("error"),
+                                        item.get("message"), item.get("shard_id"), item.get("cost_usd_micros"),
+                                        bool(item.get("duplicate", False)))
                         for item in body.get("results") or ())
         accepted = body.get("accepted", sum(item.accepted for item in results))
         return cls(int(accepted), int(body.get("failed", len(results) - accepted)), results, body)
@@ -179,6 +193,7 @@ class LabelSpend:
     requests: int
     cache_read_input_tokens: int = 0
     cache_write_input_tokens: int = 0
+    average_cost_per_request: int = 0
 
     @classmethod
     def from_json(cls, label: str, body: dict) -> "LabelSpend":
@@ -188,7 +203,8 @@ class LabelSpend:
                    quota_status=body.get("quota_status", "NORMAL"), input_tokens=int(body.get("input_tokens", 0)),
                    output_tokens=int(body.get("output_tokens", 0)), requests=int(body.get("requests", 0)),
                    cache_read_input_tokens=int(body.get("cache_read_input_tokens", 0)),
-                   cache_write_input_tokens=int(body.get("cache_write_input_tokens", 0)))
+                   cache_write_input_tokens=int(body.get("cache_write_input_tokens", 0)),
+                   average_cost_per_request=int(body.get("average_cost_per_request", 0)))
 
 
 @dataclass(frozen=True)
@@ -197,6 +213,7 @@ class DailySpend:
 
     org_id: str
     app_id: str | None
+    app_name: str | None
     date: str
     timezone: str | None
     quota_scope: str | None
@@ -213,7 +230,8 @@ class DailySpend:
     def from_json(cls, body: dict) -> "DailySpend":
         labels = tuple(LabelSpend.from_json(label, item) for label, item in (body.get("models") or {}).items())
         return cls(
-            org_id=body.get("org_id", ""), app_id=body.get("app_id"), date=body.get("date", ""),
+            org_id=body.get("org_id", ""), app_id=body.get("app_id"), app_name=body.get("app_name"),
+            date=body.get("date", ""),
             timezone=body.get("timezone"), quota_scope=body.get("quota_scope"), labels=labels,
             total_cost_usd_micros=int(body.get("total_cost_usd_micros", sum(x.cost_usd_micros for x in labels))),
             total_quota_usd_micros=int(body.get("total_quota_usd_micros", sum(x.quota_usd_micros for x in labels))),
@@ -252,13 +270,16 @@ class Credentials:
 
 @dataclass(frozen=True)
 class Provisioned:
-    """Answer to ``PUT .../orgs/{org_id}`` or ``PUT .../apps/{app_id}``; ``credentials`` only on creation."""
+    """Answer to ``PUT .../orgs/{org_id}`` or ``PUT .../apps/{app_id}``; ``credentials`` and
+    ``created_at`` on creation, ``updated_at`` on an update."""
 
     org_id: str
     app_id: str | None
     status: str
     credentials: Credentials | None
     configuration: dict
+    created_at: datetime | None
+    updated_at: datetime | None
     raw: dict = field(repr=False, compare=False)
 
     @property
@@ -270,7 +291,7 @@ class Provisioned:
         creds = body.get("credentials")
         return cls(body.get("org_id", ""), body.get("app_id"), body.get("status", ""),
                    Credentials(creds["client_id"], creds["client_secret"]) if creds else None,
-                   body.get("configuration") or {}, body)
+                   body.get("configuration") or {}, _time(body.get("created_at")), _time(body.get("updated_at")), body)
 
 
 @dataclass(frozen=True)

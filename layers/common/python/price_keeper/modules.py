@@ -1,5 +1,5 @@
 """Loading ``lambdas/<function>/handler.py`` modules by path (the local gateway and the
-docs function both need every handler, and each must be imported exactly once)."""
+docs function both need every handler, and each must be imported exactly once per use)."""
 from __future__ import annotations
 
 import importlib.util
@@ -14,8 +14,10 @@ from types import ModuleType
 _loading = threading.RLock()
 
 
-def load_handler_module(lambdas_dir: Path, function: str) -> ModuleType:
-    name = f"lambdas_{function}_handler"
+def load_handler_module(lambdas_dir: Path, function: str, namespace: str = "lambdas") -> ModuleType:
+    """The function's handler module, imported once per ``namespace``: another namespace gets
+    a copy of its own (its own router)."""
+    name = f"{namespace}_{function}_handler"
     with _loading:
         if name in sys.modules:
             return sys.modules[name]
