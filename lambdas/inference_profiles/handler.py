@@ -11,7 +11,7 @@ from price_keeper.models import InferenceProfileRequest
 router = Router()
 
 
-@router.post(routes.rule(routes.INFERENCE_PROFILES))
+@router.post(routes.rule(routes.INFERENCE_PROFILES), responses={201: {"description": "Profile registered"}})
 def register_profile(org_id: str, app_id: str, body: Annotated[InferenceProfileRequest, Body()]):
     config = orgs.effective_config(org_id, app_id)
     return json_response(201, profiles.register(config, body.profile_label, body.inference_profile_arn,

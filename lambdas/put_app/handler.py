@@ -10,7 +10,9 @@ from price_keeper.api import Router, build_app, json_response, lambda_entry
 router = Router()
 
 
-@router.put(routes.rule(routes.APP_CONFIG))
+@router.put(routes.rule(routes.APP_CONFIG), responses={
+    200: {"description": "Updated"},
+    201: {"description": "Created, with the one-time client credentials"}})
 def put_app(org_id: str, app_id: str, body: Annotated[provisioning.AppRequest, Body()]):
     created, reply = provisioning.put_app(org_id, app_id, body)
     return json_response(201 if created else 200, reply)

@@ -9,7 +9,9 @@ from price_keeper.api import Router, build_app, json_response, lambda_entry
 router = Router()
 
 
-@router.put(routes.rule(routes.ORG_CONFIG))
+@router.put(routes.rule(routes.ORG_CONFIG), responses={
+    200: {"description": "Updated"},
+    201: {"description": "Created, with the one-time client credentials"}})
 def put_org(org_id: str, body: Annotated[provisioning.OrgRequest, Body()]):
     created, reply = provisioning.put_org(org_id, body)
     return json_response(201 if created else 200, reply)
