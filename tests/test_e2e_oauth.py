@@ -4,6 +4,7 @@ BackendApplicationClient (client id in the body or not) get tokens that work, re
 at /auth/refresh, and Authlib's ``revoke_token`` revokes a refresh token (RFC 7009)."""
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -106,6 +107,19 @@ def test_authlib_refreshes_and_revokes_a_refresh_token(base_url, org, method):
         session.refresh_token(f"{base_url}/auth/refresh", refresh_token=first["refresh_token"])
     assert refused.value.error == "invalid_grant"
     assert not works(base_url, org_id, refreshed["access_token"])  # issued from the revoked refresh token
+
+
+def test_authlib_refreshes_an_expired_access_token_by_itself_at_its_token_endpoint(base_url, org):
+    """Authlib renews an expired token at its ``token_endpoint`` before a request: naming
+    /auth/refresh there (docs/auth.md) keeps a long-lived session working."""
+    org_id, credentials = org
+    session = AuthlibSession(credentials["client_id"], credentials["client_secret"],
+                             token_endpoint=f"{base_url}/auth/refresh")
+    first = session.fetch_token(f"{base_url}/auth/token", grant_type="client_credentials")
+    session.token["expires_at"] = int(time.time()) - 1
+    reply = session.get(f"{base_url}/api/v1/orgs/{org_id}/aggregates/today", timeout=10)
+    assert reply.status_code == 200, reply.text
+    assert session.token["access_token"] != first["access_token"]
 
 
 def test_requests_oauthlib_refreshes_with_basic_client_authentication(base_url, org):

@@ -170,6 +170,19 @@ def test_malformed_form_bodies_are_400_invalid_request(api, client, body):
     assert_oauth_error(reply, 400, "invalid_request")
 
 
+@pytest.mark.parametrize("body, status", [(CLIENT_CREDENTIALS, 200), (b"\xff\xfe", 400)], ids=["form", "not UTF-8"])
+def test_a_base64_encoded_form_body_is_read_too(api, client, body, status):
+    """What API Gateway sends for a binary media type (isBase64Encoded)."""
+    event, function = api_event("POST", "/auth/token", headers={
+        "Content-Type": FORM, "Authorization": basic(client["client_id"], client["client_secret"])})
+    raw = urlencode(body).encode() if isinstance(body, dict) else body
+    event.update(body=base64.b64encode(raw).decode(), isBase64Encoded=True)
+    handler = lambda_entry(build_app(load_handler_module(LAMBDAS, function).router))
+    response = handler(event, LambdaContext(function_name=function))
+    assert response["statusCode"] == status, response
+    assert ("access_token" if status == 200 else "invalid_request") in response["body"]
+
+
 def test_a_form_credential_beyond_the_json_length_limit_is_400(api, client):
     reply = token_by_post(api, {**client, "client_secret": "x" * 257})
     assert_oauth_error(reply, 400, "invalid_request")

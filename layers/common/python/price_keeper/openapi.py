@@ -87,6 +87,6 @@ def document(app: APIGatewayRestResolver, version: str) -> dict:
 def _declare_form(operation: dict, form: type, components: dict) -> None:
     """The operation also takes ``form`` as an OAuth2 form body, its client authenticated."""
     components[form.__name__] = form.model_json_schema(ref_template="#/components/schemas/{model}")
-    content = operation.setdefault("requestBody", {"required": True}).setdefault("content", {})
-    content[oauth.CONTENT_TYPE] = {"schema": {"$ref": f"#/components/schemas/{form.__name__}"}}
+    reference = {"$ref": f"#/components/schemas/{form.__name__}"}
+    operation["requestBody"]["content"][oauth.CONTENT_TYPE] = {"schema": reference}
     operation["security"] = operation.get("security", []) + FORM_SECURITY
