@@ -26,3 +26,16 @@ def test_docs_page_embeds_the_document(api):
     assert reply.status == 200
     assert reply.headers["content-type"].startswith("text/html")
     assert '"openapi":"3.1.0"' in reply.text
+
+
+def test_serving_the_document_leaves_every_function_its_own_request_state(api):
+    """The docs function builds the document from every function's router; where they share
+    a process (the local server) the routers stay their own functions': a JSON revocation,
+    which reads the principal the pipeline gave its router, still works afterwards."""
+    from tests.provisioned import new_org, tokens
+
+    _, credentials = new_org(api)
+    issued = tokens(api, credentials)
+    assert api.get("/openapi.json").status == 200
+    reply = api.post("/auth/revoke", {"token": issued["refresh_token"]}, token=issued["access_token"])
+    assert reply.status == 204, reply

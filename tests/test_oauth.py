@@ -11,12 +11,10 @@ from urllib.parse import quote, urlencode
 import jwt
 import pytest
 
-from local.gateway import LAMBDAS, LambdaContext, api_event
+from local.gateway import LambdaContext, api_event, load_handler
 from price_keeper import auth
-from price_keeper.api import build_app, lambda_entry
 from price_keeper.config import get_config
-from price_keeper.modules import load_handler_module
-from tests.conftest import PROVISIONING_KEY, assert_error
+from tests.conftest import PROVISIONING_KEY, assert_error, cold_handler
 from tests.provisioned import ORG_BODY, new_app, new_org, tokens
 
 FORM = "application/x-www-form-urlencoded"
@@ -55,6 +53,10 @@ def token_by_post(api, credentials: dict, **kw):
     return form(api, "/auth/token", {**CLIENT_CREDENTIALS, **credentials}, **kw)
 
 
+def token_by_json(api, credentials: dict, **kw):
+    return api.post("/auth/token", {**credentials, **CLIENT_CREDENTIALS}, **kw)
+
+
 def works(api, access_token: str) -> bool:
     """Does a runtime endpoint accept the access token?"""
     claims = jwt.decode(access_token, options={"verify_signature": False})
@@ -88,7 +90,7 @@ def test_a_form_request_gets_the_spec_token_body(api, client, request_token):
 
 
 def test_json_token_responses_are_not_cached_either(api, client):
-    reply = api.post("/auth/token", {**client, **CLIENT_CREDENTIALS})
+    reply = token_by_json(api, client)
     assert reply.status == 200 and set(reply.json()) == TOKEN_FIELDS
     assert reply.headers["cache-control"] == "no-store"
 
@@ -177,8 +179,7 @@ def test_a_base64_encoded_form_body_is_read_too(api, client, body, status):
         "Content-Type": FORM, "Authorization": basic(client["client_id"], client["client_secret"])})
     raw = urlencode(body).encode() if isinstance(body, dict) else body
     event.update(body=base64.b64encode(raw).decode(), isBase64Encoded=True)
-    handler = lambda_entry(build_app(load_handler_module(LAMBDAS, function).router))
-    response = handler(event, LambdaContext(function_name=function))
+    response = load_handler(function)(event, LambdaContext(function_name=function))
     assert response["statusCode"] == status, response
     assert ("access_token" if status == 200 else "invalid_request") in response["body"]
 
@@ -343,8 +344,7 @@ def test_failed_form_attempts_count_with_json_ones_per_client_and_address(limits
     wrong = {**client, "client_secret": "d3Jvbmc="}
     elsewhere = "203.0.113.9"
     for attempt in range(10):
-        send = (token_by_basic, token_by_post, lambda a, c, **kw: a.post("/auth/token", {**c, **CLIENT_CREDENTIALS},
-                                                                           **kw))[attempt % 3]
+        send = (token_by_basic, token_by_post, token_by_json)[attempt % 3]
         assert send(api, wrong, source_ip=elsewhere).status == 401
     limited = token_by_basic(api, wrong, source_ip=elsewhere)
     assert_error(limited, 429, "RATE_LIMIT_EXCEEDED")
@@ -385,8 +385,7 @@ def test_form_revocations_count_against_the_revoke_limit(limits_on, api, client)
 def test_form_secrets_never_reach_the_logs_even_with_event_logging_switched_on(api, monkeypatch, capfd, caplog):
     monkeypatch.setenv("POWERTOOLS_DEV", "true")
     monkeypatch.setenv("POWERTOOLS_LOGGER_LOG_EVENT", "true")
-    handlers = {name: lambda_entry(build_app(load_handler_module(LAMBDAS, name).router))
-                for name in ("put_org", "auth_token", "auth_refresh", "auth_revoke")}
+    handlers = {name: cold_handler(name) for name in ("put_org", "auth_token", "auth_refresh", "auth_revoke")}
 
     def call(method: str, path: str, body: str, headers: dict) -> dict:
         event, function = api_event(method, path, body=body, headers=headers)

@@ -24,10 +24,17 @@ router = Router()
 
 @lru_cache(maxsize=1)
 def _document() -> str:
-    functions = [name for name in routes.HTTP_FUNCTIONS if name != "docs"]
-    api = build_app(*(load_handler_module(LAMBDAS_DIR, name).router for name in functions
-                      if (LAMBDAS_DIR / name / "handler.py").exists()))
-    return dumps(openapi.document(api, get_config().version))
+    modules = [load_handler_module(LAMBDAS_DIR, name) for name in routes.HTTP_FUNCTIONS
+               if name != "docs" and (LAMBDAS_DIR / name / "handler.py").exists()]
+    api = build_app(*(module.router for module in modules))
+    try:
+        return dumps(openapi.document(api, get_config().version))
+    finally:
+        # Including a router hands its request state (event, context: the principal) to the
+        # including app. Where the functions share a process (the local server, the tests),
+        # give each router back to its own function's app.
+        for module in modules:
+            module.router.api_resolver = module.app
 
 
 @router.get(routes.rule(routes.OPENAPI), include_in_schema=False)
