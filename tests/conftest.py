@@ -1,6 +1,7 @@
 """Shared fixtures: a moto-backed AWS per test and an in-process API Gateway."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -141,6 +142,17 @@ class Api:
 @pytest.fixture
 def api(aws) -> Api:
     return Api()
+
+
+def cold_handler(function: str):
+    """``lambdas/<function>/handler.py``'s ``lambda_handler`` as a new Lambda container would
+    import it: a module of its own, its router and app built under the environment of now.
+    Building an app on the shared module's router instead would take that router's request
+    state (event, principal) from the app the gateway calls."""
+    spec = importlib.util.spec_from_file_location(f"cold_{function}_handler", gateway.LAMBDAS / function / "handler.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.lambda_handler
 
 
 def assert_error(reply: Reply, status: int, code: str) -> dict:

@@ -9,15 +9,13 @@ from types import SimpleNamespace
 import jwt
 import pytest
 
-from local.gateway import LAMBDAS, LambdaContext, api_event
+from local.gateway import LambdaContext, api_event
 from price_keeper import auth, cache, state, tables
 from price_keeper.store import dynamo
-from price_keeper.api import build_app, lambda_entry
 from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.errors import ApiError
 from price_keeper.metric_names import CLIENT_TOKENS_REVOKED, TOKENS_REVOKED
-from price_keeper.modules import load_handler_module
-from tests.conftest import PROVISIONING_KEY, assert_error
+from tests.conftest import PROVISIONING_KEY, assert_error, cold_handler
 from tests.provisioned import ORG_BODY, get_tokens, new_app, new_org, tokens
 
 
@@ -359,8 +357,7 @@ def test_secrets_never_reach_the_logs_even_with_event_logging_switched_on(api, m
     secrets); the service's resolver and entry point ignore them."""
     monkeypatch.setenv("POWERTOOLS_DEV", "true")
     monkeypatch.setenv("POWERTOOLS_LOGGER_LOG_EVENT", "true")
-    handlers = {name: lambda_entry(build_app(load_handler_module(LAMBDAS, name).router))
-                for name in ("put_org", "auth_token", "rotate_credentials")}
+    handlers = {name: cold_handler(name) for name in ("put_org", "auth_token", "rotate_credentials")}
 
     def call(method: str, path: str, body: dict, headers: dict) -> dict:
         event, function = api_event(method, path, body=body, headers={"Content-Type": "application/json", **headers})

@@ -43,15 +43,19 @@ def test_a_token_of_another_app_is_403_before_the_body_is_read(api):
 
 
 def test_the_openapi_security_of_every_route_is_its_declared_auth(api):
+    """...and, on the token endpoints, the client authentication of their OAuth2 forms: HTTP
+    Basic, or in the body (which no security scheme can say: the empty requirement)."""
     document = api.get(routes.OPENAPI).json()
     expected = {Auth.BEARER: [{"bearerAuth": []}], Auth.BEARER_ANY: [{"bearerAuth": []}],
                 Auth.PROVISIONING_KEY: [{"provisioningKey": []}]}
+    oauth_forms = {routes.AUTH_TOKEN, routes.AUTH_REFRESH, routes.AUTH_REVOKE}
     for route in routes.ROUTES:
         operation = document["paths"].get(route.path, {}).get(route.method.lower())
         if operation is None:  # the docs function's own pages are not in the document
             assert route.function == "docs", route
             continue
-        assert operation.get("security") == expected.get(route.auth), route
+        forms = [{"clientBasic": []}, {}] if route.path in oauth_forms else []
+        assert operation.get("security") == (expected.get(route.auth, []) + forms or None), route
 
 
 def test_handlers_leave_authentication_to_the_pipeline():

@@ -304,7 +304,7 @@ def test_tight_mode_reads_live_shards_so_a_stale_total_cannot_overspend(api):
     from price_keeper import aggregation, keys, tables
     from price_keeper.store.dynamo import table
     from price_keeper.timeutil import org_day
-    from tests.usage_support import new_tenant, output_chunks, usage_body
+    from tests.usage_support import new_tenant, usage_body
 
     tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000},
                         tight_mode_threshold_pct=90)

@@ -1,5 +1,9 @@
 """POST /auth/revoke (Bearer access token of the same client): revoke an access or a
-refresh token; revoking a refresh token also ends the access tokens issued from it."""
+refresh token; revoking a refresh token also ends the access tokens issued from it.
+
+This handler answers the JSON request of api_spec.md (204); ``price_keeper.oauth`` answers
+the same request as an OAuth2 form (RFC 7009: the client authenticates, 200), before it
+would reach here."""
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler import Response
@@ -10,8 +14,14 @@ from price_keeper.api import Router, build_app, lambda_entry, principal
 
 router = Router()
 
+RESPONSES = {
+    204: {"description": "Revoked (a JSON request), or already expired"},
+    200: {"description": "Revoked (an OAuth2 form, RFC 7009), or no token of this service",
+          "content": {"application/json": {"schema": {"type": "object"}}}},
+}
 
-@router.post(routes.rule(routes.AUTH_REVOKE))
+
+@router.post(routes.rule(routes.AUTH_REVOKE), responses=RESPONSES)
 def revoke_token(body: Annotated[auth.RevokeRequest, Body()]):
     auth.revoke(principal(router), body.token)
     return Response(status_code=204)

@@ -1,9 +1,12 @@
-"""POST /auth/token: client credentials -> access token (1 h) and refresh token (7 d)."""
+"""POST /auth/token: client credentials -> access token (1 h) and refresh token (7 d).
+
+This handler answers the JSON request of api_spec.md; ``price_keeper.oauth`` answers the
+same request as an OAuth2 form (RFC 6749), before it would reach here."""
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import auth, replies, routes
+from price_keeper import auth, oauth, replies, routes
 from price_keeper.api import Router, build_app, documented, lambda_entry, reply, source_ip
 
 router = Router()
@@ -12,7 +15,7 @@ router = Router()
 @router.post(routes.rule(routes.AUTH_TOKEN), responses=documented(200, replies.Tokens, "Access and refresh tokens"))
 def issue_token(body: Annotated[auth.TokenRequest, Body()]):
     client = auth.authenticate_client(body.client_id, body.client_secret, source_ip=source_ip(router))
-    return reply(200, replies.Tokens, auth.issue_tokens(client.principal, not_after=client.not_after))
+    return reply(200, replies.Tokens, auth.issue_tokens(client.principal, not_after=client.not_after), oauth.NO_STORE)
 
 
 app = build_app(router)

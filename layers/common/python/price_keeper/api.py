@@ -3,6 +3,8 @@
 Every failure leaves through ``_error_response`` in the ``api_spec.md`` error schema:
 validation problems are 400 ``INVALID_REQUEST`` (never Powertools' default 422), a store
 that is throttled or unreachable is a retryable 503, and anything unexpected is a logged 500.
+Every body is JSON, but for the OAuth2 forms of the token endpoints, which ``oauth.py``
+answers (with the error codes of RFC 6749).
 """
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel
 
-from . import audit, pipeline, ratelimit, routes
-from .errors import ApiError, as_api_error, error_body, invalid_request
+from . import audit, oauth, pipeline, ratelimit, routes
+from .errors import ApiError, as_api_error, error_body, invalid_request, validation_details
 from .observability import logger, metrics, tracer
 
 def _json_default(value: Any):
@@ -58,19 +61,6 @@ def _error_response(app: APIGatewayRestResolver, error: ApiError) -> Response:
     return json_response(error.status, error.body(_request_id(app)), error.headers)
 
 
-# An unknown body key is echoed in ``loc``: cut it short (it may be a whole form-encoded body).
-LOC_PART_MAX_CHARS = 64
-
-
-def _validation_details(errors) -> list[dict]:
-    """Pydantic errors reduced to JSON-safe ``{"loc", "msg", "type"}`` (never echoing input)."""
-    return [
-        {"loc": [str(part)[:LOC_PART_MAX_CHARS] for part in err.get("loc", ())], "msg": str(err.get("msg", "")),
-         "type": str(err.get("type", ""))}
-        for err in errors
-    ]
-
-
 def _unique_members(pairs: list[tuple[str, Any]]) -> dict:
     members = dict(pairs)
     if len(members) != len(pairs):
@@ -107,7 +97,7 @@ def build_app(*routers: Router) -> APIGatewayRestResolver:
     @app.exception_handler(RequestValidationError)
     def _invalid(error: RequestValidationError):
         return _error_response(app, ApiError(400, "INVALID_REQUEST", "Request validation failed",
-                                             {"errors": _validation_details(error.errors())}))
+                                             {"errors": validation_details(error.errors())}))
 
     @app.exception_handler(RequestUnsupportedContentType)
     def _unsupported_body(_error: RequestUnsupportedContentType):
@@ -121,14 +111,28 @@ def build_app(*routers: Router) -> APIGatewayRestResolver:
 
 
 # Content types Powertools would parse as a form (a list per field; multipart raising
-# before any middleware runs). Every body of this API is JSON.
-FORM_CONTENT_TYPES = ("multipart/", "application/x-www-form-urlencoded")
+# before any middleware runs). Every body of this API is JSON, but the OAuth2 forms.
+FORM_CONTENT_TYPES = ("multipart/", oauth.CONTENT_TYPE)
 
 
-def _is_form(event: dict) -> bool:
-    headers = event.get("headers") or {}
-    return any(name.lower() == "content-type" and str(value).lower().startswith(FORM_CONTENT_TYPES)
-               for name, value in headers.items())
+def _proxy_response(status: int, body: Any, headers: dict) -> dict:
+    """A JSON response given without the resolver (refusals of the pipeline, OAuth2 forms)."""
+    return {"statusCode": status, "body": dumps(body), "headers": {"Content-Type": "application/json", **headers}}
+
+
+def _form_answer(route: routes.Route | None, event: dict) -> dict | None:
+    """The whole answer to an OAuth2 form request to a token endpoint (``oauth.py``); a 400 for
+    any other form; None for every other request (the pipeline and the resolver answer)."""
+    content_types = [str(value).strip().lower() for name, value in (event.get("headers") or {}).items()
+                     if name.lower() == "content-type"]
+    if not any(content_type.startswith(FORM_CONTENT_TYPES) for content_type in content_types):
+        return None
+    if not (oauth.accepts(route) and all(content_type.startswith(oauth.CONTENT_TYPE)
+                                         for content_type in content_types)):
+        raise invalid_request("Content-Type must be application/json"
+                              + (f" or {oauth.CONTENT_TYPE}" if oauth.accepts(route) else ""))
+    request = APIGatewayProxyEvent(event)
+    return _proxy_response(*oauth.answer(route, request, _address(request)))
 
 
 def _add_missing_headers(response: dict, headers: dict) -> None:
@@ -151,16 +155,14 @@ def lambda_entry(app: APIGatewayRestResolver):
         ratelimit.begin_request()
         route = routes.route_for(event.get("httpMethod"), event.get("resource"))
         try:
-            if _is_form(event):
-                raise invalid_request("Content-Type must be application/json")
-            principal = pipeline.admit(route, event)
+            response = _form_answer(route, event)
+            if response is None:
+                app.append_context(principal=pipeline.admit(route, event))
         except Exception as error:  # noqa: BLE001 - every refusal leaves in the error schema
             failure = as_api_error(error)
             request_id = (event.get("requestContext") or {}).get("requestId")
-            response = {"statusCode": failure.status, "body": dumps(failure.body(request_id)),
-                        "headers": {"Content-Type": "application/json", **failure.headers}}
-        else:
-            app.append_context(principal=principal)
+            response = _proxy_response(failure.status, failure.body(request_id), failure.headers)
+        if response is None:
             response = app.resolve(event, context)
         _add_missing_headers(response, ratelimit.response_headers())
         if route and route.audit:
@@ -181,9 +183,13 @@ def header(app: APIGatewayRestResolver, name: str) -> str | None:
     return app.current_event.get_header_value(name)
 
 
+def _address(event: APIGatewayProxyEvent) -> str:
+    return event.request_context.identity.source_ip or "unknown"
+
+
 def source_ip(app: APIGatewayRestResolver) -> str:
     """The caller's address as API Gateway saw it (``requestContext.identity.sourceIp``)."""
-    return app.current_event.request_context.identity.source_ip or "unknown"
+    return _address(app.current_event)
 
 
 __all__ = ["Router", "build_app", "json_response", "lambda_entry", "header", "source_ip", "dumps", "error_body"]

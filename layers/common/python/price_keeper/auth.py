@@ -30,7 +30,7 @@ from typing import Annotated, Literal, NamedTuple
 import bcrypt
 import jwt
 from aws_lambda_powertools.utilities import parameters
-from pydantic import StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints
 
 from . import audit, ratelimit, state
 from .cache import TTLCache
@@ -38,7 +38,7 @@ from .errors import ApiError, forbidden, unauthorized
 from .metric_names import TOKENS_REVOKED
 from .observability import count
 from .store import config_items, revocations
-from .validation import StrictBody
+from .validation import Schema, StrictBody
 
 ISSUER = "bedrock-cost-keeper"
 ALGORITHM = "HS256"
@@ -262,10 +262,14 @@ def decode(token: str, token_type: str, *, fresh: bool = False) -> dict:
     return claims
 
 
-def refresh_access_token(refresh_token: str) -> dict:
+def refresh_access_token(refresh_token: str, client: Principal | None = None) -> dict:
     """A new access token for a refresh token, checked against revocations and the client's
-    cutoff as stored now (not as cached), so revoke-tokens ends refreshing at once."""
+    cutoff as stored now (not as cached), so revoke-tokens ends refreshing at once.
+    ``client``: the client that authenticated for the request (an OAuth2 form, RFC 6749 §6),
+    whose own refresh token it must be (401 otherwise)."""
     claims = decode(refresh_token, "refresh", fresh=True)
+    if client is not None and claims["sub"] != client.client_id:
+        raise unauthorized("Refresh token was issued to another client")
     ratelimit.consume(claims["sub"], limit_name=REFRESH_LIMIT)
     principal = Principal(claims["org_id"], claims.get("app_id"))
     now = int(time.time())
@@ -306,10 +310,13 @@ def _ensure_not_revoked(claims: dict, *, fresh: bool) -> None:
         raise unauthorized("Token revoked")
 
 
-def revoke(caller: Principal, token: str) -> None:
-    """Revoke ``token`` (access or refresh) on behalf of the caller (``/auth/revoke``'s bearer).
+def revoke(caller: Principal, token: str, *, ignore_invalid: bool = False) -> None:
+    """Revoke ``token`` (access or refresh) on behalf of the caller (``/auth/revoke``'s bearer,
+    or the client that authenticated for an OAuth2 form).
 
-    The token must verify and belong to the caller's client; revoking it twice is fine.
+    The token must belong to the caller's client (403); revoking it twice is fine. A string
+    that is not a token of this service is a 400, or nothing with ``ignore_invalid`` (RFC 7009
+    §2.2: "invalid tokens do not cause an error response").
     """
     try:
         claims = jwt.decode(token, signing_key(), algorithms=[ALGORITHM], issuer=ISSUER,
@@ -317,6 +324,8 @@ def revoke(caller: Principal, token: str) -> None:
     except jwt.ExpiredSignatureError:
         return  # already unusable; nothing to store
     except jwt.PyJWTError:
+        if ignore_invalid:
+            return
         raise ApiError(400, "INVALID_REQUEST", "token is not a token issued by this service") from None
     if claims["sub"] != caller.client_id:
         raise forbidden("Token belongs to another client")
@@ -410,5 +419,45 @@ class RefreshRequest(StrictBody):
 
 
 class RevokeRequest(StrictBody):
+    token: _Token
+    token_type_hint: Literal["access_token", "refresh_token"] | None = None
+
+
+# The same requests as OAuth2 forms (``oauth.py``). The docstrings and descriptions are the
+# OpenAPI document's.
+
+class FormBody(Schema):
+    """Base of the OAuth2 form bodies: strings only, unrecognized parameters ignored (RFC 6749
+    §3.2), and the client's credentials when it authenticates in the body."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    client_id: Annotated[_Credential | None, Field(description=(
+        "client_secret_post: the client's id. Beside HTTP Basic (client_secret_basic) it may only "
+        "repeat the Basic client's id."))] = None
+    client_secret: Annotated[_Credential | None, Field(description=(
+        "client_secret_post: the client's secret. Never with HTTP Basic: one client authentication "
+        "method per request (RFC 6749 §2.3)."))] = None
+
+
+class TokenForm(FormBody):
+    """The client credentials grant as an OAuth2 form (RFC 6749 §4.4): the client authenticates
+    with HTTP Basic or with client_id and client_secret."""
+
+    grant_type: Literal["client_credentials"]
+
+
+class RefreshForm(FormBody):
+    """Refreshing as an OAuth2 form (RFC 6749 §6): the client authenticates, and the refresh
+    token must be its own."""
+
+    grant_type: Literal["refresh_token"]
+    refresh_token: _Token
+
+
+class RevokeForm(FormBody):
+    """Revocation as an OAuth2 form (RFC 7009): the client authenticates instead of showing a
+    bearer token. 200, also for an invalid token; 400 invalid_grant for another client's."""
+
     token: _Token
     token_type_hint: Literal["access_token", "refresh_token"] | None = None

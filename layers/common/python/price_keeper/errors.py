@@ -47,6 +47,19 @@ def error_body(code: str, message: str, details: dict | None = None, request_id:
     return body
 
 
+# An unknown body key is echoed in ``loc``: cut it short (it may be a whole form-encoded body).
+LOC_PART_MAX_CHARS = 64
+
+
+def validation_details(errors) -> list[dict]:
+    """Pydantic errors reduced to JSON-safe ``{"loc", "msg", "type"}`` (never echoing input)."""
+    return [
+        {"loc": [str(part)[:LOC_PART_MAX_CHARS] for part in err.get("loc", ())], "msg": str(err.get("msg", "")),
+         "type": str(err.get("type", ""))}
+        for err in errors
+    ]
+
+
 def invalid_request(message: str, **details) -> ApiError:
     return ApiError(400, "INVALID_REQUEST", message, details or None)
 

@@ -10,7 +10,8 @@ For the route the request matched (``routes.Route``), ``admit``:
 
 It runs before Powertools parses and validates the body, so a request without credentials
 is a 401 whatever its body. The token endpoints (``Auth.CLIENT``) authenticate the client
-themselves: that is their job.
+themselves: that is their job. OAuth2 forms to the token endpoints, revocation included,
+do not come here: ``oauth.py`` authenticates their client by its credentials (``api.lambda_entry``).
 """
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ class Auth:
     PROVISIONING_KEY = "provisioning_key"  # X-API-Key
     BEARER = "bearer"  # an access token of the path's org; an app token only for its own app
     BEARER_ANY = "bearer_any"  # any valid access token (the token names the client)
-    CLIENT = "client"  # the token endpoints: authenticating the client is the handler's job
+    CLIENT = "client"  # the token endpoints: authenticating the client is the handler's job (oauth.py's for forms)
 
 
 class Route(NamedTuple):

@@ -1,0 +1,188 @@
+"""OAuth 2.0 form requests to the token endpoints, as standard OAuth2 client libraries send
+them: RFC 6749 (client authentication §2.3, the client credentials grant §4.4, refreshing
+§6, errors §5.2) and RFC 7009 (revocation).
+
+The JSON requests of ``api_spec.md`` stay as they are (``lambdas/auth_*``). A request with
+an ``application/x-www-form-urlencoded`` body to a path of ``ENDPOINTS`` is answered here,
+from ``api.lambda_entry``:
+
+- ``POST /auth/token`` ``grant_type=client_credentials``: the spec's token reply;
+- ``POST /auth/refresh`` ``grant_type=refresh_token&refresh_token=…``: the spec's refresh reply;
+- ``POST /auth/revoke`` ``token=…[&token_type_hint=…]``: ``200 {}`` (RFC 7009), also for a
+  string that is no token of this service.
+
+Each authenticates the client with exactly one method (§2.3): HTTP Basic
+(``client_secret_basic``) or ``client_id`` and ``client_secret`` in the body
+(``client_secret_post``), by ``auth.authenticate_client``, as the JSON token request does:
+one bcrypt check, the same per-address and failed-attempt limits. A form parameter appears
+at most once, an empty one counts as omitted, an unrecognized one is ignored (§3.2).
+
+Errors keep ``api_spec.md``'s error schema, but ``error`` is the RFC 6749 §5.2 code that
+OAuth2 libraries read, with the RFC's ``error_description`` beside ``message``:
+``invalid_request``, ``invalid_client`` (401 with ``WWW-Authenticate: Basic``),
+``invalid_grant``, ``unsupported_grant_type`` and RFC 7009's ``unsupported_token_type``. A
+rate limit (429) and the store (503) keep the spec's codes: the RFCs have none for them.
+"""
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import NamedTuple
+from urllib.parse import parse_qsl, unquote
+
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+from pydantic import ValidationError
+
+from . import auth, ratelimit, routes
+from .errors import ApiError, validation_details
+from .routes import Route
+
+CONTENT_TYPE = "application/x-www-form-urlencoded"
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}  # RFC 6749 §5.1: token replies
+BASIC_CHALLENGE = 'Basic realm="bedrock-price-keeper", charset="UTF-8"'
+# Far above the parameters of any request here; a longer form is refused before it is parsed.
+MAX_FORM_FIELDS = 20
+# A value outside the few these parameters take has an error code of its own.
+UNSUPPORTED = {"grant_type": "unsupported_grant_type", "token_type_hint": "unsupported_token_type"}
+
+
+# --- errors (RFC 6749 §5.2) -------------------------------------------------------------
+
+def oauth_error(status: int, code: str, description: str, details: dict | None = None,
+                headers: dict | None = None) -> ApiError:
+    return ApiError(status, code, description, details, headers, error_description=description)
+
+
+def invalid_request(description: str) -> ApiError:
+    return oauth_error(400, "invalid_request", description)
+
+
+def invalid_client(description: str) -> ApiError:
+    return oauth_error(401, "invalid_client", description, headers={"WWW-Authenticate": BASIC_CHALLENGE})
+
+
+def invalid_grant(description: str) -> ApiError:
+    return oauth_error(400, "invalid_grant", description)
+
+
+@contextmanager
+def _refused_as(status: int, error: Callable[[str], ApiError]) -> Iterator[None]:
+    """A refusal with ``status`` by the JSON API's logic becomes ``error``, same message."""
+    try:
+        yield
+    except ApiError as refusal:
+        if refusal.status != status:
+            raise
+        raise error(refusal.message) from None
+
+
+# --- the request: form and client credentials -------------------------------------------
+
+def parse_form(body: str) -> dict[str, str]:
+    """A form body as RFC 6749 §3.2 reads it: each parameter at most once, an empty one as
+    if it were omitted."""
+    try:
+        pairs = parse_qsl(body, keep_blank_values=True, errors="strict", max_num_fields=MAX_FORM_FIELDS)
+    except ValueError:  # percent-encoded bytes that are not UTF-8, or too many parameters
+        raise invalid_request(f"Request body is not a form of at most {MAX_FORM_FIELDS} UTF-8 parameters") from None
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise invalid_request("A parameter appears more than once")
+    return {name: value for name, value in pairs if value}
+
+
+def _validated(model: type[auth.FormBody], params: dict[str, str]) -> auth.FormBody:
+    try:
+        return model.model_validate(params)
+    except ValidationError as error:
+        errors = error.errors()
+    unsupported = [UNSUPPORTED[err["loc"][0]] for err in errors
+                   if err["type"] == "literal_error" and err["loc"][0] in UNSUPPORTED]
+    description = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in errors)
+    raise oauth_error(400, unsupported[0] if unsupported else "invalid_request", description,
+                      {"errors": validation_details(errors)})
+
+
+def basic_credentials(authorization: str) -> tuple[str, str]:
+    """Client id and secret from ``Authorization: Basic`` (RFC 7617).
+
+    RFC 6749 §2.3.1 form-encodes both before Basic; most clients (requests, curl, Authlib)
+    send them as they are. Percent-decoding alone reads either right: the ids and secrets
+    of this service (``org-…``, base64) hold no ``%`` and no space, so a ``+`` is a ``+``.
+    """
+    scheme, _, credentials = authorization.strip().partition(" ")
+    if scheme.lower() != "basic":
+        raise invalid_client("Client authentication must be HTTP Basic, or client_id and client_secret in the body")
+    try:
+        decoded = base64.b64decode(credentials.strip(), validate=True).decode()
+        client_id, colon, client_secret = (unquote(part, errors="strict") for part in decoded.partition(":"))
+    except ValueError:  # not base64, not UTF-8
+        raise invalid_request("Malformed HTTP Basic credentials") from None
+    if not colon:
+        raise invalid_request("Malformed HTTP Basic credentials: no colon between client id and secret")
+    return client_id, client_secret
+
+
+def client_credentials(authorization: str | None, form: auth.FormBody) -> tuple[str, str]:
+    """The client's id and secret, presented with exactly one method (RFC 6749 §2.3)."""
+    if authorization is None:
+        if form.client_id is None or form.client_secret is None:
+            raise invalid_client("Client authentication required: HTTP Basic, or client_id and client_secret "
+                                 "in the body")
+        return form.client_id, form.client_secret
+    if form.client_secret is not None:
+        raise invalid_request("More than one client authentication method: HTTP Basic and client_secret in the body")
+    client_id, client_secret = basic_credentials(authorization)
+    if form.client_id is not None and form.client_id != client_id:
+        raise invalid_request("client_id in the body is not the client of the HTTP Basic credentials")
+    return client_id, client_secret
+
+
+# --- the endpoints ----------------------------------------------------------------------
+
+def _issue(_route: Route, _form: auth.TokenForm, client: auth.Authenticated) -> dict:
+    return auth.issue_tokens(client.principal, not_after=client.not_after)
+
+
+def _refresh(_route: Route, form: auth.RefreshForm, client: auth.Authenticated) -> dict:
+    with _refused_as(401, invalid_grant):  # invalid, expired, revoked or another client's (§5.2)
+        return auth.refresh_access_token(form.refresh_token, client=client.principal)
+
+
+def _revoke(route: Route, form: auth.RevokeForm, client: auth.Authenticated) -> dict:
+    ratelimit.consume(client.principal.client_id, limit_name=route.rate_limit)  # as the pipeline counts JSON ones
+    with _refused_as(403, invalid_grant):  # another client's token (RFC 7009 §2.1)
+        auth.revoke(client.principal, form.token, ignore_invalid=True)
+    return {}
+
+
+class Endpoint(NamedTuple):
+    form: type[auth.FormBody]
+    answer: Callable[[Route, auth.FormBody, auth.Authenticated], dict]
+
+
+ENDPOINTS: dict[str, Endpoint] = {
+    routes.AUTH_TOKEN: Endpoint(auth.TokenForm, _issue),
+    routes.AUTH_REFRESH: Endpoint(auth.RefreshForm, _refresh),
+    routes.AUTH_REVOKE: Endpoint(auth.RevokeForm, _revoke),
+}
+
+
+def accepts(route: Route | None) -> bool:
+    return route is not None and route.path in ENDPOINTS
+
+
+def answer(route: Route, request: APIGatewayProxyEvent, source_ip: str) -> tuple[int, dict, dict]:
+    """Status, JSON body and headers of the answer to a form request to ``route`` (``ApiError``
+    when refused). The form is checked before the client's secret (a bcrypt check)."""
+    endpoint = ENDPOINTS[route.path]
+    try:
+        body = request.decoded_body or ""
+    except ValueError:  # a base64 body that is not, or not UTF-8
+        raise invalid_request("Request body is not a form of UTF-8 parameters") from None
+    form = _validated(endpoint.form, parse_form(body))
+    client_id, client_secret = client_credentials(request.get_header_value("Authorization"), form)
+    with _refused_as(401, invalid_client):
+        client = auth.authenticate_client(client_id, client_secret, source_ip=source_ip)
+    return 200, endpoint.answer(route, form, client), NO_STORE
