@@ -1,5 +1,5 @@
 """The local stack's AWS side: an embedded moto server (loopback only) with the seven
-tables and the two secrets, persisted across restarts, and the Bedrock inference-profile
+tables (the usage table with its stream) and the two secrets, persisted across restarts, and the Bedrock inference-profile
 stand-in moto lacks (``local/bedrock.py``; served by the local HTTP server).
 
 Persistence uses moto's request recorder: every request moto serves is appended to
@@ -99,6 +99,10 @@ class LocalAws:
         existing = set(ddb.list_tables()["TableNames"])
         for spec in ALL_TABLES:
             if spec.physical_name in existing:
+                # a journal written before the table had its stream replays a CreateTable without it
+                streamed = ddb.describe_table(TableName=spec.physical_name)["Table"].get("StreamSpecification")
+                if spec.stream and not (streamed or {}).get("StreamEnabled"):
+                    ddb.update_table(TableName=spec.physical_name, StreamSpecification=spec.stream_specification())
                 continue
             ddb.create_table(**spec.create_table_kwargs())
             if spec.ttl_attribute:

@@ -110,9 +110,12 @@ def test_work_grows_with_active_scopes_not_with_all_orgs(calls):
     aggregation.run(NOW)
     assert "Scan" not in seen
     assert seen["Query"] == 4  # one per day in play
-    assert seen["BatchGetItem"] == 2  # the shards, then the totals
-    assert seen["PutItem"] == 2 + 2 + 1  # the two label totals, the two scope totals and the heartbeat
-    assert len(keys_read) == 3 + 2 + 2
+    # the shards; the label totals; the scope totals; the label totals again, after writing them
+    assert seen["BatchGetItem"] == 4
+    # the two label totals; each new scope total registers its label, then its sums
+    assert seen["UpdateItem"] == 2 + 2 + 2
+    assert seen["PutItem"] == 1  # the heartbeat
+    assert len(keys_read) == 3 + 2 + 2 + 2
 
 
 def test_lag_is_the_age_of_the_oldest_unfolded_update(aws):
@@ -128,7 +131,7 @@ def test_lag_is_the_age_of_the_oldest_unfolded_update(aws):
 def test_a_run_that_fails_half_way_is_completed_by_the_next(aws, monkeypatch):
     for label in ("premium", "standard", "economy"):
         put_shard("ORG#a", label, 0, cost=11)
-    real_put = aggregation._put_total
+    real_put = aggregation._write_total
     written = []
 
     def fail_after_one(*args):
@@ -137,10 +140,10 @@ def test_a_run_that_fails_half_way_is_completed_by_the_next(aws, monkeypatch):
         written.append(real_put(*args))
         return written[-1]
 
-    monkeypatch.setattr(aggregation, "_put_total", fail_after_one)
+    monkeypatch.setattr(aggregation, "_write_total", fail_after_one)
     with pytest.raises(RuntimeError):
         aggregation.run(NOW)
-    monkeypatch.setattr(aggregation, "_put_total", real_put)
+    monkeypatch.setattr(aggregation, "_write_total", real_put)
     assert aggregation.run(NOW).totals_written == 2 + 1  # the two labels left and the scope total
     assert all(total("ORG#a", label)["cost_usd_micros"] == 11 for label in ("premium", "standard", "economy"))
 

@@ -289,8 +289,7 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
     fired: list[Alert] = []
     for scope, day in dict.fromkeys((usage_key.rsplit("#LABEL#", 1)[0], day) for usage_key, day in report.changed):
         try:
-            org_id, _, app_id = scope.removeprefix("ORG#").partition("#APP#")
-            config = orgs.effective_config(org_id, app_id or None)
+            config = orgs.effective_config(*keys.ids_of_scope(scope))
             sticky = read_sticky(scope, day) if config.sticky_fallback_enabled else None
             fired += evaluate_and_fire(scope, config, day, spends[(scope, day)], sticky.label if sticky else None, now)
         except Exception:  # noqa: BLE001 - one scope's failure must not stop the others' alerts

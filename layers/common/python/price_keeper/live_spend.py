@@ -23,8 +23,7 @@ def live_spend(scope: str, labels: Iterable[str], day: str, shard_count: int) ->
     the day and ``config.agg_shard_count``, and use the result as the spends.
     """
     labels = list(labels)
-    wanted = [{"shard_key": keys.shard_key(scope, label, shard), "date_key": keys.day_key(day)}
-              for label in labels for shard in range(shard_count)]
+    wanted = [key for label in labels for key in keys.shard_item_keys(scope, label, keys.day_key(day), shard_count)]
     spends = dict.fromkeys(labels, 0)
     for item in batch_get(tables.USAGE_AGG_SHARDED, wanted, attributes=["cost_usd_micros"]):
         label = keys.usage_key_of_shard(item["shard_key"]).removeprefix(f"{scope}#LABEL#")
