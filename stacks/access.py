@@ -100,6 +100,8 @@ _TABLES: dict[str, Grants] = {
                          ALERT_FIRE),
     "spend_report": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, DAILY_RANGE),
     "alerts": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, ALERT_LIST),
+    # (+ the usage table's stream: DescribeStream, GetRecords, GetShardIterator, which its
+    # event source mapping grants, stacks/streams.py)
     "aggregator": merge(AGGREGATION, EFFECTIVE_CONFIG, ORG_CHILDREN, STICKY_READ, ALERT_FIRE),
     "pricing_fetcher": PRICE_STORE,
 }

@@ -9,7 +9,6 @@ import pytest
 
 from price_keeper import aggregation
 from price_keeper.tables import ALL_TABLES, DAILY_TOTAL, USAGE_AGG_SHARDED
-from stacks import access
 
 from .cfn import logical_id, referenced_ids, role_statements
 
@@ -77,7 +76,6 @@ def test_only_the_aggregator_reads_the_stream(synth):
             if stream in statement.resources:
                 readers.setdefault(name, set()).update(statement.actions)
     assert readers == {"aggregator": {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}}
-    assert access.STREAM_READERS == {"aggregator": USAGE_AGG_SHARDED}
 
 
 def test_iterator_age_alarm(synth):
