@@ -2,10 +2,11 @@
 tables (the usage table with its stream) and the two secrets, persisted across restarts, and the Bedrock inference-profile
 stand-in moto lacks (``local/bedrock.py``; served by the local HTTP server).
 
-Persistence uses moto's request recorder: every request moto serves is appended to
-``.local/moto-journal.jsonl``; at start-up the journal is compacted to its writes (reads
-replay to nothing) and replayed, which rebuilds tables, items and secrets. Application
-inference profiles are kept in ``.local/inference-profiles.json``.
+Persistence uses moto's request recorder: every request moto serves that changes state is
+appended to ``.local/moto-journal.jsonl`` (not the reads: the usage stream alone is polled
+several times a second); at start-up the journal is compacted to its writes (journals of
+older versions hold reads too) and replayed, which rebuilds tables, items and secrets.
+Application inference profiles are kept in ``.local/inference-profiles.json``.
 """
 from __future__ import annotations
 
@@ -43,12 +44,25 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _is_write(headers) -> bool:
+    return {k.lower(): v for k, v in headers.items()}.get("x-amz-target", "") in _WRITE_TARGETS
+
+
+def _journal_writes_only(recorder) -> None:
+    """Make moto's recorder skip every request that changes nothing."""
+    record = recorder._record_request
+
+    def writes_only(request, body=None):
+        if _is_write(request.headers):
+            record(request, body)
+
+    recorder._record_request = writes_only
+
+
 def _compact_journal() -> None:
     kept = []
     for line in JOURNAL.read_text().splitlines():
-        entry = json.loads(line)
-        target = {k.lower(): v for k, v in entry.get("headers", {}).items()}.get("x-amz-target", "")
-        if target in _WRITE_TARGETS:
+        if _is_write(json.loads(line).get("headers", {})):
             kept.append(line)
     JOURNAL.write_text("".join(f"{line}\n" for line in kept))
     os.chmod(JOURNAL, 0o600)
@@ -89,6 +103,7 @@ class LocalAws:
             if JOURNAL.exists():
                 _compact_journal()
                 recorder.replay_recording(target_host=self.url)
+            _journal_writes_only(recorder)
             recorder.start_recording()
         self._ensure_tables()
         self._ensure_event_bus()
