@@ -198,7 +198,8 @@ def through_handlers(meter: Meter, requests: int, busy_day: int = 100,
     return measured
 
 
-def stream_folds(meter: Meter, records_per_batch: tuple[int, ...] = (1, 10, 100)) -> list[tuple[str, str, float, float]]:
+def stream_folds(meter: Meter,
+                 records_per_batch: tuple[int, ...] = (1, 10, 100)) -> list[tuple[str, str, float, float]]:
     """The aggregator function on stream batches of one scope's usage (one label, 8 shards),
     as the event source mapping invokes it, warm: the calls and units of one batch of each
     size (alerts included; the heartbeat, written at most once per 10 s per container, is
@@ -213,8 +214,9 @@ def stream_folds(meter: Meter, records_per_batch: tuple[int, ...] = (1, 10, 100)
     stream = StreamReader(tables.USAGE_AGG_SHARDED)
     stream.read()
     metering.submit(org_id, app_id, usage())
+    first = lambda_event(stream.read())
     rows = [("stream fold, first of the container (heartbeat included)",
-             *measure(meter, lambda: aggregation.fold_stream(DynamoDBStreamEvent(lambda_event(stream.read())).records)))]
+             *measure(meter, lambda: aggregation.fold_stream(DynamoDBStreamEvent(first).records)))]
     for count in records_per_batch:
         for _ in range(count):
             metering.submit(org_id, app_id, usage())

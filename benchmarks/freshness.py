@@ -35,7 +35,8 @@ def main() -> None:
     parser.add_argument("--reports", type=int, default=30)
     parser.add_argument("--poll", type=float, default=0.05)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as logs, local_server(Path(logs), KEY, AGGREGATOR_INTERVAL_SECONDS="3600") as base:
+    with (tempfile.TemporaryDirectory() as logs,
+          local_server(Path(logs), KEY, AGGREGATOR_INTERVAL_SECONDS="3600") as base):
         org_id, app_id = str(uuid.uuid4()), "fresh"
         requests.put(f"{base}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, timeout=10, json={
             "org_name": "fresh", "timezone": "UTC", "quota_scope": "APP", "model_ordering": ["premium"],

@@ -1,6 +1,7 @@
 """The local stack's AWS side: an embedded moto server (loopback only) with the seven
-tables (the usage table with its stream) and the two secrets, persisted across restarts, and the Bedrock inference-profile
-stand-in moto lacks (``local/bedrock.py``; served by the local HTTP server).
+tables (the usage table with its stream) and the two secrets, persisted across restarts,
+and the Bedrock inference-profile stand-in moto lacks (``local/bedrock.py``; served by the
+local HTTP server).
 
 Persistence uses moto's request recorder: every request moto serves that changes state is
 appended to ``.local/moto-journal.jsonl`` (not the reads: the usage stream alone is polled
@@ -68,6 +69,19 @@ def _compact_journal() -> None:
     os.chmod(JOURNAL, 0o600)
 
 
+def _streams_survive_rollbacks() -> None:
+    """moto undoes a cancelled transaction (a duplicate usage report) by swapping in a deep
+    copy of each table it touched, stream included: the copy costs time in proportion to
+    everything the stream ever held, on every transaction, and leaves the poller's shard
+    iterators on the discarded stream, so later writes would never reach the aggregator.
+    The stream is shared by the copy instead. What it keeps of a cancelled transaction (the
+    shard update moto applied before cancelling) only makes the aggregator fold a label
+    again, which changes nothing."""
+    from moto.dynamodb.models.table import StreamShard
+
+    StreamShard.__deepcopy__ = lambda self, memo: self
+
+
 class LocalAws:
     """Starts moto, restores the journal, and makes sure tables and secrets exist; holds
     the Bedrock stand-in."""
@@ -89,6 +103,8 @@ class LocalAws:
             os.environ["MOTO_RECORDER_FILEPATH"] = str(JOURNAL)
         from moto.moto_api import recorder
         from moto.server import ThreadedMotoServer
+
+        _streams_survive_rollbacks()
 
         port = free_port()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

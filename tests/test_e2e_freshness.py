@@ -14,7 +14,7 @@ from tests.local_server import local_server
 from tests.usage_support import usage_body
 
 KEY = "e2e-freshness-provisioning-key"
-DEADLINE_SECONDS = 60
+DEADLINE_SECONDS = 30
 
 pytestmark = pytest.mark.e2e
 
@@ -84,7 +84,8 @@ def test_a_batch_of_reports_reaches_the_scope_total(app):
 def test_after_a_restart_the_replayed_stream_counts_nothing_twice(tmp_path):
     """The journal replays every write, so the restarted server's stream holds them all again;
     folding them again changes nothing, and new usage adds to what was there."""
-    settings = {"LOCAL_PERSIST": "on", "LOCAL_STATE_DIR": str(tmp_path / "state"), "AGGREGATOR_INTERVAL_SECONDS": "3600"}
+    settings = {"LOCAL_PERSIST": "on", "LOCAL_STATE_DIR": str(tmp_path / "state"),
+                "AGGREGATOR_INTERVAL_SECONDS": "3600"}
     with local_server(tmp_path, KEY, **settings) as base:
         app_url, credentials = provision(base)
         headers = bearer(base, credentials)
@@ -99,3 +100,15 @@ def test_after_a_restart_the_replayed_stream_counts_nothing_twice(tmp_path):
         assert requests.post(f"{app_url}/usage", headers=headers, timeout=10, json=usage_body()).status_code == 202
         wait_for_requests(app_url, headers, 3)  # the stream holds the replayed writes before this one
         assert requests_today(app_url, headers) == 3
+
+
+def test_reports_after_a_duplicate_still_reach_the_aggregates(app):
+    """A duplicate cancels its transaction; the stream keeps flowing after it."""
+    app_url, headers = app
+    before = requests_today(app_url, headers)
+    body = usage_body()
+    for _ in range(2):
+        assert requests.post(f"{app_url}/usage", headers=headers, timeout=10, json=body).status_code == 202
+    wait_for_requests(app_url, headers, before + 1)
+    assert requests.post(f"{app_url}/usage", headers=headers, timeout=10, json=usage_body()).status_code == 202
+    wait_for_requests(app_url, headers, before + 2)

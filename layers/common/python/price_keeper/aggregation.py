@@ -192,18 +192,16 @@ def _write_total(usage_key: str, date_key: str, group: _Group, now_epoch: int) -
     labels are added to its set, never replace it."""
     values = {**group.sums, "updated_at_epoch": now_epoch, "source_updated_at_epoch": max(group.shard_updates),
               tables.TTL_ATTRIBUTE: usage_expires_at(date_key.removeprefix("DAY#"))}
-    names = {f"#f{i}": name for i, name in enumerate(values)}
-    bound = {f":f{i}": value for i, value in enumerate(values.values())}
-    update = "SET " + ", ".join(f"#f{i} = :f{i}" for i in range(len(values)))
+    update = "SET " + ", ".join(f"#{name} = :{name}" for name in values)
+    bound = {f":{name}": value for name, value in values.items()}
     if group.labels:
         update += " ADD labels :labels"
         bound[":labels"] = group.labels
     try:
         table(tables.DAILY_TOTAL).update_item(
             Key={"usage_key": usage_key, "date_key": date_key}, UpdateExpression=update,
-            ConditionExpression=f"attribute_not_exists(#f{SUM_FIELDS.index('requests')}) "
-                                f"OR #f{SUM_FIELDS.index('requests')} < :f{SUM_FIELDS.index('requests')}",
-            ExpressionAttributeNames=names, ExpressionAttributeValues=bound)
+            ConditionExpression="attribute_not_exists(#requests) OR #requests < :requests",
+            ExpressionAttributeNames={f"#{name}": name for name in values}, ExpressionAttributeValues=bound)
         return True
     except ClientError as error:
         if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
@@ -226,7 +224,8 @@ def _fold_into(report: RunReport, usage_key: str, date_key: str, group: _Group, 
                now_epoch: int) -> bool:
     """Write one total when its sums changed; True when this run wrote it."""
     existing = existing or {}
-    if not group.shard_updates or "requests" in existing and all(int(existing.get(name, 0)) == group.sums[name] for name in SUM_FIELDS):
+    unchanged = "requests" in existing and all(int(existing.get(name, 0)) == group.sums[name] for name in SUM_FIELDS)
+    if unchanged or not group.shard_updates:
         return False
     folded_until = int(existing.get("source_updated_at_epoch", 0))
     unfolded = [update for update in group.shard_updates if update > folded_until] or group.shard_updates
