@@ -84,12 +84,12 @@ def test_a_429_drops_the_cache_and_the_next_call_asks_again():
     (LabelQuota("premium", 100.5, "EXCEEDED", None), "TIGHT", True),
     (LabelQuota("premium", 40.0, "NORMAL", "QUOTA_EXCEEDED_ULTRA"), "NORMAL", True),  # reason changed
     (LabelQuota("premium", 97.0, "TIGHT", None), "TIGHT", False),  # already known to be tight
-    (LabelQuota("premium", 60.0, "NORMAL", None), "TIGHT", True),  # back to normal (a boost, a new quota)
+    (LabelQuota("premium", 60.0, "NORMAL", None), "TIGHT", False),  # tight for the total cap, say: keep it
     (LabelQuota("premium", 40.0, "NORMAL", "NORMAL"), "NORMAL", False),
     (LabelQuota("standard", 100.0, "EXCEEDED", None), "NORMAL", False),  # another label
     (None, "NORMAL", False),  # the answer says nothing about quota
 ])
-def test_usage_answers_invalidate_the_cache_when_the_label_is_spent_or_its_mode_changes(quota, cached_mode, asks_again):
+def test_usage_answers_invalidate_the_cache_when_the_label_is_spent_or_turns_tight(quota, cached_mode, asks_again):
     service = Answers((choice(mode=cached_mode), None), (choice(label="standard"), None))
     selector = ModelSelector(service, clock=FakeClock())
     selector.current()
