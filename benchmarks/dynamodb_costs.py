@@ -13,7 +13,9 @@ Calls are counted with botocore event hooks on the service's own client. moto's
   per item for GetItem/BatchGetItem and over all items for a Query.
 
 Each operation is measured warm (config, prices and token checks cached in memory, as in
-a warm Lambda container) for 1 active scope and for N active scopes (default 1,000).
+a warm Lambda container) for 1 active scope and for N active scopes (default 1,000): the
+stream folds cost the same at both (they read only the labels they are handed), the sweep
+grows with the active shards.
 The last table prints what the seed's ``request_ids`` string set would cost instead.
 """
 from __future__ import annotations
@@ -159,12 +161,14 @@ def measure(meter: Meter, action) -> tuple[str, float, float]:
     return calls, meter.wcu, meter.rcu
 
 
-def through_handlers(meter: Meter, requests: int, busy_day: int = 100) -> dict[str, tuple[str, float, float, float]]:
-    """Usage submission and model selection, ``requests`` times each, through their real
-    Lambda handlers (API Gateway events, in process) with one access token and rate limits
-    on, as one warm container serves a busy client, after ``busy_day`` submissions (so
-    every shard of the day exists). Per request: the calls, WCU and RCU, with token checks
-    and rate-limit leases amortised over the run."""
+def through_handlers(meter: Meter, requests: int, busy_day: int = 100,
+                     batches: int = 5) -> dict[str, tuple[str, float, float, float]]:
+    """Usage submission and model selection, ``requests`` times each, and usage batches of
+    100 records ``batches`` times, through their real Lambda handlers (API Gateway events,
+    in process) with one access token and rate limits on, as one warm container serves a
+    busy client, after ``busy_day`` submissions (so every shard of the day exists). Per
+    request: the calls, WCU and RCU, with token checks and rate-limit leases amortised over
+    the run."""
     from local import gateway
     from local.stack import JWT_SECRET_NAME
     from price_keeper import auth
@@ -177,19 +181,57 @@ def through_handlers(meter: Meter, requests: int, busy_day: int = 100) -> dict[s
     headers = {"Authorization": "Bearer " + auth.issue_tokens(auth.Principal(org_id, app_id))["access_token"],
                "Content-Type": "application/json"}
     app = f"/api/v1/orgs/{org_id}/apps/{app_id}"
-    calls = {"usage": lambda: gateway.invoke("POST", f"{app}/usage", headers=headers,
-                                             body=usage().model_dump()),
-             "model_selection": lambda: gateway.invoke("GET", f"{app}/model-selection", headers=headers)}
+    calls = {"usage": (requests, lambda: gateway.invoke("POST", f"{app}/usage", headers=headers,
+                                                        body=usage().model_dump())),
+             "model_selection": (requests, lambda: gateway.invoke("GET", f"{app}/model-selection", headers=headers)),
+             "usage_batch": (batches, lambda: gateway.invoke("POST", f"{app}/usage/batch", headers=headers, body={
+                 "requests": [usage().model_dump() for _ in range(100)]}))}
     measured = {}
-    for name, call in calls.items():
+    for name, (count, call) in calls.items():
         assert call()["statusCode"] < 300  # cold: config, prices, the token's revocation check
         meter.reset()
-        for _ in range(requests):
+        for _ in range(count):
             reply = call()
             assert reply["statusCode"] < 300, reply
-        per_call = ", ".join(f"{count / requests:g} {operation}" for operation, count in sorted(meter.calls.items()))
-        measured[name] = (per_call, sum(meter.calls.values()) / requests, meter.wcu / requests, meter.rcu / requests)
+        per_call = ", ".join(f"{n / count:g} {operation}" for operation, n in sorted(meter.calls.items()))
+        measured[name] = (per_call, sum(meter.calls.values()) / count, meter.wcu / count, meter.rcu / count)
     return measured
+
+
+def stream_folds(meter: Meter,
+                 records_per_batch: tuple[int, ...] = (1, 10, 100)) -> list[tuple[str, str, float, float]]:
+    """The aggregator function on stream batches of one scope's usage (one label, 8 shards),
+    as the event source mapping invokes it, warm: the calls and units of one batch of each
+    size (alerts included; the heartbeat, written at most once per 10 s per container, is
+    not: see the first row)."""
+    from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
+
+    from local.streams import StreamReader, lambda_event
+    from price_keeper import state
+
+    state.reset()  # a fresh container: its first fold writes the heartbeat
+    org_id, app_id = seed_scopes(1)[0]
+    stream = StreamReader(tables.USAGE_AGG_SHARDED)
+    stream.read()
+    metering.submit(org_id, app_id, usage())
+    first = lambda_event(stream.read())
+    rows = [("stream fold, first of the container (heartbeat included)",
+             *measure(meter, lambda: aggregation.fold_stream(DynamoDBStreamEvent(first).records)))]
+    for count in records_per_batch:
+        for _ in range(count):
+            metering.submit(org_id, app_id, usage())
+        event = lambda_event(stream.read())
+        rows.append((f"stream fold, batch of {count} usage records (1 label)",
+                     *measure(meter, lambda: handler(event))))
+    rows.append(("stream fold, the same batch delivered again", *measure(meter, lambda: handler(event))))
+    return rows
+
+
+def handler(event: dict):
+    """The aggregator function itself (fold, alerts, metrics)."""
+    from local.gateway import LambdaContext, load_handler
+
+    return load_handler("aggregator")(event, LambdaContext(function_name="aggregator"))
 
 
 def activate(tenants, submissions_per_scope: int) -> None:
@@ -214,11 +256,11 @@ def scenario(meter: Meter, scopes: int, submissions_per_scope: int) -> list[tupl
                  *measure(meter, lambda: metering.submit_batch(org_id, app_id,
                                                                [usage().model_dump() for _ in range(100)]))))
     activate(tenants, submissions_per_scope)
-    rows.append((f"aggregator run, first fold ({scopes} scopes x 3 labels)", *measure(meter, aggregation.run)))
-    rows.append(("aggregator run, nothing new", *measure(meter, aggregation.run)))
+    rows.append((f"sweep, first fold ({scopes} scopes x 3 labels)", *measure(meter, aggregation.run)))
+    rows.append(("sweep, nothing new", *measure(meter, aggregation.run)))
     changed = tenants[: max(1, scopes // 10)]
     activate(changed, 1)
-    rows.append((f"aggregator run, {len(changed)} scope(s) changed", *measure(meter, aggregation.run)))
+    rows.append((f"sweep, {len(changed)} scope(s) changed", *measure(meter, aggregation.run)))
     selection.select_model(org_id, app_id)
     rows.append(("model selection (warm)", *measure(meter, lambda: selection.select_model(org_id, app_id))))
     rows.append(("model selection (force_check)",
@@ -261,6 +303,8 @@ def main() -> None:
             create_tables()
             meter = Meter()
             for name, calls, wcu, rcu in scenario(meter, scopes, args.submissions_per_scope):
+                results.append((name, scopes, calls, f"{wcu:g}", f"{rcu:g}"))
+            for name, calls, wcu, rcu in stream_folds(meter):
                 results.append((name, scopes, calls, f"{wcu:g}", f"{rcu:g}"))
             if scopes == 1:
                 org_id, app_id = seed_scopes(1)[0]

@@ -1,30 +1,35 @@
-"""Overshoot near the limit: how much a burst spends on a label past its quota before
-model selection moves off it, when selection reads DailyTotal only ("before") and when, in
-tight mode, it reads the live usage shards ("after", ``live_spend``).
+"""Overshoot near the limit: how much clients spend on a label past its quota before model
+selection moves them off it, with DailyTotal refreshed by the minute schedule ("minute",
+before issue 13) and by the usage table's stream ("stream", now).
 
-Everything runs on moto in-process with a simulated clock (no sleeping): each request of
-a 20 requests/s burst asks the selection rules (``quota.decide``) which label to use,
-then is metered on that label with the real exactly-once write (``metering.prepare`` +
-``record``); the real aggregator (``aggregation.run``) folds the shards into DailyTotal
-every 60 simulated seconds. The burst starts ``phase`` seconds after an aggregator run.
-Selection is asked on every request, so the numbers are the server's reaction time (a
-client that caches the decision for its refresh interval adds that on top).
+Everything runs on moto in-process with a simulated clock (no sleeping). Clients call
+Bedrock one call at a time: before each call they ask model selection (the real
+``selection.select_model``: DailyTotals, and the live shards in tight mode) — or, with
+``cached``, ``price_keeper_client``'s own ``ModelSelector`` (the service's cache guidance,
+dropped when a usage answer shows the label spent or its mode changed) — and after it they
+report the usage (the real ``metering.submit``, whose answer carries the label's
+``daily_total``). The aggregator runs as deployed, on the same clock:
 
-Strategies:
-- ``before``: spends from DailyTotal (one BatchGetItem of the ordering's labels).
-- ``after``: as before; when that decision is in TIGHT mode, re-decide on ``live_spend``
-  (one BatchGetItem of labels x shards).
-- ``live``: always ``live_spend`` (the lower bound, at N times the read cost).
+- ``minute``: the sweep (``aggregation.run``) every 60 s; the burst starts PHASE s after one.
+- ``stream``: every ``BATCHING_WINDOW`` s the records the usage table's stream gained are
+  read (``local.streams.StreamReader``) and handed to ``aggregation.fold_stream``
+  ``DELIVERY`` s later (the event source mapping's polling and the invocation), so a write
+  reaches DailyTotal 0.5-1.5 s after it is made. PHASE offsets the burst within the window.
 
 Scenarios:
-- ``cold``: the day's spend is 0 when the burst starts.
-- ``warm``: an earlier call, already aggregated, put the label at 96 % (tight) of its quota.
-- ``cold, tight at 50 %``: as cold, with the org's ``tight_mode_threshold_pct`` lowered to 50.
+- ``cold``: one client at 20 calls/s, spend 0 when the burst starts, $2 quota.
+- ``warm``: the same, earlier calls already aggregated at 96 % (tight) of the quota.
+- ``4 clients``: the acceptance case of issue 13: four clients, 5 calls/s each, $4 quota.
+- ``4 clients, cached``: the same with the client library's cached selection.
 
-Run: ``.venv/bin/python benchmarks/overshoot.py``
+Every call is a 3,760 micro-USD premium call (1,500 input + 800 output tokens).
+
+Run: ``.venv/bin/python benchmarks/overshoot.py`` (about 5 minutes on 2 cores).
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
 import sys
 import uuid
@@ -34,7 +39,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT), str(ROOT / "client")]
 for name, value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
                     "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true",
                     "POWERTOOLS_LOG_LEVEL": "ERROR", "RATE_LIMITS": "off", "BCRYPT_ROUNDS": "4"}.items():
@@ -43,35 +48,54 @@ for name in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE"):
     os.environ.pop(name, None)
 
 import boto3  # noqa: E402
+from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-from price_keeper import aggregation, keys, metering, orgs, state  # noqa: E402
-from price_keeper.aggregation import read_daily_totals  # noqa: E402
+from local.streams import StreamReader, lambda_event  # noqa: E402
+from price_keeper import aggregation, metering, selection, state  # noqa: E402
 from price_keeper.config import get_config  # noqa: E402
-from price_keeper.store.usage import label_spends as live_spend  # noqa: E402
 from price_keeper.models import UsageRequest  # noqa: E402
-from price_keeper.quota import TIGHT, decide  # noqa: E402
-from price_keeper.tables import ALL_TABLES  # noqa: E402
+from price_keeper.tables import ALL_TABLES, USAGE_AGG_SHARDED  # noqa: E402
+from price_keeper_client.models import LabelQuota, ModelChoice  # noqa: E402
+from price_keeper_client.selection import ModelSelector  # noqa: E402
 from tests.factories import seed_app, seed_org  # noqa: E402
 from tests.moto_support import serialized_moto  # noqa: E402
 
-RATE_PER_SECOND = 20
-AGGREGATION_INTERVAL = 60
-QUOTA_USD_MICROS = 2_000_000  # premium: $2 a day
+SWEEP_INTERVAL = 60  # the minute schedule before issue 13
+BATCHING_WINDOW = 1.0  # aggregation.USAGE_STREAM.batching_window_s
+DELIVERY = 0.5  # from the window's end to the fold's writes: polling, invocation, the fold itself
 SHARDS = 8
 CALL = {"input_tokens": 1500, "output_tokens": 800}  # premium: 3,760 micro-USD a call
-MAX_BURST_SECONDS = 300
-PHASES = (0, 20, 40)
-START = datetime(2026, 6, 10, 12, 0, tzinfo=timezone.utc)  # a day in the middle of a UTC org's day
+MAX_SECONDS = 600
+START = datetime(2026, 6, 10, 12, 0, tzinfo=timezone.utc)  # mid-day for a UTC org
 ORDERING = ("premium", "standard")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    clients: int
+    seconds_per_call: float
+    quota_usd_micros: int
+    start_pct: int = 0
+    cached: bool = False
+
+
+SCENARIOS = (
+    Scenario("cold", 1, 0.05, 2_000_000),
+    Scenario("warm", 1, 0.05, 2_000_000, start_pct=96),
+    Scenario("4 clients", 4, 0.2, 4_000_000),
+    Scenario("4 clients, cached", 4, 0.2, 4_000_000, cached=True),
+)
+PHASES = {"minute": (0, 30), "stream": (0.0, 0.5)}
 
 
 @dataclass
 class Result:
     overshoot_usd_micros: int
-    requests_past_quota: int
+    calls_past_quota: int
     seconds_to_move: float
-    read_units_per_selection: float
+    selections: int
 
 
 def _fresh_store() -> None:
@@ -81,87 +105,107 @@ def _fresh_store() -> None:
         ddb.create_table(**spec.create_table_kwargs())
 
 
-def _meter(config, label: str, now: datetime, **tokens) -> int:
-    request = UsageRequest(request_id=str(uuid.uuid4()), model_label=label, bedrock_model_id="bench",
-                           input_tokens=tokens.get("input_tokens", 0), output_tokens=tokens.get("output_tokens", 0),
-                           status="OK", timestamp=now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
-    return metering.record(metering.prepare(config, request, now), now).cost_usd_micros
+def _usage(now: datetime, **tokens) -> UsageRequest:
+    return UsageRequest(request_id=str(uuid.uuid4()), model_label="premium", bedrock_model_id="bench",
+                        input_tokens=tokens.get("input_tokens", 0), output_tokens=tokens.get("output_tokens", 0),
+                        status="OK", timestamp=now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
 
 
-def _select(strategy: str, config, day: str) -> tuple[str | None, int]:
-    """(label, items read) under a reading strategy."""
-    labels = config.model_ordering
-    usage_keys = [keys.usage_key(config.scope, label) for label in labels]
+class Clock:
+    def __init__(self):
+        self.seconds = 0.0
 
-    def choose(spends):
-        return decide(labels, config.quotas, spends, config.tight_mode_threshold_pct, False, None)
-
-    if strategy == "live":
-        return choose(live_spend(config.scope, labels, day, config.agg_shard_count)).label, len(labels) * SHARDS
-    totals = read_daily_totals(usage_keys, day)
-    decision = choose({label: totals.of(key).cost_usd_micros for label, key in zip(labels, usage_keys)})
-    if strategy == "after" and decision.mode == TIGHT:
-        live = live_spend(config.scope, labels, day, config.agg_shard_count)
-        return choose(live).label, len(labels) + len(labels) * SHARDS
-    return decision.label, len(labels)
+    @property
+    def now(self) -> datetime:
+        return START + timedelta(seconds=self.seconds)
 
 
-def run(strategy: str, scenario: str, phase: int) -> Result:
+def run(scenario: Scenario, strategy: str, phase: float) -> Result:
     with mock_aws(), serialized_moto():  # per-item transaction rollback: see tests/moto_support.py
         _fresh_store()
-        threshold = 50 if "50" in scenario else 95
+        quota = scenario.quota_usd_micros
         org_id = seed_org(quota_scope="APP", timezone="UTC", model_ordering=ORDERING, agg_shard_count=SHARDS,
-                          quotas={"premium": QUOTA_USD_MICROS, "standard": 50 * QUOTA_USD_MICROS},
-                          tight_mode_threshold_pct=threshold)
+                          quotas={"premium": quota, "standard": 50 * quota})
         seed_app(org_id, "bench")
-        config = orgs.effective_config(org_id, "bench")
-        day = START.strftime("%Y%m%d")
-        if scenario == "warm":  # earlier calls, aggregated before the burst: 96 % of the quota
-            tokens = QUOTA_USD_MICROS * 96 // 100 * 10 // 8  # premium input: 0.8 micro-USD a token
-            cap = get_config().token_caps("premium")[0]  # a record over the label's cap is refused
-            for chunk in range(0, tokens, cap):
-                _meter(config, "premium", START - timedelta(seconds=30), input_tokens=min(cap, tokens - chunk))
-        aggregation.run(START)
-        next_run = START + timedelta(seconds=AGGREGATION_INTERVAL)
-        spent = int(live_spend(config.scope, ["premium"], day, SHARDS)["premium"])
-        past_quota, reads, selections = 0, 0, 0
-        step = timedelta(seconds=1 / RATE_PER_SECOND)
-        now = START + timedelta(seconds=phase)
-        while now < START + timedelta(seconds=phase + MAX_BURST_SECONDS):
-            while now >= next_run:
-                aggregation.run(next_run)
-                next_run += timedelta(seconds=AGGREGATION_INTERVAL)
-            label, items = _select(strategy, config, day)
-            reads, selections = reads + items, selections + 1
-            if label != "premium":
+        clock = Clock()
+        stream = StreamReader(USAGE_AGG_SHARDED)
+        spent = 0
+        tokens = quota * scenario.start_pct // 100 * 10 // 8  # premium input: 0.8 micro-USD a token
+        while tokens > 0:  # earlier calls (within the per-record token cap), aggregated before the burst
+            chunk = min(tokens, get_config().metering.max_input_tokens)
+            spent += metering.submit(org_id, "bench", _usage(clock.now, input_tokens=chunk), clock.now)[
+                "processing"]["cost_usd_micros"]
+            tokens -= chunk
+        stream.read()
+        aggregation.run(clock.now)
+        selections = 0
+
+        def fetch(force: bool):
+            nonlocal selections
+            selections += 1
+            body, headers = selection.select_model(org_id, "bench", force, clock.now)
+            return ModelChoice.from_json(body), headers.get("Cache-Control")
+
+        events, order = [], itertools.count()
+
+        def at(seconds: float, kind: str, payload=None) -> None:
+            heapq.heappush(events, (seconds, next(order), kind, payload))
+
+        if strategy == "minute":
+            at(SWEEP_INTERVAL - phase, "sweep")
+        else:
+            at(BATCHING_WINDOW - phase, "window")
+        selectors = [ModelSelector(fetch, clock=lambda: clock.seconds) for _ in range(scenario.clients)]
+        for client in range(scenario.clients):
+            at(client * scenario.seconds_per_call / scenario.clients, "call", client)
+        active, past_quota, moved_at = set(range(scenario.clients)), 0, 0.0
+        while active and events:
+            clock.seconds, _, kind, payload = heapq.heappop(events)
+            if clock.seconds > MAX_SECONDS:
                 break
-            if spent >= QUOTA_USD_MICROS:
-                past_quota += 1
-            spent += _meter(config, "premium", now, **CALL)
-            now += step
-        return Result(max(0, spent - QUOTA_USD_MICROS), past_quota,
-                      (now - START).total_seconds() - phase, reads * 0.5 / selections)
+            if kind == "sweep":
+                aggregation.run(clock.now)
+                at(clock.seconds + SWEEP_INTERVAL, "sweep")
+            elif kind == "window":
+                at(clock.seconds + DELIVERY, "fold", stream.read())
+                at(clock.seconds + BATCHING_WINDOW, "window")
+            elif kind == "fold":
+                if payload:
+                    aggregation.fold_stream(DynamoDBStreamEvent(lambda_event(payload)).records, clock.now)
+            elif kind == "call":  # the client picks a model, then calls it
+                label = selectors[payload].current().label if scenario.cached else fetch(False)[0].label
+                if label != "premium":
+                    active.discard(payload)
+                    moved_at = clock.seconds
+                    continue
+                past_quota += spent >= quota
+                at(clock.seconds + scenario.seconds_per_call, "report", payload)
+            elif kind == "report":  # the call ended: report its usage, start the next call
+                answer = metering.submit(org_id, "bench", _usage(clock.now, **CALL), clock.now)
+                spent += answer["processing"]["cost_usd_micros"]
+                selectors[payload].observe(LabelQuota.find(answer))
+                at(clock.seconds, "call", payload)
+        return Result(max(0, spent - quota), past_quota, moved_at, selections)
 
 
-def _run_case(case: tuple[str, str, int]) -> tuple[tuple[str, str, int], Result]:
-    return case, run(case[1], case[0], case[2])
+def _run_case(case: tuple[Scenario, str, float]) -> tuple[tuple[Scenario, str, float], Result]:
+    return case, run(*case)
 
 
 def main() -> None:
-    scenarios = ("cold", "warm", "cold, tight at 50 %")
-    cases = [(scenario, strategy, phase) for scenario in scenarios for strategy in ("before", "after", "live")
-             for phase in PHASES]
-    print(f"burst {RATE_PER_SECOND} req/s of {CALL} on premium (quota {QUOTA_USD_MICROS:,} micro-USD), "
-          f"{SHARDS} shards, aggregator every {AGGREGATION_INTERVAL} s; burst starts PHASE s after an aggregator run")
-    print(f"{'scenario':<20} {'strategy':<7} {'phase':>5} {'overshoot µ$':>13} {'% quota':>8} "
-          f"{'req past':>8} {'moved at s':>10} {'RCU/sel':>7}")
-    # one moto per case, each in its own process (the cases are independent)
-    with ProcessPoolExecutor(max_workers=os.cpu_count()) as pool:
+    cases = [(scenario, strategy, phase) for scenario in SCENARIOS for strategy in ("minute", "stream")
+             for phase in PHASES[strategy]]
+    print(f"3,760 micro-USD premium calls, {SHARDS} shards; stream: {BATCHING_WINDOW:g} s batching window + "
+          f"{DELIVERY:g} s delivery; minute: sweep every {SWEEP_INTERVAL} s")
+    print(f"{'scenario':<18} {'clients':>7} {'calls/s':>7} {'quota $':>7} {'aggregation':<11} {'phase':>5} "
+          f"{'overshoot µ$':>12} {'% quota':>7} {'calls past':>10} {'all moved at s':>14} {'selections':>10}")
+    with ProcessPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
         for (scenario, strategy, phase), result in pool.map(_run_case, cases):
-            print(f"{scenario:<20} {strategy:<7} {phase:>5} {result.overshoot_usd_micros:>13,} "
-                  f"{100 * result.overshoot_usd_micros / QUOTA_USD_MICROS:>7.0f}% "
-                  f"{result.requests_past_quota:>8} {result.seconds_to_move:>10.2f} "
-                  f"{result.read_units_per_selection:>7.1f}", flush=True)
+            rate = scenario.clients / scenario.seconds_per_call
+            print(f"{scenario.name:<18} {scenario.clients:>7} {rate:>7g} {scenario.quota_usd_micros / 1e6:>7g} "
+                  f"{strategy:<11} {phase:>5g} {result.overshoot_usd_micros:>12,} "
+                  f"{100 * result.overshoot_usd_micros / scenario.quota_usd_micros:>6.1f}% "
+                  f"{result.calls_past_quota:>10} {result.seconds_to_move:>14.2f} {result.selections:>10}", flush=True)
 
 
 if __name__ == "__main__":

@@ -103,3 +103,10 @@ def invoke(method: str, path: str, **kwargs) -> dict:
     handler = load_handler(function)
     with _function_locks[function]:
         return handler(event, context)
+
+
+def invoke_job(function: str, event: dict):
+    """Call a job's handler (the aggregator, the pricing fetcher) as its trigger would: the
+    schedule's event, a stream batch. One run at a time per function, as in ``invoke``."""
+    with _function_locks[function]:
+        return load_handler(function)(event, LambdaContext(function_name=function))

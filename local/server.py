@@ -1,18 +1,19 @@
 """``make run``: the whole service on one laptop.
 
 An HTTP server on ``127.0.0.1:$PORT`` turns each request into an API Gateway proxy
-event and calls the same Lambda handler ``cdk deploy`` ships; the aggregator and the
-pricing fetcher run on timers as EventBridge would run them. Requests signed for Bedrock
-go to the inference-profile stand-in (``local/bedrock.py``), which the functions reach
-through ``AWS_ENDPOINT_URL_BEDROCK``. moto has no Price List API either: requests signed for
-``pricing`` (``AWS_ENDPOINT_URL_PRICING``) are refused at once, and config.yaml prices serve,
-as when the Price List is down in AWS.
+event and calls the same Lambda handler ``cdk deploy`` ships; the usage table's stream
+reaches the aggregator through a poller (``local/streams.py``) as the event source mapping
+delivers it, and the aggregator's sweep and the pricing fetcher run on timers as
+EventBridge would run them. Requests signed for Bedrock go to the inference-profile
+stand-in (``local/bedrock.py``), which the functions reach through ``AWS_ENDPOINT_URL_BEDROCK``.
+moto has no Price List API: requests signed for ``pricing`` (``AWS_ENDPOINT_URL_PRICING``)
+are refused at once, and config.yaml prices serve, as when the Price List is down in AWS.
 
 It prints one plain line per log event, the functions' included, and stops cleanly on
 SIGTERM or SIGINT, however many arrive.
 
 Environment: PORT (8080), PROVISIONING_API_KEY (generated when unset),
-AGGREGATOR_INTERVAL_SECONDS (60), PRICING_REFRESH_INTERVAL_SECONDS (86400),
+AGGREGATOR_INTERVAL_SECONDS (600: the sweep), PRICING_REFRESH_INTERVAL_SECONDS (86400),
 RATE_LIMITS (on|off), DYNAMODB_ENDPOINT_URL (external DynamoDB instead of the
 embedded one), LOCAL_PERSIST (on|off, default on: state under .local/).
 """
@@ -30,11 +31,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
 from .bedrock import ACCOUNT, InferenceProfiles, signed_for
-from .gateway import LAMBDAS, LambdaContext, invoke, load_handler  # puts the layer on sys.path
+from .gateway import LAMBDAS, invoke, invoke_job  # puts the layer on sys.path
 from .stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME, LocalAws
+from .streams import StreamReader, StreamTrigger
 
 from price_keeper.errors import error_body  # noqa: E402
 from price_keeper.observability import logger as function_logger  # noqa: E402
+from price_keeper.tables import USAGE_AGG_SHARDED  # noqa: E402
 
 log = logging.getLogger("price_keeper.local")
 MAX_BODY = 1_000_000
@@ -124,8 +127,7 @@ class Timer(threading.Thread):
 
     def _fire(self) -> None:
         try:
-            load_handler(self.function)({"source": "local.timer", "detail-type": "Scheduled Event"},
-                                        LambdaContext(function_name=self.function))
+            invoke_job(self.function, {"source": "local.timer", "detail-type": "Scheduled Event"})
         except Exception:  # a failed run is retried at the next tick, as EventBridge would
             log.exception("%s run failed", self.function)
 
@@ -161,8 +163,9 @@ class LocalStack:
         os.environ["AWS_ENDPOINT_URL_BEDROCK"] = self.base_url
         os.environ["AWS_ENDPOINT_URL_PRICING"] = self.base_url
         threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
+        StreamTrigger("aggregator", StreamReader(USAGE_AGG_SHARDED), self.stop_event).start()
         for function, env, default, run_first in (
-            ("aggregator", "AGGREGATOR_INTERVAL_SECONDS", 60, False),
+            ("aggregator", "AGGREGATOR_INTERVAL_SECONDS", 600, False),
             ("pricing_fetcher", "PRICING_REFRESH_INTERVAL_SECONDS", 86400, True),
         ):
             interval = float(os.environ.get(env, default))

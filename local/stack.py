@@ -1,11 +1,13 @@
 """The local stack's AWS side: an embedded moto server (loopback only) with the seven
-tables and the two secrets, persisted across restarts, and the Bedrock inference-profile
-stand-in moto lacks (``local/bedrock.py``; served by the local HTTP server).
+tables (the usage table with its stream) and the two secrets, persisted across restarts,
+and the Bedrock inference-profile stand-in moto lacks (``local/bedrock.py``; served by the
+local HTTP server).
 
-Persistence uses moto's request recorder: every request moto serves is appended to
-``.local/moto-journal.jsonl``; at start-up the journal is compacted to its writes (reads
-replay to nothing) and replayed, which rebuilds tables, items and secrets. Application
-inference profiles are kept in ``.local/inference-profiles.json``.
+Persistence uses moto's request recorder: every request moto serves that changes state is
+appended to ``.local/moto-journal.jsonl`` (not the reads: the usage stream alone is polled
+several times a second); at start-up the journal is compacted to its writes (journals of
+older versions hold reads too) and replayed, which rebuilds tables, items and secrets.
+Application inference profiles are kept in ``.local/inference-profiles.json``.
 """
 from __future__ import annotations
 
@@ -43,15 +45,41 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _is_write(headers) -> bool:
+    return {k.lower(): v for k, v in headers.items()}.get("x-amz-target", "") in _WRITE_TARGETS
+
+
+def _journal_writes_only(recorder) -> None:
+    """Make moto's recorder skip every request that changes nothing."""
+    record = recorder._record_request
+
+    def writes_only(request, body=None):
+        if _is_write(request.headers):
+            record(request, body)
+
+    recorder._record_request = writes_only
+
+
 def _compact_journal() -> None:
     kept = []
     for line in JOURNAL.read_text().splitlines():
-        entry = json.loads(line)
-        target = {k.lower(): v for k, v in entry.get("headers", {}).items()}.get("x-amz-target", "")
-        if target in _WRITE_TARGETS:
+        if _is_write(json.loads(line).get("headers", {})):
             kept.append(line)
     JOURNAL.write_text("".join(f"{line}\n" for line in kept))
     os.chmod(JOURNAL, 0o600)
+
+
+def _streams_survive_rollbacks() -> None:
+    """moto undoes a cancelled transaction (a duplicate usage report) by swapping in a deep
+    copy of each table it touched, stream included: the copy costs time in proportion to
+    everything the stream ever held, on every transaction, and leaves the poller's shard
+    iterators on the discarded stream, so later writes would never reach the aggregator.
+    The stream is shared by the copy instead. What it keeps of a cancelled transaction (the
+    shard update moto applied before cancelling) only makes the aggregator fold a label
+    again, which changes nothing."""
+    from moto.dynamodb.models.table import StreamShard
+
+    StreamShard.__deepcopy__ = lambda self, memo: self
 
 
 class LocalAws:
@@ -76,6 +104,8 @@ class LocalAws:
         from moto.moto_api import recorder
         from moto.server import ThreadedMotoServer
 
+        _streams_survive_rollbacks()
+
         port = free_port()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self.server.start()
@@ -89,6 +119,7 @@ class LocalAws:
             if JOURNAL.exists():
                 _compact_journal()
                 recorder.replay_recording(target_host=self.url)
+            _journal_writes_only(recorder)
             recorder.start_recording()
         self._ensure_tables()
         self._ensure_event_bus()
@@ -99,6 +130,10 @@ class LocalAws:
         existing = set(ddb.list_tables()["TableNames"])
         for spec in ALL_TABLES:
             if spec.physical_name in existing:
+                # a journal written before the table had its stream replays a CreateTable without it
+                streamed = ddb.describe_table(TableName=spec.physical_name)["Table"].get("StreamSpecification")
+                if spec.stream and not (streamed or {}).get("StreamEnabled"):
+                    ddb.update_table(TableName=spec.physical_name, StreamSpecification=spec.stream_specification())
                 continue
             ddb.create_table(**spec.create_table_kwargs())
             if spec.ttl_attribute:

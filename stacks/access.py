@@ -64,10 +64,11 @@ PRICE_QUOTE = {PRICING_CACHE: (BATCH_GET,)}  # pricing.quote (storage.batch_get)
 PRICE_STORE = {PRICING_CACHE: (GET, UPDATE)}
 LIVE_SPEND = {USAGE_AGG_SHARDED: (BATCH_GET,)}  # live_spend.live_spend (selection in tight mode)
 USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # metering.record: TransactWriteItems of a Put and an Update
-AGGREGATION = {  # aggregation.run
-    (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # active_shard_keys
+AGGREGATION = {  # aggregation.run (the sweep) and aggregation.fold_stream
+    (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # active_shard_keys (the sweep)
     USAGE_AGG_SHARDED: (BATCH_GET,),
-    DAILY_TOTAL: (BATCH_GET, PUT),  # current totals; _put_total (conditional) and the heartbeat
+    # current totals; _write_total (conditional) and _register_labels; the heartbeat
+    DAILY_TOTAL: (BATCH_GET, UPDATE, PUT),
 }
 DAY_SPEND_CHECK = {(USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,)}  # metering.org_has_spend (PUT org)
 ALERT_LIST = {STICKY_STATE: (QUERY,)}  # alerts._recorded
@@ -100,6 +101,8 @@ _TABLES: dict[str, Grants] = {
                          ALERT_FIRE),
     "spend_report": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, DAILY_RANGE),
     "alerts": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, ALERT_LIST),
+    # (+ the usage table's stream: DescribeStream, GetRecords, GetShardIterator, which its
+    # event source mapping grants, stacks/streams.py)
     "aggregator": merge(AGGREGATION, EFFECTIVE_CONFIG, ORG_CHILDREN, STICKY_READ, ALERT_FIRE),
     "pricing_fetcher": PRICE_STORE,
 }

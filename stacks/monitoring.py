@@ -20,6 +20,9 @@ from .settings import METRICS_NAMESPACE, SERVICE_NAME, Settings
 FIVE_MINUTES = Duration.minutes(5)
 API_5XX_RATE_PCT = 5
 AGGREGATOR_LAG_LIMIT_S = 120
+# The usage stream's oldest record the aggregator has not taken yet (Lambda's IteratorAge, ms):
+# spend is meant to reach the totals within seconds.
+ITERATOR_AGE_LIMIT_MS = 30_000
 
 
 def custom_metric(name: str, statistic: str = "Maximum", period: Duration = Duration.minutes(1)) -> cloudwatch.Metric:
@@ -80,6 +83,13 @@ class Monitoring(Construct):
               evaluation_periods=3, datapoints_to_alarm=2,
               comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
               treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
+        iterator_age = functions["aggregator"].metric("IteratorAge", statistic="Maximum", period=Duration.minutes(1))
+        alarm("aggregator-iterator-age",
+              alarm_description=f"Usage waits more than {ITERATOR_AGE_LIMIT_MS // 1000} s in the stream before "
+                                "the aggregator folds it (3 of 5 minutes)",
+              metric=iterator_age, threshold=ITERATOR_AGE_LIMIT_MS, evaluation_periods=5, datapoints_to_alarm=3,
+              comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+              treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
         for name, function in functions.items():
             alarm(f"{name.replace('_', '-')}-throttles",
                   alarm_description=f"Lambda throttled invocations of {name}",
@@ -120,7 +130,8 @@ class Monitoring(Construct):
         )
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(title="Aggregator lag (s)", width=8, left=[custom_metric(AGGREGATOR_LAG_SECONDS)],
-                                   left_annotations=[cloudwatch.HorizontalAnnotation(value=AGGREGATOR_LAG_LIMIT_S)]),
+                                   left_annotations=[cloudwatch.HorizontalAnnotation(value=AGGREGATOR_LAG_LIMIT_S)],
+                                   right=[iterator_age.with_(label="usage stream iterator age (ms)")]),
             # One value per quota of each scope the aggregator changed: the maximum is the
             # scope closest to being cut off, the median how spent a typical quota is.
             cloudwatch.GraphWidget(title="Spend % of daily quota (active scopes)", width=8, left=[

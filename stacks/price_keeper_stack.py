@@ -1,11 +1,12 @@
-"""The whole service in one stack: tables, secrets, layers, functions, API, schedules,
-alerts and monitoring."""
+"""The whole service in one stack: tables, secrets, layers, functions, API, schedules, the
+usage stream's trigger, alerts and monitoring."""
 from __future__ import annotations
 
 from aws_cdk import CfnOutput, RemovalPolicy, Stack, aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from price_keeper.config import parse_config, read_raw
+from price_keeper.tables import USAGE_AGG_SHARDED
 
 from . import access
 from .alerts import Alerts
@@ -16,6 +17,7 @@ from .monitoring import Monitoring
 from .schedules import Schedules
 from .settings import Settings
 from .storage import Tables
+from .streams import UsageStreamTrigger
 
 
 def _generated_secret(scope: Construct, id: str, name: str, description: str, length: int):
@@ -54,6 +56,10 @@ class PriceKeeperStack(Stack):
         self.alerts.look_up_unpriced_models_with(self.functions.by_name["pricing_fetcher"])
         self.api = RestApi(self, "Http", settings=settings, functions=self.functions.by_name)
         self.schedules = Schedules(self, "Schedules", settings=settings, functions=self.functions.by_name)
+        self.usage_stream = UsageStreamTrigger(
+            self, "UsageStream", table=self.tables.by_spec[USAGE_AGG_SHARDED],
+            aggregator=self.functions.by_name["aggregator"],
+            dead_letter_queue=self.schedules.dead_letter_queues["aggregator"])
         self.monitoring = Monitoring(
             self, "Monitoring", settings=settings, api=self.api.api, functions=self.functions.by_name,
             tables={spec: self.tables.by_spec[spec] for spec in access.touched_tables()},

@@ -6,7 +6,7 @@
 | ``tablePrefix`` | ``price-keeper-<stage>-`` | physical table name = prefix + ``TableSpec.name`` |
 | ``region`` | the CLI's default region | region of the stack |
 | ``configPath`` | ``config.yaml`` | model labels / defaults file shipped in the shared layer |
-| ``enableStreams`` | ``false`` | DynamoDB Streams (NEW_AND_OLD_IMAGES) on UsageAggSharded and DailyTotal |
+| ``enableStreams`` | ``false`` | full images on the UsageAggSharded (else KEYS_ONLY) and DailyTotal streams |
 | ``corsOrigins`` | empty (CORS off) | comma-separated origins allowed by the API's CORS preflight |
 | ``alertEmail`` | empty | e-mail address subscribed to the alert topic |
 | ``alertWebhookUrl`` | empty | ``https://`` chat webhook (e.g. Slack) that gets each alert as ``{"text": ...}`` |

@@ -8,12 +8,21 @@ from price_keeper.tables import ALL_TABLES, DAILY_TOTAL, USAGE_AGG_SHARDED, Tabl
 
 from .settings import Settings
 
-# Tables whose changes a stream consumer may want (spend as it accrues, totals as they fold).
+# Tables whose changes a stream consumer of yours may want (``enableStreams``: spend as it
+# accrues, totals as they fold); their streams then carry full images.
 STREAMED = (USAGE_AGG_SHARDED, DAILY_TOTAL)
 
 
 def _key(name: str) -> dynamodb.Attribute:
     return dynamodb.Attribute(name=name, type=dynamodb.AttributeType.STRING)
+
+
+def _stream(settings: Settings, spec: TableSpec) -> dynamodb.StreamViewType | None:
+    """The view the service reads (the usage table's keys, the aggregator's trigger), or full
+    images for ``enableStreams`` (every view includes the keys)."""
+    if settings.enable_streams and spec in STREAMED:
+        return dynamodb.StreamViewType.NEW_AND_OLD_IMAGES
+    return dynamodb.StreamViewType(spec.stream) if spec.stream else None
 
 
 def physical_name(settings: Settings, spec: TableSpec) -> str:
@@ -46,8 +55,7 @@ class Tables(Construct):
                     point_in_time_recovery_enabled=True),
                 deletion_protection=spec.holds_money,
                 removal_policy=RemovalPolicy.RETAIN if spec.holds_money else RemovalPolicy.DESTROY,
-                stream=dynamodb.StreamViewType.NEW_AND_OLD_IMAGES
-                if settings.enable_streams and spec in STREAMED else None,
+                stream=_stream(settings, spec),
             )
             for index in spec.indexes:
                 table.add_global_secondary_index(

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
+import boto3
 import pytest
 
-from price_keeper import aggregation, keys, tables
+from price_keeper import aggregation, alerts, keys, tables
+from price_keeper.store import usage
 from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.timeutil import org_day
 from tests.factories import seed_org
@@ -109,9 +111,12 @@ def test_work_grows_with_active_scopes_not_with_all_orgs(calls):
     aggregation.run(NOW)
     assert "Scan" not in seen
     assert seen["Query"] == 4  # one per day in play
-    assert seen["BatchGetItem"] == 2  # the shards, then the totals
-    assert seen["PutItem"] == 2 + 2 + 1  # the two label totals, the two scope totals and the heartbeat
-    assert len(keys_read) == 3 + 2 + 2
+    # the shards; the label totals; the scope totals; the label totals again, after writing them
+    assert seen["BatchGetItem"] == 4
+    # the two label totals; each new scope total registers its label, then its sums
+    assert seen["UpdateItem"] == 2 + 2 + 2
+    assert seen["PutItem"] == 1  # the heartbeat
+    assert len(keys_read) == 3 + 2 + 2 + 2
 
 
 def test_lag_is_the_age_of_the_oldest_unfolded_update(aws):
@@ -127,7 +132,7 @@ def test_lag_is_the_age_of_the_oldest_unfolded_update(aws):
 def test_a_run_that_fails_half_way_is_completed_by_the_next(aws, monkeypatch):
     for label in ("premium", "standard", "economy"):
         put_shard("ORG#a", label, 0, cost=11)
-    real_put = aggregation._put_total
+    real_put = aggregation._write_total
     written = []
 
     def fail_after_one(*args):
@@ -136,10 +141,10 @@ def test_a_run_that_fails_half_way_is_completed_by_the_next(aws, monkeypatch):
         written.append(real_put(*args))
         return written[-1]
 
-    monkeypatch.setattr(aggregation, "_put_total", fail_after_one)
+    monkeypatch.setattr(aggregation, "_write_total", fail_after_one)
     with pytest.raises(RuntimeError):
         aggregation.run(NOW)
-    monkeypatch.setattr(aggregation, "_put_total", real_put)
+    monkeypatch.setattr(aggregation, "_write_total", real_put)
     assert aggregation.run(NOW).totals_written == 2 + 1  # the two labels left and the scope total
     assert all(total("ORG#a", label)["cost_usd_micros"] == 11 for label in ("premium", "standard", "economy"))
 
@@ -150,3 +155,123 @@ def test_the_scheduled_handler_reports_the_run(api):
     report = load_handler("aggregator")({"source": "aws.events"}, LambdaContext("aggregator"))
     assert report["totals_written"] == 2 and report["active_shards"] == 1  # the label and the scope total
     assert total(tenant.scope, "premium", org_day("America/New_York"))["cost_usd_micros"] == 3760
+
+
+# --- event-driven runs: the usage table's stream ---------------------------------------
+
+@pytest.fixture
+def stream(aws):
+    """The usage table's stream as the aggregator's event source mapping delivers it:
+    ``stream()`` is a Lambda event of the records written since the last call."""
+    from local.streams import StreamReader, lambda_event
+
+    reader = StreamReader(tables.USAGE_AGG_SHARDED)
+    return lambda: lambda_event(reader.read())
+
+
+def fold(event: dict) -> dict:
+    """The aggregator function, as the event source mapping invokes it, within its role."""
+    from tests.iam_check import only_granted
+
+    with only_granted("aggregator"):
+        return load_handler("aggregator")(event, LambdaContext("aggregator"))
+
+
+def scope_total(scope: str, day: str = DAY) -> dict | None:
+    return table(tables.DAILY_TOTAL).get_item(
+        Key={"usage_key": keys.scope_total_key(scope), "date_key": f"DAY#{day}"}).get("Item")
+
+
+def test_a_stream_batch_moves_only_the_scopes_it_names(stream, calls):
+    seen, keys_read = calls
+    other = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(other, "premium", 0, cost=500)
+    stream()  # delivered earlier (here: never folded)
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(scope, "premium", 3, cost=250, requests=2)
+    seen.clear()
+    report = fold(stream())
+    assert "Scan" not in seen and "Query" not in seen  # no discovery: the stream names the shards
+    assert total(scope, "premium")["cost_usd_micros"] == 250 and scope_total(scope)["labels"] == {"premium"}
+    assert total(other, "premium") is None and scope_total(other) is None
+    assert all(other not in str(key) for key in keys_read)
+    assert report["usage_keys"] == 1 and report["totals_written"] == 2  # the label and the scope total
+
+
+def test_a_replayed_or_duplicated_batch_counts_once(stream, api):
+    tenant = new_tenant()
+    for _ in range(3):
+        assert api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).status == 202
+    event = stream()
+    assert fold(event)["totals_written"] == 2
+    assert fold(event)["totals_written"] == 0  # Lambda delivered the batch again: nothing to write
+    assert fold({"Records": event["Records"] * 2})["totals_written"] == 0  # a record twice in one batch
+    day = org_day("America/New_York")
+    premium = total(tenant.scope, "premium", day)
+    assert (premium["requests"], premium["cost_usd_micros"]) == (3, 3 * 3760)
+    assert scope_total(tenant.scope, day)["cost_usd_micros"] == 3 * 3760
+
+
+def test_every_shard_of_the_scope_counts_whatever_shard_the_batch_names(stream):
+    scope = keys.scope_key(seed_org(agg_shard_count=16), "app-1", "APP")
+    put_shard(scope, "premium", 15, cost=40)
+    stream()  # this batch was lost: the stream's retries ran out
+    put_shard(scope, "premium", 2, cost=2)
+    fold(stream())
+    assert total(scope, "premium")["cost_usd_micros"] == 42  # the lost shard is summed all the same
+
+
+def test_dedup_items_and_deletions_are_not_folded(stream, calls):
+    seen, _ = calls
+    tenant = new_tenant()
+    put_shard(tenant.scope, "premium", 0)
+    table(tables.USAGE_AGG_SHARDED).put_item(Item={"shard_key": f"{tenant.scope}#REQ#x", "date_key": "DEDUP"})
+    table(tables.USAGE_AGG_SHARDED).delete_item(Key={"shard_key": keys.shard_key(tenant.scope, "premium", 0),
+                                                      "date_key": f"DAY#{DAY}"})
+    records = stream()["Records"]
+    assert [r["eventName"] for r in records] == ["INSERT", "INSERT", "REMOVE"]
+    seen.clear()
+    report = fold({"Records": records[1:]})
+    assert sum(seen.values()) == 0 and report["usage_keys"] == 0
+
+
+def test_labels_folded_in_any_order_all_reach_the_scope_total(stream):
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(scope, "premium", 0, cost=100)
+    first = stream()
+    put_shard(scope, "standard", 1, cost=20)
+    put_shard(scope, "my-profile", 1, cost=3)  # outside the ordering
+    second = stream()
+    fold(second)  # the later batch lands first (another stream shard)
+    fold(first)
+    assert (scope_total(scope)["cost_usd_micros"], scope_total(scope)["labels"]) == (
+        123, {"premium", "standard", "my-profile"})
+
+
+def test_a_scope_total_never_forgets_a_label(stream, monkeypatch):
+    """Label sets only grow: a total written from a partial view (here a sweep whose index
+    read missed a shard) never drops a label, or later runs would stop reading its total."""
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(scope, "premium", 0, cost=100)
+    put_shard(scope, "standard", 1, cost=20)
+    fold(stream())
+    put_shard(scope, "standard", 1, cost=50, requests=5)
+    stream()  # lost
+    found = usage.active_shard_keys
+    monkeypatch.setattr(usage, "active_shard_keys",
+                        lambda day: [key for key in found(day) if "#LABEL#premium#" not in key["shard_key"]])
+    aggregation.run(NOW)
+    assert scope_total(scope)["labels"] == {"premium", "standard"}
+    monkeypatch.undo()
+    put_shard(scope, "standard", 2, cost=1)
+    fold(stream())
+    assert scope_total(scope)["cost_usd_micros"] == 151
+
+
+def test_a_stream_batch_fires_the_alerts_its_totals_cross(stream, api):
+    tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
+    events = boto3.client("events")
+    events.create_event_bus(Name=alerts.DEFAULT_EVENT_BUS)
+    assert api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).status == 202  # 94 %
+    assert fold(stream())["alerts_fired"] == 1  # THRESHOLD 80 %
+    assert fold(stream())["alerts_fired"] == 0

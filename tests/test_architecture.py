@@ -13,7 +13,8 @@ LAMBDAS = PACKAGE.parents[3] / "lambdas"
 DYNAMODB_CALLS = {"get_item", "put_item", "update_item", "delete_item", "query", "scan", "batch_get_item",
                   "batch_write_item", "transact_write_items", "transact_get_items", "Table"}
 CONNECTION = {"dynamodb", "ddb_client", "table", "query_all", "conditional", "written", "transact"}
-TOKEN_HANDLERS = {"auth_token", "auth_refresh"}  # issuing tokens is their job
+# The OAuth2 token endpoints: issuing, refreshing and revoking tokens is their job.
+TOKEN_HANDLERS = {"auth_token", "auth_refresh", "auth_revoke"}
 
 
 def _modules(root: Path):
@@ -51,6 +52,7 @@ def test_keys_are_built_and_parsed_only_in_store():
 
 
 def test_no_handler_authenticates_by_itself():
+    """The pipeline authenticates every route as it declares; a handler never touches auth."""
     for path, tree in _modules(LAMBDAS):
         if path.parent.name in TOKEN_HANDLERS:
             continue

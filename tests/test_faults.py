@@ -144,7 +144,7 @@ def test_aggregator_resumes_after_a_failed_run_without_double_counting(api):
     tenants = [new_tenant(app_id=f"app-{n}") for n in range(3)]
     for tenant in tenants:
         assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
-    fail_calls("PutItem", 1, code="InternalServerError", after=1)  # one total written, the second fails
+    fail_calls("UpdateItem", 1, code="InternalServerError", after=1)  # one total written, the second fails
     with pytest.raises(ClientError, match="InternalServerError"):
         aggregation.run()
     day = org_day("America/New_York")

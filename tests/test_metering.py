@@ -55,7 +55,7 @@ def test_accepted_record_answers_202_with_shard_cost_and_daily_total(api, tenant
     assert answer["status"] == "accepted" and answer["message"] == "Usage data queued for processing"
     assert answer["duplicate"] is False
     assert answer["processing"] == {"shard_id": keys.stable_shard(body["request_id"], 8),
-                                    "expected_aggregation_lag_secs": 60, "cost_usd_micros": 3760}
+                                    "expected_aggregation_lag_secs": 2, "cost_usd_micros": 3760}
     assert answer["pricing"]["source"] == "CONFIG_FALLBACK"
     assert answer["timestamp"].endswith("Z")
     day = org_day("America/New_York")
@@ -233,6 +233,10 @@ def test_batch_answers_207_with_a_result_per_record(api, tenant):
     assert body["timestamp"].endswith("Z")
     assert sum(int(item["requests"]) for item in shard_items()) == 2
     assert len(dedup_items()) == 2
+    # The quota position of each label the batch counted, as a single report answers it.
+    day = org_day("America/New_York")
+    assert [(t["label"], t["org_day"], t["status"], t["mode"]) for t in body["daily_totals"]] == [
+        ("premium", day, "NORMAL", "NORMAL"), ("standard", day, "NORMAL", "NORMAL")]
 
 
 def test_a_batch_retried_whole_is_counted_once(api, tenant, many_transactions):

@@ -112,6 +112,12 @@ class LabelQuota:
     reason: str | None
 
     @classmethod
+    def from_json(cls, value: dict) -> "LabelQuota":
+        status = value.get("status") or value.get("mode") or value.get("quota_status")
+        return cls(value.get("label") or value.get("model_label"), value.get("quota_pct"),
+                   status if status in QUOTA_STATES else None, value.get("reason"))
+
+    @classmethod
     def find(cls, body: dict) -> "LabelQuota | None":
         """Looks for ``daily_total`` (this service's usage answer), ``quota`` or ``quota_status``,
         at the top level or under ``processing``."""
@@ -119,9 +125,7 @@ class LabelQuota:
             for key in ("daily_total", "quota", "quota_status"):
                 value = holder.get(key)
                 if isinstance(value, dict):
-                    status = value.get("status") or value.get("mode") or value.get("quota_status")
-                    return cls(value.get("label") or value.get("model_label"), value.get("quota_pct"),
-                               status if status in QUOTA_STATES else None, value.get("reason"))
+                    return cls.from_json(value)
         return None
 
 
@@ -163,12 +167,14 @@ class BatchItemResult:
 
 @dataclass(frozen=True)
 class BatchResult:
-    """``207`` answer to a batch report: one result per record."""
+    """``207`` answer to a batch report: one result per record, and the quota position of
+    each label the batch counted (``daily_totals``, when the server includes it)."""
 
     accepted: int
     failed: int
     results: tuple[BatchItemResult, ...]
-    raw: dict = field(repr=False, compare=False)
+    quotas: tuple[LabelQuota, ...] = ()
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, body: dict) -> "BatchResult":
@@ -177,7 +183,9 @@ class BatchResult:
                                         bool(item.get("duplicate", False)))
                         for item in body.get("results") or ())
         accepted = body.get("accepted", sum(item.accepted for item in results))
-        return cls(int(accepted), int(body.get("failed", len(results) - accepted)), results, body)
+        quotas = tuple(LabelQuota.from_json(value) for value in body.get("daily_totals") or ()
+                       if isinstance(value, dict))
+        return cls(int(accepted), int(body.get("failed", len(results) - accepted)), results, quotas, body)
 
 
 @dataclass(frozen=True)

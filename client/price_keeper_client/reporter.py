@@ -13,7 +13,7 @@ from collections import deque
 from typing import Callable, Iterable, Sequence
 
 from .errors import ERRORS_BY_CODE, PriceKeeperError
-from .models import BatchResult, UsageReceipt, UsageRecord
+from .models import BatchResult, LabelQuota, UsageReceipt, UsageRecord
 from .retry import RetryPolicy
 
 log = logging.getLogger("price_keeper_client")
@@ -23,12 +23,13 @@ _RETRYABLE_ITEM_ERRORS = frozenset(code for code, cls in ERRORS_BY_CODE.items() 
 
 
 class UsageReporter:
-    """``send_one(record) -> UsageReceipt`` and ``send_batch(records) -> BatchResult`` do the HTTP."""
+    """``send_one(record) -> UsageReceipt`` and ``send_batch(records) -> BatchResult`` do the HTTP;
+    ``on_quota`` hears every quota position a usage answer reports (single or batch)."""
 
     def __init__(self, send_one: Callable[[UsageRecord], UsageReceipt],
                  send_batch: Callable[[Sequence[UsageRecord]], BatchResult], *,
                  retry: RetryPolicy | None = None, batch_size: int = BATCH_LIMIT, max_pending: int = 100_000,
-                 on_receipt: Callable[[UsageReceipt], None] | None = None):
+                 on_quota: Callable[[LabelQuota], None] | None = None):
         if not 1 <= batch_size <= BATCH_LIMIT:
             raise ValueError(f"batch_size must be 1..{BATCH_LIMIT}")
         self._send_one = send_one
@@ -36,7 +37,7 @@ class UsageReporter:
         self.retry = retry or RetryPolicy()
         self.batch_size = batch_size
         self.max_pending = max_pending
-        self._on_receipt = on_receipt
+        self._on_quota = on_quota
         self._pending: deque[UsageRecord] = deque()
         self._in_flight = 0
         self._closing = False
@@ -52,15 +53,21 @@ class UsageReporter:
     def report(self, record: UsageRecord) -> UsageReceipt:
         """Sends one record now, retrying transient failures with the same ``request_id``."""
         receipt = self.retry.call(lambda: self._send_one(record), "usage report")
-        if self._on_receipt:
-            self._on_receipt(receipt)
+        self._heard([receipt.quota] if receipt.quota else [])
         return receipt
 
     def report_batch(self, records: Iterable[UsageRecord]) -> list[BatchResult]:
         """Sends records in batches of at most 100, each retried as a whole on transient failures."""
         records = list(records)
-        return [self.retry.call(lambda chunk=records[i:i + self.batch_size]: self._send_batch(chunk), "usage batch")
-                for i in range(0, len(records), self.batch_size)]
+        results = [self.retry.call(lambda chunk=records[i:i + self.batch_size]: self._send_batch(chunk), "usage batch")
+                   for i in range(0, len(records), self.batch_size)]
+        self._heard([quota for result in results for quota in result.quotas])
+        return results
+
+    def _heard(self, quotas: list[LabelQuota]) -> None:
+        if self._on_quota:
+            for quota in quotas:
+                self._on_quota(quota)
 
     # -- background ----------------------------------------------------------------------------
 

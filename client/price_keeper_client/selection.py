@@ -2,8 +2,8 @@
 
 The service's ``client_guidance.cache_duration_secs`` (300 s in normal mode, 60 s in tight
 mode) and the ``Cache-Control: max-age`` header bound the cache; the shorter wins. The
-cache is dropped at once when the service answers 429, and when a usage answer shows the
-label turning tight or exceeded, or a reason the cached choice does not know.
+cache is dropped at once when the service answers 429, and when a usage answer (single or
+batch) shows the label spent or turned tight, or a reason the cached choice does not know.
 """
 from __future__ import annotations
 
@@ -67,7 +67,10 @@ class ModelSelector:
             self._choice = None
 
     def observe(self, quota: LabelQuota | None) -> None:
-        """Feeds back the quota position a usage answer reported for the cached label."""
+        """Feeds back the quota position a usage answer reported for the cached label: the
+        next call selects again when the label is spent, turned tight, or the reason changed.
+        (Not when it reads NORMAL under a TIGHT choice: the choice may be tight for the scope's
+        total cap, which a usage answer does not evaluate, and a tight choice is short-lived.)"""
         if quota is None:
             return
         with self._lock:

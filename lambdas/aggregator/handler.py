@@ -1,9 +1,14 @@
-"""Scheduled (EventBridge, every minute): fold the usage shards of the org days in play
-into DailyTotal, fire the spend alerts those totals cross, and publish the aggregator lag
-and how close each changed scope is to its quotas."""
+"""The aggregator: folds usage shards into DailyTotal, fires the spend alerts those totals
+cross, publishes the aggregator lag and how close
+each changed scope is to its quotas. Two triggers, one fold (``price_keeper.aggregation``):
+the usage table's DynamoDB Stream (event source mapping: the labels a batch of usage writes
+changed, within seconds) and the EventBridge schedule (the sweep that repairs what the
+stream missed). A failed stream batch raises: Lambda retries it, bisecting, and the fold
+is idempotent."""
 from dataclasses import asdict
 
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
 from price_keeper import aggregation, alerts
 from price_keeper.metric_names import AGGREGATOR_LAG_SECONDS, SPEND_PCT
@@ -14,7 +19,8 @@ from price_keeper.timeutil import utc_now
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def lambda_handler(event: dict, context) -> dict:
-    report = aggregation.run()
+    stream = "Records" in event
+    report = aggregation.fold_stream(DynamoDBStreamEvent(event).records) if stream else aggregation.run()
     now = utc_now()
     fired = alerts.fire_after_run(report, now)
     metrics.add_metric(name=AGGREGATOR_LAG_SECONDS, unit=MetricUnit.Seconds, value=report.lag_seconds)
@@ -23,6 +29,7 @@ def lambda_handler(event: dict, context) -> dict:
     metrics.add_metric(name="AlertsFired", unit=MetricUnit.Count, value=len(fired))
     for pct in alerts.spend_pcts(report, now):  # one metric, a value per quota (Powertools flushes each 100)
         metrics.add_metric(name=SPEND_PCT, unit=MetricUnit.Percent, value=pct)
-    summary = {**asdict(report), "costs": len(report.costs), "changed": len(report.changed), "alerts_fired": len(fired)}
+    summary = {**asdict(report), "costs": len(report.costs), "changed": len(report.changed), "alerts_fired": len(fired),
+               "trigger": "stream" if stream else "schedule"}
     logger.info("aggregation run", extra={"report": summary})
     return summary

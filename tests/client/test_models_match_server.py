@@ -123,7 +123,7 @@ WIRE = {
         "shard_id": "processing.shard_id", "cost_usd_micros": "processing.cost_usd_micros", "quota": "daily_total"},
         left_in_raw=frozenset({"message", "timestamp", "pricing"})),
     LabelQuota: Wire("usage", "daily_total", partial=True, not_sent=frozenset({"reason"})),
-    BatchResult: Wire("batch", left_in_raw=frozenset({"timestamp"})),
+    BatchResult: Wire("batch", paths={"quotas": "daily_totals"}, left_in_raw=frozenset({"timestamp"})),
     BatchItemResult: Wire("batch", "results.*"),
     DailySpend: Wire("aggregates", paths={"labels": "models"}),
     LabelSpend: Wire("aggregates", "models.*"),

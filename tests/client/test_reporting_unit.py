@@ -145,3 +145,54 @@ def test_usage_record_sends_prompt_cache_tokens_only_when_present():
     assert (cached["cache_read_input_tokens"], cached["cache_write_input_tokens"], cached["calling_region"]) == (
         100, 7, "eu-west-1")
     assert plain["timestamp"].endswith("Z") and "." not in plain["timestamp"]
+
+
+SELECTION = f"{URL}/api/v1/orgs/{ORG}/apps/{APP}/model-selection"
+
+
+def selection_answer(label: str, mode: str = "NORMAL") -> dict:
+    return {"recommended_model": {"label": label, "bedrock_model_id": f"{label}-id", "reason": "NORMAL"},
+            "quota_status": {"mode": mode, "quota_pct": 50.0},
+            "client_guidance": {"check_frequency": "PERIODIC_300S", "cache_duration_secs": 300}}
+
+
+def spent(label: str) -> dict:
+    return {"label": label, "quota_pct": 100.1, "status": "EXCEEDED", "mode": "TIGHT"}
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+def test_a_usage_answer_saying_the_label_is_spent_makes_the_next_call_select_again(http, batch):
+    """The cached choice would hold for 300 s; the usage answer says premium is spent, so the
+    very next call asks the service, which moves to standard."""
+    http.get(SELECTION, json=selection_answer("premium"), headers={"Cache-Control": "max-age=300, private"})
+    http.get(SELECTION, json=selection_answer("standard"), headers={"Cache-Control": "max-age=300, private"})
+    item = record()
+    if batch:
+        http.post(f"{USAGE}/batch", status=207, json={
+            "accepted": 1, "failed": 0, "results": [{"request_id": item.request_id, "status": "accepted"}],
+            "daily_totals": [spent("premium")]})
+    else:
+        http.post(USAGE, status=202, json={**accepted(item.request_id), "daily_total": spent("premium")})
+    client = keeper([])
+    assert client.select_model().label == "premium"
+    assert client.select_model().label == "premium"  # cached
+    if batch:
+        client.report_usage_batch([item])
+    else:
+        client.report_usage(item)
+    assert client.select_model().label == "standard"
+    assert sum(call.request.url.startswith(SELECTION) for call in http.calls) == 2
+
+
+def test_background_batches_feed_the_selection_too(http):
+    http.get(SELECTION, json=selection_answer("premium"))
+    http.get(SELECTION, json=selection_answer("premium", mode="TIGHT"))
+    item = record()
+    http.post(f"{USAGE}/batch", status=207, json={
+        "accepted": 1, "failed": 0, "results": [{"request_id": item.request_id, "status": "accepted"}],
+        "daily_totals": [{"label": "premium", "quota_pct": 96.0, "status": "TIGHT", "mode": "TIGHT"}]})
+    client = keeper([], report_in_background=True)
+    assert client.select_model().mode == "NORMAL"
+    client.record_usage(item)
+    assert client.flush(10)
+    assert client.select_model().mode == "TIGHT"

@@ -84,11 +84,12 @@ def test_a_429_drops_the_cache_and_the_next_call_asks_again():
     (LabelQuota("premium", 100.5, "EXCEEDED", None), "TIGHT", True),
     (LabelQuota("premium", 40.0, "NORMAL", "QUOTA_EXCEEDED_ULTRA"), "NORMAL", True),  # reason changed
     (LabelQuota("premium", 97.0, "TIGHT", None), "TIGHT", False),  # already known to be tight
+    (LabelQuota("premium", 60.0, "NORMAL", None), "TIGHT", False),  # tight for the total cap, say: keep it
     (LabelQuota("premium", 40.0, "NORMAL", "NORMAL"), "NORMAL", False),
     (LabelQuota("standard", 100.0, "EXCEEDED", None), "NORMAL", False),  # another label
     (None, "NORMAL", False),  # the answer says nothing about quota
 ])
-def test_usage_answers_invalidate_the_cache_when_the_label_gets_worse(quota, cached_mode, asks_again):
+def test_usage_answers_invalidate_the_cache_when_the_label_is_spent_or_turns_tight(quota, cached_mode, asks_again):
     service = Answers((choice(mode=cached_mode), None), (choice(label="standard"), None))
     selector = ModelSelector(service, clock=FakeClock())
     selector.current()
@@ -106,3 +107,14 @@ def test_label_quota_is_found_in_the_usage_answer_shapes():
             "daily_total": {"label": "premium", "quota_pct": 100.2, "status": "EXCEEDED", "mode": "TIGHT"}}
     assert LabelQuota.find(ours) == LabelQuota("premium", 100.2, "EXCEEDED", None)
     assert LabelQuota.find({"request_id": "x", "processing": {"shard_id": 1}}) is None
+
+
+def test_label_quotas_are_found_in_a_batch_answer():
+    from price_keeper_client.models import BatchResult
+
+    body = {"accepted": 2, "failed": 0, "results": [], "daily_totals": [
+        {"label": "premium", "quota_pct": 100.4, "status": "EXCEEDED", "mode": "TIGHT"},
+        {"label": "standard", "quota_pct": 12.0, "status": "NORMAL", "mode": "NORMAL"}]}
+    assert BatchResult.from_json(body).quotas == (LabelQuota("premium", 100.4, "EXCEEDED", None),
+                                                   LabelQuota("standard", 12.0, "NORMAL", None))
+    assert BatchResult.from_json({"accepted": 0, "failed": 0, "results": []}).quotas == ()

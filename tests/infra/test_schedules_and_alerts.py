@@ -23,7 +23,7 @@ def _scheduled_targets(synth) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("job, expression, retries, max_age", [
-    ("aggregator", "rate(1 minute)", 2, 120),
+    ("aggregator", "rate(10 minutes)", 2, 600),
     ("pricing_fetcher", "rate(1 day)", 8, 6 * 3600),
 ])
 def test_schedule_with_retry_policy_and_dead_letter_queue(synth, job, expression, retries, max_age):

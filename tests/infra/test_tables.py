@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from price_keeper.tables import ALL_TABLES, DAILY_TOTAL, USAGE_AGG_SHARDED
+from price_keeper.tables import ALL_TABLES, USAGE_AGG_SHARDED
 
 pytestmark = pytest.mark.infra
 
@@ -59,19 +59,6 @@ def test_money_tables_are_protected_and_retained_and_every_table_is_recoverable(
 
 def test_money_tables_are_config_usage_and_totals():
     assert {spec.name for spec in ALL_TABLES if spec.holds_money} == {"config", "usage-agg-sharded", "daily-total"}
-
-
-def test_streams_off_by_default(synth):
-    assert all("StreamSpecification" not in t["Properties"] for t in synth.resources("AWS::DynamoDB::Table").values())
-
-
-def test_streams_on_usage_and_totals_when_enabled(synth_options):
-    for spec in ALL_TABLES:
-        props = _table(synth_options, spec)["Properties"]
-        if spec in (USAGE_AGG_SHARDED, DAILY_TOTAL):
-            assert props["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
-        else:
-            assert "StreamSpecification" not in props
 
 
 def test_table_prefix_from_context(synth_options):

@@ -74,7 +74,9 @@ class Metering(NamedTuple):
     sticky_fallback_enabled: bool = True
     dedup_ttl_days: int = 3
     usage_retention_days: int = 400
-    aggregation_interval_secs: int = 60
+    # Seconds from a usage write to its DailyTotal: the stream's batching window (1 s) and
+    # the fold (the usage reply's ``expected_aggregation_lag_secs``).
+    aggregation_lag_secs: int = 2
     # A record stamped on the previous org-local day keeps that day only if it arrives
     # this long after local midnight; later, it counts toward the day it arrives on.
     backdate_grace_secs: int = 900

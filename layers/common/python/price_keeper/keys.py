@@ -77,6 +77,11 @@ def shard_key(scope: str, label: str, shard_id: int) -> str:
     return f"{usage_key(scope, label)}#SH#{shard_id}"
 
 
+def shard_item_keys(scope: str, label: str, date_key: str, shard_count: int) -> list[dict]:
+    """Keys of every usage shard item of a label on an org day (``date_key`` = ``DAY#yyyymmdd``)."""
+    return [{"shard_key": shard_key(scope, label, shard), "date_key": date_key} for shard in range(shard_count)]
+
+
 def usage_key_of_shard(shard: str) -> str:
     """The DailyTotal ``usage_key`` a shard key folds into."""
     return shard.rsplit("#SH#", 1)[0]

@@ -228,7 +228,7 @@ def _accepted_body(outcome: Outcome, now: datetime) -> dict:
         "duplicate": outcome.duplicate,
         "processing": {
             "shard_id": outcome.shard_id,
-            "expected_aggregation_lag_secs": get_config().metering.aggregation_interval_secs,
+            "expected_aggregation_lag_secs": get_config().metering.aggregation_lag_secs,
             "cost_usd_micros": outcome.cost_usd_micros,
         },
         "pricing": {"source": outcome.price_source, "version": parse_day(outcome.day).isoformat(),
@@ -251,23 +251,29 @@ def _failed(raw, code: str, message: str) -> dict:
             "error": code, "message": message}
 
 
-def _submit_one(config: EffectiveConfig, raw, now: datetime) -> dict:
+def _submit_one(config: EffectiveConfig, raw, now: datetime) -> tuple[dict, Outcome | None]:
+    """The record's result, and its outcome when it was accepted."""
     try:
         outcome = count(config, prepare(config, UsageRequest.model_validate(raw), now), now)
     except ValidationError:
-        return _failed(raw, "INVALID_REQUEST", "Request validation failed")
+        return _failed(raw, "INVALID_REQUEST", "Request validation failed"), None
     except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others (each is one transaction)
         failure = as_api_error(error)
-        return _failed(raw, failure.code, failure.message)
+        return _failed(raw, failure.code, failure.message), None
     return {"request_id": outcome.request_id, "status": "accepted", "shard_id": outcome.shard_id,
-            "cost_usd_micros": outcome.cost_usd_micros, "duplicate": outcome.duplicate}
+            "cost_usd_micros": outcome.cost_usd_micros, "duplicate": outcome.duplicate}, outcome
 
 
 def submit_batch(org_id: str, app_id: str, records: list, now: datetime | None = None) -> dict:
     """``POST .../usage/batch``: each record validated and written on its own (one
-    transaction each, in order), so one bad or duplicate record never affects another."""
+    transaction each, in order), so one bad or duplicate record never affects another.
+    ``daily_totals`` gives the quota position of each label the batch counted, as the
+    single report's ``daily_total`` does, so a batching client learns a label is spent."""
     now = now or utc_now()
     config = orgs.effective_config(org_id, app_id)
-    results = [_submit_one(config, raw, now) for raw in records]
+    done = [_submit_one(config, raw, now) for raw in records]
+    results = [result for result, _ in done]
     accepted = sum(1 for result in results if result["status"] == "accepted")
-    return {"accepted": accepted, "failed": len(results) - accepted, "results": results, "timestamp": iso_utc(now)}
+    counted = dict.fromkeys((outcome.label, outcome.day) for _, outcome in done if outcome is not None)
+    return {"accepted": accepted, "failed": len(results) - accepted, "results": results,
+            "daily_totals": [daily_status(config, label, day) for label, day in counted], "timestamp": iso_utc(now)}

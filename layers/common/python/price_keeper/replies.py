@@ -77,6 +77,7 @@ class BatchReceipt(Reply):
     accepted: int
     failed: int
     results: list[BatchResult]
+    daily_totals: list[DailyStatus] = Field(description="The quota position of each label the batch counted")
     timestamp: str
 
 

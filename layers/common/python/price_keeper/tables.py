@@ -30,6 +30,7 @@ class TableSpec:
     ttl_attribute: str | None = TTL_ATTRIBUTE
     holds_money: bool = False
     indexes: tuple[Index, ...] = ()
+    stream: str | None = None  # StreamViewType the service reads (the usage table: the aggregator's trigger)
 
     @property
     def physical_name(self) -> str:
@@ -65,7 +66,12 @@ class TableSpec:
                 }
                 for index in self.indexes
             ]
+        if self.stream:
+            kwargs["StreamSpecification"] = self.stream_specification()
         return kwargs
+
+    def stream_specification(self) -> dict:
+        return {"StreamEnabled": True, "StreamViewType": self.stream}
 
 
 # Sparse index over usage shard items: a shard item carries ``active_day`` (its
@@ -75,9 +81,11 @@ ACTIVE_BY_DAY = Index(name="active-by-day", partition_key="active_day", sort_key
 
 CONFIG = TableSpec("config", "CONFIG_TABLE", "org_key", "resource_key", holds_money=True)
 STICKY_STATE = TableSpec("sticky-state", "STICKY_STATE_TABLE", "scope_key", "date_key")
+# Its stream names the shards each usage write changed (keys are all the aggregator reads
+# from it: it sums the shards themselves, so a record delivered twice changes nothing).
 USAGE_AGG_SHARDED = TableSpec(
     "usage-agg-sharded", "USAGE_AGG_SHARDED_TABLE", "shard_key", "date_key",
-    holds_money=True, indexes=(ACTIVE_BY_DAY,),
+    holds_money=True, indexes=(ACTIVE_BY_DAY,), stream="KEYS_ONLY",
 )
 DAILY_TOTAL = TableSpec("daily-total", "DAILY_TOTAL_TABLE", "usage_key", "date_key", holds_money=True)
 PRICING_CACHE = TableSpec("pricing-cache", "PRICING_CACHE_TABLE", "model_id", "price_key")

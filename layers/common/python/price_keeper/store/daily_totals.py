@@ -21,20 +21,36 @@ def day_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = F
     return Read(tables.DAILY_TOTAL, wanted, READ_ATTRIBUTES)
 
 
-def read_current(total_keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict]:
-    """The stored totals among (usage_key, date_key) pairs: their counters and how far
-    they have folded the shards (``source_updated_at_epoch``)."""
+def read_current(total_keys: Iterable[dict], *, consistent: bool = False) -> dict[tuple[str, str], dict]:
+    """The stored totals among ``total_keys`` by (usage_key, date_key): their counters, how
+    far they have folded the shards (``source_updated_at_epoch``) and a scope total's labels."""
     return {(item["usage_key"], item["date_key"]): item
-            for item in batch_get(tables.DAILY_TOTAL, [{"usage_key": u, "date_key": d} for u, d in total_keys],
-                                  attributes=[*COUNTERS, "source_updated_at_epoch"])}
+            for item in batch_get(tables.DAILY_TOTAL, total_keys, consistent=consistent,
+                                  attributes=[*COUNTERS, "source_updated_at_epoch", "labels"])}
 
 
-def put_if_grown(item: dict) -> bool:
-    """Write a total unless one with as many or more requests is stored (sums only grow,
-    so a slower, overlapping run never moves a total backwards); True when written."""
-    return written(table(tables.DAILY_TOTAL).put_item,
-                   Item=item, ConditionExpression="attribute_not_exists(usage_key) OR requests < :requests",
-                   ExpressionAttributeValues={":requests": item["requests"]})
+def write_if_grown(usage_key: str, date_key: str, values: dict, labels: set[str]) -> bool:
+    """SET ``values`` on a total unless one with as many or more ``requests`` is stored (sums
+    only grow, so a slower, repeated or overlapping run never moves a total backwards), and
+    ADD ``labels`` to a scope total's set; True when written."""
+    update = "SET " + ", ".join(f"#{name} = :{name}" for name in values)
+    bound = {f":{name}": value for name, value in values.items()}
+    if labels:
+        update += " ADD labels :labels"
+        bound[":labels"] = labels
+    return written(table(tables.DAILY_TOTAL).update_item,
+                   Key={"usage_key": usage_key, "date_key": date_key}, UpdateExpression=update,
+                   ConditionExpression="attribute_not_exists(#requests) OR #requests < :requests",
+                   ExpressionAttributeNames={f"#{name}": name for name in values}, ExpressionAttributeValues=bound)
+
+
+def register_labels(total_key: dict, labels: set[str], expires_at: int) -> set[str]:
+    """ADD ``labels`` to a scope total's set (creating the item if needed); the whole set after."""
+    reply = table(tables.DAILY_TOTAL).update_item(
+        Key=total_key, UpdateExpression=f"ADD labels :labels SET {tables.TTL_ATTRIBUTE} = "
+                                        f"if_not_exists({tables.TTL_ATTRIBUTE}, :expires)",
+        ExpressionAttributeValues={":labels": labels, ":expires": expires_at}, ReturnValues="UPDATED_NEW")
+    return set(reply["Attributes"]["labels"])
 
 
 def put_heartbeat(now_epoch: int, lag_seconds: int) -> None:

@@ -90,9 +90,9 @@ def active_shard_keys(day: str) -> list[dict]:
     return [{"shard_key": item["shard_key"], "date_key": item["date_key"]} for item in items]
 
 
-def read_shards(shard_keys: Iterable[dict], attributes: Iterable[str]) -> list[dict]:
+def read_shards(shard_keys: Iterable[dict], attributes: Iterable[str], *, consistent: bool = False) -> list[dict]:
     """The existing shards among ``shard_keys`` (any number; BatchGetItem)."""
-    return batch_get(tables.USAGE_AGG_SHARDED, shard_keys, attributes=attributes)
+    return batch_get(tables.USAGE_AGG_SHARDED, shard_keys, attributes=attributes, consistent=consistent)
 
 
 def label_spends(scope: str, labels: Iterable[str], day: str, shard_count: int) -> dict[str, int]:
@@ -105,8 +105,7 @@ def label_spends(scope: str, labels: Iterable[str], day: str, shard_count: int) 
     consistent, vs 1.5 for the totals). ``benchmarks/overshoot.py`` measures what it buys.
     """
     labels = list(labels)
-    wanted = [{"shard_key": keys.shard_key(scope, label, shard), "date_key": keys.day_key(day)}
-              for label in labels for shard in range(shard_count)]
+    wanted = [key for label in labels for key in keys.shard_item_keys(scope, label, keys.day_key(day), shard_count)]
     spends = dict.fromkeys(labels, 0)
     for item in read_shards(wanted, ["cost_usd_micros"]):
         spends[keys.label_of_shard(item["shard_key"])] += int(item.get("cost_usd_micros", 0))

@@ -1,0 +1,111 @@
+"""The usage table's DynamoDB Stream, delivered to the aggregator as Lambda's event source
+mapping delivers it (``price_keeper.aggregation.USAGE_STREAM``): the local server polls the
+stream (moto's, or DynamoDB Local's) from a thread and invokes the same aggregator handler
+with Lambda-shaped batches, so ``make run`` folds usage within seconds as AWS does.
+
+Like the mapping: reading starts at ``TRIM_HORIZON`` (after a restart, the replayed journal's
+writes are folded again, which changes nothing), a batch is sent when ``batch_size`` records
+wait or the first has waited ``batching_window_s``, and a batch that keeps failing is
+dropped after ``retries`` attempts and logged (the mapping would send it to the dead-letter
+queue); the sweep folds what it named.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from datetime import datetime
+
+import boto3
+from botocore.config import Config
+
+from price_keeper.aggregation import USAGE_STREAM
+from price_keeper.tables import TableSpec
+
+from .gateway import invoke_job
+
+log = logging.getLogger("price_keeper.local")
+POLL_SECONDS = 0.2
+
+
+def lambda_event(records: list[dict]) -> dict:
+    return {"Records": records}
+
+
+class StreamReader:
+    """The records a table's stream gained since the last ``read()``, shard by shard, each in
+    the shape Lambda hands a function (``ApproximateCreationDateTime`` in epoch seconds,
+    ``eventSourceARN``)."""
+
+    def __init__(self, spec: TableSpec):
+        endpoint = os.environ.get("DYNAMODB_ENDPOINT_URL") or None
+        self.arn = boto3.client("dynamodb", endpoint_url=endpoint).describe_table(
+            TableName=spec.physical_name)["Table"]["LatestStreamArn"]
+        # The regional endpoint, not the account-based one botocore derives from the stream ARN
+        # (moto serves only the former).
+        self.streams = boto3.client("dynamodbstreams", endpoint_url=endpoint,
+                                    config=Config(account_id_endpoint_mode="disabled"))
+        self.iterators: dict[str, str | None] = {}  # shard id -> next iterator (None: shard closed and read)
+
+    def read(self) -> list[dict]:
+        records = []
+        for shard in self.streams.describe_stream(StreamArn=self.arn)["StreamDescription"]["Shards"]:
+            shard_id = shard["ShardId"]
+            if shard_id not in self.iterators:
+                self.iterators[shard_id] = self.streams.get_shard_iterator(
+                    StreamArn=self.arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+            while self.iterators[shard_id]:
+                page = self.streams.get_records(ShardIterator=self.iterators[shard_id], Limit=1000)
+                self.iterators[shard_id] = page.get("NextShardIterator")
+                records += [self._as_lambda(record) for record in page["Records"]]
+                if not page["Records"]:
+                    break
+        return records
+
+    def _as_lambda(self, record: dict) -> dict:
+        created = record["dynamodb"].get("ApproximateCreationDateTime")
+        if isinstance(created, datetime):
+            record["dynamodb"]["ApproximateCreationDateTime"] = created.timestamp()
+        return {**record, "eventSourceARN": self.arn}
+
+
+class StreamTrigger(threading.Thread):
+    """Polls ``reader`` and invokes ``function`` with batches, as ``USAGE_STREAM`` says."""
+
+    def __init__(self, function: str, reader: StreamReader, stop: threading.Event):
+        super().__init__(name=f"stream-{function}", daemon=True)
+        self.function, self.reader, self.stop_event = function, reader, stop
+        self.pending: list[dict] = []
+        self.first_waiting_since = 0.0
+
+    def run(self) -> None:
+        while not self.stop_event.wait(POLL_SECONDS):
+            try:
+                self._poll()
+            except Exception:  # the stream or moto hiccuped: poll again (records stay in the stream)
+                log.exception("reading the usage stream failed")
+
+    def _poll(self) -> None:
+        new = self.reader.read()
+        if new and not self.pending:
+            self.first_waiting_since = time.monotonic()
+        self.pending += new
+        waited = time.monotonic() - self.first_waiting_since
+        while self.pending and (len(self.pending) >= USAGE_STREAM.batch_size
+                                or waited >= USAGE_STREAM.batching_window_s):
+            batch, self.pending = self.pending[:USAGE_STREAM.batch_size], self.pending[USAGE_STREAM.batch_size:]
+            self._deliver(batch)
+
+    def _deliver(self, batch: list[dict]) -> None:
+        for attempt in range(1, USAGE_STREAM.retries + 2):
+            try:
+                invoke_job(self.function, lambda_event(batch))
+                return
+            except Exception:  # as Lambda retries a failed batch
+                log.exception("%s failed on a stream batch of %d records (attempt %d)", self.function,
+                              len(batch), attempt)
+                if self.stop_event.wait(min(2.0, 0.1 * 2 ** attempt)):
+                    return
+        log.error("%s: a stream batch of %d records dropped after %d retries; the sweep will fold it",
+                  self.function, len(batch), USAGE_STREAM.retries)

@@ -1,0 +1,87 @@
+"""Event-driven aggregation: the usage table's stream, the aggregator's event source
+mapping (batching window, bisect on error, retries, maximum record age, on-failure
+destination, filter), its grants and the iterator-age alarm."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from price_keeper import aggregation
+from price_keeper.tables import ALL_TABLES, DAILY_TOTAL, USAGE_AGG_SHARDED
+
+from .cfn import logical_id, referenced_ids, role_statements
+
+pytestmark = pytest.mark.infra
+
+
+def _mapping(synth) -> dict:
+    (mapping,) = synth.resources("AWS::Lambda::EventSourceMapping").values()
+    return mapping["Properties"]
+
+
+def _table(synth, spec) -> dict:
+    return synth.json["Resources"][synth.table_ids()[spec]]["Properties"]
+
+
+def test_only_the_usage_table_streams_by_default_and_only_its_keys(synth):
+    for spec in ALL_TABLES:
+        props = _table(synth, spec)
+        if spec is USAGE_AGG_SHARDED:
+            assert props["StreamSpecification"] == {"StreamViewType": "KEYS_ONLY"}
+        else:
+            assert "StreamSpecification" not in props, spec.name
+
+
+def test_enable_streams_gives_usage_and_totals_full_images(synth_options):
+    for spec in (USAGE_AGG_SHARDED, DAILY_TOTAL):
+        assert _table(synth_options, spec)["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
+
+
+@pytest.mark.parametrize("which", ["synth", "synth_options"])
+def test_the_usage_stream_triggers_the_aggregator(request, which):
+    synth = request.getfixturevalue(which)
+    props = _mapping(synth)
+    assert logical_id(props["FunctionName"]) == synth.function_ids()["aggregator"]
+    assert props["EventSourceArn"] == {"Fn::GetAtt": [synth.table_ids()[USAGE_AGG_SHARDED], "StreamArn"]}
+    assert props["StartingPosition"] == "TRIM_HORIZON"
+    assert 0 < props["MaximumBatchingWindowInSeconds"] <= 1
+    assert props["BatchSize"] == aggregation.USAGE_STREAM.batch_size
+    assert props["BisectBatchOnFunctionError"] is True
+    assert props["MaximumRetryAttempts"] == aggregation.USAGE_STREAM.retries
+    assert props["MaximumRecordAgeInSeconds"] == aggregation.USAGE_STREAM.max_record_age_s
+    assert props.get("ParallelizationFactor", 1) == 1
+
+
+def test_failed_batches_go_to_the_aggregator_dead_letter_queue(synth):
+    queue_id = synth.id_of(synth.stack.schedules.dead_letter_queues["aggregator"])
+    assert logical_id(_mapping(synth)["DestinationConfig"]["OnFailure"]["Destination"]) == queue_id
+    role = synth.role_ids()["aggregator"]
+    senders = [s for s in role_statements(synth.json)[role] if "sqs:SendMessage" in s.actions]
+    assert senders and all(s.targets == {queue_id} for s in senders)
+
+
+def test_only_usage_shard_writes_invoke_the_aggregator(synth):
+    (pattern,) = [json.loads(f["Pattern"]) for f in _mapping(synth)["FilterCriteria"]["Filters"]]
+    assert pattern == aggregation.USAGE_STREAM_FILTER
+    assert pattern["eventName"] == ["INSERT", "MODIFY"]  # not the TTL's deletions
+    assert pattern["dynamodb"]["Keys"]["date_key"]["S"] == [{"prefix": "DAY#"}]  # not dedup items
+
+
+def test_only_the_aggregator_reads_the_stream(synth):
+    stream = {"Fn::GetAtt": [synth.table_ids()[USAGE_AGG_SHARDED], "StreamArn"]}
+    readers = {}
+    for name, role_id in synth.role_ids().items():
+        for statement in role_statements(synth.json)[role_id]:
+            if stream in statement.resources:
+                readers.setdefault(name, set()).update(statement.actions)
+    assert readers == {"aggregator": {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}}
+
+
+def test_iterator_age_alarm(synth):
+    alarms = {a["Properties"]["AlarmName"]: a["Properties"]
+              for a in synth.resources("AWS::CloudWatch::Alarm").values()}
+    alarm = alarms["price-keeper-dev-aggregator-iterator-age"]
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == ("AWS/Lambda", "IteratorAge", "Maximum")
+    assert referenced_ids(alarm["Dimensions"]) == {synth.function_ids()["aggregator"]}
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold" and 0 < alarm["Threshold"] <= 60_000
