@@ -41,10 +41,14 @@ for name in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE"):
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-from price_keeper import aggregation, keys, metering, orgs, selection, tables  # noqa: E402
-from price_keeper.store.dynamo import ddb_client  # noqa: E402
-from price_keeper.models import UsageRequest  # noqa: E402
-from price_keeper.store.dynamo import item_size, plain  # noqa: E402
+from price_keeper.domain import aggregation, metering, orgs, selection  # noqa: E402
+from price_keeper.domain.models import UsageRequest  # noqa: E402
+from price_keeper.store import keys, tables  # noqa: E402
+from price_keeper.store.dynamo import (  # noqa: E402
+    ddb_client,  # noqa: E402
+    item_size,
+    plain,
+)
 from price_keeper.timeutil import org_day  # noqa: E402
 from tests.moto_support import serialized_moto  # noqa: E402
 
@@ -171,7 +175,7 @@ def through_handlers(meter: Meter, requests: int, busy_day: int = 100,
     the run."""
     from local import gateway
     from local.stack import JWT_SECRET_NAME
-    from price_keeper import auth
+    from price_keeper.domain import auth
 
     os.environ.update(RATE_LIMITS="on", JWT_SECRET_NAME=JWT_SECRET_NAME)
     boto3.client("secretsmanager").create_secret(Name=JWT_SECRET_NAME, SecretString=uuid.uuid4().hex)

@@ -52,10 +52,11 @@ from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent  # 
 from moto import mock_aws  # noqa: E402
 
 from local.streams import StreamReader, lambda_event  # noqa: E402
-from price_keeper import aggregation, metering, selection, state  # noqa: E402
+from price_keeper import state  # noqa: E402
 from price_keeper.config import get_config  # noqa: E402
-from price_keeper.models import UsageRequest  # noqa: E402
-from price_keeper.tables import ALL_TABLES, USAGE_AGG_SHARDED  # noqa: E402
+from price_keeper.domain import aggregation, metering, selection  # noqa: E402
+from price_keeper.domain.models import UsageRequest  # noqa: E402
+from price_keeper.store.tables import ALL_TABLES, USAGE_AGG_SHARDED  # noqa: E402
 from price_keeper_client.models import LabelQuota, ModelChoice  # noqa: E402
 from price_keeper_client.selection import ModelSelector  # noqa: E402
 from tests.factories import seed_app, seed_org  # noqa: E402

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT)]
 
 import cold_start  # noqa: E402
+
 from tests.local_server import local_server  # noqa: E402
 
 KEY = "bench-provisioning-key"

@@ -4,11 +4,11 @@ call the same ``lambda_handler`` the stack deploys."""
 from __future__ import annotations
 
 import json
-import threading
-from collections import defaultdict
 import sys
+import threading
 import time
 import uuid
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -19,9 +19,9 @@ LAYER = ROOT / "layers" / "common" / "python"
 if str(LAYER) not in sys.path:
     sys.path.insert(0, str(LAYER))
 
-from price_keeper import routes  # noqa: E402
 from price_keeper.errors import error_body  # noqa: E402
-from price_keeper.modules import load_handler_module  # noqa: E402
+from price_keeper.http import routes  # noqa: E402
+from price_keeper.http.modules import load_handler_module  # noqa: E402
 
 
 @dataclass

@@ -30,14 +30,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
+from price_keeper.errors import error_body  # noqa: E402
+from price_keeper.observability import logger as function_logger  # noqa: E402
+from price_keeper.store.tables import USAGE_AGG_SHARDED  # noqa: E402
+
 from .bedrock import ACCOUNT, InferenceProfiles, signed_for
 from .gateway import LAMBDAS, invoke, invoke_job  # puts the layer on sys.path
 from .stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME, LocalAws
 from .streams import StreamReader, StreamTrigger
-
-from price_keeper.errors import error_body  # noqa: E402
-from price_keeper.observability import logger as function_logger  # noqa: E402
-from price_keeper.tables import USAGE_AGG_SHARDED  # noqa: E402
 
 log = logging.getLogger("price_keeper.local")
 MAX_BODY = 1_000_000

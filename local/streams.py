@@ -1,5 +1,5 @@
 """The usage table's DynamoDB Stream, delivered to the aggregator as Lambda's event source
-mapping delivers it (``price_keeper.aggregation.USAGE_STREAM``): the local server polls the
+mapping delivers it (``price_keeper.domain.aggregation.USAGE_STREAM``): the local server polls the
 stream (moto's, or DynamoDB Local's) from a thread and invokes the same aggregator handler
 with Lambda-shaped batches, so ``make run`` folds usage within seconds as AWS does.
 
@@ -20,8 +20,8 @@ from datetime import datetime
 import boto3
 from botocore.config import Config
 
-from price_keeper.aggregation import USAGE_STREAM
-from price_keeper.tables import TableSpec
+from price_keeper.domain.aggregation import USAGE_STREAM
+from price_keeper.store.tables import TableSpec
 
 from .gateway import invoke_job
 

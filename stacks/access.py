@@ -11,10 +11,18 @@ this map, that it covers every function, and that it never grants ``dynamodb:*``
 """
 from __future__ import annotations
 
-from price_keeper import routes
-from price_keeper.tables import (
-    ACTIVE_BY_DAY, ALL_TABLES, CONFIG, DAILY_TOTAL, PRICING_CACHE, REVOKED_TOKENS, STICKY_STATE,
-    USAGE_AGG_SHARDED, Index, TableSpec,
+from price_keeper.http import routes
+from price_keeper.store.tables import (
+    ACTIVE_BY_DAY,
+    ALL_TABLES,
+    CONFIG,
+    DAILY_TOTAL,
+    PRICING_CACHE,
+    REVOKED_TOKENS,
+    STICKY_STATE,
+    USAGE_AGG_SHARDED,
+    Index,
+    TableSpec,
 )
 
 GET = "dynamodb:GetItem"

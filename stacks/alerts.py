@@ -4,8 +4,12 @@ API destination posting Slack-compatible JSON). CloudWatch alarms notify the sam
 ``UNPRICED_MODEL`` events also run the pricing fetcher for the model they name."""
 from __future__ import annotations
 
-from aws_cdk import Duration, SecretValue, aws_events as events, aws_events_targets as targets
-from aws_cdk import aws_lambda as lambda_, aws_sns as sns, aws_sns_subscriptions as subscriptions
+from aws_cdk import Duration, SecretValue
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from .settings import ALERT_EVENT_SOURCE, Settings

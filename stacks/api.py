@@ -1,4 +1,4 @@
-"""The REST API: one method per ``price_keeper.routes.ROUTES`` entry, each a Lambda proxy
+"""The REST API: one method per ``price_keeper.http.routes.ROUTES`` entry, each a Lambda proxy
 integration with the function the route names.
 
 REST (not HTTP API): the handlers use Powertools' ``APIGatewayRestResolver`` and the
@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 
-from aws_cdk import RemovalPolicy, aws_apigateway as apigw, aws_lambda as lambda_, aws_logs as logs
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from price_keeper import routes
+from price_keeper.http import routes
 
 from .functions import RETENTION
 from .settings import Settings

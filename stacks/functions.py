@@ -1,13 +1,17 @@
-"""One Lambda function per HTTP function and job of ``price_keeper.routes``, each with its
+"""One Lambda function per HTTP function and job of ``price_keeper.http.routes``, each with its
 own role holding only what ``access.py`` grants it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from aws_cdk import Duration, RemovalPolicy, Stack, aws_iam as iam, aws_lambda as lambda_, aws_logs as logs
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from price_keeper import routes
+from price_keeper.http import routes
 
 from . import LAMBDAS_DIR, access
 from .layer import SharedLayers

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import jsii
 from aws_cdk import (
-    Annotations, AssetHashType, BundlingOptions, ILocalBundling, RemovalPolicy, Stack,
+    Annotations,
+    AssetHashType,
+    BundlingOptions,
+    ILocalBundling,
+    RemovalPolicy,
+    Stack,
+)
+from aws_cdk import (
     aws_lambda as lambda_,
 )
 from constructs import Construct

@@ -5,15 +5,24 @@ everything else is AWS's own metrics, which cost nothing to plot.
 """
 from __future__ import annotations
 
-from aws_cdk import Duration, aws_apigateway as apigw, aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as actions, aws_dynamodb as dynamodb, aws_lambda as lambda_
-from aws_cdk import aws_sns as sns, aws_sqs as sqs
+from aws_cdk import Duration
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from price_keeper.metric_names import (
-    AGGREGATOR_LAG_SECONDS, CLIENT_TOKENS_REVOKED, SPEND_PCT, STICKY_FLIPS, TOKENS_REVOKED,
+    AGGREGATOR_LAG_SECONDS,
+    CLIENT_TOKENS_REVOKED,
+    SPEND_PCT,
+    STICKY_FLIPS,
+    TOKENS_REVOKED,
 )
-from price_keeper.tables import REVOKED_TOKENS, TableSpec
+from price_keeper.store.tables import REVOKED_TOKENS, TableSpec
 
 from .settings import METRICS_NAMESPACE, SERVICE_NAME, Settings
 

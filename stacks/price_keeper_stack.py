@@ -2,11 +2,12 @@
 usage stream's trigger, alerts and monitoring."""
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, RemovalPolicy, Stack, aws_secretsmanager as secretsmanager
+from aws_cdk import CfnOutput, RemovalPolicy, Stack
+from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from price_keeper.config import parse_config, read_raw
-from price_keeper.tables import USAGE_AGG_SHARDED
+from price_keeper.store.tables import USAGE_AGG_SHARDED
 
 from . import access
 from .alerts import Alerts

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Annotations, Duration, aws_events as events, aws_events_targets as targets, aws_lambda as lambda_
-from aws_cdk import aws_lambda_destinations as destinations, aws_sqs as sqs, triggers
+from aws_cdk import Annotations, Duration, triggers
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from .settings import Settings

@@ -1,10 +1,11 @@
-"""The seven DynamoDB tables, built from ``price_keeper.tables.ALL_TABLES``."""
+"""The seven DynamoDB tables, built from ``price_keeper.store.tables.ALL_TABLES``."""
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy, aws_dynamodb as dynamodb
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-from price_keeper.tables import ALL_TABLES, DAILY_TOTAL, USAGE_AGG_SHARDED, TableSpec
+from price_keeper.store.tables import ALL_TABLES, DAILY_TOTAL, USAGE_AGG_SHARDED, TableSpec
 
 from .settings import Settings
 

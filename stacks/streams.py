@@ -1,5 +1,5 @@
 """The aggregator's event-driven trigger: an event source mapping on the usage table's
-stream, as ``price_keeper.aggregation.USAGE_STREAM`` and ``USAGE_STREAM_FILTER`` define it.
+stream, as ``price_keeper.domain.aggregation.USAGE_STREAM`` and ``USAGE_STREAM_FILTER`` define it.
 
 Batches of shard writes reach the aggregator within the batching window (1 s). A batch
 that fails is split in two and retried (bisect on error) up to ``retries`` times or until
@@ -10,11 +10,14 @@ factor 1): the fold would stay exact with more, since it recomputes from the sha
 """
 from __future__ import annotations
 
-from aws_cdk import Duration, aws_dynamodb as dynamodb, aws_lambda as lambda_
-from aws_cdk import aws_lambda_event_sources as sources, aws_sqs as sqs
+from aws_cdk import Duration
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from price_keeper.aggregation import USAGE_STREAM, USAGE_STREAM_FILTER
+from price_keeper.domain.aggregation import USAGE_STREAM, USAGE_STREAM_FILTER
 
 
 class UsageStreamTrigger(Construct):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 import uuid
 
-from price_keeper import auth, keys, tables
+from price_keeper.domain import auth
+from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import table
 
 

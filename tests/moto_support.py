@@ -21,8 +21,11 @@ from contextlib import contextmanager
 
 from moto.core.botocore_stubber import BotocoreStubber
 from moto.dynamodb import models as dynamodb_models
-from moto.dynamodb.exceptions import (MockValidationException, MultipleTransactionsException,
-                                      TransactionCanceledException)
+from moto.dynamodb.exceptions import (
+    MockValidationException,
+    MultipleTransactionsException,
+    TransactionCanceledException,
+)
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.table import Table
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import uuid
 
-from price_keeper import keys, tables
+from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import table
 from tests.conftest import PROVISIONING_KEY
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from price_keeper import aggregation, metering
-from price_keeper.models import UsageRequest
+from price_keeper.domain import aggregation, metering
+from price_keeper.domain.models import UsageRequest
 from price_keeper.timeutil import day_start_utc, org_date
 from tests.conftest import assert_error
 from tests.factories import seed_app, token_for

@@ -8,12 +8,12 @@ from datetime import datetime, timedelta, timezone
 import boto3
 import pytest
 
-from price_keeper import aggregation, alerts, keys, tables
-from price_keeper.store import usage
+from local.gateway import LambdaContext, load_handler
+from price_keeper.domain import aggregation, alerts
+from price_keeper.store import keys, tables, usage
 from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.timeutil import org_day
 from tests.factories import seed_org
-from local.gateway import LambdaContext, load_handler
 from tests.usage_support import daily_total, new_tenant, usage_body
 
 NOW = datetime(2026, 1, 23, 15, 30, tzinfo=timezone.utc)

@@ -9,11 +9,12 @@ from datetime import datetime, timedelta, timezone
 import boto3
 import pytest
 
-from price_keeper import alerts, keys, orgs, tables
-from price_keeper.aggregation import RunReport
-from price_keeper.alerts import ALL_EXHAUSTED, FALLBACK, THRESHOLD, Alert, due_alerts
 from price_keeper.aws import client
+from price_keeper.domain import alerts, orgs
+from price_keeper.domain.aggregation import RunReport
+from price_keeper.domain.alerts import ALL_EXHAUSTED, FALLBACK, THRESHOLD, Alert, due_alerts
 from price_keeper.metric_names import AGGREGATOR_LAG_SECONDS, SPEND_PCT
+from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_day
 from tests.conftest import assert_error
@@ -328,7 +329,7 @@ def test_aggregator_run_fires_threshold_alert_once(api, bus):
 def test_a_scope_whose_alerting_fails_neither_fails_the_run_nor_stops_other_scopes(bus, org_config, caplog):
     """Spend of an org that is no longer registered (its config read is a 404) is folded and
     logged; the registered org in the same run still gets its alert."""
-    from price_keeper import aggregation
+    from price_keeper.domain import aggregation
     from price_keeper.timeutil import utc_now
 
     now = utc_now()

@@ -4,7 +4,8 @@ import ast
 from pathlib import Path
 
 import price_keeper
-from price_keeper import aws, ratelimit, state
+from price_keeper import aws, state
+from price_keeper.http import ratelimit
 from price_keeper.store import dynamo
 from tests.usage_support import new_tenant, usage_body
 

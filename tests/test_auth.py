@@ -10,11 +10,12 @@ import jwt
 import pytest
 
 from local.gateway import LambdaContext, api_event
-from price_keeper import auth, cache, state, tables
-from price_keeper.store import dynamo
-from price_keeper.store.dynamo import ddb_client, table
+from price_keeper import cache, state
+from price_keeper.domain import auth
 from price_keeper.errors import ApiError
 from price_keeper.metric_names import CLIENT_TOKENS_REVOKED, TOKENS_REVOKED
+from price_keeper.store import dynamo, tables
+from price_keeper.store.dynamo import ddb_client, table
 from tests.conftest import PROVISIONING_KEY, assert_error, cold_handler
 from tests.provisioned import ORG_BODY, get_tokens, new_app, new_org, tokens
 

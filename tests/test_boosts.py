@@ -6,7 +6,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from boto3.dynamodb.conditions import Key
 
-from price_keeper import boosts, keys, tables
+from price_keeper.domain import boosts
+from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import table
 from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.factories import seed_app, seed_org

@@ -9,7 +9,7 @@ import hashlib
 import re
 from html.parser import HTMLParser
 
-from price_keeper import console, routes
+from price_keeper.http import console, routes
 
 PAGE_BUDGET_BYTES = 64_000  # one Lambda response, no build step: keep it small (measured: ~37 KB)
 

@@ -20,14 +20,14 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import requests
 
-from tests.browser import WAIT_SECONDS, Browser
-from tests.local_server import local_server
-
 # selenium after tests.browser, which skips this module, saying why, where it is missing
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.browser import WAIT_SECONDS, Browser
+from tests.local_server import local_server
 
 pytestmark = pytest.mark.e2e
 

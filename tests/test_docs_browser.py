@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.browser import WAIT_SECONDS, Browser
-from tests.local_server import local_server
-
 # selenium after tests.browser, which skips this module, saying why, where it is missing
 from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.browser import WAIT_SECONDS, Browser
+from tests.local_server import local_server
 
 pytestmark = pytest.mark.e2e
 

@@ -6,8 +6,9 @@ from types import SimpleNamespace
 import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
 
-from price_keeper import aggregation, keys, state, tables
-from price_keeper.store import dynamo
+from price_keeper import state
+from price_keeper.domain import aggregation
+from price_keeper.store import dynamo, keys, tables
 from price_keeper.store.dynamo import ddb_client
 from price_keeper.timeutil import org_day
 from tests.conftest import assert_error

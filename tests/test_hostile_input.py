@@ -13,8 +13,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-from price_keeper import auth
-from price_keeper.tables import ALL_TABLES
+from price_keeper.domain import auth
+from price_keeper.store.tables import ALL_TABLES
 from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.factories import seed_org
 from tests.provisioned import org_body

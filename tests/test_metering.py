@@ -12,16 +12,24 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from botocore.stub import Stubber
 
-from price_keeper import aggregation, keys, metering, orgs, tables
-from price_keeper.models import UsageRequest
-from price_keeper.store import usage
+from price_keeper.domain import aggregation, metering, orgs
+from price_keeper.domain.models import UsageRequest
+from price_keeper.store import keys, tables, usage
 from price_keeper.store.dynamo import ddb_client, item_size
 from price_keeper.timeutil import day_start_utc, org_date, org_day
 from tests.conftest import assert_error
 from tests.factories import token_for
 from tests.moto_support import serialized_moto
-from tests.usage_support import (all_items, daily_total, dedup_items, iso, new_tenant, shard_items, usage_body,
-                                 zone_away_from_midnight)
+from tests.usage_support import (
+    all_items,
+    daily_total,
+    dedup_items,
+    iso,
+    new_tenant,
+    shard_items,
+    usage_body,
+    zone_away_from_midnight,
+)
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import jwt
 import pytest
 
 from local.gateway import LambdaContext, api_event, load_handler
-from price_keeper import auth
 from price_keeper.config import get_config
+from price_keeper.domain import auth
 from tests.conftest import PROVISIONING_KEY, assert_error, cold_handler
 from tests.provisioned import ORG_BODY, new_app, new_org, tokens
 

@@ -1,4 +1,4 @@
-"""The request pipeline (``price_keeper.pipeline``): every route authenticates as it declares,
+"""The request pipeline (``price_keeper.http.pipeline``): every route authenticates as it declares,
 before its body is read, and the OpenAPI document says what is enforced."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from price_keeper import routes
-from price_keeper.routes import Auth
+from price_keeper.http import routes
+from price_keeper.http.routes import Auth
 from tests.conftest import assert_error
 from tests.factories import seed_app, seed_org, token_for
 

@@ -15,9 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from local.gateway import LambdaContext, load_handler
-from price_keeper import pricing, tables
-from price_keeper.store.dynamo import table
 from price_keeper.config import GEOGRAPHIC, GLOBAL, IN_REGION, Prices, get_config
+from price_keeper.domain import pricing
+from price_keeper.store import tables
+from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_date, org_days_in_play
 from tests.iam_check import only_granted
 from tests.usage_support import new_tenant, usage_body

@@ -11,7 +11,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from price_keeper import keys, profiles, state, tables
+from price_keeper import state
+from price_keeper.domain import profiles
+from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_date
 from tests.conftest import assert_error

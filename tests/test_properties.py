@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from price_keeper.config import Prices
-from price_keeper.pricing import Tokens, cost_usd_micros
+from price_keeper.domain.pricing import Tokens, cost_usd_micros
 from price_keeper.timeutil import day_start_utc, next_midnight_utc, org_date, org_day
 
 counts = st.integers(min_value=0, max_value=10_000_000)

@@ -11,14 +11,13 @@ from datetime import datetime, timedelta, timezone
 import bcrypt
 import pytest
 
-from price_keeper import auth, keys, metering, orgs, tables
-from price_keeper.models import UsageRequest
-from price_keeper.store import config_items
+from price_keeper.domain import auth, metering, orgs
+from price_keeper.domain.models import UsageRequest
+from price_keeper.store import config_items, keys, tables
 from price_keeper.store.dynamo import ddb_client, table
 from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.factories import seed_app, seed_org
-from tests.provisioned import (APP_BODY, ORG_BODY, config_item, new_app, new_org, org_body, put_app, put_org,
-                               tokens)
+from tests.provisioned import APP_BODY, ORG_BODY, config_item, new_app, new_org, org_body, put_app, put_org, tokens
 from tests.usage_support import usage_body
 
 # --- orgs: create and update ----------------------------------------------------------

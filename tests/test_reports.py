@@ -9,7 +9,8 @@ from datetime import date, timedelta
 
 import pytest
 
-from price_keeper import aggregation, keys, reports, tables
+from price_keeper.domain import aggregation, reports
+from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.timeutil import day_start_utc, org_date, org_day
 from tests.conftest import assert_error

@@ -10,9 +10,11 @@ import bcrypt
 import jwt
 import pytest
 
-from price_keeper import auth, keys, state, tables
-from price_keeper.store.dynamo import table
+from price_keeper import state
+from price_keeper.domain import auth
 from price_keeper.errors import ApiError
+from price_keeper.store import keys, tables
+from price_keeper.store.dynamo import table
 from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.provisioned import config_item, get_tokens, new_app, new_org, tokens
 

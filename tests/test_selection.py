@@ -6,9 +6,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from price_keeper import aggregation, keys, orgs, selection, state, tables
+from price_keeper import state
+from price_keeper.domain import aggregation, orgs, selection
+from price_keeper.domain.quota import Sticky, decide, quota_pct, quota_status
 from price_keeper.metric_names import STICKY_FLIPS
-from price_keeper.quota import Sticky, decide, quota_pct, quota_status
+from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.timeutil import next_midnight_utc, org_day
 from tests.conftest import assert_error
@@ -301,7 +303,8 @@ def test_tight_mode_reads_live_shards_so_a_stale_total_cannot_overspend(api):
     """DailyTotal says premium is at 94 % (tight); the shards already hold 188 %: fall back now,
     not one aggregation interval later."""
     from local.gateway import LambdaContext, load_handler
-    from price_keeper import aggregation, keys, tables
+    from price_keeper.domain import aggregation
+    from price_keeper.store import keys, tables
     from price_keeper.store.dynamo import table
     from price_keeper.timeutil import org_day
     from tests.usage_support import new_tenant, usage_body

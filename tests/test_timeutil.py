@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from price_keeper.domain.metering import booking_day, parse_timestamp
 from price_keeper.errors import ApiError
-from price_keeper.metering import booking_day, parse_timestamp
 from price_keeper.timeutil import day_start_utc, next_midnight_utc, org_day, org_days_in_play
 
 

@@ -14,10 +14,11 @@ import pytest
 from botocore.stub import Stubber
 
 from local.gateway import LambdaContext, load_handler
-from price_keeper import alerts, pricing, profiles, tables
-from price_keeper.store import prices as price_store
-from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.config import get_config
+from price_keeper.domain import alerts, pricing, profiles
+from price_keeper.store import prices as price_store
+from price_keeper.store import tables
+from price_keeper.store.dynamo import ddb_client, table
 from tests.iam_check import only_granted
 from tests.test_alerts import bus  # noqa: F401 - the fixture: the service bus delivering to a queue
 from tests.test_pricing import product, stub_price_list

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
-from price_keeper import keys, tables
-from price_keeper.store.dynamo import query_all, table
 from price_keeper.config import get_config
+from price_keeper.store import keys, tables
+from price_keeper.store.dynamo import query_all, table
 from tests.factories import seed_app, seed_org, token_for
 
 

@@ -1,7 +1,8 @@
 """GET .../aggregates/today and .../aggregates/{date} (Bearer), for an org (org token) and
 for an app (its token or the org's): the day's spend per label against its quota."""
-from price_keeper import aggregates, replies, routes
-from price_keeper.api import Router, build_app, documented, lambda_entry, reply
+from price_keeper.domain import aggregates
+from price_keeper.http import replies, routes
+from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()
 ANSWER = documented(200, replies.Aggregates, "The day's spend per label")

@@ -1,6 +1,6 @@
 """The aggregator: folds usage shards into DailyTotal, fires the spend alerts those totals
 cross, publishes the aggregator lag and how close
-each changed scope is to its quotas. Two triggers, one fold (``price_keeper.aggregation``):
+each changed scope is to its quotas. Two triggers, one fold (``price_keeper.domain.aggregation``):
 the usage table's DynamoDB Stream (event source mapping: the labels a batch of usage writes
 changed, within seconds) and the EventBridge schedule (the sweep that repairs what the
 stream missed). A failed stream batch raises: Lambda retries it, bisecting, and the fold
@@ -10,7 +10,7 @@ from dataclasses import asdict
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
-from price_keeper import aggregation, alerts
+from price_keeper.domain import aggregation, alerts
 from price_keeper.metric_names import AGGREGATOR_LAG_SECONDS, SPEND_PCT
 from price_keeper.observability import logger, metrics
 from price_keeper.timeutil import utc_now

@@ -1,7 +1,7 @@
 """POST /auth/revoke (Bearer access token of the same client): revoke an access or a
 refresh token; revoking a refresh token also ends the access tokens issued from it.
 
-This handler answers the JSON request of api_spec.md (204); ``price_keeper.oauth`` answers
+This handler answers the JSON request of api_spec.md (204); ``price_keeper.http.oauth`` answers
 the same request as an OAuth2 form (RFC 7009: the client authenticates, 200), before it
 would reach here."""
 from typing import Annotated
@@ -9,8 +9,9 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import auth, routes
-from price_keeper.api import Router, build_app, lambda_entry, principal
+from price_keeper.domain import auth
+from price_keeper.http import routes
+from price_keeper.http.api import Router, build_app, lambda_entry, principal
 
 router = Router()
 

@@ -1,13 +1,14 @@
 """POST /auth/token: client credentials -> access token (1 h) and refresh token (7 d).
 
-This handler answers the JSON request of api_spec.md; ``price_keeper.oauth`` answers the
+This handler answers the JSON request of api_spec.md; ``price_keeper.http.oauth`` answers the
 same request as an OAuth2 form (RFC 6749), before it would reach here."""
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import auth, oauth, replies, routes
-from price_keeper.api import Router, build_app, documented, lambda_entry, reply, source_ip
+from price_keeper.domain import auth
+from price_keeper.http import oauth, replies, routes
+from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply, source_ip
 
 router = Router()
 

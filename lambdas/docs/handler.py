@@ -1,5 +1,5 @@
 """GET /openapi.json, GET /docs and GET /console: the OpenAPI document of the whole API, a
-Swagger UI, and the spend console (a static page from the layer, ``price_keeper.console``).
+Swagger UI, and the spend console (a static page from the layer, ``price_keeper.http.console``).
 
 The document is generated from the routers (and pydantic models) of every HTTP function,
 so it cannot drift from the handlers; the function's code asset is therefore the whole
@@ -17,10 +17,10 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi import swagger_ui
 from aws_lambda_powertools.event_handler.openapi.swagger_ui import generate_swagger_html
 
-from price_keeper import console, openapi, routes
-from price_keeper.api import Router, build_app, dumps, lambda_entry
 from price_keeper.config import get_config
-from price_keeper.modules import load_handler_module
+from price_keeper.http import console, openapi, routes
+from price_keeper.http.api import Router, build_app, dumps, lambda_entry
+from price_keeper.http.modules import load_handler_module
 
 LAMBDAS_DIR = Path(__file__).resolve().parent.parent
 SWAGGER_UI = Path(swagger_ui.__file__).resolve().parent

@@ -5,7 +5,7 @@ API is unreachable the run reports it and the stored or config prices keep servi
 does not fail, so the schedule never crash-loops)."""
 from aws_lambda_powertools.metrics import MetricUnit
 
-from price_keeper import pricing
+from price_keeper.domain import pricing
 from price_keeper.observability import logger, metrics
 
 

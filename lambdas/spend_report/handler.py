@@ -5,8 +5,9 @@ from typing import Annotated, Literal, Optional
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
-from price_keeper import reports, routes
-from price_keeper.api import Router, build_app, json_response, lambda_entry
+from price_keeper.domain import reports
+from price_keeper.http import routes
+from price_keeper.http.api import Router, build_app, json_response, lambda_entry
 
 router = Router()
 

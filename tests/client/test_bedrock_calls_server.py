@@ -9,8 +9,8 @@ from __future__ import annotations
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.stub import Stubber
 from botocore.exceptions import ClientError, EndpointConnectionError, EventStreamError, ReadTimeoutError
+from botocore.stub import Stubber
 from urllib3.exceptions import ProtocolError
 
 from price_keeper_client import ConverseStream

@@ -17,8 +17,18 @@ from price_keeper_client import PriceKeeper, QuotaExceeded, UsageRecord
 from price_keeper_client.models import DailySpend
 from price_keeper_client.spend_table import render
 
-from .conftest import (BIN, ROOT, WireStream, answer_converse_stream, converse_response, provision, stream_events,
-                       stubbed_bedrock, wait_for, wait_for_quota_exceeded)
+from .conftest import (
+    BIN,
+    ROOT,
+    WireStream,
+    answer_converse_stream,
+    converse_response,
+    provision,
+    stream_events,
+    stubbed_bedrock,
+    wait_for,
+    wait_for_quota_exceeded,
+)
 
 pytestmark = pytest.mark.e2e
 

@@ -7,9 +7,22 @@ from datetime import datetime, timezone
 import pytest
 import responses
 
-from price_keeper_client import (AlreadyExists, ConnectionFailed, Forbidden, InternalError, InvalidConfig,
-                                 InvalidModelLabel, InvalidRequest, NotFound, PriceKeeperError, Provisioning,
-                                 QuotaExceeded, RateLimitExceeded, ServiceUnavailable, Unauthorized)
+from price_keeper_client import (
+    AlreadyExists,
+    ConnectionFailed,
+    Forbidden,
+    InternalError,
+    InvalidConfig,
+    InvalidModelLabel,
+    InvalidRequest,
+    NotFound,
+    PriceKeeperError,
+    Provisioning,
+    QuotaExceeded,
+    RateLimitExceeded,
+    ServiceUnavailable,
+    Unauthorized,
+)
 from price_keeper_client.transport import Transport
 
 URL = "http://keeper.test"

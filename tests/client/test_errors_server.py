@@ -5,7 +5,15 @@ import uuid
 
 import pytest
 
-from price_keeper_client import Forbidden, InvalidConfig, InvalidRequest, NotFound, PriceKeeper, Provisioning, Unauthorized
+from price_keeper_client import (
+    Forbidden,
+    InvalidConfig,
+    InvalidRequest,
+    NotFound,
+    PriceKeeper,
+    Provisioning,
+    Unauthorized,
+)
 
 from .conftest import ORG_DEFAULTS, provision
 

@@ -22,8 +22,20 @@ import pytest
 import requests
 
 from price_keeper_client import models
-from price_keeper_client.models import (BatchItemResult, BatchResult, Credentials, DailySpend, LabelQuota, LabelSpend,
-                                        ModelChoice, Pricing, Provisioned, Rotation, UsageReceipt, UsageRecord)
+from price_keeper_client.models import (
+    BatchItemResult,
+    BatchResult,
+    Credentials,
+    DailySpend,
+    LabelQuota,
+    LabelSpend,
+    ModelChoice,
+    Pricing,
+    Provisioned,
+    Rotation,
+    UsageReceipt,
+    UsageRecord,
+)
 
 from .conftest import ORG_DEFAULTS, wait_for
 

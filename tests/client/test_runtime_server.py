@@ -15,7 +15,15 @@ from requests.adapters import HTTPAdapter
 
 from price_keeper_client import PriceKeeper, QuotaExceeded, RetryPolicy, UsageRecord
 
-from .conftest import CallLog, FakeClock, converse_response, provision, stubbed_bedrock, wait_for, wait_for_quota_exceeded
+from .conftest import (
+    CallLog,
+    FakeClock,
+    converse_response,
+    provision,
+    stubbed_bedrock,
+    wait_for,
+    wait_for_quota_exceeded,
+)
 
 pytestmark = pytest.mark.e2e
 

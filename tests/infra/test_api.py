@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from price_keeper import routes
+from price_keeper.http import routes
 
 from .cfn import api_paths, logical_id, of_type, referenced_ids
 

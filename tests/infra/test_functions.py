@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from price_keeper import routes
-from price_keeper.tables import ALL_TABLES
+from price_keeper.http import routes
+from price_keeper.store.tables import ALL_TABLES
 from stacks import LAMBDAS_DIR, access
 from stacks.functions import FUNCTIONS
 

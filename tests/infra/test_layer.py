@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from stacks import REPO_ROOT
 from price_keeper.config import read_raw
+from stacks import REPO_ROOT
 from stacks.layer import _package_files, bundle_layer, layer_hash, runtime_python
 from stacks.settings import PYTHON_VERSION
 
@@ -65,7 +65,7 @@ def test_bundle_has_dependencies_package_and_config_as_json(bundle):
 
 
 def test_bundle_ships_the_console_page_and_the_hash_covers_it(bundle):
-    """GET /console is package data of the layer (price_keeper/console/): shipped, and loadable there."""
+    """GET /console is package data of the layer (price_keeper/http/console/): shipped, and loadable there."""
     source = REPO_ROOT / "layers" / "common" / "python" / "price_keeper" / "console"
     files = sorted(p.name for p in source.iterdir() if p.is_file())
     assert {"console.html", "console.css", "console.js"} <= set(files)

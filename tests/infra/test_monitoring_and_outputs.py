@@ -7,7 +7,7 @@ import re
 import pytest
 
 from price_keeper import metric_names
-from price_keeper.tables import ALL_TABLES, SECRET_RETRIEVAL_TOKENS
+from price_keeper.store.tables import ALL_TABLES, SECRET_RETRIEVAL_TOKENS
 from stacks import LAMBDAS_DIR, LAYER_SOURCE, access
 from stacks.functions import FUNCTIONS
 

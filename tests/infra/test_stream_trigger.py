@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from price_keeper import aggregation
-from price_keeper.tables import ALL_TABLES, DAILY_TOTAL, USAGE_AGG_SHARDED
+from price_keeper.domain import aggregation
+from price_keeper.store.tables import ALL_TABLES, DAILY_TOTAL, USAGE_AGG_SHARDED
 
 from .cfn import logical_id, referenced_ids, role_statements
 

@@ -1,9 +1,9 @@
-"""The seven tables as ``price_keeper.tables`` defines them."""
+"""The seven tables as ``price_keeper.store.tables`` defines them."""
 from __future__ import annotations
 
 import pytest
 
-from price_keeper.tables import ALL_TABLES, USAGE_AGG_SHARDED
+from price_keeper.store.tables import ALL_TABLES, USAGE_AGG_SHARDED
 
 pytestmark = pytest.mark.infra
 

@@ -2,7 +2,7 @@
 (``ALERT#{day}#{type}#{subject}#{threshold}``), claimed, then marked published."""
 from __future__ import annotations
 
-from .. import keys, tables
+from . import keys, tables
 from .dynamo import ConditionFailed, conditional, ddb_client, query_all, query_many, written
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from boto3.dynamodb.conditions import Key
 
-from .. import keys, tables
+from . import keys, tables
 from .dynamo import query_all, table
 
 

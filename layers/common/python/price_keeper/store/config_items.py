@@ -5,8 +5,8 @@ from typing import Iterable
 
 from boto3.dynamodb.conditions import Key
 
-from .. import keys, tables
 from ..errors import service_unavailable
+from . import keys, tables
 from .dynamo import ConditionFailed, batch_get, conditional, query_all, table, transact, written
 
 MUST_EXIST = "attribute_exists(org_key)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import date
 from typing import Iterable
 
-from .. import keys, tables
+from . import keys, tables
 from .dynamo import Read, batch_get, query_all, query_many, table, written
 from .usage import COUNTERS
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import random
-from concurrent.futures import ThreadPoolExecutor
 import time
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from functools import lru_cache
 from typing import Callable, Iterable, NamedTuple, Sequence
@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 from .. import state
 from ..aws import RETRIES
 from ..errors import error_code, service_unavailable
-from ..tables import TableSpec
+from .tables import TableSpec
 
 BATCH_GET_LIMIT = 100  # keys per BatchGetItem call
 UNPROCESSED_RETRIES = 8

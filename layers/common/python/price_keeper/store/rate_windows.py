@@ -2,7 +2,7 @@
 (``RATE#{client}`` / ``LIMIT#{name}#{window_start}``, TTL past the window's end)."""
 from __future__ import annotations
 
-from .. import keys, tables
+from . import keys, tables
 from .dynamo import ConditionFailed, conditional, table
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .. import keys, tables
+from . import keys, tables
 from .dynamo import batch_get, table
 
 CUTOFF_ATTRIBUTES = ("cutoff_ms", "superseded_cutoff_ms", "pending_cutoff_ms", "pending_cutoff_at_epoch")

@@ -1,7 +1,7 @@
 """StickyState, sticky choice: the model a scope fell back to for the rest of its org day."""
 from __future__ import annotations
 
-from .. import keys, tables
+from . import keys, tables
 from .dynamo import Read, table, written
 
 ATTRIBUTES = ("active_model_label", "active_model_index")

@@ -14,7 +14,7 @@ from typing import Iterable
 
 from boto3.dynamodb.conditions import Key
 
-from .. import keys, tables
+from . import keys, tables
 from .dynamo import batch_get, query_all, table, transact
 
 # The counters a shard and a DailyTotal hold (they only ever grow).

@@ -28,15 +28,17 @@ from typing import Annotated, Iterable, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
-from . import audit, auth, orgs
-from .config import get_config
-from .errors import ApiError, invalid_config, not_found
-from .metric_names import CLIENT_TOKENS_REVOKED
-from .observability import count
-from .store import config_items, profiles as profile_store, usage
-from .store.dynamo import ConditionFailed
-from .timeutil import is_valid_timezone, iso_utc, next_midnight_utc, org_day, parse_day
-from .validation import StrictBody
+from ..config import get_config
+from ..errors import ApiError, invalid_config, not_found
+from ..http import audit
+from ..metric_names import CLIENT_TOKENS_REVOKED
+from ..observability import count
+from ..store import config_items, usage
+from ..store import profiles as profile_store
+from ..store.dynamo import ConditionFailed
+from ..timeutil import is_valid_timezone, iso_utc, next_midnight_utc, org_day, parse_day
+from ..validation import StrictBody
+from . import auth, orgs
 
 NAME_MAX_CHARS = 200
 LABEL_MAX_CHARS = 64

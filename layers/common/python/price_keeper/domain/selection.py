@@ -12,18 +12,29 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
-from . import boosts, keys, orgs, pricing, profiles
+from ..cache import etag
+from ..errors import ApiError
+from ..metric_names import STICKY_FLIPS
+from ..observability import count
+from ..store import daily_totals, keys, usage
+from ..store import sticky as sticky_store
+from ..store.dynamo import batch_get_many
+from ..timeutil import day_start_utc, iso_utc, next_midnight_utc, org_day, parse_day, utc_now
+from . import boosts, orgs, pricing, profiles
 from .aggregation import DailyRead
-from .cache import etag
-from .errors import ApiError
-from .metric_names import STICKY_FLIPS
-from .observability import count
 from .orgs import EffectiveConfig
-from .quota import (REASON_NORMAL, REASON_STICKY, REASON_TOTAL_EXCEEDED, TIGHT, Decision, Sticky, Total, decide,
-                    quota_pct, quota_status)
-from .store import daily_totals, sticky as sticky_store, usage
-from .store.dynamo import batch_get_many
-from .timeutil import day_start_utc, iso_utc, next_midnight_utc, org_day, parse_day, utc_now
+from .quota import (
+    REASON_NORMAL,
+    REASON_STICKY,
+    REASON_TOTAL_EXCEEDED,
+    TIGHT,
+    Decision,
+    Sticky,
+    Total,
+    decide,
+    quota_pct,
+    quota_status,
+)
 
 STICKY_GRACE_SECS = 3600  # StickyState lives until the next org-local midnight + 1 h
 

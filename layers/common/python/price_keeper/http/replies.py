@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from .validation import Schema
+from ..validation import Schema
 
 
 class Reply(Schema):

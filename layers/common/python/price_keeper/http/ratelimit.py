@@ -25,10 +25,10 @@ import time
 from contextvars import ContextVar
 from typing import NamedTuple
 
-from .config import RateLimit, get_config
-from . import state
-from .errors import ApiError
-from .store import rate_windows
+from .. import state
+from ..config import RateLimit, get_config
+from ..errors import ApiError
+from ..store import rate_windows
 
 LEASE_FRACTION = 20
 

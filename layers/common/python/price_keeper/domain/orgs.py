@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import keys
-from .cache import TTLCache
-from .config import get_config
-from .errors import ApiError, not_found
-from .store import config_items
-from .validation import is_app_id, is_uuid
+from ..cache import TTLCache
+from ..config import get_config
+from ..errors import ApiError, not_found
+from ..store import config_items, keys
+from ..validation import is_app_id, is_uuid
 
 CONFIG_CACHE_SECONDS = 30
 _effective = TTLCache(CONFIG_CACHE_SECONDS)

@@ -48,17 +48,17 @@ from typing import Literal, Mapping, Sequence
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 
-from . import boosts, keys, orgs, reports, tables
-from .aws import client
+from ..aws import client
+from ..cache import TTLCache
+from ..observability import logger
+from ..store import alert_records, config_items, keys, tables
+from ..timeutil import iso_utc, org_day, parse_day
+from ..validation import Schema
+from . import boosts, orgs, reports
 from .aggregation import RunReport
-from .cache import TTLCache
-from .observability import logger
 from .orgs import EffectiveConfig
 from .quota import first_unspent, quota_pct, reached, sticky_floor
 from .selection import read_sticky
-from .store import alert_records, config_items
-from .timeutil import iso_utc, org_day, parse_day
-from .validation import Schema
 
 THRESHOLD, FALLBACK, ALL_EXHAUSTED, UNPRICED_MODEL = "THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL"
 EVENT_SOURCE = "price-keeper"

@@ -8,7 +8,6 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
-
 # The local server is threaded: without the lock a second request could get a module that
 # is in sys.modules but not yet executed (no ``lambda_handler`` yet).
 _loading = threading.RLock()

@@ -34,8 +34,9 @@ from urllib.parse import parse_qsl, unquote
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import ValidationError
 
-from . import auth, ratelimit, routes
-from .errors import ApiError, validation_details
+from ..domain import auth
+from ..errors import ApiError, validation_details
+from . import ratelimit, routes
 from .routes import Route
 
 CONTENT_TYPE = "application/x-www-form-urlencoded"

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, field_validator
 
-from .validation import APP_ID_PATTERN, REGION_PATTERN, StrictBody, is_uuid
+from ..validation import APP_ID_PATTERN, REGION_PATTERN, StrictBody, is_uuid
 
 # Far above any real request (a 1M-token context is 10**6); keeps the integer maths and
 # DynamoDB numbers in a sane range.

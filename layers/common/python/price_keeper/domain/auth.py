@@ -32,13 +32,14 @@ import jwt
 from aws_lambda_powertools.utilities import parameters
 from pydantic import ConfigDict, Field, StringConstraints
 
-from . import audit, ratelimit, state
-from .cache import TTLCache
-from .errors import ApiError, forbidden, unauthorized
-from .metric_names import TOKENS_REVOKED
-from .observability import count
-from .store import config_items, revocations
-from .validation import Schema, StrictBody
+from .. import state
+from ..cache import TTLCache
+from ..errors import ApiError, forbidden, unauthorized
+from ..http import audit, ratelimit
+from ..metric_names import TOKENS_REVOKED
+from ..observability import count
+from ..store import config_items, revocations
+from ..validation import Schema, StrictBody
 
 ISSUER = "bedrock-cost-keeper"
 ALGORITHM = "HS256"
@@ -142,7 +143,7 @@ def client_id_for(org_id: str, app_id: str | None = None) -> str:
 
 def parse_client_id(client_id: str) -> Principal | None:
     """``org-{uuid}`` or ``org-{uuid}-app-{app_id}``; ``None`` when malformed."""
-    from .validation import is_app_id, is_uuid
+    from ..validation import is_app_id, is_uuid
 
     if not isinstance(client_id, str) or not client_id.startswith("org-"):
         return None

@@ -38,12 +38,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, time, timezone
 from typing import TYPE_CHECKING, Iterable, NamedTuple
 
-from . import keys, orgs, tables
-from .cache import TTLCache
-from .config import get_config
-from .store import daily_totals, usage
-from .store.dynamo import batch_get_many
-from .timeutil import org_days_in_play, parse_day, utc_now
+from ..cache import TTLCache
+from ..config import get_config
+from ..store import daily_totals, keys, tables, usage
+from ..store.dynamo import batch_get_many
+from ..timeutil import org_days_in_play, parse_day, utc_now
+from . import orgs
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord

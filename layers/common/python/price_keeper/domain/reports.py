@@ -26,11 +26,11 @@ from typing import NamedTuple
 
 from pydantic import Field
 
-from . import keys, orgs
-from .errors import invalid_request
-from .store import config_items, daily_totals
-from .timeutil import parse_day
-from .validation import Schema
+from ..errors import invalid_request
+from ..store import config_items, daily_totals, keys
+from ..timeutil import parse_day
+from ..validation import Schema
+from . import orgs
 
 MAX_DAYS = 92
 # 200 keys x 92 days of rows stays well under Lambda's 6 MB response limit (JSON ~230 B a row).

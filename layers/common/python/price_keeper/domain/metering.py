@@ -22,17 +22,17 @@ from typing import NamedTuple
 
 from pydantic import ValidationError
 
-from . import alerts, boosts, keys, orgs, pricing, profiles
+from ..config import IN_REGION, get_config
+from ..errors import ApiError, as_api_error, invalid_request, service_unavailable
+from ..observability import logger
+from ..store import daily_totals, keys, usage
+from ..timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
+from ..validation import is_label
+from . import alerts, boosts, orgs, pricing, profiles
 from .aggregation import Totals, usage_expires_at
-from .config import IN_REGION, get_config
-from .errors import ApiError, as_api_error, invalid_request, service_unavailable
 from .models import UsageRequest
-from .observability import logger
 from .orgs import EffectiveConfig
 from .quota import EXCEEDED, NORMAL, TIGHT, quota_pct, quota_status
-from .store import daily_totals, usage
-from .timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
-from .validation import is_label
 
 CLOCK_SKEW_SECS = 300  # a timestamp up to 5 min ahead of the server clock is not "in the future"
 TRANSACTION_ATTEMPTS = 5

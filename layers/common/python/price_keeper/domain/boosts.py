@@ -24,13 +24,15 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from . import audit, keys, orgs, tables
-from .cache import TTLCache
-from .config import get_config
-from .errors import ApiError, invalid_request, not_found
-from .store import boosts as boost_store, config_items
-from .timeutil import iso_utc
-from .validation import APP_ID_PATTERN, Schema, StrictBody
+from ..cache import TTLCache
+from ..config import get_config
+from ..errors import ApiError, invalid_request, not_found
+from ..http import audit
+from ..store import boosts as boost_store
+from ..store import config_items, keys, tables
+from ..timeutil import iso_utc
+from ..validation import APP_ID_PATTERN, Schema, StrictBody
+from . import orgs
 
 MAX_BOOST_DAYS = 7
 MAX_AMOUNT_USD_MICROS = 2**63 - 1  # CostAmount is a 64-bit integer

@@ -26,12 +26,14 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import keys, profiles, state, tables
-from .cache import TTLCache
-from .config import GEOGRAPHIC, GLOBAL, IN_REGION, PRICE_FIELDS, Prices, get_config
-from .observability import logger
-from .store import prices as price_store
-from .timeutil import org_days_in_play, utc_now
+from .. import state
+from ..cache import TTLCache
+from ..config import GEOGRAPHIC, GLOBAL, IN_REGION, PRICE_FIELDS, Prices, get_config
+from ..observability import logger
+from ..store import keys, tables
+from ..store import prices as price_store
+from ..timeutil import org_days_in_play, utc_now
+from . import profiles
 
 TOKENS_PER_PRICE = 1_000_000  # prices are per 1M tokens
 MICROS_PER_USD = 1_000_000

@@ -19,9 +19,10 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel
 
+from ..errors import ApiError, as_api_error, error_body, invalid_request, validation_details
+from ..observability import logger, metrics, tracer
 from . import audit, oauth, pipeline, ratelimit, routes
-from .errors import ApiError, as_api_error, error_body, invalid_request, validation_details
-from .observability import logger, metrics, tracer
+
 
 def _json_default(value: Any):
     if isinstance(value, Decimal):

@@ -24,15 +24,15 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import state
-from .cache import TTLCache
-from .config import GEOGRAPHIC, GLOBAL, IN_REGION, Prices, get_config
-from .errors import ApiError, invalid_request, service_unavailable
-from .observability import logger
+from .. import state
+from ..cache import TTLCache
+from ..config import GEOGRAPHIC, GLOBAL, IN_REGION, Prices, get_config
+from ..errors import ApiError, invalid_request, service_unavailable
+from ..observability import logger
+from ..store import profiles as profile_store
+from ..store.dynamo import ConditionFailed
+from ..timeutil import iso_utc, utc_now
 from .orgs import EffectiveConfig
-from .store import profiles as profile_store
-from .store.dynamo import ConditionFailed
-from .timeutil import iso_utc, utc_now
 
 PROFILE_ARN = re.compile(
     r"^arn:(?P<partition>aws|aws-cn|aws-us-gov):bedrock:(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d):(?P<account>\d{12}):"

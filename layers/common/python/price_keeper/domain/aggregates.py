@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from datetime import date, datetime
 
-from . import boosts, keys, profiles, reports
+from ..cache import etag
+from ..errors import invalid_request, not_found
+from ..store import config_items, keys
+from ..timeutil import iso_utc, org_date, utc_now
+from . import boosts, profiles, reports
 from .aggregation import SUM_FIELDS, Totals, read_daily_totals
-from .cache import etag
-from .errors import invalid_request, not_found
 from .orgs import EffectiveConfig
 from .quota import Total, decide, quota_pct, quota_status
 from .selection import read_sticky
-from .store import config_items
-from .timeutil import iso_utc, org_date, utc_now
 
 CACHE_CONTROL = "max-age=30, private"
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import time
 
-from .config import get_config
-from .store import config_items
-from .timeutil import iso_utc, utc_now
+from ..config import get_config
+from ..store import config_items
+from ..timeutil import iso_utc, utc_now
 
 
 def info() -> dict:
