@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check reset lint synth deploy destroy bench clean
+.PHONY: run test check reset lint lint-template synth deploy destroy bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,7 +47,13 @@ deploy: $(STAMP) $(NPM_STAMP)
 destroy: $(STAMP) $(NPM_STAMP)
 	$(CDK) destroy $(CDK_ARGS)
 
-lint: synth
+# ruff (configured in pyproject.toml): the checks and the formatting, as CI runs them.
+# `make lint-template` also runs cfn-lint on the synthesized templates (tests/infra does too).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+lint-template: synth
 	$(VENV)/bin/cfn-lint -- cdk.out/*.template.json
 
 # The benchmarks of docs/performance.md: cold starts, local latency, DynamoDB units and monthly
