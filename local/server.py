@@ -13,7 +13,7 @@ It prints one plain line per log event, the functions' included, and stops clean
 SIGTERM or SIGINT, however many arrive.
 
 Environment: PORT (8080), PROVISIONING_API_KEY (generated when unset),
-AGGREGATOR_INTERVAL_SECONDS (600: the sweep), PRICING_REFRESH_INTERVAL_SECONDS (86400),
+AGGREGATOR_INTERVAL_SECONDS (60: the sweep), PRICING_REFRESH_INTERVAL_SECONDS (86400),
 RATE_LIMITS (on|off), DYNAMODB_ENDPOINT_URL (external DynamoDB instead of the
 embedded one), LOCAL_PERSIST (on|off, default on: state under .local/).
 """
@@ -165,7 +165,7 @@ class LocalStack:
         threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
         StreamTrigger("aggregator", StreamReader(USAGE_AGG_SHARDED), self.stop_event).start()
         for function, env, default, run_first in (
-            ("aggregator", "AGGREGATOR_INTERVAL_SECONDS", 600, False),
+            ("aggregator", "AGGREGATOR_INTERVAL_SECONDS", 60, False),
             ("pricing_fetcher", "PRICING_REFRESH_INTERVAL_SECONDS", 86400, True),
         ):
             interval = float(os.environ.get(env, default))

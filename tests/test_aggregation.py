@@ -2,6 +2,7 @@
 DailyTotal, idempotently, never backwards, without scans, and reports its lag."""
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
@@ -275,3 +276,16 @@ def test_a_stream_batch_fires_the_alerts_its_totals_cross(stream, api):
     assert api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).status == 202  # 94 %
     assert fold(stream())["alerts_fired"] == 1  # THRESHOLD 80 %
     assert fold(stream())["alerts_fired"] == 0
+
+
+def test_spend_of_an_org_no_longer_registered_is_left_to_the_sweep(stream):
+    """Its shard count is unknown, so the stream run cannot know every shard of its labels;
+    failing the batch would only hold up the others' spend behind it."""
+    gone = keys.scope_key(str(uuid.uuid4()), "app-1", "APP")
+    put_shard(gone, "premium", 0, cost=7)
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(scope, "premium", 0, cost=5)
+    fold(stream())
+    assert total(scope, "premium")["cost_usd_micros"] == 5 and total(gone, "premium") is None
+    aggregation.run(NOW)
+    assert total(gone, "premium")["cost_usd_micros"] == 7

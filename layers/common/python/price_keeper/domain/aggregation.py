@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Iterable, NamedTuple
 
 from ..cache import TTLCache
 from ..config import get_config
+from ..errors import ApiError
+from ..observability import logger
 from ..store import daily_totals, keys, tables, usage
 from ..store.dynamo import batch_get_many
 from ..timeutil import org_days_in_play, parse_day, utc_now
@@ -274,8 +276,16 @@ def fold_stream(records: Iterable["DynamoDBRecord"], now: datetime | None = None
     shard_keys = []
     for usage_key, date_key in sorted(changed):
         scope, label = keys.split_usage_key(usage_key)
-        shard_count = orgs.effective_config(keys.split_scope(scope)[0]).agg_shard_count  # the org's, immutable
+        try:
+            shard_count = orgs.effective_config(keys.split_scope(scope)[0]).agg_shard_count  # the org's, immutable
+        except ApiError as error:
+            if error.status != 404:
+                raise  # e.g. a throttled read: the batch is retried
+            logger.warning("spend of an unregistered org left to the sweep", extra={"scope": scope})
+            continue
         shard_keys += keys.shard_item_keys(scope, label, date_key, shard_count)
+    if not shard_keys:
+        return report
     _fold(shard_keys, True, report, now)
     if not _recent_heartbeat.get("written"):
         _heartbeat(report, now)

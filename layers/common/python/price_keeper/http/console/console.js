@@ -5,7 +5,7 @@
   const API_ROOT = location.pathname.replace(/\/console\/?$/, '/');
   const CLIENT_ID = /^org-([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})(?:-app-([A-Za-z0-9][A-Za-z0-9._-]{0,63}))?$/;
   const REFRESH_MARGIN_SECONDS = 60; // refresh the access token this long before it expires
-  const AUTO_RELOAD_MS = 60000; // the aggregator folds usage every minute
+  const AUTO_RELOAD_MS = 60000; // totals are seconds fresh; a minute between reloads keeps the page calm
   const HISTORY_DAYS = 30;
   // Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
   const COLOURS = ['#0072b2', '#d55e00', '#009e73', '#cc79a7', '#e69f00', '#56b4e9', '#6a3d9a', '#1b1f24'];
