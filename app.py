@@ -3,6 +3,7 @@
 
 Settings come from CDK context (``cdk.json``, ``-c key=value``); see ``stacks/settings.py``.
 """
+
 from __future__ import annotations
 
 import os

@@ -21,6 +21,7 @@ Parameters, pyjwt, bcrypt). "ours" is a handler's min minus the floor's min: wha
 service's own code adds. Timings on a shared machine are noisy; ``--instructions`` counts
 instructions instead (valgrind), which repeat exactly from run to run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,17 +67,36 @@ def runtime_venv() -> Path:
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([interpreter, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "-r", str(ROOT / "requirements.txt")], check=True)
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+                str(ROOT / "requirements.txt"),
+            ],
+            check=True,
+        )
     return python
 
 
 def lambda_environment(layer: Path) -> dict:
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith(("POWERTOOLS_", "AWS_", "PYTHON", "LAMBDA_"))}
-    env.update(PYTHONPATH=str(layer), PYTHONDONTWRITEBYTECODE="1", LAMBDA_TASK_ROOT=str(ROOT / "lambdas"),
-               AWS_LAMBDA_FUNCTION_NAME="cold-start-bench", AWS_REGION="us-east-1",
-               POWERTOOLS_SERVICE_NAME="price-keeper")
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("POWERTOOLS_", "AWS_", "PYTHON", "LAMBDA_"))
+    }
+    env.update(
+        PYTHONPATH=str(layer),
+        PYTHONDONTWRITEBYTECODE="1",
+        LAMBDA_TASK_ROOT=str(ROOT / "lambdas"),
+        AWS_LAMBDA_FUNCTION_NAME="cold-start-bench",
+        AWS_REGION="us-east-1",
+        POWERTOOLS_SERVICE_NAME="price-keeper",
+    )
     return env
 
 
@@ -92,17 +112,26 @@ def lambda_like():
 
 def timed_run(python: Path, env: dict, body: str) -> float:
     code = TIMED.format(body=body)
-    return float(subprocess.run([str(python), "-c", code], env=env, cwd=tempfile.gettempdir(),
-                                capture_output=True, text=True, check=True).stdout)
+    return float(
+        subprocess.run(
+            [str(python), "-c", code], env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True
+        ).stdout
+    )
 
 
 def instructions(python: Path, env: dict, body: str) -> int:
     """Instructions executed by ``body`` beyond a bare interpreter start, counted by
     ``valgrind --tool=callgrind``: the same on every run however busy the machine is."""
+
     def count(code: str) -> int:
-        result = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", str(python),
-                                 "-c", code], env={**env, "PYTHONHASHSEED": "0"}, cwd=tempfile.gettempdir(),
-                                capture_output=True, text=True, check=True)
+        result = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", str(python), "-c", code],
+            env={**env, "PYTHONHASHSEED": "0"},
+            cwd=tempfile.gettempdir(),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return int(re.search(r"Collected : (\d+)", result.stderr).group(1))
 
     return count(body) - count("pass")
@@ -110,9 +139,11 @@ def instructions(python: Path, env: dict, body: str) -> int:
 
 def handler_import(function: str) -> str:
     path = str(ROOT / "lambdas" / function / "handler.py")
-    return ("import importlib.util\n"
-            f"spec = importlib.util.spec_from_file_location('handler', {path!r})\n"
-            "spec.loader.exec_module(importlib.util.module_from_spec(spec))")
+    return (
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('handler', {path!r})\n"
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))"
+    )
 
 
 def heaviest_packages(python: Path, env: dict, function: str, runs: int = 3, top: int = 6) -> list[tuple[str, float]]:
@@ -120,8 +151,14 @@ def heaviest_packages(python: Path, env: dict, function: str, runs: int = 3, top
     ``runs``), for the docs' breakdown."""
     best: dict[str, int] = {}
     for _ in range(runs):
-        result = subprocess.run([str(python), "-X", "importtime", "-c", handler_import(function)], env=env,
-                                cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True)
+        result = subprocess.run(
+            [str(python), "-X", "importtime", "-c", handler_import(function)],
+            env=env,
+            cwd=tempfile.gettempdir(),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         for line in result.stderr.splitlines():
             parts = line.split("|")
             if len(parts) == 3 and parts[0].split(":")[-1].strip().isdigit():
@@ -136,8 +173,10 @@ def heaviest_packages(python: Path, env: dict, function: str, runs: int = 3, top
 def measure_instructions(functions) -> dict[str, int]:
     """Instructions of the library floor and of each function's handler import (~15 s each)."""
     with lambda_like() as (python, env):
-        return {"library floor": instructions(python, env, FLOOR),
-                **{function: instructions(python, env, handler_import(function)) for function in functions}}
+        return {
+            "library floor": instructions(python, env, FLOOR),
+            **{function: instructions(python, env, handler_import(function)) for function in functions},
+        }
 
 
 def measure(runs: int) -> tuple[dict[str, tuple[float, float]], list[tuple[str, float]]]:
@@ -160,24 +199,32 @@ def print_times(results: dict[str, tuple[float, float]], heaviest: list[tuple[st
     for name, (best, median) in results.items():
         ours = "" if name == "library floor" else f"{best - floor:8.1f}"
         print(f"  {name:20s} {best:8.1f} {median:10.1f} {ours}")
-    print("  slowest handler's heaviest packages (self time, ms): "
-          + ", ".join(f"{name} {ms:.0f}" for name, ms in heaviest))
+    print(
+        "  slowest handler's heaviest packages (self time, ms): "
+        + ", ".join(f"{name} {ms:.0f}" for name, ms in heaviest)
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=9)
-    parser.add_argument("--instructions", nargs="*", metavar="FUNCTION",
-                        help="count instructions with valgrind instead of timing (noise-free; ~15 s per "
-                             "function): the named functions, or all")
+    parser.add_argument(
+        "--instructions",
+        nargs="*",
+        metavar="FUNCTION",
+        help="count instructions with valgrind instead of timing (noise-free; ~15 s per "
+        "function): the named functions, or all",
+    )
     args = parser.parse_args()
     if args.instructions is not None:
         counts = measure_instructions(args.instructions or FUNCTIONS)
         floor = counts["library floor"]
         print("Cold-start imports, Lambda-like, instructions beyond interpreter start-up (valgrind callgrind)")
         for name, count in counts.items():
-            print(f"  {name:20s} {count / 1e6:9.1f} M" + ("" if name == "library floor" else
-                                                         f"   ours {100 * (count - floor) / floor:+6.1f} %"))
+            print(
+                f"  {name:20s} {count / 1e6:9.1f} M"
+                + ("" if name == "library floor" else f"   ours {100 * (count - floor) / floor:+6.1f} %")
+            )
         return
     print_times(*measure(args.runs), args.runs)
 

@@ -18,6 +18,7 @@ stream folds cost the same at both (they read only the labels they are handed), 
 grows with the active shards.
 The last table prints what the seed's ``request_ids`` string set would cost instead.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,14 +27,20 @@ import os
 import sys
 import uuid
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT)]
-for name, value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
-                    "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true",
-                    "POWERTOOLS_LOG_LEVEL": "ERROR", "BCRYPT_ROUNDS": "4"}.items():
+for name, value in {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_METRICS_DISABLED": "true",
+    "POWERTOOLS_LOG_LEVEL": "ERROR",
+    "BCRYPT_ROUNDS": "4",
+}.items():
     os.environ.setdefault(name, value)
 for name in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE"):
     os.environ.pop(name, None)
@@ -76,8 +83,10 @@ class Meter:
     def _remember(self, params, model, **_):
         self._params = dict(params)
         if model.name == "TransactWriteItems":  # item sizes before the update
-            self._before = [self._size(body["TableName"], body["Key"]) if kind == "Update" else 0
-                            for kind, body in (next(iter(a.items())) for a in params["TransactItems"])]
+            self._before = [
+                self._size(body["TableName"], body["Key"]) if kind == "Update" else 0
+                for kind, body in (next(iter(a.items())) for a in params["TransactItems"])
+            ]
         elif model.name == "UpdateItem":
             self._before = [self._size(params["TableName"], params["Key"])]
 
@@ -96,7 +105,7 @@ class Meter:
         operation, params = model.name, self._params
         self.calls[operation] += 1
         if operation == "TransactWriteItems":
-            for action, before in zip(params["TransactItems"], self._before):
+            for action, before in zip(params["TransactItems"], self._before, strict=True):
                 kind, body = next(iter(action.items()))
                 size = item_size(body["Item"]) if kind == "Put" else self._size(body["TableName"], body["Key"])
                 self.wcu += 2 * max(1, math.ceil(max(size, before) / WRITE_UNIT))
@@ -140,22 +149,38 @@ def seed_scopes(count: int) -> list[tuple[str, str]]:
     with config.batch_writer() as batch:
         for _ in range(count):
             org_id, app_id = str(uuid.uuid4()), "app-1"
-            batch.put_item(Item={"org_key": keys.org_key(org_id), "resource_key": "#", "org_name": "bench",
-                                 "timezone": TZ, "quota_scope": "APP", "model_ordering": ["premium", "standard",
-                                                                                          "economy"],
-                                 "quotas": {"premium": 10**12, "standard": 10**12, "economy": 10**12},
-                                 "agg_shard_count": 8, "sticky_fallback_enabled": True})
-            batch.put_item(Item={"org_key": keys.org_key(org_id), "resource_key": keys.app_resource(app_id),
-                                 "app_name": "bench"})
+            batch.put_item(
+                Item={
+                    "org_key": keys.org_key(org_id),
+                    "resource_key": "#",
+                    "org_name": "bench",
+                    "timezone": TZ,
+                    "quota_scope": "APP",
+                    "model_ordering": ["premium", "standard", "economy"],
+                    "quotas": {"premium": 10**12, "standard": 10**12, "economy": 10**12},
+                    "agg_shard_count": 8,
+                    "sticky_fallback_enabled": True,
+                }
+            )
+            batch.put_item(
+                Item={"org_key": keys.org_key(org_id), "resource_key": keys.app_resource(app_id), "app_name": "bench"}
+            )
             tenants.append((org_id, app_id))
     return tenants
 
 
 def usage(label: str = "premium") -> UsageRequest:
-    return UsageRequest.model_validate({
-        "request_id": str(uuid.uuid4()), "model_label": label, "bedrock_model_id": "x", "input_tokens": 1500,
-        "output_tokens": 800, "status": "OK",
-        "timestamp": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
+    return UsageRequest.model_validate(
+        {
+            "request_id": str(uuid.uuid4()),
+            "model_label": label,
+            "bedrock_model_id": "x",
+            "input_tokens": 1500,
+            "output_tokens": 800,
+            "status": "OK",
+            "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+    )
 
 
 def measure(meter: Meter, action) -> tuple[str, float, float]:
@@ -165,8 +190,9 @@ def measure(meter: Meter, action) -> tuple[str, float, float]:
     return calls, meter.wcu, meter.rcu
 
 
-def through_handlers(meter: Meter, requests: int, busy_day: int = 100,
-                     batches: int = 5) -> dict[str, tuple[str, float, float, float]]:
+def through_handlers(
+    meter: Meter, requests: int, busy_day: int = 100, batches: int = 5
+) -> dict[str, tuple[str, float, float, float]]:
     """Usage submission and model selection, ``requests`` times each, and usage batches of
     100 records ``batches`` times, through their real Lambda handlers (API Gateway events,
     in process) with one access token and rate limits on, as one warm container serves a
@@ -182,14 +208,24 @@ def through_handlers(meter: Meter, requests: int, busy_day: int = 100,
     org_id, app_id = seed_scopes(1)[0]
     for _ in range(busy_day):
         metering.submit(org_id, app_id, usage())
-    headers = {"Authorization": "Bearer " + auth.issue_tokens(auth.Principal(org_id, app_id))["access_token"],
-               "Content-Type": "application/json"}
+    headers = {
+        "Authorization": "Bearer " + auth.issue_tokens(auth.Principal(org_id, app_id))["access_token"],
+        "Content-Type": "application/json",
+    }
     app = f"/api/v1/orgs/{org_id}/apps/{app_id}"
-    calls = {"usage": (requests, lambda: gateway.invoke("POST", f"{app}/usage", headers=headers,
-                                                        body=usage().model_dump())),
-             "model_selection": (requests, lambda: gateway.invoke("GET", f"{app}/model-selection", headers=headers)),
-             "usage_batch": (batches, lambda: gateway.invoke("POST", f"{app}/usage/batch", headers=headers, body={
-                 "requests": [usage().model_dump() for _ in range(100)]}))}
+    calls = {
+        "usage": (requests, lambda: gateway.invoke("POST", f"{app}/usage", headers=headers, body=usage().model_dump())),
+        "model_selection": (requests, lambda: gateway.invoke("GET", f"{app}/model-selection", headers=headers)),
+        "usage_batch": (
+            batches,
+            lambda: gateway.invoke(
+                "POST",
+                f"{app}/usage/batch",
+                headers=headers,
+                body={"requests": [usage().model_dump() for _ in range(100)]},
+            ),
+        ),
+    }
     measured = {}
     for name, (count, call) in calls.items():
         assert call()["statusCode"] < 300  # cold: config, prices, the token's revocation check
@@ -202,8 +238,9 @@ def through_handlers(meter: Meter, requests: int, busy_day: int = 100,
     return measured
 
 
-def stream_folds(meter: Meter,
-                 records_per_batch: tuple[int, ...] = (1, 10, 100)) -> list[tuple[str, str, float, float]]:
+def stream_folds(
+    meter: Meter, records_per_batch: tuple[int, ...] = (1, 10, 100)
+) -> list[tuple[str, str, float, float]]:
     """The aggregator function on stream batches of one scope's usage (one label, 8 shards),
     as the event source mapping invokes it, warm: the calls and units of one batch of each
     size (alerts included; the heartbeat, written at most once per 10 s per container, is
@@ -219,14 +256,22 @@ def stream_folds(meter: Meter,
     stream.read()
     metering.submit(org_id, app_id, usage())
     first = lambda_event(stream.read())
-    rows = [("stream fold, first of the container (heartbeat included)",
-             *measure(meter, lambda: aggregation.fold_stream(DynamoDBStreamEvent(first).records)))]
+    rows = [
+        (
+            "stream fold, first of the container (heartbeat included)",
+            *measure(meter, lambda: aggregation.fold_stream(DynamoDBStreamEvent(first).records)),
+        )
+    ]
     for count in records_per_batch:
         for _ in range(count):
             metering.submit(org_id, app_id, usage())
         event = lambda_event(stream.read())
-        rows.append((f"stream fold, batch of {count} usage records (1 label)",
-                     *measure(meter, lambda: handler(event))))
+        rows.append(
+            (
+                f"stream fold, batch of {count} usage records (1 label)",
+                *measure(meter, lambda event=event: handler(event)),
+            )
+        )
     rows.append(("stream fold, the same batch delivered again", *measure(meter, lambda: handler(event))))
     return rows
 
@@ -250,15 +295,20 @@ def scenario(meter: Meter, scopes: int, submissions_per_scope: int) -> list[tupl
     org_id, app_id = tenants[0]
     rows = []
     metering.submit(org_id, app_id, usage())  # warm: config, price and profile lookups cached
-    rows.append(("usage submission (warm, new request_id)",
-                 *measure(meter, lambda: metering.submit(org_id, app_id, usage()))))
+    rows.append(
+        ("usage submission (warm, new request_id)", *measure(meter, lambda: metering.submit(org_id, app_id, usage())))
+    )
     repeated = usage()
     metering.submit(org_id, app_id, repeated)
-    rows.append(("usage submission (duplicate request_id)",
-                 *measure(meter, lambda: metering.submit(org_id, app_id, repeated))))
-    rows.append(("usage batch of 100 (per call)",
-                 *measure(meter, lambda: metering.submit_batch(org_id, app_id,
-                                                               [usage().model_dump() for _ in range(100)]))))
+    rows.append(
+        ("usage submission (duplicate request_id)", *measure(meter, lambda: metering.submit(org_id, app_id, repeated)))
+    )
+    rows.append(
+        (
+            "usage batch of 100 (per call)",
+            *measure(meter, lambda: metering.submit_batch(org_id, app_id, [usage().model_dump() for _ in range(100)])),
+        )
+    )
     activate(tenants, submissions_per_scope)
     rows.append((f"sweep, first fold ({scopes} scopes x 3 labels)", *measure(meter, aggregation.run)))
     rows.append(("sweep, nothing new", *measure(meter, aggregation.run)))
@@ -267,30 +317,37 @@ def scenario(meter: Meter, scopes: int, submissions_per_scope: int) -> list[tupl
     rows.append((f"sweep, {len(changed)} scope(s) changed", *measure(meter, aggregation.run)))
     selection.select_model(org_id, app_id)
     rows.append(("model selection (warm)", *measure(meter, lambda: selection.select_model(org_id, app_id))))
-    rows.append(("model selection (force_check)",
-                 *measure(meter, lambda: selection.select_model(org_id, app_id, force_check=True))))
+    rows.append(
+        (
+            "model selection (force_check)",
+            *measure(meter, lambda: selection.select_model(org_id, app_id, force_check=True)),
+        )
+    )
     return rows
 
 
 def size_after(meter: Meter, org_id: str, app_id: str, submissions: int) -> int:
     config = orgs.effective_config(org_id, app_id)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for _ in range(submissions):
         metering.record(metering.prepare(config, usage(), now), now)
-    shards = [meter.inspect.get_item(TableName=tables.USAGE_AGG_SHARDED.physical_name,
-                                     Key={"shard_key": keys.shard_key(config.scope, "premium", n),
-                                          "date_key": keys.day_key(org_day(TZ, now))}).get("Item")
-              for n in range(config.agg_shard_count)]
+    shards = [
+        meter.inspect.get_item(
+            TableName=tables.USAGE_AGG_SHARDED.physical_name,
+            Key={"shard_key": keys.shard_key(config.scope, "premium", n), "date_key": keys.day_key(org_day(TZ, now))},
+        ).get("Item")
+        for n in range(config.agg_shard_count)
+    ]
     return max(item_size(shard) for shard in shards if shard)
 
 
 def print_table(title: str, header: tuple, rows: list) -> None:
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     print(f"\n{title}")
-    print("  ".join(str(h).ljust(w) for h, w in zip(header, widths)))
+    print("  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
     for row in rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
 
 
 def main() -> None:
@@ -312,20 +369,27 @@ def main() -> None:
                 results.append((name, scopes, calls, f"{wcu:g}", f"{rcu:g}"))
             if scopes == 1:
                 org_id, app_id = seed_scopes(1)[0]
-                sizes = [(n, size_after(meter, org_id, app_id, n - done))
-                         for done, n in ((0, 1), (1, 1000), (1000, 5000))]
+                sizes = [
+                    (n, size_after(meter, org_id, app_id, n - done)) for done, n in ((0, 1), (1, 1000), (1000, 5000))
+                ]
     results.sort(key=lambda row: (row[0], row[1]))
-    print_table("DynamoDB per operation (computed from item sizes; moto)",
-                ("operation", "active scopes", "calls", "WCU", "RCU"), results)
+    print_table(
+        "DynamoDB per operation (computed from item sizes; moto)",
+        ("operation", "active scopes", "calls", "WCU", "RCU"),
+        results,
+    )
     seed_rows = []
     for submissions, shard_size in sizes:
         ids_per_shard = submissions / 8
         seed_size = shard_size + 37 * ids_per_shard  # a UUID in a string set, the seed's dedup
-        seed_rows.append((submissions, f"{shard_size} B", 2 * 2,
-                          f"{seed_size / 1024:.1f} KB", math.ceil(seed_size / WRITE_UNIT)))
-    print_table("Write units per submission as a day grows (8 shards, one label)",
-                ("submissions today", "largest shard (ours)", "WCU ours", "shard with request_ids set (seed)",
-                 "WCU seed"), seed_rows)
+        seed_rows.append(
+            (submissions, f"{shard_size} B", 2 * 2, f"{seed_size / 1024:.1f} KB", math.ceil(seed_size / WRITE_UNIT))
+        )
+    print_table(
+        "Write units per submission as a day grows (8 shards, one label)",
+        ("submissions today", "largest shard (ours)", "WCU ours", "shard with request_ids set (seed)", "WCU seed"),
+        seed_rows,
+    )
 
 
 if __name__ == "__main__":

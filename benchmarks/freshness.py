@@ -8,6 +8,7 @@ then for each report: ``POST .../usage`` and poll the app's aggregates every ``-
 until its request count includes it. Prints the time from the report's answer to the first
 aggregates answer that shows it: min, median, p95, max. Includes up to one poll interval.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,16 +36,32 @@ def main() -> None:
     parser.add_argument("--reports", type=int, default=30)
     parser.add_argument("--poll", type=float, default=0.05)
     args = parser.parse_args()
-    with (tempfile.TemporaryDirectory() as logs,
-          local_server(Path(logs), KEY, AGGREGATOR_INTERVAL_SECONDS="3600") as base):
+    with (
+        tempfile.TemporaryDirectory() as logs,
+        local_server(Path(logs), KEY, AGGREGATOR_INTERVAL_SECONDS="3600") as base,
+    ):
         org_id, app_id = str(uuid.uuid4()), "fresh"
-        requests.put(f"{base}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, timeout=10, json={
-            "org_name": "fresh", "timezone": "UTC", "quota_scope": "APP", "model_ordering": ["premium"],
-            "quotas": {"premium": 10**12}}).raise_for_status()
-        credentials = requests.put(f"{base}/api/v1/orgs/{org_id}/apps/{app_id}", headers={"X-API-Key": KEY},
-                                   timeout=10, json={"app_name": "fresh"}).json()["credentials"]
-        token = requests.post(f"{base}/auth/token", timeout=10,
-                              json={**credentials, "grant_type": "client_credentials"}).json()["access_token"]
+        requests.put(
+            f"{base}/api/v1/orgs/{org_id}",
+            headers={"X-API-Key": KEY},
+            timeout=10,
+            json={
+                "org_name": "fresh",
+                "timezone": "UTC",
+                "quota_scope": "APP",
+                "model_ordering": ["premium"],
+                "quotas": {"premium": 10**12},
+            },
+        ).raise_for_status()
+        credentials = requests.put(
+            f"{base}/api/v1/orgs/{org_id}/apps/{app_id}",
+            headers={"X-API-Key": KEY},
+            timeout=10,
+            json={"app_name": "fresh"},
+        ).json()["credentials"]
+        token = requests.post(
+            f"{base}/auth/token", timeout=10, json={**credentials, "grant_type": "client_credentials"}
+        ).json()["access_token"]
         session = requests.Session()
         session.headers["Authorization"] = f"Bearer {token}"
         app = f"{base}/api/v1/orgs/{org_id}/apps/{app_id}"
@@ -61,10 +78,12 @@ def main() -> None:
             latencies.append(time.perf_counter() - answered)
     latencies.sort()
     p95 = latencies[max(0, int(len(latencies) * 0.95) - 1)]
-    print(f"{args.reports} usage reports, schedule every 3600 s, polled every {args.poll:g} s: visible in "
-          f"aggregates/today after min {latencies[0]:.2f} s, median {statistics.median(latencies):.2f} s, "
-          f"p95 {p95:.2f} s, max {latencies[-1]:.2f} s (target {TARGET_SECONDS} s: "
-          f"{'met' if latencies[-1] <= TARGET_SECONDS else 'NOT met'})")
+    print(
+        f"{args.reports} usage reports, schedule every 3600 s, polled every {args.poll:g} s: visible in "
+        f"aggregates/today after min {latencies[0]:.2f} s, median {statistics.median(latencies):.2f} s, "
+        f"p95 {p95:.2f} s, max {latencies[-1]:.2f} s (target {TARGET_SECONDS} s: "
+        f"{'met' if latencies[-1] <= TARGET_SECONDS else 'NOT met'})"
+    )
 
 
 if __name__ == "__main__":

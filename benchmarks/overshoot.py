@@ -26,6 +26,7 @@ Every call is a 3,760 micro-USD premium call (1,500 input + 800 output tokens).
 
 Run: ``.venv/bin/python benchmarks/overshoot.py`` (about 5 minutes on 2 cores).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -35,14 +36,21 @@ import sys
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT), str(ROOT / "client")]
-for name, value in {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
-                    "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true",
-                    "POWERTOOLS_LOG_LEVEL": "ERROR", "RATE_LIMITS": "off", "BCRYPT_ROUNDS": "4"}.items():
+for name, value in {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_METRICS_DISABLED": "true",
+    "POWERTOOLS_LOG_LEVEL": "ERROR",
+    "RATE_LIMITS": "off",
+    "BCRYPT_ROUNDS": "4",
+}.items():
     os.environ[name] = value
 for name in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE"):
     os.environ.pop(name, None)
@@ -68,7 +76,7 @@ DELIVERY = 0.5  # from the window's end to the fold's writes: polling, invocatio
 SHARDS = 8
 CALL = {"input_tokens": 1500, "output_tokens": 800}  # premium: 3,760 micro-USD a call
 MAX_SECONDS = 600
-START = datetime(2026, 6, 10, 12, 0, tzinfo=timezone.utc)  # mid-day for a UTC org
+START = datetime(2026, 6, 10, 12, 0, tzinfo=UTC)  # mid-day for a UTC org
 ORDERING = ("premium", "standard")
 
 
@@ -107,9 +115,15 @@ def _fresh_store() -> None:
 
 
 def _usage(now: datetime, **tokens) -> UsageRequest:
-    return UsageRequest(request_id=str(uuid.uuid4()), model_label="premium", bedrock_model_id="bench",
-                        input_tokens=tokens.get("input_tokens", 0), output_tokens=tokens.get("output_tokens", 0),
-                        status="OK", timestamp=now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    return UsageRequest(
+        request_id=str(uuid.uuid4()),
+        model_label="premium",
+        bedrock_model_id="bench",
+        input_tokens=tokens.get("input_tokens", 0),
+        output_tokens=tokens.get("output_tokens", 0),
+        status="OK",
+        timestamp=now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+    )
 
 
 class Clock:
@@ -125,8 +139,13 @@ def run(scenario: Scenario, strategy: str, phase: float) -> Result:
     with mock_aws(), serialized_moto():  # per-item transaction rollback: see tests/moto_support.py
         _fresh_store()
         quota = scenario.quota_usd_micros
-        org_id = seed_org(quota_scope="APP", timezone="UTC", model_ordering=ORDERING, agg_shard_count=SHARDS,
-                          quotas={"premium": quota, "standard": 50 * quota})
+        org_id = seed_org(
+            quota_scope="APP",
+            timezone="UTC",
+            model_ordering=ORDERING,
+            agg_shard_count=SHARDS,
+            quotas={"premium": quota, "standard": 50 * quota},
+        )
         seed_app(org_id, "bench")
         clock = Clock()
         stream = StreamReader(USAGE_AGG_SHARDED)
@@ -134,8 +153,9 @@ def run(scenario: Scenario, strategy: str, phase: float) -> Result:
         tokens = quota * scenario.start_pct // 100 * 10 // 8  # premium input: 0.8 micro-USD a token
         while tokens > 0:  # earlier calls (within the per-record token cap), aggregated before the burst
             chunk = min(tokens, get_config().metering.max_input_tokens)
-            spent += metering.submit(org_id, "bench", _usage(clock.now, input_tokens=chunk), clock.now)[
-                "processing"]["cost_usd_micros"]
+            spent += metering.submit(org_id, "bench", _usage(clock.now, input_tokens=chunk), clock.now)["processing"][
+                "cost_usd_micros"
+            ]
             tokens -= chunk
         stream.read()
         aggregation.run(clock.now)
@@ -194,19 +214,30 @@ def _run_case(case: tuple[Scenario, str, float]) -> tuple[tuple[Scenario, str, f
 
 
 def main() -> None:
-    cases = [(scenario, strategy, phase) for scenario in SCENARIOS for strategy in ("minute", "stream")
-             for phase in PHASES[strategy]]
-    print(f"3,760 micro-USD premium calls, {SHARDS} shards; stream: {BATCHING_WINDOW:g} s batching window + "
-          f"{DELIVERY:g} s delivery; minute: sweep every {SWEEP_INTERVAL} s")
-    print(f"{'scenario':<18} {'clients':>7} {'calls/s':>7} {'quota $':>7} {'aggregation':<11} {'phase':>5} "
-          f"{'overshoot µ$':>12} {'% quota':>7} {'calls past':>10} {'all moved at s':>14} {'selections':>10}")
+    cases = [
+        (scenario, strategy, phase)
+        for scenario in SCENARIOS
+        for strategy in ("minute", "stream")
+        for phase in PHASES[strategy]
+    ]
+    print(
+        f"3,760 micro-USD premium calls, {SHARDS} shards; stream: {BATCHING_WINDOW:g} s batching window + "
+        f"{DELIVERY:g} s delivery; minute: sweep every {SWEEP_INTERVAL} s"
+    )
+    print(
+        f"{'scenario':<18} {'clients':>7} {'calls/s':>7} {'quota $':>7} {'aggregation':<11} {'phase':>5} "
+        f"{'overshoot µ$':>12} {'% quota':>7} {'calls past':>10} {'all moved at s':>14} {'selections':>10}"
+    )
     with ProcessPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
         for (scenario, strategy, phase), result in pool.map(_run_case, cases):
             rate = scenario.clients / scenario.seconds_per_call
-            print(f"{scenario.name:<18} {scenario.clients:>7} {rate:>7g} {scenario.quota_usd_micros / 1e6:>7g} "
-                  f"{strategy:<11} {phase:>5g} {result.overshoot_usd_micros:>12,} "
-                  f"{100 * result.overshoot_usd_micros / scenario.quota_usd_micros:>6.1f}% "
-                  f"{result.calls_past_quota:>10} {result.seconds_to_move:>14.2f} {result.selections:>10}", flush=True)
+            print(
+                f"{scenario.name:<18} {scenario.clients:>7} {rate:>7g} {scenario.quota_usd_micros / 1e6:>7g} "
+                f"{strategy:<11} {phase:>5g} {result.overshoot_usd_micros:>12,} "
+                f"{100 * result.overshoot_usd_micros / scenario.quota_usd_micros:>6.1f}% "
+                f"{result.calls_past_quota:>10} {result.seconds_to_move:>14.2f} {result.selections:>10}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
    seed's own estimate, and the all-in cost per 1 M metered calls of a client that batches
    its reports. Prices: us-east-1 on-demand list prices (see PRICES).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,7 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
@@ -38,8 +39,10 @@ from tests.local_server import local_server  # noqa: E402
 
 KEY = "bench-provisioning-key"
 PRICES = {  # USD, us-east-1 on-demand list prices (DynamoDB on-demand since 1 November 2024)
-    "dynamodb_per_million_wru": 0.625, "dynamodb_per_million_rru": 0.125,
-    "lambda_per_million_requests": 0.20, "lambda_per_gb_second_arm64": 0.0000133334,
+    "dynamodb_per_million_wru": 0.625,
+    "dynamodb_per_million_rru": 0.125,
+    "lambda_per_million_requests": 0.20,
+    "lambda_per_gb_second_arm64": 0.0000133334,
     "api_gateway_rest_per_million": 3.50,
 }
 SEED_ESTIMATE_DYNAMODB_USD = 8.77  # seed 000 "with revocation check caching"
@@ -55,9 +58,15 @@ SELECTION_EVERY_SECONDS = 300
 
 
 def usage_body() -> dict:
-    return {"request_id": str(uuid.uuid4()), "model_label": "premium", "bedrock_model_id": "amazon.nova-pro-v1:0",
-            "input_tokens": 1000, "output_tokens": 500, "status": "OK",
-            "timestamp": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    return {
+        "request_id": str(uuid.uuid4()),
+        "model_label": "premium",
+        "bedrock_model_id": "amazon.nova-pro-v1:0",
+        "input_tokens": 1000,
+        "output_tokens": 500,
+        "status": "OK",
+        "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
 
 
 def batch_body() -> dict:
@@ -67,8 +76,9 @@ def batch_body() -> dict:
 def load(base: str, method: str, path: str, make_body, headers: dict, count: int, threads: int):
     def one(_):
         started = time.perf_counter()
-        reply = requests.request(method, base + path, json=make_body() if make_body else None, headers=headers,
-                                 timeout=30)
+        reply = requests.request(
+            method, base + path, json=make_body() if make_body else None, headers=headers, timeout=30
+        )
         assert reply.status_code < 300, reply.text
         return time.perf_counter() - started
 
@@ -97,9 +107,14 @@ def measured_units(requests: int) -> tuple[dict[str, dict], dict[int, dict]]:
         meter = dynamodb_costs.Meter()
         measured = dynamodb_costs.through_handlers(meter, requests)
         _, *batches, _ = dynamodb_costs.stream_folds(meter, FOLD_SIZES)  # without the container's first and a replay
-    units = {request: dict(zip(("by_operation", "calls", "wru", "rru"), row)) for request, row in measured.items()}
-    folds = {size: {"by_operation": calls, "wru": wru, "rru": rru}
-             for size, (_, calls, wru, rru) in zip(FOLD_SIZES, batches)}
+    units = {
+        request: dict(zip(("by_operation", "calls", "wru", "rru"), row, strict=True))
+        for request, row in measured.items()
+    }
+    folds = {
+        size: {"by_operation": calls, "wru": wru, "rru": rru}
+        for size, (_, calls, wru, rru) in zip(FOLD_SIZES, batches, strict=True)
+    }
     return units, folds
 
 
@@ -110,10 +125,19 @@ HEARTBEAT_WRU_PER_FOLD = 0.1  # one ~80 B put at most every 10 s per container: 
 def wru_per_record(units: dict, folds: dict) -> list[tuple[str, float]]:
     """All-in write units per usage record: the usage request's, plus its share of the fold
     of its stream batch and of the heartbeat."""
-    rows = [(f"single reports, {size} per stream batch",
-             units["usage"]["wru"] + (folds[size]["wru"] + HEARTBEAT_WRU_PER_FOLD) / size) for size in FOLD_SIZES]
-    rows.append(("batches of 100, one stream batch each",
-                 units["usage_batch"]["wru"] / 100 + (folds[100]["wru"] + HEARTBEAT_WRU_PER_FOLD) / 100))
+    rows = [
+        (
+            f"single reports, {size} per stream batch",
+            units["usage"]["wru"] + (folds[size]["wru"] + HEARTBEAT_WRU_PER_FOLD) / size,
+        )
+        for size in FOLD_SIZES
+    ]
+    rows.append(
+        (
+            "batches of 100, one stream batch each",
+            units["usage_batch"]["wru"] / 100 + (folds[100]["wru"] + HEARTBEAT_WRU_PER_FOLD) / 100,
+        )
+    )
     return rows
 
 
@@ -122,16 +146,24 @@ def monthly_cost(p50_ms: dict, units: dict, folds: dict) -> list[tuple[str, floa
     reports = per_month / 2  # at 5 a second: 5 records per stream batch
     rows = []
     aggregator = {"wru": folds[5]["wru"] / 5, "rru": folds[5]["rru"] / 5}
-    dynamodb = sum(per_month / 2 / 1e6 * (u["wru"] * PRICES["dynamodb_per_million_wru"]
-                                          + u["rru"] * PRICES["dynamodb_per_million_rru"])
-                   for u in (units["usage"], units["model_selection"], aggregator))
+    dynamodb = sum(
+        per_month
+        / 2
+        / 1e6
+        * (u["wru"] * PRICES["dynamodb_per_million_wru"] + u["rru"] * PRICES["dynamodb_per_million_rru"])
+        for u in (units["usage"], units["model_selection"], aggregator)
+    )
     rows.append(("DynamoDB (measured units, aggregator included)", dynamodb))
     gb_seconds = sum(per_month / 2 * p50_ms[name] / 1000 * LAMBDA_MEMORY_GB for name in ("usage", "model_selection"))
     folds_per_month = reports / 5
     gb_seconds += folds_per_month * p50_ms["fold"] / 1000 * AGGREGATOR_MEMORY_GB
-    rows.append(("Lambda (requests + GB-s at local p50)",
-                 (per_month + folds_per_month) / 1e6 * PRICES["lambda_per_million_requests"]
-                 + gb_seconds * PRICES["lambda_per_gb_second_arm64"]))
+    rows.append(
+        (
+            "Lambda (requests + GB-s at local p50)",
+            (per_month + folds_per_month) / 1e6 * PRICES["lambda_per_million_requests"]
+            + gb_seconds * PRICES["lambda_per_gb_second_arm64"],
+        )
+    )
     rows.append(("API Gateway REST", per_month / 1e6 * PRICES["api_gateway_rest_per_million"]))
     rows.append(("total", sum(cost for _, cost in rows)))
     rows.append(("seed 000 estimate, DynamoDB only", SEED_ESTIMATE_DYNAMODB_USD))
@@ -147,12 +179,18 @@ def batching_client_cost(p50_ms: dict, units: dict, folds: dict) -> list[tuple[s
     wru = batches * (units["usage_batch"]["wru"] + folds[100]["wru"]) + selections * units["model_selection"]["wru"]
     rru = batches * (units["usage_batch"]["rru"] + folds[100]["rru"]) + selections * units["model_selection"]["rru"]
     rows = [("DynamoDB", (wru * PRICES["dynamodb_per_million_wru"] + rru * PRICES["dynamodb_per_million_rru"]) / 1e6)]
-    gb_seconds = (batches * p50_ms["usage_batch"] / 1000 * LAMBDA_MEMORY_GB
-                  + selections * p50_ms["model_selection"] / 1000 * LAMBDA_MEMORY_GB
-                  + batches * p50_ms["fold_100"] / 1000 * AGGREGATOR_MEMORY_GB)
-    rows.append(("Lambda (requests + GB-s at local p50)",
-                 (2 * batches + selections) / 1e6 * PRICES["lambda_per_million_requests"]
-                 + gb_seconds * PRICES["lambda_per_gb_second_arm64"]))
+    gb_seconds = (
+        batches * p50_ms["usage_batch"] / 1000 * LAMBDA_MEMORY_GB
+        + selections * p50_ms["model_selection"] / 1000 * LAMBDA_MEMORY_GB
+        + batches * p50_ms["fold_100"] / 1000 * AGGREGATOR_MEMORY_GB
+    )
+    rows.append(
+        (
+            "Lambda (requests + GB-s at local p50)",
+            (2 * batches + selections) / 1e6 * PRICES["lambda_per_million_requests"]
+            + gb_seconds * PRICES["lambda_per_gb_second_arm64"],
+        )
+    )
     rows.append(("API Gateway REST", (batches + selections) / 1e6 * PRICES["api_gateway_rest_per_million"]))
     rows.append(("total", sum(cost for _, cost in rows)))
     return rows
@@ -170,39 +208,61 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as logs, local_server(Path(logs), KEY) as base:
         org_id, app_id = str(uuid.uuid4()), "bench"
         big = {"premium": 10**12, "standard": 10**12, "economy": 10**12}
-        requests.put(f"{base}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, timeout=30, json={
-            "org_name": "bench", "timezone": "UTC", "quota_scope": "APP",
-            "model_ordering": ["premium", "standard", "economy"], "quotas": big}).raise_for_status()
-        secret = requests.put(f"{base}/api/v1/orgs/{org_id}/apps/{app_id}", headers={"X-API-Key": KEY}, timeout=30,
-                              json={"app_name": "bench"}).json()["credentials"]
-        token = requests.post(f"{base}/auth/token", json={**secret, "grant_type": "client_credentials"},
-                              timeout=30).json()["access_token"]
+        requests.put(
+            f"{base}/api/v1/orgs/{org_id}",
+            headers={"X-API-Key": KEY},
+            timeout=30,
+            json={
+                "org_name": "bench",
+                "timezone": "UTC",
+                "quota_scope": "APP",
+                "model_ordering": ["premium", "standard", "economy"],
+                "quotas": big,
+            },
+        ).raise_for_status()
+        secret = requests.put(
+            f"{base}/api/v1/orgs/{org_id}/apps/{app_id}",
+            headers={"X-API-Key": KEY},
+            timeout=30,
+            json={"app_name": "bench"},
+        ).json()["credentials"]
+        token = requests.post(
+            f"{base}/auth/token", json={**secret, "grant_type": "client_credentials"}, timeout=30
+        ).json()["access_token"]
         headers = {"Authorization": f"Bearer {token}"}
         app = f"/api/v1/orgs/{org_id}/apps/{app_id}"
 
-        print(f"\nLocal server (loopback, moto): {args.requests} requests on {args.threads} threads; "
-              f"{BATCH_REQUESTS} batches of 100 on 1")
+        print(
+            f"\nLocal server (loopback, moto): {args.requests} requests on {args.threads} threads; "
+            f"{BATCH_REQUESTS} batches of 100 on 1"
+        )
         p50 = {}
         for name, method, path, body, count, threads in (
-                ("usage", "POST", f"{app}/usage", usage_body, args.requests, args.threads),
-                ("model_selection", "GET", f"{app}/model-selection", None, args.requests, args.threads),
-                ("usage_batch", "POST", f"{app}/usage/batch", batch_body, BATCH_REQUESTS, 1)):
+            ("usage", "POST", f"{app}/usage", usage_body, args.requests, args.threads),
+            ("model_selection", "GET", f"{app}/model-selection", None, args.requests, args.threads),
+            ("usage_batch", "POST", f"{app}/usage/batch", batch_body, BATCH_REQUESTS, 1),
+        ):
             rps, p50[name], p99 = load(base, method, path, body, headers, count, threads)
             print(f"  {name:16s} {rps:7.1f} req/s   p50 {p50[name]:7.1f} ms   p99 {p99:7.1f} ms")
 
     units, folds = measured_units(UNIT_REQUESTS)
-    print(f"\nDynamoDB per warm request, all-in ({UNIT_REQUESTS} requests through the handlers, one token, "
-          "rate limits on; moto, units computed from item sizes)")
+    print(
+        f"\nDynamoDB per warm request, all-in ({UNIT_REQUESTS} requests through the handlers, one token, "
+        "rate limits on; moto, units computed from item sizes)"
+    )
     for name, measured in units.items():
-        print(f"  {name:16s} {measured['calls']:.3f} calls ({measured['by_operation']})  "
-              f"{measured['wru']:g} WRU  {measured['rru']:g} RRU")
+        print(
+            f"  {name:16s} {measured['calls']:.3f} calls ({measured['by_operation']})  "
+            f"{measured['wru']:g} WRU  {measured['rru']:g} RRU"
+        )
     print("\nThe aggregator per stream batch (fold and alerts; + 1 WRU heartbeat at most every 10 s per container)")
     for size, measured in folds.items():
         print(f"  {size:3d} records  {measured['by_operation']}  {measured['wru']:g} WRU  {measured['rru']:g} RRU")
     # Lambda time of a fold: its DynamoDB calls are sequential, ~10 ms each in a region (moto's are not a guide).
     for size, measured in folds.items():
         p50["fold" if size == 5 else f"fold_{size}"] = 10 * sum(
-            int(part.split()[0]) for part in measured["by_operation"].split(", "))
+            int(part.split()[0]) for part in measured["by_operation"].split(", ")
+        )
 
     print("\nWrite units per usage record, all-in (the request, its share of the fold and heartbeat)")
     for name, wru in wru_per_record(units, folds):
@@ -211,8 +271,10 @@ def main() -> None:
     print("\nProjected monthly cost at 10 req/s (USD)")
     for name, cost in monthly_cost(p50, units, folds):
         print(f"  {name:48s} {cost:8.2f}")
-    print(f"\nAll-in AWS cost per 1 M metered calls, batching client ({CLIENT_CALLS_PER_SECOND} calls/s, reports in "
-          f"batches of 100, selection every {SELECTION_EVERY_SECONDS} s) (USD)")
+    print(
+        f"\nAll-in AWS cost per 1 M metered calls, batching client ({CLIENT_CALLS_PER_SECOND} calls/s, reports in "
+        f"batches of 100, selection every {SELECTION_EVERY_SECONDS} s) (USD)"
+    )
     for name, cost in batching_client_cost(p50, units, folds):
         print(f"  {name:48s} {cost:8.3f}")
 

@@ -18,6 +18,7 @@ shipped layer calls Bedrock exactly as in AWS. It plays Bedrock as account ``123
 
 Any other Bedrock operation is ``UnknownOperationException``.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,7 @@ import re
 import secrets
 import string
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -38,10 +39,26 @@ ACCOUNT = "123456789012"
 # Destination Regions of each geography's profiles (a model's real list may be shorter).
 GEOGRAPHIES = {
     "us": ("us-east-1", "us-east-2", "us-west-2"),
-    "eu": ("eu-central-1", "eu-central-2", "eu-north-1", "eu-south-1", "eu-south-2", "eu-west-1", "eu-west-2",
-           "eu-west-3"),
-    "apac": ("ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-south-1", "ap-south-2", "ap-southeast-1",
-             "ap-southeast-2", "ap-southeast-4"),
+    "eu": (
+        "eu-central-1",
+        "eu-central-2",
+        "eu-north-1",
+        "eu-south-1",
+        "eu-south-2",
+        "eu-west-1",
+        "eu-west-2",
+        "eu-west-3",
+    ),
+    "apac": (
+        "ap-northeast-1",
+        "ap-northeast-2",
+        "ap-northeast-3",
+        "ap-south-1",
+        "ap-south-2",
+        "ap-southeast-1",
+        "ap-southeast-2",
+        "ap-southeast-4",
+    ),
     "jp": ("ap-northeast-1", "ap-northeast-3"),
     "au": ("ap-southeast-2", "ap-southeast-4"),
     "ca": ("ca-central-1", "ca-west-1"),
@@ -53,8 +70,10 @@ SYSTEM_PROFILES_CREATED = "2024-09-30T00:00:00Z"
 _PREFIXES = "|".join(sorted((*GEOGRAPHIES, GLOBAL), key=len, reverse=True))
 _SYSTEM_ID = re.compile(rf"^(?P<geography>{_PREFIXES})\.(?P<model>[a-z0-9-]+\.[A-Za-z0-9.:-]+)$")
 _MODEL_ID = re.compile(r"^[a-z0-9-]+\.[A-Za-z0-9.:-]+$")
-_ARN = re.compile(r"^arn:[a-z-]+:bedrock:(?P<region>[a-z0-9-]*):(?P<account>\d{12})?:"
-                  r"(?P<kind>inference-profile|application-inference-profile|foundation-model)/(?P<id>.+)$")
+_ARN = re.compile(
+    r"^arn:[a-z-]+:bedrock:(?P<region>[a-z0-9-]*):(?P<account>\d{12})?:"
+    r"(?P<kind>inference-profile|application-inference-profile|foundation-model)/(?P<id>.+)$"
+)
 _NAME = re.compile(r"^([0-9a-zA-Z][ _-]?){1,64}$")
 _SIGNED_FOR = re.compile(r"Credential=[^/\s]+/\d{8}/(?P<region>[a-z0-9-]+)/(?P<service>[a-z0-9-]+)/aws4_request")
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -74,8 +93,12 @@ def _not_found(identifier: str) -> BedrockError:
 
 
 def _access_denied(action: str, resource: str) -> BedrockError:
-    return BedrockError("AccessDeniedException", 403, f"User: arn:aws:iam::{ACCOUNT}:user/local is not authorized "
-                                                      f"to perform: bedrock:{action} on resource: {resource}")
+    return BedrockError(
+        "AccessDeniedException",
+        403,
+        f"User: arn:aws:iam::{ACCOUNT}:user/local is not authorized "
+        f"to perform: bedrock:{action} on resource: {resource}",
+    )
 
 
 def _invalid(message: str) -> BedrockError:
@@ -115,8 +138,11 @@ class InferenceProfiles:
             elif method == "POST" and path == "/inference-profiles":
                 status, answer = 201, self.create(region, _json(body))
             else:
-                raise BedrockError("UnknownOperationException", 400, "The local Bedrock stand-in serves "
-                                   "GetInferenceProfile and CreateInferenceProfile only")
+                raise BedrockError(
+                    "UnknownOperationException",
+                    400,
+                    "The local Bedrock stand-in serves GetInferenceProfile and CreateInferenceProfile only",
+                )
             headers = {"Content-Type": "application/json"}
         except BedrockError as error:
             status, answer = error.status, {"message": error.message}
@@ -156,10 +182,17 @@ class InferenceProfiles:
             if any(profile["inferenceProfileName"] == name for profile in regional):
                 raise BedrockError("ConflictException", 409, f"Inference profile {name} already exists")
             arn = self._application_arn(region, "".join(secrets.choice(_ID_ALPHABET) for _ in range(12)))
-            now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            profile = {"inferenceProfileName": name, "createdAt": now, "updatedAt": now, "inferenceProfileArn": arn,
-                       "models": self._copied_models(source, region), "inferenceProfileId": arn.rsplit("/", 1)[1],
-                       "status": "ACTIVE", "type": "APPLICATION"}
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            profile = {
+                "inferenceProfileName": name,
+                "createdAt": now,
+                "updatedAt": now,
+                "inferenceProfileArn": arn,
+                "models": self._copied_models(source, region),
+                "inferenceProfileId": arn.rsplit("/", 1)[1],
+                "status": "ACTIVE",
+                "type": "APPLICATION",
+            }
             for key, value in (("description", request.get("description")), ("clientRequestToken", token)):
                 if value is not None:
                     profile[key] = value
@@ -200,8 +233,10 @@ class InferenceProfiles:
             "createdAt": SYSTEM_PROFILES_CREATED,
             "updatedAt": SYSTEM_PROFILES_CREATED,
             "inferenceProfileArn": f"arn:{partition}:bedrock:{region}:{ACCOUNT}:inference-profile/{profile_id}",
-            "models": [{"modelArn": f"arn:{partition}:bedrock:{destination}::foundation-model/{model}"}
-                       for destination in destinations],
+            "models": [
+                {"modelArn": f"arn:{partition}:bedrock:{destination}::foundation-model/{model}"}
+                for destination in destinations
+            ],
             "inferenceProfileId": profile_id,
             "status": "ACTIVE",
             "type": "SYSTEM_DEFINED",

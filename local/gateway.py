@@ -1,6 +1,7 @@
 """API Gateway (REST, proxy integration) in a few functions: the local server and the
 handler tests turn HTTP requests into the exact events API Gateway sends to Lambda and
 call the same ``lambda_handler`` the stack deploys."""
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,15 @@ def load_handler(function: str):
     return load_handler_module(LAMBDAS, function).lambda_handler
 
 
-def api_event(method: str, path: str, *, body: str | bytes | dict | None = None, headers: dict | None = None,
-              query: str = "", source_ip: str = "127.0.0.1") -> tuple[dict, str] | None:
+def api_event(
+    method: str,
+    path: str,
+    *,
+    body: str | bytes | dict | None = None,
+    headers: dict | None = None,
+    query: str = "",
+    source_ip: str = "127.0.0.1",
+) -> tuple[dict, str] | None:
     """The proxy event for a request and the function that serves it (``None``: no route)."""
     found = routes.match(method, path)
     if found is None:
@@ -96,8 +104,11 @@ def invoke(method: str, path: str, **kwargs) -> dict:
     built = api_event(method, path, **kwargs)
     if built is None:
         status, error = (405, "METHOD_NOT_ALLOWED") if routes.allowed_methods(path) else (404, "NOT_FOUND")
-        return {"statusCode": status, "headers": {"Content-Type": "application/json"},
-                "body": json.dumps(error_body(error, "No such route" if status == 404 else f"{method} not allowed"))}
+        return {
+            "statusCode": status,
+            "headers": {"Content-Type": "application/json"},
+            "body": json.dumps(error_body(error, "No such route" if status == 404 else f"{method} not allowed")),
+        }
     event, function = built
     context = LambdaContext(function_name=function, aws_request_id=event["requestContext"]["requestId"])
     handler = load_handler(function)

@@ -17,6 +17,7 @@ AGGREGATOR_INTERVAL_SECONDS (60: the sweep), PRICING_REFRESH_INTERVAL_SECONDS (8
 RATE_LIMITS (on|off), DYNAMODB_ENDPOINT_URL (external DynamoDB instead of the
 embedded one), LOCAL_PERSIST (on|off, default on: state under .local/).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,11 +45,36 @@ MAX_BODY = 1_000_000
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 # What Powertools adds to every event of a function (Lambda context, trace), left out of the
 # line. The functions share one logger here, so its function_name may be another's.
-_CONTEXT_KEYS = frozenset({"level", "location", "message", "timestamp", "name", "service", "sampling_rate",
-                           "cold_start", "function_name", "function_memory_size", "function_arn",
-                           "function_request_id", "correlation_id", "xray_trace_id", "exception", "exception_name"})
-NO_PRICE_LIST = {"statusCode": 400, "headers": {"Content-Type": "application/x-amz-json-1.1"}, "body": json.dumps({
-    "__type": "AccessDeniedException", "message": "The local stack has no Price List API; config.yaml prices serve"})}
+_CONTEXT_KEYS = frozenset(
+    {
+        "level",
+        "location",
+        "message",
+        "timestamp",
+        "name",
+        "service",
+        "sampling_rate",
+        "cold_start",
+        "function_name",
+        "function_memory_size",
+        "function_arn",
+        "function_request_id",
+        "correlation_id",
+        "xray_trace_id",
+        "exception",
+        "exception_name",
+    }
+)
+NO_PRICE_LIST = {
+    "statusCode": 400,
+    "headers": {"Content-Type": "application/x-amz-json-1.1"},
+    "body": json.dumps(
+        {
+            "__type": "AccessDeniedException",
+            "message": "The local stack has no Price List API; config.yaml prices serve",
+        }
+    ),
+}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -72,12 +98,21 @@ class _Handler(BaseHTTPRequestHandler):
             elif service == "pricing":
                 response = NO_PRICE_LIST
             else:
-                response = invoke(self.command, path, body=body, headers=dict(self.headers.items()), query=query,
-                                  source_ip=self.client_address[0])
+                response = invoke(
+                    self.command,
+                    path,
+                    body=body,
+                    headers=dict(self.headers.items()),
+                    query=query,
+                    source_ip=self.client_address[0],
+                )
         except Exception:  # what API Gateway answers when a function crashes outside its resolver
             log.exception("function failed for %s %s", self.command, path)
-            response = {"statusCode": 502, "headers": {"Content-Type": "application/json"},
-                        "body": json.dumps(error_body("INTERNAL_ERROR", "Function failed"))}
+            response = {
+                "statusCode": 502,
+                "headers": {"Content-Type": "application/json"},
+                "body": json.dumps(error_body("INTERNAL_ERROR", "Function failed")),
+            }
         payload = (response.get("body") or "").encode()
         self.send_response(response["statusCode"])
         headers = {k: v for k, v in (response.get("headers") or {}).items()}
@@ -149,7 +184,7 @@ class LocalStack:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "LocalStack":
+    def start(self) -> LocalStack:
         os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
         os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
         os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
@@ -185,8 +220,9 @@ def _event_line(event: dict) -> str:
     """A function's log event as one line of ``LOG_FORMAT``, its own keys (``extra=``) at the
     end; a traceback, if any, follows."""
     message = event["message"] if isinstance(event["message"], str) else json.dumps(event["message"], default=str)
-    keys = " ".join(f"{key}={json.dumps(value, default=str)}" for key, value in event.items()
-                    if key not in _CONTEXT_KEYS)
+    keys = " ".join(
+        f"{key}={json.dumps(value, default=str)}" for key, value in event.items() if key not in _CONTEXT_KEYS
+    )
     line = f"{event['timestamp']} {event['level']} {event['name']} {message}"
     return "\n".join(filter(None, (f"{line} {keys}".rstrip(), event.get("exception"))))
 
@@ -198,9 +234,15 @@ def _log_plainly() -> None:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     for noisy in ("botocore", "urllib3", "werkzeug"):  # werkzeug: a line per request moto serves
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    function_logger.registered_handler.setFormatter(LambdaPowertoolsFormatter(
-        json_serializer=_event_line, datefmt="%Y-%m-%d %H:%M:%S,%F", serialize_stacktrace=False,
-        service=function_logger.service, name="%(name)s"))
+    function_logger.registered_handler.setFormatter(
+        LambdaPowertoolsFormatter(
+            json_serializer=_event_line,
+            datefmt="%Y-%m-%d %H:%M:%S,%F",
+            serialize_stacktrace=False,
+            service=function_logger.service,
+            name="%(name)s",
+        )
+    )
     logging.getLogger(function_logger.name).propagate = False
 
 

@@ -9,6 +9,7 @@ several times a second); at start-up the journal is compacted to its writes (jou
 older versions hold reads too) and replayed, which rebuilds tables, items and secrets.
 Application inference profiles are kept in ``.local/inference-profiles.json``.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,15 @@ PROVISIONING_SECRET_NAME = "price-keeper/provisioning-api-key"
 
 # Requests that change state; everything else is dropped when the journal is compacted.
 _WRITE_TARGETS = (
-    "DynamoDB_20120810.CreateTable", "DynamoDB_20120810.UpdateTimeToLive", "DynamoDB_20120810.PutItem",
-    "DynamoDB_20120810.UpdateItem", "DynamoDB_20120810.DeleteItem", "DynamoDB_20120810.BatchWriteItem",
-    "DynamoDB_20120810.TransactWriteItems", "secretsmanager.CreateSecret", "secretsmanager.PutSecretValue",
+    "DynamoDB_20120810.CreateTable",
+    "DynamoDB_20120810.UpdateTimeToLive",
+    "DynamoDB_20120810.PutItem",
+    "DynamoDB_20120810.UpdateItem",
+    "DynamoDB_20120810.DeleteItem",
+    "DynamoDB_20120810.BatchWriteItem",
+    "DynamoDB_20120810.TransactWriteItems",
+    "secretsmanager.CreateSecret",
+    "secretsmanager.PutSecretValue",
     "secretsmanager.UpdateSecret",
 )
 
@@ -94,7 +101,7 @@ class LocalAws:
         self.server = None
         self.url = ""
 
-    def start(self) -> "LocalAws":
+    def start(self) -> LocalAws:
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
         os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -138,8 +145,10 @@ class LocalAws:
                 continue
             ddb.create_table(**spec.create_table_kwargs())
             if spec.ttl_attribute:
-                ddb.update_time_to_live(TableName=spec.physical_name, TimeToLiveSpecification={
-                    "Enabled": True, "AttributeName": TTL_ATTRIBUTE})
+                ddb.update_time_to_live(
+                    TableName=spec.physical_name,
+                    TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+                )
 
     def _ensure_event_bus(self) -> None:
         """The bus spend alerts are published on (created at every start: not journaled)."""

@@ -9,6 +9,7 @@ wait or the first has waited ``batching_window_s``, and a batch that keeps faili
 dropped after ``retries`` attempts and logged (the mapping would send it to the dead-letter
 queue); the sweep folds what it named.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,12 +41,14 @@ class StreamReader:
 
     def __init__(self, spec: TableSpec):
         endpoint = os.environ.get("DYNAMODB_ENDPOINT_URL") or None
-        self.arn = boto3.client("dynamodb", endpoint_url=endpoint).describe_table(
-            TableName=spec.physical_name)["Table"]["LatestStreamArn"]
+        self.arn = boto3.client("dynamodb", endpoint_url=endpoint).describe_table(TableName=spec.physical_name)[
+            "Table"
+        ]["LatestStreamArn"]
         # The regional endpoint, not the account-based one botocore derives from the stream ARN
         # (moto serves only the former).
-        self.streams = boto3.client("dynamodbstreams", endpoint_url=endpoint,
-                                    config=Config(account_id_endpoint_mode="disabled"))
+        self.streams = boto3.client(
+            "dynamodbstreams", endpoint_url=endpoint, config=Config(account_id_endpoint_mode="disabled")
+        )
         self.iterators: dict[str, str | None] = {}  # shard id -> next iterator (None: shard closed and read)
 
     def read(self) -> list[dict]:
@@ -54,7 +57,8 @@ class StreamReader:
             shard_id = shard["ShardId"]
             if shard_id not in self.iterators:
                 self.iterators[shard_id] = self.streams.get_shard_iterator(
-                    StreamArn=self.arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+                    StreamArn=self.arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+                )["ShardIterator"]
             while self.iterators[shard_id]:
                 page = self.streams.get_records(ShardIterator=self.iterators[shard_id], Limit=1000)
                 self.iterators[shard_id] = page.get("NextShardIterator")
@@ -92,9 +96,10 @@ class StreamTrigger(threading.Thread):
             self.first_waiting_since = time.monotonic()
         self.pending += new
         waited = time.monotonic() - self.first_waiting_since
-        while self.pending and (len(self.pending) >= USAGE_STREAM.batch_size
-                                or waited >= USAGE_STREAM.batching_window_s):
-            batch, self.pending = self.pending[:USAGE_STREAM.batch_size], self.pending[USAGE_STREAM.batch_size:]
+        while self.pending and (
+            len(self.pending) >= USAGE_STREAM.batch_size or waited >= USAGE_STREAM.batching_window_s
+        ):
+            batch, self.pending = self.pending[: USAGE_STREAM.batch_size], self.pending[USAGE_STREAM.batch_size :]
             self._deliver(batch)
 
     def _deliver(self, batch: list[dict]) -> None:
@@ -103,9 +108,14 @@ class StreamTrigger(threading.Thread):
                 invoke_job(self.function, lambda_event(batch))
                 return
             except Exception:  # as Lambda retries a failed batch
-                log.exception("%s failed on a stream batch of %d records (attempt %d)", self.function,
-                              len(batch), attempt)
-                if self.stop_event.wait(min(2.0, 0.1 * 2 ** attempt)):
+                log.exception(
+                    "%s failed on a stream batch of %d records (attempt %d)", self.function, len(batch), attempt
+                )
+                if self.stop_event.wait(min(2.0, 0.1 * 2**attempt)):
                     return
-        log.error("%s: a stream batch of %d records dropped after %d retries; the sweep will fold it",
-                  self.function, len(batch), USAGE_STREAM.retries)
+        log.error(
+            "%s: a stream batch of %d records dropped after %d retries; the sweep will fold it",
+            self.function,
+            len(batch),
+            USAGE_STREAM.retries,
+        )

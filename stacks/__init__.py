@@ -4,6 +4,7 @@ The stacks build the deployed system from the same definitions the runtime uses
 (``price_keeper.store.tables`` and ``price_keeper.http.routes``), so this package puts the shared
 layer's source on ``sys.path`` before anything imports it.
 """
+
 from __future__ import annotations
 
 import sys

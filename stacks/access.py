@@ -9,6 +9,7 @@ action, change its block here (DynamoDB Local and moto do not check IAM, so only
 deployment would notice). The infrastructure tests check that the deployed policies equal
 this map, that it covers every function, and that it never grants ``dynamodb:*``.
 """
+
 from __future__ import annotations
 
 from price_keeper.http import routes
@@ -99,14 +100,25 @@ _TABLES: dict[str, Grants] = {
     "revoke_tokens": merge({CONFIG: (CONDITION_CHECK,)}, CLIENT_CUTOFF),
     "quota_boosts": merge(EFFECTIVE_CONFIG, BOOST_CREATE),
     "aggregates": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ),
-    "model_selection": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, SELECTION_READ,
-                             STICKY_READ, STICKY_ADVANCE, PRICE_QUOTE, LIVE_SPEND),
+    "model_selection": merge(
+        AUTH_DECODE,
+        EFFECTIVE_CONFIG,
+        ORG_CHILDREN,
+        PROFILE_LOOKUP,
+        SELECTION_READ,
+        STICKY_READ,
+        STICKY_ADVANCE,
+        PRICE_QUOTE,
+        LIVE_SPEND,
+    ),
     "inference_profiles": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_REGISTER),
     # metering.count: UNPRICED_MODEL alerts (alerts.fire_unpriced_model)
-    "usage": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD,
-                   DAILY_STATUS, ALERT_FIRE),
-    "usage_batch": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS,
-                         ALERT_FIRE),
+    "usage": merge(
+        AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS, ALERT_FIRE
+    ),
+    "usage_batch": merge(
+        AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS, ALERT_FIRE
+    ),
     "spend_report": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, DAILY_RANGE),
     "alerts": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, ALERT_LIST),
     # (+ the usage table's stream: DescribeStream, GetRecords, GetShardIterator, which its
@@ -119,16 +131,25 @@ _TABLES: dict[str, Grants] = {
 _RATE_LIMITED = {route.function for route in routes.ROUTES if route.rate_limit}
 
 TABLE_ACCESS: dict[str, Grants] = {
-    function: merge(grants, RATE_LIMIT) if function in _RATE_LIMITED else grants
-    for function, grants in _TABLES.items()
+    function: merge(grants, RATE_LIMIT) if function in _RATE_LIMITED else grants for function, grants in _TABLES.items()
 }
 
 # Secrets each function may read. The signing key: the token endpoints and every function
 # that authorizes a bearer token. The provisioning key: the X-API-Key endpoints.
-JWT_READERS = frozenset({
-    "auth_token", "auth_refresh", "auth_revoke", "aggregates", "model_selection", "inference_profiles",
-    "usage", "usage_batch", "spend_report", "alerts",
-})
+JWT_READERS = frozenset(
+    {
+        "auth_token",
+        "auth_refresh",
+        "auth_revoke",
+        "aggregates",
+        "model_selection",
+        "inference_profiles",
+        "usage",
+        "usage_batch",
+        "spend_report",
+        "alerts",
+    }
+)
 PROVISIONING_READERS = frozenset({"put_org", "put_app", "rotate_credentials", "revoke_tokens", "quota_boosts"})
 
 # Functions that resolve inference profiles to models (GetInferenceProfile): registration

@@ -6,6 +6,7 @@ local gateway builds REST (payload v1) proxy events, so the deployed events have
 exact shape every handler test already exercises; REST also gives stage throttling,
 gateway responses in our error schema and X-Ray tracing of the gateway itself.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,7 @@ CORS_HEADERS = ["Authorization", "Content-Type", "X-API-Key"]
 def _error_template(code: str, message_json: str) -> dict[str, str]:
     """A gateway response body in the api_spec error schema; ``message_json`` is a JSON
     string literal or ``$context.error.messageString`` (API Gateway quotes that one)."""
-    return {"application/json": f'{{"error": "{code}", "message": {message_json}, '
-                                f'"request_id": "$context.requestId"}}'}
+    return {"application/json": f'{{"error": "{code}", "message": {message_json}, "request_id": "$context.requestId"}}'}
 
 
 # Answers API Gateway gives itself (no function runs), reshaped into the error schema.
@@ -36,8 +36,13 @@ def _error_template(code: str, message_json: str) -> dict[str, str]:
 # spec calls it 404 NOT_FOUND. (No ISO timestamp: gateway templates cannot format one.)
 GATEWAY_RESPONSES = (
     ("UnknownRoute", apigw.ResponseType.MISSING_AUTHENTICATION_TOKEN, "404", "NOT_FOUND", json.dumps("No such route")),
-    ("Throttled", apigw.ResponseType.THROTTLED, "429", "RATE_LIMIT_EXCEEDED",
-     json.dumps("Stage rate limit exceeded; retry later")),
+    (
+        "Throttled",
+        apigw.ResponseType.THROTTLED,
+        "429",
+        "RATE_LIMIT_EXCEEDED",
+        json.dumps("Stage rate limit exceeded; retry later"),
+    ),
     ("Default4xx", apigw.ResponseType.DEFAULT_4_XX, None, "INVALID_REQUEST", "$context.error.messageString"),
     ("Default5xx", apigw.ResponseType.DEFAULT_5_XX, None, "INTERNAL_ERROR", json.dumps("Internal error")),
 )
@@ -45,34 +50,44 @@ GATEWAY_RESPONSES = (
 
 # One JSON line per request. ``path`` is the concrete path (which org, which app), beside
 # the route template ``resourcePath``: the audit trail of who touched which tenant.
-ACCESS_LOG_FORMAT = apigw.AccessLogFormat.custom(json.dumps({
-    "requestId": apigw.AccessLogField.context_request_id(),
-    "ip": apigw.AccessLogField.context_identity_source_ip(),
-    "requestTime": apigw.AccessLogField.context_request_time(),
-    "httpMethod": apigw.AccessLogField.context_http_method(),
-    "resourcePath": apigw.AccessLogField.context_resource_path(),
-    "path": apigw.AccessLogField.context_path(),
-    "status": apigw.AccessLogField.context_status(),
-    "protocol": apigw.AccessLogField.context_protocol(),
-    "responseLength": apigw.AccessLogField.context_response_length(),
-}))
+ACCESS_LOG_FORMAT = apigw.AccessLogFormat.custom(
+    json.dumps(
+        {
+            "requestId": apigw.AccessLogField.context_request_id(),
+            "ip": apigw.AccessLogField.context_identity_source_ip(),
+            "requestTime": apigw.AccessLogField.context_request_time(),
+            "httpMethod": apigw.AccessLogField.context_http_method(),
+            "resourcePath": apigw.AccessLogField.context_resource_path(),
+            "path": apigw.AccessLogField.context_path(),
+            "status": apigw.AccessLogField.context_status(),
+            "protocol": apigw.AccessLogField.context_protocol(),
+            "responseLength": apigw.AccessLogField.context_response_length(),
+        }
+    )
+)
 
 
 class RestApi(Construct):
     def __init__(self, scope: Construct, id: str, *, settings: Settings, functions: dict[str, lambda_.IFunction]):
         super().__init__(scope, id)
         self.access_logs = logs.LogGroup(
-            self, "AccessLogs",
+            self,
+            "AccessLogs",
             retention=RETENTION[settings.log_retention_days],
             removal_policy=RemovalPolicy.DESTROY,
         )
-        cors = apigw.CorsOptions(
-            allow_origins=list(settings.cors_origins),
-            allow_methods=sorted({route.method for route in routes.ROUTES}),
-            allow_headers=CORS_HEADERS,
-        ) if settings.cors_origins else None
+        cors = (
+            apigw.CorsOptions(
+                allow_origins=list(settings.cors_origins),
+                allow_methods=sorted({route.method for route in routes.ROUTES}),
+                allow_headers=CORS_HEADERS,
+            )
+            if settings.cors_origins
+            else None
+        )
         self.api = apigw.RestApi(
-            self, "Api",
+            self,
+            "Api",
             rest_api_name=f"{settings.prefix}api",
             description="Bedrock Price Keeper HTTP API",
             endpoint_types=[apigw.EndpointType.REGIONAL],
@@ -96,17 +111,20 @@ class RestApi(Construct):
         # without retention when it is missing; created here first, it has ours and goes
         # with the stack.
         self.execution_logs = logs.LogGroup(
-            self, "ExecutionLogs",
+            self,
+            "ExecutionLogs",
             log_group_name=f"API-Gateway-Execution-Logs_{self.api.rest_api_id}/{settings.stage}",
             retention=RETENTION[settings.log_retention_days],
             removal_policy=RemovalPolicy.DESTROY,
         )
         self.api.deployment_stage.node.add_dependency(self.execution_logs)
         for response_id, response_type, status, code, message_json in GATEWAY_RESPONSES:
-            self.api.add_gateway_response(response_id, type=response_type, status_code=status,
-                                          templates=_error_template(code, message_json))
-        integrations = {name: apigw.LambdaIntegration(function, allow_test_invoke=False)
-                        for name, function in functions.items()}
+            self.api.add_gateway_response(
+                response_id, type=response_type, status_code=status, templates=_error_template(code, message_json)
+            )
+        integrations = {
+            name: apigw.LambdaIntegration(function, allow_test_invoke=False) for name, function in functions.items()
+        }
         self.methods: list[apigw.Method] = []
         for route in routes.ROUTES:
             resource = self.api.root if route.path == "/" else self.api.root.resource_for_path(route.path)

@@ -1,5 +1,6 @@
 """One Lambda function per HTTP function and job of ``price_keeper.http.routes``, each with its
 own role holding only what ``access.py`` grants it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,10 +45,16 @@ SIZING: dict[str, Sizing] = {
 }
 
 RETENTION = {
-    1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 5: logs.RetentionDays.FIVE_DAYS,
-    7: logs.RetentionDays.ONE_WEEK, 14: logs.RetentionDays.TWO_WEEKS, 30: logs.RetentionDays.ONE_MONTH,
-    60: logs.RetentionDays.TWO_MONTHS, 90: logs.RetentionDays.THREE_MONTHS,
-    180: logs.RetentionDays.SIX_MONTHS, 365: logs.RetentionDays.ONE_YEAR,
+    1: logs.RetentionDays.ONE_DAY,
+    3: logs.RetentionDays.THREE_DAYS,
+    5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
 }
 
 
@@ -65,9 +72,18 @@ def code_and_handler(name: str) -> tuple[lambda_.Code, str]:
 class Functions(Construct):
     """``self.by_name[name]`` for every name in ``FUNCTIONS``."""
 
-    def __init__(self, scope: Construct, id: str, *, settings: Settings, tables: Tables, layers: SharedLayers,
-                 jwt_secret: secretsmanager.ISecret, provisioning_secret: secretsmanager.ISecret,
-                 extra_environment: dict[str, dict[str, str]]):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        settings: Settings,
+        tables: Tables,
+        layers: SharedLayers,
+        jwt_secret: secretsmanager.ISecret,
+        provisioning_secret: secretsmanager.ISecret,
+        extra_environment: dict[str, dict[str, str]],
+    ):
         super().__init__(scope, id)
         missing = [name for name in FUNCTIONS if not (LAMBDAS_DIR / name / "handler.py").is_file()]
         if missing:
@@ -87,19 +103,24 @@ class Functions(Construct):
                 environment["PROVISIONING_SECRET_NAME"] = provisioning_secret.secret_arn
             function_name = f"{settings.prefix}{name.replace('_', '-')}"
             log_group = logs.LogGroup(
-                self, f"{construct_id(name)}Logs",
+                self,
+                f"{construct_id(name)}Logs",
                 log_group_name=f"/aws/lambda/{function_name}",
                 retention=RETENTION[settings.log_retention_days],
                 removal_policy=RemovalPolicy.DESTROY,
             )
             # Our own role instead of AWSLambdaBasicExecutionRole: logs only to its own group.
-            role = iam.Role(self, f"{construct_id(name)}Role",
-                            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                            description=f"Bedrock Price Keeper {name} function")
+            role = iam.Role(
+                self,
+                f"{construct_id(name)}Role",
+                assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                description=f"Bedrock Price Keeper {name} function",
+            )
             code, handler = code_and_handler(name)
             sizing = SIZING.get(name, Sizing())
             function = lambda_.Function(
-                self, construct_id(name),
+                self,
+                construct_id(name),
                 function_name=function_name,
                 description=f"Bedrock Price Keeper: {name}",
                 runtime=RUNTIME,
@@ -138,16 +159,23 @@ class Functions(Construct):
         stack = Stack.of(role)
         if name in access.INFERENCE_PROFILE_READERS:
             # Profiles are resolved in the calling region, which can be any region.
-            role.add_to_policy(iam.PolicyStatement(
-                actions=["bedrock:GetInferenceProfile"],
-                resources=[f"arn:{stack.partition}:bedrock:*:{stack.account}:inference-profile/*",
-                           f"arn:{stack.partition}:bedrock:*:{stack.account}:application-inference-profile/*"],
-            ))
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["bedrock:GetInferenceProfile"],
+                    resources=[
+                        f"arn:{stack.partition}:bedrock:*:{stack.account}:inference-profile/*",
+                        f"arn:{stack.partition}:bedrock:*:{stack.account}:application-inference-profile/*",
+                    ],
+                )
+            )
         if name in access.FOUNDATION_MODEL_READERS:
             # Foundation models are AWS's own (no account in the ARN), in any region.
-            role.add_to_policy(iam.PolicyStatement(
-                actions=["bedrock:GetFoundationModel"],
-                resources=[f"arn:{stack.partition}:bedrock:*::foundation-model/*"]))
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["bedrock:GetFoundationModel"],
+                    resources=[f"arn:{stack.partition}:bedrock:*::foundation-model/*"],
+                )
+            )
         if name in access.PRICE_LIST_READERS:
             # The Price List API has no resource-level permissions: "*" is the only resource.
             role.add_to_policy(iam.PolicyStatement(actions=["pricing:GetProducts"], resources=["*"]))

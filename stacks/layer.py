@@ -1,5 +1,6 @@
 """The shared layer (``price_keeper`` + its pip dependencies + the config as JSON), built
 without Docker and precompiled for the runtime's Python, and the AWS-managed Powertools layer."""
+
 from __future__ import annotations
 
 import glob
@@ -37,8 +38,11 @@ _SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
 def _package_files() -> list[Path]:
-    return sorted(p for p in (LAYER_SOURCE / PACKAGE).rglob("*")
-                  if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    return sorted(
+        p
+        for p in (LAYER_SOURCE / PACKAGE).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    )
 
 
 def layer_hash(config_path: Path) -> str:
@@ -58,11 +62,16 @@ def runtime_python() -> str | None:
     """An interpreter of the functions' Python version (``LAYER_PYTHON``, ``python3.12`` on
     the PATH, or a pyenv install), or ``None`` when this machine has none. Probed once per
     process: a synth asks twice (the asset hash, then the bundling)."""
-    candidates = [os.environ.get("LAYER_PYTHON"), sys.executable, shutil.which(f"python{PYTHON_VERSION}"),
-                  *sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{PYTHON_VERSION}.*/bin/python3")))]
+    candidates = [
+        os.environ.get("LAYER_PYTHON"),
+        sys.executable,
+        shutil.which(f"python{PYTHON_VERSION}"),
+        *sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{PYTHON_VERSION}.*/bin/python3"))),
+    ]
     for candidate in filter(None, candidates):
-        probe = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True
+        )
         if probe.returncode == 0 and probe.stdout.strip() == PYTHON_VERSION:
             return candidate
     return None
@@ -81,20 +90,43 @@ def bundle_layer(output_dir: Path, config_path: Path, pip_platform: str = PIP_PL
     """
     target = output_dir / "python"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
-         "--platform", pip_platform, "--only-binary=:all:", "--python-version", PYTHON_VERSION,
-         "--implementation", "cp", "--target", str(target), "-r", str(REQUIREMENTS)],
-        check=True, stdout=sys.stderr,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-compile",
+            "--platform",
+            pip_platform,
+            "--only-binary=:all:",
+            "--python-version",
+            PYTHON_VERSION,
+            "--implementation",
+            "cp",
+            "--target",
+            str(target),
+            "-r",
+            str(REQUIREMENTS),
+        ],
+        check=True,
+        stdout=sys.stderr,
     )
     shutil.copytree(LAYER_SOURCE / PACKAGE, target / PACKAGE, ignore=_SKIPPED, dirs_exist_ok=True)
     (target / PACKAGE / BUNDLED_NAME).write_text(json.dumps(read_raw(config_path)), encoding="utf-8")
     interpreter = runtime_python()
     if interpreter is None:
-        print(f"warning: no Python {PYTHON_VERSION} found (set LAYER_PYTHON): the layer ships without byte code",
-              file=sys.stderr)
+        print(
+            f"warning: no Python {PYTHON_VERSION} found (set LAYER_PYTHON): the layer ships without byte code",
+            file=sys.stderr,
+        )
         return False
-    subprocess.run([interpreter, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash", str(target)],
-                   check=True, stdout=sys.stderr)
+    subprocess.run(
+        [interpreter, "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash", str(target)],
+        check=True,
+        stdout=sys.stderr,
+    )
     return True
 
 
@@ -133,7 +165,8 @@ class SharedLayers(Construct):
                 "bundleLayer=false: the shared layer has no dependencies and no config; do not deploy this",
             )
         self.common = lambda_.LayerVersion(
-            self, "Common",
+            self,
+            "Common",
             code=code,
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
@@ -142,7 +175,8 @@ class SharedLayers(Construct):
         )
         stack = Stack.of(self)
         self.powertools = lambda_.LayerVersion.from_layer_version_arn(
-            self, "Powertools",
+            self,
+            "Powertools",
             f"arn:{stack.partition}:lambda:{stack.region}:017000801446:layer:"
             f"AWSLambdaPowertoolsPythonV3-python312-{POWERTOOLS_ARCH}:{settings.powertools_layer_version}",
         )

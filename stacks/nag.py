@@ -7,6 +7,7 @@ recovery on every table (``storage.py``) and execution logging on the API stage
 (``api.py``). What it keeps is acknowledged below, each on the one resource it concerns
 (never on a parent that would cover others), with the reason.
 """
+
 from __future__ import annotations
 
 from aws_cdk import Acknowledgment, App, Validations
@@ -30,14 +31,15 @@ NO_AUTHORIZER = (
     "Cognito user pool (COG4) neither issues nor knows its tokens, and every request must be "
     "checked against the revocation list and the client's cutoff in DynamoDB (auth.py), which "
     "an authorizer's cached answer would skip. The request pipeline (pipeline.admit) "
-    "authenticates before the body is parsed. This route: ")
+    "authenticates before the body is parsed. This route: "
+)
 ROUTE_AUTH = {
     Auth.NONE: "public by design (health, the OpenAPI document, the docs and console pages).",
     Auth.CLIENT: "an OAuth2 token endpoint; the function authenticates the client by its id and "
-                 "secret (bcrypt), which is what issues the token an authorizer would want.",
+    "secret (bcrypt), which is what issues the token an authorizer would want.",
     Auth.PROVISIONING_KEY: "the function compares the X-API-Key provisioning key in constant time.",
     Auth.BEARER: "the function verifies the service's JWT, checks revocation and matches the "
-                 "token's org and app to the path.",
+    "token's org and app to the path.",
     Auth.BEARER_ANY: "the function verifies the service's JWT and checks revocation; the token names the client.",
 }
 
@@ -51,67 +53,92 @@ def _acknowledge(construct: IConstruct, rule: str, reason: str) -> None:
 
 def acknowledge(stack: PriceKeeperStack) -> None:
     """Every finding the stack keeps, on the resource it concerns, with its reason."""
-    _acknowledge(stack.jwt_secret, "SMG4",
-                 "The service signs and verifies every token with this one HS256 key (no key id), so a "
-                 "scheduled rotation would end every live access and refresh token at once. It is "
-                 "rotated by hand when needed (put-secret-value; warm functions read it within 5 minutes).")
-    _acknowledge(stack.provisioning_secret, "SMG4",
-                 "The operators' admin key, which they read from Secrets Manager by hand: a scheduled "
-                 "rotation would change it under them. It is rotated by hand (put-secret-value; warm "
-                 "functions honour the new key within 5 minutes).")
+    _acknowledge(
+        stack.jwt_secret,
+        "SMG4",
+        "The service signs and verifies every token with this one HS256 key (no key id), so a "
+        "scheduled rotation would end every live access and refresh token at once. It is "
+        "rotated by hand when needed (put-secret-value; warm functions read it within 5 minutes).",
+    )
+    _acknowledge(
+        stack.provisioning_secret,
+        "SMG4",
+        "The operators' admin key, which they read from Secrets Manager by hand: a scheduled "
+        "rotation would change it under them. It is rotated by hand (put-secret-value; warm "
+        "functions honour the new key within 5 minutes).",
+    )
 
     for name, function in stack.functions.by_name.items():
-        _acknowledge(function, "L1",
-                     "The runtime is pinned with the AWS-managed Powertools layer variant (python312) and "
-                     "the layer's precompiled byte code (stacks/settings.py: RUNTIME, PYTHON_VERSION); "
-                     "Python 3.12 is a supported Lambda runtime, and moving all three is a deliberate "
-                     "upgrade, not a lint fix.")
+        _acknowledge(
+            function,
+            "L1",
+            "The runtime is pinned with the AWS-managed Powertools layer variant (python312) and "
+            "the layer's precompiled byte code (stacks/settings.py: RUNTIME, PYTHON_VERSION); "
+            "Python 3.12 is a supported Lambda runtime, and moving all three is a deliberate "
+            "upgrade, not a lint fix.",
+        )
         policy = function.role.node.find_child("DefaultPolicy")
         star = "X-Ray (Tracing.ACTIVE: xray:PutTraceSegments, xray:PutTelemetryRecords) has no resources"
         if name in access.PRICE_LIST_READERS:
             star += ", and neither has the Price List API (pricing:GetProducts)"
         _acknowledge(policy, "IAM5[Resource::*]", star + ": AWS accepts only Resource '*'.")
         if name in access.INFERENCE_PROFILE_READERS:
-            profiles = ("Tenants register inference profiles at run time and a profile is resolved in the "
-                        "region its ARN names: any profile of this account, in any region, read-only "
-                        "(bedrock:GetInferenceProfile).")
+            profiles = (
+                "Tenants register inference profiles at run time and a profile is resolved in the "
+                "region its ARN names: any profile of this account, in any region, read-only "
+                "(bedrock:GetInferenceProfile)."
+            )
             _acknowledge(policy, f"IAM5[Resource::{INFERENCE_PROFILES}]", profiles)
             _acknowledge(policy, f"IAM5[Resource::{APPLICATION_INFERENCE_PROFILES}]", profiles)
         if name in access.FOUNDATION_MODEL_READERS:
-            _acknowledge(policy, f"IAM5[Resource::{FOUNDATION_MODELS}]",
-                         "The fetcher looks up the name of whichever model the Price List or an "
-                         "UNPRICED_MODEL event names, in any region; foundation models are AWS's (no "
-                         "account in the ARN) and bedrock:GetFoundationModel only reads their description.")
+            _acknowledge(
+                policy,
+                f"IAM5[Resource::{FOUNDATION_MODELS}]",
+                "The fetcher looks up the name of whichever model the Price List or an "
+                "UNPRICED_MODEL event names, in any region; foundation models are AWS's (no "
+                "account in the ARN) and bedrock:GetFoundationModel only reads their description.",
+            )
 
     api = stack.api.api
-    _acknowledge(api.node.find_child("CloudWatchRole"), f"IAM4[Policy::{API_GATEWAY_LOGS_POLICY}]",
-                 "The account-level role API Gateway writes access and execution logs with; AWS's managed "
-                 "policy is the one documented for it, and an inline copy would need the same log "
-                 "wildcards without AWS's updates.")
-    _acknowledge(api, "APIG2",
-                 "Each function validates its body against the schema the OpenAPI document publishes "
-                 "(pydantic, answering the api_spec error schema with the failing field), after "
-                 "authenticating the caller; a gateway validator would need a second copy of every "
-                 "schema and would answer unauthenticated callers first, in its own words.")
-    _acknowledge(api.deployment_stage, "APIG3",
-                 "No WAF: a web ACL costs more per month than the rest of this service; stage "
-                 "throttling and the per-client rate limits of the authenticated routes (config.yaml "
-                 "rate_limits) bound the load, and every route but the public pages authenticates "
-                 "its caller.")
+    _acknowledge(
+        api.node.find_child("CloudWatchRole"),
+        f"IAM4[Policy::{API_GATEWAY_LOGS_POLICY}]",
+        "The account-level role API Gateway writes access and execution logs with; AWS's managed "
+        "policy is the one documented for it, and an inline copy would need the same log "
+        "wildcards without AWS's updates.",
+    )
+    _acknowledge(
+        api,
+        "APIG2",
+        "Each function validates its body against the schema the OpenAPI document publishes "
+        "(pydantic, answering the api_spec error schema with the failing field), after "
+        "authenticating the caller; a gateway validator would need a second copy of every "
+        "schema and would answer unauthenticated callers first, in its own words.",
+    )
+    _acknowledge(
+        api.deployment_stage,
+        "APIG3",
+        "No WAF: a web ACL costs more per month than the rest of this service; stage "
+        "throttling and the per-client rate limits of the authenticated routes (config.yaml "
+        "rate_limits) bound the load, and every route but the public pages authenticates "
+        "its caller.",
+    )
     for route, method in zip(routes.ROUTES, stack.api.methods, strict=True):
         reason = NO_AUTHORIZER + ROUTE_AUTH[route.auth]
         _acknowledge(method, "APIG4", reason)
         _acknowledge(method, "COG4", reason)
 
     for job, queue in stack.schedules.dead_letter_queues.items():
-        _acknowledge(queue, "SQS3",
-                     f"This queue is the dead-letter queue of {job}'s schedule (EventBridge target DLQ "
-                     "and Lambda on-failure destination); cdk-nag only recognises queues that are another "
-                     "queue's DLQ.")
+        _acknowledge(
+            queue,
+            "SQS3",
+            f"This queue is the dead-letter queue of {job}'s schedule (EventBridge target DLQ "
+            "and Lambda on-failure destination); cdk-nag only recognises queues that are another "
+            "queue's DLQ.",
+        )
 
 
 def check(app: App, stack: PriceKeeperStack) -> None:
     """The ``AwsSolutions`` pack on ``app``, with the stack's acknowledged findings."""
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     acknowledge(stack)
-

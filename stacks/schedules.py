@@ -1,5 +1,6 @@
 """EventBridge schedules of the two jobs, their dead-letter queues, and the pricing fetch
 that runs once when the stack is deployed."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,21 +52,32 @@ class Schedules(Construct):
             function = functions[schedule.function]
             name = schedule.function.replace("_", "-")
             queue = sqs.Queue(
-                self, f"{name}-dlq",
+                self,
+                f"{name}-dlq",
                 queue_name=f"{settings.prefix}{name}-dlq",
                 retention_period=Duration.days(14),
                 encryption=sqs.QueueEncryption.SQS_MANAGED,
                 enforce_ssl=True,
             )
-            function.configure_async_invoke(retry_attempts=ASYNC_RETRIES, max_event_age=schedule.max_event_age,
-                                            on_failure=destinations.SqsDestination(queue))
+            function.configure_async_invoke(
+                retry_attempts=ASYNC_RETRIES,
+                max_event_age=schedule.max_event_age,
+                on_failure=destinations.SqsDestination(queue),
+            )
             self.rules[schedule.function] = events.Rule(
-                self, f"{name}-schedule",
+                self,
+                f"{name}-schedule",
                 rule_name=f"{settings.prefix}{name}",
                 description=f"Runs {schedule.function} every {schedule.rate.to_human_string()}",
                 schedule=events.Schedule.rate(schedule.rate),
-                targets=[targets.LambdaFunction(function, dead_letter_queue=queue, retry_attempts=schedule.retries,
-                                                max_event_age=schedule.max_event_age)],
+                targets=[
+                    targets.LambdaFunction(
+                        function,
+                        dead_letter_queue=queue,
+                        retry_attempts=schedule.retries,
+                        max_event_age=schedule.max_event_age,
+                    )
+                ],
             )
             self.dead_letter_queues[schedule.function] = queue
             if schedule.function == "pricing_fetcher":
@@ -78,10 +90,18 @@ class Schedules(Construct):
         List API never fails a deploy; that version's failures go to the same queue.
         """
         fetcher.current_version.configure_async_invoke(
-            retry_attempts=ASYNC_RETRIES, max_event_age=schedule.max_event_age,
-            on_failure=destinations.SqsDestination(queue))
-        triggers.Trigger(self, "FetchPricesOnDeploy", handler=fetcher,
-                         invocation_type=triggers.InvocationType.EVENT, execute_on_handler_change=True)
+            retry_attempts=ASYNC_RETRIES,
+            max_event_age=schedule.max_event_age,
+            on_failure=destinations.SqsDestination(queue),
+        )
+        triggers.Trigger(
+            self,
+            "FetchPricesOnDeploy",
+            handler=fetcher,
+            invocation_type=triggers.InvocationType.EVENT,
+            execute_on_handler_change=True,
+        )
         Annotations.of(fetcher).acknowledge_warning(
             "@aws-cdk/aws-lambda:addPermissionsToVersionOrAlias",
-            "only EventBridge invokes through a resource policy (unqualified); the trigger's role may invoke versions")
+            "only EventBridge invokes through a resource policy (unqualified); the trigger's role may invoke versions",
+        )

@@ -16,6 +16,7 @@
 | ``powertoolsLayerVersion`` | ``38`` | version of the AWS-managed Powertools layer |
 | ``bundleLayer`` | ``true`` | ``false`` ships the unbundled layer source (offline synth in tests; not deployable) |
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -90,7 +91,7 @@ class Settings:
         return f"{SERVICE_NAME}/{self.stage}/"
 
     @classmethod
-    def from_context(cls, node: Node) -> "Settings":
+    def from_context(cls, node: Node) -> Settings:
         get = node.try_get_context
         stage = str(get("stage") or cls.stage)
         config = Path(str(get("configPath") or cls.config_path))

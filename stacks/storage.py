@@ -1,4 +1,5 @@
 """The seven DynamoDB tables, built from ``price_keeper.store.tables.ALL_TABLES``."""
+
 from __future__ import annotations
 
 from aws_cdk import RemovalPolicy
@@ -46,14 +47,16 @@ class Tables(Construct):
         self.by_spec: dict[TableSpec, dynamodb.Table] = {}
         for spec in ALL_TABLES:
             table = dynamodb.Table(
-                self, "".join(part.title() for part in spec.name.split("-")),
+                self,
+                "".join(part.title() for part in spec.name.split("-")),
                 table_name=physical_name(settings, spec),
                 partition_key=_key(spec.partition_key),
                 sort_key=_key(spec.sort_key) if spec.sort_key else None,
                 billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
                 time_to_live_attribute=spec.ttl_attribute,
                 point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                    point_in_time_recovery_enabled=True),
+                    point_in_time_recovery_enabled=True
+                ),
                 deletion_protection=spec.holds_money,
                 removal_policy=RemovalPolicy.RETAIN if spec.holds_money else RemovalPolicy.DESTROY,
                 stream=_stream(settings, spec),

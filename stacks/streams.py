@@ -8,6 +8,7 @@ dead-letter queue (the same queue as failed scheduled runs, so one alarm covers 
 the sweep folds what it named. One batch at a time per stream shard (parallelization
 factor 1): the fold would stay exact with more, since it recomputes from the shards.
 """
+
 from __future__ import annotations
 
 from aws_cdk import Duration
@@ -21,8 +22,15 @@ from price_keeper.domain.aggregation import USAGE_STREAM, USAGE_STREAM_FILTER
 
 
 class UsageStreamTrigger(Construct):
-    def __init__(self, scope: Construct, id: str, *, table: dynamodb.Table, aggregator: lambda_.Function,
-                 dead_letter_queue: sqs.IQueue):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        table: dynamodb.Table,
+        aggregator: lambda_.Function,
+        dead_letter_queue: sqs.IQueue,
+    ):
         super().__init__(scope, id)
         self.source = sources.DynamoEventSource(
             table,

@@ -1,4 +1,5 @@
 """Shared fixtures: a moto-backed AWS per test and an in-process API Gateway."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -32,11 +33,17 @@ PROVISIONING_KEY = "test-provisioning-key"
 
 # --- test kinds (markers): `make check` runs the fast ones, `make test` all ---------------
 
+
 def _starts_a_server(item) -> bool:
     """The test or one of its fixtures comes from a module that launches ``python -m local``."""
-    modules = [item.module, *(sys.modules.get(definition.func.__module__)
-                              for definitions in item._fixtureinfo.name2fixturedefs.values()
-                              for definition in definitions)]
+    modules = [
+        item.module,
+        *(
+            sys.modules.get(definition.func.__module__)
+            for definitions in item._fixtureinfo.name2fixturedefs.values()
+            for definition in definitions
+        ),
+    ]
     return any(getattr(module, "local_server", None) is not None for module in modules)
 
 
@@ -76,8 +83,9 @@ def aws(monkeypatch):
         ddb = boto3.client("dynamodb")
         for spec in ALL_TABLES:
             ddb.create_table(**spec.create_table_kwargs())
-            ddb.update_time_to_live(TableName=spec.physical_name,
-                                    TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE})
+            ddb.update_time_to_live(
+                TableName=spec.physical_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
+            )
         sm = boto3.client("secretsmanager")
         sm.create_secret(Name=JWT_SECRET_NAME, SecretString="test-signing-key-" + uuid.uuid4().hex)
         sm.create_secret(Name=PROVISIONING_SECRET_NAME, SecretString=PROVISIONING_KEY)
@@ -117,8 +125,17 @@ class Api:
     """Calls the real Lambda handlers with real API Gateway proxy events, failing on any
     DynamoDB call the function's deployed role would be denied (tests/iam_check.py)."""
 
-    def request(self, method: str, path: str, body=None, headers: dict | None = None, query: str = "",
-                token: str | None = None, api_key: str | None = None, source_ip: str = "127.0.0.1") -> Reply:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body=None,
+        headers: dict | None = None,
+        query: str = "",
+        token: str | None = None,
+        api_key: str | None = None,
+        source_ip: str = "127.0.0.1",
+    ) -> Reply:
         headers = dict(headers or {})
         if token:
             headers["Authorization"] = f"Bearer {token}"

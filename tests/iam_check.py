@@ -7,6 +7,7 @@ would be denied. ``tests.conftest.Api`` wraps every handler call in it, so each 
 is also a test of the access map. Calls made from worker threads inside a handler are not
 seen (the hook records the calling thread only).
 """
+
 from __future__ import annotations
 
 import threading
@@ -16,8 +17,13 @@ from price_keeper.store.dynamo import ddb_client
 from stacks.access import TABLE_ACCESS
 
 # TransactWriteItems / TransactGetItems are authorised per action on each item's table.
-_TRANSACT_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
-                     "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
+_TRANSACT_ACTIONS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+    "Get": "GetItem",
+}
 
 
 def required(operation: str, params: dict) -> list[tuple[str, str | None, str]]:
@@ -25,8 +31,11 @@ def required(operation: str, params: dict) -> list[tuple[str, str | None, str]]:
     if operation in ("BatchGetItem", "BatchWriteItem"):
         return [(table, None, f"dynamodb:{operation}") for table in params["RequestItems"]]
     if operation in ("TransactWriteItems", "TransactGetItems"):
-        return [(body["TableName"], None, f"dynamodb:{_TRANSACT_ACTIONS[kind]}")
-                for action in params["TransactItems"] for kind, body in action.items()]
+        return [
+            (body["TableName"], None, f"dynamodb:{_TRANSACT_ACTIONS[kind]}")
+            for action in params["TransactItems"]
+            for kind, body in action.items()
+        ]
     return [(params["TableName"], params.get("IndexName"), f"dynamodb:{operation}")]
 
 

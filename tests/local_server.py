@@ -1,5 +1,6 @@
 """``python -m local`` in a subprocess, as a newcomer runs it: the one launcher every
 end-to-end test uses."""
+
 from __future__ import annotations
 
 import contextlib
@@ -35,13 +36,26 @@ def launch(log_dir: Path, provisioning_key: str, *, own_process_group: bool = Fa
     is in a terminal's), else in the tests' (so that it dies with them)."""
     port = free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith(_NOT_INHERITED)}
-    env.update(PORT=str(port), PROVISIONING_API_KEY=provisioning_key, RATE_LIMITS="off", LOCAL_PERSIST="off",
-               AGGREGATOR_INTERVAL_SECONDS="3600", PRICING_REFRESH_INTERVAL_SECONDS="0", BCRYPT_ROUNDS="4")
+    env.update(
+        PORT=str(port),
+        PROVISIONING_API_KEY=provisioning_key,
+        RATE_LIMITS="off",
+        LOCAL_PERSIST="off",
+        AGGREGATOR_INTERVAL_SECONDS="3600",
+        PRICING_REFRESH_INTERVAL_SECONDS="0",
+        BCRYPT_ROUNDS="4",
+    )
     env.update(settings)
     log = Path(log_dir) / f"server-{port}.log"
     with open(log, "wb") as output:
-        process = subprocess.Popen([sys.executable, "-m", "local"], cwd=ROOT, env=env, stdout=output,
-                                   stderr=subprocess.STDOUT, process_group=0 if own_process_group else None)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "local"],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            process_group=0 if own_process_group else None,
+        )
     launched = Launched(process, f"http://127.0.0.1:{port}", log)
     try:
         _wait_until_healthy(launched.base_url, process, log)

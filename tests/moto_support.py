@@ -12,6 +12,7 @@ how these tests work around them without changing what moto answers:
    snapshot of just the items the transaction touches, restored on cancellation, which
    is all the rollback needs.
 """
+
 from __future__ import annotations
 
 import copy
@@ -83,7 +84,8 @@ def serialized_moto():
     # moto's own whole-table snapshot becomes the table itself (restoring it is a no-op);
     # the item snapshots above do the rollback.
     dynamodb_models.copy = types.SimpleNamespace(
-        deepcopy=lambda value, *args: value if isinstance(value, Table) else copy.deepcopy(value, *args))
+        deepcopy=lambda value, *args: value if isinstance(value, Table) else copy.deepcopy(value, *args)
+    )
     try:
         yield
     finally:

@@ -1,5 +1,6 @@
 """Orgs and apps created through the real provisioning endpoints (shared by the auth,
 provisioning and rotation tests)."""
+
 from __future__ import annotations
 
 import copy
@@ -17,8 +18,12 @@ ORG_BODY = {
     "quotas": {"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000},
     "overrides": {"tight_mode_threshold_pct": 95, "agg_shard_count": 8},
 }
-APP_BODY = {"app_name": "Production API", "model_ordering": ["premium", "standard"],
-            "quotas": {"premium": 50_000_000, "standard": 20_000_000}, "overrides": {"tight_mode_threshold_pct": 90}}
+APP_BODY = {
+    "app_name": "Production API",
+    "model_ordering": ["premium", "standard"],
+    "quotas": {"premium": 50_000_000, "standard": 20_000_000},
+    "overrides": {"tight_mode_threshold_pct": 90},
+}
 
 
 def org_body(**changes) -> dict:
@@ -26,13 +31,21 @@ def org_body(**changes) -> dict:
 
 
 def put_org(api, org_id: str, body: dict | None = None, **kw):
-    return api.put(f"/api/v1/orgs/{org_id}", org_body() if body is None else body,
-                   api_key=kw.pop("api_key", PROVISIONING_KEY), **kw)
+    return api.put(
+        f"/api/v1/orgs/{org_id}",
+        org_body() if body is None else body,
+        api_key=kw.pop("api_key", PROVISIONING_KEY),
+        **kw,
+    )
 
 
 def put_app(api, org_id: str, app_id: str, body: dict | None = None, **kw):
-    return api.put(f"/api/v1/orgs/{org_id}/apps/{app_id}", copy.deepcopy(APP_BODY) if body is None else body,
-                   api_key=kw.pop("api_key", PROVISIONING_KEY), **kw)
+    return api.put(
+        f"/api/v1/orgs/{org_id}/apps/{app_id}",
+        copy.deepcopy(APP_BODY) if body is None else body,
+        api_key=kw.pop("api_key", PROVISIONING_KEY),
+        **kw,
+    )
 
 
 def new_org(api, **changes) -> tuple[str, dict]:
@@ -61,5 +74,8 @@ def tokens(api, credentials: dict) -> dict:
 
 def config_item(org_id: str, app_id: str | None = None) -> dict | None:
     resource = keys.app_resource(app_id) if app_id else keys.ROOT_RESOURCE
-    return table(tables.CONFIG).get_item(
-        Key={"org_key": keys.org_key(org_id), "resource_key": resource}, ConsistentRead=True).get("Item")
+    return (
+        table(tables.CONFIG)
+        .get_item(Key={"org_key": keys.org_key(org_id), "resource_key": resource}, ConsistentRead=True)
+        .get("Item")
+    )

@@ -1,5 +1,6 @@
 """GET .../aggregates/today and .../aggregates/{date} for orgs and apps, through the real
 handler on moto."""
+
 from __future__ import annotations
 
 import uuid
@@ -37,9 +38,17 @@ def test_app_today_has_the_spec_shape(api):
     assert list(body["models"]) == ["premium", "standard", "economy"]
     premium = body["models"]["premium"]
     assert premium == {
-        "label": "premium", "bedrock_model_id": "amazon.nova-pro-v1:0", "cost_usd_micros": 9_600_000,
-        "quota_usd_micros": 10_000_000, "quota_pct": 96.0, "quota_status": "TIGHT", "input_tokens": 8_000_000,
-        "output_tokens": 1_000_000, "cache_read_input_tokens": 0, "cache_write_input_tokens": 0, "requests": 8,
+        "label": "premium",
+        "bedrock_model_id": "amazon.nova-pro-v1:0",
+        "cost_usd_micros": 9_600_000,
+        "quota_usd_micros": 10_000_000,
+        "quota_pct": 96.0,
+        "quota_status": "TIGHT",
+        "input_tokens": 8_000_000,
+        "output_tokens": 1_000_000,
+        "cache_read_input_tokens": 0,
+        "cache_write_input_tokens": 0,
+        "requests": 8,
         "average_cost_per_request": 1_200_000,
     }
     assert body["models"]["standard"]["cache_read_input_tokens"] == 1000
@@ -70,10 +79,16 @@ def test_org_aggregates_of_an_app_scoped_org_sum_its_apps(api):
     tenant = new_tenant()
     seed_app(tenant.org_id, "app-2", model_ordering=["economy"], quotas={"economy": 1_000_000})
     report(api, tenant, output_tokens=100_000, input_tokens=0)  # 0.32 USD
-    api.post(f"{tenant.org_path}/apps/app-2/usage", usage_body(model_label="economy"),
-             token=token_for(tenant.org_id, "app-2"))
-    outside = api.post(f"{tenant.org_path}/apps/app-2/usage", usage_body(output_tokens=100_000, input_tokens=0),
-                       token=token_for(tenant.org_id, "app-2"))
+    api.post(
+        f"{tenant.org_path}/apps/app-2/usage",
+        usage_body(model_label="economy"),
+        token=token_for(tenant.org_id, "app-2"),
+    )
+    outside = api.post(
+        f"{tenant.org_path}/apps/app-2/usage",
+        usage_body(output_tokens=100_000, input_tokens=0),
+        token=token_for(tenant.org_id, "app-2"),
+    )
     assert outside.status == 202, outside  # premium is not in app-2's ordering: counted all the same
     aggregation.run()
     reply = api.get(tenant.org_path + "/aggregates/today", token=tenant.org_token)
@@ -99,8 +114,12 @@ def test_a_past_day_with_data(api):
     today = org_date(NY)
     yesterday = today - timedelta(days=1)
     noon = day_start_utc(NY, yesterday) + timedelta(hours=12)
-    metering.submit(tenant.org_id, tenant.app_id, UsageRequest.model_validate(usage_body(timestamp=iso(noon))),
-                    now=noon + timedelta(seconds=5))  # reported yesterday
+    metering.submit(
+        tenant.org_id,
+        tenant.app_id,
+        UsageRequest.model_validate(usage_body(timestamp=iso(noon))),
+        now=noon + timedelta(seconds=5),
+    )  # reported yesterday
     aggregation.run()
     reply = api.get(f"{tenant.app_path}/aggregates/{yesterday.isoformat()}", token=tenant.token)
     assert reply.status == 200, reply

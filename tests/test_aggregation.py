@@ -1,10 +1,11 @@
 """The aggregator on moto: folds exactly the active shards of the days in play into
 DailyTotal, idempotently, never backwards, without scans, and reports its lag."""
+
 from __future__ import annotations
 
 import uuid
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
@@ -17,19 +18,35 @@ from price_keeper.timeutil import org_day
 from tests.factories import seed_org
 from tests.usage_support import daily_total, new_tenant, usage_body
 
-NOW = datetime(2026, 1, 23, 15, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 23, 15, 30, tzinfo=UTC)
 DAY = "20260123"
 
 
-def put_shard(scope: str, label: str, shard: int, day: str = DAY, cost: int = 100, requests: int = 1,
-              updated_at: int | None = None) -> None:
+def put_shard(
+    scope: str,
+    label: str,
+    shard: int,
+    day: str = DAY,
+    cost: int = 100,
+    requests: int = 1,
+    updated_at: int | None = None,
+) -> None:
     """A usage shard in the shape the metering writes it."""
-    table(tables.USAGE_AGG_SHARDED).put_item(Item={
-        "shard_key": keys.shard_key(scope, label, shard), "date_key": f"DAY#{day}", "active_day": f"DAY#{day}",
-        "cost_usd_micros": cost, "input_tokens": 10 * requests, "output_tokens": 5 * requests,
-        "cache_read_input_tokens": 0, "cache_write_input_tokens": 0, "requests": requests,
-        "updated_at_epoch": updated_at or int(NOW.timestamp()) - 5, "expires_at_epoch": 2_000_000_000,
-    })
+    table(tables.USAGE_AGG_SHARDED).put_item(
+        Item={
+            "shard_key": keys.shard_key(scope, label, shard),
+            "date_key": f"DAY#{day}",
+            "active_day": f"DAY#{day}",
+            "cost_usd_micros": cost,
+            "input_tokens": 10 * requests,
+            "output_tokens": 5 * requests,
+            "cache_read_input_tokens": 0,
+            "cache_write_input_tokens": 0,
+            "requests": requests,
+            "updated_at_epoch": updated_at or int(NOW.timestamp()) - 5,
+            "expires_at_epoch": 2_000_000_000,
+        }
+    )
 
 
 def total(scope: str, label: str, day: str = DAY) -> dict | None:
@@ -60,10 +77,17 @@ def test_shards_fold_into_daily_totals(aws):
     assert (report.active_shards, report.usage_keys, report.totals_written) == (4, 3, 5)  # 3 labels, 2 scopes
     scope_total = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": "ORG#a#TOTAL", "date_key": f"DAY#{DAY}"})["Item"]
     assert (scope_total["cost_usd_micros"], scope_total["requests"], scope_total["labels"]) == (
-        357, 5, {"premium", "standard"})
+        357,
+        5,
+        {"premium", "standard"},
+    )
     premium = total("ORG#a", "premium")
     assert (premium["cost_usd_micros"], premium["requests"], premium["input_tokens"], premium["output_tokens"]) == (
-        350, 4, 40, 20)
+        350,
+        4,
+        40,
+        20,
+    )
     assert total("ORG#a", "standard")["cost_usd_micros"] == 7
     assert total("ORG#b#APP#x", "premium")["requests"] == 2
     assert premium["updated_at_epoch"] == int(NOW.timestamp())
@@ -84,8 +108,9 @@ def test_a_second_run_writes_nothing_and_a_change_rewrites_one_total(aws):
 
 def test_a_total_never_moves_backwards(aws):
     put_shard("ORG#a", "premium", 0, cost=100, requests=1)
-    table(tables.DAILY_TOTAL).put_item(Item={"usage_key": "ORG#a#LABEL#premium", "date_key": f"DAY#{DAY}",
-                                             "cost_usd_micros": 500, "requests": 5})  # a newer run's total
+    table(tables.DAILY_TOTAL).put_item(
+        Item={"usage_key": "ORG#a#LABEL#premium", "date_key": f"DAY#{DAY}", "cost_usd_micros": 500, "requests": 5}
+    )  # a newer run's total
     report = aggregation.run(NOW)
     assert (report.totals_written, report.stale_puts_skipped) == (1, 1)  # the scope total is new
     assert total("ORG#a", "premium")["cost_usd_micros"] == 500
@@ -160,6 +185,7 @@ def test_the_scheduled_handler_reports_the_run(api):
 
 # --- event-driven runs: the usage table's stream ---------------------------------------
 
+
 @pytest.fixture
 def stream(aws):
     """The usage table's stream as the aggregator's event source mapping delivers it:
@@ -179,8 +205,11 @@ def fold(event: dict) -> dict:
 
 
 def scope_total(scope: str, day: str = DAY) -> dict | None:
-    return table(tables.DAILY_TOTAL).get_item(
-        Key={"usage_key": keys.scope_total_key(scope), "date_key": f"DAY#{day}"}).get("Item")
+    return (
+        table(tables.DAILY_TOTAL)
+        .get_item(Key={"usage_key": keys.scope_total_key(scope), "date_key": f"DAY#{day}"})
+        .get("Item")
+    )
 
 
 def test_a_stream_batch_moves_only_the_scopes_it_names(stream, calls):
@@ -227,8 +256,9 @@ def test_dedup_items_and_deletions_are_not_folded(stream, calls):
     tenant = new_tenant()
     put_shard(tenant.scope, "premium", 0)
     table(tables.USAGE_AGG_SHARDED).put_item(Item={"shard_key": f"{tenant.scope}#REQ#x", "date_key": "DEDUP"})
-    table(tables.USAGE_AGG_SHARDED).delete_item(Key={"shard_key": keys.shard_key(tenant.scope, "premium", 0),
-                                                      "date_key": f"DAY#{DAY}"})
+    table(tables.USAGE_AGG_SHARDED).delete_item(
+        Key={"shard_key": keys.shard_key(tenant.scope, "premium", 0), "date_key": f"DAY#{DAY}"}
+    )
     records = stream()["Records"]
     assert [r["eventName"] for r in records] == ["INSERT", "INSERT", "REMOVE"]
     seen.clear()
@@ -246,7 +276,9 @@ def test_labels_folded_in_any_order_all_reach_the_scope_total(stream):
     fold(second)  # the later batch lands first (another stream shard)
     fold(first)
     assert (scope_total(scope)["cost_usd_micros"], scope_total(scope)["labels"]) == (
-        123, {"premium", "standard", "my-profile"})
+        123,
+        {"premium", "standard", "my-profile"},
+    )
 
 
 def test_a_scope_total_never_forgets_a_label(stream, monkeypatch):
@@ -259,8 +291,9 @@ def test_a_scope_total_never_forgets_a_label(stream, monkeypatch):
     put_shard(scope, "standard", 1, cost=50, requests=5)
     stream()  # lost
     found = usage.active_shard_keys
-    monkeypatch.setattr(usage, "active_shard_keys",
-                        lambda day: [key for key in found(day) if "#LABEL#premium#" not in key["shard_key"]])
+    monkeypatch.setattr(
+        usage, "active_shard_keys", lambda day: [key for key in found(day) if "#LABEL#premium#" not in key["shard_key"]]
+    )
     aggregation.run(NOW)
     assert scope_total(scope)["labels"] == {"premium", "standard"}
     monkeypatch.undo()

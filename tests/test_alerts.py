@@ -1,10 +1,11 @@
 """Spend alerts: detection rules, once per org-local day (also under concurrent runs),
 EventBridge delivery and its retry, and GET /api/v1/orgs/{org_id}/alerts."""
+
 import json
 import threading
 import uuid
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
@@ -24,11 +25,12 @@ from tests.provisioned import new_org, org_body, put_app, put_org
 
 ORDERING = ("premium", "standard", "economy")
 QUOTAS = {"premium": 1000, "standard": 500, "economy": 200}
-NOW = datetime(2026, 10, 1, 15, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 10, 1, 15, 0, tzinfo=UTC)
 DAY = "20261001"
 
 
 # --- detection (pure) ------------------------------------------------------------------
+
 
 def kinds(due):
     return [(a.type, a.label, a.threshold_pct) for a in due]
@@ -57,8 +59,14 @@ def test_sticky_state_past_a_label_is_a_fallback_even_when_totals_lag():
 
 def test_every_label_spent_is_all_exhausted():
     due = due_alerts(ORDERING, QUOTAS, {"premium": 1000, "standard": 600, "economy": 200}, None, (95,))
-    assert kinds(due) == [(THRESHOLD, "premium", 95), (THRESHOLD, "standard", 95), (THRESHOLD, "economy", 95),
-                          (FALLBACK, "premium", None), (FALLBACK, "standard", None), (ALL_EXHAUSTED, None, None)]
+    assert kinds(due) == [
+        (THRESHOLD, "premium", 95),
+        (THRESHOLD, "standard", 95),
+        (THRESHOLD, "economy", 95),
+        (FALLBACK, "premium", None),
+        (FALLBACK, "standard", None),
+        (ALL_EXHAUSTED, None, None),
+    ]
 
 
 def test_a_single_spent_label_has_nowhere_to_fall_back_to():
@@ -78,6 +86,7 @@ def test_alert_keys_name_day_type_label_and_threshold():
 
 # --- firing --------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def bus(aws):
     """The service bus in moto with a rule delivering its events to a queue; returns a
@@ -86,8 +95,11 @@ def bus(aws):
     events.create_event_bus(Name=alerts.DEFAULT_EVENT_BUS)
     queue = sqs.create_queue(QueueName=f"alerts-{uuid.uuid4().hex}")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    events.put_rule(Name="to-queue", EventBusName=alerts.DEFAULT_EVENT_BUS,
-                    EventPattern=json.dumps({"source": [alerts.EVENT_SOURCE]}))
+    events.put_rule(
+        Name="to-queue",
+        EventBusName=alerts.DEFAULT_EVENT_BUS,
+        EventPattern=json.dumps({"source": [alerts.EVENT_SOURCE]}),
+    )
     events.put_targets(Rule="to-queue", EventBusName=alerts.DEFAULT_EVENT_BUS, Targets=[{"Id": "q", "Arn": arn}])
 
     def delivered() -> list[dict]:
@@ -127,7 +139,9 @@ def fire(config, spends, sticky=None, day=DAY, now=NOW):
 def records(scope: str) -> list[dict]:
     return table(tables.STICKY_STATE).query(
         KeyConditionExpression="scope_key = :s AND begins_with(date_key, :p)",
-        ExpressionAttributeValues={":s": scope, ":p": "ALERT#"}, ConsistentRead=True)["Items"]
+        ExpressionAttributeValues={":s": scope, ":p": "ALERT#"},
+        ConsistentRead=True,
+    )["Items"]
 
 
 def test_a_crossing_fires_once_and_the_next_threshold_fires_later(bus, put_events_calls, org_config):
@@ -139,14 +153,27 @@ def test_a_crossing_fires_once_and_the_next_threshold_fires_later(bus, put_event
     assert kinds(fire(org_config, {"premium": 960})) == [(THRESHOLD, "premium", 95)]
     events = bus()
     assert [(e["detail"]["type"], e["detail"]["label"], e["detail"]["threshold_pct"]) for e in events] == [
-        (THRESHOLD, "premium", 80), (THRESHOLD, "premium", 95)]
+        (THRESHOLD, "premium", 80),
+        (THRESHOLD, "premium", 95),
+    ]
     assert put_events_calls["PutEvents"] == 2
     first = events[0]
     assert (first["source"], first["detail-type"]) == ("price-keeper", "SpendAlert")
     assert first["detail"] == {
-        "type": THRESHOLD, "label": "premium", "threshold_pct": 80, "scope": org_config.scope,
-        "org_id": org_config.org_id, "app_id": None, "date": "2026-10-01", "fired_at": "2026-10-01T15:00:00Z",
-        "spend_usd_micros": 850, "quota_usd_micros": 1000, "fallback_to": None, "model_id": None, "region": None}
+        "type": THRESHOLD,
+        "label": "premium",
+        "threshold_pct": 80,
+        "scope": org_config.scope,
+        "org_id": org_config.org_id,
+        "app_id": None,
+        "date": "2026-10-01",
+        "fired_at": "2026-10-01T15:00:00Z",
+        "spend_usd_micros": 850,
+        "quota_usd_micros": 1000,
+        "fallback_to": None,
+        "model_id": None,
+        "region": None,
+    }
     item = next(r for r in records(org_config.scope) if r["date_key"].endswith("#80"))
     assert item["published"] is True
     assert item[tables.TTL_ATTRIBUTE] == int(NOW.timestamp()) + alerts.ALERT_RETENTION_DAYS * 86400
@@ -199,15 +226,25 @@ def test_alerts_are_logged_as_warnings(bus, org_config, caplog):
 
 
 def test_boosted_quota_is_the_one_alerts_compare_with(bus, org_config):
-    table(tables.CONFIG).put_item(Item={
-        "org_key": keys.org_key(org_config.org_id), "resource_key": "BOOST#ORG#b1", "boost_id": "b1",
-        "model_label": "premium", "amount_usd_micros": 1000, "expires_at": "2026-10-02T00:00:00Z",
-        tables.TTL_ATTRIBUTE: int((NOW + timedelta(hours=9)).timestamp())})
+    table(tables.CONFIG).put_item(
+        Item={
+            "org_key": keys.org_key(org_config.org_id),
+            "resource_key": "BOOST#ORG#b1",
+            "boost_id": "b1",
+            "model_label": "premium",
+            "amount_usd_micros": 1000,
+            "expires_at": "2026-10-02T00:00:00Z",
+            tables.TTL_ATTRIBUTE: int((NOW + timedelta(hours=9)).timestamp()),
+        }
+    )
     assert fire(org_config, {"premium": 1500}) == []  # 75 % of 2000
     later = NOW + timedelta(hours=10)  # the boost expired: 150 % of 1000
     assert kinds(fire(org_config, {"premium": 1500}, now=later)) == [
-        (THRESHOLD, "premium", 80), (THRESHOLD, "premium", 95), (FALLBACK, "premium", None),
-        (THRESHOLD, None, 80)]  # 1,500 of the 1,700 total cap
+        (THRESHOLD, "premium", 80),
+        (THRESHOLD, "premium", 95),
+        (FALLBACK, "premium", None),
+        (THRESHOLD, None, 80),
+    ]  # 1,500 of the 1,700 total cap
 
 
 def test_spend_outside_the_ordering_fires_the_total_caps_alerts(bus, org_config):
@@ -237,6 +274,7 @@ def test_failed_publish_is_retried_by_a_later_run_once(bus, put_events_calls, or
 
 # --- GET .../alerts -----------------------------------------------------------------------
 
+
 def get_alerts(api, org_id, token, date=None):
     return api.get(f"/api/v1/orgs/{org_id}/alerts", token=token, query=f"date={date}" if date else "")
 
@@ -254,24 +292,53 @@ def test_get_alerts_of_a_day_from_every_scope_of_an_app_org(api, bus):
     body = reply.json()
     assert body["date"] == "2026-10-01"
     assert body["alerts"] == [
-        {"type": THRESHOLD, "label": "premium", "threshold_pct": 80, "model_id": None, "scope": app1.scope,
-         "app_id": "app-1", "fired_at": "2026-10-01T15:00:00Z"},
-        {"type": FALLBACK, "label": "premium", "threshold_pct": None, "model_id": None, "scope": app2.scope,
-         "app_id": "app-2", "fired_at": "2026-10-01T15:01:00Z"},
-        {"type": THRESHOLD, "label": "premium", "threshold_pct": 80, "model_id": None, "scope": app2.scope,
-         "app_id": "app-2", "fired_at": "2026-10-01T15:01:00Z"},
-        {"type": THRESHOLD, "label": "premium", "threshold_pct": 95, "model_id": None, "scope": app2.scope,
-         "app_id": "app-2", "fired_at": "2026-10-01T15:01:00Z"},
+        {
+            "type": THRESHOLD,
+            "label": "premium",
+            "threshold_pct": 80,
+            "model_id": None,
+            "scope": app1.scope,
+            "app_id": "app-1",
+            "fired_at": "2026-10-01T15:00:00Z",
+        },
+        {
+            "type": FALLBACK,
+            "label": "premium",
+            "threshold_pct": None,
+            "model_id": None,
+            "scope": app2.scope,
+            "app_id": "app-2",
+            "fired_at": "2026-10-01T15:01:00Z",
+        },
+        {
+            "type": THRESHOLD,
+            "label": "premium",
+            "threshold_pct": 80,
+            "model_id": None,
+            "scope": app2.scope,
+            "app_id": "app-2",
+            "fired_at": "2026-10-01T15:01:00Z",
+        },
+        {
+            "type": THRESHOLD,
+            "label": "premium",
+            "threshold_pct": 95,
+            "model_id": None,
+            "scope": app2.scope,
+            "app_id": "app-2",
+            "fired_at": "2026-10-01T15:01:00Z",
+        },
     ]
     assert [a["scope"] for a in get_alerts(api, org_id, token_for(org_id), "2026-10-02").json()["alerts"]] == [
-        app1.scope]
+        app1.scope
+    ]
     assert get_alerts(api, org_id, token_for(org_id), "2026-09-30").json()["alerts"] == []
 
 
 def test_get_alerts_defaults_to_today_in_the_org_timezone(api, bus):
     org_id = seed_org(quota_scope="ORG", timezone="Pacific/Kiritimati", model_ordering=ORDERING, quotas=QUOTAS)
     config = orgs.effective_config(org_id)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     today = org_day(config.timezone, now)  # UTC+14: usually not the UTC date
     fire(config, {"premium": 800}, day=today, now=now)
     body = get_alerts(api, org_id, token_for(org_id)).json()
@@ -316,12 +383,15 @@ def test_aggregator_run_fires_threshold_alert_once(api, bus):
     with only_granted("aggregator"):  # folding, alert claims and records: all in its role
         first = aggregator({}, LambdaContext(function_name="aggregator"))
     assert first["alerts_fired"] == 1
-    assert api.post(f"{tenant.app_path}/usage", usage_body(input_tokens=1, output_tokens=0),
-                    token=tenant.token).status == 202
+    assert (
+        api.post(f"{tenant.app_path}/usage", usage_body(input_tokens=1, output_tokens=0), token=tenant.token).status
+        == 202
+    )
     assert aggregator({}, LambdaContext(function_name="aggregator"))["alerts_fired"] == 0
     events = bus()
     assert [(e["detail"]["type"], e["detail"]["label"], e["detail"]["threshold_pct"]) for e in events] == [
-        ("THRESHOLD", "premium", 80)]
+        ("THRESHOLD", "premium", 80)
+    ]
     listed = api.get(f"{tenant.org_path}/alerts", token=tenant.org_token).json()["alerts"]
     assert [(a["type"], a["label"], a["threshold_pct"]) for a in listed] == [("THRESHOLD", "premium", 80)]
 
@@ -336,10 +406,16 @@ def test_a_scope_whose_alerting_fails_neither_fails_the_run_nor_stops_other_scop
     day = org_day(org_config.timezone, now)
     ghost_scope = keys.org_key(str(uuid.uuid4()))
     for scope, cost in ((ghost_scope, 10_000), (org_config.scope, 900)):  # the ghost: 1,000 %; ours: 90 %
-        table(tables.USAGE_AGG_SHARDED).put_item(Item={
-            "shard_key": keys.shard_key(scope, "premium", 0), "date_key": keys.day_key(day),
-            "active_day": keys.day_key(day), "cost_usd_micros": cost, "requests": 1,
-            "updated_at_epoch": int(now.timestamp())})
+        table(tables.USAGE_AGG_SHARDED).put_item(
+            Item={
+                "shard_key": keys.shard_key(scope, "premium", 0),
+                "date_key": keys.day_key(day),
+                "active_day": keys.day_key(day),
+                "cost_usd_micros": cost,
+                "requests": 1,
+                "updated_at_epoch": int(now.timestamp()),
+            }
+        )
     report = aggregation.run(now)
     assert report.totals_written == 2 + 2  # a label total and a scope total each
     fired = alerts.fire_after_run(report, now)
@@ -351,25 +427,39 @@ def test_a_scope_whose_alerting_fails_neither_fails_the_run_nor_stops_other_scop
 
 # --- SpendPct: how close the scopes a run changed are to their quotas ----------------------
 
+
 def changed(*totals: tuple[str, str, str, int]) -> RunReport:
     """An aggregation run that changed these (scope, label, yyyymmdd, cost) totals."""
-    return RunReport(days=[DAY],
-                     costs=[(keys.usage_key(scope, label), day, cost) for scope, label, day, cost in totals],
-                     changed=[(keys.usage_key(scope, label), day) for scope, label, day, _ in totals])
+    return RunReport(
+        days=[DAY],
+        costs=[(keys.usage_key(scope, label), day, cost) for scope, label, day, cost in totals],
+        changed=[(keys.usage_key(scope, label), day) for scope, label, day, _ in totals],
+    )
 
 
 def test_spend_pcts_are_each_quota_and_the_total_cap_of_a_changed_scope(org_config):
-    report = changed(*((org_config.scope, label, DAY, cost)
-                       for label, cost in (("premium", 800), ("standard", 100), ("my-profile", 50))))
+    report = changed(
+        *(
+            (org_config.scope, label, DAY, cost)
+            for label, cost in (("premium", 800), ("standard", 100), ("my-profile", 50))
+        )
+    )
     # premium, standard, economy of the ordering; then 950 of the 1,700 total cap
     assert alerts.spend_pcts(report, NOW) == [80.0, 20.0, 0.0, 55.9]
 
 
 def test_spend_pcts_count_active_boosts(org_config):
-    table(tables.CONFIG).put_item(Item={
-        "org_key": keys.org_key(org_config.org_id), "resource_key": "BOOST#ORG#b1", "boost_id": "b1",
-        "model_label": "premium", "amount_usd_micros": 1000, "expires_at": "2026-10-02T00:00:00Z",
-        tables.TTL_ATTRIBUTE: int((NOW + timedelta(hours=9)).timestamp())})
+    table(tables.CONFIG).put_item(
+        Item={
+            "org_key": keys.org_key(org_config.org_id),
+            "resource_key": "BOOST#ORG#b1",
+            "boost_id": "b1",
+            "model_label": "premium",
+            "amount_usd_micros": 1000,
+            "expires_at": "2026-10-02T00:00:00Z",
+            tables.TTL_ATTRIBUTE: int((NOW + timedelta(hours=9)).timestamp()),
+        }
+    )
     report = changed((org_config.scope, "premium", DAY, 800))
     assert alerts.spend_pcts(report, NOW) == [40.0, 0.0, 0.0, 29.6]  # 800 of 2,000; of the 2,700 cap
 
@@ -378,8 +468,9 @@ def test_spend_pcts_leave_out_other_days_former_scopes_and_unreadable_configs(or
     yesterday = (datetime.strptime(DAY, "%Y%m%d") - timedelta(days=1)).strftime("%Y%m%d")
     ghost = keys.org_key(str(uuid.uuid4()))
     app_counters = keys.scope_key(org_config.org_id, "app-1", "APP")  # the org is ORG-scoped now
-    report = changed((org_config.scope, "premium", yesterday, 900), (ghost, "premium", DAY, 900),
-                     (app_counters, "premium", DAY, 900))
+    report = changed(
+        (org_config.scope, "premium", yesterday, 900), (ghost, "premium", DAY, 900), (app_counters, "premium", DAY, 900)
+    )
     assert alerts.spend_pcts(report, NOW) == []
     assert "spend % of quota not computed" in caplog.text  # the ghost's 404
 
@@ -400,9 +491,15 @@ def test_the_aggregator_publishes_spend_pct_and_its_lag(api, bus, emitted_metric
 
 # --- thresholds per org ------------------------------------------------------------------
 
+
 def test_an_org_sets_its_own_alert_thresholds(api, bus):
-    org_id, _ = new_org(api, quota_scope="ORG", model_ordering=list(ORDERING), quotas=QUOTAS,
-                        overrides={"alert_thresholds_pct": [90, 50, 90]})
+    org_id, _ = new_org(
+        api,
+        quota_scope="ORG",
+        model_ordering=list(ORDERING),
+        quotas=QUOTAS,
+        overrides={"alert_thresholds_pct": [90, 50, 90]},
+    )
     config = orgs.effective_config(org_id)
     assert config.alert_thresholds_pct == (50, 90)
     fired = fire(config, {"premium": 500})
@@ -419,7 +516,10 @@ def test_org_alert_thresholds_out_of_range_are_400(api, aws, thresholds):
 
 def test_apps_take_the_orgs_alert_thresholds(api, aws):
     org_id, _ = new_org(api, overrides={"alert_thresholds_pct": [60]})
-    assert_error(put_app(api, org_id, "app-1", {"app_name": "A", "overrides": {"alert_thresholds_pct": [70]}}),
-                 400, "INVALID_REQUEST")
+    assert_error(
+        put_app(api, org_id, "app-1", {"app_name": "A", "overrides": {"alert_thresholds_pct": [70]}}),
+        400,
+        "INVALID_REQUEST",
+    )
     assert put_app(api, org_id, "app-1", {"app_name": "A"}).status == 201
     assert orgs.effective_config(org_id, "app-1").alert_thresholds_pct == (60,)

@@ -1,5 +1,6 @@
 """The seams of the layer hold: DynamoDB only behind ``store/``, handlers that leave
 authentication to the request pipeline, and one reset for all process state."""
+
 import ast
 from pathlib import Path
 
@@ -11,8 +12,19 @@ from tests.usage_support import new_tenant, usage_body
 
 PACKAGE = Path(next(iter(price_keeper.__path__)))
 LAMBDAS = PACKAGE.parents[3] / "lambdas"
-DYNAMODB_CALLS = {"get_item", "put_item", "update_item", "delete_item", "query", "scan", "batch_get_item",
-                  "batch_write_item", "transact_write_items", "transact_get_items", "Table"}
+DYNAMODB_CALLS = {
+    "get_item",
+    "put_item",
+    "update_item",
+    "delete_item",
+    "query",
+    "scan",
+    "batch_get_item",
+    "batch_write_item",
+    "transact_write_items",
+    "transact_get_items",
+    "Table",
+}
 CONNECTION = {"dynamodb", "ddb_client", "table", "query_all", "conditional", "written", "transact"}
 # The OAuth2 token endpoints: issuing, refreshing and revoking tokens is their job.
 TOKEN_HANDLERS = {"auth_token", "auth_refresh", "auth_revoke"}
@@ -33,8 +45,11 @@ def test_nothing_outside_store_calls_dynamodb():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in DYNAMODB_CALLS:
                 offences.append(f"{path.name}:{node.lineno} .{node.func.attr}(...)")
-            if isinstance(node, ast.ImportFrom) and node.module and (
-                    node.module.startswith("boto3.dynamodb") or node.module.endswith("store.dynamo")):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and (node.module.startswith("boto3.dynamodb") or node.module.endswith("store.dynamo"))
+            ):
                 used = {alias.name for alias in node.names} & CONNECTION
                 if node.module.startswith("boto3.dynamodb") or used:
                     offences.append(f"{path.name}:{node.lineno} imports {node.module} {sorted(used)}")
@@ -45,9 +60,24 @@ def test_keys_are_built_and_parsed_only_in_store():
     offences = []
     for path, tree in _outside_store():
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and any(
-                    node.value.startswith(prefix) for prefix in ("DAY#", "#LABEL#", "ALERT#", "RATE#", "BOOST#",
-                                                                 "CLIENT#", "ORG#", "APP#", "PROFILE#")):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and any(
+                    node.value.startswith(prefix)
+                    for prefix in (
+                        "DAY#",
+                        "#LABEL#",
+                        "ALERT#",
+                        "RATE#",
+                        "BOOST#",
+                        "CLIENT#",
+                        "ORG#",
+                        "APP#",
+                        "PROFILE#",
+                    )
+                )
+            ):
                 offences.append(f"{path.name}:{node.lineno} {node.value!r}")
     assert offences == []
 
@@ -57,8 +87,11 @@ def test_no_handler_authenticates_by_itself():
     for path, tree in _modules(LAMBDAS):
         if path.parent.name in TOKEN_HANDLERS:
             continue
-        calls = [node for node in ast.walk(tree) if isinstance(node, ast.Attribute)
-                 and isinstance(node.value, ast.Name) and node.value.id == "auth"]
+        calls = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "auth"
+        ]
         assert calls == [], f"{path.parent.name} calls auth.{calls[0].attr if calls else ''}"
 
 

@@ -1,5 +1,6 @@
 """POST /auth/token, /auth/refresh, /auth/revoke and the authorizer step of runtime
 endpoints: real tokens, real signatures, revocation stored in DynamoDB (moto)."""
+
 import base64
 import json
 import time
@@ -61,9 +62,18 @@ def forge(claims: dict, key: str | None = None, algorithm: str = "HS256") -> str
 
 def access_claims(org_id: str, app_id: str | None, **changes) -> dict:
     now = int(time.time())
-    return {"sub": auth.client_id_for(org_id, app_id), "org_id": org_id, "app_id": app_id,
-            "scope": auth.ACCESS_SCOPES, "token_type": "access", "iat": now, "exp": now + 3600,
-            "iss": auth.ISSUER, "jti": str(uuid.uuid4()), **changes}
+    return {
+        "sub": auth.client_id_for(org_id, app_id),
+        "org_id": org_id,
+        "app_id": app_id,
+        "scope": auth.ACCESS_SCOPES,
+        "token_type": "access",
+        "iat": now,
+        "exp": now + 3600,
+        "iss": auth.ISSUER,
+        "jti": str(uuid.uuid4()),
+        **changes,
+    }
 
 
 # --- POST /auth/token ------------------------------------------------------------------
@@ -96,13 +106,16 @@ def test_org_token_is_scoped_to_the_org(api, org):
     assert claims_of(body["access_token"])["app_id"] is None
 
 
-@pytest.mark.parametrize("change", [
-    {"client_secret": "wrong"},
-    {"client_secret": "é" * 80},  # beyond bcrypt's 72 bytes: still a plain 401
-    {"client_id": f"org-{uuid.uuid4()}"},
-    {"client_id": "not-a-client-id"},
-    {"client_id": "org-"},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"client_secret": "wrong"},
+        {"client_secret": "é" * 80},  # beyond bcrypt's 72 bytes: still a plain 401
+        {"client_id": f"org-{uuid.uuid4()}"},
+        {"client_id": "not-a-client-id"},
+        {"client_id": "org-"},
+    ],
+)
 def test_bad_credentials_are_401(api, app_client, change):
     _, credentials = app_client
     assert_error(get_tokens(api, {**credentials, **change}), 401, "UNAUTHORIZED")
@@ -115,15 +128,19 @@ def test_an_app_secret_does_not_open_the_org_client(api, org, app_client):
     assert_error(get_tokens(api, mixed), 401, "UNAUTHORIZED")
 
 
-@pytest.mark.parametrize("body", [
-    {"client_id": "x", "client_secret": "y", "grant_type": "password"},
-    {"client_id": "x", "client_secret": "y"},
-    {"client_secret": "y", "grant_type": "client_credentials"},
-    {"client_id": 5, "client_secret": "y", "grant_type": "client_credentials"},
-    {"client_id": "x", "client_secret": "y", "grant_type": "client_credentials", "scope": "all"},
-    {"client_id": "x" * 257, "client_secret": "y", "grant_type": "client_credentials"},
-    "{broken", "",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"client_id": "x", "client_secret": "y", "grant_type": "password"},
+        {"client_id": "x", "client_secret": "y"},
+        {"client_secret": "y", "grant_type": "client_credentials"},
+        {"client_id": 5, "client_secret": "y", "grant_type": "client_credentials"},
+        {"client_id": "x", "client_secret": "y", "grant_type": "client_credentials", "scope": "all"},
+        {"client_id": "x" * 257, "client_secret": "y", "grant_type": "client_credentials"},
+        "{broken",
+        "",
+    ],
+)
 def test_malformed_token_requests_are_400(api, body):
     assert_error(api.post("/auth/token", body), 400, "INVALID_REQUEST")
 
@@ -156,13 +173,16 @@ def test_access_token_used_as_refresh_token_is_401(api, app_client):
     assert_error(refresh(api, tokens(api, credentials)["access_token"]), 401, "UNAUTHORIZED")
 
 
-@pytest.mark.parametrize("body", [
-    {"refresh_token": "x", "grant_type": "client_credentials"},
-    {"grant_type": "refresh_token"},
-    {"refresh_token": ["x"], "grant_type": "refresh_token"},
-    {"refresh_token": "x" * 5000, "grant_type": "refresh_token"},
-    "nope",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"refresh_token": "x", "grant_type": "client_credentials"},
+        {"grant_type": "refresh_token"},
+        {"refresh_token": ["x"], "grant_type": "refresh_token"},
+        {"refresh_token": "x" * 5000, "grant_type": "refresh_token"},
+        "nope",
+    ],
+)
 def test_malformed_refresh_requests_are_400(api, body):
     assert_error(api.post("/auth/refresh", body), 400, "INVALID_REQUEST")
 
@@ -204,9 +224,16 @@ def test_alg_none_token_is_401(api, app_client):
     assert_error(revoke(api, unsigned, bearer=unsigned), 401, "UNAUTHORIZED")
 
 
-@pytest.mark.parametrize("token", [
-    "forged-with-another-key", "wrong-issuer", "no-jti", "sub-does-not-match-claims", "not-a-jwt",
-])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "forged-with-another-key",
+        "wrong-issuer",
+        "no-jti",
+        "sub-does-not-match-claims",
+        "not-a-jwt",
+    ],
+)
 def test_other_invalid_tokens_are_401(api, app_client, token):
     org_id, _ = app_client
     claims = access_claims(org_id, "app-production-api")
@@ -336,14 +363,17 @@ def test_each_stored_revocation_is_counted(api, app_client, emitted_metrics):
     assert emitted_metrics() == {TOKENS_REVOKED: [1.0, 1.0]}
 
 
-@pytest.mark.parametrize("body", [
-    {"token": "not-a-token"},
-    {"token": "x", "token_type_hint": "id_token"},
-    {"token_type_hint": "refresh_token"},
-    {"token": 12},
-    {"token": "x", "extra": 1},
-    "{",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"token": "not-a-token"},
+        {"token": "x", "token_type_hint": "id_token"},
+        {"token_type_hint": "refresh_token"},
+        {"token": 12},
+        {"token": "x", "extra": 1},
+        "{",
+    ],
+)
 def test_malformed_revoke_requests_are_400(api, app_client, body):
     _, credentials = app_client
     access = tokens(api, credentials)["access_token"]
@@ -441,10 +471,16 @@ def test_an_incomplete_revocation_read_is_not_cached_as_not_revoked(api, app_cli
     assert refused.value.status == 503
     throttled["n"] = 0
     claims = claims_of(issued["access_token"])
-    table(tables.REVOKED_TOKENS).put_item(Item={  # revoked by another container
-        "token_jti": claims["jti"], "token_type": "access", "client_id": claims["sub"],
-        "revoked_at_epoch": int(time.time()), "original_expiry_epoch": claims["exp"],
-        tables.TTL_ATTRIBUTE: claims["exp"]})
+    table(tables.REVOKED_TOKENS).put_item(
+        Item={  # revoked by another container
+            "token_jti": claims["jti"],
+            "token_type": "access",
+            "client_id": claims["sub"],
+            "revoked_at_epoch": int(time.time()),
+            "original_expiry_epoch": claims["exp"],
+            tables.TTL_ATTRIBUTE: claims["exp"],
+        }
+    )
     assert not accepted(issued["access_token"], org_id, "app-production-api")
 
 
@@ -564,16 +600,19 @@ def test_revoke_tokens_needs_the_provisioning_key(api, app_client, api_key):
     org_id, credentials = app_client
     issued = tokens(api, credentials)
     assert_error(revoke_tokens(api, org_id, "app-production-api", api_key=api_key), 401, "UNAUTHORIZED")
-    assert_error(revoke_tokens(api, org_id, "app-production-api", api_key=issued["access_token"]), 401,
-                 "UNAUTHORIZED")
+    assert_error(revoke_tokens(api, org_id, "app-production-api", api_key=issued["access_token"]), 401, "UNAUTHORIZED")
     assert refresh(api, issued["refresh_token"]).status == 200
 
 
-@pytest.mark.parametrize("org_id,app_id,body", [
-    ("not-a-uuid", None, {}), ("550e8400-e29b-41d4-a716-446655440000", "bad%23app", {}),
-    ("550e8400-e29b-41d4-a716-446655440000", None, {"grace_period_hours": 0}),
-    ("550e8400-e29b-41d4-a716-446655440000", None, "[]"),
-])
+@pytest.mark.parametrize(
+    "org_id,app_id,body",
+    [
+        ("not-a-uuid", None, {}),
+        ("550e8400-e29b-41d4-a716-446655440000", "bad%23app", {}),
+        ("550e8400-e29b-41d4-a716-446655440000", None, {"grace_period_hours": 0}),
+        ("550e8400-e29b-41d4-a716-446655440000", None, "[]"),
+    ],
+)
 def test_malformed_revoke_tokens_requests_are_400(api, org_id, app_id, body):
     assert_error(revoke_tokens(api, org_id, app_id, body=body), 400, "INVALID_REQUEST")
 

@@ -1,7 +1,8 @@
 """POST /api/v1/orgs/{org_id}/quota-boosts and ``boosts.active_boosts``/``apply``: creation,
 every validation rule (with no write on refusal), scope prefixes, and expiry."""
+
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from boto3.dynamodb.conditions import Key
@@ -14,11 +15,11 @@ from tests.factories import seed_app, seed_org
 
 
 def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _in(**delta) -> str:
-    return _iso(datetime.now(timezone.utc) + timedelta(**delta))
+    return _iso(datetime.now(UTC) + timedelta(**delta))
 
 
 def post_boost(api, org_id, body, api_key=PROVISIONING_KEY):
@@ -28,7 +29,8 @@ def post_boost(api, org_id, body, api_key=PROVISIONING_KEY):
 def boost_items(org_id: str) -> list[dict]:
     return table(tables.CONFIG).query(
         KeyConditionExpression=Key("org_key").eq(keys.org_key(org_id)) & Key("resource_key").begins_with("BOOST#"),
-        ConsistentRead=True)["Items"]
+        ConsistentRead=True,
+    )["Items"]
 
 
 @pytest.fixture
@@ -46,20 +48,29 @@ def app_scoped(aws):
 
 # --- created -----------------------------------------------------------------------
 
+
 def test_org_boost_is_created_stored_with_ttl_and_counted(api, org_scoped):
     expires_at = _in(hours=6)
-    reply = post_boost(api, org_scoped, {"model_label": "premium", "amount_usd_micros": 5_000_000,
-                                         "expires_at": expires_at})
+    reply = post_boost(
+        api, org_scoped, {"model_label": "premium", "amount_usd_micros": 5_000_000, "expires_at": expires_at}
+    )
     assert reply.status == 201, reply
     body = reply.json()
     uuid.UUID(body["boost_id"])
-    assert body == {"boost_id": body["boost_id"], "org_id": org_scoped, "app_id": None, "model_label": "premium",
-                    "amount_usd_micros": 5_000_000, "expires_at": expires_at, "created_at": body["created_at"]}
+    assert body == {
+        "boost_id": body["boost_id"],
+        "org_id": org_scoped,
+        "app_id": None,
+        "model_label": "premium",
+        "amount_usd_micros": 5_000_000,
+        "expires_at": expires_at,
+        "created_at": body["created_at"],
+    }
     [item] = boost_items(org_scoped)
     assert item["resource_key"] == f"BOOST#ORG#{body['boost_id']}"
     expiry = datetime.fromisoformat(expires_at)
     assert item[tables.TTL_ATTRIBUTE] == int(expiry.timestamp())
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     assert boosts.active_boosts(org_scoped, None, "ORG", now) == {"premium": 5_000_000}
     # an ORG-scoped org has one quota: the app a caller asks for does not matter
     assert boosts.active_boosts(org_scoped, "any-app", "ORG", now) == {"premium": 5_000_000}
@@ -67,9 +78,13 @@ def test_org_boost_is_created_stored_with_ttl_and_counted(api, org_scoped):
 
 def test_boosts_of_one_label_add_up_and_apply_raises_quotas(api, org_scoped):
     for amount in (1_000_000, 2_500_000):
-        assert post_boost(api, org_scoped, {"model_label": "standard", "amount_usd_micros": amount,
-                                            "expires_at": _in(days=2)}).status == 201
-    active = boosts.active_boosts(org_scoped, None, "ORG", datetime.now(timezone.utc))
+        assert (
+            post_boost(
+                api, org_scoped, {"model_label": "standard", "amount_usd_micros": amount, "expires_at": _in(days=2)}
+            ).status
+            == 201
+        )
+    active = boosts.active_boosts(org_scoped, None, "ORG", datetime.now(UTC))
     assert active == {"standard": 3_500_000}
     quotas = {"premium": 10_000_000, "standard": 5_000_000}
     assert boosts.apply(quotas, active) == {"premium": 10_000_000, "standard": 8_500_000}
@@ -78,44 +93,62 @@ def test_boosts_of_one_label_add_up_and_apply_raises_quotas(api, org_scoped):
 
 
 def test_app_boost_applies_to_that_app_only(api, app_scoped):
-    reply = post_boost(api, app_scoped, {"model_label": "economy", "amount_usd_micros": 42,
-                                         "expires_at": _in(days=7, minutes=-1), "app_id": "app-1"})
+    reply = post_boost(
+        api,
+        app_scoped,
+        {"model_label": "economy", "amount_usd_micros": 42, "expires_at": _in(days=7, minutes=-1), "app_id": "app-1"},
+    )
     assert reply.status == 201, reply
     assert reply.json()["app_id"] == "app-1"
     [item] = boost_items(app_scoped)
     assert item["resource_key"] == f"BOOST#APP#app-1#{reply.json()['boost_id']}"
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     assert boosts.active_boosts(app_scoped, "app-1", "APP", now) == {"economy": 42}
     assert boosts.active_boosts(app_scoped, "app-10", "APP", now) == {}  # the prefix ends with '#'
     assert boosts.active_boosts(app_scoped, None, "APP", now) == {}  # no org-wide quota in APP scope
 
 
 def test_label_of_the_apps_ordering_is_accepted(api, app_scoped):
-    seed_app(app_scoped, "app-2", model_ordering=["tenant-a-premium", "economy"],
-             quotas={"tenant-a-premium": 100, "economy": 100})
-    reply = post_boost(api, app_scoped, {"model_label": "tenant-a-premium", "amount_usd_micros": 1,
-                                         "expires_at": _in(hours=1), "app_id": "app-2"})
+    seed_app(
+        app_scoped,
+        "app-2",
+        model_ordering=["tenant-a-premium", "economy"],
+        quotas={"tenant-a-premium": 100, "economy": 100},
+    )
+    reply = post_boost(
+        api,
+        app_scoped,
+        {"model_label": "tenant-a-premium", "amount_usd_micros": 1, "expires_at": _in(hours=1), "app_id": "app-2"},
+    )
     assert reply.status == 201, reply
 
 
 # --- validated (and nothing written) -----------------------------------------------------
 
-@pytest.mark.parametrize("changes, field", [
-    ({"expires_at": lambda: _in(minutes=-1)}, "expires_at"),  # times are computed when the test runs
-    ({"expires_at": lambda: _in(days=7, minutes=5)}, "expires_at"),
-    ({"expires_at": "2026-01-23T18:00:00"}, "expires_at"),  # no offset
-    ({"expires_at": "next tuesday"}, "expires_at"),
-    ({"amount_usd_micros": 0}, "amount_usd_micros"),
-    ({"amount_usd_micros": -5}, "amount_usd_micros"),
-    ({"amount_usd_micros": "5"}, "amount_usd_micros"),
-    ({"amount_usd_micros": 2**63}, "amount_usd_micros"),
-    ({"amount_usd_micros": True}, "amount_usd_micros"),
-    ({"model_label": "bad#label"}, "model_label"),
-    ({"surprise": 1}, "surprise"),
-])
+
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"expires_at": lambda: _in(minutes=-1)}, "expires_at"),  # times are computed when the test runs
+        ({"expires_at": lambda: _in(days=7, minutes=5)}, "expires_at"),
+        ({"expires_at": "2026-01-23T18:00:00"}, "expires_at"),  # no offset
+        ({"expires_at": "next tuesday"}, "expires_at"),
+        ({"amount_usd_micros": 0}, "amount_usd_micros"),
+        ({"amount_usd_micros": -5}, "amount_usd_micros"),
+        ({"amount_usd_micros": "5"}, "amount_usd_micros"),
+        ({"amount_usd_micros": 2**63}, "amount_usd_micros"),
+        ({"amount_usd_micros": True}, "amount_usd_micros"),
+        ({"model_label": "bad#label"}, "model_label"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
 def test_invalid_bodies_are_400_and_write_nothing(api, org_scoped, changes, field):
-    body = {"model_label": "premium", "amount_usd_micros": 1, "expires_at": _in(hours=1),
-            **{name: value() if callable(value) else value for name, value in changes.items()}}
+    body = {
+        "model_label": "premium",
+        "amount_usd_micros": 1,
+        "expires_at": _in(hours=1),
+        **{name: value() if callable(value) else value for name, value in changes.items()},
+    }
     error = assert_error(post_boost(api, org_scoped, body), 400, "INVALID_REQUEST")
     assert field in repr(error.get("details")) or field in error["message"]
     assert boost_items(org_scoped) == []
@@ -163,18 +196,25 @@ def test_bad_or_missing_provisioning_key_is_401(api, org_scoped, api_key):
 
 # --- expiring ----------------------------------------------------------------------
 
+
 def _store_boost(org_id: str, label: str, amount: int, expires: datetime) -> None:
     """A boost item as ``boosts.create`` writes it (to place expiries in the past)."""
     boost_id = str(uuid.uuid4())
-    table(tables.CONFIG).put_item(Item={
-        "org_key": keys.org_key(org_id), "resource_key": f"BOOST#ORG#{boost_id}", "boost_id": boost_id,
-        "model_label": label, "amount_usd_micros": amount, "expires_at": _iso(expires),
-        tables.TTL_ATTRIBUTE: int(expires.timestamp()),
-    })
+    table(tables.CONFIG).put_item(
+        Item={
+            "org_key": keys.org_key(org_id),
+            "resource_key": f"BOOST#ORG#{boost_id}",
+            "boost_id": boost_id,
+            "model_label": label,
+            "amount_usd_micros": amount,
+            "expires_at": _iso(expires),
+            tables.TTL_ATTRIBUTE: int(expires.timestamp()),
+        }
+    )
 
 
 def test_expired_boost_no_longer_counts_while_its_item_still_exists(org_scoped):
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     _store_boost(org_scoped, "premium", 111, now - timedelta(hours=1))  # TTL has not deleted it yet
     _store_boost(org_scoped, "premium", 222, now + timedelta(hours=1))
     assert len(boost_items(org_scoped)) == 2
@@ -182,19 +222,20 @@ def test_expired_boost_no_longer_counts_while_its_item_still_exists(org_scoped):
 
 
 def test_cached_boost_stops_counting_exactly_at_its_expiry(org_scoped):
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     expiry = now + timedelta(minutes=10)
     _store_boost(org_scoped, "economy", 500, expiry)
     assert boosts.active_boosts(org_scoped, None, "ORG", now) == {"economy": 500}
-    table(tables.CONFIG).delete_item(Key={"org_key": keys.org_key(org_scoped),
-                                          "resource_key": boost_items(org_scoped)[0]["resource_key"]})
+    table(tables.CONFIG).delete_item(
+        Key={"org_key": keys.org_key(org_scoped), "resource_key": boost_items(org_scoped)[0]["resource_key"]}
+    )
     # still cached (the item is gone), and still counted until the expiry, not after it
     assert boosts.active_boosts(org_scoped, None, "ORG", expiry - timedelta(seconds=1)) == {"economy": 500}
     assert boosts.active_boosts(org_scoped, None, "ORG", expiry) == {}
 
 
 def test_boost_keeps_a_spent_label_available_in_selection_and_aggregates(api):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from local.gateway import LambdaContext, load_handler
     from tests.conftest import PROVISIONING_KEY
@@ -204,8 +245,12 @@ def test_boost_keeps_a_spent_label_available_in_selection_and_aggregates(api):
     for _ in range(2):  # 2 x 3,760 µ$: premium is past its 4,000 µ$ quota
         assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
     load_handler("aggregator")({}, LambdaContext(function_name="aggregator"))
-    boost = {"model_label": "premium", "amount_usd_micros": 10_000, "app_id": tenant.app_id,
-             "expires_at": iso(datetime.now(timezone.utc) + timedelta(days=1))}
+    boost = {
+        "model_label": "premium",
+        "amount_usd_micros": 10_000,
+        "app_id": tenant.app_id,
+        "expires_at": iso(datetime.now(UTC) + timedelta(days=1)),
+    }
     assert api.post(f"{tenant.org_path}/quota-boosts", boost, api_key=PROVISIONING_KEY).status == 201
 
     selection = api.get(f"{tenant.app_path}/model-selection", token=tenant.token).json()

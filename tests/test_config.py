@@ -1,13 +1,18 @@
 """config.yaml parsing: defaults for what a file leaves out, refusals of what it gets wrong,
 and the JSON copy the layer ships reading the same as the YAML people edit."""
+
 import json
 
 import pytest
 
 from price_keeper.config import Prices, config_path, parse_config, read_raw
 
-LABEL = {"type": "model", "id": "amazon.nova-pro-v1:0", "input_price_usd_micros_per_1m": 800_000,
-         "output_price_usd_micros_per_1m": 3_200_000}
+LABEL = {
+    "type": "model",
+    "id": "amazon.nova-pro-v1:0",
+    "input_price_usd_micros_per_1m": 800_000,
+    "output_price_usd_micros_per_1m": 3_200_000,
+}
 
 
 def test_a_file_with_only_labels_gets_every_default():
@@ -23,18 +28,41 @@ def test_a_file_with_only_labels_gets_every_default():
 
 
 def test_cross_region_prices_and_the_estimate_are_read_per_kind():
-    config = parse_config({
-        "model_labels": {
-            "premium": {**LABEL, "cross_region_prices": {"global": {"input_price_usd_micros_per_1m": 720_000,
-                                                                    "output_price_usd_micros_per_1m": 2_880_000}}},
-            "economy": {**LABEL, "input_price_usd_micros_per_1m": 35_000, "output_price_usd_micros_per_1m": 140_000,
-                        "cache_read_price_usd_micros_per_1m": 900_000}},
-    })
-    assert config.labels["premium"].configured_prices() == {"IN_REGION": Prices(800_000, 3_200_000),
-                                                            "GLOBAL": Prices(720_000, 2_880_000)}
+    config = parse_config(
+        {
+            "model_labels": {
+                "premium": {
+                    **LABEL,
+                    "cross_region_prices": {
+                        "global": {
+                            "input_price_usd_micros_per_1m": 720_000,
+                            "output_price_usd_micros_per_1m": 2_880_000,
+                        }
+                    },
+                },
+                "economy": {
+                    **LABEL,
+                    "input_price_usd_micros_per_1m": 35_000,
+                    "output_price_usd_micros_per_1m": 140_000,
+                    "cache_read_price_usd_micros_per_1m": 900_000,
+                },
+            },
+        }
+    )
+    assert config.labels["premium"].configured_prices() == {
+        "IN_REGION": Prices(800_000, 3_200_000),
+        "GLOBAL": Prices(720_000, 2_880_000),
+    }
     assert config.unknown_model_estimate == Prices(800_000, 3_200_000, 900_000, 0)  # each component's highest
-    explicit = parse_config({"model_labels": {"premium": LABEL}, "unknown_model_estimate": {
-        "input_price_usd_micros_per_1m": 3_000_000, "output_price_usd_micros_per_1m": 15_000_000}})
+    explicit = parse_config(
+        {
+            "model_labels": {"premium": LABEL},
+            "unknown_model_estimate": {
+                "input_price_usd_micros_per_1m": 3_000_000,
+                "output_price_usd_micros_per_1m": 15_000_000,
+            },
+        }
+    )
     assert explicit.unknown_model_estimate == Prices(3_000_000, 15_000_000)
 
 
@@ -43,16 +71,21 @@ def test_alert_thresholds_are_sorted_and_deduplicated():
     assert config.alerts.thresholds_pct == (50, 95)
 
 
-@pytest.mark.parametrize("raw, message", [
-    ({"alerts": {"thresholds_pct": [0]}}, "thresholds_pct"),
-    ({"alerts": {"thresholds_pct": [True]}}, "thresholds_pct"),
-    ({"model_labels": {"x": {**LABEL, "type": "engine"}}}, "type must be one of"),
-    ({"model_labels": {"x": {**LABEL, "cross_region_prices": {"planet": {}}}}}, "cross_region_prices keys"),
-    ({"model_labels": {"x": {**LABEL, "cross_region_prices": {"global": {"input_price_usd_micros_per_1m": 1}}}}},
-     "cross_region_prices.global: output_price_usd_micros_per_1m"),
-    ({"model_labels": {"x": {**LABEL, "input_price_usd_micros_per_1m": -1}}}, "input_price_usd_micros_per_1m"),
-    ({"unknown_model_estimate": {"input_price_usd_micros_per_1m": "high"}}, "unknown_model_estimate"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"alerts": {"thresholds_pct": [0]}}, "thresholds_pct"),
+        ({"alerts": {"thresholds_pct": [True]}}, "thresholds_pct"),
+        ({"model_labels": {"x": {**LABEL, "type": "engine"}}}, "type must be one of"),
+        ({"model_labels": {"x": {**LABEL, "cross_region_prices": {"planet": {}}}}}, "cross_region_prices keys"),
+        (
+            {"model_labels": {"x": {**LABEL, "cross_region_prices": {"global": {"input_price_usd_micros_per_1m": 1}}}}},
+            "cross_region_prices.global: output_price_usd_micros_per_1m",
+        ),
+        ({"model_labels": {"x": {**LABEL, "input_price_usd_micros_per_1m": -1}}}, "input_price_usd_micros_per_1m"),
+        ({"unknown_model_estimate": {"input_price_usd_micros_per_1m": "high"}}, "unknown_model_estimate"),
+    ],
+)
 def test_mistakes_are_refused_with_the_setting_named(raw, message):
     with pytest.raises(ValueError, match=message):
         parse_config(raw)

@@ -2,6 +2,7 @@
 inline, nothing fetched from elsewhere), a Content-Security-Policy that allows exactly those
 blocks, and a sign-in form that cannot leak a secret. The page in a browser:
 tests/test_console_browser.py."""
+
 from __future__ import annotations
 
 import base64
@@ -15,8 +16,10 @@ PAGE_BUDGET_BYTES = 64_000  # one Lambda response, no build step: keep it small 
 
 
 def _policy(reply) -> dict[str, list[str]]:
-    return {name: values for name, *values in
-            (directive.split() for directive in reply.headers["content-security-policy"].split(";"))}
+    return {
+        name: values
+        for name, *values in (directive.split() for directive in reply.headers["content-security-policy"].split(";"))
+    }
 
 
 def _sha256(text: str) -> str:
@@ -70,9 +73,14 @@ def test_policy_allows_exactly_the_inline_blocks_and_this_origin(api):
     (script,) = re.findall(r"<script>(.*?)</script>", reply.text, re.S)
     (style,) = re.findall(r"<style>(.*?)</style>", reply.text, re.S)
     assert policy == {
-        "default-src": ["'none'"], "script-src": [_sha256(script)], "style-src": [_sha256(style)],
-        "connect-src": ["'self'"], "img-src": ["'self'", "data:"], "base-uri": ["'none'"],
-        "form-action": ["'none'"], "frame-ancestors": ["'none'"],
+        "default-src": ["'none'"],
+        "script-src": [_sha256(script)],
+        "style-src": [_sha256(style)],
+        "connect-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "base-uri": ["'none'"],
+        "form-action": ["'none'"],
+        "frame-ancestors": ["'none'"],
     }
     assert reply.headers["x-content-type-options"] == "nosniff"
     assert reply.headers["referrer-policy"] == "no-referrer"
@@ -97,8 +105,18 @@ def test_sign_in_form_has_labelled_client_credential_fields(api):
 
 def test_script_keeps_tokens_in_memory_and_never_writes_html():
     script = (console.HERE / "console.js").read_text()
-    for api in ("localStorage", "sessionStorage", "document.cookie", "indexedDB", "innerHTML", "outerHTML",
-                "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+    for api in (
+        "localStorage",
+        "sessionStorage",
+        "document.cookie",
+        "indexedDB",
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+        "new Function",
+    ):
         assert api not in script, api
     # Every request goes through one fetch helper, with credentials in headers and JSON bodies only.
     assert script.count("fetch(") == 1

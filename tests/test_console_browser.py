@@ -10,12 +10,13 @@ overflowing. Every request the browser made went to the local server only.
 
 The browser is ``tests/browser.py``'s, which skips these tests, saying why, without Chromium.
 """
+
 from __future__ import annotations
 
 import json
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
@@ -66,6 +67,7 @@ def until(what: str, probe, seconds: float = WAIT_SECONDS):
 
 # --- the service, provisioned and spent on --------------------------------------------
 
+
 class World:
     def __init__(self, base_url: str):
         self.base_url = base_url
@@ -77,8 +79,9 @@ class World:
         return f"{self.base_url}/{path.lstrip('/')}"
 
     def tokens(self, credentials: dict) -> dict:
-        reply = requests.post(self.url("auth/token"), json={**credentials, "grant_type": "client_credentials"},
-                              timeout=10)
+        reply = requests.post(
+            self.url("auth/token"), json={**credentials, "grant_type": "client_credentials"}, timeout=10
+        )
         assert reply.status_code == 200, reply.text
         return reply.json()
 
@@ -87,24 +90,50 @@ class World:
 
     def provision_and_spend(self) -> None:
         admin = {"X-API-Key": KEY}
-        org = requests.put(self.url(f"api/v1/orgs/{self.org_id}"), headers=admin, timeout=10, json={
-            "org_name": "Console e2e", "timezone": "Europe/Paris", "quota_scope": "APP",
-            "model_ordering": ["premium", "standard", "economy"], "quotas": ORG_QUOTAS})
+        org = requests.put(
+            self.url(f"api/v1/orgs/{self.org_id}"),
+            headers=admin,
+            timeout=10,
+            json={
+                "org_name": "Console e2e",
+                "timezone": "Europe/Paris",
+                "quota_scope": "APP",
+                "model_ordering": ["premium", "standard", "economy"],
+                "quotas": ORG_QUOTAS,
+            },
+        )
         assert org.status_code == 201, org.text
         self.org_credentials = org.json()["credentials"]
-        app = requests.put(self.url(f"api/v1/orgs/{self.org_id}/apps/{APP_ID}"), headers=admin, timeout=10, json={
-            "app_name": "Checkout", "model_ordering": ["premium", "standard", "economy"], "quotas": APP_QUOTAS,
-            "overrides": {"tight_mode_threshold_pct": 90}})
+        app = requests.put(
+            self.url(f"api/v1/orgs/{self.org_id}/apps/{APP_ID}"),
+            headers=admin,
+            timeout=10,
+            json={
+                "app_name": "Checkout",
+                "model_ordering": ["premium", "standard", "economy"],
+                "quotas": APP_QUOTAS,
+                "overrides": {"tight_mode_threshold_pct": 90},
+            },
+        )
         assert app.status_code == 201, app.text
         self.app_credentials = app.json()["credentials"]
         access = self.tokens(self.app_credentials)["access_token"]
-        stamp = (datetime.now(timezone.utc) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = (datetime.now(UTC) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
         for label, model, input_tokens, output_tokens, cost in USAGE:
-            reply = requests.post(self.url(f"api/v1/orgs/{self.org_id}/apps/{APP_ID}/usage"), timeout=10,
-                                  headers={"Authorization": f"Bearer {access}"}, json={
-                                      "request_id": str(uuid.uuid4()), "model_label": label,
-                                      "bedrock_model_id": model, "input_tokens": input_tokens,
-                                      "output_tokens": output_tokens, "status": "OK", "timestamp": stamp})
+            reply = requests.post(
+                self.url(f"api/v1/orgs/{self.org_id}/apps/{APP_ID}/usage"),
+                timeout=10,
+                headers={"Authorization": f"Bearer {access}"},
+                json={
+                    "request_id": str(uuid.uuid4()),
+                    "model_label": label,
+                    "bedrock_model_id": model,
+                    "input_tokens": input_tokens,
+                    "output_tokens": output_tokens,
+                    "status": "OK",
+                    "timestamp": stamp,
+                },
+            )
             assert reply.status_code == 202, reply.text
             assert reply.json()["processing"]["cost_usd_micros"] == cost, reply.text
         # The aggregator (every second here) folds the shards and fires the two 80 % alerts.
@@ -116,8 +145,10 @@ class World:
             return costs == {"premium": PREMIUM_MICROS, "standard": 550_000, "economy": 140_000}
 
         until("the aggregator to fold the usage", folded)
-        until("the two threshold alerts", lambda: len(
-            self.get(f"api/v1/orgs/{self.org_id}/alerts", org_access).json()["alerts"]) == 2)
+        until(
+            "the two threshold alerts",
+            lambda: len(self.get(f"api/v1/orgs/{self.org_id}/alerts", org_access).json()["alerts"]) == 2,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +160,7 @@ def world(tmp_path_factory):
 
 
 # --- the browser -------------------------------------------------------------------------
+
 
 class ConsoleBrowser(Browser):
     """The console's page: its state, sign-in, tables and storage."""
@@ -152,24 +184,27 @@ class ConsoleBrowser(Browser):
         ActionChains(self.driver).send_keys(credentials["client_id"]).send_keys(Keys.TAB).perform()
         assert self.focused() == "client_secret"
         ActionChains(self.driver).send_keys(credentials["client_secret"]).send_keys(Keys.ENTER).perform()
-        WebDriverWait(self.driver, WAIT_SECONDS).until(
-            lambda _: self.state() != "signed-out" or self.text("error"))
+        WebDriverWait(self.driver, WAIT_SECONDS).until(lambda _: self.state() != "signed-out" or self.text("error"))
         if self.state() != "signed-out":
             self.wait_ready()
 
     def label_rows(self) -> dict[str, dict]:
-        return {row["label"]: row for row in self.js("""
+        return {
+            row["label"]: row
+            for row in self.js("""
             return [...document.querySelectorAll('#labels tbody tr')].map(tr => ({
               label: tr.dataset.label, spend: tr.querySelector('.spend').textContent,
               quota: tr.querySelector('.quota').textContent, pct: tr.querySelector('.pct').textContent,
-              requests: tr.querySelector('.requests').textContent, status: tr.querySelector('.quota-status').textContent}))""")}
+              requests: tr.querySelector('.requests').textContent,
+              status: tr.querySelector('.quota-status').textContent}))""")
+        }
 
     def text(self, element_id: str) -> str:
         return self.driver.find_element(By.ID, element_id).text
 
     def storage(self) -> dict:
-        return self.js("""return {local: JSON.stringify({...localStorage}), session: JSON.stringify({...sessionStorage}),
-                                  cookie: document.cookie}""")
+        return self.js("""return {local: JSON.stringify({...localStorage}),
+                                  session: JSON.stringify({...sessionStorage}), cookie: document.cookie}""")
 
 
 @pytest.fixture
@@ -263,9 +298,14 @@ def test_app_owner_sees_todays_spend_history_csv_and_signs_out(world, browser, t
     shown = browser.label_rows()
     assert list(shown) == list(today["models"])
     for label, model in today["models"].items():
-        assert shown[label] == {"label": label, "spend": dollars(model["cost_usd_micros"]),
-                                "quota": dollars(model["quota_usd_micros"]), "pct": f"{model['quota_pct']:.1f}%",
-                                "requests": str(model["requests"]), "status": model["quota_status"]}, label
+        assert shown[label] == {
+            "label": label,
+            "spend": dollars(model["cost_usd_micros"]),
+            "quota": dollars(model["quota_usd_micros"]),
+            "pct": f"{model['quota_pct']:.1f}%",
+            "requests": str(model["requests"]),
+            "status": model["quota_status"],
+        }, label
     assert today["models"]["premium"]["cost_usd_micros"] == PREMIUM_MICROS
     assert shown["economy"]["status"] == "TIGHT" and shown["premium"]["requests"] == "2"
     assert browser.text("mode") == selection["quota_status"]["mode"] == "NORMAL"
@@ -277,12 +317,15 @@ def test_app_owner_sees_todays_spend_history_csv_and_signs_out(world, browser, t
     assert browser.driver.find_elements(By.CSS_SELECTOR, "#history svg")
     day = today["date"]
     start = (datetime.strptime(day, "%Y-%m-%d") - timedelta(days=29)).strftime("%Y-%m-%d")
-    rows = world.get(f"api/v1/orgs/{world.org_id}/reports/spend", access, **{"from": start, "to": day,
-                                                                                 "app_id": APP_ID}).json()["rows"]
+    rows = world.get(
+        f"api/v1/orgs/{world.org_id}/reports/spend", access, **{"from": start, "to": day, "app_id": APP_ID}
+    ).json()["rows"]
     bars = browser.js("""return [...document.querySelectorAll('#history svg rect')].map(
         r => [r.dataset.day, r.dataset.series, r.querySelector('title').textContent])""")
-    assert sorted(bars) == sorted([row["date"], row["label"], f"{row['date']} · {row['label']}: "
-                                   f"{dollars(row['cost_usd_micros'])}"] for row in rows)
+    assert sorted(bars) == sorted(
+        [row["date"], row["label"], f"{row['date']} · {row['label']}: {dollars(row['cost_usd_micros'])}"]
+        for row in rows
+    )
     assert {row["label"] for row in rows} == {"premium", "standard", "economy"}
 
     # Alerts are the org's: an app token gets a note instead.
@@ -296,14 +339,20 @@ def test_app_owner_sees_todays_spend_history_csv_and_signs_out(world, browser, t
     browser.click("download-csv")
     name = f"spend-{world.org_id}-{start}-{day}.csv"
     downloaded = until("the CSV download", lambda: (tmp_path / name).is_file() and (tmp_path / name).read_bytes())
-    expected = world.get(f"api/v1/orgs/{world.org_id}/reports/spend", access,
-                         **{"from": start, "to": day, "app_id": APP_ID, "format": "csv"})
+    expected = world.get(
+        f"api/v1/orgs/{world.org_id}/reports/spend",
+        access,
+        **{"from": start, "to": day, "app_id": APP_ID, "format": "csv"},
+    )
     assert downloaded == expected.content
 
     # A refused access token is renewed with the refresh token, and the reload still works.
-    revoked = requests.post(world.url("auth/revoke"), timeout=10, headers={
-        "Authorization": f"Bearer {page_tokens['access_token']}"}, json={
-        "token": page_tokens["access_token"], "token_type_hint": "access_token"})
+    revoked = requests.post(
+        world.url("auth/revoke"),
+        timeout=10,
+        headers={"Authorization": f"Bearer {page_tokens['access_token']}"},
+        json={"token": page_tokens["access_token"], "token_type_hint": "access_token"},
+    )
     assert revoked.status_code == 204
     browser.click("reload")
     browser.wait_ready()
@@ -322,8 +371,11 @@ def test_app_owner_sees_todays_spend_history_csv_and_signs_out(world, browser, t
     assert "revoked" in browser.text("status")
     assert browser.driver.find_element(By.ID, "client_secret").get_attribute("value") == ""
     assert browser.driver.find_element(By.ID, "dashboard").get_attribute("hidden") is not None
-    refused = requests.post(world.url("auth/refresh"), timeout=10, json={
-        "refresh_token": page_tokens["refresh_token"], "grant_type": "refresh_token"})
+    refused = requests.post(
+        world.url("auth/refresh"),
+        timeout=10,
+        json={"refresh_token": page_tokens["refresh_token"], "grant_type": "refresh_token"},
+    )
     assert refused.status_code == 401
     assert world.get(f"{app_path}/aggregates/today", renewed).status_code == 401
 
@@ -332,8 +384,9 @@ def test_app_owner_sees_todays_spend_history_csv_and_signs_out(world, browser, t
 
 
 def test_operator_sees_apps_and_alerts_at_phone_width(world, browser):
-    browser.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-        "width": 375, "height": 812, "deviceScaleFactor": 2, "mobile": True})
+    browser.driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": 375, "height": 812, "deviceScaleFactor": 2, "mobile": True}
+    )
     browser.open(world.url("console"))
     assert browser.js("return window.innerWidth") == 375
     # A wrong secret is refused in the alert region, the field marked and focused for another try.

@@ -1,5 +1,6 @@
 """Every relative link in the README and docs/ reaches a file of this repository: a fresh
 clone holds everything its documentation points to."""
+
 from __future__ import annotations
 
 import re
@@ -24,9 +25,11 @@ def relative_links(markdown: str) -> list[str]:
 
 
 def test_the_parser_finds_links_and_skips_code_and_urls():
-    page = ("See [spec](reference/api_spec.md#errors) and ![shot](console.png \"the console\").\n"
-            "[`code` in text](../up.md) `[not](a-link.md)` <https://example.com> [web](https://example.com)\n"
-            "```\n[not](in-a-fence.md)\n```\n[ref]: ./defined.md\n[top](#anchor)\n")
+    page = (
+        'See [spec](reference/api_spec.md#errors) and ![shot](console.png "the console").\n'
+        "[`code` in text](../up.md) `[not](a-link.md)` <https://example.com> [web](https://example.com)\n"
+        "```\n[not](in-a-fence.md)\n```\n[ref]: ./defined.md\n[top](#anchor)\n"
+    )
     assert relative_links(page) == ["reference/api_spec.md#errors", "console.png", "../up.md", "./defined.md"]
 
 

@@ -1,4 +1,5 @@
 """The served OpenAPI document covers every route and speaks the real error schema."""
+
 import json
 import re
 

@@ -4,6 +4,7 @@ any host but the server (no CDN: the page works offline).
 
 The browser is ``tests/browser.py``'s, which skips this test, saying why, without Chromium.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -31,10 +32,12 @@ def test_swagger_ui_renders_every_operation_from_the_server_alone(tmp_path):
 
         browser.open(f"{base_url}/docs")
         WebDriverWait(browser.driver, WAIT_SECONDS).until(
-            lambda _: len(browser.js(OPERATIONS_SCRIPT)) >= len(operations))
+            lambda _: len(browser.js(OPERATIONS_SCRIPT)) >= len(operations)
+        )
         assert sorted(browser.js(OPERATIONS_SCRIPT)) == operations
         assert browser.js("return document.querySelector('#swagger-ui .info .title').textContent").startswith(
-            document["info"]["title"])
+            document["info"]["title"]
+        )
         browser.screenshot("docs")
 
         assert [request["url"] for request in browser.requests_sent()][:1] == [f"{base_url}/docs"]

@@ -1,6 +1,7 @@
 """End to end over real HTTP: the local server (``python -m local``) in a subprocess,
 provisioning, tokens, refresh, revocation, revoke-tokens and rotation, token limits per source
 address, and state that survives a restart."""
+
 from __future__ import annotations
 
 import http.client
@@ -18,8 +19,13 @@ KEY = "e2e-provisioning-key"
 pytestmark = pytest.mark.e2e
 
 
-ORG_BODY = {"org_name": "e2e corp", "timezone": "Europe/Berlin", "quota_scope": "APP",
-            "model_ordering": ["premium", "standard"], "quotas": {"premium": 10_000_000, "standard": 5_000_000}}
+ORG_BODY = {
+    "org_name": "e2e corp",
+    "timezone": "Europe/Berlin",
+    "quota_scope": "APP",
+    "model_ordering": ["premium", "standard"],
+    "quotas": {"premium": 10_000_000, "standard": 5_000_000},
+}
 
 
 def provision_org(base_url: str, org_id: str) -> dict:
@@ -29,18 +35,19 @@ def provision_org(base_url: str, org_id: str) -> dict:
 
 
 def get_tokens(base_url: str, credentials: dict) -> requests.Response:
-    return requests.post(f"{base_url}/auth/token", json={**credentials, "grant_type": "client_credentials"},
-                         timeout=10)
+    return requests.post(f"{base_url}/auth/token", json={**credentials, "grant_type": "client_credentials"}, timeout=10)
 
 
 def refresh(base_url: str, refresh_token: str) -> requests.Response:
-    return requests.post(f"{base_url}/auth/refresh", json={"refresh_token": refresh_token,
-                                                           "grant_type": "refresh_token"}, timeout=10)
+    return requests.post(
+        f"{base_url}/auth/refresh", json={"refresh_token": refresh_token, "grant_type": "refresh_token"}, timeout=10
+    )
 
 
 def revoke(base_url: str, token: str, bearer: str) -> requests.Response:
-    return requests.post(f"{base_url}/auth/revoke", json={"token": token},
-                         headers={"Authorization": f"Bearer {bearer}"}, timeout=10)
+    return requests.post(
+        f"{base_url}/auth/revoke", json={"token": token}, headers={"Authorization": f"Bearer {bearer}"}, timeout=10
+    )
 
 
 def test_provision_authenticate_refresh_revoke_rotate_over_http(tmp_path):
@@ -49,8 +56,12 @@ def test_provision_authenticate_refresh_revoke_rotate_over_http(tmp_path):
         unauthenticated = requests.put(f"{base_url}/api/v1/orgs/{org_id}", json=ORG_BODY, timeout=10)
         assert unauthenticated.status_code == 401
         provision_org(base_url, org_id)
-        app = requests.put(f"{base_url}/api/v1/orgs/{org_id}/apps/web-app", headers={"X-API-Key": KEY},
-                           json={"app_name": "Web app", "model_ordering": ["standard"]}, timeout=10)
+        app = requests.put(
+            f"{base_url}/api/v1/orgs/{org_id}/apps/web-app",
+            headers={"X-API-Key": KEY},
+            json={"app_name": "Web app", "model_ordering": ["standard"]},
+            timeout=10,
+        )
         assert app.status_code == 201, app.text
         credentials = app.json()["credentials"]
         assert credentials["client_id"] == f"org-{org_id}-app-web-app"
@@ -70,8 +81,12 @@ def test_provision_authenticate_refresh_revoke_rotate_over_http(tmp_path):
             reply = revoke(base_url, issued["refresh_token"], bearer=access)
             assert reply.status_code == 401 and reply.json()["error"] == "UNAUTHORIZED"
 
-        rotated = requests.post(f"{base_url}/api/v1/orgs/{org_id}/apps/web-app/credentials/rotate",
-                                headers={"X-API-Key": KEY}, json={"grace_period_hours": 0}, timeout=10)
+        rotated = requests.post(
+            f"{base_url}/api/v1/orgs/{org_id}/apps/web-app/credentials/rotate",
+            headers={"X-API-Key": KEY},
+            json={"grace_period_hours": 0},
+            timeout=10,
+        )
         assert rotated.status_code == 200, rotated.text
         assert get_tokens(base_url, credentials).status_code == 401
         new_credentials = {**credentials, "client_secret": rotated.json()["client_secret"]}
@@ -88,8 +103,7 @@ def test_orgs_secrets_and_signing_key_survive_a_restart(tmp_path):
     with local_server(tmp_path, KEY, LOCAL_PERSIST="on", LOCAL_STATE_DIR=str(state_dir)) as base_url:
         assert get_tokens(base_url, credentials).status_code == 200
         assert refresh(base_url, first_session["refresh_token"]).status_code == 200
-        again = requests.put(f"{base_url}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, json=ORG_BODY,
-                             timeout=10)
+        again = requests.put(f"{base_url}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, json=ORG_BODY, timeout=10)
         assert again.status_code == 200, again.text  # an update: the org is still there
 
 
@@ -118,11 +132,16 @@ def test_wrong_secrets_from_another_address_do_not_lock_out_the_client_and_revok
         status, body = post_from(base_url, "127.0.0.2", "/auth/token", wrong)
         assert (status, body["error"]) == (429, "RATE_LIMIT_EXCEEDED")
 
-        status, issued = post_from(base_url, "127.0.0.1", "/auth/token",
-                                   {**credentials, "grant_type": "client_credentials"})
+        status, issued = post_from(
+            base_url, "127.0.0.1", "/auth/token", {**credentials, "grant_type": "client_credentials"}
+        )
         assert status == 200, issued
-        revoked = requests.post(f"{base_url}/api/v1/orgs/{org_id}/credentials/revoke-tokens",
-                                headers={"X-API-Key": KEY}, json={}, timeout=10)
+        revoked = requests.post(
+            f"{base_url}/api/v1/orgs/{org_id}/credentials/revoke-tokens",
+            headers={"X-API-Key": KEY},
+            json={},
+            timeout=10,
+        )
         assert revoked.status_code == 204, revoked.text
         assert refresh(base_url, issued["refresh_token"]).status_code == 401
         again = get_tokens(base_url, credentials)

@@ -2,6 +2,7 @@
 usage report reaches today's aggregates through the usage table's stream (the local server
 polls it and hands batches to the aggregator function, as the event source mapping does).
 Speed is measured in ``benchmarks/freshness.py``; here the deadline only bounds a hang."""
+
 from __future__ import annotations
 
 import time
@@ -22,12 +23,22 @@ pytestmark = pytest.mark.e2e
 def provision(base: str) -> tuple[str, dict]:
     """(app URL, app credentials) of a new org and app."""
     org_id, app_id = str(uuid.uuid4()), "fresh"
-    reply = requests.put(f"{base}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, timeout=10, json={
-        "org_name": "fresh", "timezone": "UTC", "quota_scope": "APP",
-        "model_ordering": ["premium", "standard"], "quotas": {"premium": 10**9, "standard": 10**9}})
+    reply = requests.put(
+        f"{base}/api/v1/orgs/{org_id}",
+        headers={"X-API-Key": KEY},
+        timeout=10,
+        json={
+            "org_name": "fresh",
+            "timezone": "UTC",
+            "quota_scope": "APP",
+            "model_ordering": ["premium", "standard"],
+            "quotas": {"premium": 10**9, "standard": 10**9},
+        },
+    )
     assert reply.status_code == 201, reply.text
-    reply = requests.put(f"{base}/api/v1/orgs/{org_id}/apps/{app_id}", headers={"X-API-Key": KEY}, timeout=10,
-                         json={"app_name": "fresh"})
+    reply = requests.put(
+        f"{base}/api/v1/orgs/{org_id}/apps/{app_id}", headers={"X-API-Key": KEY}, timeout=10, json={"app_name": "fresh"}
+    )
     assert reply.status_code == 201, reply.text
     return f"{base}/api/v1/orgs/{org_id}/apps/{app_id}", reply.json()["credentials"]
 
@@ -84,8 +95,11 @@ def test_a_batch_of_reports_reaches_the_scope_total(app):
 def test_after_a_restart_the_replayed_stream_counts_nothing_twice(tmp_path):
     """The journal replays every write, so the restarted server's stream holds them all again;
     folding them again changes nothing, and new usage adds to what was there."""
-    settings = {"LOCAL_PERSIST": "on", "LOCAL_STATE_DIR": str(tmp_path / "state"),
-                "AGGREGATOR_INTERVAL_SECONDS": "3600"}
+    settings = {
+        "LOCAL_PERSIST": "on",
+        "LOCAL_STATE_DIR": str(tmp_path / "state"),
+        "AGGREGATOR_INTERVAL_SECONDS": "3600",
+    }
     with local_server(tmp_path, KEY, **settings) as base:
         app_url, credentials = provision(base)
         headers = bearer(base, credentials)

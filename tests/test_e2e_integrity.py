@@ -2,11 +2,12 @@
 provisioning key against ``python -m local`` (aggregator on a 1 s timer). Each test is one
 way around the promise "spend stays inside the quota and every call counts once" that
 used to work, and now does not (docs/metering.md "Integrity rules", docs/security.md)."""
+
 from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
@@ -30,7 +31,7 @@ def base_url(tmp_path_factory):
 
 
 def iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Tenant:
@@ -38,14 +39,22 @@ class Tenant:
 
     def __init__(self, base_url: str, quota_scope: str = "APP", **org_fields):
         self.base_url, self.org_id, self.zone = base_url, str(uuid.uuid4()), zone_away_from_midnight()
-        self.org_body = {"org_name": "integrity e2e", "timezone": self.zone, "quota_scope": quota_scope,
-                         "model_ordering": list(QUOTAS), "quotas": QUOTAS, **org_fields}
+        self.org_body = {
+            "org_name": "integrity e2e",
+            "timezone": self.zone,
+            "quota_scope": quota_scope,
+            "model_ordering": list(QUOTAS),
+            "quotas": QUOTAS,
+            **org_fields,
+        }
         assert self.put_org().status_code == 201
-        app = requests.put(f"{self.org_path}/apps/web", headers={"X-API-Key": KEY}, timeout=10,
-                           json={"app_name": "Web"})
+        app = requests.put(
+            f"{self.org_path}/apps/web", headers={"X-API-Key": KEY}, timeout=10, json={"app_name": "Web"}
+        )
         assert app.status_code == 201, app.text
-        token = requests.post(f"{base_url}/auth/token", timeout=10,
-                              json={**app.json()["credentials"], "grant_type": "client_credentials"})
+        token = requests.post(
+            f"{base_url}/auth/token", timeout=10, json={**app.json()["credentials"], "grant_type": "client_credentials"}
+        )
         assert token.status_code == 200, token.text
         self.bearer = {"Authorization": f"Bearer {token.json()['access_token']}"}
 
@@ -61,18 +70,27 @@ class Tenant:
         return requests.put(self.org_path, headers={"X-API-Key": KEY}, json={**self.org_body, **changes}, timeout=10)
 
     def usage(self, request_id: str | None = None, **fields) -> requests.Response:
-        body = {"request_id": request_id or str(uuid.uuid4()), "model_label": "premium",
-                "bedrock_model_id": "amazon.nova-pro-v1:0", "input_tokens": 1000, "output_tokens": 500,
-                "status": "OK", "timestamp": iso(datetime.now(timezone.utc) - timedelta(seconds=2)), **fields}
+        body = {
+            "request_id": request_id or str(uuid.uuid4()),
+            "model_label": "premium",
+            "bedrock_model_id": "amazon.nova-pro-v1:0",
+            "input_tokens": 1000,
+            "output_tokens": 500,
+            "status": "OK",
+            "timestamp": iso(datetime.now(UTC) - timedelta(seconds=2)),
+            **fields,
+        }
         return requests.post(f"{self.app_path}/usage", json=body, headers=self.bearer, timeout=10)
 
     def batch(self, records: list[dict]) -> requests.Response:
-        return requests.post(f"{self.app_path}/usage/batch", json={"requests": records}, headers=self.bearer,
-                             timeout=10)
+        return requests.post(
+            f"{self.app_path}/usage/batch", json={"requests": records}, headers=self.bearer, timeout=10
+        )
 
     def selection(self) -> requests.Response:
-        return requests.get(f"{self.app_path}/model-selection", params={"force_check": "true"}, headers=self.bearer,
-                            timeout=10)
+        return requests.get(
+            f"{self.app_path}/model-selection", params={"force_check": "true"}, headers=self.bearer, timeout=10
+        )
 
     def today(self) -> dict:
         reply = requests.get(f"{self.app_path}/aggregates/today", headers=self.bearer, timeout=10)
@@ -114,8 +132,9 @@ def test_a_timezone_change_does_not_bring_a_spent_premium_back(base_url):
     assert tenant.usage(**PREMIUM_DOLLAR).status_code == 202
     eventually(lambda: recommended(tenant) == "standard", "premium spent")
     # the zone whose "today" is another date than the org's: a fresh day, were it allowed
-    other = next(zone for zone in ("Pacific/Kiritimati", "Pacific/Pago_Pago")
-                 if org_date(zone) != org_date(tenant.zone))
+    other = next(
+        zone for zone in ("Pacific/Kiritimati", "Pacific/Pago_Pago") if org_date(zone) != org_date(tenant.zone)
+    )
     reply = tenant.put_org(timezone=other)
     assert reply.status_code == 409, reply.text
     body = reply.json()
@@ -139,20 +158,29 @@ def test_a_request_id_stays_a_duplicate_and_the_scope_stays_while_the_day_has_sp
 
 def test_spend_on_a_self_registered_profile_shows_and_the_total_cap_stops_selection(base_url):
     tenant = Tenant(base_url, total_quota_usd_micros=1_000)  # $0.001 a day over every label
-    registered = requests.post(f"{tenant.app_path}/inference-profiles", headers=tenant.bearer, timeout=10,
-                               json={"profile_label": "my-lite", "inference_profile_arn": LOCAL_PROFILE})
+    registered = requests.post(
+        f"{tenant.app_path}/inference-profiles",
+        headers=tenant.bearer,
+        timeout=10,
+        json={"profile_label": "my-lite", "inference_profile_arn": LOCAL_PROFILE},
+    )
     assert registered.status_code == 201, registered.text
     assert recommended(tenant) == "premium"
     spent = tenant.usage(model_label="my-lite", bedrock_model_id=LOCAL_PROFILE, calling_region="us-east-1")
     assert spent.status_code == 202, spent.text
     cost = spent.json()["processing"]["cost_usd_micros"]
     assert cost > 1_000  # past the cap, on a label that is in no ordering
-    refused = eventually(lambda: [r.json()] if (r := tenant.selection()).status_code == 429 else None,
-                         "the total cap is reached")  # (a 429 Response is falsy: wrap its body)
+    refused = eventually(
+        lambda: [r.json()] if (r := tenant.selection()).status_code == 429 else None, "the total cap is reached"
+    )  # (a 429 Response is falsy: wrap its body)
     body = refused[0]
     assert body["error"] == "QUOTA_EXCEEDED" and body["message"] == "Daily total quota exceeded for today"
-    assert body["details"]["total"] == {"spend_usd_micros": cost, "quota_usd_micros": 1_000,
-                                        "quota_pct": body["details"]["total"]["quota_pct"], "exceeded": True}
+    assert body["details"]["total"] == {
+        "spend_usd_micros": cost,
+        "quota_usd_micros": 1_000,
+        "quota_pct": body["details"]["total"]["quota_pct"],
+        "exceeded": True,
+    }
     today = tenant.today()
     assert today["models"]["my-lite"]["cost_usd_micros"] == cost and today["total_cost_usd_micros"] == cost
 
@@ -162,9 +190,18 @@ def test_edge_of_calendar_timestamps_are_400_and_a_batch_isolates_them(base_url,
     tenant = Tenant(base_url)
     reply = tenant.usage(timestamp=stamp)
     assert reply.status_code == 400 and reply.json()["error"] == "INVALID_REQUEST", reply.text
-    good = [{"request_id": str(uuid.uuid4()), "model_label": "standard", "bedrock_model_id": "x",
-             "input_tokens": 10, "output_tokens": 10, "status": "OK",
-             "timestamp": iso(datetime.now(timezone.utc) - timedelta(seconds=2))} for _ in range(3)]
+    good = [
+        {
+            "request_id": str(uuid.uuid4()),
+            "model_label": "standard",
+            "bedrock_model_id": "x",
+            "input_tokens": 10,
+            "output_tokens": 10,
+            "status": "OK",
+            "timestamp": iso(datetime.now(UTC) - timedelta(seconds=2)),
+        }
+        for _ in range(3)
+    ]
     bad = {**good[0], "request_id": str(uuid.uuid4()), "timestamp": stamp}
     batch = tenant.batch([good[0], bad, good[1], good[2]])
     assert batch.status_code == 207, batch.text
@@ -178,6 +215,9 @@ def test_one_record_cannot_spend_a_day(base_url):
     tenant = Tenant(base_url)
     reply = tenant.usage(output_tokens=10**10)
     assert reply.status_code == 400, reply.text
-    assert reply.json()["details"] == {"field": "output_tokens", "limit": 128_000, "value": 10**10,
-                                       "model_label": "premium"}
-
+    assert reply.json()["details"] == {
+        "field": "output_tokens",
+        "limit": 128_000,
+        "value": 10**10,
+        "model_label": "premium",
+    }

@@ -2,6 +2,7 @@
 (``client_secret_basic`` and ``client_secret_post``) and requests-oauthlib's
 BackendApplicationClient (client id in the body or not) get tokens that work, refresh them
 at /auth/refresh, and Authlib's ``revoke_token`` revokes a refresh token (RFC 7009)."""
+
 from __future__ import annotations
 
 import time
@@ -18,8 +19,13 @@ from requests_oauthlib import OAuth2Session
 from tests.local_server import local_server
 
 KEY = "e2e-oauth-provisioning-key"
-ORG_BODY = {"org_name": "oauth corp", "timezone": "UTC", "quota_scope": "ORG", "model_ordering": ["standard"],
-            "quotas": {"standard": 5_000_000}}
+ORG_BODY = {
+    "org_name": "oauth corp",
+    "timezone": "UTC",
+    "quota_scope": "ORG",
+    "model_ordering": ["standard"],
+    "quotas": {"standard": 5_000_000},
+}
 
 pytestmark = pytest.mark.e2e
 
@@ -44,14 +50,21 @@ def org(base_url) -> tuple[str, dict]:
 
 
 def works(base_url: str, org_id: str, access_token: str) -> bool:
-    reply = requests.get(f"{base_url}/api/v1/orgs/{org_id}/aggregates/today",
-                         headers={"Authorization": f"Bearer {access_token}"}, timeout=10)
+    reply = requests.get(
+        f"{base_url}/api/v1/orgs/{org_id}/aggregates/today",
+        headers={"Authorization": f"Bearer {access_token}"},
+        timeout=10,
+    )
     return reply.status_code == 200
 
 
 def authlib_session(credentials: dict, method: str) -> AuthlibSession:
-    return AuthlibSession(credentials["client_id"], credentials["client_secret"],
-                          token_endpoint_auth_method=method, revocation_endpoint_auth_method=method)
+    return AuthlibSession(
+        credentials["client_id"],
+        credentials["client_secret"],
+        token_endpoint_auth_method=method,
+        revocation_endpoint_auth_method=method,
+    )
 
 
 def authlib_basic(url: str, credentials: dict) -> dict:
@@ -74,9 +87,12 @@ def oauthlib_with_client_id_in_body(url: str, credentials: dict) -> dict:
     return session.fetch_token(url, client_secret=credentials["client_secret"], include_client_id=True)
 
 
-FLOWS = {"authlib client_secret_basic": authlib_basic, "authlib client_secret_post": authlib_post,
-         "requests-oauthlib without client_id in body": oauthlib_without_client_id_in_body,
-         "requests-oauthlib with client_id in body": oauthlib_with_client_id_in_body}
+FLOWS = {
+    "authlib client_secret_basic": authlib_basic,
+    "authlib client_secret_post": authlib_post,
+    "requests-oauthlib without client_id in body": oauthlib_without_client_id_in_body,
+    "requests-oauthlib with client_id in body": oauthlib_with_client_id_in_body,
+}
 
 
 def test_every_library_flow_gets_a_token_that_works(base_url, org):
@@ -100,8 +116,9 @@ def test_authlib_refreshes_and_revokes_a_refresh_token(base_url, org, method):
     assert refreshed["refresh_token"] == first["refresh_token"]  # kept: /auth/refresh returns none
     assert works(base_url, org_id, refreshed["access_token"])
 
-    revoked = session.revoke_token(f"{base_url}/auth/revoke", token=first["refresh_token"],
-                                   token_type_hint="refresh_token")
+    revoked = session.revoke_token(
+        f"{base_url}/auth/revoke", token=first["refresh_token"], token_type_hint="refresh_token"
+    )
     assert revoked.status_code == 200, revoked.text
     with pytest.raises(OAuthError) as refused:
         session.refresh_token(f"{base_url}/auth/refresh", refresh_token=first["refresh_token"])
@@ -113,8 +130,9 @@ def test_authlib_refreshes_an_expired_access_token_by_itself_at_its_token_endpoi
     """Authlib renews an expired token at its ``token_endpoint`` before a request: naming
     /auth/refresh there (docs/auth.md) keeps a long-lived session working."""
     org_id, credentials = org
-    session = AuthlibSession(credentials["client_id"], credentials["client_secret"],
-                             token_endpoint=f"{base_url}/auth/refresh")
+    session = AuthlibSession(
+        credentials["client_id"], credentials["client_secret"], token_endpoint=f"{base_url}/auth/refresh"
+    )
     first = session.fetch_token(f"{base_url}/auth/token", grant_type="client_credentials")
     session.token["expires_at"] = int(time.time()) - 1
     reply = session.get(f"{base_url}/api/v1/orgs/{org_id}/aggregates/today", timeout=10)
@@ -126,8 +144,9 @@ def test_requests_oauthlib_refreshes_with_basic_client_authentication(base_url, 
     org_id, credentials = org
     session = OAuth2Session(client=BackendApplicationClient(client_id=credentials["client_id"]))
     first = session.fetch_token(f"{base_url}/auth/token", client_secret=credentials["client_secret"])
-    refreshed = session.refresh_token(f"{base_url}/auth/refresh",
-                                      auth=HTTPBasicAuth(credentials["client_id"], credentials["client_secret"]))
+    refreshed = session.refresh_token(
+        f"{base_url}/auth/refresh", auth=HTTPBasicAuth(credentials["client_id"], credentials["client_secret"])
+    )
     assert refreshed["access_token"] != first["access_token"]
     assert works(base_url, org_id, refreshed["access_token"])
 
@@ -142,5 +161,8 @@ def test_libraries_read_the_rfc_6749_error_codes(base_url, org):
         oauthlib_with_client_id_in_body(f"{base_url}/auth/token", wrong)
     session = OAuth2Session(client=BackendApplicationClient(client_id=credentials["client_id"]))
     with pytest.raises(InvalidGrantError):
-        session.refresh_token(f"{base_url}/auth/refresh", refresh_token="not-a-token",
-                              auth=HTTPBasicAuth(credentials["client_id"], credentials["client_secret"]))
+        session.refresh_token(
+            f"{base_url}/auth/refresh",
+            refresh_token="not-a-token",
+            auth=HTTPBasicAuth(credentials["client_id"], credentials["client_secret"]),
+        )

@@ -6,13 +6,14 @@ A registered application profile still prices usage after a restart of a persist
 local stack. Each usage reply names the profile's kind (``pricing.profile_kind``), and a
 profile routing to a model outside config.yaml is counted at the estimate with an
 ``UNPRICED_MODEL`` alert."""
+
 from __future__ import annotations
 
 import contextlib
 import io
 import re
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,7 +44,7 @@ class App(NamedTuple):
     bearer: dict
     org_bearer: dict
 
-    def at(self, base_url: str) -> "App":
+    def at(self, base_url: str) -> App:
         """The same app on a restarted server (another port)."""
         return self._replace(base_url=base_url)
 
@@ -59,20 +60,35 @@ def app(base_url) -> App:
 def provision(base_url: str) -> App:
     """A new org and its app "web", with the app's access token."""
     org_id, admin = str(uuid.uuid4()), {"X-API-Key": KEY}
-    org = requests.put(f"{base_url}/api/v1/orgs/{org_id}", headers=admin, timeout=10,
-                       json={"org_name": "profiles e2e", "timezone": "UTC", "quota_scope": "APP",
-                             "model_ordering": ["standard"], "quotas": {"standard": 1_000_000}})
+    org = requests.put(
+        f"{base_url}/api/v1/orgs/{org_id}",
+        headers=admin,
+        timeout=10,
+        json={
+            "org_name": "profiles e2e",
+            "timezone": "UTC",
+            "quota_scope": "APP",
+            "model_ordering": ["standard"],
+            "quotas": {"standard": 1_000_000},
+        },
+    )
     assert org.status_code == 201, org.text
-    created = requests.put(f"{base_url}/api/v1/orgs/{org_id}/apps/web", headers=admin, timeout=10,
-                           json={"app_name": "Web"})
+    created = requests.put(
+        f"{base_url}/api/v1/orgs/{org_id}/apps/web", headers=admin, timeout=10, json={"app_name": "Web"}
+    )
     assert created.status_code == 201, created.text
-    return App(base_url, f"/api/v1/orgs/{org_id}/apps/web", bearer_of(base_url, created.json()["credentials"]),
-               bearer_of(base_url, org.json()["credentials"]))
+    return App(
+        base_url,
+        f"/api/v1/orgs/{org_id}/apps/web",
+        bearer_of(base_url, created.json()["credentials"]),
+        bearer_of(base_url, org.json()["credentials"]),
+    )
 
 
 def bearer_of(base_url: str, credentials: dict) -> dict:
-    tokens = requests.post(f"{base_url}/auth/token", timeout=10,
-                           json={**credentials, "grant_type": "client_credentials"})
+    tokens = requests.post(
+        f"{base_url}/auth/token", timeout=10, json={**credentials, "grant_type": "client_credentials"}
+    )
     assert tokens.status_code == 200, tokens.text
     return {"Authorization": f"Bearer {tokens.json()['access_token']}"}
 
@@ -82,16 +98,30 @@ def register(app: App, label: str, arn: str) -> requests.Response:
 
 
 def report(app: App, label: str, arn: str, region: str) -> requests.Response:
-    return app.post("usage", {
-        "request_id": str(uuid.uuid4()), "model_label": label, "bedrock_model_id": arn, "calling_region": region,
-        "input_tokens": 1000, "output_tokens": 500, "status": "OK",
-        "timestamp": (datetime.now(timezone.utc) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")})
+    return app.post(
+        "usage",
+        {
+            "request_id": str(uuid.uuid4()),
+            "model_label": label,
+            "bedrock_model_id": arn,
+            "calling_region": region,
+            "input_tokens": 1000,
+            "output_tokens": 500,
+            "status": "OK",
+            "timestamp": (datetime.now(UTC) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+    )
 
 
 def bedrock(base_url: str):
     """A developer's boto3 Bedrock client of the local stack."""
-    return boto3.client("bedrock", region_name="us-east-1", endpoint_url=base_url, aws_access_key_id="local",
-                        aws_secret_access_key="local")
+    return boto3.client(
+        "bedrock",
+        region_name="us-east-1",
+        endpoint_url=base_url,
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
 
 
 def test_usage_on_a_system_defined_profile_of_the_local_account(app):
@@ -124,12 +154,14 @@ def test_usage_on_a_model_outside_the_config_is_counted_at_the_estimate(app):
     alerts = requests.get(f"{app.base_url}{org_path}/alerts", headers=app.org_bearer, timeout=10)
     assert alerts.status_code == 200, alerts.text
     assert [(a["type"], a["label"], a["model_id"]) for a in alerts.json()["alerts"]] == [
-        ("UNPRICED_MODEL", "llama-us", "meta.llama3-3-70b-instruct-v1:0")]
+        ("UNPRICED_MODEL", "llama-us", "meta.llama3-3-70b-instruct-v1:0")
+    ]
 
 
 def test_usage_on_an_application_profile_created_through_the_local_server(base_url, app):
-    arn = bedrock(base_url).create_inference_profile(inferenceProfileName="web-nova-lite",
-                                                     modelSource={"copyFrom": US_NOVA_2_LITE})["inferenceProfileArn"]
+    arn = bedrock(base_url).create_inference_profile(
+        inferenceProfileName="web-nova-lite", modelSource={"copyFrom": US_NOVA_2_LITE}
+    )["inferenceProfileArn"]
     assert arn.startswith("arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/")
     assert register(app, "web-nova-lite", arn).status_code == 201
     accepted = report(app, "web-nova-lite", arn, "us-west-2")
@@ -156,8 +188,9 @@ def test_a_registered_application_profile_prices_usage_after_a_restart(tmp_path)
     settings = {"LOCAL_PERSIST": "on", "LOCAL_STATE_DIR": str(tmp_path / "state")}
     with local_server(tmp_path, KEY, **settings) as url:
         app = provision(url)
-        arn = bedrock(url).create_inference_profile(inferenceProfileName="kept",
-                                                    modelSource={"copyFrom": US_NOVA_2_LITE})["inferenceProfileArn"]
+        arn = bedrock(url).create_inference_profile(
+            inferenceProfileName="kept", modelSource={"copyFrom": US_NOVA_2_LITE}
+        )["inferenceProfileArn"]
         assert register(app, "kept", arn).status_code == 201
     with local_server(tmp_path, KEY, **settings) as url:  # resolves the profile afresh
         accepted = report(app.at(url), "kept", arn, "us-east-2")

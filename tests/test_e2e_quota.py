@@ -2,11 +2,12 @@
 the aggregator on a 1 s timer. Provision an org and an app, spend past the first label's
 quota, see the fallback, stay on it (sticky) even when the label would be available again,
 exhaust every label and get 429 with ``retry_after`` and ``Retry-After``."""
+
 from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 import requests
@@ -38,19 +39,30 @@ class Client:
         self.headers: dict = {}
 
     def provision(self) -> None:
-        org = requests.put(f"{self.base_url}/api/v1/orgs/{self.org_id}", headers={"X-API-Key": KEY}, timeout=10, json={
-            "org_name": "quota e2e", "timezone": "Asia/Kolkata", "quota_scope": "APP",
-            "model_ordering": ["premium", "standard", "economy"], "quotas": QUOTAS})
+        org = requests.put(
+            f"{self.base_url}/api/v1/orgs/{self.org_id}",
+            headers={"X-API-Key": KEY},
+            timeout=10,
+            json={
+                "org_name": "quota e2e",
+                "timezone": "Asia/Kolkata",
+                "quota_scope": "APP",
+                "model_ordering": ["premium", "standard", "economy"],
+                "quotas": QUOTAS,
+            },
+        )
         assert org.status_code == 201, org.text
         credentials = self.put_app(QUOTAS, expected=201).json()["credentials"]
-        tokens = requests.post(f"{self.base_url}/auth/token", timeout=10,
-                               json={**credentials, "grant_type": "client_credentials"})
+        tokens = requests.post(
+            f"{self.base_url}/auth/token", timeout=10, json={**credentials, "grant_type": "client_credentials"}
+        )
         assert tokens.status_code == 200, tokens.text
         self.headers = {"Authorization": f"Bearer {tokens.json()['access_token']}"}
 
     def put_app(self, quotas: dict, expected: int = 200) -> requests.Response:
-        reply = requests.put(self.app_path, headers={"X-API-Key": KEY}, timeout=10,
-                             json={"app_name": "Checkout", "quotas": quotas})
+        reply = requests.put(
+            self.app_path, headers={"X-API-Key": KEY}, timeout=10, json={"app_name": "Checkout", "quotas": quotas}
+        )
         assert reply.status_code == expected, reply.text
         return reply
 
@@ -58,17 +70,28 @@ class Client:
         """Report ``output_tokens`` in records within the per-record cap; their total cost."""
         cost = 0
         for chunk in output_chunks(output_tokens):
-            reply = requests.post(f"{self.app_path}/usage", headers=self.headers, timeout=10, json={
-                "request_id": str(uuid.uuid4()), "model_label": label, "bedrock_model_id": "whatever-was-called",
-                "input_tokens": 0, "output_tokens": chunk, "status": "OK",
-                "timestamp": (datetime.now(timezone.utc) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")})
+            reply = requests.post(
+                f"{self.app_path}/usage",
+                headers=self.headers,
+                timeout=10,
+                json={
+                    "request_id": str(uuid.uuid4()),
+                    "model_label": label,
+                    "bedrock_model_id": "whatever-was-called",
+                    "input_tokens": 0,
+                    "output_tokens": chunk,
+                    "status": "OK",
+                    "timestamp": (datetime.now(UTC) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                },
+            )
             assert reply.status_code == 202, reply.text
             cost += reply.json()["processing"]["cost_usd_micros"]
         return cost
 
     def selection(self) -> requests.Response:
-        return requests.get(f"{self.app_path}/model-selection", headers=self.headers,
-                            params={"force_check": "true"}, timeout=10)
+        return requests.get(
+            f"{self.app_path}/model-selection", headers=self.headers, params={"force_check": "true"}, timeout=10
+        )
 
     def wait_for_selection(self, done) -> requests.Response:
         """Poll model selection until ``done(reply)`` (the aggregator folds usage every second)."""
@@ -90,8 +113,10 @@ def test_fallback_sticky_and_exhaustion_over_http(base_url):
     client.provision()
     first = client.selection()
     assert first.status_code == 200, first.text
-    assert (first.json()["recommended_model"]["label"], first.json()["recommended_model"]["reason"]) == ("premium",
-                                                                                                         "NORMAL")
+    assert (first.json()["recommended_model"]["label"], first.json()["recommended_model"]["reason"]) == (
+        "premium",
+        "NORMAL",
+    )
     assert first.headers["Cache-Control"] == "max-age=300, private"
 
     assert client.spend("premium", 400_000) == 1_280_000  # 1.28 USD of a 1 USD quota
@@ -106,23 +131,28 @@ def test_fallback_sticky_and_exhaustion_over_http(base_url):
 
     client.put_app({**QUOTAS, "premium": 100_000_000})  # premium would be available again...
     sticky = client.selection().json()
-    assert (sticky["recommended_model"]["label"], sticky["recommended_model"]["reason"]) == ("standard",
-                                                                                             "STICKY_FALLBACK")
+    assert (sticky["recommended_model"]["label"], sticky["recommended_model"]["reason"]) == (
+        "standard",
+        "STICKY_FALLBACK",
+    )
     client.put_app(QUOTAS)  # ...and is spent again
 
     client.spend("standard", 400_000)  # 1.10 USD
     client.wait_for_selection(recommends("economy"))
     client.spend("economy", 8_000_000)  # 1.12 USD
     # 429 as soon as economy's first records are folded; wait until the aggregator has all of them
-    exhausted = client.wait_for_selection(lambda reply: reply.status_code == 429 and reply.json()["details"]["models"]
-                                          ["economy"]["quota_pct"] >= 112.0)
+    exhausted = client.wait_for_selection(
+        lambda reply: reply.status_code == 429 and reply.json()["details"]["models"]["economy"]["quota_pct"] >= 112.0
+    )
     body = exhausted.json()
     assert body["error"] == "QUOTA_EXCEEDED" and body["message"] == "All model quotas exceeded for today"
     retry_at = datetime.fromisoformat(body["retry_after"].replace("Z", "+00:00"))
     assert retry_at.astimezone(timezone(timedelta(hours=5, minutes=30))).strftime("%H:%M:%S") == "00:00:00"
     seconds = int(exhausted.headers["Retry-After"])
-    assert abs((datetime.now(timezone.utc) + timedelta(seconds=seconds)) - retry_at) < timedelta(seconds=10)
-    assert body["details"]["models"] == {"premium": {"quota_pct": 128.0, "exceeded": True},
-                                         "standard": {"quota_pct": 110.0, "exceeded": True},
-                                         "economy": {"quota_pct": 112.0, "exceeded": True}}
+    assert abs((datetime.now(UTC) + timedelta(seconds=seconds)) - retry_at) < timedelta(seconds=10)
+    assert body["details"]["models"] == {
+        "premium": {"quota_pct": 128.0, "exceeded": True},
+        "standard": {"quota_pct": 110.0, "exceeded": True},
+        "economy": {"quota_pct": 112.0, "exceeded": True},
+    }
     assert body["details"]["total_overage_usd_micros"] == 280_000 + 100_000 + 120_000

@@ -1,6 +1,7 @@
 """End to end over real HTTP against the local stack (in-process server, embedded moto,
 aggregator timer every second): a quota boost, usage with prompt-cache tokens, the spend
 report in JSON and CSV once the aggregator folded it, and the alerts endpoint."""
+
 from __future__ import annotations
 
 import csv
@@ -8,7 +9,7 @@ import io
 import os
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -33,8 +34,9 @@ def base_url():
     saved = dict(os.environ)
     for name in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE"):
         os.environ.pop(name, None)
-    os.environ.update(AGGREGATOR_INTERVAL_SECONDS="1", PRICING_REFRESH_INTERVAL_SECONDS="0", RATE_LIMITS="off",
-                      BCRYPT_ROUNDS="4")
+    os.environ.update(
+        AGGREGATOR_INTERVAL_SECONDS="1", PRICING_REFRESH_INTERVAL_SECONDS="0", RATE_LIMITS="off", BCRYPT_ROUNDS="4"
+    )
     _forget_clients()
     stack = LocalStack(port=0, provisioning_key=KEY, persist=False).start()
     try:
@@ -54,28 +56,62 @@ def _ok(reply: requests.Response, status: int) -> dict | str:
 def test_boost_usage_report_and_alerts_over_http(base_url):
     org_id, tz = str(uuid.uuid4()), "America/New_York"
     admin = {"X-API-Key": KEY}
-    org = _ok(requests.put(f"{base_url}/api/v1/orgs/{org_id}", headers=admin, timeout=10, json={
-        "org_name": "e2e", "timezone": tz, "quota_scope": "APP", "model_ordering": ["premium", "standard"],
-        "quotas": {"premium": 3_000, "standard": 1_000_000}}), 201)["credentials"]
-    app = _ok(requests.put(f"{base_url}/api/v1/orgs/{org_id}/apps/web", headers=admin, timeout=10,
-                           json={"app_name": "Web"}), 201)["credentials"]
+    org = _ok(
+        requests.put(
+            f"{base_url}/api/v1/orgs/{org_id}",
+            headers=admin,
+            timeout=10,
+            json={
+                "org_name": "e2e",
+                "timezone": tz,
+                "quota_scope": "APP",
+                "model_ordering": ["premium", "standard"],
+                "quotas": {"premium": 3_000, "standard": 1_000_000},
+            },
+        ),
+        201,
+    )["credentials"]
+    app = _ok(
+        requests.put(f"{base_url}/api/v1/orgs/{org_id}/apps/web", headers=admin, timeout=10, json={"app_name": "Web"}),
+        201,
+    )["credentials"]
 
     # 3,000 + 1,000 boost: the 3,280 spent below is 82 % of the boosted quota (80 % alert, no fallback)
-    boost = {"model_label": "premium", "amount_usd_micros": 1_000, "app_id": "web",
-             "expires_at": datetime.fromtimestamp(time.time() + 3600, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    boost = {
+        "model_label": "premium",
+        "amount_usd_micros": 1_000,
+        "app_id": "web",
+        "expires_at": datetime.fromtimestamp(time.time() + 3600, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
     boosts_url = f"{base_url}/api/v1/orgs/{org_id}/quota-boosts"
     assert requests.post(boosts_url, json=boost, headers={"X-API-Key": "wrong"}, timeout=10).status_code == 401
     created = _ok(requests.post(boosts_url, json=boost, headers=admin, timeout=10), 201)
     assert created["amount_usd_micros"] == 1_000 and created["app_id"] == "web"
 
-    token = _ok(requests.post(f"{base_url}/auth/token", json={**app, "grant_type": "client_credentials"},
-                              timeout=10), 200)["access_token"]
+    token = _ok(
+        requests.post(f"{base_url}/auth/token", json={**app, "grant_type": "client_credentials"}, timeout=10), 200
+    )["access_token"]
     bearer = {"Authorization": f"Bearer {token}"}
-    now = datetime.now(timezone.utc)
-    accepted = _ok(requests.post(f"{base_url}/api/v1/orgs/{org_id}/apps/web/usage", headers=bearer, timeout=10, json={
-        "request_id": str(uuid.uuid4()), "model_label": "premium", "bedrock_model_id": "amazon.nova-pro-v1:0",
-        "input_tokens": 1000, "output_tokens": 500, "cache_read_input_tokens": 4000, "cache_write_input_tokens": 100,
-        "status": "OK", "timestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ")}), 202)
+    now = datetime.now(UTC)
+    accepted = _ok(
+        requests.post(
+            f"{base_url}/api/v1/orgs/{org_id}/apps/web/usage",
+            headers=bearer,
+            timeout=10,
+            json={
+                "request_id": str(uuid.uuid4()),
+                "model_label": "premium",
+                "bedrock_model_id": "amazon.nova-pro-v1:0",
+                "input_tokens": 1000,
+                "output_tokens": 500,
+                "cache_read_input_tokens": 4000,
+                "cache_write_input_tokens": 100,
+                "status": "OK",
+                "timestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+        ),
+        202,
+    )
     cost = accepted["processing"]["cost_usd_micros"]
     assert cost == 800 + 1600 + 800 + 80  # input, output, cache read, cache write at config prices
 
@@ -87,17 +123,30 @@ def test_boost_usage_report_and_alerts_over_http(base_url):
     while not rows and time.monotonic() < deadline:  # the aggregator timer folds the shard within ~1 s
         rows = _ok(requests.get(report_url, params=query, headers=bearer, timeout=10), 200)["rows"]
         time.sleep(0.2)
-    assert rows == [{"date": today, "app_id": "web", "label": "premium", "cost_usd_micros": cost,
-                     "input_tokens": 1000, "output_tokens": 500, "cache_read_input_tokens": 4000,
-                     "cache_write_input_tokens": 100, "requests": 1}]
+    assert rows == [
+        {
+            "date": today,
+            "app_id": "web",
+            "label": "premium",
+            "cost_usd_micros": cost,
+            "input_tokens": 1000,
+            "output_tokens": 500,
+            "cache_read_input_tokens": 4000,
+            "cache_write_input_tokens": 100,
+            "requests": 1,
+        }
+    ]
     as_csv = _ok(requests.get(report_url, params={**query, "format": "csv"}, headers=bearer, timeout=10), 200)
-    assert list(csv.DictReader(io.StringIO(as_csv))) == [{name: "" if value is None else str(value)
-                                                         for name, value in rows[0].items()}]
-    assert requests.get(report_url, params={"from": today, "to": today}, headers=bearer,
-                        timeout=10).status_code == 403  # an app token must name its app
+    assert list(csv.DictReader(io.StringIO(as_csv))) == [
+        {name: "" if value is None else str(value) for name, value in rows[0].items()}
+    ]
+    assert (
+        requests.get(report_url, params={"from": today, "to": today}, headers=bearer, timeout=10).status_code == 403
+    )  # an app token must name its app
 
-    org_token = _ok(requests.post(f"{base_url}/auth/token", json={**org, "grant_type": "client_credentials"},
-                                  timeout=10), 200)["access_token"]
+    org_token = _ok(
+        requests.post(f"{base_url}/auth/token", json={**org, "grant_type": "client_credentials"}, timeout=10), 200
+    )["access_token"]
     alerts_url = f"{base_url}/api/v1/orgs/{org_id}/alerts"
     org_bearer = {"Authorization": f"Bearer {org_token}"}
     listed = _ok(requests.get(alerts_url, headers=org_bearer, timeout=10), 200)

@@ -1,5 +1,6 @@
 """Faults injected into DynamoDB mid-request: clients get a retryable 503 (a batch record a
 retryable failure of its own), and a retried record is still counted exactly once."""
+
 import json
 from types import SimpleNamespace
 
@@ -19,8 +20,14 @@ RECORD_COST_USD_MICROS = 3_760  # usage_body(): 1,500 input + 800 output tokens 
 FOREVER = 10**9  # calls: until the test brings the store back
 
 
-def fail_calls(operation: str, times: int, code: str = "ProvisionedThroughputExceededException", after: int = 0,
-               unreachable: bool = False, reply_lost: bool = False):
+def fail_calls(
+    operation: str,
+    times: int,
+    code: str = "ProvisionedThroughputExceededException",
+    after: int = 0,
+    unreachable: bool = False,
+    reply_lost: bool = False,
+):
     """Let ``after`` calls of ``operation`` (``*``: any) through, then fail the next ``times``
     as a throttled (or erring) DynamoDB would. The injected reply replaces the whole call,
     botocore's own retries included, so each injected failure is a store that kept failing.
@@ -44,8 +51,10 @@ def fail_calls(operation: str, times: int, code: str = "ProvisionedThroughputExc
             raise ConnectionClosedError(endpoint_url=endpoint)
         if unreachable:
             raise EndpointConnectionError(endpoint_url=endpoint)
-        return SimpleNamespace(status_code=400), {"Error": {"Code": code, "Message": "injected"},
-                                                  "ResponseMetadata": {"HTTPStatusCode": 400}}
+        return SimpleNamespace(status_code=400), {
+            "Error": {"Code": code, "Message": "injected"},
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        }
 
     ddb_client().meta.events.register(f"{'after' if reply_lost else 'before'}-call.dynamodb.{operation}", fail)
     return left
@@ -172,8 +181,11 @@ def test_a_config_read_left_unprocessed_is_503_never_not_registered(api, monkeyp
     def leave_config_keys_unprocessed(params, **_):
         request = json.loads(params["body"])["RequestItems"]
         if throttled["on"] and config_table in request:
-            return SimpleNamespace(status_code=200), {"Responses": {}, "UnprocessedKeys": request,
-                                                      "ResponseMetadata": {"HTTPStatusCode": 200}}
+            return SimpleNamespace(status_code=200), {
+                "Responses": {},
+                "UnprocessedKeys": request,
+                "ResponseMetadata": {"HTTPStatusCode": 200},
+            }
         return None
 
     state.reset()  # the token fixture read the config: start from a cold container

@@ -6,6 +6,7 @@ token, so the authenticated handlers run past ``auth.authorize``; one with gener
 so id validation and tenant checks see hostile paths. The credential operations (rotation,
 revoke-tokens) end the tokens they concern, so they get the same two passes last, with the
 provisioning key only."""
+
 import json
 import subprocess
 import sys
@@ -29,21 +30,38 @@ def provisioned_tenant(base: str) -> tuple[str, str, str]:
     token may act on the org and on every app in it."""
     org_id, app_id = str(uuid.uuid4()), "fuzz-app"
     headers = {"X-API-Key": KEY}
-    org = requests.put(f"{base}/api/v1/orgs/{org_id}", headers=headers, timeout=30, json={
-        "org_name": "fuzz", "timezone": "America/New_York", "quota_scope": "APP",
-        "model_ordering": ["premium", "standard", "economy"],
-        "quotas": {"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000}})
+    org = requests.put(
+        f"{base}/api/v1/orgs/{org_id}",
+        headers=headers,
+        timeout=30,
+        json={
+            "org_name": "fuzz",
+            "timezone": "America/New_York",
+            "quota_scope": "APP",
+            "model_ordering": ["premium", "standard", "economy"],
+            "quotas": {"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000},
+        },
+    )
     org.raise_for_status()
-    requests.put(f"{base}/api/v1/orgs/{org_id}/apps/{app_id}", headers=headers, timeout=30,
-                 json={"app_name": "fuzz"}).raise_for_status()
-    token = requests.post(f"{base}/auth/token", timeout=30,
-                          json={**org.json()["credentials"], "grant_type": "client_credentials"})
+    requests.put(
+        f"{base}/api/v1/orgs/{org_id}/apps/{app_id}", headers=headers, timeout=30, json={"app_name": "fuzz"}
+    ).raise_for_status()
+    token = requests.post(
+        f"{base}/auth/token", timeout=30, json={**org.json()["credentials"], "grant_type": "client_credentials"}
+    )
     token.raise_for_status()
     return org_id, app_id, token.json()["access_token"]
 
 
-def schemathesis_run(base: str, tmp_path: Path, name: str, max_examples: int, headers: dict,
-                     path_ids: dict | None = None, operations: tuple[str, ...] = ()) -> None:
+def schemathesis_run(
+    base: str,
+    tmp_path: Path,
+    name: str,
+    max_examples: int,
+    headers: dict,
+    path_ids: dict | None = None,
+    operations: tuple[str, ...] = (),
+) -> None:
     """One ``st run``; headers go in the config file (a CLI ``-H`` would replace them all)."""
     config = "headers = { " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in headers.items()) + " }\n"
     if path_ids:
@@ -51,9 +69,25 @@ def schemathesis_run(base: str, tmp_path: Path, name: str, max_examples: int, he
     config_file = tmp_path / f"{name}.toml"
     config_file.write_text(config)
     result = subprocess.run(
-        [str(ST), "--config-file", str(config_file), "--no-color", "run", f"{base}/openapi.json",
-         "--checks", CHECKS, "--max-examples", str(max_examples), "--seed", "20261122", *operations],
-        capture_output=True, text=True, timeout=600)
+        [
+            str(ST),
+            "--config-file",
+            str(config_file),
+            "--no-color",
+            "run",
+            f"{base}/openapi.json",
+            "--checks",
+            CHECKS,
+            "--max-examples",
+            str(max_examples),
+            "--seed",
+            "20261122",
+            *operations,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, f"{name}:\n" + result.stdout[-6000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
     assert "Authentication failed" not in result.stdout, f"{name}: the token did not authenticate"
@@ -71,11 +105,20 @@ def test_no_server_error_and_no_schema_violation(tmp_path):
         org_id, app_id, token = provisioned_tenant(base)
         headers = {"X-API-Key": KEY, "Authorization": f"Bearer {token}"}
         without_credentials = ("--exclude-path-regex", CREDENTIALS)
-        schemathesis_run(base, tmp_path, "authenticated", 15, headers, {"org_id": org_id, "app_id": app_id},
-                         without_credentials)
+        schemathesis_run(
+            base, tmp_path, "authenticated", 15, headers, {"org_id": org_id, "app_id": app_id}, without_credentials
+        )
         schemathesis_run(base, tmp_path, "generated_ids", 5, headers, operations=without_credentials)
         only_credentials = ("--include-path-regex", CREDENTIALS)
-        schemathesis_run(base, tmp_path, "credentials", 15, {"X-API-Key": KEY}, {"org_id": org_id, "app_id": app_id},
-                         only_credentials)
-        schemathesis_run(base, tmp_path, "credentials_generated_ids", 5, {"X-API-Key": KEY},
-                         operations=only_credentials)
+        schemathesis_run(
+            base,
+            tmp_path,
+            "credentials",
+            15,
+            {"X-API-Key": KEY},
+            {"org_id": org_id, "app_id": app_id},
+            only_credentials,
+        )
+        schemathesis_run(
+            base, tmp_path, "credentials_generated_ids", 5, {"X-API-Key": KEY}, operations=only_credentials
+        )

@@ -6,6 +6,7 @@ tests/test_oauth.py). Powertools' default parsing let an array through
 as its first element, kept the last of two equal keys, and answered deep nesting or a
 5,000-digit number with a 500 (``api.parse_body`` now parses bodies).
 """
+
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -47,8 +48,11 @@ def org_put() -> Endpoint:
 
 
 def token() -> Endpoint:
-    body = {"client_id": auth.client_id_for(seed_org()), "client_secret": "org-secret",
-            "grant_type": "client_credentials"}
+    body = {
+        "client_id": auth.client_id_for(seed_org()),
+        "client_secret": "org-secret",
+        "grant_type": "client_credentials",
+    }
     return Endpoint("POST", "/auth/token", body)
 
 
@@ -97,8 +101,9 @@ def stored() -> dict:
 
 
 def send(api, endpoint: Endpoint, body, content_type: str = JSON):
-    return api.request(endpoint.method, endpoint.path, body=body, headers={"Content-Type": content_type},
-                       **endpoint.credentials)
+    return api.request(
+        endpoint.method, endpoint.path, body=body, headers={"Content-Type": content_type}, **endpoint.credentials
+    )
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
@@ -112,8 +117,12 @@ def test_the_valid_body_each_hostile_one_is_made_from_is_accepted(api, endpoint)
 
 
 # A form is an OAuth2 token request there (tests/test_oauth.py has its hostile forms).
-HOSTILE_CASES = [(endpoint, hostile) for endpoint in ENDPOINTS for hostile in HOSTILE
-                 if (endpoint, hostile) != ("auth token", "form")]
+HOSTILE_CASES = [
+    (endpoint, hostile)
+    for endpoint in ENDPOINTS
+    for hostile in HOSTILE
+    if (endpoint, hostile) != ("auth token", "form")
+]
 
 
 @pytest.mark.parametrize("endpoint, hostile", HOSTILE_CASES)
@@ -125,10 +134,13 @@ def test_hostile_body_is_400_and_writes_nothing(api, endpoint, hostile):
     assert stored() == before
 
 
-@pytest.mark.parametrize("endpoint, change, location", [
-    ("usage", {"input_tokens": 10**40}, ["body", "input_tokens"]),
-    ("org PUT", {"quotas": {"premium": 10**40, "standard": 1, "economy": 1}}, ["body", "quotas", "premium"]),
-])
+@pytest.mark.parametrize(
+    "endpoint, change, location",
+    [
+        ("usage", {"input_tokens": 10**40}, ["body", "input_tokens"]),
+        ("org PUT", {"quotas": {"premium": 10**40, "standard": 1, "economy": 1}}, ["body", "quotas", "premium"]),
+    ],
+)
 def test_a_number_too_large_for_its_field_is_400_and_writes_nothing(api, endpoint, change, location):
     target = ENDPOINTS[endpoint]()
     before = stored()

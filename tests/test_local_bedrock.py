@@ -1,6 +1,7 @@
 """The local stack's Bedrock stand-in (``local/bedrock.py``), called the way the layer and a
 developer call it: a real boto3 ``bedrock`` client against the local HTTP server. Every
 answer is checked against botocore's own model of the operation's output."""
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,9 @@ APPLICATION_ARN = re.compile(r"^arn:aws:bedrock:us-east-1:123456789012:applicati
 
 
 def bedrock(endpoint: str, region: str = "us-east-1"):
-    return boto3.client("bedrock", region_name=region, endpoint_url=endpoint, aws_access_key_id="local",
-                        aws_secret_access_key="local")
+    return boto3.client(
+        "bedrock", region_name=region, endpoint_url=endpoint, aws_access_key_id="local", aws_secret_access_key="local"
+    )
 
 
 def get_profile(client, identifier: str) -> dict:
@@ -44,13 +46,15 @@ def model_arns(answer: dict) -> list[str]:
 
 # --- system-defined profiles -------------------------------------------------------
 
+
 def test_a_us_profile_resolves_by_id_as_aws_answers_it(bedrock_endpoint):
     answer = get_profile(bedrock(bedrock_endpoint), US_PROFILE)
     assert answer["inferenceProfileArn"] == f"arn:aws:bedrock:us-east-1:123456789012:inference-profile/{US_PROFILE}"
-    assert (answer["inferenceProfileId"], answer["type"], answer["status"]) == (US_PROFILE, "SYSTEM_DEFINED",
-                                                                                 "ACTIVE")
-    assert model_arns(answer) == [f"arn:aws:bedrock:{region}::foundation-model/{NOVA_2_LITE}"
-                                  for region in ("us-east-1", "us-east-2", "us-west-2")]
+    assert (answer["inferenceProfileId"], answer["type"], answer["status"]) == (US_PROFILE, "SYSTEM_DEFINED", "ACTIVE")
+    assert model_arns(answer) == [
+        f"arn:aws:bedrock:{region}::foundation-model/{NOVA_2_LITE}"
+        for region in ("us-east-1", "us-east-2", "us-west-2")
+    ]
     assert answer["inferenceProfileName"] and answer["description"].startswith("Routes requests to")
 
 
@@ -61,13 +65,16 @@ def test_a_profile_resolves_by_arn_in_the_region_it_names(bedrock_endpoint):
     assert "arn:aws:bedrock:us-west-2::foundation-model/meta.llama3-3-70b-instruct-v1:0" in model_arns(answer)
 
 
-@pytest.mark.parametrize("prefix, source, destinations", [
-    ("eu", "eu-west-1", {"eu-central-1", "eu-west-1", "eu-west-3", "eu-north-1"}),
-    ("apac", "ap-northeast-1", {"ap-northeast-1", "ap-southeast-1", "ap-southeast-2", "ap-south-1"}),
-    ("jp", "ap-northeast-3", {"ap-northeast-1", "ap-northeast-3"}),
-    ("au", "ap-southeast-2", {"ap-southeast-2", "ap-southeast-4"}),
-    ("ca", "ca-central-1", {"ca-central-1", "ca-west-1"}),
-])
+@pytest.mark.parametrize(
+    "prefix, source, destinations",
+    [
+        ("eu", "eu-west-1", {"eu-central-1", "eu-west-1", "eu-west-3", "eu-north-1"}),
+        ("apac", "ap-northeast-1", {"ap-northeast-1", "ap-southeast-1", "ap-southeast-2", "ap-south-1"}),
+        ("jp", "ap-northeast-3", {"ap-northeast-1", "ap-northeast-3"}),
+        ("au", "ap-southeast-2", {"ap-southeast-2", "ap-southeast-4"}),
+        ("ca", "ca-central-1", {"ca-central-1", "ca-west-1"}),
+    ],
+)
 def test_each_geography_routes_within_its_regions(bedrock_endpoint, prefix, source, destinations):
     answer = get_profile(bedrock(bedrock_endpoint, source), f"{prefix}.anthropic.claude-sonnet-4-5-20250929-v1:0")
     regions = {arn.split(":")[3] for arn in model_arns(answer)}
@@ -78,36 +85,52 @@ def test_each_geography_routes_within_its_regions(bedrock_endpoint, prefix, sour
 def test_a_us_gov_profile_lives_in_the_gov_cloud_partition(bedrock_endpoint):
     answer = get_profile(bedrock(bedrock_endpoint, "us-gov-west-1"), "us-gov.amazon.nova-pro-v1:0")
     assert answer["inferenceProfileArn"].startswith("arn:aws-us-gov:bedrock:us-gov-west-1:123456789012:")
-    assert model_arns(answer) == [f"arn:aws-us-gov:bedrock:{region}::foundation-model/amazon.nova-pro-v1:0"
-                                  for region in ("us-gov-east-1", "us-gov-west-1")]
+    assert model_arns(answer) == [
+        f"arn:aws-us-gov:bedrock:{region}::foundation-model/amazon.nova-pro-v1:0"
+        for region in ("us-gov-east-1", "us-gov-west-1")
+    ]
 
 
 def test_a_global_profile_lists_the_region_less_model_and_the_source_region(bedrock_endpoint):
     answer = get_profile(bedrock(bedrock_endpoint, "eu-west-1"), f"global.{NOVA_2_LITE}")
-    assert model_arns(answer) == [f"arn:aws:bedrock:::foundation-model/{NOVA_2_LITE}",
-                                  f"arn:aws:bedrock:eu-west-1::foundation-model/{NOVA_2_LITE}"]
+    assert model_arns(answer) == [
+        f"arn:aws:bedrock:::foundation-model/{NOVA_2_LITE}",
+        f"arn:aws:bedrock:eu-west-1::foundation-model/{NOVA_2_LITE}",
+    ]
 
 
-@pytest.mark.parametrize("region, identifier", [
-    ("eu-west-1", US_PROFILE),  # a geography's profile is not offered outside it
-    ("us-east-1", f"eu.{NOVA_2_LITE}"),
-    ("us-gov-west-1", f"global.{NOVA_2_LITE}"),  # global profiles are commercial-partition only
-    ("us-east-1", f"xx.{NOVA_2_LITE}"),  # no such geography
-    ("us-east-1", NOVA_2_LITE),  # a model id is not a profile
-    ("us-east-1", "a1b2c3d4e5f6"),  # no application profile with that id
-])
+@pytest.mark.parametrize(
+    "region, identifier",
+    [
+        ("eu-west-1", US_PROFILE),  # a geography's profile is not offered outside it
+        ("us-east-1", f"eu.{NOVA_2_LITE}"),
+        ("us-gov-west-1", f"global.{NOVA_2_LITE}"),  # global profiles are commercial-partition only
+        ("us-east-1", f"xx.{NOVA_2_LITE}"),  # no such geography
+        ("us-east-1", NOVA_2_LITE),  # a model id is not a profile
+        ("us-east-1", "a1b2c3d4e5f6"),  # no application profile with that id
+    ],
+)
 def test_what_the_account_cannot_see_from_that_region_is_not_found(bedrock_endpoint, region, identifier):
-    assert error_code(lambda: bedrock(bedrock_endpoint, region).get_inference_profile(
-        inferenceProfileIdentifier=identifier)) == "ResourceNotFoundException"
+    assert (
+        error_code(
+            lambda: bedrock(bedrock_endpoint, region).get_inference_profile(inferenceProfileIdentifier=identifier)
+        )
+        == "ResourceNotFoundException"
+    )
 
 
-@pytest.mark.parametrize("arn", [
-    f"arn:aws:bedrock:us-east-1:999999999999:inference-profile/{US_PROFILE}",
-    "arn:aws:bedrock:us-east-1:999999999999:application-inference-profile/a1b2c3d4e5f6",
-])
+@pytest.mark.parametrize(
+    "arn",
+    [
+        f"arn:aws:bedrock:us-east-1:999999999999:inference-profile/{US_PROFILE}",
+        "arn:aws:bedrock:us-east-1:999999999999:application-inference-profile/a1b2c3d4e5f6",
+    ],
+)
 def test_another_accounts_profile_is_access_denied(bedrock_endpoint, arn):
-    assert error_code(lambda: bedrock(bedrock_endpoint).get_inference_profile(
-        inferenceProfileIdentifier=arn)) == "AccessDeniedException"
+    assert (
+        error_code(lambda: bedrock(bedrock_endpoint).get_inference_profile(inferenceProfileIdentifier=arn))
+        == "AccessDeniedException"
+    )
 
 
 def test_the_local_account_is_motos_default():
@@ -118,17 +141,23 @@ def test_the_local_account_is_motos_default():
 
 # --- application profiles ----------------------------------------------------------
 
+
 def test_an_application_profile_copied_from_a_system_profile_routes_like_it(bedrock_endpoint):
     client = bedrock(bedrock_endpoint)
     system_arn = f"arn:aws:bedrock:us-east-1:123456789012:inference-profile/{US_PROFILE}"
-    created = client.create_inference_profile(inferenceProfileName="tenant-a", description="Tenant A",
-                                              modelSource={"copyFrom": system_arn})
+    created = client.create_inference_profile(
+        inferenceProfileName="tenant-a", description="Tenant A", modelSource={"copyFrom": system_arn}
+    )
     assert created["ResponseMetadata"]["HTTPStatusCode"] == 201 and created["status"] == "ACTIVE"
     arn = created["inferenceProfileArn"]
     assert APPLICATION_ARN.match(arn), arn
     answer = get_profile(client, arn)
     assert (answer["type"], answer["status"], answer["inferenceProfileName"], answer["description"]) == (
-        "APPLICATION", "ACTIVE", "tenant-a", "Tenant A")
+        "APPLICATION",
+        "ACTIVE",
+        "tenant-a",
+        "Tenant A",
+    )
     assert answer["inferenceProfileId"] == arn.rsplit("/", 1)[1]
     assert model_arns(answer) == model_arns(get_profile(client, system_arn))
     assert get_profile(client, answer["inferenceProfileId"]) == answer  # by id too
@@ -137,51 +166,79 @@ def test_an_application_profile_copied_from_a_system_profile_routes_like_it(bedr
 def test_an_application_profile_copied_from_a_foundation_model_serves_its_region(bedrock_endpoint):
     client = bedrock(bedrock_endpoint, "eu-west-1")
     model_arn = "arn:aws:bedrock:eu-west-1::foundation-model/amazon.nova-pro-v1:0"
-    arn = client.create_inference_profile(inferenceProfileName="single", modelSource={"copyFrom": model_arn},
-                                          tags=[{"key": "team", "value": "a"}])["inferenceProfileArn"]
+    arn = client.create_inference_profile(
+        inferenceProfileName="single", modelSource={"copyFrom": model_arn}, tags=[{"key": "team", "value": "a"}]
+    )["inferenceProfileArn"]
     assert arn.startswith("arn:aws:bedrock:eu-west-1:123456789012:application-inference-profile/")
     assert model_arns(get_profile(client, arn)) == [model_arn]
-    assert error_code(lambda: bedrock(bedrock_endpoint, "us-east-1").get_inference_profile(
-        inferenceProfileIdentifier=arn.rsplit("/", 1)[1])) == "ResourceNotFoundException"  # ids are regional
+    assert (
+        error_code(
+            lambda: bedrock(bedrock_endpoint, "us-east-1").get_inference_profile(
+                inferenceProfileIdentifier=arn.rsplit("/", 1)[1]
+            )
+        )
+        == "ResourceNotFoundException"
+    )  # ids are regional
 
 
 def test_an_application_profile_in_china_gets_the_china_partition(bedrock_endpoint):
-    arn = bedrock(bedrock_endpoint, "cn-north-1").create_inference_profile(inferenceProfileName="cn", modelSource={
-        "copyFrom": "arn:aws-cn:bedrock:cn-north-1::foundation-model/amazon.nova-pro-v1:0"})["inferenceProfileArn"]
+    arn = bedrock(bedrock_endpoint, "cn-north-1").create_inference_profile(
+        inferenceProfileName="cn",
+        modelSource={"copyFrom": "arn:aws-cn:bedrock:cn-north-1::foundation-model/amazon.nova-pro-v1:0"},
+    )["inferenceProfileArn"]
     assert arn.startswith("arn:aws-cn:bedrock:cn-north-1:123456789012:application-inference-profile/")
 
 
 def test_a_retried_create_returns_the_same_profile_and_a_taken_name_conflicts(bedrock_endpoint):
     client = bedrock(bedrock_endpoint)
-    request = {"inferenceProfileName": "retried", "clientRequestToken": "token-1",
-               "modelSource": {"copyFrom": "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0"}}
+    request = {
+        "inferenceProfileName": "retried",
+        "clientRequestToken": "token-1",
+        "modelSource": {"copyFrom": "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0"},
+    }
     first = client.create_inference_profile(**request)["inferenceProfileArn"]
     assert client.create_inference_profile(**request)["inferenceProfileArn"] == first
-    assert error_code(lambda: client.create_inference_profile(
-        **{**request, "clientRequestToken": "token-2"})) == "ConflictException"
+    assert (
+        error_code(lambda: client.create_inference_profile(**{**request, "clientRequestToken": "token-2"}))
+        == "ConflictException"
+    )
 
 
-@pytest.mark.parametrize("source, code", [
-    (f"arn:aws:bedrock:us-east-1:999999999999:inference-profile/{US_PROFILE}", "AccessDeniedException"),
-    (f"arn:aws:bedrock:us-east-1:123456789012:inference-profile/eu.{NOVA_2_LITE}", "ResourceNotFoundException"),
-    ("arn:aws:bedrock:us-west-2::foundation-model/amazon.nova-pro-v1:0", "ValidationException"),  # other region
-    ("arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6", "ValidationException"),
-    ("amazon.nova-pro-v1:0", "ValidationException"),
-])
+@pytest.mark.parametrize(
+    "source, code",
+    [
+        (f"arn:aws:bedrock:us-east-1:999999999999:inference-profile/{US_PROFILE}", "AccessDeniedException"),
+        (f"arn:aws:bedrock:us-east-1:123456789012:inference-profile/eu.{NOVA_2_LITE}", "ResourceNotFoundException"),
+        ("arn:aws:bedrock:us-west-2::foundation-model/amazon.nova-pro-v1:0", "ValidationException"),  # other region
+        ("arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6", "ValidationException"),
+        ("amazon.nova-pro-v1:0", "ValidationException"),
+    ],
+)
 def test_a_create_from_what_cannot_be_copied_is_refused(bedrock_endpoint, source, code):
-    assert error_code(lambda: bedrock(bedrock_endpoint).create_inference_profile(
-        inferenceProfileName="refused", modelSource={"copyFrom": source})) == code
+    assert (
+        error_code(
+            lambda: bedrock(bedrock_endpoint).create_inference_profile(
+                inferenceProfileName="refused", modelSource={"copyFrom": source}
+            )
+        )
+        == code
+    )
 
 
 def test_application_profiles_survive_a_restart_when_kept_in_a_file(tmp_path):
     state = tmp_path / "inference-profiles.json"
     before = InferenceProfiles(state)
-    created = before.create("us-east-1", {
-        "inferenceProfileName": "kept", "modelSource": {"copyFrom": f"arn:aws:bedrock:us-east-1:123456789012:"
-                                                                    f"inference-profile/{US_PROFILE}"}})
+    created = before.create(
+        "us-east-1",
+        {
+            "inferenceProfileName": "kept",
+            "modelSource": {"copyFrom": f"arn:aws:bedrock:us-east-1:123456789012:inference-profile/{US_PROFILE}"},
+        },
+    )
     after = InferenceProfiles(state)
-    assert after.get(created["inferenceProfileArn"], "us-east-1") == before.get(created["inferenceProfileArn"],
-                                                                                "us-east-1")
+    assert after.get(created["inferenceProfileArn"], "us-east-1") == before.get(
+        created["inferenceProfileArn"], "us-east-1"
+    )
 
 
 def test_other_bedrock_operations_are_refused_not_crashed(bedrock_endpoint):

@@ -3,6 +3,7 @@ stopped the ways a terminal or a process manager stops it (Ctrl-C, a double SIGT
 group), with the pricing fetcher running at start as it does there. It exits promptly with
 status 0, and its output is the banner and one plain line per log event: no event twice,
 none as JSON, nothing from moto."""
+
 from __future__ import annotations
 
 import os
@@ -35,13 +36,15 @@ def output_with(log, text: str) -> str:
     return output
 
 
-@pytest.mark.parametrize("signals", [(signal.SIGTERM, signal.SIGTERM), (signal.SIGINT,)],
-                         ids=["double-SIGTERM", "Ctrl-C"])
+@pytest.mark.parametrize(
+    "signals", [(signal.SIGTERM, signal.SIGTERM), (signal.SIGINT,)], ids=["double-SIGTERM", "Ctrl-C"]
+)
 def test_stops_promptly_and_prints_each_event_once(tmp_path, signals):
     server = launch(tmp_path, KEY, own_process_group=True, PRICING_REFRESH_INTERVAL_SECONDS="86400")
     try:
-        refused = requests.put(f"{server.base_url}/api/v1/orgs/{ORG_ID}", headers={"X-API-Key": "wrong"},
-                               json={}, timeout=10)
+        refused = requests.put(
+            f"{server.base_url}/api/v1/orgs/{ORG_ID}", headers={"X-API-Key": "wrong"}, json={}, timeout=10
+        )
         assert refused.status_code == 401  # and its audit line is an event of the put_org function
         output_with(server.log, FETCHER_FAILED)
         output_with(server.log, '"org.put"')

@@ -1,13 +1,14 @@
 """Usage metering through the real handlers on moto: the 202/207 bodies, every error the
 spec lists (with nothing written), exactly-once under retries and races, and item sizes
 that stay constant at any daily volume."""
+
 from __future__ import annotations
 
 import copy
 import random
 import threading
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from botocore.stub import Stubber
@@ -54,6 +55,7 @@ def nothing_written():
 
 # --- the single record -----------------------------------------------------------------
 
+
 def test_accepted_record_answers_202_with_shard_cost_and_daily_total(api, tenant):
     body = usage_body()
     reply = post(api, tenant, body)
@@ -62,14 +64,25 @@ def test_accepted_record_answers_202_with_shard_cost_and_daily_total(api, tenant
     assert answer["request_id"] == body["request_id"]
     assert answer["status"] == "accepted" and answer["message"] == "Usage data queued for processing"
     assert answer["duplicate"] is False
-    assert answer["processing"] == {"shard_id": keys.stable_shard(body["request_id"], 8),
-                                    "expected_aggregation_lag_secs": 2, "cost_usd_micros": 3760}
+    assert answer["processing"] == {
+        "shard_id": keys.stable_shard(body["request_id"], 8),
+        "expected_aggregation_lag_secs": 2,
+        "cost_usd_micros": 3760,
+    }
     assert answer["pricing"]["source"] == "CONFIG_FALLBACK"
     assert answer["timestamp"].endswith("Z")
     day = org_day("America/New_York")
-    assert answer["daily_total"] == {"label": "premium", "org_day": day, "cost_usd_micros": 0, "requests": 0,
-                                     "quota_usd_micros": 10_000_000, "quota_pct": 0.0, "status": "NORMAL",
-                                     "mode": "NORMAL", "aggregated_at": None}
+    assert answer["daily_total"] == {
+        "label": "premium",
+        "org_day": day,
+        "cost_usd_micros": 0,
+        "requests": 0,
+        "quota_usd_micros": 10_000_000,
+        "quota_pct": 0.0,
+        "status": "NORMAL",
+        "mode": "NORMAL",
+        "aggregated_at": None,
+    }
 
 
 def test_the_transaction_writes_one_dedup_item_and_adds_to_one_shard(api, tenant):
@@ -83,12 +96,16 @@ def test_the_transaction_writes_one_dedup_item_and_adds_to_one_shard(api, tenant
     assert (shard["cache_read_input_tokens"], shard["cache_write_input_tokens"]) == (2000, 1000)
     assert shard["cost_usd_micros"] == 3760 + 400 + 800  # cache read 0.20, cache write 0.80 USD per 1M
     assert shard["active_day"] == f"DAY#{day}"
-    assert int(shard["expires_at_epoch"]) > datetime.now(timezone.utc).timestamp() + 399 * 86400
+    assert int(shard["expires_at_epoch"]) > datetime.now(UTC).timestamp() + 399 * 86400
     [dedup] = dedup_items()
     assert dedup["shard_key"] == f"{tenant.scope}#REQ#{body['request_id']}"
     assert (dedup["shard_id"], dedup["cost_usd_micros"], dedup["model_label"], dedup["org_day"]) == (
-        shard_id, 4960, "premium", day)
-    assert 3 * 86400 - 60 < int(dedup["expires_at_epoch"]) - datetime.now(timezone.utc).timestamp() <= 3 * 86400
+        shard_id,
+        4960,
+        "premium",
+        day,
+    )
+    assert 3 * 86400 - 60 < int(dedup["expires_at_epoch"]) - datetime.now(UTC).timestamp() <= 3 * 86400
     assert "active_day" not in dedup  # not in the aggregator's index
 
 
@@ -145,36 +162,41 @@ def test_token_counts_over_the_labels_cap_are_400_with_the_limit(api, tenant):
 
 # --- errors (spec error schema; nothing written) -------------------------------------------
 
-@pytest.mark.parametrize(("changes", "code"), [
-    ({"request_id": "not-a-uuid"}, "INVALID_REQUEST"),
-    ({"request_id": "7c9e6679742540de944be07fc1f90ae7"}, "INVALID_REQUEST"),  # UUID, not canonical
-    ({"model_label": "ultra_mega"}, "INVALID_MODEL_LABEL"),
-    ({"model_label": "has#hash"}, "INVALID_MODEL_LABEL"),
-    ({"timestamp": "0001-01-01T00:00:00+14:00"}, "INVALID_REQUEST"),  # before year 1 in UTC
-    ({"timestamp": "9999-12-31T23:59:59-14:00"}, "INVALID_REQUEST"),  # after year 9999 in UTC
-    ({"input_tokens": 1_000_001}, "INVALID_REQUEST"),  # over the per-record caps
-    ({"output_tokens": 128_001}, "INVALID_REQUEST"),
-    ({"cache_write_input_tokens": 1_000_001}, "INVALID_REQUEST"),
-    ({"input_tokens": -1}, "INVALID_REQUEST"),
-    ({"output_tokens": "800"}, "INVALID_REQUEST"),
-    ({"output_tokens": 8.5}, "INVALID_REQUEST"),
-    ({"input_tokens": True}, "INVALID_REQUEST"),
-    ({"cache_read_input_tokens": -5}, "INVALID_REQUEST"),
-    ({"input_tokens": 10**11}, "INVALID_REQUEST"),
-    ({"status": "FAILED"}, "INVALID_REQUEST"),
-    ({"calling_region": "US-EAST-1"}, "INVALID_REQUEST"),
-    ({"timestamp": "yesterday"}, "INVALID_REQUEST"),
-    ({"timestamp": iso(datetime.now(timezone.utc) + timedelta(hours=1))}, "INVALID_REQUEST"),
-    ({"timestamp": iso(datetime.now(timezone.utc) - timedelta(days=3))}, "INVALID_REQUEST"),
-    ({"cost_usd_micros": 1}, "INVALID_REQUEST"),  # clients never send cost
-])
+
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({"request_id": "not-a-uuid"}, "INVALID_REQUEST"),
+        ({"request_id": "7c9e6679742540de944be07fc1f90ae7"}, "INVALID_REQUEST"),  # UUID, not canonical
+        ({"model_label": "ultra_mega"}, "INVALID_MODEL_LABEL"),
+        ({"model_label": "has#hash"}, "INVALID_MODEL_LABEL"),
+        ({"timestamp": "0001-01-01T00:00:00+14:00"}, "INVALID_REQUEST"),  # before year 1 in UTC
+        ({"timestamp": "9999-12-31T23:59:59-14:00"}, "INVALID_REQUEST"),  # after year 9999 in UTC
+        ({"input_tokens": 1_000_001}, "INVALID_REQUEST"),  # over the per-record caps
+        ({"output_tokens": 128_001}, "INVALID_REQUEST"),
+        ({"cache_write_input_tokens": 1_000_001}, "INVALID_REQUEST"),
+        ({"input_tokens": -1}, "INVALID_REQUEST"),
+        ({"output_tokens": "800"}, "INVALID_REQUEST"),
+        ({"output_tokens": 8.5}, "INVALID_REQUEST"),
+        ({"input_tokens": True}, "INVALID_REQUEST"),
+        ({"cache_read_input_tokens": -5}, "INVALID_REQUEST"),
+        ({"input_tokens": 10**11}, "INVALID_REQUEST"),
+        ({"status": "FAILED"}, "INVALID_REQUEST"),
+        ({"calling_region": "US-EAST-1"}, "INVALID_REQUEST"),
+        ({"timestamp": "yesterday"}, "INVALID_REQUEST"),
+        ({"timestamp": iso(datetime.now(UTC) + timedelta(hours=1))}, "INVALID_REQUEST"),
+        ({"timestamp": iso(datetime.now(UTC) - timedelta(days=3))}, "INVALID_REQUEST"),
+        ({"cost_usd_micros": 1}, "INVALID_REQUEST"),  # clients never send cost
+    ],
+)
 def test_invalid_records_are_400_and_write_nothing(api, tenant, changes, code):
     assert_error(post(api, tenant, usage_body(**changes)), 400, code)
     assert nothing_written()
 
 
-@pytest.mark.parametrize("missing", ["request_id", "model_label", "bedrock_model_id", "input_tokens", "output_tokens",
-                                     "status", "timestamp"])
+@pytest.mark.parametrize(
+    "missing", ["request_id", "model_label", "bedrock_model_id", "input_tokens", "output_tokens", "status", "timestamp"]
+)
 def test_required_fields(api, tenant, missing):
     body = usage_body()
     del body[missing]
@@ -187,8 +209,9 @@ def test_label_errors_carry_the_spec_details(api, tenant):
 
 
 def test_timestamp_range_error_carries_the_window(api, tenant):
-    body = assert_error(post(api, tenant, usage_body(timestamp=iso(datetime.now(timezone.utc) - timedelta(days=3)))),
-                        400, "INVALID_REQUEST")
+    body = assert_error(
+        post(api, tenant, usage_body(timestamp=iso(datetime.now(UTC) - timedelta(days=3)))), 400, "INVALID_REQUEST"
+    )
     assert body["message"] == "Timestamp outside acceptable range"
     assert set(body["details"]) == {"timestamp", "org_day", "timezone", "acceptable_range"}
     assert body["details"]["timezone"] == "America/New_York"
@@ -207,12 +230,16 @@ def test_unknown_org_or_app_is_404(api, tenant):
     reply = api.post(f"/api/v1/orgs/{tenant.org_id}/apps/ghost/usage", usage_body(), token=ghost)
     assert_error(reply, 404, "NOT_FOUND")
     org_id = str(uuid.uuid4())
-    assert_error(api.post(f"/api/v1/orgs/{org_id}/apps/app-1/usage", usage_body(), token=token_for(org_id, "app-1")),
-                 404, "NOT_FOUND")
+    assert_error(
+        api.post(f"/api/v1/orgs/{org_id}/apps/app-1/usage", usage_body(), token=token_for(org_id, "app-1")),
+        404,
+        "NOT_FOUND",
+    )
     assert nothing_written()
 
 
 # --- batch ----------------------------------------------------------------------------------
+
 
 def post_batch(api, tenant, records):
     return api.post(tenant.app_path + "/usage/batch", {"requests": records}, token=tenant.token)
@@ -220,22 +247,43 @@ def post_batch(api, tenant, records):
 
 def test_batch_answers_207_with_a_result_per_record(api, tenant):
     good, standard = usage_body(), usage_body(model_label="standard")
-    records = [good, usage_body(model_label="ultra_mega"), {"request_id": "x"}, 42, standard, good,
-               usage_body(timestamp="9999-12-31T23:59:59-14:00")]
+    records = [
+        good,
+        usage_body(model_label="ultra_mega"),
+        {"request_id": "x"},
+        42,
+        standard,
+        good,
+        usage_body(timestamp="9999-12-31T23:59:59-14:00"),
+    ]
     reply = post_batch(api, tenant, records)
     assert reply.status == 207, reply
     body = reply.json()
     assert (body["accepted"], body["failed"]) == (3, 4)
     results = body["results"]
-    assert [r["status"] for r in results] == ["accepted", "failed", "failed", "failed", "accepted", "accepted",
-                                              "failed"]
-    assert results[0] == {"request_id": good["request_id"], "status": "accepted",
-                          "shard_id": keys.stable_shard(good["request_id"], 8), "cost_usd_micros": 3760,
-                          "duplicate": False}
+    assert [r["status"] for r in results] == [
+        "accepted",
+        "failed",
+        "failed",
+        "failed",
+        "accepted",
+        "accepted",
+        "failed",
+    ]
+    assert results[0] == {
+        "request_id": good["request_id"],
+        "status": "accepted",
+        "shard_id": keys.stable_shard(good["request_id"], 8),
+        "cost_usd_micros": 3760,
+        "duplicate": False,
+    }
     assert results[1]["error"] == "INVALID_MODEL_LABEL" and results[1]["request_id"] == records[1]["request_id"]
-    assert results[2]["error"] == "INVALID_REQUEST" and results[3] == {"request_id": None, "status": "failed",
-                                                                      "error": "INVALID_REQUEST",
-                                                                      "message": "Request validation failed"}
+    assert results[2]["error"] == "INVALID_REQUEST" and results[3] == {
+        "request_id": None,
+        "status": "failed",
+        "error": "INVALID_REQUEST",
+        "message": "Request validation failed",
+    }
     assert results[5]["duplicate"] is True and results[5]["shard_id"] == results[0]["shard_id"]
     assert results[6]["error"] == "INVALID_REQUEST"  # an edge-of-calendar timestamp fails only its record
     assert body["timestamp"].endswith("Z")
@@ -244,7 +292,9 @@ def test_batch_answers_207_with_a_result_per_record(api, tenant):
     # The quota position of each label the batch counted, as a single report answers it.
     day = org_day("America/New_York")
     assert [(t["label"], t["org_day"], t["status"], t["mode"]) for t in body["daily_totals"]] == [
-        ("premium", day, "NORMAL", "NORMAL"), ("standard", day, "NORMAL", "NORMAL")]
+        ("premium", day, "NORMAL", "NORMAL"),
+        ("standard", day, "NORMAL", "NORMAL"),
+    ]
 
 
 def test_a_batch_retried_whole_is_counted_once(api, tenant, many_transactions):
@@ -263,8 +313,9 @@ def test_batch_size_is_1_to_100(api, tenant, records):
 
 def test_batch_body_must_be_an_object_with_requests(api, tenant):
     assert_error(api.post(tenant.app_path + "/usage/batch", [usage_body()], token=tenant.token), 400, "INVALID_REQUEST")
-    assert_error(api.post(tenant.app_path + "/usage/batch", {"records": []}, token=tenant.token), 400,
-                 "INVALID_REQUEST")
+    assert_error(
+        api.post(tenant.app_path + "/usage/batch", {"records": []}, token=tenant.token), 400, "INVALID_REQUEST"
+    )
     assert_error(api.post(tenant.app_path + "/usage/batch", {"requests": [usage_body()]}), 401, "UNAUTHORIZED")
 
 
@@ -278,10 +329,11 @@ def test_a_full_batch_of_100_is_accepted(api, tenant, many_transactions):
 
 # --- the write under conflicts, races and volume ----------------------------------------------
 
+
 def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
     tenant = new_tenant()
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     submission = metering.prepare(config, UsageRequest.model_validate(usage_body()), now)
     tokens, items = [], []
 
@@ -292,9 +344,13 @@ def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
     client = ddb_client()
     client.meta.events.register_first("before-parameter-build.dynamodb.TransactWriteItems", seen)
     with Stubber(client) as stubber:
-        stubber.add_client_error("transact_write_items", "TransactionCanceledException", "conflict", 400,
-                                 modeled_fields={"CancellationReasons": [{"Code": "None"},
-                                                                         {"Code": "TransactionConflict"}]})
+        stubber.add_client_error(
+            "transact_write_items",
+            "TransactionCanceledException",
+            "conflict",
+            400,
+            modeled_fields={"CancellationReasons": [{"Code": "None"}, {"Code": "TransactionConflict"}]},
+        )
         stubber.add_response("transact_write_items", {})
         outcome = metering.record(submission, now)
     assert outcome.duplicate is False and outcome.cost_usd_micros == 3760
@@ -307,8 +363,14 @@ def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws
     tenant = new_tenant()
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
     rng = random.Random(7)
-    unique = [usage_body(input_tokens=rng.randrange(0, 50_000), output_tokens=rng.randrange(0, 20_000),
-                         cache_read_input_tokens=rng.randrange(0, 5_000)) for _ in range(280)]
+    unique = [
+        usage_body(
+            input_tokens=rng.randrange(0, 50_000),
+            output_tokens=rng.randrange(0, 20_000),
+            cache_read_input_tokens=rng.randrange(0, 5_000),
+        )
+        for _ in range(280)
+    ]
     submissions = unique + [dict(rng.choice(unique)) for _ in range(120)]  # 30 % retries and races
     rng.shuffle(submissions)
     answers, errors = [], []
@@ -329,8 +391,10 @@ def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws
     aggregation.run()
     assert errors == []
     assert len(answers) == 400 and sum(1 for a in answers if a["duplicate"]) == 120
-    expected_cost = sum(metering.prepare(config, UsageRequest.model_validate(body), datetime.now(timezone.utc))
-                        .cost_usd_micros for body in unique)
+    expected_cost = sum(
+        metering.prepare(config, UsageRequest.model_validate(body), datetime.now(UTC)).cost_usd_micros
+        for body in unique
+    )
     total = daily_total(tenant.scope, "premium", org_day("America/New_York"))
     assert total["requests"] == 280
     assert total["cost_usd_micros"] == expected_cost
@@ -342,7 +406,7 @@ def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws
 def test_5000_submissions_for_one_label_and_day_keep_every_item_under_1_kb(aws, many_transactions):
     tenant = new_tenant()
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     requests = [UsageRequest.model_validate(usage_body(output_tokens=1000 + i)) for i in range(5000)]
     for request in requests:
         metering.record(metering.prepare(config, request, now), now)

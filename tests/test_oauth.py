@@ -3,6 +3,7 @@ RFC 6749 (client authentication by HTTP Basic or in the body, the client credent
 refresh grants, its error codes) and RFC 7009 (revocation). The JSON requests of
 api_spec.md are tests/test_auth.py's; tests/test_e2e_oauth.py drives Authlib and
 requests-oauthlib over HTTP."""
+
 import base64
 import json
 import uuid
@@ -45,8 +46,9 @@ def form(api, path: str, params: dict | str, authorization: str | None = None, *
 
 
 def token_by_basic(api, credentials: dict, **kw):
-    return form(api, "/auth/token", CLIENT_CREDENTIALS,
-                basic(credentials["client_id"], credentials["client_secret"]), **kw)
+    return form(
+        api, "/auth/token", CLIENT_CREDENTIALS, basic(credentials["client_id"], credentials["client_secret"]), **kw
+    )
 
 
 def token_by_post(api, credentials: dict, **kw):
@@ -75,8 +77,9 @@ def assert_oauth_error(reply, status: int, code: str) -> dict:
 # --- POST /auth/token (RFC 6749 §2.3.1, §4.4) -----------------------------------------------
 
 
-@pytest.mark.parametrize("request_token", [token_by_basic, token_by_post], ids=["client_secret_basic",
-                                                                                "client_secret_post"])
+@pytest.mark.parametrize(
+    "request_token", [token_by_basic, token_by_post], ids=["client_secret_basic", "client_secret_post"]
+)
 def test_a_form_request_gets_the_spec_token_body(api, client, request_token):
     reply = request_token(api, client)
     assert reply.status == 200, reply
@@ -115,13 +118,25 @@ def test_the_client_id_may_accompany_basic_credentials_in_the_body(api, client):
 
 def test_two_client_authentication_methods_in_one_request_are_400(api, client):
     """§2.3: 'The client MUST NOT use more than one authentication method in each request'."""
-    reply = form(api, "/auth/token", {**CLIENT_CREDENTIALS, **client},
-                 basic(client["client_id"], client["client_secret"]))
+    reply = form(
+        api, "/auth/token", {**CLIENT_CREDENTIALS, **client}, basic(client["client_id"], client["client_secret"])
+    )
     assert_oauth_error(reply, 400, "invalid_request")
 
 
-@pytest.mark.parametrize("case", ["basic wrong secret", "post wrong secret", "unknown client", "app secret for org",
-                                  "no client authentication", "client_id only", "empty secret", "bearer scheme"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "basic wrong secret",
+        "post wrong secret",
+        "unknown client",
+        "app secret for org",
+        "no client authentication",
+        "client_id only",
+        "empty secret",
+        "bearer scheme",
+    ],
+)
 def test_wrong_or_missing_client_credentials_are_401_invalid_client(api, client, case):
     org_client = f"org-{org_of(client)}"
     wrong = {**client, "client_secret": "d3Jvbmc="}
@@ -149,8 +164,12 @@ def test_another_grant_type_is_400_unsupported_grant_type(api, client, grant_typ
 def test_unrecognized_parameters_are_ignored(api, client):
     """§3.2: 'The authorization server MUST ignore unrecognized request parameters' (a
     requested ``scope`` among them: the reply's ``scope`` says what was granted, §3.3)."""
-    reply = form(api, "/auth/token", {**CLIENT_CREDENTIALS, "scope": "read:aggregates", "audience": "x"},
-                 basic(client["client_id"], client["client_secret"]))
+    reply = form(
+        api,
+        "/auth/token",
+        {**CLIENT_CREDENTIALS, "scope": "read:aggregates", "audience": "x"},
+        basic(client["client_id"], client["client_secret"]),
+    )
     assert reply.status == 200, reply
 
 
@@ -175,8 +194,11 @@ def test_malformed_form_bodies_are_400_invalid_request(api, client, body):
 @pytest.mark.parametrize("body, status", [(CLIENT_CREDENTIALS, 200), (b"\xff\xfe", 400)], ids=["form", "not UTF-8"])
 def test_a_base64_encoded_form_body_is_read_too(api, client, body, status):
     """What API Gateway sends for a binary media type (isBase64Encoded)."""
-    event, function = api_event("POST", "/auth/token", headers={
-        "Content-Type": FORM, "Authorization": basic(client["client_id"], client["client_secret"])})
+    event, function = api_event(
+        "POST",
+        "/auth/token",
+        headers={"Content-Type": FORM, "Authorization": basic(client["client_id"], client["client_secret"])},
+    )
     raw = urlencode(body).encode() if isinstance(body, dict) else body
     event.update(body=base64.b64encode(raw).decode(), isBase64Encoded=True)
     response = load_handler(function)(event, LambdaContext(function_name=function))
@@ -205,9 +227,11 @@ MALFORMED_BASIC = {
 @pytest.mark.parametrize("authorization", MALFORMED_BASIC.values(), ids=MALFORMED_BASIC)
 @pytest.mark.parametrize("path", ["/auth/token", "/auth/refresh", "/auth/revoke"])
 def test_malformed_basic_headers_are_4xx_in_the_error_schema(api, path, authorization):
-    params = {"/auth/token": CLIENT_CREDENTIALS, "/auth/refresh": {"grant_type": "refresh_token",
-                                                                    "refresh_token": "x"},
-              "/auth/revoke": {"token": "x"}}[path]
+    params = {
+        "/auth/token": CLIENT_CREDENTIALS,
+        "/auth/refresh": {"grant_type": "refresh_token", "refresh_token": "x"},
+        "/auth/revoke": {"token": "x"},
+    }[path]
     reply = form(api, path, params, authorization)
     assert 400 <= reply.status < 500, reply
     assert reply.json()["error"] in ("invalid_request", "invalid_client")
@@ -218,8 +242,9 @@ def test_other_form_kinds_and_other_routes_still_refuse_form_bodies(api, client)
     assert_error(multipart, 400, "INVALID_REQUEST")
     org_id = org_of(client)
     access = token_by_basic(api, client).json()["access_token"]
-    usage = api.post(f"/api/v1/orgs/{org_id}/apps/{APP_ID}/usage", "input_tokens=1",
-                     headers={"Content-Type": FORM}, token=access)
+    usage = api.post(
+        f"/api/v1/orgs/{org_id}/apps/{APP_ID}/usage", "input_tokens=1", headers={"Content-Type": FORM}, token=access
+    )
     assert_error(usage, 400, "INVALID_REQUEST")
 
 
@@ -227,8 +252,12 @@ def test_other_form_kinds_and_other_routes_still_refuse_form_bodies(api, client)
 
 
 def refresh_form(api, credentials: dict, refresh_token: str, **params):
-    return form(api, "/auth/refresh", {"grant_type": "refresh_token", "refresh_token": refresh_token, **params},
-                basic(credentials["client_id"], credentials["client_secret"]))
+    return form(
+        api,
+        "/auth/refresh",
+        {"grant_type": "refresh_token", "refresh_token": refresh_token, **params},
+        basic(credentials["client_id"], credentials["client_secret"]),
+    )
 
 
 def test_refresh_by_form_gives_a_working_access_token(api, client):
@@ -238,8 +267,9 @@ def test_refresh_by_form_gives_a_working_access_token(api, client):
     assert set(reply.json()) == {"access_token", "token_type", "expires_in"}
     assert reply.headers["cache-control"] == "no-store"
     assert works(api, reply.json()["access_token"])
-    by_post = form(api, "/auth/refresh", {"grant_type": "refresh_token", "refresh_token": issued["refresh_token"],
-                                          **client})
+    by_post = form(
+        api, "/auth/refresh", {"grant_type": "refresh_token", "refresh_token": issued["refresh_token"], **client}
+    )
     assert by_post.status == 200, by_post
 
 
@@ -261,16 +291,20 @@ def test_an_invalid_refresh_token_in_a_form_is_400_invalid_grant(api, client, wh
     issued = token_by_basic(api, client).json()
     if which == "revoked":
         assert form(api, "/auth/revoke", {"token": issued["refresh_token"], **client}).status == 200
-    token = {"garbage": "not-a-token", "access token": issued["access_token"],
-             "revoked": issued["refresh_token"]}[which]
+    token = {"garbage": "not-a-token", "access token": issued["access_token"], "revoked": issued["refresh_token"]}[
+        which
+    ]
     assert_oauth_error(refresh_form(api, client, token), 400, "invalid_grant")
 
 
-@pytest.mark.parametrize("params, code", [
-    ({"grant_type": "client_credentials"}, "unsupported_grant_type"),
-    ({"grant_type": "refresh_token"}, "invalid_request"),
-    ({"refresh_token": "x"}, "invalid_request"),
-])
+@pytest.mark.parametrize(
+    "params, code",
+    [
+        ({"grant_type": "client_credentials"}, "unsupported_grant_type"),
+        ({"grant_type": "refresh_token"}, "invalid_request"),
+        ({"refresh_token": "x"}, "invalid_request"),
+    ],
+)
 def test_malformed_refresh_forms_are_400(api, client, params, code):
     reply = form(api, "/auth/refresh", params, basic(client["client_id"], client["client_secret"]))
     assert_oauth_error(reply, 400, code)
@@ -280,8 +314,9 @@ def test_malformed_refresh_forms_are_400(api, client, params, code):
 
 
 def revoke_form(api, credentials: dict, token: str, **params):
-    return form(api, "/auth/revoke", {"token": token, **params},
-                basic(credentials["client_id"], credentials["client_secret"]))
+    return form(
+        api, "/auth/revoke", {"token": token, **params}, basic(credentials["client_id"], credentials["client_secret"])
+    )
 
 
 def test_revoking_a_refresh_token_by_form_is_200_and_ends_it(api, client):
@@ -314,11 +349,14 @@ def test_revoking_another_clients_token_by_form_is_400_and_keeps_it(api, client)
     assert refresh_form(api, other, issued["refresh_token"]).status == 200
 
 
-@pytest.mark.parametrize("params, code", [
-    ({"token_type_hint": "refresh_token"}, "invalid_request"),
-    ({"token": "x", "token_type_hint": "id_token"}, "unsupported_token_type"),
-    ("token=x&token=y", "invalid_request"),
-])
+@pytest.mark.parametrize(
+    "params, code",
+    [
+        ({"token_type_hint": "refresh_token"}, "invalid_request"),
+        ({"token": "x", "token_type_hint": "id_token"}, "unsupported_token_type"),
+        ("token=x&token=y", "invalid_request"),
+    ],
+)
 def test_malformed_revoke_forms_are_400(api, client, params, code):
     reply = form(api, "/auth/revoke", params, basic(client["client_id"], client["client_secret"]))
     assert_oauth_error(reply, 400, code)
@@ -393,27 +431,52 @@ def test_form_secrets_never_reach_the_logs_even_with_event_logging_switched_on(a
         return json.loads(response["body"]) if response["body"] else {}
 
     org_id = str(uuid.uuid4())
-    created = call("PUT", f"/api/v1/orgs/{org_id}", json.dumps(ORG_BODY),
-                   {"X-API-Key": PROVISIONING_KEY, "Content-Type": "application/json"})["credentials"]
+    created = call(
+        "PUT",
+        f"/api/v1/orgs/{org_id}",
+        json.dumps(ORG_BODY),
+        {"X-API-Key": PROVISIONING_KEY, "Content-Type": "application/json"},
+    )["credentials"]
     authorization = basic(created["client_id"], created["client_secret"])
-    by_basic = call("POST", "/auth/token", urlencode(CLIENT_CREDENTIALS), {"Content-Type": FORM,
-                                                                           "Authorization": authorization})
+    by_basic = call(
+        "POST", "/auth/token", urlencode(CLIENT_CREDENTIALS), {"Content-Type": FORM, "Authorization": authorization}
+    )
     by_post = call("POST", "/auth/token", urlencode({**CLIENT_CREDENTIALS, **created}), {"Content-Type": FORM})
-    refused = call("POST", "/auth/token", urlencode({**CLIENT_CREDENTIALS, **created, "client_secret": "wrong"}),
-                   {"Content-Type": FORM})
-    mixed = call("POST", "/auth/token", urlencode({**CLIENT_CREDENTIALS, **created}),
-                 {"Content-Type": FORM, "Authorization": authorization})
-    refreshed = call("POST", "/auth/refresh", urlencode({"grant_type": "refresh_token",
-                                                         "refresh_token": by_basic["refresh_token"]}),
-                     {"Content-Type": FORM, "Authorization": authorization})
-    call("POST", "/auth/revoke", urlencode({"token": by_post["refresh_token"]}),
-         {"Content-Type": FORM, "Authorization": authorization})
+    refused = call(
+        "POST",
+        "/auth/token",
+        urlencode({**CLIENT_CREDENTIALS, **created, "client_secret": "wrong"}),
+        {"Content-Type": FORM},
+    )
+    mixed = call(
+        "POST",
+        "/auth/token",
+        urlencode({**CLIENT_CREDENTIALS, **created}),
+        {"Content-Type": FORM, "Authorization": authorization},
+    )
+    refreshed = call(
+        "POST",
+        "/auth/refresh",
+        urlencode({"grant_type": "refresh_token", "refresh_token": by_basic["refresh_token"]}),
+        {"Content-Type": FORM, "Authorization": authorization},
+    )
+    call(
+        "POST",
+        "/auth/revoke",
+        urlencode({"token": by_post["refresh_token"]}),
+        {"Content-Type": FORM, "Authorization": authorization},
+    )
     assert "access_token" in by_post and "access_token" in refreshed
     assert (refused["error"], mixed["error"]) == ("invalid_client", "invalid_request")
     logged = capfd.readouterr()
     records = json.dumps([vars(record) for record in caplog.records], default=str)
-    for secret in (created["client_secret"], authorization.split()[1], quote(created["client_secret"], safe=""),
-                   by_basic["refresh_token"], by_post["refresh_token"]):
+    for secret in (
+        created["client_secret"],
+        authorization.split()[1],
+        quote(created["client_secret"], safe=""),
+        by_basic["refresh_token"],
+        by_post["refresh_token"],
+    ):
         assert secret not in logged.out + logged.err + records
 
 
@@ -424,8 +487,11 @@ def test_openapi_declares_the_form_bodies_and_basic_client_authentication(api):
     document = api.get("/openapi.json").json()
     schemas = document["components"]["schemas"]
     assert document["components"]["securitySchemes"]["clientBasic"] == {"type": "http", "scheme": "basic"}
-    expected = {"/auth/token": {"grant_type"}, "/auth/refresh": {"grant_type", "refresh_token"},
-                "/auth/revoke": {"token"}}
+    expected = {
+        "/auth/token": {"grant_type"},
+        "/auth/refresh": {"grant_type", "refresh_token"},
+        "/auth/revoke": {"token"},
+    }
     for path, required in expected.items():
         operation = document["paths"][path]["post"]
         content = operation["requestBody"]["content"]

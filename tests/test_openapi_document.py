@@ -1,6 +1,7 @@
 """The served OpenAPI document is valid OpenAPI, declares the replies of the main endpoints
 from the models the handlers answer through, and a client generated from it has typed
 replies that read the service's real answers."""
+
 import importlib
 import json
 import shutil
@@ -47,8 +48,12 @@ def test_a_generated_client_has_typed_replies(document, api, tmp_path):
     generator = shutil.which("openapi-python-client", path=str(Path(sys.executable).parent))
     spec = tmp_path / "openapi.json"
     spec.write_text(json.dumps(document))
-    subprocess.run([generator, "generate", "--path", str(spec), "--output-path", str(tmp_path / "generated"),
-                    "--meta", "none"], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [generator, "generate", "--path", str(spec), "--output-path", str(tmp_path / "generated"), "--meta", "none"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     sys.path.insert(0, str(tmp_path))
     try:
         models = importlib.import_module("generated.models")

@@ -1,5 +1,6 @@
 """The request pipeline (``price_keeper.http.pipeline``): every route authenticates as it declares,
 before its body is read, and the OpenAPI document says what is enforced."""
+
 from __future__ import annotations
 
 import uuid
@@ -37,8 +38,12 @@ def test_no_provisioning_key_is_401_whatever_the_body(api, body):
 def test_a_token_of_another_app_is_403_before_the_body_is_read(api):
     org_id = seed_org()
     seed_app(org_id, "app-1")
-    reply = api.post(concrete(routes.USAGE, org_id), "[]", token=token_for(org_id, "app-2"),
-                     headers={"Content-Type": "application/json"})
+    reply = api.post(
+        concrete(routes.USAGE, org_id),
+        "[]",
+        token=token_for(org_id, "app-2"),
+        headers={"Content-Type": "application/json"},
+    )
     assert_error(reply, 403, "FORBIDDEN")
 
 
@@ -46,8 +51,11 @@ def test_the_openapi_security_of_every_route_is_its_declared_auth(api):
     """...and, on the token endpoints, the client authentication of their OAuth2 forms: HTTP
     Basic, or in the body (which no security scheme can say: the empty requirement)."""
     document = api.get(routes.OPENAPI).json()
-    expected = {Auth.BEARER: [{"bearerAuth": []}], Auth.BEARER_ANY: [{"bearerAuth": []}],
-                Auth.PROVISIONING_KEY: [{"provisioningKey": []}]}
+    expected = {
+        Auth.BEARER: [{"bearerAuth": []}],
+        Auth.BEARER_ANY: [{"bearerAuth": []}],
+        Auth.PROVISIONING_KEY: [{"provisioningKey": []}],
+    }
     oauth_forms = {routes.AUTH_TOKEN, routes.AUTH_REFRESH, routes.AUTH_REVOKE}
     for route in routes.ROUTES:
         operation = document["paths"].get(route.path, {}).get(route.method.lower())

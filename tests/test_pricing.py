@@ -1,11 +1,12 @@
 """Cost maths, Price List parsing, the pricing fetcher (botocore Stubber with responses
 shaped like the real GetProducts ones) and the price-of-the-day lookup (moto)."""
+
 from __future__ import annotations
 
 import json
 import random
 import zlib
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from fractions import Fraction
 
 import boto3
@@ -57,14 +58,17 @@ def test_cost_is_the_exact_value_rounded_up(i, o, cr, cw, pi, po, pcr, pcw):
     assert exact <= cost < exact + 1
 
 
-@pytest.mark.parametrize(("usd", "unit", "micros"), [
-    ("0.0008000000", "1K tokens", 800_000),
-    ("0.00033", "1K tokens", 330_000),
-    ("0.000035", "1K tokens", 35_000),
-    ("0.80", "1M tokens", 800_000),
-    ("0.0000008", "tokens", 800_000),
-    ("0.0000000005", "1K tokens", 1),  # 0.5 micro-USD per 1M: half up
-])
+@pytest.mark.parametrize(
+    ("usd", "unit", "micros"),
+    [
+        ("0.0008000000", "1K tokens", 800_000),
+        ("0.00033", "1K tokens", 330_000),
+        ("0.000035", "1K tokens", 35_000),
+        ("0.80", "1M tokens", 800_000),
+        ("0.0000008", "tokens", 800_000),
+        ("0.0000000005", "1K tokens", 1),  # 0.5 micro-USD per 1M: half up
+    ],
+)
 def test_price_list_units_become_micro_usd_per_million_tokens(usd, unit, micros):
     assert pricing.micros_per_1m(usd, unit) == micros
 
@@ -75,9 +79,18 @@ DAY = date(2026, 1, 23)
 REGION_NAMES = {"us-east-1": ("USE1", "US East (N. Virginia)"), "eu-west-1": ("EU", "EU (Ireland)")}
 
 
-def product(model: str, region: str, inference_type: str, usd: str, *, unit: str = "1K tokens",
-            usage_suffix: str | None = None, feature: str = "On-demand Inference",
-            effective: str = "2026-01-01T00:00:00Z", tiers: list[tuple[str, str]] | None = None) -> str:
+def product(
+    model: str,
+    region: str,
+    inference_type: str,
+    usd: str,
+    *,
+    unit: str = "1K tokens",
+    usage_suffix: str | None = None,
+    feature: str = "On-demand Inference",
+    effective: str = "2026-01-01T00:00:00Z",
+    tiers: list[tuple[str, str]] | None = None,
+) -> str:
     """One ``PriceList`` entry as GetProducts returns it (a JSON string). ``tiers``:
     (beginRange, USD) price ranges of one term instead of the single ``usd``."""
     prefix, location = REGION_NAMES[region]
@@ -86,29 +99,50 @@ def product(model: str, region: str, inference_type: str, usd: str, *, unit: str
     ranges = tiers or [("0", usd)]
     dimensions = {
         f"{sku}.JRTCKXETXF.{i}YS6EN2CT7": {
-            "unit": unit, "beginRange": begin, "endRange": ranges[i + 1][0] if i + 1 < len(ranges) else "Inf",
-            "appliesTo": [], "description": f"{model} {inference_type}", "rateCode": f"{sku}.JRTCKXETXF.{i}YS6EN2CT7",
+            "unit": unit,
+            "beginRange": begin,
+            "endRange": ranges[i + 1][0] if i + 1 < len(ranges) else "Inf",
+            "appliesTo": [],
+            "description": f"{model} {inference_type}",
+            "rateCode": f"{sku}.JRTCKXETXF.{i}YS6EN2CT7",
             "pricePerUnit": {"USD": price},
-        } for i, (begin, price) in enumerate(ranges)}
-    return json.dumps({
-        "product": {
-            "productFamily": "Amazon Bedrock",
-            "attributes": {
-                "servicecode": "AmazonBedrock", "servicename": "Amazon Bedrock", "operation": "Usage",
-                "usagetype": f"{prefix}-{model.replace(' ', '')}-{suffix}", "location": location,
-                "locationType": "AWS Region", "regionCode": region, "model": model,
-                "inferenceType": inference_type, "feature": feature,
+        }
+        for i, (begin, price) in enumerate(ranges)
+    }
+    return json.dumps(
+        {
+            "product": {
+                "productFamily": "Amazon Bedrock",
+                "attributes": {
+                    "servicecode": "AmazonBedrock",
+                    "servicename": "Amazon Bedrock",
+                    "operation": "Usage",
+                    "usagetype": f"{prefix}-{model.replace(' ', '')}-{suffix}",
+                    "location": location,
+                    "locationType": "AWS Region",
+                    "regionCode": region,
+                    "model": model,
+                    "inferenceType": inference_type,
+                    "feature": feature,
+                },
+                "sku": sku,
             },
-            "sku": sku,
-        },
-        "serviceCode": "AmazonBedrock",
-        "terms": {"OnDemand": {f"{sku}.JRTCKXETXF": {
-            "priceDimensions": dimensions,
-            "sku": sku, "effectiveDate": effective, "offerTermCode": "JRTCKXETXF", "termAttributes": {},
-        }}},
-        "version": "20260101000000",
-        "publicationDate": "2026-01-01T00:00:00Z",
-    })
+            "serviceCode": "AmazonBedrock",
+            "terms": {
+                "OnDemand": {
+                    f"{sku}.JRTCKXETXF": {
+                        "priceDimensions": dimensions,
+                        "sku": sku,
+                        "effectiveDate": effective,
+                        "offerTermCode": "JRTCKXETXF",
+                        "termAttributes": {},
+                    }
+                }
+            },
+            "version": "20260101000000",
+            "publicationDate": "2026-01-01T00:00:00Z",
+        }
+    )
 
 
 NOVA_PRO = [
@@ -126,9 +160,14 @@ NOVA_PRO = [
 
 def test_price_list_parsing_keeps_on_demand_token_prices_only():
     parsed = pricing.parse_price_list(
-        NOVA_PRO + [product("Titan Text", "us-east-1", "Input tokens", "0.0003"),
-                    product("Nova Micro", "eu-west-1", "Input tokens", "0.000046")],  # no output price
-        {"Nova Pro", "Nova Micro"}, DAY)
+        NOVA_PRO
+        + [
+            product("Titan Text", "us-east-1", "Input tokens", "0.0003"),
+            product("Nova Micro", "eu-west-1", "Input tokens", "0.000046"),
+        ],  # no output price
+        {"Nova Pro", "Nova Micro"},
+        DAY,
+    )
     assert parsed == {
         ("Nova Pro", "us-east-1"): {IN_REGION: Prices(800_000, 3_200_000, 200_000, 800_000)},
         ("Nova Pro", "eu-west-1"): {IN_REGION: Prices(1_050_000, 4_200_000, 0, 0)},
@@ -147,27 +186,41 @@ NOVA_2_LITE = [
     # the same input listed twice at different rates: the higher one, whatever the order
     product(LITE, "us-east-1", "Input tokens", "0.00030", usage_suffix="input-tokens"),
     # a price change announced for the 24th
-    product(LITE, "us-east-1", "Output tokens", "0.0025", usage_suffix="output-tokens",
-            effective="2026-01-24T00:00:00Z"),
+    product(
+        LITE, "us-east-1", "Output tokens", "0.0025", usage_suffix="output-tokens", effective="2026-01-24T00:00:00Z"
+    ),
     # other offers of the same tokens
     product(LITE, "us-east-1", "Input tokens", "0.00066", usage_suffix="input-tokens-long-context"),
     product(LITE, "us-east-1", "Output tokens", "0.0055", usage_suffix="output-tokens-long-context"),
     product(LITE, "us-east-1", "Input tokens", "0.000165", usage_suffix="input-tokens-batch"),
-    product(LITE, "us-east-1", "Output tokens", "0.001375", usage_suffix="output-tokens-batch",
-            feature="Batch Inference"),
+    product(
+        LITE, "us-east-1", "Output tokens", "0.001375", usage_suffix="output-tokens-batch", feature="Batch Inference"
+    ),
     product(LITE, "us-east-1", "Input tokens", "0.000165", usage_suffix="input-tokens-flex"),
     product(LITE, "us-east-1", "Input tokens", "0.000578", usage_suffix="input-tokens-priority"),
     product(LITE, "us-east-1", "Output tokens", "0.0048", usage_suffix="output-tokens-priority"),
     product(LITE, "us-east-1", "Input tokens", "0.0004", usage_suffix="input-tokens-latency-optimized"),
     product(LITE, "us-east-1", "Cache write input tokens", "0.00066", usage_suffix="cache-write-1h-input-token-count"),
-    product(LITE, "us-east-1", "Input tokens", "24.00", unit="Hour", feature="Provisioned Throughput",
-            usage_suffix="ProvisionedThroughput-NoCommit"),
+    product(
+        LITE,
+        "us-east-1",
+        "Input tokens",
+        "24.00",
+        unit="Hour",
+        feature="Provisioned Throughput",
+        usage_suffix="ProvisionedThroughput-NoCommit",
+    ),
     product(LITE, "us-east-1", "Input tokens", "0.0003", usage_suffix="input-tokens-batch-cross-region-global"),
     # cross-region: global (its own, lower, rate) and geographic
     product(LITE, "us-east-1", "Input tokens", "0.0003", usage_suffix="input-tokens-cross-region-global"),
     product(LITE, "us-east-1", "Output tokens", "0.0025", usage_suffix="output-tokens-cross-region-global"),
-    product(LITE, "us-east-1", "Cache read input tokens", "0.000075",
-            usage_suffix="cache-read-input-token-count-cross-region-global"),
+    product(
+        LITE,
+        "us-east-1",
+        "Cache read input tokens",
+        "0.000075",
+        usage_suffix="cache-read-input-token-count-cross-region-global",
+    ),
     product(LITE, "us-east-1", "Input tokens", "0.000363", usage_suffix="input-tokens-cross-region-geo"),
     product(LITE, "us-east-1", "Output tokens", "0.003025", usage_suffix="output-tokens-cross-region-geo"),
     # another region, whose input is priced in tiers (the first tier is the standard price)
@@ -175,9 +228,11 @@ NOVA_2_LITE = [
     product(LITE, "eu-west-1", "Output tokens", "0.00286"),
 ]
 LITE_ON_THE_23RD = {
-    (LITE, "us-east-1"): {IN_REGION: Prices(330_000, 2_750_000, 82_500, 330_000),
-                          GLOBAL: Prices(300_000, 2_500_000, 75_000, 0),
-                          GEOGRAPHIC: Prices(363_000, 3_025_000, 0, 0)},
+    (LITE, "us-east-1"): {
+        IN_REGION: Prices(330_000, 2_750_000, 82_500, 330_000),
+        GLOBAL: Prices(300_000, 2_500_000, 75_000, 0),
+        GEOGRAPHIC: Prices(363_000, 3_025_000, 0, 0),
+    },
     (LITE, "eu-west-1"): {IN_REGION: Prices(340_000, 2_860_000, 0, 0)},
 }
 
@@ -199,22 +254,41 @@ def test_the_standard_price_does_not_depend_on_the_order_the_price_list_answers_
         assert pricing.parse_price_list(entries, {LITE}, DAY) == LITE_ON_THE_23RD, seed
 
 
-@pytest.mark.parametrize("usage_type, inference_type, feature, expected", [
-    ("USE1-NovaPro-input-tokens", "Input tokens", "On-demand Inference", (IN_REGION, "input")),
-    ("USE1-Claude4.5Sonnet-output-tokens-cross-region-global", "Output tokens", "On-demand Inference",
-     (GLOBAL, "output")),
-    ("USW2-xai.grok-4.6-input-tokens-global-standard", "Input tokens global", "On-demand Inference",
-     (GLOBAL, "input")),
-    ("USE1-Claude4.5Sonnet-cache-read-input-token-count-cross-region-geo", "Cache read input tokens",
-     "On-demand Inference", (GEOGRAPHIC, "cache_read")),
-    ("USE1-NovaPro-input-tokens-standard", "Input tokens", "On-demand Inference", (IN_REGION, "input")),
-    ("USE1-Claude4.5Sonnet-reserved-3-month-input-tokens-per-minute-cross-region-geo", "Input tokens",
-     "On-demand Inference", None),
-    ("USE1-Claude4Sonnet-input-tokens-lctx", "Input tokens", "On-demand Inference", None),
-    ("USE1-NovaPro-output-tokens-priority", "Output tokens priority", "On-demand Inference", None),
-    ("USE1-NovaPro-input-tokens", "Input tokens", "Batch Inference", None),
-    ("USE1-NovaPro-ProvisionedThroughput", "Model units", "Provisioned Throughput", None),
-])
+@pytest.mark.parametrize(
+    "usage_type, inference_type, feature, expected",
+    [
+        ("USE1-NovaPro-input-tokens", "Input tokens", "On-demand Inference", (IN_REGION, "input")),
+        (
+            "USE1-Claude4.5Sonnet-output-tokens-cross-region-global",
+            "Output tokens",
+            "On-demand Inference",
+            (GLOBAL, "output"),
+        ),
+        (
+            "USW2-xai.grok-4.6-input-tokens-global-standard",
+            "Input tokens global",
+            "On-demand Inference",
+            (GLOBAL, "input"),
+        ),
+        (
+            "USE1-Claude4.5Sonnet-cache-read-input-token-count-cross-region-geo",
+            "Cache read input tokens",
+            "On-demand Inference",
+            (GEOGRAPHIC, "cache_read"),
+        ),
+        ("USE1-NovaPro-input-tokens-standard", "Input tokens", "On-demand Inference", (IN_REGION, "input")),
+        (
+            "USE1-Claude4.5Sonnet-reserved-3-month-input-tokens-per-minute-cross-region-geo",
+            "Input tokens",
+            "On-demand Inference",
+            None,
+        ),
+        ("USE1-Claude4Sonnet-input-tokens-lctx", "Input tokens", "On-demand Inference", None),
+        ("USE1-NovaPro-output-tokens-priority", "Output tokens priority", "On-demand Inference", None),
+        ("USE1-NovaPro-input-tokens", "Input tokens", "Batch Inference", None),
+        ("USE1-NovaPro-ProvisionedThroughput", "Model units", "Provisioned Throughput", None),
+    ],
+)
 def test_usage_types_are_classified_by_kind_and_offer(usage_type, inference_type, feature, expected):
     assert pricing.classify({"usagetype": usage_type, "inferenceType": inference_type, "feature": feature}) == expected
 
@@ -226,8 +300,11 @@ def stub_price_list(pages_by_model: dict[str, list[list[str]]]):
     for name in sorted(pages_by_model):
         pages = pages_by_model[name]
         for number, entries in enumerate(pages):
-            expected = {"ServiceCode": "AmazonBedrock", "FormatVersion": "aws_v1",
-                        "Filters": [{"Type": "TERM_MATCH", "Field": "model", "Value": name}]}
+            expected = {
+                "ServiceCode": "AmazonBedrock",
+                "FormatVersion": "aws_v1",
+                "Filters": [{"Type": "TERM_MATCH", "Field": "model", "Value": name}],
+            }
             response = {"FormatVersion": "aws_v1", "PriceList": entries}
             if number:
                 expected["NextToken"] = f"{name}-page-{number}"
@@ -241,13 +318,17 @@ def stub_price_list(pages_by_model: dict[str, list[list[str]]]):
 def configured_price_list_pages() -> dict[str, list[list[str]]]:
     return {
         "Nova Pro": [NOVA_PRO[:5], NOVA_PRO[5:]],
-        "Nova 2.0 Lite": [[product("Nova 2.0 Lite", "us-east-1", "Input tokens", "0.00033"),
-                           product("Nova 2.0 Lite", "us-east-1", "Output tokens", "0.00275")]],
+        "Nova 2.0 Lite": [
+            [
+                product("Nova 2.0 Lite", "us-east-1", "Input tokens", "0.00033"),
+                product("Nova 2.0 Lite", "us-east-1", "Output tokens", "0.00275"),
+            ]
+        ],
         "Nova Micro": [[]],
     }
 
 
-NOW = datetime(2026, 1, 23, 15, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 23, 15, 30, tzinfo=UTC)
 
 
 def pricing_item(model_id: str, key: str) -> dict | None:
@@ -281,9 +362,16 @@ def test_fetcher_writes_region_and_default_prices_for_every_day_in_play(aws):
 def test_a_days_price_once_written_is_kept(aws):
     client, _ = stub_price_list(configured_price_list_pages())
     pricing.refresh_pricing_cache(NOW, client)
-    cheaper = {"Nova Pro": [[product("Nova Pro", "us-east-1", "Input tokens", "0.0001"),
-                             product("Nova Pro", "us-east-1", "Output tokens", "0.0001")]],
-               "Nova 2.0 Lite": [[]], "Nova Micro": [[]]}
+    cheaper = {
+        "Nova Pro": [
+            [
+                product("Nova Pro", "us-east-1", "Input tokens", "0.0001"),
+                product("Nova Pro", "us-east-1", "Output tokens", "0.0001"),
+            ]
+        ],
+        "Nova 2.0 Lite": [[]],
+        "Nova Micro": [[]],
+    }
     client, _ = stub_price_list(cheaper)
     report = pricing.refresh_pricing_cache(NOW + timedelta(days=1), client)
     assert pricing_item("amazon.nova-pro-v1:0", "2026-01-23")["input_price_usd_micros_per_1m"] == 800_000
@@ -294,19 +382,34 @@ def test_a_days_price_once_written_is_kept(aws):
 def test_a_kind_learned_later_is_added_to_a_day_without_changing_its_prices(aws):
     client, _ = stub_price_list(configured_price_list_pages())
     pricing.refresh_pricing_cache(NOW, client)
-    with_global = {"Nova Pro": [[product("Nova Pro", "us-east-1", "Input tokens", "0.0001"),
-                                 product("Nova Pro", "us-east-1", "Output tokens", "0.0001"),
-                                 product("Nova Pro", "us-east-1", "Input tokens", "0.00072",
-                                         usage_suffix="input-tokens-cross-region-global"),
-                                 product("Nova Pro", "us-east-1", "Output tokens", "0.00288",
-                                         usage_suffix="output-tokens-cross-region-global")]],
-                   "Nova 2.0 Lite": [[]], "Nova Micro": [[]]}
+    with_global = {
+        "Nova Pro": [
+            [
+                product("Nova Pro", "us-east-1", "Input tokens", "0.0001"),
+                product("Nova Pro", "us-east-1", "Output tokens", "0.0001"),
+                product(
+                    "Nova Pro", "us-east-1", "Input tokens", "0.00072", usage_suffix="input-tokens-cross-region-global"
+                ),
+                product(
+                    "Nova Pro",
+                    "us-east-1",
+                    "Output tokens",
+                    "0.00288",
+                    usage_suffix="output-tokens-cross-region-global",
+                ),
+            ]
+        ],
+        "Nova 2.0 Lite": [[]],
+        "Nova Micro": [[]],
+    }
     client, _ = stub_price_list(with_global)
     report = pricing.refresh_pricing_cache(NOW, client)
     item = pricing_item("amazon.nova-pro-v1:0", "2026-01-23#us-east-1")
     assert item["input_price_usd_micros_per_1m"] == 800_000  # the day's price stays
     assert (item["global_input_price_usd_micros_per_1m"], item["global_output_price_usd_micros_per_1m"]) == (
-        720_000, 2_880_000)
+        720_000,
+        2_880_000,
+    )
     assert (report["written"], report["kept"]) == (8, 0)  # 4 days x (region + default key), each gained GLOBAL
     client, _ = stub_price_list(with_global)
     assert pricing.refresh_pricing_cache(NOW, client)["written"] == 0  # nothing new: no write
@@ -337,12 +440,17 @@ def test_price_list_failure_writes_nothing_and_config_prices_keep_serving(api, m
 
 # --- the price of the day ----------------------------------------------------------
 
+
 def put_price(model_id: str, key: str, input_price: int, output_price: int, kind: str = IN_REGION) -> None:
     table(tables.PRICING_CACHE).update_item(
-        Key={"model_id": model_id, "price_key": key}, UpdateExpression="SET #i = :i, #o = :o",
-        ExpressionAttributeNames={"#i": pricing.price_attribute(kind, "input"),
-                                  "#o": pricing.price_attribute(kind, "output")},
-        ExpressionAttributeValues={":i": input_price, ":o": output_price})
+        Key={"model_id": model_id, "price_key": key},
+        UpdateExpression="SET #i = :i, #o = :o",
+        ExpressionAttributeNames={
+            "#i": pricing.price_attribute(kind, "input"),
+            "#o": pricing.price_attribute(kind, "output"),
+        },
+        ExpressionAttributeValues={":i": input_price, ":o": output_price},
+    )
 
 
 FALLBACK = Prices(800_000, 3_200_000, 200_000, 800_000)
@@ -373,23 +481,42 @@ def test_quotes_are_cached_in_memory(aws):
 GLOBAL_CONFIG = Prices(700_000, 2_800_000, 175_000, 700_000)
 
 
-@pytest.mark.parametrize("stored, configured, kind, expected", [
-    # the kind's own Price List price, its cache prices from the config's price of that kind
-    ({IN_REGION: (800_000, 3_200_000), GLOBAL: (720_000, 2_880_000)}, {**CONFIGURED, GLOBAL: GLOBAL_CONFIG}, GLOBAL,
-     ("PRICING_API", Prices(720_000, 2_880_000, 175_000, 700_000))),
-    # none in the Price List: the kind's config price before the in-region Price List one
-    ({IN_REGION: (810_000, 3_240_000)}, {**CONFIGURED, GLOBAL: GLOBAL_CONFIG}, GLOBAL,
-     ("CONFIG_FALLBACK", GLOBAL_CONFIG)),
-    # no price of the kind anywhere: priced as in-region (global is cheaper: never under-counted)
-    ({IN_REGION: (810_000, 3_240_000)}, CONFIGURED, GLOBAL,
-     ("PRICING_API", Prices(810_000, 3_240_000, 200_000, 800_000))),
-    ({}, CONFIGURED, GEOGRAPHIC, ("CONFIG_FALLBACK", FALLBACK)),
-    ({GEOGRAPHIC: (880_000, 3_520_000)}, CONFIGURED, GEOGRAPHIC,
-     ("PRICING_API", Prices(880_000, 3_520_000, 200_000, 800_000))),
-    # a model outside config.yaml: the Price List, else the configured estimate
-    ({GLOBAL: (720_000, 2_880_000)}, None, GLOBAL, ("PRICING_API", Prices(720_000, 2_880_000, 0, 0))),
-    ({}, None, GLOBAL, ("ESTIMATE", get_config().unknown_model_estimate)),
-])
+@pytest.mark.parametrize(
+    "stored, configured, kind, expected",
+    [
+        # the kind's own Price List price, its cache prices from the config's price of that kind
+        (
+            {IN_REGION: (800_000, 3_200_000), GLOBAL: (720_000, 2_880_000)},
+            {**CONFIGURED, GLOBAL: GLOBAL_CONFIG},
+            GLOBAL,
+            ("PRICING_API", Prices(720_000, 2_880_000, 175_000, 700_000)),
+        ),
+        # none in the Price List: the kind's config price before the in-region Price List one
+        (
+            {IN_REGION: (810_000, 3_240_000)},
+            {**CONFIGURED, GLOBAL: GLOBAL_CONFIG},
+            GLOBAL,
+            ("CONFIG_FALLBACK", GLOBAL_CONFIG),
+        ),
+        # no price of the kind anywhere: priced as in-region (global is cheaper: never under-counted)
+        (
+            {IN_REGION: (810_000, 3_240_000)},
+            CONFIGURED,
+            GLOBAL,
+            ("PRICING_API", Prices(810_000, 3_240_000, 200_000, 800_000)),
+        ),
+        ({}, CONFIGURED, GEOGRAPHIC, ("CONFIG_FALLBACK", FALLBACK)),
+        (
+            {GEOGRAPHIC: (880_000, 3_520_000)},
+            CONFIGURED,
+            GEOGRAPHIC,
+            ("PRICING_API", Prices(880_000, 3_520_000, 200_000, 800_000)),
+        ),
+        # a model outside config.yaml: the Price List, else the configured estimate
+        ({GLOBAL: (720_000, 2_880_000)}, None, GLOBAL, ("PRICING_API", Prices(720_000, 2_880_000, 0, 0))),
+        ({}, None, GLOBAL, ("ESTIMATE", get_config().unknown_model_estimate)),
+    ],
+)
 def test_each_profile_kind_is_priced_by_its_own_price_first(aws, stored, configured, kind, expected):
     for stored_kind, (input_price, output_price) in stored.items():
         put_price("m", "2026-01-23#us-east-1", input_price, output_price, stored_kind)
@@ -400,8 +527,9 @@ def test_each_profile_kind_is_priced_by_its_own_price_first(aws, stored, configu
 
 def test_the_estimate_defaults_to_the_highest_label_price():
     labels = get_config().labels.values()
-    assert get_config().unknown_model_estimate == Prices(*(max(getattr(label.prices, c) for label in labels)
-                                                           for c in Prices._fields))
+    assert get_config().unknown_model_estimate == Prices(
+        *(max(getattr(label.prices, c) for label in labels) for c in Prices._fields)
+    )
     assert get_config().unknown_model_estimate == Prices(800_000, 3_200_000, 200_000, 800_000)
 
 
@@ -411,9 +539,15 @@ def test_usage_is_priced_from_the_pricing_cache(api):
     put_price("amazon.nova-pro-v1:0", today.isoformat(), 1_000_000, 4_000_000)
     put_price("amazon.nova-pro-v1:0", f"{today.isoformat()}#eu-west-1", 2_000_000, 8_000_000)
     plain = api.post(tenant.app_path + "/usage", usage_body(input_tokens=1000, output_tokens=1000), token=tenant.token)
-    assert plain.json()["pricing"] == {"source": "PRICING_API", "version": today.isoformat(),
-                                       "profile_kind": "IN_REGION"}
+    assert plain.json()["pricing"] == {
+        "source": "PRICING_API",
+        "version": today.isoformat(),
+        "profile_kind": "IN_REGION",
+    }
     assert plain.json()["processing"]["cost_usd_micros"] == 5_000
-    regional = api.post(tenant.app_path + "/usage", usage_body(input_tokens=1000, output_tokens=1000,
-                                                               calling_region="eu-west-1"), token=tenant.token)
+    regional = api.post(
+        tenant.app_path + "/usage",
+        usage_body(input_tokens=1000, output_tokens=1000, calling_region="eu-west-1"),
+        token=tenant.token,
+    )
     assert regional.json()["processing"]["cost_usd_micros"] == 10_000

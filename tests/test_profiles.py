@@ -2,10 +2,11 @@
 Bedrock GetInferenceProfile: the local stack's stand-in answers it (over HTTP, as on
 ``make run``), and a botocore Stubber where a test needs a routing or a failure no real
 profile has."""
+
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -24,8 +25,14 @@ ARN = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-p
 FOREIGN_ARN = ARN.replace("123456789012", "999999999999")
 
 
-def register(api, tenant, label: str, arn: str = ARN, description: str | None = "Premium profile for Tenant A",
-             token: str | None = None):
+def register(
+    api,
+    tenant,
+    label: str,
+    arn: str = ARN,
+    description: str | None = "Premium profile for Tenant A",
+    token: str | None = None,
+):
     body = {"profile_label": label, "inference_profile_arn": arn}
     if description is not None:
         body["description"] = description
@@ -48,14 +55,23 @@ def stub_bedrock(monkeypatch, routing: dict[str, str], arn: str = ARN, error: st
     if error:
         stubber.add_client_error("get_inference_profile", error, "stubbed failure", 400, expected_params=expected)
     else:
-        stubber.add_response("get_inference_profile", {
-            "inferenceProfileName": "tenant-a", "inferenceProfileArn": arn, "inferenceProfileId": arn.rsplit("/", 1)[1],
-            "status": "ACTIVE", "type": "APPLICATION" if "application-inference-profile" in arn else "SYSTEM_DEFINED",
-            "createdAt": datetime(2026, 1, 1, tzinfo=timezone.utc),
-            "updatedAt": datetime(2026, 1, 1, tzinfo=timezone.utc),
-            "models": [{"modelArn": f"arn:aws:bedrock:{region}::foundation-model/{model}"}
-                       for region, model in routing.items()],
-        }, expected)
+        stubber.add_response(
+            "get_inference_profile",
+            {
+                "inferenceProfileName": "tenant-a",
+                "inferenceProfileArn": arn,
+                "inferenceProfileId": arn.rsplit("/", 1)[1],
+                "status": "ACTIVE",
+                "type": "APPLICATION" if "application-inference-profile" in arn else "SYSTEM_DEFINED",
+                "createdAt": datetime(2026, 1, 1, tzinfo=UTC),
+                "updatedAt": datetime(2026, 1, 1, tzinfo=UTC),
+                "models": [
+                    {"modelArn": f"arn:aws:bedrock:{region}::foundation-model/{model}"}
+                    for region, model in routing.items()
+                ],
+            },
+            expected,
+        )
     stubber.activate()
     monkeypatch.setattr(profiles, "bedrock_client", lambda region: client)
     return stubber
@@ -71,11 +87,15 @@ def test_registration_answers_201_and_stores_the_seed_item(api, tenant):
     assert reply.status == 201, reply
     body = reply.json()
     assert set(body) == {"profile_label", "inference_profile_arn", "status", "description", "created_at"}
-    assert (body["profile_label"], body["inference_profile_arn"], body["status"]) == ("tenant-a-premium", ARN,
-                                                                                      "registered")
+    assert (body["profile_label"], body["inference_profile_arn"], body["status"]) == (
+        "tenant-a-premium",
+        ARN,
+        "registered",
+    )
     assert body["created_at"].endswith("Z")
-    item = table(tables.CONFIG).get_item(Key={"org_key": keys.profile_org_key(tenant.org_id, tenant.app_id),
-                                              "resource_key": "PROFILE#tenant-a-premium"})["Item"]
+    item = table(tables.CONFIG).get_item(
+        Key={"org_key": keys.profile_org_key(tenant.org_id, tenant.app_id), "resource_key": "PROFILE#tenant-a-premium"}
+    )["Item"]
     assert item["inference_profile_arn"] == ARN and item["created_at"] == body["created_at"]
     assert item["description"] == "Premium profile for Tenant A" and "updated_at_epoch" in item
 
@@ -87,8 +107,9 @@ def test_description_is_optional(api, tenant):
 
 def test_a_label_registers_once(api, tenant):
     first = register(api, tenant, "tenant-a")
-    body = assert_error(register(api, tenant, "tenant-a", arn=ARN.replace("nova-pro", "nova-micro")), 409,
-                        "ALREADY_EXISTS")
+    body = assert_error(
+        register(api, tenant, "tenant-a", arn=ARN.replace("nova-pro", "nova-micro")), 409, "ALREADY_EXISTS"
+    )
     assert body["details"]["registered_at"] == first.json()["created_at"]
 
 
@@ -96,35 +117,50 @@ def test_a_config_label_cannot_become_a_profile(api, tenant):
     assert_error(register(api, tenant, "premium"), 409, "ALREADY_EXISTS")
 
 
-@pytest.mark.parametrize("arn", [
-    "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-3-5-sonnet-20241022-v2:0",
-    "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/global.amazon.nova-2-lite-v1:0",
-    "arn:aws-us-gov:bedrock:us-gov-west-1:123456789012:inference-profile/us-gov.amazon.nova-pro-v1:0",
-])
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-3-5-sonnet-20241022-v2:0",
+        "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/global.amazon.nova-2-lite-v1:0",
+        "arn:aws-us-gov:bedrock:us-gov-west-1:123456789012:inference-profile/us-gov.amazon.nova-pro-v1:0",
+    ],
+)
 def test_system_profile_arns_of_every_aws_partition_are_accepted(api, tenant, arn):
     assert register(api, tenant, "p1", arn=arn).status == 201
 
 
-@pytest.mark.parametrize("region, model_arn", [
-    ("eu-west-1", "arn:aws:bedrock:eu-west-1::foundation-model/amazon.nova-pro-v1:0"),
-    ("cn-north-1", "arn:aws-cn:bedrock:cn-north-1::foundation-model/amazon.nova-pro-v1:0"),
-])
+@pytest.mark.parametrize(
+    "region, model_arn",
+    [
+        ("eu-west-1", "arn:aws:bedrock:eu-west-1::foundation-model/amazon.nova-pro-v1:0"),
+        ("cn-north-1", "arn:aws-cn:bedrock:cn-north-1::foundation-model/amazon.nova-pro-v1:0"),
+    ],
+)
 def test_application_profile_arns_are_accepted(api, tenant, bedrock, region, model_arn):
-    arn = bedrock(region).create_inference_profile(inferenceProfileName="tenant-a",
-                                                   modelSource={"copyFrom": model_arn})["inferenceProfileArn"]
+    arn = bedrock(region).create_inference_profile(
+        inferenceProfileName="tenant-a", modelSource={"copyFrom": model_arn}
+    )["inferenceProfileArn"]
     assert ":application-inference-profile/" in arn
     assert register(api, tenant, "p1", arn=arn).status == 201
 
 
 def stored_profile(tenant, label: str) -> dict | None:
-    return table(tables.CONFIG).get_item(Key={"org_key": keys.profile_org_key(tenant.org_id, tenant.app_id),
-                                              "resource_key": f"PROFILE#{label}"}).get("Item")
+    return (
+        table(tables.CONFIG)
+        .get_item(
+            Key={"org_key": keys.profile_org_key(tenant.org_id, tenant.app_id), "resource_key": f"PROFILE#{label}"}
+        )
+        .get("Item")
+    )
 
 
-@pytest.mark.parametrize("arn", [
-    "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6",  # never created
-    "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/us.amazon.nova-pro-v1:0",  # not offered there
-])
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6",  # never created
+        "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/us.amazon.nova-pro-v1:0",  # not offered there
+    ],
+)
 def test_a_profile_bedrock_does_not_know_is_refused_at_registration(api, tenant, arn):
     body = assert_error(register(api, tenant, "p1", arn=arn), 400, "INVALID_REQUEST")
     assert body["message"] == "Inference profile not found in AWS Bedrock"
@@ -145,29 +181,35 @@ def test_bedrock_failing_at_registration_is_a_retryable_503_and_nothing_is_store
     assert stored_profile(tenant, "p1") is None
 
 
-@pytest.mark.parametrize("arn", [
-    "not-a-valid-arn",
-    "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0",
-    "arn:aws:s3:us-east-1:123456789012:inference-profile/abc",
-    "arn:aws-foo:bedrock:us-east-1:123456789012:inference-profile/abc",
-    "arn:aws:bedrock:us-east-1:12345678901:inference-profile/abc",
-    "arn:aws:bedrock:us-east-1:123456789012:inference-profile/",
-    "arn:aws:bedrock:US-EAST-1:123456789012:inference-profile/abc",
-    ARN + " ",
-])
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "not-a-valid-arn",
+        "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0",
+        "arn:aws:s3:us-east-1:123456789012:inference-profile/abc",
+        "arn:aws-foo:bedrock:us-east-1:123456789012:inference-profile/abc",
+        "arn:aws:bedrock:us-east-1:12345678901:inference-profile/abc",
+        "arn:aws:bedrock:us-east-1:123456789012:inference-profile/",
+        "arn:aws:bedrock:US-EAST-1:123456789012:inference-profile/abc",
+        ARN + " ",
+    ],
+)
 def test_anything_else_is_400(api, tenant, arn):
     body = assert_error(register(api, tenant, "p1", arn=arn), 400, "INVALID_REQUEST")
     assert body["message"].startswith("Invalid inference profile ARN")
     assert stored_profile(tenant, "p1") is None
 
 
-@pytest.mark.parametrize("body", [
-    {"profile_label": "has#hash", "inference_profile_arn": ARN},
-    {"profile_label": "x" * 65, "inference_profile_arn": ARN},
-    {"profile_label": "ok"},
-    {"profile_label": "ok", "inference_profile_arn": ARN, "unexpected": 1},
-    {"profile_label": "ok", "inference_profile_arn": ARN, "description": "d" * 501},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"profile_label": "has#hash", "inference_profile_arn": ARN},
+        {"profile_label": "x" * 65, "inference_profile_arn": ARN},
+        {"profile_label": "ok"},
+        {"profile_label": "ok", "inference_profile_arn": ARN, "unexpected": 1},
+        {"profile_label": "ok", "inference_profile_arn": ARN, "description": "d" * 501},
+    ],
+)
 def test_malformed_bodies_are_400(api, tenant, body):
     assert_error(api.post(tenant.app_path + "/inference-profiles", body, token=tenant.token), 400, "INVALID_REQUEST")
 
@@ -182,17 +224,24 @@ def test_registration_needs_the_apps_token(api, tenant):
 
 def test_an_unregistered_app_is_404(api, tenant):
     token = token_for(tenant.org_id, "ghost-app")
-    reply = api.post(f"/api/v1/orgs/{tenant.org_id}/apps/ghost-app/inference-profiles",
-                     {"profile_label": "p", "inference_profile_arn": ARN}, token=token)
+    reply = api.post(
+        f"/api/v1/orgs/{tenant.org_id}/apps/ghost-app/inference-profiles",
+        {"profile_label": "p", "inference_profile_arn": ARN},
+        token=token,
+    )
     assert_error(reply, 404, "NOT_FOUND")
 
 
 # --- usage on a profile label ------------------------------------------------------
 
+
 def test_profile_usage_needs_calling_region(api, tenant):
     register(api, tenant, "tenant-a-premium")
-    body = assert_error(api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a-premium"),
-                                 token=tenant.token), 400, "INVALID_REQUEST")
+    body = assert_error(
+        api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a-premium"), token=tenant.token),
+        400,
+        "INVALID_REQUEST",
+    )
     assert body["message"] == "calling_region is required when using inference profile label: tenant-a-premium"
     assert body["details"] == {"model_label": "tenant-a-premium", "label_type": "profile"}
     assert shard_items() == []
@@ -201,12 +250,18 @@ def test_profile_usage_needs_calling_region(api, tenant):
 def test_profile_usage_is_priced_for_the_model_serving_the_calling_region(api, tenant, monkeypatch):
     stubber = stub_bedrock(monkeypatch, {"us-east-1": "amazon.nova-pro-v1:0", "us-west-2": "amazon.nova-micro-v1:0"})
     register(api, tenant, "tenant-a-premium")
-    east = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a-premium", calling_region="us-east-1"),
-                    token=tenant.token)
+    east = api.post(
+        tenant.app_path + "/usage",
+        usage_body(model_label="tenant-a-premium", calling_region="us-east-1"),
+        token=tenant.token,
+    )
     assert east.status == 202, east
     assert east.json()["processing"]["cost_usd_micros"] == 3760  # Nova Pro: 1500 x 0.80 + 800 x 3.20 per 1M
-    west = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a-premium", calling_region="us-west-2"),
-                    token=tenant.token)
+    west = api.post(
+        tenant.app_path + "/usage",
+        usage_body(model_label="tenant-a-premium", calling_region="us-west-2"),
+        token=tenant.token,
+    )
     assert west.json()["processing"]["cost_usd_micros"] == 165  # Nova Micro: 52.5 + 112 -> 164.5, rounded up
     stubber.assert_no_pending_responses()  # one GetInferenceProfile for registration and both: memoized
     assert {item["shard_key"].split("#LABEL#")[1].split("#SH#")[0] for item in shard_items()} == {"tenant-a-premium"}
@@ -214,16 +269,18 @@ def test_profile_usage_is_priced_for_the_model_serving_the_calling_region(api, t
 
 def test_a_region_the_profile_does_not_serve_is_400(api, tenant):
     register(api, tenant, "tenant-a")  # us.amazon.nova-pro-v1:0: us-east-1, us-east-2, us-west-2
-    reply = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="eu-west-1"),
-                     token=tenant.token)
+    reply = api.post(
+        tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="eu-west-1"), token=tenant.token
+    )
     body = assert_error(reply, 400, "INVALID_REQUEST")
     assert body["details"]["profile_regions"] == ["us-east-1", "us-east-2", "us-west-2"]
 
 
 def test_usage_on_a_system_profile_is_priced_for_its_model(api, tenant):
     register(api, tenant, "tenant-a")
-    reply = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="us-west-2"),
-                     token=tenant.token)
+    reply = api.post(
+        tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="us-west-2"), token=tenant.token
+    )
     assert reply.status == 202, reply
     assert reply.json()["processing"]["cost_usd_micros"] == 3760  # Nova Pro at config prices
 
@@ -238,8 +295,15 @@ def test_a_registered_profile_bedrock_no_longer_shows_is_400_not_a_retry_loop(ap
     register(api, tenant, "tenant-a")
     resolved_elsewhere()
     stub_bedrock(monkeypatch, {}, error=error)  # deleted since, or registered before the account check
-    assert_error(api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="us-east-1"),
-                          token=tenant.token), 400, "INVALID_REQUEST")
+    assert_error(
+        api.post(
+            tenant.app_path + "/usage",
+            usage_body(model_label="tenant-a", calling_region="us-east-1"),
+            token=tenant.token,
+        ),
+        400,
+        "INVALID_REQUEST",
+    )
     assert shard_items() == []
 
 
@@ -247,16 +311,21 @@ def test_bedrock_failing_is_a_retryable_503_and_nothing_is_written(api, tenant, 
     register(api, tenant, "tenant-a")
     resolved_elsewhere()
     stub_bedrock(monkeypatch, {}, error="InternalServerException")
-    reply = api.post(tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="us-east-1"),
-                     token=tenant.token)
+    reply = api.post(
+        tenant.app_path + "/usage", usage_body(model_label="tenant-a", calling_region="us-east-1"), token=tenant.token
+    )
     assert_error(reply, 503, "SERVICE_UNAVAILABLE")
     assert reply.headers["retry-after"] == "1"
     assert shard_items() == []
 
 
 def test_a_profile_label_can_lead_the_model_ordering(api):
-    tenant = new_tenant(app_overrides={"model_ordering": ["tenant-a", "premium"],
-                                       "quotas": {"tenant-a": 1_000_000, "premium": 1_000_000}})
+    tenant = new_tenant(
+        app_overrides={
+            "model_ordering": ["tenant-a", "premium"],
+            "quotas": {"tenant-a": 1_000_000, "premium": 1_000_000},
+        }
+    )
     register(api, tenant, "tenant-a")
     reply = api.get(tenant.app_path + "/model-selection", token=tenant.token)
     assert reply.status == 200, reply
@@ -267,43 +336,52 @@ def test_a_profile_label_can_lead_the_model_ordering(api):
 
 # --- profile kinds -----------------------------------------------------------------
 
+
 def profile_arn(region: str, profile_id: str, partition: str = "aws") -> str:
     return f"arn:{partition}:bedrock:{region}:123456789012:inference-profile/{profile_id}"
 
 
-@pytest.mark.parametrize("arn, calling_region, kind", [
-    (profile_arn("us-east-1", "us.amazon.nova-pro-v1:0"), "us-west-2", "GEOGRAPHIC"),
-    (profile_arn("eu-west-1", "eu.amazon.nova-pro-v1:0"), "eu-central-1", "GEOGRAPHIC"),
-    (profile_arn("ap-south-1", "apac.amazon.nova-pro-v1:0"), "ap-southeast-1", "GEOGRAPHIC"),
-    (profile_arn("ap-northeast-1", "jp.amazon.nova-pro-v1:0"), "ap-northeast-3", "GEOGRAPHIC"),
-    (profile_arn("ap-southeast-2", "au.amazon.nova-pro-v1:0"), "ap-southeast-4", "GEOGRAPHIC"),
-    (profile_arn("ca-central-1", "ca.amazon.nova-pro-v1:0"), "ca-west-1", "GEOGRAPHIC"),
-    (profile_arn("us-gov-west-1", "us-gov.amazon.nova-pro-v1:0", "aws-us-gov"), "us-gov-east-1", "GEOGRAPHIC"),
-    # a global profile answers its model without a Region: it serves every calling Region
-    (profile_arn("us-east-1", "global.amazon.nova-pro-v1:0"), "us-east-1", "GLOBAL"),
-    (profile_arn("us-east-1", "global.amazon.nova-pro-v1:0"), "eu-west-1", "GLOBAL"),
-])
+@pytest.mark.parametrize(
+    "arn, calling_region, kind",
+    [
+        (profile_arn("us-east-1", "us.amazon.nova-pro-v1:0"), "us-west-2", "GEOGRAPHIC"),
+        (profile_arn("eu-west-1", "eu.amazon.nova-pro-v1:0"), "eu-central-1", "GEOGRAPHIC"),
+        (profile_arn("ap-south-1", "apac.amazon.nova-pro-v1:0"), "ap-southeast-1", "GEOGRAPHIC"),
+        (profile_arn("ap-northeast-1", "jp.amazon.nova-pro-v1:0"), "ap-northeast-3", "GEOGRAPHIC"),
+        (profile_arn("ap-southeast-2", "au.amazon.nova-pro-v1:0"), "ap-southeast-4", "GEOGRAPHIC"),
+        (profile_arn("ca-central-1", "ca.amazon.nova-pro-v1:0"), "ca-west-1", "GEOGRAPHIC"),
+        (profile_arn("us-gov-west-1", "us-gov.amazon.nova-pro-v1:0", "aws-us-gov"), "us-gov-east-1", "GEOGRAPHIC"),
+        # a global profile answers its model without a Region: it serves every calling Region
+        (profile_arn("us-east-1", "global.amazon.nova-pro-v1:0"), "us-east-1", "GLOBAL"),
+        (profile_arn("us-east-1", "global.amazon.nova-pro-v1:0"), "eu-west-1", "GLOBAL"),
+    ],
+)
 def test_a_system_profiles_kind_comes_from_its_id(api, tenant, arn, calling_region, kind):
     assert register(api, tenant, "p1", arn=arn).status == 201
-    reply = api.post(tenant.app_path + "/usage", usage_body(model_label="p1", calling_region=calling_region),
-                     token=tenant.token)
+    reply = api.post(
+        tenant.app_path + "/usage", usage_body(model_label="p1", calling_region=calling_region), token=tenant.token
+    )
     assert reply.status == 202, reply
     assert reply.json()["pricing"]["profile_kind"] == kind
     assert reply.json()["processing"]["cost_usd_micros"] == 3760  # Nova Pro at config prices (no kind price)
 
 
-@pytest.mark.parametrize("copy_from, calling_region, kind", [
-    (profile_arn("us-east-1", "global.amazon.nova-pro-v1:0"), "us-east-1", "GLOBAL"),
-    (profile_arn("us-east-1", "us.amazon.nova-pro-v1:0"), "us-east-2", "GEOGRAPHIC"),
-    ("arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0", "us-east-1", "IN_REGION"),
-])
-def test_an_application_profile_has_the_kind_of_what_it_copies(api, tenant, bedrock, copy_from, calling_region,
-                                                                kind):
-    arn = bedrock().create_inference_profile(inferenceProfileName="copy",
-                                             modelSource={"copyFrom": copy_from})["inferenceProfileArn"]
+@pytest.mark.parametrize(
+    "copy_from, calling_region, kind",
+    [
+        (profile_arn("us-east-1", "global.amazon.nova-pro-v1:0"), "us-east-1", "GLOBAL"),
+        (profile_arn("us-east-1", "us.amazon.nova-pro-v1:0"), "us-east-2", "GEOGRAPHIC"),
+        ("arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0", "us-east-1", "IN_REGION"),
+    ],
+)
+def test_an_application_profile_has_the_kind_of_what_it_copies(api, tenant, bedrock, copy_from, calling_region, kind):
+    arn = bedrock().create_inference_profile(inferenceProfileName="copy", modelSource={"copyFrom": copy_from})[
+        "inferenceProfileArn"
+    ]
     assert register(api, tenant, "p1", arn=arn).status == 201
-    reply = api.post(tenant.app_path + "/usage", usage_body(model_label="p1", calling_region=calling_region),
-                     token=tenant.token)
+    reply = api.post(
+        tenant.app_path + "/usage", usage_body(model_label="p1", calling_region=calling_region), token=tenant.token
+    )
     assert reply.status == 202, reply
     assert reply.json()["pricing"]["profile_kind"] == kind
 
@@ -315,10 +393,16 @@ def test_a_foundation_model_label_is_in_region(api, tenant):
 
 def test_a_global_profile_is_priced_at_the_global_rate_of_the_calling_region(api, tenant):
     today = org_date("America/New_York").isoformat()
-    table(tables.PRICING_CACHE).put_item(Item={
-        "model_id": "amazon.nova-pro-v1:0", "price_key": f"{today}#eu-west-1",
-        "input_price_usd_micros_per_1m": 1_050_000, "output_price_usd_micros_per_1m": 4_200_000,
-        "global_input_price_usd_micros_per_1m": 720_000, "global_output_price_usd_micros_per_1m": 2_880_000})
+    table(tables.PRICING_CACHE).put_item(
+        Item={
+            "model_id": "amazon.nova-pro-v1:0",
+            "price_key": f"{today}#eu-west-1",
+            "input_price_usd_micros_per_1m": 1_050_000,
+            "output_price_usd_micros_per_1m": 4_200_000,
+            "global_input_price_usd_micros_per_1m": 720_000,
+            "global_output_price_usd_micros_per_1m": 2_880_000,
+        }
+    )
     for label, profile_id in (("nova-global", "global.amazon.nova-pro-v1:0"), ("nova-eu", "eu.amazon.nova-pro-v1:0")):
         assert register(api, tenant, label, arn=profile_arn("eu-west-1", profile_id)).status == 201
     body = usage_body(model_label="nova-global", calling_region="eu-west-1", input_tokens=1000, output_tokens=1000)

@@ -1,5 +1,6 @@
 """Property tests (hypothesis) for the cost maths and the org-day boundaries."""
-from datetime import datetime, timedelta, timezone
+
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 from hypothesis import given, settings
@@ -14,17 +15,31 @@ rates = st.integers(min_value=0, max_value=100_000_000)
 tokens = st.builds(Tokens, counts, counts, counts, counts)
 prices = st.builds(Prices, rates, rates, rates, rates)
 # DST and odd-offset zones named so every run meets them, plus any IANA zone the system has.
-DST_ZONES = ["UTC", "America/New_York", "Europe/Berlin", "Asia/Kolkata", "Pacific/Auckland", "Australia/Lord_Howe",
-             "America/St_Johns", "Pacific/Chatham", "Asia/Kathmandu", "America/Santiago"]
+DST_ZONES = [
+    "UTC",
+    "America/New_York",
+    "Europe/Berlin",
+    "Asia/Kolkata",
+    "Pacific/Auckland",
+    "Australia/Lord_Howe",
+    "America/St_Johns",
+    "Pacific/Chatham",
+    "Asia/Kathmandu",
+    "America/Santiago",
+]
 zones = st.one_of(st.sampled_from(DST_ZONES), st.timezone_keys())
-moments = st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2035, 12, 31),
-                       timezones=st.just(timezone.utc))
+moments = st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2035, 12, 31), timezones=st.just(UTC))
 
 
 @given(tokens, prices)
 def test_cost_is_the_exact_total_rounded_up_once(usage, price):
-    exact = Fraction(usage.input * price.input + usage.output * price.output + usage.cache_read * price.cache_read
-                     + usage.cache_write * price.cache_write, 1_000_000)
+    exact = Fraction(
+        usage.input * price.input
+        + usage.output * price.output
+        + usage.cache_read * price.cache_read
+        + usage.cache_write * price.cache_write,
+        1_000_000,
+    )
     cost = cost_usd_micros(usage, price)
     assert isinstance(cost, int) and cost >= 0
     assert cost - 1 < exact <= cost

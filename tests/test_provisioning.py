@@ -1,12 +1,13 @@
 """PUT /api/v1/orgs/{org_id} and PUT /api/v1/orgs/{org_id}/apps/{app_id}: every validation
 rule, create vs update, the stored item shapes, and no write when a request is refused."""
+
 import base64
 import hashlib
 import json
 import logging
 import threading
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import bcrypt
 import pytest
@@ -32,9 +33,13 @@ def test_create_returns_201_with_one_time_credentials(api):
     assert body["created_at"].endswith("Z")
     assert body["credentials"]["client_id"] == f"org-{org_id}"
     assert len(base64.b64decode(body["credentials"]["client_secret"], validate=True)) == 32
-    assert body["configuration"] == {"timezone": "America/New_York", "quota_scope": "APP",
-                                     "model_ordering": ["premium", "standard", "economy"], "agg_shard_count": 8,
-                                     "total_quota_usd_micros": 17_000_000}  # the sum of the label quotas
+    assert body["configuration"] == {
+        "timezone": "America/New_York",
+        "quota_scope": "APP",
+        "model_ordering": ["premium", "standard", "economy"],
+        "agg_shard_count": 8,
+        "total_quota_usd_micros": 17_000_000,
+    }  # the sum of the label quotas
 
 
 def test_org_item_has_exactly_the_seed_shape(api):
@@ -61,14 +66,28 @@ def test_client_secret_is_stored_only_as_a_bcrypt_hash(api):
 def test_update_returns_200_without_new_credentials_and_keeps_the_secret(api):
     org_id, credentials = new_org(api)
     before = config_item(org_id)
-    reply = put_org(api, org_id, org_body(org_name="renamed", timezone="Europe/Paris", quota_scope="ORG",
-                                          model_ordering=["standard"], quotas={"standard": 7}))
+    reply = put_org(
+        api,
+        org_id,
+        org_body(
+            org_name="renamed",
+            timezone="Europe/Paris",
+            quota_scope="ORG",
+            model_ordering=["standard"],
+            quotas={"standard": 7},
+        ),
+    )
     assert reply.status == 200, reply
     body = reply.json()
     assert body["status"] == "updated" and "credentials" not in body and body["updated_at"].endswith("Z")
-    assert body["configuration"] == {"timezone": "Europe/Paris", "quota_scope": "ORG",
-                                     "model_ordering": ["standard"], "agg_shard_count": 8,
-                                     "total_quota_usd_micros": 7, "ignored_app_quota_overrides": []}
+    assert body["configuration"] == {
+        "timezone": "Europe/Paris",
+        "quota_scope": "ORG",
+        "model_ordering": ["standard"],
+        "agg_shard_count": 8,
+        "total_quota_usd_micros": 7,
+        "ignored_app_quota_overrides": [],
+    }
     after = config_item(org_id)
     assert after["org_name"] == "renamed" and after["quotas"] == {"standard": 7}
     for unchanged in ("client_secret_hash", "client_id", "created_at_epoch", "client_secret_created_at_epoch"):
@@ -77,15 +96,29 @@ def test_update_returns_200_without_new_credentials_and_keeps_the_secret(api):
 
 
 def test_put_replaces_settings_left_out_return_to_defaults(api):
-    org_id, _ = new_org(api, overrides={"tight_mode_threshold_pct": 60, "sticky_fallback_enabled": False,
-                                        "refresh_interval_secs": 30, "agg_shard_count": 16})
+    org_id, _ = new_org(
+        api,
+        overrides={
+            "tight_mode_threshold_pct": 60,
+            "sticky_fallback_enabled": False,
+            "refresh_interval_secs": 30,
+            "agg_shard_count": 16,
+        },
+    )
     stored = config_item(org_id)
-    assert (stored["tight_mode_threshold_pct"], stored["sticky_fallback_enabled"],
-            stored["refresh_interval_normal_secs"], stored["agg_shard_count"]) == (60, False, 30, 16)
+    assert (
+        stored["tight_mode_threshold_pct"],
+        stored["sticky_fallback_enabled"],
+        stored["refresh_interval_normal_secs"],
+        stored["agg_shard_count"],
+    ) == (60, False, 30, 16)
     assert put_org(api, org_id, org_body(overrides={})).status == 200
     stored = config_item(org_id)
-    assert (stored["tight_mode_threshold_pct"], stored["sticky_fallback_enabled"],
-            stored["refresh_interval_normal_secs"]) == (95, True, 300)
+    assert (
+        stored["tight_mode_threshold_pct"],
+        stored["sticky_fallback_enabled"],
+        stored["refresh_interval_normal_secs"],
+    ) == (95, True, 300)
     assert stored["agg_shard_count"] == 16  # kept: it can never change
 
 
@@ -158,8 +191,10 @@ def test_threshold_bounds_are_accepted(api, threshold):
 INVALID_ORG_BODIES = {
     "timezone not IANA": (org_body(timezone="Mars/Olympus_Mons"), "INVALID_CONFIG"),
     "timezone abbreviation": (org_body(timezone="Eastern"), "INVALID_CONFIG"),
-    "unknown label": (org_body(model_ordering=["premium", "unknown_label"], quotas={"premium": 1, "unknown_label": 1}),
-                      "INVALID_CONFIG"),
+    "unknown label": (
+        org_body(model_ordering=["premium", "unknown_label"], quotas={"premium": 1, "unknown_label": 1}),
+        "INVALID_CONFIG",
+    ),
     "unknown label only in quotas": (org_body(quotas={**org_body()["quotas"], "nope": 1}), "INVALID_CONFIG"),
     "label without quota": (org_body(quotas={"premium": 1, "standard": 1}), "INVALID_CONFIG"),
     "repeated label": (org_body(model_ordering=["premium", "premium"]), "INVALID_CONFIG"),
@@ -203,12 +238,16 @@ def test_invalid_org_put_is_400_and_writes_nothing(api, body, code):
 
 
 def test_unknown_label_error_names_the_valid_labels(api):
-    body = assert_error(put_org(api, str(uuid.uuid4()), org_body(model_ordering=["unknown_label"],
-                                                                  quotas={"unknown_label": 1})),
-                        400, "INVALID_CONFIG")
+    body = assert_error(
+        put_org(api, str(uuid.uuid4()), org_body(model_ordering=["unknown_label"], quotas={"unknown_label": 1})),
+        400,
+        "INVALID_CONFIG",
+    )
     assert body["message"] == "Model label 'unknown_label' not defined in main config"
-    assert body["details"] == {"invalid_labels": ["unknown_label"],
-                               "valid_labels": ["premium", "standard", "economy", "ultra_premium"]}
+    assert body["details"] == {
+        "invalid_labels": ["unknown_label"],
+        "valid_labels": ["premium", "standard", "economy", "ultra_premium"],
+    }
 
 
 def test_missing_quota_error_names_the_labels(api):
@@ -216,8 +255,9 @@ def test_missing_quota_error_names_the_labels(api):
     assert body["details"] == {"missing_quotas": ["standard", "economy"]}
 
 
-@pytest.mark.parametrize("org_id", ["not-a-uuid", "550e8400e29b41d4a716446655440000",
-                                    "550e8400-e29b-41d4-a716-44665544000g", "x" * 300])
+@pytest.mark.parametrize(
+    "org_id", ["not-a-uuid", "550e8400e29b41d4a716446655440000", "550e8400-e29b-41d4-a716-44665544000g", "x" * 300]
+)
 def test_org_id_must_be_a_uuid(api, org_id):
     assert_error(put_org(api, org_id), 400, "INVALID_REQUEST")
     assert table(tables.CONFIG).scan()["Items"] == []
@@ -239,8 +279,12 @@ def test_a_client_token_is_not_a_provisioning_key(api):
 
 
 def test_non_json_content_type_is_400(api):
-    reply = api.put(f"/api/v1/orgs/{uuid.uuid4()}", org_body(), api_key="test-provisioning-key",
-                    headers={"Content-Type": "text/plain"})
+    reply = api.put(
+        f"/api/v1/orgs/{uuid.uuid4()}",
+        org_body(),
+        api_key="test-provisioning-key",
+        headers={"Content-Type": "text/plain"},
+    )
     assert_error(reply, 400, "INVALID_REQUEST")
 
 
@@ -255,9 +299,16 @@ def test_app_create_returns_201_with_app_credentials(api):
     assert body["org_id"] == org_id and body["app_id"] == "app-production-api" and body["status"] == "created"
     assert body["credentials"]["client_id"] == f"org-{org_id}-app-app-production-api"
     assert body["configuration"] == {
-        "app_name": "Production API", "model_ordering": ["premium", "standard"],
-        "inherited_fields": ["agg_shard_count", "quota_scope", "sticky_fallback_enabled", "timezone",
-                             "total_quota_usd_micros", "refresh_interval_secs"],
+        "app_name": "Production API",
+        "model_ordering": ["premium", "standard"],
+        "inherited_fields": [
+            "agg_shard_count",
+            "quota_scope",
+            "sticky_fallback_enabled",
+            "timezone",
+            "total_quota_usd_micros",
+            "refresh_interval_secs",
+        ],
     }
     token = tokens(api, body["credentials"])
     assert token["scope"] == f"org:{org_id} app:app-production-api"
@@ -267,11 +318,23 @@ def test_app_item_has_the_seed_shape_and_no_plaintext_secret(api):
     org_id, _ = new_org(api)
     credentials = new_app(api, org_id, "app-1")
     stored = config_item(org_id, "app-1")
-    assert set(stored) == {"org_key", "resource_key", "app_name", "model_ordering", "quotas",
-                           "tight_mode_threshold_pct", "client_id", "client_secret_hash", "client_secret_fingerprint",
-                           "client_secret_created_at_epoch", "created_at_epoch", "updated_at_epoch"}
+    assert set(stored) == {
+        "org_key",
+        "resource_key",
+        "app_name",
+        "model_ordering",
+        "quotas",
+        "tight_mode_threshold_pct",
+        "client_id",
+        "client_secret_hash",
+        "client_secret_fingerprint",
+        "client_secret_created_at_epoch",
+        "created_at_epoch",
+        "updated_at_epoch",
+    }
     assert set(stored) - {"model_ordering", "quotas", "tight_mode_threshold_pct"} == set(
-        config_item(org_id, seed_app(org_id, "seeded")))
+        config_item(org_id, seed_app(org_id, "seeded"))
+    )
     assert credentials["client_secret"] not in repr(stored)
     assert bcrypt.checkpw(credentials["client_secret"].encode(), stored["client_secret_hash"].encode())
 
@@ -284,8 +347,13 @@ def test_app_update_is_200_and_left_out_settings_inherit_from_the_org(api):
     body = reply.json()
     assert body["status"] == "updated" and "credentials" not in body
     assert body["configuration"]["model_ordering"] == ["premium", "standard", "economy"]
-    assert body["configuration"]["inherited_fields"][-5:] == ["model_ordering", "quotas", "total_quota_usd_micros",
-                                                              "tight_mode_threshold_pct", "refresh_interval_secs"]
+    assert body["configuration"]["inherited_fields"][-5:] == [
+        "model_ordering",
+        "quotas",
+        "total_quota_usd_micros",
+        "tight_mode_threshold_pct",
+        "refresh_interval_secs",
+    ]
     stored = config_item(org_id, "app-1")
     assert "model_ordering" not in stored and "quotas" not in stored and "tight_mode_threshold_pct" not in stored
     config = orgs.effective_config(org_id, "app-1")
@@ -298,8 +366,9 @@ def test_app_overrides_reach_the_effective_config_at_once(api):
     org_id, _ = new_org(api)
     new_app(api, org_id, "app-1", {"app_name": "A"})
     assert orgs.effective_config(org_id, "app-1").tight_mode_threshold_pct == 95
-    put_app(api, org_id, "app-1", {**APP_BODY, "overrides": {"tight_mode_threshold_pct": 70,
-                                                            "refresh_interval_secs": 45}})
+    put_app(
+        api, org_id, "app-1", {**APP_BODY, "overrides": {"tight_mode_threshold_pct": 70, "refresh_interval_secs": 45}}
+    )
     config = orgs.effective_config(org_id, "app-1")
     assert (config.tight_mode_threshold_pct, config.refresh_interval_normal_secs) == (70, 45)
     assert config.model_ordering == ("premium", "standard") and config.timezone == "America/New_York"
@@ -356,15 +425,22 @@ def test_invalid_app_put_is_400_and_writes_nothing(api, body, code):
 
 def test_org_only_settings_are_named_in_the_error(api):
     org_id, _ = new_org(api)
-    body = assert_error(put_app(api, org_id, "app-1", {"app_name": "A", "timezone": "UTC", "quota_scope": "ORG"}),
-                        400, "INVALID_REQUEST")
+    body = assert_error(
+        put_app(api, org_id, "app-1", {"app_name": "A", "timezone": "UTC", "quota_scope": "ORG"}),
+        400,
+        "INVALID_REQUEST",
+    )
     assert "quota_scope, timezone always come(s) from the organization" in body["details"]["errors"][0]["msg"]
 
 
 def test_a_label_with_its_own_quota_may_extend_the_ordering(api):
     org_id, _ = new_org(api)
-    new_app(api, org_id, "app-1", {"app_name": "A", "model_ordering": ["ultra_premium", "premium"],
-                                   "quotas": {"ultra_premium": 9, "premium": 1}})
+    new_app(
+        api,
+        org_id,
+        "app-1",
+        {"app_name": "A", "model_ordering": ["ultra_premium", "premium"], "quotas": {"ultra_premium": 9, "premium": 1}},
+    )
     assert orgs.effective_config(org_id, "app-1").quotas == {"ultra_premium": 9, "premium": 1}
 
 
@@ -377,18 +453,26 @@ def test_app_quotas_need_an_app_scoped_org(api):
 
 def _register_profile(org_id: str, app_id: str, label: str) -> None:
     """An inference-profile item in the seed's shape (registration is another endpoint)."""
-    table(tables.CONFIG).put_item(Item={
-        "org_key": keys.profile_org_key(org_id, app_id), "resource_key": keys.profile_resource(label),
-        "profile_label": label, "inference_profile_arn": f"arn:aws:bedrock:us-east-1:123456789012:inference-profile/{label}",
-        "created_at": "2026-01-23T15:30:45Z", "updated_at_epoch": 1737640245,
-    })
+    table(tables.CONFIG).put_item(
+        Item={
+            "org_key": keys.profile_org_key(org_id, app_id),
+            "resource_key": keys.profile_resource(label),
+            "profile_label": label,
+            "inference_profile_arn": f"arn:aws:bedrock:us-east-1:123456789012:inference-profile/{label}",
+            "created_at": "2026-01-23T15:30:45Z",
+            "updated_at_epoch": 1737640245,
+        }
+    )
 
 
 def test_registered_inference_profile_labels_are_valid_for_their_app_only(api):
     org_id, _ = new_org(api)
     _register_profile(org_id, "app-1", "tenant-a-premium")
-    body = {"app_name": "A", "model_ordering": ["tenant-a-premium", "premium"],
-            "quotas": {"tenant-a-premium": 3, "premium": 1}}
+    body = {
+        "app_name": "A",
+        "model_ordering": ["tenant-a-premium", "premium"],
+        "quotas": {"tenant-a-premium": 3, "premium": 1},
+    }
     assert put_app(api, org_id, "app-1", body).status == 201
     refused = assert_error(put_app(api, org_id, "app-2", body), 400, "INVALID_CONFIG")
     assert refused["details"]["invalid_labels"] == ["tenant-a-premium"]
@@ -419,13 +503,19 @@ def test_org_id_must_be_lower_case_so_one_org_has_one_key(api):
     from tests.conftest import PROVISIONING_KEY, assert_error
 
     org_id = "550E8400-E29B-41D4-A716-446655440000"
-    body = {"org_name": "x", "timezone": "UTC", "quota_scope": "ORG", "model_ordering": ["premium"],
-            "quotas": {"premium": 1}}
+    body = {
+        "org_name": "x",
+        "timezone": "UTC",
+        "quota_scope": "ORG",
+        "model_ordering": ["premium"],
+        "quotas": {"premium": 1},
+    }
     assert_error(api.put(f"/api/v1/orgs/{org_id}", body, api_key=PROVISIONING_KEY), 400, "INVALID_REQUEST")
     assert api.put(f"/api/v1/orgs/{org_id.lower()}", body, api_key=PROVISIONING_KEY).status == 201
 
 
 # --- changes that move the day or the counters (docs/metering.md "Integrity rules") ----------
+
 
 def test_a_request_id_stays_a_duplicate_across_a_scope_change(api):
     """Dedup names the app, not the quota scope: a call counted yesterday in the app's scope
@@ -433,7 +523,7 @@ def test_a_request_id_stays_a_duplicate_across_a_scope_change(api):
     no spend yet)."""
     org_id, _ = new_org(api)
     token = tokens(api, new_app(api, org_id, "app-1"))["access_token"]
-    yesterday = datetime.now(timezone.utc) - timedelta(days=1)
+    yesterday = datetime.now(UTC) - timedelta(days=1)
     body = usage_body(timestamp=(yesterday - timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ"))
     first = metering.submit(org_id, "app-1", UsageRequest.model_validate(body), now=yesterday)
     assert first["duplicate"] is False
@@ -452,7 +542,9 @@ def test_app_quotas_from_an_app_scope_are_ignored_in_an_org_scope(api):
     assert status["quota_usd_micros"] == ORG_BODY["quotas"]["premium"]  # the org's counter and quota
     reply = put_app(api, org_id, "app-1", {"app_name": "x", "total_quota_usd_micros": 5})
     body = assert_error(reply, 400, "INVALID_CONFIG")
-    assert body["message"] == "total_quota_usd_micros can be set per app only when the organization's quota_scope is APP"
+    assert (
+        body["message"] == "total_quota_usd_micros can be set per app only when the organization's quota_scope is APP"
+    )
 
 
 def test_a_timezone_or_scope_change_is_409_while_today_has_spend_and_changes_nothing(api):
@@ -473,6 +565,8 @@ def test_the_total_cap_is_stored_and_returns_to_the_default_when_left_out(api):
     reply = put_org(api, org_id, org_body())
     assert reply.json()["configuration"]["total_quota_usd_micros"] == sum(ORG_BODY["quotas"].values())
     assert "total_quota_usd_micros" not in config_item(org_id)
+
+
 # --- the audit trail ---------------------------------------------------------------------
 
 
@@ -481,8 +575,11 @@ _RECORD_ATTRIBUTES = set(vars(logging.makeLogRecord({}))) | {"message", "asctime
 
 def audit_lines(caplog) -> list[dict]:
     """The audit lines logged since the last call: the fields each carries."""
-    lines = [{name: value for name, value in vars(record).items() if name not in _RECORD_ATTRIBUTES}
-             for record in caplog.records if record.getMessage() == "audit"]
+    lines = [
+        {name: value for name, value in vars(record).items() if name not in _RECORD_ATTRIBUTES}
+        for record in caplog.records
+        if record.getMessage() == "audit"
+    ]
     caplog.clear()
     return lines
 
@@ -500,18 +597,26 @@ def test_every_provisioning_action_logs_one_audit_line(api, caplog):
     key = {"api_key": PROVISIONING_KEY}
     rotated = api.post(f"/api/v1/orgs/{org_id}/apps/app-1/credentials/rotate", {"grace_period_hours": 0}, **key)
     api.post(f"/api/v1/orgs/{org_id}/credentials/revoke-tokens", {}, **key)
-    expires_at = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
-    boost = api.post(f"/api/v1/orgs/{org_id}/quota-boosts", {"model_label": "premium", "amount_usd_micros": 5,
-                                                             "expires_at": expires_at, "app_id": "app-1"}, **key)
+    expires_at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    boost = api.post(
+        f"/api/v1/orgs/{org_id}/quota-boosts",
+        {"model_label": "premium", "amount_usd_micros": 5, "expires_at": expires_at, "app_id": "app-1"},
+        **key,
+    )
     tokens(api, created)  # not a provisioning action: no audit line
     lines = audit_lines(caplog)
     assert [summary(line) for line in lines] == [
-        ("org.put", "succeeded", 201, None), ("org.put", "succeeded", 200, None), ("app.put", "succeeded", 201, None),
-        ("app.rotate_credentials", "succeeded", 200, None), ("org.revoke_tokens", "succeeded", 204, None),
-        ("quota_boost.create", "succeeded", 201, None)]
+        ("org.put", "succeeded", 201, None),
+        ("org.put", "succeeded", 200, None),
+        ("app.put", "succeeded", 201, None),
+        ("app.rotate_credentials", "succeeded", 200, None),
+        ("org.revoke_tokens", "succeeded", 204, None),
+        ("quota_boost.create", "succeeded", 201, None),
+    ]
     key_id = "key:" + hashlib.sha256(PROVISIONING_KEY.encode()).hexdigest()[:8]
     assert {(line["actor"], line["authenticated"], line["org_id"], line["source_ip"]) for line in lines} == {
-        (key_id, True, org_id, "127.0.0.1")}
+        (key_id, True, org_id, "127.0.0.1")
+    }
     assert [line.get("app_id") for line in lines] == [None, None, "app-1", "app-1", None, "app-1"]
     assert lines[3]["grace_period_hours"] == 0
     assert lines[5]["boost_id"] == boost.json()["boost_id"] and lines[5]["model_label"] == "premium"
@@ -527,17 +632,23 @@ def test_refused_provisioning_requests_are_audited(api, caplog):
     put_org(api, org_id, {"org_name": "no other field"}, api_key=PROVISIONING_KEY)  # a bad body, the right key
     put_app(api, str(uuid.uuid4()), "app-1")
     api.post(f"/api/v1/orgs/{org_id}/apps/nope/credentials/revoke-tokens", {}, **key)
-    api.post(f"/api/v1/orgs/not-a-uuid/credentials/rotate", {}, **key)
+    api.post("/api/v1/orgs/not-a-uuid/credentials/rotate", {}, **key)
     lines = audit_lines(caplog)
     assert [summary(line) for line in lines] == [
-        ("org.put", "refused", 401, "UNAUTHORIZED"), ("org.put", "refused", 400, "INVALID_REQUEST"),
-        ("app.put", "refused", 404, "NOT_FOUND"), ("app.revoke_tokens", "refused", 404, "NOT_FOUND"),
-        ("org.rotate_credentials", "refused", 400, "INVALID_REQUEST")]
+        ("org.put", "refused", 401, "UNAUTHORIZED"),
+        ("org.put", "refused", 400, "INVALID_REQUEST"),
+        ("app.put", "refused", 404, "NOT_FOUND"),
+        ("app.revoke_tokens", "refused", 404, "NOT_FOUND"),
+        ("org.rotate_credentials", "refused", 400, "INVALID_REQUEST"),
+    ]
     wrong = "key:" + hashlib.sha256(b"a-wrong-key").hexdigest()[:8]
     right = "key:" + hashlib.sha256(PROVISIONING_KEY.encode()).hexdigest()[:8]
     # the pipeline checks path ids before the key, so a malformed id is refused unauthenticated
     assert [(line["actor"], line["authenticated"]) for line in lines] == [
-        (wrong, False), *[(right, True)] * 3, (right, False)]
+        (wrong, False),
+        *[(right, True)] * 3,
+        (right, False),
+    ]
     assert lines[3]["app_id"] == "nope" and lines[4]["org_id"] == "not-a-uuid"
 
 

@@ -1,6 +1,7 @@
 """Per-client rate limits: exact across containers, amortised in DynamoDB calls."""
+
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from price_keeper.config import get_config
 from price_keeper.errors import ApiError
@@ -58,8 +59,11 @@ def test_switched_off_by_environment(limits_on, monkeypatch):
 
 
 def token_request(api, client_id: str, secret: str, source_ip: str):
-    return api.post("/auth/token", {"client_id": client_id, "client_secret": secret,
-                                    "grant_type": "client_credentials"}, source_ip=source_ip)
+    return api.post(
+        "/auth/token",
+        {"client_id": client_id, "client_secret": secret, "grant_type": "client_credentials"},
+        source_ip=source_ip,
+    )
 
 
 def test_token_endpoint_answers_429_with_headers(limits_on, api):
@@ -129,7 +133,7 @@ def test_an_org_and_ten_apps_provision_in_one_hour(limits_on, api):
     key, app = {"api_key": PROVISIONING_KEY}, f"/api/v1/orgs/{org_id}/apps/app-0"
     assert api.post(f"{app}/credentials/rotate", {"grace_period_hours": 0}, **key).status == 200
     assert api.post(f"{app}/credentials/revoke-tokens", {}, **key).status == 204
-    expires_at = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+    expires_at = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     boost = {"model_label": "premium", "amount_usd_micros": 1, "expires_at": expires_at, "app_id": "app-0"}
     assert api.post(f"/api/v1/orgs/{org_id}/quota-boosts", boost, **key).status == 201
     assert put_org(api, org_id).status == 200

@@ -1,5 +1,6 @@
 """GET /api/v1/orgs/{org_id}/reports/spend: rows per day x app x label from DailyTotal (one
 Query per usage key), CSV, DST days, range rules, tenant isolation and token rules."""
+
 import csv
 import io
 import time
@@ -17,28 +18,44 @@ from tests.conftest import assert_error
 from tests.factories import seed_app, seed_org, token_for
 from tests.usage_support import usage_body
 
-COUNTERS = ("cost_usd_micros", "input_tokens", "output_tokens", "cache_read_input_tokens",
-            "cache_write_input_tokens", "requests")
+COUNTERS = (
+    "cost_usd_micros",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_write_input_tokens",
+    "requests",
+)
 
 
 def seed_total(scope: str, label: str, day: str, **values) -> dict:
     """A DailyTotal item in the shape the aggregator writes; counters default to a day-derived value."""
     base = int(day[-2:])
-    item = {"usage_key": keys.usage_key(scope, label), "date_key": keys.day_key(day),
-            **{name: values.get(name, base * (i + 1)) for i, name in enumerate(COUNTERS)},
-            "updated_at_epoch": int(time.time())}
+    item = {
+        "usage_key": keys.usage_key(scope, label),
+        "date_key": keys.day_key(day),
+        **{name: values.get(name, base * (i + 1)) for i, name in enumerate(COUNTERS)},
+        "updated_at_epoch": int(time.time()),
+    }
     table(tables.DAILY_TOTAL).put_item(Item=item)
     return item
 
 
 def report(api, org_id, token, **query):
-    return api.get(f"/api/v1/orgs/{org_id}/reports/spend", token=token,
-                   query="&".join(f"{name}={value}" for name, value in query.items()))
+    return api.get(
+        f"/api/v1/orgs/{org_id}/reports/spend",
+        token=token,
+        query="&".join(f"{name}={value}" for name, value in query.items()),
+    )
 
 
 def row(day: str, app_id, label: str, item: dict) -> dict:
-    return {"date": f"{day[:4]}-{day[4:6]}-{day[6:]}", "app_id": app_id, "label": label,
-            **{name: int(item[name]) for name in COUNTERS}}
+    return {
+        "date": f"{day[:4]}-{day[4:6]}-{day[6:]}",
+        "app_id": app_id,
+        "label": label,
+        **{name: int(item[name]) for name in COUNTERS},
+    }
 
 
 @pytest.fixture
@@ -55,6 +72,7 @@ def scope(org_id, app_id=None):
 
 
 # --- rows ------------------------------------------------------------------------------
+
 
 def test_rows_per_day_app_and_label_sorted_with_exact_columns(api, app_org):
     a1, a2 = scope(app_org, "app-1"), scope(app_org, "app-2")
@@ -80,13 +98,31 @@ def test_rows_per_day_app_and_label_sorted_with_exact_columns(api, app_org):
 
 
 def test_items_without_cache_counters_report_zero(api, app_org):
-    table(tables.DAILY_TOTAL).put_item(Item={
-        "usage_key": keys.usage_key(scope(app_org, "app-1"), "premium"), "date_key": "DAY#20261005",
-        "cost_usd_micros": 5, "input_tokens": 6, "output_tokens": 7, "requests": 1, "updated_at_epoch": 1})
+    table(tables.DAILY_TOTAL).put_item(
+        Item={
+            "usage_key": keys.usage_key(scope(app_org, "app-1"), "premium"),
+            "date_key": "DAY#20261005",
+            "cost_usd_micros": 5,
+            "input_tokens": 6,
+            "output_tokens": 7,
+            "requests": 1,
+            "updated_at_epoch": 1,
+        }
+    )
     rows = report(api, app_org, token_for(app_org), **{"from": "2026-10-05", "to": "2026-10-05"}).json()["rows"]
-    assert rows == [{"date": "2026-10-05", "app_id": "app-1", "label": "premium", "cost_usd_micros": 5,
-                     "input_tokens": 6, "output_tokens": 7, "cache_read_input_tokens": 0,
-                     "cache_write_input_tokens": 0, "requests": 1}]
+    assert rows == [
+        {
+            "date": "2026-10-05",
+            "app_id": "app-1",
+            "label": "premium",
+            "cost_usd_micros": 5,
+            "input_tokens": 6,
+            "output_tokens": 7,
+            "cache_read_input_tokens": 0,
+            "cache_write_input_tokens": 0,
+            "requests": 1,
+        }
+    ]
 
 
 def test_org_scoped_org_reports_the_org_scope_with_null_app(api):
@@ -95,11 +131,16 @@ def test_org_scoped_org_reports_the_org_scope_with_null_app(api):
     item = seed_total(scope(org_id), "economy", "20261010")
     seed_total(keys.scope_key(org_id, "app-1", "APP"), "economy", "20261010")  # not an ORG-scope key
     expected = [row("20261010", None, "economy", item)]
-    assert report(api, org_id, token_for(org_id), **{"from": "2026-10-10", "to": "2026-10-10"}).json()["rows"] \
-        == expected
+    assert (
+        report(api, org_id, token_for(org_id), **{"from": "2026-10-10", "to": "2026-10-10"}).json()["rows"] == expected
+    )
     # an app of an ORG-scoped org shares the org's quota: its own token sees the org's rows
-    assert report(api, org_id, token_for(org_id, "app-1"),
-                  **{"from": "2026-10-10", "to": "2026-10-10", "app_id": "app-1"}).json()["rows"] == expected
+    assert (
+        report(
+            api, org_id, token_for(org_id, "app-1"), **{"from": "2026-10-10", "to": "2026-10-10", "app_id": "app-1"}
+        ).json()["rows"]
+        == expected
+    )
 
 
 def test_one_query_per_usage_key_and_never_a_scan(api, app_org):
@@ -121,6 +162,7 @@ def test_one_query_per_usage_key_and_never_a_scan(api, app_org):
 
 # --- DST days ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("day, hours", [(date(2026, 3, 8), 23), (date(2026, 11, 1), 25)])
 def test_dst_day_is_one_row_per_day(api, day, hours):
     tz = "America/New_York"
@@ -138,6 +180,7 @@ def test_dst_day_is_one_row_per_day(api, day, hours):
 
 # --- CSV ---------------------------------------------------------------------------------
 
+
 def test_csv_has_the_same_rows_and_columns_as_json(api, app_org):
     for day in ("20261001", "20261002"):
         seed_total(scope(app_org, "app-1"), "premium", day)
@@ -150,8 +193,10 @@ def test_csv_has_the_same_rows_and_columns_as_json(api, app_org):
     assert f'filename="spend-{app_org}-2026-10-01-2026-10-02.csv"' in reply.headers["content-disposition"]
     lines = reply.text.split("\r\n")
     assert lines[0] == ",".join(reports.COLUMNS) and lines[-1] == ""
-    parsed = [{name: (int(value) if name in COUNTERS else value or None) for name, value in r.items()}
-              for r in csv.DictReader(io.StringIO(reply.text))]
+    parsed = [
+        {name: (int(value) if name in COUNTERS else value or None) for name, value in r.items()}
+        for r in csv.DictReader(io.StringIO(reply.text))
+    ]
     assert len(as_json) == 4 and parsed == as_json
 
 
@@ -162,37 +207,54 @@ def test_csv_of_an_empty_report_is_the_header_row(api, app_org):
 
 # --- range and parameter errors ----------------------------------------------------------
 
+
 def test_92_days_is_the_longest_range(api, app_org):
     first = date(2026, 1, 1)
-    ok = report(api, app_org, token_for(app_org), **{"from": first.isoformat(),
-                                                     "to": (first + timedelta(days=91)).isoformat()})
+    ok = report(
+        api, app_org, token_for(app_org), **{"from": first.isoformat(), "to": (first + timedelta(days=91)).isoformat()}
+    )
     assert ok.status == 200, ok
-    error = assert_error(report(api, app_org, token_for(app_org), **{
-        "from": first.isoformat(), "to": (first + timedelta(days=92)).isoformat()}), 400, "INVALID_REQUEST")
+    error = assert_error(
+        report(
+            api,
+            app_org,
+            token_for(app_org),
+            **{"from": first.isoformat(), "to": (first + timedelta(days=92)).isoformat()},
+        ),
+        400,
+        "INVALID_REQUEST",
+    )
     assert error["details"]["max_days"] == 92
 
 
-@pytest.mark.parametrize("query", [
-    {"from": "2026-10-02", "to": "2026-10-01"},  # from after to
-    {"from": "2026-13-45", "to": "2026-10-01"},
-    {"from": "20261001", "to": "2026-10-01"},
-    {"from": "2026-10-01", "to": "2026-10-1"},
-    {"from": "2026-02-30", "to": "2026-03-01"},
-    {"to": "2026-10-01"},
-    {"from": "2026-10-01"},
-    {"from": "2026-10-01", "to": "2026-10-01", "format": "xml"},
-    {"from": "2026-10-01", "to": "2026-10-01", "app_id": "bad%23id"},
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"from": "2026-10-02", "to": "2026-10-01"},  # from after to
+        {"from": "2026-13-45", "to": "2026-10-01"},
+        {"from": "20261001", "to": "2026-10-01"},
+        {"from": "2026-10-01", "to": "2026-10-1"},
+        {"from": "2026-02-30", "to": "2026-03-01"},
+        {"to": "2026-10-01"},
+        {"from": "2026-10-01"},
+        {"from": "2026-10-01", "to": "2026-10-01", "format": "xml"},
+        {"from": "2026-10-01", "to": "2026-10-01", "app_id": "bad%23id"},
+    ],
+)
 def test_bad_dates_ranges_and_parameters_are_400(api, app_org, query):
     assert_error(report(api, app_org, token_for(app_org), **query), 400, "INVALID_REQUEST")
 
 
 def test_unknown_app_is_404(api, app_org):
-    assert_error(report(api, app_org, token_for(app_org), **{"from": "2026-10-01", "to": "2026-10-01",
-                                                             "app_id": "app-404"}), 404, "NOT_FOUND")
+    assert_error(
+        report(api, app_org, token_for(app_org), **{"from": "2026-10-01", "to": "2026-10-01", "app_id": "app-404"}),
+        404,
+        "NOT_FOUND",
+    )
 
 
 # --- tenants and tokens ----------------------------------------------------------------------
+
 
 def test_another_orgs_totals_never_appear(api, app_org):
     other = seed_org(quota_scope="APP")
@@ -203,8 +265,7 @@ def test_another_orgs_totals_never_appear(api, app_org):
     rows = report(api, app_org, token_for(app_org), **{"from": "2026-10-01", "to": "2026-10-01"}).json()["rows"]
     assert rows == [row("20261001", "app-1", "premium", mine)]
     # and the other org's token cannot read this org's report
-    assert_error(report(api, app_org, token_for(other), **{"from": "2026-10-01", "to": "2026-10-01"}),
-                 403, "FORBIDDEN")
+    assert_error(report(api, app_org, token_for(other), **{"from": "2026-10-01", "to": "2026-10-01"}), 403, "FORBIDDEN")
 
 
 def test_app_token_reads_only_its_own_app(api, app_org):
@@ -222,8 +283,9 @@ def test_app_token_reads_only_its_own_app(api, app_org):
 def test_org_token_may_narrow_to_one_app(api, app_org):
     seed_total(scope(app_org, "app-1"), "premium", "20261001")
     only = seed_total(scope(app_org, "app-2"), "standard", "20261001")
-    rows = report(api, app_org, token_for(app_org), app_id="app-2",
-                  **{"from": "2026-10-01", "to": "2026-10-01"}).json()["rows"]
+    rows = report(
+        api, app_org, token_for(app_org), app_id="app-2", **{"from": "2026-10-01", "to": "2026-10-01"}
+    ).json()["rows"]
     assert rows == [row("20261001", "app-2", "standard", only)]
 
 
@@ -233,17 +295,18 @@ def test_missing_token_is_401(api, app_org):
 
 def test_unknown_org_is_404(api):
     org_id = str(uuid.uuid4())
-    assert_error(report(api, org_id, token_for(org_id), **{"from": "2026-10-01", "to": "2026-10-01"}),
-                 404, "NOT_FOUND")
+    assert_error(report(api, org_id, token_for(org_id), **{"from": "2026-10-01", "to": "2026-10-01"}), 404, "NOT_FOUND")
 
 
 def test_spend_on_a_label_outside_the_ordering_is_reported(api, app_org):
     """app-2 orders [standard] only; its calls on premium count and show, as in aggregates."""
-    reply = api.post(f"/api/v1/orgs/{app_org}/apps/app-2/usage", usage_body(model_label="premium"),
-                     token=token_for(app_org, "app-2"))
+    reply = api.post(
+        f"/api/v1/orgs/{app_org}/apps/app-2/usage", usage_body(model_label="premium"), token=token_for(app_org, "app-2")
+    )
     assert reply.status == 202, reply
     aggregation.run()
     today = org_date("America/New_York").isoformat()
     rows = report(api, app_org, token_for(app_org), **{"from": today, "to": today}).json()["rows"]
     assert [(r["app_id"], r["label"], r["cost_usd_micros"], r["requests"]) for r in rows] == [
-        ("app-2", "premium", 3760, 1)]
+        ("app-2", "premium", 3760, 1)
+    ]

@@ -2,6 +2,7 @@
 a busy client: the per-request budget of the design (docs/performance.md), all-in, with
 token checks and rate-limit leases included. Call counts are deterministic, so they are
 asserted; time is not (benchmarks/ measures it)."""
+
 from collections import Counter
 
 import pytest

@@ -1,5 +1,6 @@
 """POST .../credentials/rotate: a new secret, the old one kept for the grace period only,
 and the tokens the old secret obtained ending with it."""
+
 import itertools
 import time
 import uuid
@@ -37,7 +38,8 @@ def end_grace_period(org_id: str, app_id: str | None = None) -> None:
     table(tables.CONFIG).update_item(
         Key={"org_key": keys.org_key(org_id), "resource_key": resource},
         UpdateExpression="SET client_secret_rotation_grace_expires_at_epoch = :past",
-        ExpressionAttributeValues={":past": 1_000_000_000})
+        ExpressionAttributeValues={":past": 1_000_000_000},
+    )
 
 
 def test_org_rotation_reply_and_both_secrets_inside_the_grace_period(api):
@@ -51,7 +53,9 @@ def test_org_rotation_reply_and_both_secrets_inside_the_grace_period(api):
     rotation = body["rotation"]
     assert rotation["grace_period_hours"] == 24
     stored = config_item(org_id)
-    assert stored["client_secret_rotation_grace_expires_at_epoch"] == stored["client_secret_created_at_epoch"] + 24 * HOUR
+    assert (
+        stored["client_secret_rotation_grace_expires_at_epoch"] == stored["client_secret_created_at_epoch"] + 24 * HOUR
+    )
     assert rotation["rotated_at"].endswith("Z") and rotation["old_secret_expires_at"] > rotation["rotated_at"]
     tokens(api, old)
     tokens(api, with_secret(old, body["client_secret"]))
@@ -95,7 +99,9 @@ def test_grace_period_defaults_to_168_hours(api, body):
     assert reply.status == 200, reply
     assert reply.json()["rotation"]["grace_period_hours"] == 168
     stored = config_item(org_id)
-    assert stored["client_secret_rotation_grace_expires_at_epoch"] - stored["client_secret_created_at_epoch"] == 168 * HOUR
+    assert (
+        stored["client_secret_rotation_grace_expires_at_epoch"] - stored["client_secret_created_at_epoch"] == 168 * HOUR
+    )
     tokens(api, old)
 
 
@@ -104,11 +110,20 @@ def test_168_hours_is_accepted(api):
     assert rotate(api, org_id, body={"grace_period_hours": 168}).status == 200
 
 
-@pytest.mark.parametrize("body", [
-    {"grace_period_hours": -1}, {"grace_period_hours": 169}, {"grace_period_hours": "24"},
-    {"grace_period_hours": 1.5}, {"grace_period_hours": True}, {"grace_period_hours": None},
-    {"grace_period_hours": 24, "reason": "leak"}, "{not json", [],
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"grace_period_hours": -1},
+        {"grace_period_hours": 169},
+        {"grace_period_hours": "24"},
+        {"grace_period_hours": 1.5},
+        {"grace_period_hours": True},
+        {"grace_period_hours": None},
+        {"grace_period_hours": 24, "reason": "leak"},
+        "{not json",
+        [],
+    ],
+)
 def test_invalid_grace_period_is_400_and_changes_nothing(api, body):
     org_id, old = new_org(api)
     before = config_item(org_id)
@@ -202,8 +217,12 @@ def bcrypt_checks(monkeypatch) -> list:
 def test_every_attempt_costs_one_bcrypt_check_in_a_grace_period_too(api, bcrypt_checks):
     org_id, old = new_org(api)
     new = with_secret(old, rotate(api, org_id, body={"grace_period_hours": 24}).json()["client_secret"])
-    attempts = {"wrong secret": (with_secret(old, "wrong"), 401), "old secret": (old, 200),
-                "new secret": (new, 200), "unknown client": ({**old, "client_id": f"org-{uuid.uuid4()}"}, 401)}
+    attempts = {
+        "wrong secret": (with_secret(old, "wrong"), 401),
+        "old secret": (old, 200),
+        "new secret": (new, 200),
+        "unknown client": ({**old, "client_id": f"org-{uuid.uuid4()}"}, 401),
+    }
     for name, (credentials, status) in attempts.items():
         bcrypt_checks.clear()
         assert get_tokens(api, credentials).status == status, name
@@ -215,8 +234,9 @@ def test_a_new_secret_never_has_the_current_secrets_fingerprint(api, monkeypatch
     differ in it: a colliding new secret is drawn again."""
     org_id, old = new_org(api)
     current = config_item(org_id)["client_secret_fingerprint"]
-    colliding = next(secret for secret in (f"collide-{n}" for n in itertools.count())
-                     if auth.secret_fingerprint(secret) == current)
+    colliding = next(
+        secret for secret in (f"collide-{n}" for n in itertools.count()) if auth.secret_fingerprint(secret) == current
+    )
     drawn = iter([colliding, "distinct-secret"])
     monkeypatch.setattr(auth, "new_client_secret", lambda: next(drawn))
     body = rotate(api, org_id, body={"grace_period_hours": 24}).json()
@@ -253,8 +273,9 @@ class Later:
 
     def __init__(self, monkeypatch, seconds: int):
         real = time.time
-        monkeypatch.setattr(auth, "time", SimpleNamespace(time=lambda: real() + seconds,
-                                                          time_ns=lambda: int((real() + seconds) * 1e9)))
+        monkeypatch.setattr(
+            auth, "time", SimpleNamespace(time=lambda: real() + seconds, time_ns=lambda: int((real() + seconds) * 1e9))
+        )
         monkeypatch.setattr(jwt.api_jwt, "datetime", _ShiftedDatetime(seconds))
         state.reset()  # the revocation cache window has long passed
 
@@ -264,6 +285,7 @@ def _ShiftedDatetime(seconds: int):
         @classmethod
         def now(cls, tz=None):
             return datetime.now(tz) + timedelta(seconds=seconds)
+
     return Shifted
 
 

@@ -1,8 +1,9 @@
 """Model selection: the pure rules (no AWS), the sticky-state store (moto), and the
 endpoint through the real handler."""
+
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -26,6 +27,7 @@ def choose(spends, sticky=None, sticky_enabled=True, threshold=95):
 
 
 # --- the rules ------------------------------------------------------------------------
+
 
 def test_first_label_under_quota_is_normal():
     decision = choose({})
@@ -57,8 +59,12 @@ def test_sticky_state_moves_forward_when_its_label_is_spent():
 
 def test_without_sticky_fallback_the_choice_follows_the_spend():
     decision = choose({"premium": 1}, sticky=Sticky("standard", 1), sticky_enabled=False)
-    assert (decision.label, decision.reason, decision.flip_to, decision.sticky_active) == ("premium", "NORMAL", None,
-                                                                                           False)
+    assert (decision.label, decision.reason, decision.flip_to, decision.sticky_active) == (
+        "premium",
+        "NORMAL",
+        None,
+        False,
+    )
     decision = choose({"premium": 10_000_000}, sticky_enabled=False)
     assert (decision.label, decision.flip_to, decision.sticky_active) == ("standard", None, False)
 
@@ -73,10 +79,16 @@ def test_every_label_spent_chooses_nothing():
     assert choose({"economy": 2_000_000}, sticky=Sticky("economy", 2)).index is None
 
 
-@pytest.mark.parametrize(("spend", "threshold", "mode"), [
-    (9_499_999, 95, "NORMAL"), (9_500_000, 95, "TIGHT"), (9_999_999, 95, "TIGHT"),
-    (8_999_999, 90, "NORMAL"), (9_000_000, 90, "TIGHT"),
-])
+@pytest.mark.parametrize(
+    ("spend", "threshold", "mode"),
+    [
+        (9_499_999, 95, "NORMAL"),
+        (9_500_000, 95, "TIGHT"),
+        (9_999_999, 95, "TIGHT"),
+        (8_999_999, 90, "NORMAL"),
+        (9_000_000, 90, "TIGHT"),
+    ],
+)
 def test_tight_mode_starts_at_the_threshold(spend, threshold, mode):
     assert choose({"premium": spend}, threshold=threshold).mode == mode
 
@@ -92,11 +104,17 @@ def test_quota_percentages_and_statuses():
     assert quota_pct(10_700_000, 17_000_000) == 62.9
     assert quota_pct(2, 3) == 66.7 and quota_pct(1, 3) == 33.3 and quota_pct(1, 2000) == 0.1  # half up
     assert quota_pct(0, 0) is None
-    assert [quota_status(s, 100, 95) for s in (94, 95, 99, 100, 150)] == ["NORMAL", "TIGHT", "TIGHT", "EXCEEDED",
-                                                                          "EXCEEDED"]
+    assert [quota_status(s, 100, 95) for s in (94, 95, 99, 100, 150)] == [
+        "NORMAL",
+        "TIGHT",
+        "TIGHT",
+        "EXCEEDED",
+        "EXCEEDED",
+    ]
 
 
 # --- the store ------------------------------------------------------------------------
+
 
 def config_of(tenant):
     return orgs.effective_config(tenant.org_id, tenant.app_id)
@@ -105,14 +123,17 @@ def config_of(tenant):
 def test_sticky_writes_only_move_forward_and_expire_after_the_next_midnight(aws):
     tenant = new_tenant(timezone="Europe/Berlin")
     config = config_of(tenant)
-    now = datetime(2026, 3, 28, 12, tzinfo=timezone.utc)  # the day before Berlin's 23-hour day
+    now = datetime(2026, 3, 28, 12, tzinfo=UTC)  # the day before Berlin's 23-hour day
     day = org_day(config.timezone, now)
     assert selection.write_sticky(config, day, 2, now) is True
     assert selection.write_sticky(config, day, 1, now) is False
     assert selection.write_sticky(config, day, 2, now) is False
     item = table(tables.STICKY_STATE).get_item(Key={"scope_key": tenant.scope, "date_key": f"DAY#{day}"})["Item"]
-    assert (item["active_model_label"], item["active_model_index"], item["previous_model_label"]) == ("economy", 2,
-                                                                                                       "standard")
+    assert (item["active_model_label"], item["active_model_index"], item["previous_model_label"]) == (
+        "economy",
+        2,
+        "standard",
+    )
     assert item["reason"] == "QUOTA_EXCEEDED"
     assert item["expires_at_epoch"] == int(next_midnight_utc("Europe/Berlin", now).timestamp()) + 3600
     assert selection.read_sticky(tenant.scope, day) == Sticky("economy", 2)
@@ -120,7 +141,7 @@ def test_sticky_writes_only_move_forward_and_expire_after_the_next_midnight(aws)
 
 def test_each_sticky_flip_is_counted_once_and_a_refused_write_not_at_all(aws, emitted_metrics):
     config = config_of(new_tenant())
-    now = datetime(2026, 3, 28, 12, tzinfo=timezone.utc)
+    now = datetime(2026, 3, 28, 12, tzinfo=UTC)
     day = org_day(config.timezone, now)
     assert selection.write_sticky(config, day, 1, now) is True
     assert selection.write_sticky(config, day, 1, now) is False  # another instance got there first
@@ -129,14 +150,21 @@ def test_each_sticky_flip_is_counted_once_and_a_refused_write_not_at_all(aws, em
 
 
 def put_total(scope: str, label: str, day: str, cost: int) -> None:
-    table(tables.DAILY_TOTAL).put_item(Item={"usage_key": keys.usage_key(scope, label), "date_key": f"DAY#{day}",
-                                             "cost_usd_micros": cost, "requests": 1, "updated_at_epoch": 1})
+    table(tables.DAILY_TOTAL).put_item(
+        Item={
+            "usage_key": keys.usage_key(scope, label),
+            "date_key": f"DAY#{day}",
+            "cost_usd_micros": cost,
+            "requests": 1,
+            "updated_at_epoch": 1,
+        }
+    )
 
 
 def test_losing_the_sticky_race_adopts_the_winners_state(aws):
     tenant = new_tenant()
     config = config_of(tenant)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     day = org_day(config.timezone, now)
     put_total(tenant.scope, "premium", day, 10_000_000)
     # this instance read "no sticky state" just before another one moved the day to economy
@@ -166,6 +194,7 @@ def test_losing_the_sticky_race_adopts_the_winners_state(aws):
 
 # --- the endpoint -----------------------------------------------------------------------
 
+
 def select(api, tenant, query=""):
     return api.get(tenant.app_path + "/model-selection", token=tenant.token, query=query)
 
@@ -175,21 +204,42 @@ def today(tz="America/New_York") -> str:
 
 
 def test_response_has_the_spec_shape(api):
-    tenant = new_tenant(app_overrides={"model_ordering": ["premium", "standard"],
-                                       "quotas": {"premium": 50_000_000, "standard": 20_000_000}})
+    tenant = new_tenant(
+        app_overrides={
+            "model_ordering": ["premium", "standard"],
+            "quotas": {"premium": 50_000_000, "standard": 20_000_000},
+        }
+    )
     reply = select(api, tenant)
     assert reply.status == 200, reply
     body = reply.json()
-    assert set(body) == {"org_id", "app_id", "recommended_model", "quota_status", "pricing", "client_guidance",
-                         "checked_at", "org_day", "org_local_time"}
-    assert body["recommended_model"] == {"label": "premium", "bedrock_model_id": "amazon.nova-pro-v1:0",
-                                         "reason": "NORMAL", "description": "Using premium: within its daily quota"}
+    assert set(body) == {
+        "org_id",
+        "app_id",
+        "recommended_model",
+        "quota_status",
+        "pricing",
+        "client_guidance",
+        "checked_at",
+        "org_day",
+        "org_local_time",
+    }
+    assert body["recommended_model"] == {
+        "label": "premium",
+        "bedrock_model_id": "amazon.nova-pro-v1:0",
+        "reason": "NORMAL",
+        "description": "Using premium: within its daily quota",
+    }
     status = body["quota_status"]
     assert status["scope"] == "APP" and status["mode"] == "NORMAL" and status["current_model"] == "premium"
     assert (status["spend_usd_micros"], status["quota_usd_micros"], status["quota_pct"]) == (0, 50_000_000, 0.0)
     assert set(status["models_status"]) == {"premium", "standard"}
-    assert status["models_status"]["standard"] == {"spend_usd_micros": 0, "quota_usd_micros": 20_000_000,
-                                                   "quota_pct": 0.0, "status": "NORMAL"}
+    assert status["models_status"]["standard"] == {
+        "spend_usd_micros": 0,
+        "quota_usd_micros": 20_000_000,
+        "quota_pct": 0.0,
+        "status": "NORMAL",
+    }
     assert body["pricing"]["source"] == "CONFIG_FALLBACK"
     assert body["pricing"]["input_price_usd_micros_per_1m"] == 800_000
     assert body["client_guidance"]["check_frequency"] == "PERIODIC_300S"
@@ -205,8 +255,11 @@ def spend(api, tenant, label: str, output_tokens: int):
     """Report calls of ``output_tokens`` in all (each within the per-record cap) and fold
     them into DailyTotal; the last reply."""
     for chunk in output_chunks(output_tokens):
-        reply = api.post(tenant.app_path + "/usage", usage_body(model_label=label, input_tokens=0,
-                                                                output_tokens=chunk), token=tenant.token)
+        reply = api.post(
+            tenant.app_path + "/usage",
+            usage_body(model_label=label, input_tokens=0, output_tokens=chunk),
+            token=tenant.token,
+        )
         assert reply.status == 202, reply
     aggregation.run()
     return reply.json()
@@ -236,9 +289,11 @@ def test_fallback_is_sticky_for_the_rest_of_the_day(api):
     assert reply.headers["etag"] != before
     assert selection.read_sticky(tenant.scope, today()) == Sticky("standard", 1)
     # premium's quota is raised: the day stays on standard
-    table(tables.CONFIG).update_item(Key={"org_key": keys.org_key(tenant.org_id), "resource_key": "#"},
-                                     UpdateExpression="SET quotas.premium = :q",
-                                     ExpressionAttributeValues={":q": 10**9})
+    table(tables.CONFIG).update_item(
+        Key={"org_key": keys.org_key(tenant.org_id), "resource_key": "#"},
+        UpdateExpression="SET quotas.premium = :q",
+        ExpressionAttributeValues={":q": 10**9},
+    )
     state.reset()
     body = select(api, tenant).json()
     assert (body["recommended_model"]["label"], body["recommended_model"]["reason"]) == ("standard", "STICKY_FALLBACK")
@@ -264,12 +319,14 @@ def test_all_labels_spent_is_429_until_the_next_org_midnight(api):
     assert body["retry_after"] == midnight.strftime("%Y-%m-%dT%H:%M:%SZ")
     seconds = int(reply.headers["retry-after"])
     assert 0 < seconds <= 25 * 3600
-    assert abs((datetime.now(timezone.utc) + timedelta(seconds=seconds)) - midnight) < timedelta(seconds=5)
+    assert abs((datetime.now(UTC) + timedelta(seconds=seconds)) - midnight) < timedelta(seconds=5)
     details = body["details"]
     assert details["org_id"] == tenant.org_id and details["app_id"] == tenant.app_id
-    assert details["models"] == {"premium": {"quota_pct": 128.0, "exceeded": True},
-                                 "standard": {"quota_pct": 110.0, "exceeded": True},
-                                 "economy": {"quota_pct": 112.0, "exceeded": True}}
+    assert details["models"] == {
+        "premium": {"quota_pct": 128.0, "exceeded": True},
+        "standard": {"quota_pct": 110.0, "exceeded": True},
+        "economy": {"quota_pct": 112.0, "exceeded": True},
+    }
     assert details["total_overage_usd_micros"] == 280_000 + 100_000 + 120_000
 
 
@@ -293,8 +350,9 @@ def test_auth_and_ids(api):
     assert_error(api.get(tenant.app_path + "/model-selection"), 401, "UNAUTHORIZED")
     assert_error(api.get(tenant.app_path + "/model-selection", token=new_tenant().token), 403, "FORBIDDEN")
     assert api.get(tenant.app_path + "/model-selection", token=tenant.org_token).status == 200
-    assert_error(api.get("/api/v1/orgs/not-a-uuid/apps/app-1/model-selection", token=tenant.token), 400,
-                 "INVALID_REQUEST")
+    assert_error(
+        api.get("/api/v1/orgs/not-a-uuid/apps/app-1/model-selection", token=tenant.token), 400, "INVALID_REQUEST"
+    )
     ghost = token_for(tenant.org_id, "ghost")
     assert_error(api.get(f"/api/v1/orgs/{tenant.org_id}/apps/ghost/model-selection", token=ghost), 404, "NOT_FOUND")
 
@@ -309,14 +367,16 @@ def test_tight_mode_reads_live_shards_so_a_stale_total_cannot_overspend(api):
     from price_keeper.timeutil import org_day
     from tests.usage_support import new_tenant, usage_body
 
-    tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000},
-                        tight_mode_threshold_pct=90)
+    tenant = new_tenant(
+        quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000}, tight_mode_threshold_pct=90
+    )
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
     load_handler("aggregator")({}, LambdaContext(function_name="aggregator"))
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
     day = org_day("America/New_York")
-    stale = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": keys.usage_key(tenant.scope, "premium"),
-                                                    "date_key": keys.day_key(day)})["Item"]
+    stale = table(tables.DAILY_TOTAL).get_item(
+        Key={"usage_key": keys.usage_key(tenant.scope, "premium"), "date_key": keys.day_key(day)}
+    )["Item"]
     assert stale["cost_usd_micros"] == 3_760  # the aggregator has not seen the second call
 
     chosen = api.get(f"{tenant.app_path}/model-selection", token=tenant.token).json()["recommended_model"]

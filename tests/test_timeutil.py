@@ -1,8 +1,9 @@
 """Org-local days: boundaries in several timezones, DST change days (23 and 25 hour days),
 the usage timestamp window and the days the aggregator and pricing cover. No AWS."""
+
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, available_timezones
 
 import pytest
@@ -18,16 +19,19 @@ def utc(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-@pytest.mark.parametrize(("tz", "local_day", "start", "hours"), [
-    ("America/New_York", date(2026, 1, 23), "2026-01-23T05:00:00Z", 24),
-    ("America/New_York", date(2026, 3, 8), "2026-03-08T05:00:00Z", 23),  # DST starts
-    ("America/New_York", date(2026, 11, 1), "2026-11-01T04:00:00Z", 25),  # DST ends
-    ("Europe/Berlin", date(2026, 3, 29), "2026-03-28T23:00:00Z", 23),
-    ("Europe/Berlin", date(2026, 10, 25), "2026-10-24T22:00:00Z", 25),
-    ("Asia/Kolkata", date(2026, 1, 23), "2026-01-22T18:30:00Z", 24),
-    ("Pacific/Auckland", date(2026, 4, 5), "2026-04-04T11:00:00Z", 25),  # NZDT ends
-    ("Pacific/Auckland", date(2026, 9, 27), "2026-09-26T12:00:00Z", 23),  # NZDT starts
-])
+@pytest.mark.parametrize(
+    ("tz", "local_day", "start", "hours"),
+    [
+        ("America/New_York", date(2026, 1, 23), "2026-01-23T05:00:00Z", 24),
+        ("America/New_York", date(2026, 3, 8), "2026-03-08T05:00:00Z", 23),  # DST starts
+        ("America/New_York", date(2026, 11, 1), "2026-11-01T04:00:00Z", 25),  # DST ends
+        ("Europe/Berlin", date(2026, 3, 29), "2026-03-28T23:00:00Z", 23),
+        ("Europe/Berlin", date(2026, 10, 25), "2026-10-24T22:00:00Z", 25),
+        ("Asia/Kolkata", date(2026, 1, 23), "2026-01-22T18:30:00Z", 24),
+        ("Pacific/Auckland", date(2026, 4, 5), "2026-04-04T11:00:00Z", 25),  # NZDT ends
+        ("Pacific/Auckland", date(2026, 9, 27), "2026-09-26T12:00:00Z", 23),  # NZDT starts
+    ],
+)
 def test_org_days_start_at_local_midnight_and_last_23_24_or_25_hours(tz, local_day, start, hours):
     begins = day_start_utc(tz, local_day)
     ends = day_start_utc(tz, local_day + timedelta(days=1))
@@ -72,8 +76,12 @@ def test_window_matches_the_spec_example_and_counts_toward_the_day_of_arrival():
     assert booking_day(utc("2026-01-22T05:00:00Z"), NY, now) == "20260123"  # stamped yesterday, arrives today
     error = rejected(utc("2026-01-22T04:59:59Z"), now)
     assert error.message == "Timestamp outside acceptable range"
-    assert error.details == {"timestamp": "2026-01-22T04:59:59Z", "org_day": "20260123", "timezone": NY,
-                             "acceptable_range": "2026-01-22T05:00:00Z to 2026-01-24T04:59:59Z"}
+    assert error.details == {
+        "timestamp": "2026-01-22T04:59:59Z",
+        "org_day": "20260123",
+        "timezone": NY,
+        "acceptable_range": "2026-01-22T05:00:00Z to 2026-01-24T04:59:59Z",
+    }
 
 
 def test_the_future_is_refused_beyond_five_minutes_of_clock_skew():
@@ -126,18 +134,22 @@ def test_timestamps_at_the_edge_of_the_calendar_are_a_400(text):
     assert (raised.value.status, raised.value.message) == (400, "Timestamp outside acceptable range")
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("2026-01-23T15:30:45Z", "2026-01-23T15:30:45+00:00"),
-    ("2026-01-23T15:30:45.123456Z", "2026-01-23T15:30:45.123456+00:00"),
-    ("2026-01-23T10:30:45-05:00", "2026-01-23T15:30:45+00:00"),  # the same instant, in UTC
-    ("2026-01-23T15:30:45", "2026-01-23T15:30:45+00:00"),  # no offset: UTC
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-01-23T15:30:45Z", "2026-01-23T15:30:45+00:00"),
+        ("2026-01-23T15:30:45.123456Z", "2026-01-23T15:30:45.123456+00:00"),
+        ("2026-01-23T10:30:45-05:00", "2026-01-23T15:30:45+00:00"),  # the same instant, in UTC
+        ("2026-01-23T15:30:45", "2026-01-23T15:30:45+00:00"),  # no offset: UTC
+    ],
+)
 def test_timestamps_are_iso_8601(text, expected):
     assert parse_timestamp(text).isoformat() == expected
 
 
-@pytest.mark.parametrize("text", ["2026-01-23", "1737646245", "yesterday", "2026-13-01T00:00:00Z",
-                                  "2026-01-23T25:00:00Z"])
+@pytest.mark.parametrize(
+    "text", ["2026-01-23", "1737646245", "yesterday", "2026-13-01T00:00:00Z", "2026-01-23T25:00:00Z"]
+)
 def test_other_timestamps_are_400(text):
     with pytest.raises(ApiError) as raised:
         parse_timestamp(text)
@@ -146,17 +158,24 @@ def test_other_timestamps_are_400(text):
 
 # --- the days in play ----------------------------------------------------------------
 
+
 def test_days_in_play_are_utc_today_minus_two_to_tomorrow():
-    assert org_days_in_play(utc("2026-01-01T00:30:00Z")) == [date(2025, 12, 30), date(2025, 12, 31),
-                                                             date(2026, 1, 1), date(2026, 1, 2)]
+    assert org_days_in_play(utc("2026-01-01T00:30:00Z")) == [
+        date(2025, 12, 30),
+        date(2025, 12, 31),
+        date(2026, 1, 1),
+        date(2026, 1, 2),
+    ]
 
 
 ZONES = sorted(available_timezones() - {"Factory", "localtime"})
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.datetimes(min_value=datetime(2024, 1, 1), max_value=datetime(2030, 12, 31), timezones=st.just(timezone.utc)),
-       st.sampled_from(ZONES))
+@given(
+    st.datetimes(min_value=datetime(2024, 1, 1), max_value=datetime(2030, 12, 31), timezones=st.just(UTC)),
+    st.sampled_from(ZONES),
+)
 def test_every_day_that_can_receive_usage_is_in_play(now, tz):
     days = {day.strftime("%Y%m%d") for day in org_days_in_play(now)}
     today = datetime.strptime(org_day(tz, now), "%Y%m%d").date()

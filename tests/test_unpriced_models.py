@@ -4,10 +4,11 @@ per scope, model and day, and the pricing fetcher looking the model up in the Pr
 that alert's event (Bedrock GetFoundationModel for its name) and daily after that. moto for
 DynamoDB and EventBridge; the local stack's Bedrock stand-in for the profiles; botocore's
 Stubber for GetFoundationModel and GetProducts, which moto lacks."""
+
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -37,8 +38,11 @@ def tenant(api):
 
 
 def report(api, tenant, label: str, **fields):
-    return api.post(tenant.app_path + "/usage", usage_body(model_label=label, calling_region="us-east-1", **fields),
-                    token=tenant.token)
+    return api.post(
+        tenant.app_path + "/usage",
+        usage_body(model_label=label, calling_region="us-east-1", **fields),
+        token=tenant.token,
+    )
 
 
 def test_usage_on_a_model_without_a_price_is_counted_at_the_estimate(api, tenant, bus):
@@ -48,8 +52,9 @@ def test_usage_on_a_model_without_a_price_is_counted_at_the_estimate(api, tenant
     assert reply.json()["pricing"]["source"] == "ESTIMATE"
     assert reply.json()["pricing"]["profile_kind"] == "GEOGRAPHIC"
     estimate = get_config().unknown_model_estimate
-    assert reply.json()["processing"]["cost_usd_micros"] == pricing.cost_usd_micros(pricing.Tokens(1000, 1000),
-                                                                                     estimate)
+    assert reply.json()["processing"]["cost_usd_micros"] == pricing.cost_usd_micros(
+        pricing.Tokens(1000, 1000), estimate
+    )
     assert [int(item["cost_usd_micros"]) for item in shard_items()] == [(estimate.input + estimate.output) // 1000]
 
 
@@ -58,20 +63,31 @@ def test_an_unpriced_model_alerts_once_per_model_and_day(api, tenant, bus):
     register(api, tenant, "llama-global", arn=LLAMA_GLOBAL)
     for label in ("llama-us", "llama-us", "llama-global"):  # two labels, one model
         assert report(api, tenant, label).status == 202
-    batch = api.post(tenant.app_path + "/usage/batch", {"requests": [
-        usage_body(model_label="llama-us", calling_region="us-east-1")]}, token=tenant.token)
+    batch = api.post(
+        tenant.app_path + "/usage/batch",
+        {"requests": [usage_body(model_label="llama-us", calling_region="us-east-1")]},
+        token=tenant.token,
+    )
     assert batch.json()["accepted"] == 1
     events = bus()
     assert [event["detail-type"] for event in events] == ["SpendAlert"]
     detail = events[0]["detail"]
     assert (detail["type"], detail["label"], detail["model_id"], detail["region"]) == (
-        "UNPRICED_MODEL", "llama-us", LLAMA, "us-east-1")
+        "UNPRICED_MODEL",
+        "llama-us",
+        LLAMA,
+        "us-east-1",
+    )
     assert (detail["org_id"], detail["app_id"]) == (tenant.org_id, tenant.app_id)
     listed = api.get(f"/api/v1/orgs/{tenant.org_id}/alerts", token=tenant.org_token)
     assert listed.status == 200, listed
     (alert,) = listed.json()["alerts"]
     assert (alert["type"], alert["label"], alert["model_id"], alert["threshold_pct"]) == (
-        "UNPRICED_MODEL", "llama-us", LLAMA, None)
+        "UNPRICED_MODEL",
+        "llama-us",
+        LLAMA,
+        None,
+    )
 
 
 def test_a_priced_model_raises_no_alert(api, tenant, bus):
@@ -91,10 +107,12 @@ def test_a_failing_alert_never_fails_the_usage(api, tenant, caplog):
 
 # --- the Price List on first sight, then daily ---------------------------------------
 
-NOW = datetime(2026, 1, 23, 15, 30, tzinfo=timezone.utc)
-LLAMA_PRODUCTS = [product(LLAMA_NAME, "us-east-1", "Input tokens", "0.00072"),
-                  product(LLAMA_NAME, "us-east-1", "Output tokens", "0.00072"),
-                  product(LLAMA_NAME, "us-east-1", "Input tokens", "0.00036", usage_suffix="input-tokens-batch")]
+NOW = datetime(2026, 1, 23, 15, 30, tzinfo=UTC)
+LLAMA_PRODUCTS = [
+    product(LLAMA_NAME, "us-east-1", "Input tokens", "0.00072"),
+    product(LLAMA_NAME, "us-east-1", "Output tokens", "0.00072"),
+    product(LLAMA_NAME, "us-east-1", "Input tokens", "0.00036", usage_suffix="input-tokens-batch"),
+]
 
 
 def stub_foundation_model(monkeypatch, *names: str) -> Stubber:
@@ -102,12 +120,24 @@ def stub_foundation_model(monkeypatch, *names: str) -> Stubber:
     client = boto3.client("bedrock", region_name="us-east-1")
     stubber = Stubber(client)
     for name in names:
-        stubber.add_response("get_foundation_model", {"modelDetails": {
-            "modelArn": f"arn:aws:bedrock:us-east-1::foundation-model/{LLAMA}", "modelId": LLAMA,
-            "modelName": name, "providerName": "Meta", "inputModalities": ["TEXT"], "outputModalities": ["TEXT"],
-            "responseStreamingSupported": True, "customizationsSupported": [],
-            "inferenceTypesSupported": ["INFERENCE_PROFILE"], "modelLifecycle": {"status": "ACTIVE"},
-        }}, {"modelIdentifier": LLAMA})
+        stubber.add_response(
+            "get_foundation_model",
+            {
+                "modelDetails": {
+                    "modelArn": f"arn:aws:bedrock:us-east-1::foundation-model/{LLAMA}",
+                    "modelId": LLAMA,
+                    "modelName": name,
+                    "providerName": "Meta",
+                    "inputModalities": ["TEXT"],
+                    "outputModalities": ["TEXT"],
+                    "responseStreamingSupported": True,
+                    "customizationsSupported": [],
+                    "inferenceTypesSupported": ["INFERENCE_PROFILE"],
+                    "modelLifecycle": {"status": "ACTIVE"},
+                }
+            },
+            {"modelIdentifier": LLAMA},
+        )
     stubber.activate()
     monkeypatch.setattr(profiles, "bedrock_client", lambda region: client)
     return stubber
@@ -115,10 +145,17 @@ def stub_foundation_model(monkeypatch, *names: str) -> Stubber:
 
 def unpriced_model_event(model_id: str = LLAMA) -> dict:
     """The UNPRICED_MODEL alert as the stack's rule delivers it to the fetcher."""
-    return {"version": "0", "id": "6a7e8feb-b491-4cf7-a9f1-bf3703467718", "detail-type": "SpendAlert",
-            "source": alerts.EVENT_SOURCE, "account": "123456789012", "time": "2026-01-23T15:30:45Z",
-            "region": "us-east-1", "resources": [],
-            "detail": {"type": "UNPRICED_MODEL", "label": "llama", "model_id": model_id, "region": "us-east-1"}}
+    return {
+        "version": "0",
+        "id": "6a7e8feb-b491-4cf7-a9f1-bf3703467718",
+        "detail-type": "SpendAlert",
+        "source": alerts.EVENT_SOURCE,
+        "account": "123456789012",
+        "time": "2026-01-23T15:30:45Z",
+        "region": "us-east-1",
+        "resources": [],
+        "detail": {"type": "UNPRICED_MODEL", "label": "llama", "model_id": model_id, "region": "us-east-1"},
+    }
 
 
 def run_fetcher(event: dict, monkeypatch, client) -> dict:
@@ -148,14 +185,17 @@ def test_first_sight_looks_the_model_up_and_the_daily_run_keeps_it_priced(aws, m
 
     # the daily run asks the Price List for the configured models and the registered one
     configured = {label.price_list_model for label in get_config().labels.values() if label.price_list_model}
-    cheaper = [product(LLAMA_NAME, "us-east-1", "Input tokens", "0.0006", effective="2026-01-25T00:00:00Z"),
-               product(LLAMA_NAME, "us-east-1", "Output tokens", "0.0006", effective="2026-01-25T00:00:00Z")]
+    cheaper = [
+        product(LLAMA_NAME, "us-east-1", "Input tokens", "0.0006", effective="2026-01-25T00:00:00Z"),
+        product(LLAMA_NAME, "us-east-1", "Output tokens", "0.0006", effective="2026-01-25T00:00:00Z"),
+    ]
     client, daily = stub_price_list({**{name: [[]] for name in configured}, LLAMA_NAME: [LLAMA_PRODUCTS + cheaper]})
     monkeypatch.setattr(pricing, "utc_now", lambda: NOW.replace(day=24))
     monkeypatch.setattr(pricing, "pricing_client", lambda: client)
     with only_granted("pricing_fetcher"):
-        load_handler("pricing_fetcher")({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}},
-                                        LambdaContext("pricing_fetcher"))
+        load_handler("pricing_fetcher")(
+            {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}, LambdaContext("pricing_fetcher")
+        )
     daily.assert_no_pending_responses()
     assert llama_price("2026-01-25#us-east-1")["input_price_usd_micros_per_1m"] == 600_000
 

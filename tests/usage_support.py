@@ -1,10 +1,11 @@
 """Helpers of the metering tests: a seeded tenant with a real token, usage bodies, and
 reading what the metering wrote."""
+
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from price_keeper.config import get_config
@@ -37,12 +38,11 @@ class Tenant:
 def new_tenant(app_id: str = "app-1", app_overrides: dict | None = None, **org_settings) -> Tenant:
     org_id = seed_org(**org_settings)
     seed_app(org_id, app_id, **(app_overrides or {}))
-    return Tenant(org_id, app_id, token_for(org_id, app_id), token_for(org_id),
-                  org_settings.get("quota_scope", "APP"))
+    return Tenant(org_id, app_id, token_for(org_id, app_id), token_for(org_id), org_settings.get("quota_scope", "APP"))
 
 
 def iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 ZONES = ("America/New_York", "Asia/Tokyo", "Europe/London", "Australia/Sydney")
@@ -51,7 +51,7 @@ ZONES = ("America/New_York", "Asia/Tokyo", "Europe/London", "Australia/Sydney")
 def zone_away_from_midnight() -> str:
     """A timezone whose local time is far from midnight now (01:00-22:00), so a test of the
     day rules is never inside the after-midnight grace or about to cross a day."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return next(zone for zone in ZONES if 1 <= now.astimezone(ZoneInfo(zone)).hour < 22)
 
 
@@ -63,7 +63,7 @@ def usage_body(request_id: str | None = None, **fields) -> dict:
         "input_tokens": 1500,
         "output_tokens": 800,
         "status": "OK",
-        "timestamp": iso(datetime.now(timezone.utc) - timedelta(seconds=5)),
+        "timestamp": iso(datetime.now(UTC) - timedelta(seconds=5)),
     }
     body.update(fields)
     return body
@@ -85,8 +85,11 @@ def all_items(spec) -> list[dict]:
 
 
 def shard_items(scope: str | None = None) -> list[dict]:
-    return [item for item in all_items(tables.USAGE_AGG_SHARDED)
-            if item["date_key"] != "DEDUP" and (scope is None or item["shard_key"].startswith(scope + "#LABEL#"))]
+    return [
+        item
+        for item in all_items(tables.USAGE_AGG_SHARDED)
+        if item["date_key"] != "DEDUP" and (scope is None or item["shard_key"].startswith(scope + "#LABEL#"))
+    ]
 
 
 def dedup_items() -> list[dict]:
@@ -94,5 +97,8 @@ def dedup_items() -> list[dict]:
 
 
 def daily_total(scope: str, label: str, day: str) -> dict | None:
-    return table(tables.DAILY_TOTAL).get_item(
-        Key={"usage_key": keys.usage_key(scope, label), "date_key": keys.day_key(day)}).get("Item")
+    return (
+        table(tables.DAILY_TOTAL)
+        .get_item(Key={"usage_key": keys.usage_key(scope, label), "date_key": keys.day_key(day)})
+        .get("Item")
+    )

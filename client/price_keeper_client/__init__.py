@@ -1,19 +1,65 @@
 """Python client for Bedrock Price Keeper: guarded Bedrock calls, usage reporting, provisioning."""
+
 from ._version import __version__
 from .admin import Provisioning
 from .bedrock import ConverseResult, ConverseStream, GuardedBedrock
 from .client import PriceKeeper
-from .errors import (AlreadyExists, ConnectionFailed, Forbidden, InternalError, InvalidConfig, InvalidModelLabel,
-                     InvalidRequest, NotFound, PriceKeeperError, QuotaExceeded, RateLimitExceeded, ServiceUnavailable,
-                     Unauthorized)
-from .models import (BatchResult, Credentials, DailySpend, LabelSpend, ModelChoice, Provisioned, Rotation,
-                     UsageReceipt, UsageRecord)
+from .errors import (
+    AlreadyExists,
+    ConnectionFailed,
+    Forbidden,
+    InternalError,
+    InvalidConfig,
+    InvalidModelLabel,
+    InvalidRequest,
+    NotFound,
+    PriceKeeperError,
+    QuotaExceeded,
+    RateLimitExceeded,
+    ServiceUnavailable,
+    Unauthorized,
+)
+from .models import (
+    BatchResult,
+    Credentials,
+    DailySpend,
+    LabelSpend,
+    ModelChoice,
+    Provisioned,
+    Rotation,
+    UsageReceipt,
+    UsageRecord,
+)
 from .retry import RetryPolicy
 
 __all__ = [
-    "__version__", "PriceKeeper", "Provisioning", "GuardedBedrock", "ConverseResult", "ConverseStream", "RetryPolicy",
-    "PriceKeeperError", "ConnectionFailed", "InvalidRequest", "InvalidConfig", "InvalidModelLabel", "Unauthorized",
-    "Forbidden", "NotFound", "AlreadyExists", "QuotaExceeded", "RateLimitExceeded", "InternalError",
-    "ServiceUnavailable", "BatchResult", "Credentials", "DailySpend", "LabelSpend", "ModelChoice", "Provisioned",
-    "Rotation", "UsageReceipt", "UsageRecord",
+    "__version__",
+    "PriceKeeper",
+    "Provisioning",
+    "GuardedBedrock",
+    "ConverseResult",
+    "ConverseStream",
+    "RetryPolicy",
+    "PriceKeeperError",
+    "ConnectionFailed",
+    "InvalidRequest",
+    "InvalidConfig",
+    "InvalidModelLabel",
+    "Unauthorized",
+    "Forbidden",
+    "NotFound",
+    "AlreadyExists",
+    "QuotaExceeded",
+    "RateLimitExceeded",
+    "InternalError",
+    "ServiceUnavailable",
+    "BatchResult",
+    "Credentials",
+    "DailySpend",
+    "LabelSpend",
+    "ModelChoice",
+    "Provisioned",
+    "Rotation",
+    "UsageReceipt",
+    "UsageRecord",
 ]

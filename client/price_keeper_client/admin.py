@@ -1,5 +1,6 @@
 """``Provisioning``: the admin API (``X-API-Key``) for orgs, apps, credential rotation and
 revoking a client's tokens."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,14 @@ API = "/api/v1"
 
 
 class Provisioning:
-    def __init__(self, url: str = DEFAULT_URL, api_key: str | None = None, *,
-                 session: requests.Session | None = None, timeout: float = 30.0):
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        api_key: str | None = None,
+        *,
+        session: requests.Session | None = None,
+        timeout: float = 30.0,
+    ):
         if not api_key:
             raise ValueError("a provisioning API key is required")
         self.transport = Transport(url, session=session, timeout=timeout)
@@ -25,7 +32,7 @@ class Provisioning:
         return f"Provisioning(url={self.transport.base_url!r})"
 
     @classmethod
-    def from_env(cls, **kwargs: Any) -> "Provisioning":
+    def from_env(cls, **kwargs: Any) -> Provisioning:
         """Reads ``PRICE_KEEPER_URL`` and ``PRICE_KEEPER_API_KEY``."""
         api_key = os.environ.get("PRICE_KEEPER_API_KEY")
         if not api_key:
@@ -34,19 +41,22 @@ class Provisioning:
 
     def put_org(self, org_id: str, config: dict) -> Provisioned:
         """Creates (201, with one-time credentials) or updates (200) an org."""
-        return Provisioned.from_json(self.transport.request("PUT", f"{API}/orgs/{org_id}", json=config,
-                                                            headers=self._headers).body)
+        return Provisioned.from_json(
+            self.transport.request("PUT", f"{API}/orgs/{org_id}", json=config, headers=self._headers).body
+        )
 
     def put_app(self, org_id: str, app_id: str, config: dict) -> Provisioned:
         """Creates (201, with one-time credentials) or updates (200) an app."""
-        return Provisioned.from_json(self.transport.request("PUT", f"{API}/orgs/{org_id}/apps/{app_id}", json=config,
-                                                            headers=self._headers).body)
+        return Provisioned.from_json(
+            self.transport.request("PUT", f"{API}/orgs/{org_id}/apps/{app_id}", json=config, headers=self._headers).body
+        )
 
     def rotate(self, org_id: str, app_id: str | None = None, *, grace_period_hours: int = 168) -> Rotation:
         """A new client secret; the old one keeps working for ``grace_period_hours`` (0-168)."""
         path = f"{API}/orgs/{org_id}" + (f"/apps/{app_id}" if app_id else "") + "/credentials/rotate"
-        body = self.transport.request("POST", path, json={"grace_period_hours": grace_period_hours},
-                                      headers=self._headers).body
+        body = self.transport.request(
+            "POST", path, json={"grace_period_hours": grace_period_hours}, headers=self._headers
+        ).body
         return Rotation.from_json(body)
 
     def revoke_tokens(self, org_id: str, app_id: str | None = None) -> None:

@@ -5,13 +5,14 @@ when the refresh token itself is refused (revoked, expired, the secret was rotat
 manager logs in again with the client secret. ``close()`` revokes the refresh token, which
 also ends every access token issued from it.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .errors import PriceKeeperError, Unauthorized
 from .transport import Transport
@@ -29,7 +30,7 @@ class Principal:
     app_id: str | None = None
 
     @classmethod
-    def from_client_id(cls, client_id: str) -> "Principal":
+    def from_client_id(cls, client_id: str) -> Principal:
         # An org id is a 36-character UUID, so the app part (if any) starts at a fixed place.
         if not client_id.startswith("org-") or len(client_id) < 40:
             raise ValueError("client_id must look like org-<org_id> or org-<org_id>-app-<app_id>")
@@ -53,8 +54,15 @@ class _Tokens:
 class TokenManager:
     """Hands out a valid access token, logging in or refreshing as needed (thread-safe)."""
 
-    def __init__(self, transport: Transport, client_id: str, client_secret: str, *,
-                 refresh_margin: float = REFRESH_MARGIN_SECS, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        transport: Transport,
+        client_id: str,
+        client_secret: str,
+        *,
+        refresh_margin: float = REFRESH_MARGIN_SECS,
+        clock: Callable[[], float] = time.time,
+    ):
         self.transport = transport
         self.client_id = client_id
         self._client_secret = client_secret
@@ -90,19 +98,35 @@ class TokenManager:
 
     def _login(self) -> None:
         issued_at = self.clock()
-        body = self.transport.request("POST", "/auth/token", json={
-            "client_id": self.client_id, "client_secret": self._client_secret, "grant_type": "client_credentials",
-        }).body
+        body = self.transport.request(
+            "POST",
+            "/auth/token",
+            json={
+                "client_id": self.client_id,
+                "client_secret": self._client_secret,
+                "grant_type": "client_credentials",
+            },
+        ).body
         lifetime = float(body["expires_in"])
-        self._tokens = _Tokens(body["access_token"], body["refresh_token"], issued_at + lifetime,
-                               issued_at + float(body.get("refresh_expires_in", lifetime)), self._margin(lifetime))
+        self._tokens = _Tokens(
+            body["access_token"],
+            body["refresh_token"],
+            issued_at + lifetime,
+            issued_at + float(body.get("refresh_expires_in", lifetime)),
+            self._margin(lifetime),
+        )
 
     def _refresh(self) -> None:
         issued_at = self.clock()
         try:
-            body = self.transport.request("POST", "/auth/refresh", json={
-                "refresh_token": self._tokens.refresh_token, "grant_type": "refresh_token",
-            }).body
+            body = self.transport.request(
+                "POST",
+                "/auth/refresh",
+                json={
+                    "refresh_token": self._tokens.refresh_token,
+                    "grant_type": "refresh_token",
+                },
+            ).body
         except Unauthorized:
             log.info("refresh token refused; logging in again")
             self._login()

@@ -8,13 +8,15 @@ whatever token counts are known, 0 if none (status ``ERROR``). The day's records
 what the provider may bill. A call that never left the machine (no connection, a bad
 parameter) is not reported.
 """
+
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError, ResponseStreamingError
 
@@ -28,16 +30,22 @@ log = logging.getLogger("price_keeper_client")
 SENT_ERRORS = (ClientError, ReadTimeoutError, ConnectionClosedError, ResponseStreamingError)
 
 
-def usage_record(choice: ModelChoice, usage: dict | None, calling_region: str | None,
-                 status: str = "OK") -> UsageRecord:
+def usage_record(
+    choice: ModelChoice, usage: dict | None, calling_region: str | None, status: str = "OK"
+) -> UsageRecord:
     """A record of Bedrock's ``usage`` (Converse's, or a stream's ``metadata``), under a fresh ``request_id``."""
     usage = usage or {}
     return UsageRecord(
-        request_id=str(uuid.uuid4()), model_label=choice.label, bedrock_model_id=choice.bedrock_model_id,
-        input_tokens=int(usage.get("inputTokens", 0)), output_tokens=int(usage.get("outputTokens", 0)),
+        request_id=str(uuid.uuid4()),
+        model_label=choice.label,
+        bedrock_model_id=choice.bedrock_model_id,
+        input_tokens=int(usage.get("inputTokens", 0)),
+        output_tokens=int(usage.get("outputTokens", 0)),
         cache_read_input_tokens=int(usage.get("cacheReadInputTokens", 0)),
         cache_write_input_tokens=int(usage.get("cacheWriteInputTokens", 0)),
-        timestamp=datetime.now(timezone.utc), calling_region=calling_region, status=status,
+        timestamp=datetime.now(UTC),
+        calling_region=calling_region,
+        status=status,
     )
 
 
@@ -75,8 +83,13 @@ class ConverseStream:
     set then.
     """
 
-    def __init__(self, response: dict, choice: ModelChoice, calling_region: str | None,
-                 record_usage: Callable[[UsageRecord], UsageReceipt | None]):
+    def __init__(
+        self,
+        response: dict,
+        choice: ModelChoice,
+        calling_region: str | None,
+        record_usage: Callable[[UsageRecord], UsageReceipt | None],
+    ):
         self.response = response
         self.choice = choice
         self.usage: UsageRecord | None = None
@@ -88,7 +101,7 @@ class ConverseStream:
     def __iter__(self) -> Iterator[dict]:
         return self._events
 
-    def __enter__(self) -> "ConverseStream":
+    def __enter__(self) -> ConverseStream:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -122,8 +135,9 @@ class ConverseStream:
             self.receipt = self._record_usage(self.usage)
 
 
-def report_quietly(record_usage: Callable[[UsageRecord], UsageReceipt | None],
-                   record: UsageRecord) -> UsageReceipt | None:
+def report_quietly(
+    record_usage: Callable[[UsageRecord], UsageReceipt | None], record: UsageRecord
+) -> UsageReceipt | None:
     """Report while a Bedrock error is on its way to the caller: a refused report is logged,
     so the caller sees Bedrock's error, not the report's."""
     try:
@@ -141,8 +155,12 @@ class GuardedBedrock:
     quotas are spent); ``record_usage(record)`` reports and returns the receipt or None.
     """
 
-    def __init__(self, bedrock_client: Any, select: Callable[[], ModelChoice],
-                 record_usage: Callable[[UsageRecord], UsageReceipt | None]):
+    def __init__(
+        self,
+        bedrock_client: Any,
+        select: Callable[[], ModelChoice],
+        record_usage: Callable[[UsageRecord], UsageReceipt | None],
+    ):
         self.client = bedrock_client
         self._select = select
         self._record_usage = record_usage

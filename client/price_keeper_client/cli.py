@@ -16,6 +16,7 @@ Every command takes ``--url`` (default ``$PRICE_KEEPER_URL`` or the local stack)
 Exit codes: 0 ok, 1 other failure, 2 bad usage or input, 3 authentication, 4 not found,
 5 quota exceeded.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,16 +24,26 @@ import json
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
 from .admin import Provisioning
 from .client import PriceKeeper, url_from_env
-from .errors import (ConnectionFailed, Forbidden, InvalidConfig, InvalidModelLabel, InvalidRequest, NotFound,
-                     PriceKeeperError, QuotaExceeded, Unauthorized)
+from .errors import (
+    ConnectionFailed,
+    Forbidden,
+    InvalidConfig,
+    InvalidModelLabel,
+    InvalidRequest,
+    NotFound,
+    PriceKeeperError,
+    QuotaExceeded,
+    Unauthorized,
+)
 from .models import Credentials, Provisioned
 from .spend_table import render
 
@@ -40,8 +51,10 @@ EXIT_OTHER, EXIT_USAGE, EXIT_AUTH, EXIT_NOT_FOUND, EXIT_QUOTA = 1, 2, 3, 4, 5
 ORG_FIELDS = frozenset({"org_id", "org_name", "timezone", "quota_scope", "model_ordering", "quotas", "overrides"})
 APP_FIELDS = frozenset({"org_id", "app_id", "app_name", "model_ordering", "quotas", "overrides"})
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-SECRET_WARNING = ("WARNING: store this client secret now (e.g. in AWS Secrets Manager). "
-                  "It is shown only once and cannot be retrieved again.")
+SECRET_WARNING = (
+    "WARNING: store this client secret now (e.g. in AWS Secrets Manager). "
+    "It is shown only once and cannot be retrieved again."
+)
 
 
 class UsageProblem(Exception):
@@ -61,6 +74,7 @@ class Output:
 
 
 # -- inputs ------------------------------------------------------------------------------------
+
 
 def _load_spec(path: str, allowed: frozenset[str], required: Sequence[str]) -> dict:
     try:
@@ -97,8 +111,9 @@ def _provisioning(args) -> Provisioning:
 def _keeper(args) -> PriceKeeper:
     client_id, client_secret = _env("PRICE_KEEPER_CLIENT_ID"), _env("PRICE_KEEPER_CLIENT_SECRET")
     try:
-        return PriceKeeper(args.url, client_id, client_secret, org_id=getattr(args, "org", None),
-                           app_id=getattr(args, "app", None))
+        return PriceKeeper(
+            args.url, client_id, client_secret, org_id=getattr(args, "org", None), app_id=getattr(args, "app", None)
+        )
     except ValueError as error:
         raise AuthProblem(f"PRICE_KEEPER_CLIENT_ID: {error}") from error
 
@@ -111,24 +126,33 @@ def _write_secret(path: str, secret: str) -> None:
         handle.write(secret + "\n")
 
 
-def _show_credentials(out: Output, headline: str, data: dict, credentials: Credentials, secret_file: str | None) -> None:
+def _show_credentials(
+    out: Output, headline: str, data: dict, credentials: Credentials, secret_file: str | None
+) -> None:
     """Prints new credentials once; with ``--secret-file`` the secret goes only to that file."""
     if secret_file:
         _write_secret(secret_file, credentials.client_secret)
         data = {**data, "client_secret": None, "secret_file": secret_file}
-        out.emit(f"{headline}\n  client_id:     {credentials.client_id}\n  client_secret: written to {secret_file}",
-                 data)
+        out.emit(
+            f"{headline}\n  client_id:     {credentials.client_id}\n  client_secret: written to {secret_file}", data
+        )
         return
-    out.emit(f"{headline}\n  client_id:     {credentials.client_id}\n  client_secret: {credentials.client_secret}",
-             data)
+    out.emit(
+        f"{headline}\n  client_id:     {credentials.client_id}\n  client_secret: {credentials.client_secret}", data
+    )
     print(SECRET_WARNING, file=sys.stderr, flush=True)
 
 
 # -- commands ----------------------------------------------------------------------------------
 
+
 def _report_applied(out: Output, kind: str, name: str, result: Provisioned, secret_file: str | None) -> None:
-    data = {"org_id": result.org_id, "app_id": result.app_id, "status": result.status,
-            "configuration": result.configuration}
+    data = {
+        "org_id": result.org_id,
+        "app_id": result.app_id,
+        "status": result.status,
+        "configuration": result.configuration,
+    }
     if result.credentials:
         data.update(client_id=result.credentials.client_id, client_secret=result.credentials.client_secret)
         _show_credentials(out, f"Created {kind} {name}.", data, result.credentials, secret_file)
@@ -153,22 +177,36 @@ def cmd_app_apply(args, out: Output) -> None:
 def cmd_rotate(args, out: Output) -> None:
     rotation = _provisioning(args).rotate(args.org, args.app, grace_period_hours=args.grace_hours)
     until = rotation.old_secret_expires_at
-    data = {"org_id": rotation.org_id, "app_id": rotation.app_id, "client_id": rotation.credentials.client_id,
-            "client_secret": rotation.credentials.client_secret,
-            "rotation": rotation.raw.get("rotation", {})}
-    old = (f"The old secret stops working at {until:%Y-%m-%d %H:%M:%S} UTC." if until and rotation.grace_period_hours
-           else "The old secret no longer works.")
-    _show_credentials(out, f"Rotated credentials of {rotation.credentials.client_id}. {old}", data,
-                      rotation.credentials, args.secret_file)
+    data = {
+        "org_id": rotation.org_id,
+        "app_id": rotation.app_id,
+        "client_id": rotation.credentials.client_id,
+        "client_secret": rotation.credentials.client_secret,
+        "rotation": rotation.raw.get("rotation", {}),
+    }
+    old = (
+        f"The old secret stops working at {until:%Y-%m-%d %H:%M:%S} UTC."
+        if until and rotation.grace_period_hours
+        else "The old secret no longer works."
+    )
+    _show_credentials(
+        out,
+        f"Rotated credentials of {rotation.credentials.client_id}. {old}",
+        data,
+        rotation.credentials,
+        args.secret_file,
+    )
 
 
 def cmd_revoke_tokens(args, out: Output) -> None:
     app_id = getattr(args, "app", None)
     _provisioning(args).revoke_tokens(args.org, app_id)
     client_id = f"org-{args.org}" + (f"-app-{app_id}" if app_id else "")
-    out.emit(f"Revoked every token issued to {client_id} until now (access tokens end within 30 s). "
-             "Its client secret still works; rotate it too if it leaked.",
-             {"org_id": args.org, "app_id": app_id, "client_id": client_id, "revoked": True})
+    out.emit(
+        f"Revoked every token issued to {client_id} until now (access tokens end within 30 s). "
+        "Its client secret still works; rotate it too if it leaked.",
+        {"org_id": args.org, "app_id": app_id, "client_id": client_id, "revoked": True},
+    )
 
 
 def cmd_revoke(args, out: Output) -> None:
@@ -200,64 +238,96 @@ def cmd_model(args, out: Output) -> None:
         choice = keeper.select_model(force=args.force)
     finally:
         keeper.close()
-    out.emit(f"{choice.label} ({choice.bedrock_model_id}) · mode {choice.mode} · reason {choice.reason}"
-             f" · ask again in {choice.cache_duration_secs}s", choice.raw)
+    out.emit(
+        f"{choice.label} ({choice.bedrock_model_id}) · mode {choice.mode} · reason {choice.reason}"
+        f" · ask again in {choice.cache_duration_secs}s",
+        choice.raw,
+    )
 
 
 # -- parser ------------------------------------------------------------------------------------
 
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=url_from_env(),
-                        help="service base URL (default: $PRICE_KEEPER_URL or http://127.0.0.1:8080)")
+    common.add_argument(
+        "--url", default=url_from_env(), help="service base URL (default: $PRICE_KEEPER_URL or http://127.0.0.1:8080)"
+    )
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
 
-    parser = argparse.ArgumentParser(prog="price-keeper", description="Operate Bedrock Price Keeper.",
-                                     epilog="Exit codes: 1 failure, 2 bad usage, 3 auth, 4 not found, 5 quota.")
+    parser = argparse.ArgumentParser(
+        prog="price-keeper",
+        description="Operate Bedrock Price Keeper.",
+        epilog="Exit codes: 1 failure, 2 bad usage, 3 auth, 4 not found, 5 quota.",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{org,app,revoke,spend,model}")
 
     def rotate_options(sub: argparse.ArgumentParser, app_required: bool) -> None:
         sub.add_argument("--org", required=True, help="org id")
         sub.add_argument("--app", required=app_required, help="app id (rotate the app's secret)")
-        sub.add_argument("--grace-hours", type=int, required=True,
-                         help="hours the old secret keeps working (0-168; 0 ends it at once)")
+        sub.add_argument(
+            "--grace-hours",
+            type=int,
+            required=True,
+            help="hours the old secret keeps working (0-168; 0 ends it at once)",
+        )
         sub.add_argument("--secret-file", help="write the new secret to this file (mode 600) instead of printing it")
         sub.set_defaults(handler=cmd_rotate)
 
     for kind, handler, fields in (("org", cmd_org_apply, ORG_FIELDS), ("app", cmd_app_apply, APP_FIELDS)):
         group = commands.add_parser(kind, help=f"provision {kind}s (needs $PRICE_KEEPER_API_KEY)")
         actions = group.add_subparsers(dest="action", required=True)
-        apply = actions.add_parser("apply", parents=[common], help=f"create or update the {kind} a YAML file describes",
-                                   description=f"Fields: {', '.join(sorted(fields))}.")
+        apply = actions.add_parser(
+            "apply",
+            parents=[common],
+            help=f"create or update the {kind} a YAML file describes",
+            description=f"Fields: {', '.join(sorted(fields))}.",
+        )
         apply.add_argument("file", help="YAML file")
         apply.add_argument("--secret-file", help="write a new secret to this file (mode 600) instead of printing it")
         apply.set_defaults(handler=handler)
-        rotate_options(actions.add_parser("rotate", parents=[common], help="rotate the client secret"),
-                       app_required=kind == "app")
+        rotate_options(
+            actions.add_parser("rotate", parents=[common], help="rotate the client secret"), app_required=kind == "app"
+        )
         revoke_tokens = actions.add_parser(
-            "revoke-tokens", parents=[common], help=f"end every token issued to the {kind}'s client until now",
-            description="Refresh tokens stop at once, access tokens within 30 s; the client secret keeps working.")
+            "revoke-tokens",
+            parents=[common],
+            help=f"end every token issued to the {kind}'s client until now",
+            description="Refresh tokens stop at once, access tokens within 30 s; the client secret keeps working.",
+        )
         revoke_tokens.add_argument("--org", required=True, help="org id")
         if kind == "app":
             revoke_tokens.add_argument("--app", required=True, help="app id")
         revoke_tokens.set_defaults(handler=cmd_revoke_tokens)
 
-    revoke = commands.add_parser("revoke", parents=[common], help="revoke an access or refresh token",
-                                 description="Authenticates with $PRICE_KEEPER_CLIENT_ID/SECRET (the token's client).")
+    revoke = commands.add_parser(
+        "revoke",
+        parents=[common],
+        help="revoke an access or refresh token",
+        description="Authenticates with $PRICE_KEEPER_CLIENT_ID/SECRET (the token's client).",
+    )
     revoke.add_argument("token", help="the token, or - to read it from stdin")
     revoke.add_argument("--hint", choices=("access_token", "refresh_token"), help="token type hint")
     revoke.set_defaults(handler=cmd_revoke)
 
-    spend = commands.add_parser("spend", parents=[common], help="spend vs quota per label for a day",
-                                description="Authenticates with $PRICE_KEEPER_CLIENT_ID/SECRET; org and app default "
-                                            "to the ones the client id names.")
+    spend = commands.add_parser(
+        "spend",
+        parents=[common],
+        help="spend vs quota per label for a day",
+        description="Authenticates with $PRICE_KEEPER_CLIENT_ID/SECRET; org and app default "
+        "to the ones the client id names.",
+    )
     spend.add_argument("day", help="today or YYYY-MM-DD (org-local day)")
     spend.add_argument("--org", help="org id")
     spend.add_argument("--app", help="app id (omit for the org's totals with org credentials)")
     spend.set_defaults(handler=cmd_spend)
 
-    model = commands.add_parser("model", parents=[common], help="the model an app should call now",
-                                description="Authenticates with $PRICE_KEEPER_CLIENT_ID/SECRET (an app client).")
+    model = commands.add_parser(
+        "model",
+        parents=[common],
+        help="the model an app should call now",
+        description="Authenticates with $PRICE_KEEPER_CLIENT_ID/SECRET (an app client).",
+    )
     model.add_argument("--org", help="org id")
     model.add_argument("--app", help="app id")
     model.add_argument("--force", action="store_true", help="ask for a real-time quota check")

@@ -1,11 +1,13 @@
 """``PriceKeeper``: the runtime API as an application uses it."""
+
 from __future__ import annotations
 
 import logging
 import os
 import time
+from collections.abc import Callable, Iterable, Sequence
 from datetime import date
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import requests
 
@@ -36,11 +38,22 @@ class PriceKeeper:
     hands the record to the queue only if the service stays unreachable after retries.
     """
 
-    def __init__(self, url: str = DEFAULT_URL, client_id: str | None = None, client_secret: str | None = None, *,
-                 org_id: str | None = None, app_id: str | None = None, session: requests.Session | None = None,
-                 timeout: float = 10.0, retry: RetryPolicy | None = None, report_in_background: bool = False,
-                 bedrock_client: Any = None, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        client_id: str | None = None,
+        client_secret: str | None = None,
+        *,
+        org_id: str | None = None,
+        app_id: str | None = None,
+        session: requests.Session | None = None,
+        timeout: float = 10.0,
+        retry: RetryPolicy | None = None,
+        report_in_background: bool = False,
+        bedrock_client: Any = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
         if not client_id or not client_secret:
             raise ValueError("client_id and client_secret are required")
         principal = Principal.from_client_id(client_id)
@@ -49,14 +62,15 @@ class PriceKeeper:
         self.transport = Transport(url, session=session, timeout=timeout)
         self.tokens = TokenManager(self.transport, client_id, client_secret, clock=clock)
         self.selector = ModelSelector(self._fetch_selection, clock=monotonic)
-        self.reporter = UsageReporter(self._send_usage, self._send_usage_batch, retry=retry,
-                                      on_quota=self.selector.observe)
+        self.reporter = UsageReporter(
+            self._send_usage, self._send_usage_batch, retry=retry, on_quota=self.selector.observe
+        )
         self.report_in_background = report_in_background
         self._bedrock_client = bedrock_client
         self._bedrock: GuardedBedrock | None = None
 
     @classmethod
-    def from_env(cls, **kwargs: Any) -> "PriceKeeper":
+    def from_env(cls, **kwargs: Any) -> PriceKeeper:
         """Reads ``PRICE_KEEPER_URL``, ``PRICE_KEEPER_CLIENT_ID`` and ``PRICE_KEEPER_CLIENT_SECRET``."""
         client_id = os.environ.get("PRICE_KEEPER_CLIENT_ID")
         client_secret = os.environ.get("PRICE_KEEPER_CLIENT_SECRET")
@@ -64,7 +78,7 @@ class PriceKeeper:
             raise ValueError("set PRICE_KEEPER_CLIENT_ID and PRICE_KEEPER_CLIENT_SECRET")
         return cls(url_from_env(), client_id, client_secret, **kwargs)
 
-    def __enter__(self) -> "PriceKeeper":
+    def __enter__(self) -> PriceKeeper:
         return self
 
     def __exit__(self, *exc_info) -> None:

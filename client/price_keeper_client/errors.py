@@ -6,10 +6,12 @@ message, the ``details`` object and the ``request_id`` of the error body. Bodies
 a known code (a proxy's HTML page, API Gateway's own ``{"message": ...}``) fall back to
 the class for their HTTP status, so callers can always catch by meaning.
 """
+
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 
 class PriceKeeperError(Exception):
@@ -19,9 +21,17 @@ class PriceKeeperError(Exception):
     status = 0
     retryable = False
 
-    def __init__(self, message: str, *, status: int | None = None, code: str | None = None,
-                 details: Mapping[str, Any] | None = None, request_id: str | None = None,
-                 retry_after_seconds: float | None = None, body: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        request_id: str | None = None,
+        retry_after_seconds: float | None = None,
+        body: Mapping[str, Any] | None = None,
+    ):
         super().__init__(message)
         self.message = message
         if status is not None:
@@ -80,7 +90,7 @@ class QuotaExceeded(PriceKeeperError):
     def __init__(self, message: str, *, retry_after: datetime | None = None, **kwargs):
         super().__init__(message, **kwargs)
         if retry_after is None and self.retry_after_seconds is not None:
-            retry_after = datetime.now(timezone.utc) + timedelta(seconds=self.retry_after_seconds)
+            retry_after = datetime.now(UTC) + timedelta(seconds=self.retry_after_seconds)
         self.retry_after = retry_after
 
 
@@ -100,13 +110,31 @@ class ServiceUnavailable(PriceKeeperError):
 
 
 ERRORS_BY_CODE: dict[str, type[PriceKeeperError]] = {
-    cls.code: cls for cls in (InvalidRequest, InvalidConfig, InvalidModelLabel, Unauthorized, Forbidden, NotFound,
-                              AlreadyExists, QuotaExceeded, RateLimitExceeded, InternalError, ServiceUnavailable)
+    cls.code: cls
+    for cls in (
+        InvalidRequest,
+        InvalidConfig,
+        InvalidModelLabel,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        AlreadyExists,
+        QuotaExceeded,
+        RateLimitExceeded,
+        InternalError,
+        ServiceUnavailable,
+    )
 }
 
 _ERRORS_BY_STATUS: dict[int, type[PriceKeeperError]] = {
-    400: InvalidRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: AlreadyExists,
-    429: RateLimitExceeded, 500: InternalError, 503: ServiceUnavailable,
+    400: InvalidRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: AlreadyExists,
+    429: RateLimitExceeded,
+    500: InternalError,
+    503: ServiceUnavailable,
 }
 
 
@@ -114,8 +142,8 @@ def parse_timestamp(value: str) -> datetime:
     """An ISO 8601 time (``...Z`` or with an offset) as an aware UTC datetime."""
     parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed.astimezone(timezone.utc)
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
 
 
 def _seconds(value: Any) -> float | None:
@@ -140,8 +168,14 @@ def error_from_response(status: int, body: Any, headers: Mapping[str, str]) -> P
     raw_retry_after = body.get("retry_after")
     if retry_after_seconds is None:
         retry_after_seconds = _seconds(raw_retry_after)
-    kwargs: dict[str, Any] = dict(status=status, code=code or cls.code, details=details, request_id=request_id,
-                                  retry_after_seconds=retry_after_seconds, body=body)
+    kwargs: dict[str, Any] = dict(
+        status=status,
+        code=code or cls.code,
+        details=details,
+        request_id=request_id,
+        retry_after_seconds=retry_after_seconds,
+        body=body,
+    )
     if cls is QuotaExceeded and isinstance(raw_retry_after, str):
         try:
             kwargs["retry_after"] = parse_timestamp(raw_retry_after)

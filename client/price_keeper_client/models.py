@@ -1,20 +1,25 @@
 """Typed views of the service's answers. Each keeps the decoded JSON in ``raw`` so fields
 this client does not model yet stay reachable."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from .errors import parse_timestamp
 
 QUOTA_STATES = ("NORMAL", "TIGHT", "EXCEEDED")
-PRICE_FIELDS = ("input_price_usd_micros_per_1m", "output_price_usd_micros_per_1m", "cache_read_price_usd_micros_per_1m",
-                "cache_write_price_usd_micros_per_1m")
+PRICE_FIELDS = (
+    "input_price_usd_micros_per_1m",
+    "output_price_usd_micros_per_1m",
+    "cache_read_price_usd_micros_per_1m",
+    "cache_write_price_usd_micros_per_1m",
+)
 
 
 def iso_utc(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _time(value: Any) -> datetime | None:
@@ -34,11 +39,15 @@ class Pricing:
     profile_kind: str | None = None
 
     @classmethod
-    def from_json(cls, body: dict | None) -> "Pricing | None":
+    def from_json(cls, body: dict | None) -> Pricing | None:
         if not body:
             return None
-        return cls(*(int(body.get(name, 0)) for name in PRICE_FIELDS),
-                   version=body.get("version"), source=body.get("source"), profile_kind=body.get("profile_kind"))
+        return cls(
+            *(int(body.get(name, 0)) for name in PRICE_FIELDS),
+            version=body.get("version"),
+            source=body.get("source"),
+            profile_kind=body.get("profile_kind"),
+        )
 
 
 @dataclass(frozen=True)
@@ -58,16 +67,22 @@ class ModelChoice:
     raw: dict = field(repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, body: dict) -> "ModelChoice":
+    def from_json(cls, body: dict) -> ModelChoice:
         recommended = body["recommended_model"]
         quota = body.get("quota_status") or {}
         guidance = body.get("client_guidance") or {}
         return cls(
-            label=recommended["label"], bedrock_model_id=recommended["bedrock_model_id"],
-            reason=recommended.get("reason", "NORMAL"), mode=quota.get("mode", "NORMAL"),
-            quota_pct=quota.get("quota_pct"), cache_duration_secs=int(guidance.get("cache_duration_secs", 60)),
-            check_frequency=guidance.get("check_frequency"), pricing=Pricing.from_json(body.get("pricing")),
-            org_day=body.get("org_day"), checked_at=_time(body.get("checked_at")), raw=body,
+            label=recommended["label"],
+            bedrock_model_id=recommended["bedrock_model_id"],
+            reason=recommended.get("reason", "NORMAL"),
+            mode=quota.get("mode", "NORMAL"),
+            quota_pct=quota.get("quota_pct"),
+            cache_duration_secs=int(guidance.get("cache_duration_secs", 60)),
+            check_frequency=guidance.get("check_frequency"),
+            pricing=Pricing.from_json(body.get("pricing")),
+            org_day=body.get("org_day"),
+            checked_at=_time(body.get("checked_at")),
+            raw=body,
         )
 
 
@@ -88,8 +103,12 @@ class UsageRecord:
 
     def to_json(self) -> dict:
         body = {
-            "request_id": self.request_id, "model_label": self.model_label, "bedrock_model_id": self.bedrock_model_id,
-            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "status": self.status,
+            "request_id": self.request_id,
+            "model_label": self.model_label,
+            "bedrock_model_id": self.bedrock_model_id,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "status": self.status,
             "timestamp": iso_utc(self.timestamp),
         }
         if self.calling_region:
@@ -112,13 +131,17 @@ class LabelQuota:
     reason: str | None
 
     @classmethod
-    def from_json(cls, value: dict) -> "LabelQuota":
+    def from_json(cls, value: dict) -> LabelQuota:
         status = value.get("status") or value.get("mode") or value.get("quota_status")
-        return cls(value.get("label") or value.get("model_label"), value.get("quota_pct"),
-                   status if status in QUOTA_STATES else None, value.get("reason"))
+        return cls(
+            value.get("label") or value.get("model_label"),
+            value.get("quota_pct"),
+            status if status in QUOTA_STATES else None,
+            value.get("reason"),
+        )
 
     @classmethod
-    def find(cls, body: dict) -> "LabelQuota | None":
+    def find(cls, body: dict) -> LabelQuota | None:
         """Looks for ``daily_total`` (this service's usage answer), ``quota`` or ``quota_status``,
         at the top level or under ``processing``."""
         for holder in (body, body.get("processing") or {}):
@@ -142,10 +165,17 @@ class UsageReceipt:
     raw: dict = field(repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, body: dict) -> "UsageReceipt":
+    def from_json(cls, body: dict) -> UsageReceipt:
         processing = body.get("processing") or {}
-        return cls(body.get("request_id", ""), body.get("status", "accepted"), bool(body.get("duplicate", False)),
-                   processing.get("shard_id"), processing.get("cost_usd_micros"), LabelQuota.find(body), body)
+        return cls(
+            body.get("request_id", ""),
+            body.get("status", "accepted"),
+            bool(body.get("duplicate", False)),
+            processing.get("shard_id"),
+            processing.get("cost_usd_micros"),
+            LabelQuota.find(body),
+            body,
+        )
 
 
 @dataclass(frozen=True)
@@ -177,14 +207,23 @@ class BatchResult:
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, body: dict) -> "BatchResult":
-        results = tuple(BatchItemResult(item.get("request_id", ""), item.get("status", ""), item.get("error"),
-                                        item.get("message"), item.get("shard_id"), item.get("cost_usd_micros"),
-                                        bool(item.get("duplicate", False)))
-                        for item in body.get("results") or ())
+    def from_json(cls, body: dict) -> BatchResult:
+        results = tuple(
+            BatchItemResult(
+                item.get("request_id", ""),
+                item.get("status", ""),
+                item.get("error"),
+                item.get("message"),
+                item.get("shard_id"),
+                item.get("cost_usd_micros"),
+                bool(item.get("duplicate", False)),
+            )
+            for item in body.get("results") or ()
+        )
         accepted = body.get("accepted", sum(item.accepted for item in results))
-        quotas = tuple(LabelQuota.from_json(value) for value in body.get("daily_totals") or ()
-                       if isinstance(value, dict))
+        quotas = tuple(
+            LabelQuota.from_json(value) for value in body.get("daily_totals") or () if isinstance(value, dict)
+        )
         return cls(int(accepted), int(body.get("failed", len(results) - accepted)), results, quotas, body)
 
 
@@ -204,15 +243,21 @@ class LabelSpend:
     average_cost_per_request: int = 0
 
     @classmethod
-    def from_json(cls, label: str, body: dict) -> "LabelSpend":
-        return cls(label=body.get("label", label), bedrock_model_id=body.get("bedrock_model_id"),
-                   cost_usd_micros=int(body.get("cost_usd_micros", 0)),
-                   quota_usd_micros=int(body.get("quota_usd_micros", 0)), quota_pct=float(body.get("quota_pct", 0)),
-                   quota_status=body.get("quota_status", "NORMAL"), input_tokens=int(body.get("input_tokens", 0)),
-                   output_tokens=int(body.get("output_tokens", 0)), requests=int(body.get("requests", 0)),
-                   cache_read_input_tokens=int(body.get("cache_read_input_tokens", 0)),
-                   cache_write_input_tokens=int(body.get("cache_write_input_tokens", 0)),
-                   average_cost_per_request=int(body.get("average_cost_per_request", 0)))
+    def from_json(cls, label: str, body: dict) -> LabelSpend:
+        return cls(
+            label=body.get("label", label),
+            bedrock_model_id=body.get("bedrock_model_id"),
+            cost_usd_micros=int(body.get("cost_usd_micros", 0)),
+            quota_usd_micros=int(body.get("quota_usd_micros", 0)),
+            quota_pct=float(body.get("quota_pct", 0)),
+            quota_status=body.get("quota_status", "NORMAL"),
+            input_tokens=int(body.get("input_tokens", 0)),
+            output_tokens=int(body.get("output_tokens", 0)),
+            requests=int(body.get("requests", 0)),
+            cache_read_input_tokens=int(body.get("cache_read_input_tokens", 0)),
+            cache_write_input_tokens=int(body.get("cache_write_input_tokens", 0)),
+            average_cost_per_request=int(body.get("average_cost_per_request", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -235,17 +280,23 @@ class DailySpend:
     raw: dict = field(repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, body: dict) -> "DailySpend":
+    def from_json(cls, body: dict) -> DailySpend:
         labels = tuple(LabelSpend.from_json(label, item) for label, item in (body.get("models") or {}).items())
         return cls(
-            org_id=body.get("org_id", ""), app_id=body.get("app_id"), app_name=body.get("app_name"),
+            org_id=body.get("org_id", ""),
+            app_id=body.get("app_id"),
+            app_name=body.get("app_name"),
             date=body.get("date", ""),
-            timezone=body.get("timezone"), quota_scope=body.get("quota_scope"), labels=labels,
+            timezone=body.get("timezone"),
+            quota_scope=body.get("quota_scope"),
+            labels=labels,
             total_cost_usd_micros=int(body.get("total_cost_usd_micros", sum(x.cost_usd_micros for x in labels))),
             total_quota_usd_micros=int(body.get("total_quota_usd_micros", sum(x.quota_usd_micros for x in labels))),
             total_quota_pct=float(body.get("total_quota_pct", 0)),
             sticky_fallback_active=bool(body.get("sticky_fallback_active", False)),
-            current_active_model=body.get("current_active_model"), updated_at=_time(body.get("updated_at")), raw=body,
+            current_active_model=body.get("current_active_model"),
+            updated_at=_time(body.get("updated_at")),
+            raw=body,
         )
 
     @property
@@ -295,11 +346,18 @@ class Provisioned:
         return self.status == "created"
 
     @classmethod
-    def from_json(cls, body: dict) -> "Provisioned":
+    def from_json(cls, body: dict) -> Provisioned:
         creds = body.get("credentials")
-        return cls(body.get("org_id", ""), body.get("app_id"), body.get("status", ""),
-                   Credentials(creds["client_id"], creds["client_secret"]) if creds else None,
-                   body.get("configuration") or {}, _time(body.get("created_at")), _time(body.get("updated_at")), body)
+        return cls(
+            body.get("org_id", ""),
+            body.get("app_id"),
+            body.get("status", ""),
+            Credentials(creds["client_id"], creds["client_secret"]) if creds else None,
+            body.get("configuration") or {},
+            _time(body.get("created_at")),
+            _time(body.get("updated_at")),
+            body,
+        )
 
 
 @dataclass(frozen=True)
@@ -315,8 +373,14 @@ class Rotation:
     raw: dict = field(repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, body: dict) -> "Rotation":
+    def from_json(cls, body: dict) -> Rotation:
         rotation = body.get("rotation") or {}
-        return cls(body.get("org_id", ""), body.get("app_id"), Credentials(body["client_id"], body["client_secret"]),
-                   _time(rotation.get("rotated_at")), _time(rotation.get("old_secret_expires_at")),
-                   int(rotation.get("grace_period_hours", 0)), body)
+        return cls(
+            body.get("org_id", ""),
+            body.get("app_id"),
+            Credentials(body["client_id"], body["client_secret"]),
+            _time(rotation.get("rotated_at")),
+            _time(rotation.get("old_secret_expires_at")),
+            int(rotation.get("grace_period_hours", 0)),
+            body,
+        )

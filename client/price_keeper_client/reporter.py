@@ -5,12 +5,13 @@ whose answer was lost is resent without double-counting. The background queue se
 whatever has accumulated (up to 100 records, the batch limit) as soon as the previous
 batch is answered, so batches grow with the caller's throughput without a fixed delay.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 from collections import deque
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .errors import ERRORS_BY_CODE, PriceKeeperError
 from .models import BatchResult, LabelQuota, UsageReceipt, UsageRecord
@@ -26,10 +27,16 @@ class UsageReporter:
     """``send_one(record) -> UsageReceipt`` and ``send_batch(records) -> BatchResult`` do the HTTP;
     ``on_quota`` hears every quota position a usage answer reports (single or batch)."""
 
-    def __init__(self, send_one: Callable[[UsageRecord], UsageReceipt],
-                 send_batch: Callable[[Sequence[UsageRecord]], BatchResult], *,
-                 retry: RetryPolicy | None = None, batch_size: int = BATCH_LIMIT, max_pending: int = 100_000,
-                 on_quota: Callable[[LabelQuota], None] | None = None):
+    def __init__(
+        self,
+        send_one: Callable[[UsageRecord], UsageReceipt],
+        send_batch: Callable[[Sequence[UsageRecord]], BatchResult],
+        *,
+        retry: RetryPolicy | None = None,
+        batch_size: int = BATCH_LIMIT,
+        max_pending: int = 100_000,
+        on_quota: Callable[[LabelQuota], None] | None = None,
+    ):
         if not 1 <= batch_size <= BATCH_LIMIT:
             raise ValueError(f"batch_size must be 1..{BATCH_LIMIT}")
         self._send_one = send_one
@@ -59,8 +66,10 @@ class UsageReporter:
     def report_batch(self, records: Iterable[UsageRecord]) -> list[BatchResult]:
         """Sends records in batches of at most 100, each retried as a whole on transient failures."""
         records = list(records)
-        results = [self.retry.call(lambda chunk=records[i:i + self.batch_size]: self._send_batch(chunk), "usage batch")
-                   for i in range(0, len(records), self.batch_size)]
+        results = [
+            self.retry.call(lambda chunk=records[i : i + self.batch_size]: self._send_batch(chunk), "usage batch")
+            for i in range(0, len(records), self.batch_size)
+        ]
         self._heard([quota for result in results for quota in result.quotas])
         return results
 

@@ -3,13 +3,15 @@
 Only calls that are safe to repeat go through here: usage reports carry a ``request_id``
 the server counts once, so resending after a lost answer cannot double-count.
 """
+
 from __future__ import annotations
 
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from .errors import PriceKeeperError
 
@@ -46,7 +48,6 @@ class RetryPolicy:
                 if not error.retryable or attempt >= self.attempts:
                     raise
                 pause = self.delay(attempt, error)
-                log.warning("%s failed (%s); retry %d/%d in %.2fs", what, error.code, attempt,
-                            self.attempts - 1, pause)
+                log.warning("%s failed (%s); retry %d/%d in %.2fs", what, error.code, attempt, self.attempts - 1, pause)
                 self.sleep(pause)
                 attempt += 1

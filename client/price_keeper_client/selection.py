@@ -5,12 +5,13 @@ mode) and the ``Cache-Control: max-age`` header bound the cache; the shorter win
 cache is dropped at once when the service answers 429, and when a usage answer (single or
 batch) shows the label spent or turned tight, or a reason the cached choice does not know.
 """
+
 from __future__ import annotations
 
 import re
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import PriceKeeperError
 from .models import LabelQuota, ModelChoice
@@ -33,8 +34,9 @@ def cache_seconds(choice: ModelChoice, cache_control: str | None) -> float:
 class ModelSelector:
     """Caches ``GET .../model-selection``; ``fetch(force)`` returns ``(choice, cache_control)``."""
 
-    def __init__(self, fetch: Callable[[bool], tuple[ModelChoice, str | None]], *,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, fetch: Callable[[bool], tuple[ModelChoice, str | None]], *, clock: Callable[[], float] = time.monotonic
+    ):
         self._fetch = fetch
         self.clock = clock
         self._choice: ModelChoice | None = None

@@ -1,4 +1,5 @@
 """The ``price-keeper spend`` table: spend vs quota per label, with a bar per row."""
+
 from __future__ import annotations
 
 from .models import DailySpend
@@ -25,10 +26,29 @@ def render(spend: DailySpend) -> str:
         f" · sticky fallback {'on' if spend.sticky_fallback_active else 'off'}",
         "",
     ]
-    rows = [(label.label, usd(label.cost_usd_micros), usd(label.quota_usd_micros), bar(label.quota_pct),
-             f"{label.quota_pct:.1f}%", str(label.requests), label.quota_status) for label in spend.labels]
-    rows.append(("TOTAL", usd(spend.total_cost_usd_micros), usd(spend.total_quota_usd_micros), "",
-                 f"{spend.total_quota_pct:.1f}%", str(spend.total_requests), ""))
+    rows = [
+        (
+            label.label,
+            usd(label.cost_usd_micros),
+            usd(label.quota_usd_micros),
+            bar(label.quota_pct),
+            f"{label.quota_pct:.1f}%",
+            str(label.requests),
+            label.quota_status,
+        )
+        for label in spend.labels
+    ]
+    rows.append(
+        (
+            "TOTAL",
+            usd(spend.total_cost_usd_micros),
+            usd(spend.total_quota_usd_micros),
+            "",
+            f"{spend.total_quota_pct:.1f}%",
+            str(spend.total_requests),
+            "",
+        )
+    )
     header = ("LABEL", "SPEND", "QUOTA", "USED", "", "REQUESTS", "STATUS")
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     right_aligned = {1, 2, 4, 5}

@@ -5,6 +5,7 @@ the usage table's DynamoDB Stream (event source mapping: the labels a batch of u
 changed, within seconds) and the EventBridge schedule (the sweep that repairs what the
 stream missed). A failed stream batch raises: Lambda retries it, bisecting, and the fold
 is idempotent."""
+
 from dataclasses import asdict
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -29,7 +30,12 @@ def lambda_handler(event: dict, context) -> dict:
     metrics.add_metric(name="AlertsFired", unit=MetricUnit.Count, value=len(fired))
     for pct in alerts.spend_pcts(report, now):  # one metric, a value per quota (Powertools flushes each 100)
         metrics.add_metric(name=SPEND_PCT, unit=MetricUnit.Percent, value=pct)
-    summary = {**asdict(report), "costs": len(report.costs), "changed": len(report.changed), "alerts_fired": len(fired),
-               "trigger": "stream" if stream else "schedule"}
+    summary = {
+        **asdict(report),
+        "costs": len(report.costs),
+        "changed": len(report.changed),
+        "alerts_fired": len(fired),
+        "trigger": "stream" if stream else "schedule",
+    }
     logger.info("aggregation run", extra={"report": summary})
     return summary

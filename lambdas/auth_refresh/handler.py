@@ -2,6 +2,7 @@
 
 This handler answers the JSON request of api_spec.md; ``price_keeper.http.oauth`` answers the
 same request as an OAuth2 form (RFC 6749 §6), before it would reach here."""
+
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body

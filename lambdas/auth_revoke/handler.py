@@ -4,6 +4,7 @@ refresh token; revoking a refresh token also ends the access tokens issued from 
 This handler answers the JSON request of api_spec.md (204); ``price_keeper.http.oauth`` answers
 the same request as an OAuth2 form (RFC 7009: the client authenticates, 200), before it
 would reach here."""
+
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler import Response
@@ -17,8 +18,10 @@ router = Router()
 
 RESPONSES = {
     204: {"description": "Revoked (a JSON request), or already expired"},
-    200: {"description": "Revoked (an OAuth2 form, RFC 7009), or no token of this service",
-          "content": {"application/json": {"schema": {"type": "object"}}}},
+    200: {
+        "description": "Revoked (an OAuth2 form, RFC 7009), or no token of this service",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    },
 }
 
 

@@ -10,6 +10,7 @@ the copies Powertools ships (in the managed layer too), inlined as Powertools' o
 ``enable_swagger`` does without a ``swagger_base_url``, so the page loads no CDN and works
 offline.
 """
+
 from functools import lru_cache
 from pathlib import Path
 
@@ -34,8 +35,13 @@ def _document() -> str:
     # (its request context), so in one process (the local server, the tests) the serving
     # functions would read this app's empty context, and their callers would be lost.
     functions = [name for name in routes.HTTP_FUNCTIONS if name != "docs"]
-    api = build_app(*(load_handler_module(LAMBDAS_DIR, name, namespace="docs").router for name in functions
-                      if (LAMBDAS_DIR / name / "handler.py").exists()))
+    api = build_app(
+        *(
+            load_handler_module(LAMBDAS_DIR, name, namespace="docs").router
+            for name in functions
+            if (LAMBDAS_DIR / name / "handler.py").exists()
+        )
+    )
     return dumps(openapi.document(api, get_config().version))
 
 
@@ -46,8 +52,9 @@ def openapi_document():
 
 @lru_cache(maxsize=1)
 def _docs_html() -> str:
-    script, style = ((SWAGGER_UI / name).read_text(encoding="utf-8")
-                     for name in ("swagger-ui-bundle.min.js", "swagger-ui.min.css"))
+    script, style = (
+        (SWAGGER_UI / name).read_text(encoding="utf-8") for name in ("swagger-ui-bundle.min.js", "swagger-ui.min.css")
+    )
     return generate_swagger_html(_document().replace("</", "<\\/"), script, style, "", None)
 
 

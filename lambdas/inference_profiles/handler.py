@@ -1,5 +1,6 @@
 """POST /api/v1/orgs/{org_id}/apps/{app_id}/inference-profiles (Bearer): register a
 Bedrock inference profile under a label of the app (201; 409 when the label is taken)."""
+
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
@@ -15,8 +16,9 @@ router = Router()
 @router.post(routes.rule(routes.INFERENCE_PROFILES), responses={201: {"description": "Profile registered"}})
 def register_profile(org_id: str, app_id: str, body: Annotated[InferenceProfileRequest, Body()]):
     config = orgs.effective_config(org_id, app_id)
-    return json_response(201, profiles.register(config, body.profile_label, body.inference_profile_arn,
-                                                body.description))
+    return json_response(
+        201, profiles.register(config, body.profile_label, body.inference_profile_arn, body.description)
+    )
 
 
 app = build_app(router)

@@ -3,6 +3,7 @@ daily (EventBridge schedule) for every configured and registered model, and for 
 on its ``UNPRICED_MODEL`` alert event (first sight of a model outside config.yaml). When the
 API is unreachable the run reports it and the stored or config prices keep serving (the run
 does not fail, so the schedule never crash-loops)."""
+
 from aws_lambda_powertools.metrics import MetricUnit
 
 from price_keeper.domain import pricing
@@ -18,6 +19,7 @@ def lambda_handler(event: dict, context) -> dict:
     else:
         report = pricing.refresh_pricing_cache()
     metrics.add_metric(name="PricesWritten", unit=MetricUnit.Count, value=report["written"])
-    metrics.add_metric(name="PriceListUnavailable", unit=MetricUnit.Count,
-                       value=1 if report["status"] == "unavailable" else 0)
+    metrics.add_metric(
+        name="PriceListUnavailable", unit=MetricUnit.Count, value=1 if report["status"] == "unavailable" else 0
+    )
     return report

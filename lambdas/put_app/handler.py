@@ -1,5 +1,6 @@
 """PUT /api/v1/orgs/{org_id}/apps/{app_id} (X-API-Key): create an app (201, one-time
 credentials) or update it (200)."""
+
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
@@ -11,9 +12,10 @@ from price_keeper.http.api import Router, build_app, json_response, lambda_entry
 router = Router()
 
 
-@router.put(routes.rule(routes.APP_CONFIG), responses={
-    200: {"description": "Updated"},
-    201: {"description": "Created, with the one-time client credentials"}})
+@router.put(
+    routes.rule(routes.APP_CONFIG),
+    responses={200: {"description": "Updated"}, 201: {"description": "Created, with the one-time client credentials"}},
+)
 def put_app(org_id: str, app_id: str, body: Annotated[provisioning.AppRequest, Body()]):
     created, reply = provisioning.put_app(org_id, app_id, body)
     return json_response(201 if created else 200, reply)

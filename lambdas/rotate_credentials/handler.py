@@ -1,7 +1,8 @@
 """POST .../credentials/rotate for an org or an app (X-API-Key): a new client secret,
 the old one valid for ``grace_period_hours`` (0-168, default 168), and the tokens it
 obtained ending with it."""
-from typing import Annotated, Optional
+
+from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
@@ -10,7 +11,7 @@ from price_keeper.http import routes
 from price_keeper.http.api import Router, build_app, json_response, lambda_entry
 
 router = Router()
-RotateBody = Annotated[Optional[provisioning.RotateRequest], Body()]
+RotateBody = Annotated[provisioning.RotateRequest | None, Body()]
 
 
 def _rotate(org_id: str, app_id: str | None, body: provisioning.RotateRequest | None):

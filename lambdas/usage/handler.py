@@ -3,6 +3,7 @@
 202 with the shard, the server-computed cost and the label's current DailyTotal; the same
 ``request_id`` again is a no-op answered with the original outcome.
 """
+
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body

@@ -2,6 +2,7 @@
 
 207 with a result per record; each record is validated and written on its own.
 """
+
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
@@ -14,8 +15,9 @@ from price_keeper.http.api import Router, build_app, documented, lambda_entry, r
 router = Router()
 
 
-@router.post(routes.rule(routes.USAGE_BATCH),
-             responses=documented(207, replies.BatchReceipt, "A result per record, in order"))
+@router.post(
+    routes.rule(routes.USAGE_BATCH), responses=documented(207, replies.BatchReceipt, "A result per record, in order")
+)
 def submit_usage_batch(org_id: str, app_id: str, body: Annotated[UsageBatchRequest, Body()]):
     return reply(207, replies.BatchReceipt, metering.submit_batch(org_id, app_id, body.requests))
 

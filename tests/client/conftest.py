@@ -1,5 +1,6 @@
 """Fixtures for the client and CLI tests: the real local server over HTTP, provisioning
 helpers, and a real bedrock-runtime client whose calls botocore's Stubber answers."""
+
 from __future__ import annotations
 
 import json
@@ -44,9 +45,13 @@ def server(tmp_path_factory) -> Server:
         yield Server(url, PROVISIONING_KEY, next(log_dir.glob("server-*.log")))
 
 
-ORG_DEFAULTS = dict(org_name="client tests", timezone="Europe/Paris", quota_scope="APP",
-                    model_ordering=["premium", "standard", "economy"],
-                    quotas={"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000})
+ORG_DEFAULTS = dict(
+    org_name="client tests",
+    timezone="Europe/Paris",
+    quota_scope="APP",
+    model_ordering=["premium", "standard", "economy"],
+    quotas={"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000},
+)
 
 
 def provision(server: Server, app_id: str = "app-1", **org_fields) -> tuple[str, Credentials]:
@@ -67,8 +72,9 @@ class CallLog:
 
     def _record(self, response, *args, **kwargs):
         body = response.request.body
-        self.calls.append((response.request.method, urlparse(response.request.url).path,
-                           json.loads(body) if body else None))
+        self.calls.append(
+            (response.request.method, urlparse(response.request.url).path, json.loads(body) if body else None)
+        )
 
     def bodies(self, method: str, path_suffix: str) -> list:
         return [body for m, p, body in self.calls if m == method and p.endswith(path_suffix)]
@@ -88,23 +94,29 @@ class FakeClock:
         self.now += seconds
 
 
-def converse_response(text: str = "Hello!", input_tokens: int = 1500, output_tokens: int = 800,
-                      cache_read: int = 0, cache_write: int = 0) -> dict:
+def converse_response(
+    text: str = "Hello!", input_tokens: int = 1500, output_tokens: int = 800, cache_read: int = 0, cache_write: int = 0
+) -> dict:
     """A Converse response shaped as bedrock-runtime returns it."""
     return {
         "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
         "stopReason": "end_turn",
-        "usage": {"inputTokens": input_tokens, "outputTokens": output_tokens,
-                  "totalTokens": input_tokens + output_tokens + cache_read + cache_write,
-                  "cacheReadInputTokens": cache_read, "cacheWriteInputTokens": cache_write},
+        "usage": {
+            "inputTokens": input_tokens,
+            "outputTokens": output_tokens,
+            "totalTokens": input_tokens + output_tokens + cache_read + cache_write,
+            "cacheReadInputTokens": cache_read,
+            "cacheWriteInputTokens": cache_write,
+        },
         "metrics": {"latencyMs": 412},
     }
 
 
 def stubbed_bedrock(region: str = "us-east-1"):
     """A real bedrock-runtime client and its activated Stubber (queue responses on it)."""
-    client = boto3.client("bedrock-runtime", region_name=region, aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
+    client = boto3.client(
+        "bedrock-runtime", region_name=region, aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     stubber = Stubber(client)
     stubber.activate()
     return client, stubber
@@ -139,18 +151,21 @@ def cli(server: Server, *args: str, env: dict | None = None, stdin: str | None =
     """Runs the installed ``price-keeper`` console script against the test server."""
     full_env = {name: value for name, value in os.environ.items() if not name.startswith("PRICE_KEEPER_")}
     full_env.update(PRICE_KEEPER_URL=server.url, **(env or {}))
-    return subprocess.run([str(BIN / "price-keeper"), *args], env=full_env, input=stdin, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [str(BIN / "price-keeper"), *args], env=full_env, input=stdin, capture_output=True, text=True, timeout=60
+    )
 
 
 # --- ConverseStream on the wire ---------------------------------------------------------
+
 
 def _event_message(headers: dict[str, str], payload: dict) -> bytes:
     """One message of AWS's event-stream encoding (the binary framing ConverseStream answers
     in): prelude (total and headers length, CRC32), string headers, JSON payload, CRC32."""
     encoded_headers = b"".join(
         len(name).to_bytes(1, "big") + name.encode() + b"\x07" + len(value).to_bytes(2, "big") + value.encode()
-        for name, value in headers.items())
+        for name, value in headers.items()
+    )
     body = json.dumps(payload).encode()
     total = 12 + len(encoded_headers) + len(body) + 4
     prelude = total.to_bytes(4, "big") + len(encoded_headers).to_bytes(4, "big")
@@ -159,22 +174,29 @@ def _event_message(headers: dict[str, str], payload: dict) -> bytes:
 
 
 def stream_event(event_type: str, payload: dict) -> bytes:
-    return _event_message({":event-type": event_type, ":content-type": "application/json",
-                           ":message-type": "event"}, payload)
+    return _event_message(
+        {":event-type": event_type, ":content-type": "application/json", ":message-type": "event"}, payload
+    )
 
 
 def stream_exception(exception_type: str, message: str) -> bytes:
     """An error inside the stream, as Bedrock sends it (botocore raises ``EventStreamError``)."""
-    return _event_message({":exception-type": exception_type, ":content-type": "application/json",
-                           ":message-type": "exception"}, {"message": message})
+    return _event_message(
+        {":exception-type": exception_type, ":content-type": "application/json", ":message-type": "exception"},
+        {"message": message},
+    )
 
 
-def stream_events(text: str = "Hello there", input_tokens: int = 1500, output_tokens: int = 800,
-                  cache_read: int = 0) -> list[bytes]:
+def stream_events(
+    text: str = "Hello there", input_tokens: int = 1500, output_tokens: int = 800, cache_read: int = 0
+) -> list[bytes]:
     """A whole ConverseStream answer: message start, text deltas, stops, then ``metadata``."""
     half = len(text) // 2
-    usage = {"inputTokens": input_tokens, "outputTokens": output_tokens,
-             "totalTokens": input_tokens + output_tokens + cache_read}
+    usage = {
+        "inputTokens": input_tokens,
+        "outputTokens": output_tokens,
+        "totalTokens": input_tokens + output_tokens + cache_read,
+    }
     if cache_read:
         usage["cacheReadInputTokens"] = cache_read
     return [

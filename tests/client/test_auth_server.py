@@ -1,5 +1,6 @@
 """Login, token caching, refresh before expiry, re-login, and revocation on close — against
 the real local server over HTTP."""
+
 from __future__ import annotations
 
 import pytest
@@ -51,8 +52,12 @@ def test_refused_refresh_token_falls_back_to_login(app_client, server):
     access = keeper.tokens.access_token()
     refresh = keeper.tokens._tokens.refresh_token
     # someone revokes the refresh token behind the client's back
-    requests.post(f"{server.url}/auth/revoke", json={"token": refresh, "token_type_hint": "refresh_token"},
-                  headers={"Authorization": f"Bearer {access}"}, timeout=10).raise_for_status()
+    requests.post(
+        f"{server.url}/auth/revoke",
+        json={"token": refresh, "token_type_hint": "refresh_token"},
+        headers={"Authorization": f"Bearer {access}"},
+        timeout=10,
+    ).raise_for_status()
     clock.advance(3600 - 60)
     keeper.tokens.access_token()
     assert calls.count("POST", "/auth/refresh") == 1
@@ -64,11 +69,13 @@ def test_close_revokes_the_refresh_token_and_its_access_tokens(app_client, serve
     access = keeper.tokens.access_token()
     refresh = keeper.tokens._tokens.refresh_token
     assert keeper.close()
-    reply = requests.post(f"{server.url}/auth/refresh", json={"refresh_token": refresh, "grant_type": "refresh_token"},
-                          timeout=10)
+    reply = requests.post(
+        f"{server.url}/auth/refresh", json={"refresh_token": refresh, "grant_type": "refresh_token"}, timeout=10
+    )
     assert reply.status_code == 401 and reply.json()["error"] == "UNAUTHORIZED"
-    reply = requests.post(f"{server.url}/auth/revoke", json={"token": refresh},
-                          headers={"Authorization": f"Bearer {access}"}, timeout=10)
+    reply = requests.post(
+        f"{server.url}/auth/revoke", json={"token": refresh}, headers={"Authorization": f"Bearer {access}"}, timeout=10
+    )
     assert reply.status_code == 401
 
 

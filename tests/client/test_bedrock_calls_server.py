@@ -4,6 +4,7 @@ stream is reported with what it has as ``ERROR``, and a call that fails after re
 Bedrock (throttled, refused, timed out) is reported as ``ERROR`` before its error is raised.
 Bedrock is a real bedrock-runtime client: Stubber answers Converse, and ConverseStream
 answers are real event-stream bytes botocore parses (conftest ``answer_converse_stream``)."""
+
 from __future__ import annotations
 
 import boto3
@@ -27,16 +28,25 @@ EXPECTED_EVENTS = [
     {"contentBlockDelta": {"delta": {"text": " there"}, "contentBlockIndex": 0}},
     {"contentBlockStop": {"contentBlockIndex": 0}},
     {"messageStop": {"stopReason": "end_turn"}},
-    {"metadata": {"usage": {"inputTokens": 1500, "outputTokens": 800, "totalTokens": 2300},
-                  "metrics": {"latencyMs": 412}}},
+    {
+        "metadata": {
+            "usage": {"inputTokens": 1500, "outputTokens": 800, "totalTokens": 2300},
+            "metrics": {"latencyMs": 412},
+        }
+    },
 ]
 PREMIUM_COST = 3760  # 1500 x 0.80 + 800 x 3.20 USD per 1M tokens (config.yaml premium)
 
 
 def bedrock_runtime():
     """A real bedrock-runtime client (one attempt per call: no retry delays in tests)."""
-    return boto3.client("bedrock-runtime", region_name="us-east-1", aws_access_key_id="testing",
-                        aws_secret_access_key="testing", config=Config(retries={"max_attempts": 1}))
+    return boto3.client(
+        "bedrock-runtime",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(retries={"max_attempts": 1}),
+    )
 
 
 @pytest.fixture
@@ -58,22 +68,33 @@ def test_converse_stream_relays_the_events_and_reports_the_metadata_usage(keeper
     (reported,) = calls.bodies("POST", "/usage")
     assert (reported["status"], reported["input_tokens"], reported["output_tokens"]) == ("OK", 1500, 800)
     assert (reported["model_label"], reported["bedrock_model_id"], reported["calling_region"]) == (
-        "premium", PREMIUM, "us-east-1")
+        "premium",
+        PREMIUM,
+        "us-east-1",
+    )
     assert stream.usage.request_id == reported["request_id"]
     assert stream.receipt.cost_usd_micros == PREMIUM_COST
 
 
-@pytest.mark.parametrize("messages, breaks_with, raised, tokens", [
-    # Bedrock's error event inside the stream (botocore: EventStreamError)
-    (stream_events()[:3] + [stream_exception("throttlingException", "Too many tokens")], None, EventStreamError,
-     (0, 0)),
-    # the connection drops before the metadata: nothing known
-    (stream_events()[:2], ProtocolError("Connection broken: IncompleteRead"), ProtocolError, (0, 0)),
-    # the connection drops after the metadata: its counts are what it has
-    (stream_events(), ProtocolError("Connection broken"), ProtocolError, (1500, 800)),
-])
-def test_a_broken_stream_is_reported_with_what_it_has_as_error(keeper_and_bedrock, messages, breaks_with, raised,
-                                                               tokens):
+@pytest.mark.parametrize(
+    "messages, breaks_with, raised, tokens",
+    [
+        # Bedrock's error event inside the stream (botocore: EventStreamError)
+        (
+            stream_events()[:3] + [stream_exception("throttlingException", "Too many tokens")],
+            None,
+            EventStreamError,
+            (0, 0),
+        ),
+        # the connection drops before the metadata: nothing known
+        (stream_events()[:2], ProtocolError("Connection broken: IncompleteRead"), ProtocolError, (0, 0)),
+        # the connection drops after the metadata: its counts are what it has
+        (stream_events(), ProtocolError("Connection broken"), ProtocolError, (1500, 800)),
+    ],
+)
+def test_a_broken_stream_is_reported_with_what_it_has_as_error(
+    keeper_and_bedrock, messages, breaks_with, raised, tokens
+):
     keeper, bedrock, calls = keeper_and_bedrock
     answer_converse_stream(bedrock, WireStream(messages, breaks_with))
     stream = keeper.converse_stream(messages=MESSAGES)
@@ -81,7 +102,7 @@ def test_a_broken_stream_is_reported_with_what_it_has_as_error(keeper_and_bedroc
     with pytest.raises(raised):
         for event in stream:
             relayed.append(event)
-    assert relayed == EXPECTED_EVENTS[:len(relayed)] and relayed
+    assert relayed == EXPECTED_EVENTS[: len(relayed)] and relayed
     (reported,) = calls.bodies("POST", "/usage")
     assert (reported["status"], reported["input_tokens"], reported["output_tokens"]) == ("ERROR", *tokens)
     assert stream.receipt.status == "accepted" and stream.usage.status == "ERROR"
@@ -102,8 +123,9 @@ def test_a_stream_left_before_its_end_is_reported_once_as_error(keeper_and_bedro
     assert calls.count("POST", "/usage") == 1
 
 
-@pytest.mark.parametrize("code, status", [("ThrottlingException", 429), ("ValidationException", 400),
-                                          ("ModelTimeoutException", 408)])
+@pytest.mark.parametrize(
+    "code, status", [("ThrottlingException", 429), ("ValidationException", 400), ("ModelTimeoutException", 408)]
+)
 def test_a_converse_call_bedrock_refuses_is_reported_as_error_then_raised(keeper_and_bedrock, code, status):
     keeper, bedrock, calls = keeper_and_bedrock
     with Stubber(bedrock) as stubber, pytest.raises(ClientError) as raised:

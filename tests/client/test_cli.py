@@ -1,11 +1,12 @@
 """The ``price-keeper`` console script end to end against the local server."""
+
 from __future__ import annotations
 
 import json
 import re
 import stat
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import requests
@@ -39,8 +40,11 @@ model_ordering: [premium, economy]
 
 
 def can_log_in(server, client_id: str, secret: str) -> bool:
-    reply = requests.post(f"{server.url}/auth/token", timeout=10, json={
-        "client_id": client_id, "client_secret": secret, "grant_type": "client_credentials"})
+    reply = requests.post(
+        f"{server.url}/auth/token",
+        timeout=10,
+        json={"client_id": client_id, "client_secret": secret, "grant_type": "client_credentials"},
+    )
     assert reply.status_code in (200, 401), reply.text
     return reply.status_code == 200
 
@@ -79,9 +83,14 @@ def test_operator_walk_through(server, tmp_path):
 
     # The application spends through the client library (Bedrock stubbed).
     bedrock, stubber = stubbed_bedrock()
-    stubber.add_response("converse", converse_response(input_tokens=1500, output_tokens=800),
-                         expected_params={"modelId": "amazon.nova-pro-v1:0",
-                                          "messages": [{"role": "user", "content": [{"text": "hi"}]}]})
+    stubber.add_response(
+        "converse",
+        converse_response(input_tokens=1500, output_tokens=800),
+        expected_params={
+            "modelId": "amazon.nova-pro-v1:0",
+            "messages": [{"role": "user", "content": [{"text": "hi"}]}],
+        },
+    )
     with PriceKeeper(server.url, client_id, app_secret, bedrock_client=bedrock) as keeper:
         result = keeper.converse(messages=[{"role": "user", "content": [{"text": "hi"}]}])
     cost = result.receipt.cost_usd_micros
@@ -106,13 +115,17 @@ def test_operator_walk_through(server, tmp_path):
     table = cli(server, "spend", "today", "--org", org_id, "--app", "chatbot", env=runtime)
     assert table.returncode == 0, table.stderr
     assert "Mode NORMAL" in table.stdout and "Europe/Paris" in table.stdout
-    rows = {line.split()[0]: line for line in table.stdout.splitlines() if line.split()[:1] in (["premium"], ["economy"])}
+    rows = {
+        line.split()[0]: line for line in table.stdout.splitlines() if line.split()[:1] in (["premium"], ["economy"])
+    }
     assert set(rows) == {"premium", "economy"}  # one row per label
     assert re.search(r"\[[#.]{20}\]", rows["premium"]) and " 1 " in rows["premium"]
     assert re.search(r"\$10\.00\b", rows["premium"])
 
     # Rotate with a grace period: both secrets work during it.
-    rotated = cli(server, "app", "rotate", "--org", org_id, "--app", "chatbot", "--grace-hours", "1", "--json", env=admin)
+    rotated = cli(
+        server, "app", "rotate", "--org", org_id, "--app", "chatbot", "--grace-hours", "1", "--json", env=admin
+    )
     assert rotated.returncode == 0, rotated.stderr
     second_secret = json.loads(rotated.stdout)["client_secret"]
     assert json.loads(rotated.stdout)["rotation"]["grace_period_hours"] == 1
@@ -120,8 +133,20 @@ def test_operator_walk_through(server, tmp_path):
 
     # Rotate with no grace: the previous secret stops at once.
     final_file = tmp_path / "chatbot.secret.new"
-    rotated = cli(server, "org", "rotate", "--org", org_id, "--app", "chatbot", "--grace-hours", "0",
-                  "--secret-file", str(final_file), env=admin)
+    rotated = cli(
+        server,
+        "org",
+        "rotate",
+        "--org",
+        org_id,
+        "--app",
+        "chatbot",
+        "--grace-hours",
+        "0",
+        "--secret-file",
+        str(final_file),
+        env=admin,
+    )
     assert rotated.returncode == 0, rotated.stderr
     assert "no longer works" in rotated.stdout
     third_secret = final_file.read_text().strip()
@@ -141,22 +166,45 @@ def test_operator_walk_through(server, tmp_path):
 def test_revoke_a_token(server, tmp_path):
     org_id = str(uuid.uuid4())
     (tmp_path / "org.yaml").write_text(ORG_YAML.format(org_id=org_id))
-    created = cli(server, "org", "apply", str(tmp_path / "org.yaml"), "--json",
-                  env={"PRICE_KEEPER_API_KEY": server.api_key})
+    created = cli(
+        server, "org", "apply", str(tmp_path / "org.yaml"), "--json", env={"PRICE_KEEPER_API_KEY": server.api_key}
+    )
     creds = json.loads(created.stdout)
-    tokens = requests.post(f"{server.url}/auth/token", timeout=10, json={
-        "client_id": creds["client_id"], "client_secret": creds["client_secret"],
-        "grant_type": "client_credentials"}).json()
+    tokens = requests.post(
+        f"{server.url}/auth/token",
+        timeout=10,
+        json={
+            "client_id": creds["client_id"],
+            "client_secret": creds["client_secret"],
+            "grant_type": "client_credentials",
+        },
+    ).json()
     env = {"PRICE_KEEPER_CLIENT_ID": creds["client_id"], "PRICE_KEEPER_CLIENT_SECRET": creds["client_secret"]}
     revoked = cli(server, "revoke", "-", "--hint", "refresh_token", env=env, stdin=tokens["refresh_token"] + "\n")
     assert revoked.returncode == 0, revoked.stderr
-    refresh = requests.post(f"{server.url}/auth/refresh", timeout=10, json={
-        "refresh_token": tokens["refresh_token"], "grant_type": "refresh_token"})
+    refresh = requests.post(
+        f"{server.url}/auth/refresh",
+        timeout=10,
+        json={"refresh_token": tokens["refresh_token"], "grant_type": "refresh_token"},
+    )
     assert refresh.status_code == 401
 
 
-@pytest.mark.parametrize("case", ["no_key", "unknown_field", "bad_yaml", "missing_org", "unknown_org", "bad_day",
-                                  "bad_grace", "wrong_key", "no_client", "unreachable"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "no_key",
+        "unknown_field",
+        "bad_yaml",
+        "missing_org",
+        "unknown_org",
+        "bad_day",
+        "bad_grace",
+        "wrong_key",
+        "no_client",
+        "unreachable",
+    ],
+)
 def test_errors_are_one_line_with_an_exit_code(server, tmp_path, case):
     admin = {"PRICE_KEEPER_API_KEY": server.api_key}
     spec = tmp_path / "spec.yaml"
@@ -168,8 +216,11 @@ def test_errors_are_one_line_with_an_exit_code(server, tmp_path, case):
         "bad_yaml": (["org", "apply", str(spec)], admin, 2),
         "missing_org": (["app", "apply", str(spec)], admin, 2),
         "unknown_org": (["app", "apply", str(spec)], admin, 4),
-        "bad_day": (["spend", "yesterday"], {"PRICE_KEEPER_CLIENT_ID": f"org-{org_id}",
-                                             "PRICE_KEEPER_CLIENT_SECRET": "x"}, 2),
+        "bad_day": (
+            ["spend", "yesterday"],
+            {"PRICE_KEEPER_CLIENT_ID": f"org-{org_id}", "PRICE_KEEPER_CLIENT_SECRET": "x"},
+            2,
+        ),
         "bad_grace": (["org", "rotate", "--org", org_id, "--grace-hours", "500"], admin, 2),
         "wrong_key": (["org", "apply", str(spec)], {"PRICE_KEEPER_API_KEY": "wrong"}, 3),
         "no_client": (["spend", "today", "--org", org_id], {}, 3),
@@ -202,7 +253,8 @@ def test_model_shows_the_recommendation_and_exits_5_when_every_quota_is_spent(se
     org_id = str(uuid.uuid4())
     (tmp_path / "org.yaml").write_text(
         f"org_id: {org_id}\norg_name: Tiny\ntimezone: UTC\nquota_scope: APP\n"
-        "model_ordering: [economy]\nquotas: {economy: 100}\n")
+        "model_ordering: [economy]\nquotas: {economy: 100}\n"
+    )
     (tmp_path / "app.yaml").write_text(f"org_id: {org_id}\napp_id: batch-jobs\napp_name: Batch jobs\n")
     admin = {"PRICE_KEEPER_API_KEY": server.api_key}
     assert cli(server, "org", "apply", str(tmp_path / "org.yaml"), env=admin).returncode == 0
@@ -214,13 +266,16 @@ def test_model_shows_the_recommendation_and_exits_5_when_every_quota_is_spent(se
     assert model.stdout.startswith("economy (amazon.nova-micro-v1:0) · mode NORMAL · reason NORMAL")
 
     with PriceKeeper(server.url, app["client_id"], app["client_secret"]) as keeper:
-        keeper.report_usage(UsageRecord(str(uuid.uuid4()), "economy", "amazon.nova-micro-v1:0", 10_000, 0,
-                                        datetime.now(timezone.utc)))
-    spent = wait_for(lambda: (lambda run: run if run.returncode == 5 else None)(
-        cli(server, "model", "--force", env=env)))
+        keeper.report_usage(
+            UsageRecord(str(uuid.uuid4()), "economy", "amazon.nova-micro-v1:0", 10_000, 0, datetime.now(UTC))
+        )
+    spent = wait_for(
+        lambda: (lambda run: run if run.returncode == 5 else None)(cli(server, "model", "--force", env=env))
+    )
     assert spent, "model never reported the exhausted quota"
-    assert re.fullmatch(r"price-keeper: error: QUOTA_EXCEEDED: .+; quotas reset at \d{4}-\d\d-\d\dT00:00:00Z.*\n",
-                        spent.stderr)
+    assert re.fullmatch(
+        r"price-keeper: error: QUOTA_EXCEEDED: .+; quotas reset at \d{4}-\d\d-\d\dT00:00:00Z.*\n", spent.stderr
+    )
 
 
 def test_revoke_tokens_of_an_app_and_of_an_org(server):
@@ -230,12 +285,18 @@ def test_revoke_tokens_of_an_app_and_of_an_org(server):
     admin = {"PRICE_KEEPER_API_KEY": server.api_key}
 
     def session(client_id: str, secret: str) -> dict:
-        return requests.post(f"{server.url}/auth/token", timeout=10, json={
-            "client_id": client_id, "client_secret": secret, "grant_type": "client_credentials"}).json()
+        return requests.post(
+            f"{server.url}/auth/token",
+            timeout=10,
+            json={"client_id": client_id, "client_secret": secret, "grant_type": "client_credentials"},
+        ).json()
 
     def refreshes(session: dict) -> bool:
-        reply = requests.post(f"{server.url}/auth/refresh", timeout=10, json={
-            "refresh_token": session["refresh_token"], "grant_type": "refresh_token"})
+        reply = requests.post(
+            f"{server.url}/auth/refresh",
+            timeout=10,
+            json={"refresh_token": session["refresh_token"], "grant_type": "refresh_token"},
+        )
         assert reply.status_code in (200, 401), reply.text
         return reply.status_code == 200
 

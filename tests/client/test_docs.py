@@ -1,5 +1,6 @@
 """The "Use it from your application" and "Operate it" sections (docs/client.md and the
 README carry the same text) run as written against the local server, Bedrock stubbed."""
+
 from __future__ import annotations
 
 import os
@@ -7,7 +8,7 @@ import re
 import stat
 import subprocess
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -87,10 +88,15 @@ def test_application_snippet_guards_a_bedrock_call(doc, server, monkeypatch, cap
     snippet = code_block(doc, "Use it from your application", "python")
     _, creds = provision(server)
     use_credentials(monkeypatch, server, creds)
-    bedrock_from_boto3.add_response("converse", converse_response("Three tickets, all resolved."),
-                                    expected_params={"modelId": "amazon.nova-pro-v1:0", "messages": [
-                                        {"role": "user", "content": [{"text": "Summarise today's tickets"}]}],
-                                        "inferenceConfig": {"maxTokens": 512}})
+    bedrock_from_boto3.add_response(
+        "converse",
+        converse_response("Three tickets, all resolved."),
+        expected_params={
+            "modelId": "amazon.nova-pro-v1:0",
+            "messages": [{"role": "user", "content": [{"text": "Summarise today's tickets"}]}],
+            "inferenceConfig": {"maxTokens": 512},
+        },
+    )
     exec(compile(snippet, f"{doc} snippet", "exec"), {"__name__": "snippet"})
     out = capsys.readouterr().out
     assert "Three tickets, all resolved." in out and "answered by premium (1500+800 tokens)" in out
@@ -107,8 +113,9 @@ def test_application_snippet_when_the_budget_is_spent(doc, server, monkeypatch, 
     snippet = code_block(doc, "Use it from your application", "python")
     _, creds = provision(server, model_ordering=["economy"], quotas={"economy": 100})
     with PriceKeeper(server.url, creds.client_id, creds.client_secret) as keeper:
-        keeper.report_usage(UsageRecord(str(uuid.uuid4()), "economy", "amazon.nova-micro-v1:0", 10_000, 0,
-                                        datetime.now(timezone.utc)))
+        keeper.report_usage(
+            UsageRecord(str(uuid.uuid4()), "economy", "amazon.nova-micro-v1:0", 10_000, 0, datetime.now(UTC))
+        )
 
         error = wait_for_quota_exceeded(keeper)
     assert isinstance(error, QuotaExceeded)
@@ -124,8 +131,9 @@ def test_streaming_snippet_relays_the_text_and_reports_the_usage(doc, server, mo
     snippet = code_block(doc, "Use it from your application", "python", 1)
     _, creds = provision(server)
     use_credentials(monkeypatch, server, creds)
-    bedrock = boto3.client("bedrock-runtime", region_name="us-east-1", aws_access_key_id="testing",
-                           aws_secret_access_key="testing")
+    bedrock = boto3.client(
+        "bedrock-runtime", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     sent = answer_converse_stream(bedrock, WireStream(stream_events("Shipped: the new console.", 1500, 800)))
     monkeypatch.setattr(boto3, "client", lambda service_name, *args, **kwargs: bedrock)
     exec(compile(snippet, f"{doc} streaming snippet", "exec"), {"__name__": "snippet"})
@@ -138,12 +146,16 @@ def test_streaming_snippet_relays_the_text_and_reports_the_usage(doc, server, mo
 def test_operator_walk_through_runs_as_written(doc, server, tmp_path):
     script = code_block(doc, "Operate it", "bash")
     org_id = str(uuid.uuid4())  # a fresh org per run; the rest is the documented text
-    script = (script.replace(DOC_ORG_ID, org_id).replace(DOC_URL, server.url)
-              .replace(f"PRICE_KEEPER_API_KEY={DOC_API_KEY}", f"PRICE_KEEPER_API_KEY={server.api_key}"))
+    script = (
+        script.replace(DOC_ORG_ID, org_id)
+        .replace(DOC_URL, server.url)
+        .replace(f"PRICE_KEEPER_API_KEY={DOC_API_KEY}", f"PRICE_KEEPER_API_KEY={server.api_key}")
+    )
     env = {name: value for name, value in os.environ.items() if not name.startswith("PRICE_KEEPER_")}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    run = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr
     out = run.stdout
     assert f"Created org {org_id}." in out and f"Created app chatbot (org {org_id})." in out
@@ -153,24 +165,52 @@ def test_operator_walk_through_runs_as_written(doc, server, tmp_path):
     assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
     rotated_secret = secret_file.read_text().strip()
     assert rotated_secret not in out + run.stderr
-    login = requests.post(f"{server.url}/auth/token", timeout=10, json={
-        "client_id": f"org-{org_id}-app-chatbot", "client_secret": rotated_secret,
-        "grant_type": "client_credentials"})
+    login = requests.post(
+        f"{server.url}/auth/token",
+        timeout=10,
+        json={
+            "client_id": f"org-{org_id}-app-chatbot",
+            "client_secret": rotated_secret,
+            "grant_type": "client_credentials",
+        },
+    )
     assert login.status_code == 200
 
 
 def test_spend_table_example_in_the_docs_is_what_the_cli_prints():
     example = re.search(r"`spend` prints:\n\n```\n(.*?)```", (ROOT / "docs/client.md").read_text(), re.S).group(1)
     spec_example = {  # the aggregates example of api_spec.md, for the documented org and app
-        "org_id": DOC_ORG_ID, "app_id": "chatbot", "date": "2026-01-23", "timezone": "Europe/Paris",
+        "org_id": DOC_ORG_ID,
+        "app_id": "chatbot",
+        "date": "2026-01-23",
+        "timezone": "Europe/Paris",
         "models": {
-            "premium": {"cost_usd_micros": 9_500_000, "quota_usd_micros": 10_000_000, "quota_pct": 95.0,
-                        "quota_status": "TIGHT", "requests": 342},
-            "standard": {"cost_usd_micros": 1_200_000, "quota_usd_micros": 5_000_000, "quota_pct": 24.0,
-                         "quota_status": "NORMAL", "requests": 89},
-            "economy": {"cost_usd_micros": 0, "quota_usd_micros": 2_000_000, "quota_pct": 0.0,
-                        "quota_status": "NORMAL", "requests": 0}},
-        "total_cost_usd_micros": 10_700_000, "total_quota_usd_micros": 17_000_000, "total_quota_pct": 62.9,
-        "sticky_fallback_active": False, "current_active_model": "premium",
+            "premium": {
+                "cost_usd_micros": 9_500_000,
+                "quota_usd_micros": 10_000_000,
+                "quota_pct": 95.0,
+                "quota_status": "TIGHT",
+                "requests": 342,
+            },
+            "standard": {
+                "cost_usd_micros": 1_200_000,
+                "quota_usd_micros": 5_000_000,
+                "quota_pct": 24.0,
+                "quota_status": "NORMAL",
+                "requests": 89,
+            },
+            "economy": {
+                "cost_usd_micros": 0,
+                "quota_usd_micros": 2_000_000,
+                "quota_pct": 0.0,
+                "quota_status": "NORMAL",
+                "requests": 0,
+            },
+        },
+        "total_cost_usd_micros": 10_700_000,
+        "total_quota_usd_micros": 17_000_000,
+        "total_quota_pct": 62.9,
+        "sticky_fallback_active": False,
+        "current_active_model": "premium",
     }
     assert render(DailySpend.from_json(spec_example)) + "\n" == example

@@ -1,4 +1,5 @@
 """The typed exceptions as the real local server produces them."""
+
 from __future__ import annotations
 
 import uuid
@@ -22,8 +23,9 @@ pytestmark = pytest.mark.e2e
 
 def test_unknown_label_is_invalid_config(server):
     with pytest.raises(InvalidConfig) as caught:
-        server.provisioning().put_org(str(uuid.uuid4()), {**ORG_DEFAULTS, "model_ordering": ["no_such_label"],
-                                                          "quotas": {"no_such_label": 1}})
+        server.provisioning().put_org(
+            str(uuid.uuid4()), {**ORG_DEFAULTS, "model_ordering": ["no_such_label"], "quotas": {"no_such_label": 1}}
+        )
     assert caught.value.status == 400 and caught.value.message
 
 

@@ -8,6 +8,7 @@ type its annotation accepts, and every key of the object a model stands for must
 of it, or be named in ``left_in_raw`` (the model keeps the whole answer in ``raw``), so a
 field the server adds, renames or retypes fails here until the client follows.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,7 @@ import types
 import typing
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import requests
@@ -46,6 +47,7 @@ API = "/api/v1/orgs"
 
 # --- shapes: the names and JSON types of a schema or of answers ----------------------------
 
+
 @dataclass
 class Shape:
     types: set[str] = field(default_factory=set)
@@ -65,13 +67,26 @@ class Shape:
 def of_answers(values: list) -> Shape:
     shape = Shape()
     for value in values:
-        shape.types.add({bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null",
-                         dict: "object", list: "array"}[type(value)])
+        shape.types.add(
+            {
+                bool: "boolean",
+                int: "integer",
+                float: "number",
+                str: "string",
+                type(None): "null",
+                dict: "object",
+                list: "array",
+            }[type(value)]
+        )
     objects = [value for value in values if isinstance(value, dict)]
     for key in dict.fromkeys(key for value in objects for key in value):
         shape.properties[key] = of_answers([value[key] for value in objects if key in value])
-    members = [member for value in values if isinstance(value, (dict, list))
-               for member in (value.values() if isinstance(value, dict) else value)]
+    members = [
+        member
+        for value in values
+        if isinstance(value, (dict, list))
+        for member in (value.values() if isinstance(value, dict) else value)
+    ]
     if members:
         shape.members = of_answers(members)
     return shape
@@ -106,11 +121,18 @@ def json_types(annotation) -> set[str]:
         return {"array", "object"} if args and dataclasses.is_dataclass(args[0]) else {"array"}
     if dataclasses.is_dataclass(origin) or origin is dict:
         return {"object"}
-    return {bool: {"boolean"}, int: {"integer"}, float: {"number", "integer"}, str: {"string"},
-            datetime: {"string"}, type(None): {"null"}}[origin]
+    return {
+        bool: {"boolean"},
+        int: {"integer"},
+        float: {"number", "integer"},
+        str: {"string"},
+        datetime: {"string"},
+        type(None): {"null"},
+    }[origin]
 
 
 # --- what each model stands for -------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Wire:
@@ -125,15 +147,28 @@ class Wire:
 WIRE = {
     UsageRecord: Wire("schema:UsageRequest"),
     Pricing: Wire("selection", "pricing"),
-    ModelChoice: Wire("selection", paths={
-        "label": "recommended_model.label", "bedrock_model_id": "recommended_model.bedrock_model_id",
-        "reason": "recommended_model.reason", "mode": "quota_status.mode", "quota_pct": "quota_status.quota_pct",
-        "cache_duration_secs": "client_guidance.cache_duration_secs",
-        "check_frequency": "client_guidance.check_frequency"},
-        left_in_raw=frozenset({"org_id", "app_id", "org_local_time"})),
-    UsageReceipt: Wire("usage", paths={
-        "shard_id": "processing.shard_id", "cost_usd_micros": "processing.cost_usd_micros", "quota": "daily_total"},
-        left_in_raw=frozenset({"message", "timestamp", "pricing"})),
+    ModelChoice: Wire(
+        "selection",
+        paths={
+            "label": "recommended_model.label",
+            "bedrock_model_id": "recommended_model.bedrock_model_id",
+            "reason": "recommended_model.reason",
+            "mode": "quota_status.mode",
+            "quota_pct": "quota_status.quota_pct",
+            "cache_duration_secs": "client_guidance.cache_duration_secs",
+            "check_frequency": "client_guidance.check_frequency",
+        },
+        left_in_raw=frozenset({"org_id", "app_id", "org_local_time"}),
+    ),
+    UsageReceipt: Wire(
+        "usage",
+        paths={
+            "shard_id": "processing.shard_id",
+            "cost_usd_micros": "processing.cost_usd_micros",
+            "quota": "daily_total",
+        },
+        left_in_raw=frozenset({"message", "timestamp", "pricing"}),
+    ),
     LabelQuota: Wire("usage", "daily_total", partial=True, not_sent=frozenset({"reason"})),
     BatchResult: Wire("batch", paths={"quotas": "daily_totals"}, left_in_raw=frozenset({"timestamp"})),
     BatchItemResult: Wire("batch", "results.*"),
@@ -141,10 +176,15 @@ WIRE = {
     LabelSpend: Wire("aggregates", "models.*"),
     Credentials: Wire("provisioned", "credentials"),
     Provisioned: Wire("provisioned"),
-    Rotation: Wire("rotation", paths={
-        "credentials": ("client_id", "client_secret"), "rotated_at": "rotation.rotated_at",
-        "old_secret_expires_at": "rotation.old_secret_expires_at",
-        "grace_period_hours": "rotation.grace_period_hours"}),
+    Rotation: Wire(
+        "rotation",
+        paths={
+            "credentials": ("client_id", "client_secret"),
+            "rotated_at": "rotation.rotated_at",
+            "old_secret_expires_at": "rotation.old_secret_expires_at",
+            "grace_period_hours": "rotation.grace_period_hours",
+        },
+    ),
 }
 
 
@@ -162,20 +202,32 @@ def problems(model: type, wire: Wire, source: Shape) -> list[str]:
             read.add(path.split(".")[0])
             shape = target.find(path)
             if (shape is None) != (name in wire.not_sent):
-                found.append(f"{name}: " + (f"the server sends no {path!r}" if shape is None else
-                                            f"the server now sends {path!r}: take it off not_sent"))
+                found.append(
+                    f"{name}: "
+                    + (
+                        f"the server sends no {path!r}"
+                        if shape is None
+                        else f"the server now sends {path!r}: take it off not_sent"
+                    )
+                )
             elif shape is not None and not isinstance(paths, tuple) and not shape.types <= json_types(hints[name]):
-                found.append(f"{name}: the server sends {sorted(shape.types)} at {path!r}, "
-                             f"the model takes {hints[name]}")
+                found.append(
+                    f"{name}: the server sends {sorted(shape.types)} at {path!r}, the model takes {hints[name]}"
+                )
     if not wire.partial:
-        found += [f"the server's {key!r} is not modelled"
-                  for key in sorted(target.properties.keys() - read - wire.left_in_raw)]
-        found += [f"{key!r} is in left_in_raw but " + ("modelled" if key in read else "not sent")
-                  for key in sorted(wire.left_in_raw & read | wire.left_in_raw - target.properties.keys())]
+        found += [
+            f"the server's {key!r} is not modelled"
+            for key in sorted(target.properties.keys() - read - wire.left_in_raw)
+        ]
+        found += [
+            f"{key!r} is in left_in_raw but " + ("modelled" if key in read else "not sent")
+            for key in sorted(wire.left_in_raw & read | wire.left_in_raw - target.properties.keys())
+        ]
     return found
 
 
 # --- the server's answers -------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def answers(server) -> dict[str, Shape]:
@@ -195,31 +247,59 @@ def answers(server) -> dict[str, Shape]:
     updated = call("PUT", app.format(org_id), 200, headers=admin, json={"app_name": "models, renamed"})
     token = call("POST", "/auth/token", 200, json={**created["credentials"], "grant_type": "client_credentials"})
     bearer = {"Authorization": f"Bearer {token['access_token']}"}
-    record = UsageRecord(str(uuid.uuid4()), "premium", "amazon.nova-pro-v1:0", 1_000, 200,
-                         datetime.now(timezone.utc), calling_region="us-east-1", cache_read_input_tokens=300,
-                         cache_write_input_tokens=100)
+    record = UsageRecord(
+        str(uuid.uuid4()),
+        "premium",
+        "amazon.nova-pro-v1:0",
+        1_000,
+        200,
+        datetime.now(UTC),
+        calling_region="us-east-1",
+        cache_read_input_tokens=300,
+        cache_write_input_tokens=100,
+    )
     recorded = {
         "provisioned": [org, created, updated],
         "selection": [call("GET", f"{app.format(org_id)}/model-selection", 200, headers=bearer)],
         "usage": [call("POST", f"{app.format(org_id)}/usage", 202, headers=bearer, json=record.to_json())],
-        "batch": [call("POST", f"{app.format(org_id)}/usage/batch", 207, headers=bearer, json={"requests": [
-            dataclasses.replace(record, request_id=str(uuid.uuid4())).to_json(), {"request_id": "not-a-uuid"}]})],
+        "batch": [
+            call(
+                "POST",
+                f"{app.format(org_id)}/usage/batch",
+                207,
+                headers=bearer,
+                json={
+                    "requests": [
+                        dataclasses.replace(record, request_id=str(uuid.uuid4())).to_json(),
+                        {"request_id": "not-a-uuid"},
+                    ]
+                },
+            )
+        ],
     }
-    recorded["aggregates"] = [wait_for(lambda: (lambda today: today if today["models"]["premium"]["requests"] == 2
-                                                else None)(call("GET", f"{app.format(org_id)}/aggregates/today", 200,
-                                                                headers=bearer)))]
+    recorded["aggregates"] = [
+        wait_for(
+            lambda: (lambda today: today if today["models"]["premium"]["requests"] == 2 else None)(
+                call("GET", f"{app.format(org_id)}/aggregates/today", 200, headers=bearer)
+            )
+        )
+    ]
     assert recorded["aggregates"] != [None], "the aggregator never folded the usage"
     recorded["rotation"] = [call("POST", f"{app.format(org_id)}/credentials/rotate", 200, headers=admin, json={})]
     shapes = {name: of_answers(values) for name, values in recorded.items()}
     document = call("GET", "/openapi.json", 200)
-    shapes |= {f"schema:{name}": of_schema(schema, document)
-               for name, schema in document["components"]["schemas"].items()}
+    shapes |= {
+        f"schema:{name}": of_schema(schema, document) for name, schema in document["components"]["schemas"].items()
+    }
     return shapes
 
 
 def test_every_client_model_has_a_counterpart():
-    defined = {cls for _, cls in inspect.getmembers(models, inspect.isclass)
-               if dataclasses.is_dataclass(cls) and cls.__module__ == models.__name__}
+    defined = {
+        cls
+        for _, cls in inspect.getmembers(models, inspect.isclass)
+        if dataclasses.is_dataclass(cls) and cls.__module__ == models.__name__
+    }
     assert defined == set(WIRE)
 
 
@@ -239,7 +319,9 @@ def test_the_check_sees_a_dropped_field_and_a_wrong_type(answers):
         profile_kind: str | None = None
 
     found = problems(TwoPrices, WIRE[Pricing], answers["selection"])
-    assert found == ["output_price_usd_micros_per_1m: the server sends ['integer'] at "
-                     "'output_price_usd_micros_per_1m', the model takes <class 'str'>",
-                     "the server's 'cache_read_price_usd_micros_per_1m' is not modelled",
-                     "the server's 'cache_write_price_usd_micros_per_1m' is not modelled"]
+    assert found == [
+        "output_price_usd_micros_per_1m: the server sends ['integer'] at "
+        "'output_price_usd_micros_per_1m', the model takes <class 'str'>",
+        "the server's 'cache_read_price_usd_micros_per_1m' is not modelled",
+        "the server's 'cache_write_price_usd_micros_per_1m' is not modelled",
+    ]

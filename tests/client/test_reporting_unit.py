@@ -1,10 +1,11 @@
 """Usage reporting rules that the local server cannot be made to trigger on demand
 (5xx, rate limits, per-item failures), checked against the HTTP exchanges with ``responses``."""
+
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import requests
@@ -19,16 +20,32 @@ USAGE = f"{URL}/api/v1/orgs/{ORG}/apps/{APP}/usage"
 
 
 def record(**fields) -> UsageRecord:
-    return UsageRecord(**{"request_id": str(uuid.uuid4()), "model_label": "premium",
-                          "bedrock_model_id": "amazon.nova-pro-v1:0", "input_tokens": 10, "output_tokens": 5,
-                          "timestamp": datetime.now(timezone.utc), **fields})
+    return UsageRecord(
+        **{
+            "request_id": str(uuid.uuid4()),
+            "model_label": "premium",
+            "bedrock_model_id": "amazon.nova-pro-v1:0",
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "timestamp": datetime.now(UTC),
+            **fields,
+        }
+    )
 
 
 @pytest.fixture
 def http():
     with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
-        mock.post(f"{URL}/auth/token", json={"access_token": "a1", "refresh_token": "r1", "token_type": "Bearer",
-                                              "expires_in": 3600, "refresh_expires_in": 604800})
+        mock.post(
+            f"{URL}/auth/token",
+            json={
+                "access_token": "a1",
+                "refresh_token": "r1",
+                "token_type": "Bearer",
+                "expires_in": 3600,
+                "refresh_expires_in": 604800,
+            },
+        )
         mock.post(f"{URL}/auth/revoke", status=204)
         yield mock
 
@@ -67,8 +84,12 @@ def test_backoff_is_capped_and_jittered():
 def test_rate_limit_honours_retry_after(http):
     sleeps: list[float] = []
     item = record()
-    http.post(USAGE, status=429, headers={"Retry-After": "7"},
-              json={"error": "RATE_LIMIT_EXCEEDED", "message": "slow down", "retry_after": 7, "timestamp": "x"})
+    http.post(
+        USAGE,
+        status=429,
+        headers={"Retry-After": "7"},
+        json={"error": "RATE_LIMIT_EXCEEDED", "message": "slow down", "retry_after": 7, "timestamp": "x"},
+    )
     http.post(USAGE, status=202, json=accepted(item.request_id))
     keeper(sleeps).report_usage(item)
     assert sleeps == [7.0]
@@ -97,8 +118,15 @@ def test_record_usage_queues_what_the_service_cannot_take_now(http):
     item = record()
     for _ in range(4):
         http.post(USAGE, body=requests.ConnectionError("down"))
-    http.post(f"{USAGE}/batch", status=207, json={"accepted": 1, "failed": 0, "results": [
-        {"request_id": item.request_id, "status": "accepted", "shard_id": 2}]})
+    http.post(
+        f"{USAGE}/batch",
+        status=207,
+        json={
+            "accepted": 1,
+            "failed": 0,
+            "results": [{"request_id": item.request_id, "status": "accepted", "shard_id": 2}],
+        },
+    )
     client = keeper(sleeps)
     assert client.record_usage(item) is None
     assert client.flush(timeout=10)
@@ -130,8 +158,12 @@ def test_background_batches_resend_items_failed_transiently_and_keep_refused_one
     for item in (ok, busy, bad):
         client.record_usage(item)
     assert client.flush(timeout=10)
-    sent = [r["request_id"] for c in http.calls if c.request.url == f"{USAGE}/batch"
-            for r in json.loads(c.request.body)["requests"]]
+    sent = [
+        r["request_id"]
+        for c in http.calls
+        if c.request.url == f"{USAGE}/batch"
+        for r in json.loads(c.request.body)["requests"]
+    ]
     assert sorted(sent) == sorted([ok.request_id, busy.request_id, bad.request_id, busy.request_id])
     assert client.reporter.rejected == [(bad, "INVALID_MODEL_LABEL")]
     assert client.reporter.undelivered == [] and len(sleeps) == 1
@@ -143,7 +175,10 @@ def test_usage_record_sends_prompt_cache_tokens_only_when_present():
     assert "cache_read_input_tokens" not in plain and "calling_region" not in plain
     cached = record(cache_read_input_tokens=100, cache_write_input_tokens=7, calling_region="eu-west-1").to_json()
     assert (cached["cache_read_input_tokens"], cached["cache_write_input_tokens"], cached["calling_region"]) == (
-        100, 7, "eu-west-1")
+        100,
+        7,
+        "eu-west-1",
+    )
     assert plain["timestamp"].endswith("Z") and "." not in plain["timestamp"]
 
 
@@ -151,9 +186,11 @@ SELECTION = f"{URL}/api/v1/orgs/{ORG}/apps/{APP}/model-selection"
 
 
 def selection_answer(label: str, mode: str = "NORMAL") -> dict:
-    return {"recommended_model": {"label": label, "bedrock_model_id": f"{label}-id", "reason": "NORMAL"},
-            "quota_status": {"mode": mode, "quota_pct": 50.0},
-            "client_guidance": {"check_frequency": "PERIODIC_300S", "cache_duration_secs": 300}}
+    return {
+        "recommended_model": {"label": label, "bedrock_model_id": f"{label}-id", "reason": "NORMAL"},
+        "quota_status": {"mode": mode, "quota_pct": 50.0},
+        "client_guidance": {"check_frequency": "PERIODIC_300S", "cache_duration_secs": 300},
+    }
 
 
 def spent(label: str) -> dict:
@@ -168,9 +205,16 @@ def test_a_usage_answer_saying_the_label_is_spent_makes_the_next_call_select_aga
     http.get(SELECTION, json=selection_answer("standard"), headers={"Cache-Control": "max-age=300, private"})
     item = record()
     if batch:
-        http.post(f"{USAGE}/batch", status=207, json={
-            "accepted": 1, "failed": 0, "results": [{"request_id": item.request_id, "status": "accepted"}],
-            "daily_totals": [spent("premium")]})
+        http.post(
+            f"{USAGE}/batch",
+            status=207,
+            json={
+                "accepted": 1,
+                "failed": 0,
+                "results": [{"request_id": item.request_id, "status": "accepted"}],
+                "daily_totals": [spent("premium")],
+            },
+        )
     else:
         http.post(USAGE, status=202, json={**accepted(item.request_id), "daily_total": spent("premium")})
     client = keeper([])
@@ -188,9 +232,16 @@ def test_background_batches_feed_the_selection_too(http):
     http.get(SELECTION, json=selection_answer("premium"))
     http.get(SELECTION, json=selection_answer("premium", mode="TIGHT"))
     item = record()
-    http.post(f"{USAGE}/batch", status=207, json={
-        "accepted": 1, "failed": 0, "results": [{"request_id": item.request_id, "status": "accepted"}],
-        "daily_totals": [{"label": "premium", "quota_pct": 96.0, "status": "TIGHT", "mode": "TIGHT"}]})
+    http.post(
+        f"{USAGE}/batch",
+        status=207,
+        json={
+            "accepted": 1,
+            "failed": 0,
+            "results": [{"request_id": item.request_id, "status": "accepted"}],
+            "daily_totals": [{"label": "premium", "quota_pct": 96.0, "status": "TIGHT", "mode": "TIGHT"}],
+        },
+    )
     client = keeper([], report_in_background=True)
     assert client.select_model().mode == "NORMAL"
     client.record_usage(item)

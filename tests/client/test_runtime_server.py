@@ -2,11 +2,12 @@
 Converse calls with exactly-once usage reporting, the background batch queue, and the typed
 exception when every quota is spent. Bedrock is a real bedrock-runtime client answered by
 botocore's Stubber."""
+
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -34,13 +35,19 @@ MESSAGES = [{"role": "user", "content": [{"text": "Summarise the meeting notes"}
 def make_keeper(server, creds, **kwargs):
     session = kwargs.pop("session", None) or requests.Session()
     calls = CallLog(session)
-    keeper = PriceKeeper(server.url, creds.client_id, creds.client_secret, session=session,
-                         retry=RetryPolicy(sleep=lambda seconds: None), **kwargs)
+    keeper = PriceKeeper(
+        server.url,
+        creds.client_id,
+        creds.client_secret,
+        session=session,
+        retry=RetryPolicy(sleep=lambda seconds: None),
+        **kwargs,
+    )
     return keeper, calls
 
 
 def usage(label="premium", model=PREMIUM, input_tokens=1000, output_tokens=0) -> UsageRecord:
-    return UsageRecord(str(uuid.uuid4()), label, model, input_tokens, output_tokens, datetime.now(timezone.utc))
+    return UsageRecord(str(uuid.uuid4()), label, model, input_tokens, output_tokens, datetime.now(UTC))
 
 
 def spend_reaches(keeper: PriceKeeper, requests_wanted: int):
@@ -53,7 +60,12 @@ def test_selection_is_cached_as_the_service_advises(server):
     clock = FakeClock()
     keeper, calls = make_keeper(server, creds, monotonic=clock)
     choice = keeper.select_model()
-    assert (choice.label, choice.bedrock_model_id, choice.reason, choice.mode) == ("premium", PREMIUM, "NORMAL", "NORMAL")
+    assert (choice.label, choice.bedrock_model_id, choice.reason, choice.mode) == (
+        "premium",
+        PREMIUM,
+        "NORMAL",
+        "NORMAL",
+    )
     assert choice.cache_duration_secs == 300
     keeper.select_model()
     clock.advance(299)
@@ -69,8 +81,11 @@ def test_selection_is_cached_as_the_service_advises(server):
 
 def test_tight_mode_shortens_the_cache_to_a_minute(server):
     # premium: 10,000 micro-USD a day, tight from 50 %; 7,500 input tokens at 0.8 micro-USD cost 6,000 (60 %).
-    _, creds = provision(server, overrides={"tight_mode_threshold_pct": 50},
-                         quotas={"premium": 10_000, "standard": 5_000_000, "economy": 2_000_000})
+    _, creds = provision(
+        server,
+        overrides={"tight_mode_threshold_pct": 50},
+        quotas={"premium": 10_000, "standard": 5_000_000, "economy": 2_000_000},
+    )
     clock = FakeClock()
     keeper, calls = make_keeper(server, creds, monotonic=clock)
     keeper.report_usage(usage(input_tokens=7_500))
@@ -88,8 +103,11 @@ def test_tight_mode_shortens_the_cache_to_a_minute(server):
 
 
 def test_a_usage_answer_showing_the_label_tight_makes_the_client_ask_again(server):
-    _, creds = provision(server, overrides={"tight_mode_threshold_pct": 50},
-                         quotas={"premium": 10_000, "standard": 5_000_000, "economy": 2_000_000})
+    _, creds = provision(
+        server,
+        overrides={"tight_mode_threshold_pct": 50},
+        quotas={"premium": 10_000, "standard": 5_000_000, "economy": 2_000_000},
+    )
     clock = FakeClock()
     keeper, calls = make_keeper(server, creds, monotonic=clock)
     assert keeper.select_model().mode == "NORMAL"
@@ -131,10 +149,16 @@ def test_converse_reports_usage_once_even_when_the_first_answer_is_lost(server):
     session.mount(server.url, flaky)
     bedrock, stubber = stubbed_bedrock()
     keeper, _ = make_keeper(server, creds, session=session, bedrock_client=bedrock)
-    stubber.add_response("converse", converse_response("Notes: ship it.", input_tokens=1500, output_tokens=800),
-                         expected_params={"modelId": PREMIUM, "messages": MESSAGES, "inferenceConfig": {"maxTokens": 256}})
-    stubber.add_response("converse", converse_response("Second.", input_tokens=400, output_tokens=100),
-                         expected_params={"modelId": PREMIUM, "messages": MESSAGES})
+    stubber.add_response(
+        "converse",
+        converse_response("Notes: ship it.", input_tokens=1500, output_tokens=800),
+        expected_params={"modelId": PREMIUM, "messages": MESSAGES, "inferenceConfig": {"maxTokens": 256}},
+    )
+    stubber.add_response(
+        "converse",
+        converse_response("Second.", input_tokens=400, output_tokens=100),
+        expected_params={"modelId": PREMIUM, "messages": MESSAGES},
+    )
 
     first = keeper.converse(messages=MESSAGES, inferenceConfig={"maxTokens": 256})
     assert first.text == "Notes: ship it." and first.stop_reason == "end_turn"
@@ -156,8 +180,9 @@ def test_prompt_cache_tokens_are_read_from_converse_and_reported(server):
     _, creds = provision(server)
     bedrock, stubber = stubbed_bedrock()
     keeper, calls = make_keeper(server, creds, bedrock_client=bedrock)
-    stubber.add_response("converse", converse_response(input_tokens=100, output_tokens=50, cache_read=2000,
-                                                       cache_write=300))
+    stubber.add_response(
+        "converse", converse_response(input_tokens=100, output_tokens=50, cache_read=2000, cache_write=300)
+    )
     result = keeper.converse(messages=MESSAGES)
     (sent,) = calls.bodies("POST", "/usage")
     assert (sent["cache_read_input_tokens"], sent["cache_write_input_tokens"]) == (2000, 300)
@@ -201,7 +226,7 @@ def test_all_quotas_spent_raises_quota_exceeded_with_retry_after(server):
     assert isinstance(error, QuotaExceeded), "model selection never answered 429 QUOTA_EXCEEDED"
     tokyo = ZoneInfo("Asia/Tokyo")
     next_midnight = datetime.combine(datetime.now(tokyo).date() + timedelta(days=1), datetime.min.time(), tokyo)
-    assert error.retry_after == next_midnight.astimezone(timezone.utc)
+    assert error.retry_after == next_midnight.astimezone(UTC)
     assert error.status == 429 and error.code == "QUOTA_EXCEEDED"
 
     with pytest.raises(QuotaExceeded) as caught:  # Bedrock is never called: the stub has nothing queued

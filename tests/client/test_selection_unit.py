@@ -1,4 +1,5 @@
 """The model-selection cache: how long an answer is reused, and what makes the client ask again."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,21 +12,26 @@ from .conftest import FakeClock
 
 
 def choice(label="premium", mode="NORMAL", reason="NORMAL", cache=300) -> ModelChoice:
-    return ModelChoice.from_json({
-        "recommended_model": {"label": label, "bedrock_model_id": f"{label}-id", "reason": reason},
-        "quota_status": {"mode": mode, "quota_pct": 12.5},
-        "client_guidance": {"check_frequency": f"PERIODIC_{cache}S", "cache_duration_secs": cache},
-    })
+    return ModelChoice.from_json(
+        {
+            "recommended_model": {"label": label, "bedrock_model_id": f"{label}-id", "reason": reason},
+            "quota_status": {"mode": mode, "quota_pct": 12.5},
+            "client_guidance": {"check_frequency": f"PERIODIC_{cache}S", "cache_duration_secs": cache},
+        }
+    )
 
 
-@pytest.mark.parametrize("guidance,cache_control,expected", [
-    (300, "max-age=300, private", 300),
-    (60, "max-age=60, private", 60),
-    (300, "private, max-age=30", 30),  # the header is shorter: it wins
-    (60, "max-age=300", 60),  # the guidance is shorter: it wins
-    (300, None, 300),
-    (300, "no-store", 0),
-])
+@pytest.mark.parametrize(
+    "guidance,cache_control,expected",
+    [
+        (300, "max-age=300, private", 300),
+        (60, "max-age=60, private", 60),
+        (300, "private, max-age=30", 30),  # the header is shorter: it wins
+        (60, "max-age=300", 60),  # the guidance is shorter: it wins
+        (300, None, 300),
+        (300, "no-store", 0),
+    ],
+)
 def test_cache_lifetime_is_the_shorter_of_guidance_and_max_age(guidance, cache_control, expected):
     assert cache_seconds(choice(cache=guidance), cache_control) == expected
 
@@ -79,16 +85,19 @@ def test_a_429_drops_the_cache_and_the_next_call_asks_again():
     assert selector.current().label == "economy" and service.asked == 3
 
 
-@pytest.mark.parametrize("quota,cached_mode,asks_again", [
-    (LabelQuota("premium", 96.0, "TIGHT", "NORMAL"), "NORMAL", True),
-    (LabelQuota("premium", 100.5, "EXCEEDED", None), "TIGHT", True),
-    (LabelQuota("premium", 40.0, "NORMAL", "QUOTA_EXCEEDED_ULTRA"), "NORMAL", True),  # reason changed
-    (LabelQuota("premium", 97.0, "TIGHT", None), "TIGHT", False),  # already known to be tight
-    (LabelQuota("premium", 60.0, "NORMAL", None), "TIGHT", False),  # tight for the total cap, say: keep it
-    (LabelQuota("premium", 40.0, "NORMAL", "NORMAL"), "NORMAL", False),
-    (LabelQuota("standard", 100.0, "EXCEEDED", None), "NORMAL", False),  # another label
-    (None, "NORMAL", False),  # the answer says nothing about quota
-])
+@pytest.mark.parametrize(
+    "quota,cached_mode,asks_again",
+    [
+        (LabelQuota("premium", 96.0, "TIGHT", "NORMAL"), "NORMAL", True),
+        (LabelQuota("premium", 100.5, "EXCEEDED", None), "TIGHT", True),
+        (LabelQuota("premium", 40.0, "NORMAL", "QUOTA_EXCEEDED_ULTRA"), "NORMAL", True),  # reason changed
+        (LabelQuota("premium", 97.0, "TIGHT", None), "TIGHT", False),  # already known to be tight
+        (LabelQuota("premium", 60.0, "NORMAL", None), "TIGHT", False),  # tight for the total cap, say: keep it
+        (LabelQuota("premium", 40.0, "NORMAL", "NORMAL"), "NORMAL", False),
+        (LabelQuota("standard", 100.0, "EXCEEDED", None), "NORMAL", False),  # another label
+        (None, "NORMAL", False),  # the answer says nothing about quota
+    ],
+)
 def test_usage_answers_invalidate_the_cache_when_the_label_is_spent_or_turns_tight(quota, cached_mode, asks_again):
     service = Answers((choice(mode=cached_mode), None), (choice(label="standard"), None))
     selector = ModelSelector(service, clock=FakeClock())
@@ -103,8 +112,11 @@ def test_label_quota_is_found_in_the_usage_answer_shapes():
     nested = {"request_id": "x", "processing": {"quota": {"model_label": "premium", "status": "EXCEEDED"}}}
     assert LabelQuota.find(top) == LabelQuota("premium", 96.0, "TIGHT", None)
     assert LabelQuota.find(nested) == LabelQuota("premium", None, "EXCEEDED", None)
-    ours = {"request_id": "x", "processing": {"shard_id": 1},
-            "daily_total": {"label": "premium", "quota_pct": 100.2, "status": "EXCEEDED", "mode": "TIGHT"}}
+    ours = {
+        "request_id": "x",
+        "processing": {"shard_id": 1},
+        "daily_total": {"label": "premium", "quota_pct": 100.2, "status": "EXCEEDED", "mode": "TIGHT"},
+    }
     assert LabelQuota.find(ours) == LabelQuota("premium", 100.2, "EXCEEDED", None)
     assert LabelQuota.find({"request_id": "x", "processing": {"shard_id": 1}}) is None
 
@@ -112,9 +124,17 @@ def test_label_quota_is_found_in_the_usage_answer_shapes():
 def test_label_quotas_are_found_in_a_batch_answer():
     from price_keeper_client.models import BatchResult
 
-    body = {"accepted": 2, "failed": 0, "results": [], "daily_totals": [
-        {"label": "premium", "quota_pct": 100.4, "status": "EXCEEDED", "mode": "TIGHT"},
-        {"label": "standard", "quota_pct": 12.0, "status": "NORMAL", "mode": "NORMAL"}]}
-    assert BatchResult.from_json(body).quotas == (LabelQuota("premium", 100.4, "EXCEEDED", None),
-                                                   LabelQuota("standard", 12.0, "NORMAL", None))
+    body = {
+        "accepted": 2,
+        "failed": 0,
+        "results": [],
+        "daily_totals": [
+            {"label": "premium", "quota_pct": 100.4, "status": "EXCEEDED", "mode": "TIGHT"},
+            {"label": "standard", "quota_pct": 12.0, "status": "NORMAL", "mode": "NORMAL"},
+        ],
+    }
+    assert BatchResult.from_json(body).quotas == (
+        LabelQuota("premium", 100.4, "EXCEEDED", None),
+        LabelQuota("standard", 12.0, "NORMAL", None),
+    )
     assert BatchResult.from_json({"accepted": 0, "failed": 0, "results": []}).quotas == ()

@@ -1,4 +1,5 @@
 """Reading a synthesized CloudFormation template: references, API paths, role policies."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -70,8 +71,13 @@ def statements(document: dict) -> list[Statement]:
     for raw in document["Statement"]:
         actions = raw.get("Action", [])
         resources = raw.get("Resource", [])
-        result.append(Statement(tuple(actions if isinstance(actions, list) else [actions]),
-                                tuple(resources if isinstance(resources, list) else [resources]), raw))
+        result.append(
+            Statement(
+                tuple(actions if isinstance(actions, list) else [actions]),
+                tuple(resources if isinstance(resources, list) else [resources]),
+                raw,
+            )
+        )
     return result
 
 

@@ -3,6 +3,7 @@
 ``bundleLayer=false`` keeps pip off the network: the layer asset is its source directory
 (``test_layer.py`` bundles it for real).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,10 +23,16 @@ import app as cdk_app  # noqa: E402
 from stacks import REPO_ROOT  # noqa: E402
 
 # Context of the second synthesis: every optional feature on.
-OPTIONS = {"stage": "prod", "tablePrefix": "pk-", "enableStreams": "true",
-           "corsOrigins": "https://a.example, https://b.example", "alertEmail": "ops@example.com",
-           "alertWebhookUrl": "https://hooks.slack.com/services/T000/B000/XXXXXXXX",
-           "throttleRateLimit": "50", "throttleBurstLimit": "80"}
+OPTIONS = {
+    "stage": "prod",
+    "tablePrefix": "pk-",
+    "enableStreams": "true",
+    "corsOrigins": "https://a.example, https://b.example",
+    "alertEmail": "ops@example.com",
+    "alertWebhookUrl": "https://hooks.slack.com/services/T000/B000/XXXXXXXX",
+    "throttleRateLimit": "50",
+    "throttleBurstLimit": "80",
+}
 
 
 @dataclass

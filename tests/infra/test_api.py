@@ -1,4 +1,5 @@
 """The REST API: a Lambda proxy method per route, stage settings, gateway responses, CORS."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,10 @@ pytestmark = pytest.mark.infra
 
 def _methods(template: dict) -> dict[tuple[str, str], dict]:
     paths = api_paths(template)
-    return {(m["Properties"]["HttpMethod"], paths[logical_id(m["Properties"]["ResourceId"])]): m["Properties"]
-            for m in of_type(template, "AWS::ApiGateway::Method").values()}
+    return {
+        (m["Properties"]["HttpMethod"], paths[logical_id(m["Properties"]["ResourceId"])]): m["Properties"]
+        for m in of_type(template, "AWS::ApiGateway::Method").values()
+    }
 
 
 def test_one_rest_api(synth):
@@ -76,7 +79,8 @@ def test_stage_logs_failed_executions_without_bodies_to_a_group_with_retention(s
     group_id = synth.id_of(synth.stack.api.execution_logs)
     group = synth.json["Resources"][group_id]
     assert group["Properties"]["LogGroupName"] == {
-        "Fn::Join": ["", ["API-Gateway-Execution-Logs_", {"Ref": api_id}, "/dev"]]}
+        "Fn::Join": ["", ["API-Gateway-Execution-Logs_", {"Ref": api_id}, "/dev"]]
+    }
     assert group["Properties"]["RetentionInDays"] == 30 and group["DeletionPolicy"] == "Delete"
     assert group_id in stage["DependsOn"]  # it exists before API Gateway would create it without retention
 
@@ -102,15 +106,20 @@ def test_cors_preflight_for_configured_origins(synth_options):
     assert "X-API-Key" in allowed and "Authorization" in allowed
 
 
-@pytest.mark.parametrize("response_type, status, code", [
-    ("MISSING_AUTHENTICATION_TOKEN", "404", "NOT_FOUND"),
-    ("THROTTLED", "429", "RATE_LIMIT_EXCEEDED"),
-    ("DEFAULT_4XX", None, "INVALID_REQUEST"),
-    ("DEFAULT_5XX", None, "INTERNAL_ERROR"),
-])
+@pytest.mark.parametrize(
+    "response_type, status, code",
+    [
+        ("MISSING_AUTHENTICATION_TOKEN", "404", "NOT_FOUND"),
+        ("THROTTLED", "429", "RATE_LIMIT_EXCEEDED"),
+        ("DEFAULT_4XX", None, "INVALID_REQUEST"),
+        ("DEFAULT_5XX", None, "INTERNAL_ERROR"),
+    ],
+)
 def test_gateway_answers_use_the_error_schema(synth, response_type, status, code):
-    responses = {r["Properties"]["ResponseType"]: r["Properties"]
-                 for r in synth.resources("AWS::ApiGateway::GatewayResponse").values()}
+    responses = {
+        r["Properties"]["ResponseType"]: r["Properties"]
+        for r in synth.resources("AWS::ApiGateway::GatewayResponse").values()
+    }
     response = responses[response_type]
     assert response.get("StatusCode") == status
     # What API Gateway sends once it has filled in its $context variables.

@@ -1,4 +1,5 @@
 """A function per HTTP function and job: code, runtime, layers, environment."""
+
 from __future__ import annotations
 
 import json

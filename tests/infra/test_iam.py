@@ -1,4 +1,5 @@
 """Least privilege: each function's role holds exactly what ``stacks/access.py`` grants."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,8 +15,12 @@ pytestmark = pytest.mark.infra
 
 # The only actions allowed on Resource "*": AWS offers no resource-level permission for them
 # (ListStreams: the aggregator's event source mapping lists the usage table's streams).
-WILDCARD_RESOURCE_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "pricing:GetProducts",
-                             "dynamodb:ListStreams"}
+WILDCARD_RESOURCE_ACTIONS = {
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
+    "pricing:GetProducts",
+    "dynamodb:ListStreams",
+}
 
 
 def _function_statements(synth) -> dict[str, list]:
@@ -57,8 +62,7 @@ def test_dynamodb_grants_are_exactly_the_access_map(synth, name):
 
 
 def _is_stream(statement) -> bool:
-    return all(isinstance(r, dict) and r.get("Fn::GetAtt", [None, None])[1] == "StreamArn"
-               for r in statement.resources)
+    return all(isinstance(r, dict) and r.get("Fn::GetAtt", [None, None])[1] == "StreamArn" for r in statement.resources)
 
 
 def _index_of(resource, spec):
@@ -97,8 +101,11 @@ def test_functions_have_no_managed_policies(synth):
 
 def _secret_readers(synth, secret) -> set[str]:
     secret_id = synth.id_of(secret)
-    return {name for name, statements in _function_statements(synth).items()
-            if any("secretsmanager:GetSecretValue" in s.actions and secret_id in s.targets for s in statements)}
+    return {
+        name
+        for name, statements in _function_statements(synth).items()
+        if any("secretsmanager:GetSecretValue" in s.actions and secret_id in s.targets for s in statements)
+    }
 
 
 def test_signing_key_readable_only_by_token_endpoints_and_authorizing_functions(synth):
@@ -113,8 +120,9 @@ def test_provisioning_key_readable_only_by_provisioning_endpoints(synth):
 def test_every_function_that_authorizes_reads_the_signing_key():
     """A bearer-token check reads RevokedTokens; it needs the signing key to verify the token first.
     (Rotation and revoke-tokens only write a client's cutoff there: they verify no token.)"""
-    checks_tokens = {name for name, grants in access.TABLE_ACCESS.items()
-                     if access.BATCH_GET in grants.get(REVOKED_TOKENS, ())}
+    checks_tokens = {
+        name for name, grants in access.TABLE_ACCESS.items() if access.BATCH_GET in grants.get(REVOKED_TOKENS, ())
+    }
     assert checks_tokens <= access.JWT_READERS
     assert {"auth_token", "auth_refresh", "auth_revoke"} <= access.JWT_READERS
 

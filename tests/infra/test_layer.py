@@ -1,6 +1,7 @@
 """The shared layer bundling: Lambda-ready wheels for the chosen architecture, the
 package, the config as JSON where config.py looks first, byte code for the runtime's
 Python; the asset hash follows the inputs."""
+
 from __future__ import annotations
 
 import json
@@ -73,8 +74,13 @@ def test_bundle_ships_the_console_page_and_the_hash_covers_it(bundle):
     assert {source / name for name in files} <= set(_package_files())  # a page change redeploys the layer
     env = {k: v for k, v in os.environ.items() if k != "PRICE_KEEPER_CONFIG"}
     env["PYTHONPATH"] = str(bundle)
-    result = subprocess.run([sys.executable, "-c", "from price_keeper import console; print(console.page().html[:15])"],
-                            env=env, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", "from price_keeper import console; print(console.page().html[:15])"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert result.stdout.strip() == "<!doctype html>"
 
 
@@ -94,9 +100,18 @@ def test_bundled_package_reads_its_own_config(bundle, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PRICE_KEEPER_CONFIG"}
     env["PYTHONPATH"] = str(bundle)
     result = subprocess.run(
-        [sys.executable, "-c", "import sys; from price_keeper import config; config.get_config();"
-                               "print(config.config_path(), 'yaml' in sys.modules)"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from price_keeper import config; config.get_config();"
+            "print(config.config_path(), 'yaml' in sys.modules)",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert result.stdout.split() == [str(bundle / "price_keeper" / "config.json"), "False"]
 
 
@@ -110,9 +125,16 @@ def test_bundled_package_imports_where_lambda_mounts_layers(bundle):
         env = {k: v for k, v in os.environ.items() if k != "PRICE_KEEPER_CONFIG"}
         env["PYTHONPATH"] = str(root / "python")
         result = subprocess.run(  # with the runtime's Python where there is one: its byte code loads
-            [runtime_python() or sys.executable, "-c",
-             "from price_keeper import config; print(config.get_config().service_name)"],
-            cwd=root, env=env, capture_output=True, text=True)
+            [
+                runtime_python() or sys.executable,
+                "-c",
+                "from price_keeper import config; print(config.get_config().service_name)",
+            ],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == "bedrock-price-keeper"
     finally:

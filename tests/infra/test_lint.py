@@ -1,4 +1,5 @@
 """cfn-lint on the synthesized templates, with the repository's .cfnlintrc (W3005 off)."""
+
 from __future__ import annotations
 
 import json
@@ -17,6 +18,10 @@ pytestmark = pytest.mark.infra
 def test_cfn_lint_is_clean(variant, request, tmp_path):
     template = tmp_path / "template.json"
     template.write_text(json.dumps(request.getfixturevalue(variant).json))
-    result = subprocess.run([str(Path(sys.executable).parent / "cfn-lint"), "--", str(template)],
-                            cwd=REPO_ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--", str(template)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

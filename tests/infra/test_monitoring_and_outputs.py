@@ -1,4 +1,5 @@
 """Alarms, the dashboard and the stack outputs."""
+
 from __future__ import annotations
 
 import json
@@ -72,12 +73,20 @@ def test_table_throttle_alarm_per_table_a_function_may_touch(synth):
         stats = {m["Id"]: m["MetricStat"] for m in alarm["Metrics"] if "MetricStat" in m}
         # every series counts, and a quiet one counts as zero (see monitoring.throttle_events)
         assert expression["Expression"] == " + ".join(f"FILL({metric_id}, 0)" for metric_id in stats)
-        watched = {(stat["Metric"]["MetricName"], frozenset(
-            (d["Name"], logical_id(d["Value"]) if d["Name"] == "TableName" else d["Value"])
-            for d in stat["Metric"]["Dimensions"])) for stat in stats.values()}
+        watched = {
+            (
+                stat["Metric"]["MetricName"],
+                frozenset(
+                    (d["Name"], logical_id(d["Value"]) if d["Name"] == "TableName" else d["Value"])
+                    for d in stat["Metric"]["Dimensions"]
+                ),
+            )
+            for stat in stats.values()
+        }
         targets = [frozenset({("TableName", table_ids[spec])})] + [
             frozenset({("TableName", table_ids[spec]), ("GlobalSecondaryIndexName", index.name)})
-            for index in spec.indexes]
+            for index in spec.indexes
+        ]
         assert watched == {(f"{kind}ThrottleEvents", target) for kind in ("Read", "Write") for target in targets}
         assert all(stat["Stat"] == "Sum" and stat["Metric"]["Namespace"] == "AWS/DynamoDB" for stat in stats.values())
 
@@ -91,9 +100,20 @@ def _dashboard(synth) -> dict:
 
 def test_dashboard_shows_api_lambda_tables_custom_metrics_and_queues(synth):
     body = json.dumps(_dashboard(synth))
-    for needle in ("Count", "4XXError", "5XXError", "Latency", "p50", "p99", "Errors", "Throttles",
-                   "ApproximateNumberOfMessagesVisible", "ReadThrottleEvents", "WriteThrottleEvents",
-                   "ConsumedReadCapacityUnits"):
+    for needle in (
+        "Count",
+        "4XXError",
+        "5XXError",
+        "Latency",
+        "p50",
+        "p99",
+        "Errors",
+        "Throttles",
+        "ApproximateNumberOfMessagesVisible",
+        "ReadThrottleEvents",
+        "WriteThrottleEvents",
+        "ConsumedReadCapacityUnits",
+    ):
         assert needle in body, needle
 
 
@@ -103,20 +123,28 @@ def _published_by_the_code() -> set[str]:
     names = {constant: value for constant, value in vars(metric_names).items() if constant.isupper()}
     sources = [path for root in (LAYER_SOURCE / "price_keeper", LAMBDAS_DIR) for path in root.rglob("*.py")]
     code = "\n".join(path.read_text() for path in sources if path.name != "metric_names.py")
-    return {value for constant, value in names.items()
-            if re.search(rf"(\bcount\(|\bname=){constant}\b", code)}
+    return {value for constant, value in names.items() if re.search(rf"(\bcount\(|\bname=){constant}\b", code)}
 
 
 def test_every_custom_metric_the_dashboard_and_alarms_show_is_published(synth):
     """Only one dimension (service): a metric per tenant would be billed per tenant."""
-    plotted = [series for widget in _dashboard(synth)["widgets"] for series in widget["properties"].get("metrics", [])
-               if series[0] == "BedrockPriceKeeper"]
+    plotted = [
+        series
+        for widget in _dashboard(synth)["widgets"]
+        for series in widget["properties"].get("metrics", [])
+        if series[0] == "BedrockPriceKeeper"
+    ]
     assert all(series[2:4] == ["service", "price-keeper"] and isinstance(series[4], dict) for series in plotted)
     alarmed = [a for a in _alarms(synth).values() if a.get("Namespace") == "BedrockPriceKeeper"]
     assert all(a["Dimensions"] == [{"Name": "service", "Value": "price-keeper"}] for a in alarmed)
     shown = {series[1] for series in plotted} | {a["MetricName"] for a in alarmed}
-    assert shown == {metric_names.AGGREGATOR_LAG_SECONDS, metric_names.SPEND_PCT, metric_names.STICKY_FLIPS,
-                     metric_names.TOKENS_REVOKED, metric_names.CLIENT_TOKENS_REVOKED}
+    assert shown == {
+        metric_names.AGGREGATOR_LAG_SECONDS,
+        metric_names.SPEND_PCT,
+        metric_names.STICKY_FLIPS,
+        metric_names.TOKENS_REVOKED,
+        metric_names.CLIENT_TOKENS_REVOKED,
+    }
     assert shown <= _published_by_the_code()
 
 
@@ -132,8 +160,9 @@ def test_outputs(synth):
 
 
 def test_secrets_are_generated_with_stage_names(synth):
-    secrets = {s["Properties"]["Name"]: s["Properties"]
-               for s in synth.resources("AWS::SecretsManager::Secret").values()}
+    secrets = {
+        s["Properties"]["Name"]: s["Properties"] for s in synth.resources("AWS::SecretsManager::Secret").values()
+    }
     assert set(secrets) == {"price-keeper/dev/jwt-signing-key", "price-keeper/dev/provisioning-api-key"}
     for secret in secrets.values():
         assert "GenerateSecretString" in secret and "SecretString" not in secret

@@ -6,6 +6,7 @@ cdk-nag 3 is a CDK validation plugin, not an aspect that adds annotations: a fin
 the synth, and every finding, acknowledged or not, is listed in the assembly's
 ``validation-report.json``. That report is what these tests read.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,13 @@ def test_the_pack_ran_and_left_no_finding(variant, request):
 
 def _acknowledgments(stack) -> set[tuple[str, str]]:
     """(construct path, rule id) of every acknowledgment recorded in the stack."""
-    return {(construct.node.path, rule) for construct in stack.node.find_all() for entry in construct.node.metadata
-            if entry.type == Validations.ACKNOWLEDGED_RULES_METADATA_KEY for rule in entry.data}
+    return {
+        (construct.node.path, rule)
+        for construct in stack.node.find_all()
+        for entry in construct.node.metadata
+        if entry.type == Validations.ACKNOWLEDGED_RULES_METADATA_KEY
+        for rule in entry.data
+    }
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -57,6 +63,7 @@ def test_each_acknowledgment_is_one_finding_on_the_resource_it_names_with_its_re
 
 
 def test_the_acknowledged_rules_are_the_reviewed_ones(synth):
-    rules = {finding["ruleName"].removeprefix(f"{PACK}-").split("[")[0]
-             for finding in _report(synth)["suppressedViolations"]}
+    rules = {
+        finding["ruleName"].removeprefix(f"{PACK}-").split("[")[0] for finding in _report(synth)["suppressedViolations"]
+    }
     assert rules == ACKNOWLEDGED_RULES

@@ -1,5 +1,6 @@
 """EventBridge schedules with retries and dead-letter queues, the deploy-time price fetch,
 and the alert bus → SNS route."""
+
 from __future__ import annotations
 
 import json
@@ -22,10 +23,13 @@ def _scheduled_targets(synth) -> dict[str, dict]:
     return found
 
 
-@pytest.mark.parametrize("job, expression, retries, max_age", [
-    ("aggregator", "rate(10 minutes)", 2, 600),
-    ("pricing_fetcher", "rate(1 day)", 8, 6 * 3600),
-])
+@pytest.mark.parametrize(
+    "job, expression, retries, max_age",
+    [
+        ("aggregator", "rate(10 minutes)", 2, 600),
+        ("pricing_fetcher", "rate(1 day)", 8, 6 * 3600),
+    ],
+)
 def test_schedule_with_retry_policy_and_dead_letter_queue(synth, job, expression, retries, max_age):
     function_id = synth.function_ids()[job]
     schedule, target = _scheduled_targets(synth)[function_id]
@@ -34,10 +38,12 @@ def test_schedule_with_retry_policy_and_dead_letter_queue(synth, job, expression
     queue_id = synth.id_of(synth.stack.schedules.dead_letter_queues[job])
     assert logical_id(target["DeadLetterConfig"]["Arn"]) == queue_id
     # Runs that fail inside Lambda (after its own retries) land in the same queue.
-    configs = [c["Properties"] for c in synth.resources("AWS::Lambda::EventInvokeConfig").values()
-               if logical_id(c["Properties"]["FunctionName"]) == function_id]
-    assert configs and all(logical_id(c["DestinationConfig"]["OnFailure"]["Destination"]) == queue_id
-                           for c in configs)
+    configs = [
+        c["Properties"]
+        for c in synth.resources("AWS::Lambda::EventInvokeConfig").values()
+        if logical_id(c["Properties"]["FunctionName"]) == function_id
+    ]
+    assert configs and all(logical_id(c["DestinationConfig"]["OnFailure"]["Destination"]) == queue_id for c in configs)
 
 
 def test_only_the_jobs_are_scheduled(synth):
@@ -48,8 +54,11 @@ def test_only_the_jobs_are_scheduled(synth):
 def test_dead_letter_queues_accept_only_eventbridge_from_their_rule(synth):
     for job, queue in synth.stack.schedules.dead_letter_queues.items():
         queue_id = synth.id_of(queue)
-        (policy,) = [p["Properties"] for p in synth.resources("AWS::SQS::QueuePolicy").values()
-                     if {logical_id(q) for q in p["Properties"]["Queues"]} == {queue_id}]
+        (policy,) = [
+            p["Properties"]
+            for p in synth.resources("AWS::SQS::QueuePolicy").values()
+            if {logical_id(q) for q in p["Properties"]["Queues"]} == {queue_id}
+        ]
         senders = [s for s in policy["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
         assert [s["Principal"] for s in senders] == [{"Service": "events.amazonaws.com"}]
         rule_id = synth.id_of(synth.stack.schedules.rules[job])
@@ -74,8 +83,9 @@ def test_alert_events_route_from_the_bus_to_the_topic(synth):
     topic_id = synth.id_of(synth.stack.alerts.topic)
     (bus,) = synth.resources("AWS::Events::EventBus").values()
     assert bus["Properties"]["Name"] == "price-keeper-dev-events"
-    on_bus = [r["Properties"] for r in synth.resources("AWS::Events::Rule").values()
-              if "EventBusName" in r["Properties"]]
+    on_bus = [
+        r["Properties"] for r in synth.resources("AWS::Events::Rule").values() if "EventBusName" in r["Properties"]
+    ]
     assert all(logical_id(rule["EventBusName"]) == bus_id for rule in on_bus) and len(on_bus) == 2
     rule = _rule(synth, synth.stack.alerts.rule)
     assert rule["EventPattern"] == {"source": ["price-keeper"]}
@@ -85,17 +95,24 @@ def test_alert_events_route_from_the_bus_to_the_topic(synth):
 
 def test_unpriced_model_events_run_the_pricing_fetcher(synth):
     rule = _rule(synth, synth.stack.alerts.unpriced_model_rule)
-    assert rule["EventPattern"] == {"source": ["price-keeper"], "detail-type": ["SpendAlert"],
-                                    "detail": {"type": ["UNPRICED_MODEL"]}}
+    assert rule["EventPattern"] == {
+        "source": ["price-keeper"],
+        "detail-type": ["SpendAlert"],
+        "detail": {"type": ["UNPRICED_MODEL"]},
+    }
     (target,) = rule["Targets"]
     assert logical_id(target["Arn"]) == synth.function_ids()["pricing_fetcher"]
     assert "Input" not in target and "InputTransformer" not in target  # the whole event: detail names the model
     assert target["RetryPolicy"] == {"MaximumRetryAttempts": 8, "MaximumEventAgeInSeconds": 6 * 3600}
     rule_id = synth.id_of(synth.stack.alerts.unpriced_model_rule)
-    permissions = [p["Properties"] for p in synth.resources("AWS::Lambda::Permission").values()
-                   if logical_id(p["Properties"].get("SourceArn", "")) == rule_id]
+    permissions = [
+        p["Properties"]
+        for p in synth.resources("AWS::Lambda::Permission").values()
+        if logical_id(p["Properties"].get("SourceArn", "")) == rule_id
+    ]
     assert [(p["Principal"], logical_id(p["FunctionName"])) for p in permissions] == [
-        ("events.amazonaws.com", synth.function_ids()["pricing_fetcher"])]
+        ("events.amazonaws.com", synth.function_ids()["pricing_fetcher"])
+    ]
 
 
 def test_a_configured_webhook_gets_each_alert_as_slack_json(synth_options):
@@ -119,9 +136,11 @@ def test_a_configured_webhook_gets_each_alert_as_slack_json(synth_options):
     text = transformer["InputTemplate"]
     for placeholder, path in paths.items():
         text = text.replace(f"<{placeholder}>", path.removeprefix("$.detail."))
-    assert json.loads(text) == {"text": "Bedrock Price Keeper type: label label, threshold threshold_pct%, "
-                                        "model model_id; spend spend_usd_micros of quota_usd_micros micro-USD "
-                                        "on date in scope"}
+    assert json.loads(text) == {
+        "text": "Bedrock Price Keeper type: label label, threshold threshold_pct%, "
+        "model model_id; spend spend_usd_micros of quota_usd_micros micro-USD "
+        "on date in scope"
+    }
 
 
 def test_the_webhook_must_be_https():

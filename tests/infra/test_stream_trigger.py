@@ -1,6 +1,7 @@
 """Event-driven aggregation: the usage table's stream, the aggregator's event source
 mapping (batching window, bisect on error, retries, maximum record age, on-failure
 destination, filter), its grants and the iterator-age alarm."""
+
 from __future__ import annotations
 
 import json
@@ -79,8 +80,7 @@ def test_only_the_aggregator_reads_the_stream(synth):
 
 
 def test_iterator_age_alarm(synth):
-    alarms = {a["Properties"]["AlarmName"]: a["Properties"]
-              for a in synth.resources("AWS::CloudWatch::Alarm").values()}
+    alarms = {a["Properties"]["AlarmName"]: a["Properties"] for a in synth.resources("AWS::CloudWatch::Alarm").values()}
     alarm = alarms["price-keeper-dev-aggregator-iterator-age"]
     assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == ("AWS/Lambda", "IteratorAge", "Maximum")
     assert referenced_ids(alarm["Dimensions"]) == {synth.function_ids()["aggregator"]}

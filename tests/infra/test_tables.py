@@ -1,4 +1,5 @@
 """The seven tables as ``price_keeper.store.tables`` defines them."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,7 +25,8 @@ def test_keys_billing_and_ttl(synth, spec):
     assert props["KeySchema"] == spec.key_schema()
     assert sorted(props["AttributeDefinitions"], key=lambda a: a["AttributeName"]) == sorted(
         ({"AttributeName": name, "AttributeType": "S"} for name in spec.attribute_names()),
-        key=lambda a: a["AttributeName"])
+        key=lambda a: a["AttributeName"],
+    )
     assert props["BillingMode"] == "PAY_PER_REQUEST"
     if spec.ttl_attribute:
         assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at_epoch", "Enabled": True}
@@ -34,12 +36,16 @@ def test_keys_billing_and_ttl(synth, spec):
 
 def test_active_by_day_index_is_keys_only(synth):
     indexes = _table(synth, USAGE_AGG_SHARDED)["Properties"]["GlobalSecondaryIndexes"]
-    assert indexes == [{
-        "IndexName": "active-by-day",
-        "KeySchema": [{"AttributeName": "active_day", "KeyType": "HASH"},
-                      {"AttributeName": "shard_key", "KeyType": "RANGE"}],
-        "Projection": {"ProjectionType": "KEYS_ONLY"},
-    }]
+    assert indexes == [
+        {
+            "IndexName": "active-by-day",
+            "KeySchema": [
+                {"AttributeName": "active_day", "KeyType": "HASH"},
+                {"AttributeName": "shard_key", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "KEYS_ONLY"},
+        }
+    ]
     others = [spec for spec in ALL_TABLES if spec is not USAGE_AGG_SHARDED]
     assert all("GlobalSecondaryIndexes" not in _table(synth, spec)["Properties"] for spec in others)
 

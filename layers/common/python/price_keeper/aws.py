@@ -1,8 +1,9 @@
 """Lazily built clients of the AWS services other than DynamoDB (``store.dynamo`` owns that),
 reused across warm invocations; nothing is created at import time."""
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import boto3
 from botocore.config import Config
@@ -12,7 +13,7 @@ from . import state
 RETRIES = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=5)
 
 
-@lru_cache(maxsize=None)
+@cache
 def client(service: str):
     return boto3.client(service, config=RETRIES)
 

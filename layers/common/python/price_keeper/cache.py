@@ -3,13 +3,15 @@
 cachetools would do the same, but this is 20 lines and keeps the layer free of another
 dependency on every cold start.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import state
 

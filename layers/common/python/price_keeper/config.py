@@ -6,6 +6,7 @@ instead of importing and running a YAML parser. Lookup order: ``PRICE_KEEPER_CON
 ``.yaml`` or ``.json`` path), the bundled ``config.json`` in this package, then the
 repository's ``config.yaml`` (local stack and tests).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,9 +30,12 @@ LABEL_TYPES = ("model", "profile")
 IN_REGION, GEOGRAPHIC, GLOBAL = "IN_REGION", "GEOGRAPHIC", "GLOBAL"
 # config.yaml keys of a label's cross-region prices
 CROSS_REGION_KEYS = {"geographic": GEOGRAPHIC, "global": GLOBAL}
-PRICE_FIELDS = {"input": "input_price_usd_micros_per_1m", "output": "output_price_usd_micros_per_1m",
-                "cache_read": "cache_read_price_usd_micros_per_1m",
-                "cache_write": "cache_write_price_usd_micros_per_1m"}
+PRICE_FIELDS = {
+    "input": "input_price_usd_micros_per_1m",
+    "output": "output_price_usd_micros_per_1m",
+    "cache_read": "cache_read_price_usd_micros_per_1m",
+    "cache_write": "cache_write_price_usd_micros_per_1m",
+}
 
 
 class Prices(NamedTuple):
@@ -121,8 +125,10 @@ class ServiceConfig:
     def token_caps(self, label: str) -> tuple[int, int]:
         """(max input, max output) tokens one usage record of ``label`` may report."""
         spec = self.labels.get(label)
-        return ((spec and spec.max_input_tokens) or self.metering.max_input_tokens,
-                (spec and spec.max_output_tokens) or self.metering.max_output_tokens)
+        return (
+            (spec and spec.max_input_tokens) or self.metering.max_input_tokens,
+            (spec and spec.max_output_tokens) or self.metering.max_output_tokens,
+        )
 
 
 def config_path() -> Path:
@@ -170,8 +176,10 @@ def _cross_region_prices(spec: dict, label: str) -> dict[str, Prices]:
     unknown = sorted(set(raw) - set(CROSS_REGION_KEYS))
     if unknown:
         raise ValueError(f"label {label}: cross_region_prices keys must be among {sorted(CROSS_REGION_KEYS)}")
-    return {CROSS_REGION_KEYS[key]: _prices(prices, f"label {label} cross_region_prices.{key}")
-            for key, prices in raw.items()}
+    return {
+        CROSS_REGION_KEYS[key]: _prices(prices, f"label {label} cross_region_prices.{key}")
+        for key, prices in raw.items()
+    }
 
 
 def _highest(prices: list[Prices]) -> Prices:
@@ -204,12 +212,16 @@ def parse_config(raw: dict) -> ServiceConfig:
         metering=Metering(**(raw.get("metering") or {})),
         labels=labels,
         org_defaults=raw.get("org_defaults") or {},
-        rate_limits={name: RateLimit(name, int(spec["requests"]), int(spec["per_seconds"]))
-                     for name, spec in (raw.get("rate_limits") or {}).items()},
+        rate_limits={
+            name: RateLimit(name, int(spec["requests"]), int(spec["per_seconds"]))
+            for name, spec in (raw.get("rate_limits") or {}).items()
+        },
         alerts=_alerts(raw.get("alerts") or {}),
-        unknown_model_estimate=(_prices(raw["unknown_model_estimate"], "unknown_model_estimate")
-                                if raw.get("unknown_model_estimate")
-                                else _highest([label.prices for label in labels.values()])),
+        unknown_model_estimate=(
+            _prices(raw["unknown_model_estimate"], "unknown_model_estimate")
+            if raw.get("unknown_model_estimate")
+            else _highest([label.prices for label in labels.values()])
+        ),
     )
 
 

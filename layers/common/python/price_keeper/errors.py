@@ -1,5 +1,6 @@
 """The error schema of ``api_spec.md``: every 4xx/5xx body is built here, and every
 failure becomes the client's error in one place (``as_api_error``)."""
+
 from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -8,10 +9,16 @@ from .observability import logger
 from .timeutil import iso_utc, utc_now
 
 # AWS error codes that mean "try again" (answered as a 503 with Retry-After).
-RETRYABLE_CODES = frozenset({
-    "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
-    "InternalServerError", "ServiceUnavailable", "TransactionConflictException",
-})
+RETRYABLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "TransactionConflictException",
+    }
+)
 
 
 class ApiError(Exception):
@@ -21,8 +28,9 @@ class ApiError(Exception):
     (``retry_after`` on 429s, ``hint`` on 404s).
     """
 
-    def __init__(self, status: int, code: str, message: str, details: dict | None = None,
-                 headers: dict | None = None, **extra):
+    def __init__(
+        self, status: int, code: str, message: str, details: dict | None = None, headers: dict | None = None, **extra
+    ):
         super().__init__(message)
         self.status = status
         self.code = code
@@ -35,8 +43,7 @@ class ApiError(Exception):
         return error_body(self.code, self.message, self.details, request_id, **self.extra)
 
 
-def error_body(code: str, message: str, details: dict | None = None, request_id: str | None = None,
-               **extra) -> dict:
+def error_body(code: str, message: str, details: dict | None = None, request_id: str | None = None, **extra) -> dict:
     body = {"error": code, "message": message}
     if details:
         body["details"] = details
@@ -54,8 +61,11 @@ LOC_PART_MAX_CHARS = 64
 def validation_details(errors) -> list[dict]:
     """Pydantic errors reduced to JSON-safe ``{"loc", "msg", "type"}`` (never echoing input)."""
     return [
-        {"loc": [str(part)[:LOC_PART_MAX_CHARS] for part in err.get("loc", ())], "msg": str(err.get("msg", "")),
-         "type": str(err.get("type", ""))}
+        {
+            "loc": [str(part)[:LOC_PART_MAX_CHARS] for part in err.get("loc", ())],
+            "msg": str(err.get("msg", "")),
+            "type": str(err.get("type", "")),
+        }
         for err in errors
     ]
 
@@ -81,8 +91,9 @@ def not_found(message: str, **details) -> ApiError:
 
 
 def service_unavailable(message: str = "Storage temporarily unavailable; retry", retry_after: int = 1) -> ApiError:
-    return ApiError(503, "SERVICE_UNAVAILABLE", message, headers={"Retry-After": str(retry_after)},
-                    retry_after=retry_after)
+    return ApiError(
+        503, "SERVICE_UNAVAILABLE", message, headers={"Retry-After": str(retry_after)}, retry_after=retry_after
+    )
 
 
 def error_code(error: ClientError | BotoCoreError) -> str:

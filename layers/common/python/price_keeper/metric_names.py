@@ -9,6 +9,7 @@ EMF has no per-call charge, and an event that happens rarely (a sticky flip, a
 revocation) emits nothing on the invocations where it does not happen. The logs say which
 tenant it happened to.
 """
+
 from __future__ import annotations
 
 # Aggregator (once a minute)

@@ -1,4 +1,5 @@
 """Powertools Logger, Tracer and Metrics shared by every function."""
+
 from __future__ import annotations
 
 import os

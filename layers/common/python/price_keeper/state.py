@@ -5,9 +5,10 @@ allowance, a per-request context value) registers how to forget it with ``kept``
 ``reset`` then forgets everything, as a cold container would start (tests; the local
 stack's reset). Nothing here is needed in production, where containers just end.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 _resets: list[Callable[[], object]] = []
 

@@ -1,17 +1,18 @@
 """Time helpers: UTC formatting and org-local days (``yyyymmdd`` in the org's timezone)."""
+
 from __future__ import annotations
 
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, available_timezones
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def iso_utc(moment: datetime) -> str:
     """``2026-01-23T15:30:45Z``."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def is_valid_timezone(name: str) -> bool:
@@ -40,7 +41,7 @@ def org_day(tz_name: str, moment: datetime | None = None) -> str:
 
 def day_start_utc(tz_name: str, day: date) -> datetime:
     """UTC instant of local midnight starting ``day`` (DST-safe: days may be 23 or 25 h)."""
-    return datetime.combine(day, time(0), tzinfo=ZoneInfo(tz_name)).astimezone(timezone.utc)
+    return datetime.combine(day, time(0), tzinfo=ZoneInfo(tz_name)).astimezone(UTC)
 
 
 def next_midnight_utc(tz_name: str, moment: datetime | None = None) -> datetime:
@@ -60,5 +61,5 @@ def org_days_in_play(moment: datetime | None = None) -> list[date]:
     tomorrow; usage is accepted back to the start of the previous org day, which reaches
     UTC today - 2. Aggregation and pricing cover exactly these days.
     """
-    today = (moment or utc_now()).astimezone(timezone.utc).date()
+    today = (moment or utc_now()).astimezone(UTC).date()
     return [today + timedelta(days=offset) for offset in (-2, -1, 0, 1)]

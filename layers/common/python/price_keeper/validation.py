@@ -1,4 +1,5 @@
 """Validation of ids that become part of DynamoDB keys, and other shared input rules."""
+
 from __future__ import annotations
 
 import re

@@ -8,6 +8,7 @@ and quotas, and every other label with spend that day: each scope's ``{scope}#TO
 (read in the same BatchGetItem) names the labels it summed, and the few outside the
 ordering are read in a second one. DailyTotal is never scanned.
 """
+
 from __future__ import annotations
 
 from datetime import date, datetime
@@ -35,8 +36,10 @@ def parse_date(text: str, org_today: date) -> date:
 
 def _app_scopes(org_id: str) -> list[tuple[str, tuple[str, ...]]]:
     """(scope, model_ordering override) of every app of an org (one paginated Config Query)."""
-    return [(keys.scope_key(org_id, item["app_id"], "APP"), tuple(item.get("model_ordering") or ()))
-            for item in config_items.app_items(org_id, ["model_ordering"])]
+    return [
+        (keys.scope_key(org_id, item["app_id"], "APP"), tuple(item.get("model_ordering") or ()))
+        for item in config_items.app_items(org_id, ["model_ordering"])
+    ]
 
 
 def _labels_and_scopes(config: EffectiveConfig, whole_org_of_apps: bool) -> tuple[list[str], list[str]]:
@@ -63,19 +66,23 @@ def _model_entry(config: EffectiveConfig, label: str, totals: Totals) -> dict:
         "cache_read_input_tokens": totals.cache_read_input_tokens,
         "cache_write_input_tokens": totals.cache_write_input_tokens,
         "requests": totals.requests,
-        "average_cost_per_request": ((2 * totals.cost_usd_micros + totals.requests) // (2 * totals.requests)
-                                     if totals.requests else 0),
+        "average_cost_per_request": (
+            (2 * totals.cost_usd_micros + totals.requests) // (2 * totals.requests) if totals.requests else 0
+        ),
     }
 
 
 def _sum(totals: list[Totals]) -> Totals:
     updated = [t.updated_at_epoch for t in totals if t.updated_at_epoch is not None]
-    return Totals(*(sum(getattr(t, name) for t in totals) for name in SUM_FIELDS),
-                  updated_at_epoch=max(updated) if updated else None)
+    return Totals(
+        *(sum(getattr(t, name) for t in totals) for name in SUM_FIELDS),
+        updated_at_epoch=max(updated) if updated else None,
+    )
 
 
-def daily_aggregates(org_id: str, app_id: str | None, date_text: str | None = None,
-                     now: datetime | None = None) -> tuple[dict, dict]:
+def daily_aggregates(
+    org_id: str, app_id: str | None, date_text: str | None = None, now: datetime | None = None
+) -> tuple[dict, dict]:
     """(body, headers) of the aggregates of an org (``app_id=None``) or app for today or
     ``date_text``; 404 for a past date without data."""
     now = now or utc_now()
@@ -86,43 +93,61 @@ def daily_aggregates(org_id: str, app_id: str | None, date_text: str | None = No
     whole_org_of_apps = app_id is None and config.quota_scope == "APP"
     labels, scopes = _labels_and_scopes(config, whole_org_of_apps)
     total_keys = [keys.scope_total_key(scope) for scope in scopes]
-    read = read_daily_totals([*(keys.usage_key(scope, label) for scope in scopes for label in labels), *total_keys],
-                             day, include_heartbeat=True)
+    read = read_daily_totals(
+        [*(keys.usage_key(scope, label) for scope in scopes for label in labels), *total_keys],
+        day,
+        include_heartbeat=True,
+    )
     if wanted != today and not read.totals:
-        raise not_found("No data available for specified date", date=wanted.isoformat(),
-                        reason="Data expired (TTL) or date predates org registration")
+        raise not_found(
+            "No data available for specified date",
+            date=wanted.isoformat(),
+            reason="Data expired (TTL) or date predates org registration",
+        )
     found = dict(read.totals)
     spent_elsewhere = sorted({label for key in total_keys for label in read.labels.get(key, ())} - set(labels))
     if spent_elsewhere:  # labels outside every ordering (self-registered profiles, dropped labels)
-        found.update(read_daily_totals([keys.usage_key(scope, label) for scope in scopes
-                                         for label in spent_elsewhere], day).totals)
+        found.update(
+            read_daily_totals(
+                [keys.usage_key(scope, label) for scope in scopes for label in spent_elsewhere], day
+            ).totals
+        )
         labels += spent_elsewhere
-    per_label = {label: _sum([found.get(keys.usage_key(scope, label), Totals()) for scope in scopes])
-                 for label in labels}
-    sticky = (read_sticky(config.scope, day)
-              if config.sticky_fallback_enabled and not whole_org_of_apps else None)
+    per_label = {
+        label: _sum([found.get(keys.usage_key(scope, label), Totals()) for scope in scopes]) for label in labels
+    }
+    sticky = read_sticky(config.scope, day) if config.sticky_fallback_enabled and not whole_org_of_apps else None
     spends = {label: totals.cost_usd_micros for label, totals in per_label.items()}
     total_cost = max(sum(spends.values()), sum(read.of(key).cost_usd_micros for key in total_keys))
     total_quota = sum(config.quota(label) for label in labels) if whole_org_of_apps else config.total_quota
-    decision = decide(config.model_ordering, config.quotas, spends, config.tight_mode_threshold_pct,
-                      config.sticky_fallback_enabled, sticky, Total(total_cost, total_quota))
+    decision = decide(
+        config.model_ordering,
+        config.quotas,
+        spends,
+        config.tight_mode_threshold_pct,
+        config.sticky_fallback_enabled,
+        sticky,
+        Total(total_cost, total_quota),
+    )
     models = {label: _model_entry(config, label, per_label[label]) for label in labels}
     updated = _sum(list(per_label.values())).updated_at_epoch or read.last_run_epoch
     body = {"org_id": org_id}
     if app_id is not None:
         body.update(app_id=app_id, app_name=config.app_name)
-    body.update({
-        "date": wanted.isoformat(),
-        "timezone": config.timezone,
-        "quota_scope": config.quota_scope,
-        "models": models,
-        "total_cost_usd_micros": total_cost,
-        "total_quota_usd_micros": total_quota,
-        "total_quota_pct": quota_pct(total_cost, total_quota),
-        "sticky_fallback_active": sticky is not None and sticky.index > 0,
-        "current_active_model": decision.label,
-        "updated_at": iso_utc(datetime.fromtimestamp(updated, now.tzinfo)) if updated else None,
-    })
+    body.update(
+        {
+            "date": wanted.isoformat(),
+            "timezone": config.timezone,
+            "quota_scope": config.quota_scope,
+            "models": models,
+            "total_cost_usd_micros": total_cost,
+            "total_quota_usd_micros": total_quota,
+            "total_quota_pct": quota_pct(total_cost, total_quota),
+            "sticky_fallback_active": sticky is not None and sticky.index > 0,
+            "current_active_model": decision.label,
+            "updated_at": iso_utc(datetime.fromtimestamp(updated, now.tzinfo)) if updated else None,
+        }
+    )
     headers = {"Cache-Control": CACHE_CONTROL, "ETag": etag(org_id, app_id, day, models, decision.label)}
     if read.last_run_epoch is not None:
         headers["X-Data-Lag-Secs"] = str(max(0, int(now.timestamp()) - read.last_run_epoch))

@@ -32,11 +32,13 @@ Folding (``_fold``), exactly once whatever runs overlap, repeat or arrive out of
 A run that fails half-way leaves totals that are each either old or new, never mixed; the
 retried batch (or the next sweep) recomputes every sum from the shards.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, time, timezone
-from typing import TYPE_CHECKING, Iterable, NamedTuple
+from datetime import UTC, datetime, time
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..cache import TTLCache
 from ..config import get_config
@@ -68,8 +70,10 @@ class StreamTrigger(NamedTuple):
 USAGE_STREAM = StreamTrigger(batch_size=1000, batching_window_s=1, retries=10, max_record_age_s=3600)
 # Records worth a run: shard writes. Not the dedup items (date_key DEDUP), not deletions (TTL).
 SHARD_WRITES = ("INSERT", "MODIFY")
-USAGE_STREAM_FILTER = {"eventName": list(SHARD_WRITES),
-                       "dynamodb": {"Keys": {"date_key": {"S": [{"prefix": keys.day_key("")}]}}}}
+USAGE_STREAM_FILTER = {
+    "eventName": list(SHARD_WRITES),
+    "dynamodb": {"Keys": {"date_key": {"S": [{"prefix": keys.day_key("")}]}}},
+}
 
 
 class Totals(NamedTuple):
@@ -82,12 +86,14 @@ class Totals(NamedTuple):
     updated_at_epoch: int | None = None
 
     @classmethod
-    def from_item(cls, item: dict | None) -> "Totals":
+    def from_item(cls, item: dict | None) -> Totals:
         if not item:
             return cls()
         updated = item.get("updated_at_epoch")
-        return cls(*(int(item.get(name, 0)) for name in SUM_FIELDS),
-                   updated_at_epoch=int(updated) if updated is not None else None)
+        return cls(
+            *(int(item.get(name, 0)) for name in SUM_FIELDS),
+            updated_at_epoch=int(updated) if updated is not None else None,
+        )
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name in SUM_FIELDS}
@@ -102,7 +108,7 @@ class DailyRead(NamedTuple):
         return self.totals.get(usage_key, Totals())
 
     @classmethod
-    def from_items(cls, items: Iterable[dict]) -> "DailyRead":
+    def from_items(cls, items: Iterable[dict]) -> DailyRead:
         totals, last_run, labels = {}, None, {}
         for item in items:
             if item["usage_key"] == keys.HEARTBEAT_KEY["usage_key"]:
@@ -114,14 +120,16 @@ class DailyRead(NamedTuple):
         return cls(totals, last_run, labels)
 
 
-def read_daily_totals(usage_keys: Iterable[str], day: str, *, consistent: bool = False,
-                      include_heartbeat: bool = False) -> DailyRead:
+def read_daily_totals(
+    usage_keys: Iterable[str], day: str, *, consistent: bool = False, include_heartbeat: bool = False
+) -> DailyRead:
     """DailyTotals of one org day in one BatchGetItem (more when over 100 keys)."""
     read = daily_totals.day_read(usage_keys, day, include_heartbeat=include_heartbeat)
     return DailyRead.from_items(batch_get_many([read], consistent=consistent)[0])
 
 
 # --- the aggregator ----------------------------------------------------------------
+
 
 @dataclass
 class RunReport:
@@ -140,7 +148,8 @@ class RunReport:
         total this run changed, in the order they changed, with every label of that
         scope/day in play (changed or not)."""
         spends: dict[tuple[str, str], dict[str, int]] = {
-            (keys.split_usage_key(usage_key)[0], day): {} for usage_key, day in self.changed}
+            (keys.split_usage_key(usage_key)[0], day): {} for usage_key, day in self.changed
+        }
         for usage_key, day, cost in self.costs:
             scope, label = keys.split_usage_key(usage_key)
             if (scope, day) in spends:
@@ -160,35 +169,45 @@ class _Group:
         self.shard_updates.append(updated_at)
 
 
-def changed_labels(records: Iterable["DynamoDBRecord"]) -> set[tuple[str, str]]:
+def changed_labels(records: Iterable[DynamoDBRecord]) -> set[tuple[str, str]]:
     """(usage_key, date_key) of every label whose shards a stream batch wrote; the records
     ``USAGE_STREAM_FILTER`` lets through, whatever else the batch holds."""
     changed = set()
     for record in records:
         item_keys = record.dynamodb.keys if record.dynamodb else {}
         date_key = item_keys.get("date_key")
-        if (record.event_name and record.event_name.name in SHARD_WRITES and isinstance(date_key, str)
-                and date_key.startswith(keys.day_key("")) and "shard_key" in item_keys):
+        if (
+            record.event_name
+            and record.event_name.name in SHARD_WRITES
+            and isinstance(date_key, str)
+            and date_key.startswith(keys.day_key(""))
+            and "shard_key" in item_keys
+        ):
             changed.add((keys.usage_key_of_shard(item_keys["shard_key"]), date_key))
     return changed
 
 
 def usage_expires_at(day: str) -> int:
     """TTL of an org day's shards and total: ``usage_retention_days`` after the day."""
-    start = datetime.combine(parse_day(day), time(0), tzinfo=timezone.utc)
+    start = datetime.combine(parse_day(day), time(0), tzinfo=UTC)
     return int(start.timestamp()) + (get_config().metering.usage_retention_days + 1) * 86400
 
 
 def _write_total(usage_key: str, date_key: str, group: _Group, now_epoch: int) -> bool:
     """Write a total unless a newer one (more requests) is already there; a scope total's
     labels are added to its set, never replace it."""
-    values = {**group.sums, "updated_at_epoch": now_epoch, "source_updated_at_epoch": max(group.shard_updates),
-              tables.TTL_ATTRIBUTE: usage_expires_at(keys.day_of_key(date_key))}
+    values = {
+        **group.sums,
+        "updated_at_epoch": now_epoch,
+        "source_updated_at_epoch": max(group.shard_updates),
+        tables.TTL_ATTRIBUTE: usage_expires_at(keys.day_of_key(date_key)),
+    }
     return daily_totals.write_if_grown(usage_key, date_key, values, group.labels)
 
 
-def _fold_into(report: RunReport, usage_key: str, date_key: str, group: _Group, existing: dict | None,
-               now_epoch: int) -> bool:
+def _fold_into(
+    report: RunReport, usage_key: str, date_key: str, group: _Group, existing: dict | None, now_epoch: int
+) -> bool:
     """Write one total when its sums changed; True when this run wrote it."""
     existing = existing or {}
     unchanged = "requests" in existing and all(int(existing.get(name, 0)) == group.sums[name] for name in SUM_FIELDS)
@@ -206,17 +225,27 @@ def _fold_into(report: RunReport, usage_key: str, date_key: str, group: _Group, 
 
 def _fold_scope_totals(labels_by_scope: dict[tuple[str, str], set[str]], report: RunReport, now_epoch: int) -> None:
     """Step 2 of the fold for each (scope, date_key): register, read back, sum, write."""
-    total_keys = {scope_day: {"usage_key": keys.scope_total_key(scope_day[0]), "date_key": scope_day[1]}
-                  for scope_day in labels_by_scope}
+    total_keys = {
+        scope_day: {"usage_key": keys.scope_total_key(scope_day[0]), "date_key": scope_day[1]}
+        for scope_day in labels_by_scope
+    }
     current = daily_totals.read_current(total_keys.values(), consistent=True)
     summed: dict[tuple[str, str], set[str]] = {}
     for scope_day, labels in labels_by_scope.items():
         total_key = total_keys[scope_day]
         known = set(current.get((total_key["usage_key"], total_key["date_key"]), {}).get("labels", ()))
-        summed[scope_day] = known if labels <= known else daily_totals.register_labels(
-            total_key, labels - known, usage_expires_at(keys.day_of_key(total_key["date_key"])))
-    label_keys = [{"usage_key": keys.usage_key(scope, label), "date_key": date_key}
-                  for (scope, date_key), labels in summed.items() for label in labels]
+        summed[scope_day] = (
+            known
+            if labels <= known
+            else daily_totals.register_labels(
+                total_key, labels - known, usage_expires_at(keys.day_of_key(total_key["date_key"]))
+            )
+        )
+    label_keys = [
+        {"usage_key": keys.usage_key(scope, label), "date_key": date_key}
+        for (scope, date_key), labels in summed.items()
+        for label in labels
+    ]
     label_totals = daily_totals.read_current(label_keys, consistent=True)
     for (scope, date_key), labels in summed.items():
         group = _Group(labels=labels)
@@ -227,8 +256,9 @@ def _fold_scope_totals(labels_by_scope: dict[tuple[str, str], set[str]], report:
                 group.add(item, int(item.get("source_updated_at_epoch", 0)))
                 report.costs.append((usage_key, keys.day_of_key(date_key), int(item["cost_usd_micros"])))
         total_key = total_keys[(scope, date_key)]
-        _fold_into(report, total_key["usage_key"], date_key, group,
-                   current.get((total_key["usage_key"], date_key)), now_epoch)
+        _fold_into(
+            report, total_key["usage_key"], date_key, group, current.get((total_key["usage_key"], date_key)), now_epoch
+        )
 
 
 def _fold(shard_keys: list[dict], consistent: bool, report: RunReport, now: datetime) -> None:
@@ -239,7 +269,8 @@ def _fold(shard_keys: list[dict], consistent: bool, report: RunReport, now: date
     groups: dict[tuple[str, str], _Group] = {}
     for shard in shards:
         groups.setdefault((keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"]), _Group()).add(
-            shard, int(shard.get("updated_at_epoch", 0)))
+            shard, int(shard.get("updated_at_epoch", 0))
+        )
     report.active_shards += len(shards)
     report.usage_keys += len(groups)
     current = daily_totals.read_current({"usage_key": u, "date_key": d} for u, d in groups)
@@ -266,7 +297,7 @@ def run(now: datetime | None = None) -> RunReport:
     return report
 
 
-def fold_stream(records: Iterable["DynamoDBRecord"], now: datetime | None = None) -> RunReport:
+def fold_stream(records: Iterable[DynamoDBRecord], now: datetime | None = None) -> RunReport:
     """An event-driven run: fold the labels a stream batch changed, all of their shards."""
     now = now or utc_now()
     changed = changed_labels(records)

@@ -36,14 +36,16 @@ so concurrent runs retry it once, and a slow first publisher is never raced. A r
 dies between PutEvents succeeding and the mark is the one case that publishes twice
 (at-least-once delivery for that crash; never zero times).
 """
+
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
@@ -96,31 +98,48 @@ class Alert:
 
 # --- detection (pure) ----------------------------------------------------------------
 
-def due_alerts(ordering: Sequence[str], quotas: Mapping[str, int], spends: Mapping[str, int],
-               sticky_label: str | None, thresholds_pct: Sequence[int], total_quota: int | None = None) -> list[Alert]:
+
+def due_alerts(
+    ordering: Sequence[str],
+    quotas: Mapping[str, int],
+    spends: Mapping[str, int],
+    sticky_label: str | None,
+    thresholds_pct: Sequence[int],
+    total_quota: int | None = None,
+) -> list[Alert]:
     """Every alert whose condition holds for these spends (label -> micro-USD, every label
     with spend, in the ordering or not) and the scope's total cap.
 
     A label is spent, and has fallen back to its successor, by the rules model selection
     applies (``quota.first_unspent`` from the sticky floor).
     """
+
     def spend(label: str) -> int:
         return int(spends.get(label, 0))
 
     def quota(label: str) -> int:
         return int(quotas.get(label, 0))
 
-    due = [Alert(THRESHOLD, label, pct, spend(label), quota(label))
-           for label in ordering if quota(label) > 0
-           for pct in thresholds_pct if reached(spend(label), quota(label), pct)]
+    due = [
+        Alert(THRESHOLD, label, pct, spend(label), quota(label))
+        for label in ordering
+        if quota(label) > 0
+        for pct in thresholds_pct
+        if reached(spend(label), quota(label), pct)
+    ]
     active = first_unspent(ordering, quotas, spends, sticky_floor(ordering, sticky_label))
     active = len(ordering) if active is None else active
-    due += [Alert(FALLBACK, ordering[i], None, spend(ordering[i]), quota(ordering[i]), ordering[i + 1])
-            for i in range(min(active, len(ordering) - 1))]
+    due += [
+        Alert(FALLBACK, ordering[i], None, spend(ordering[i]), quota(ordering[i]), ordering[i + 1])
+        for i in range(min(active, len(ordering) - 1))
+    ]
     total = sum(int(value) for value in spends.values())
     if total_quota:
-        due += [Alert(THRESHOLD, None, pct, total, total_quota)
-                for pct in thresholds_pct if reached(total, total_quota, pct)]
+        due += [
+            Alert(THRESHOLD, None, pct, total, total_quota)
+            for pct in thresholds_pct
+            if reached(total, total_quota, pct)
+        ]
     if (ordering and active == len(ordering)) or (total_quota is not None and total >= total_quota):
         due.append(Alert(ALL_EXHAUSTED))
     return due
@@ -128,18 +147,30 @@ def due_alerts(ordering: Sequence[str], quotas: Mapping[str, int], spends: Mappi
 
 # --- the record and the event ----------------------------------------------------------
 
+
 def _record(scope: str, config: EffectiveConfig, day: str, alert: Alert, now: datetime) -> dict | None:
     """Write the alert's record; the item when this run is the first to see the alert."""
     now_epoch = int(now.timestamp())
     item = {
-        "scope_key": scope, "date_key": alert.date_key(day), "scope": scope,
-        "org_id": config.org_id, "app_id": config.app_id if config.quota_scope == "APP" else None,
-        "date": parse_day(day).isoformat(), "type": alert.type, "label": alert.label,
-        "threshold_pct": alert.threshold_pct, "spend_usd_micros": alert.spend_usd_micros,
-        "quota_usd_micros": alert.quota_usd_micros, "fallback_to": alert.fallback_to,
-        "model_id": alert.model_id, "region": alert.region,
-        "fired_at": iso_utc(now), "fired_at_epoch": now_epoch, "claimed_at_epoch": now_epoch,
-        "attempts": 1, "published": False,
+        "scope_key": scope,
+        "date_key": alert.date_key(day),
+        "scope": scope,
+        "org_id": config.org_id,
+        "app_id": config.app_id if config.quota_scope == "APP" else None,
+        "date": parse_day(day).isoformat(),
+        "type": alert.type,
+        "label": alert.label,
+        "threshold_pct": alert.threshold_pct,
+        "spend_usd_micros": alert.spend_usd_micros,
+        "quota_usd_micros": alert.quota_usd_micros,
+        "fallback_to": alert.fallback_to,
+        "model_id": alert.model_id,
+        "region": alert.region,
+        "fired_at": iso_utc(now),
+        "fired_at_epoch": now_epoch,
+        "claimed_at_epoch": now_epoch,
+        "attempts": 1,
+        "published": False,
         tables.TTL_ATTRIBUTE: now_epoch + ALERT_RETENTION_DAYS * 86400,
     }
     item = {name: value for name, value in item.items() if value is not None}
@@ -154,14 +185,29 @@ def _claim_retry(item: dict, now: datetime) -> dict | None:
     return alert_records.claim(item, now_epoch)
 
 
-EVENT_FIELDS = ("type", "label", "threshold_pct", "scope", "org_id", "app_id", "date", "fired_at",
-                "spend_usd_micros", "quota_usd_micros", "fallback_to", "model_id", "region")
+EVENT_FIELDS = (
+    "type",
+    "label",
+    "threshold_pct",
+    "scope",
+    "org_id",
+    "app_id",
+    "date",
+    "fired_at",
+    "spend_usd_micros",
+    "quota_usd_micros",
+    "fallback_to",
+    "model_id",
+    "region",
+)
 
 
 def event_detail(item: dict) -> dict:
     """The event's ``detail``: the record's alert fields (numbers as ints, absent ones null)."""
-    return {name: int(value) if isinstance(value, Decimal) else value
-            for name, value in ((name, item.get(name)) for name in EVENT_FIELDS)}
+    return {
+        name: int(value) if isinstance(value, Decimal) else value
+        for name, value in ((name, item.get(name)) for name in EVENT_FIELDS)
+    }
 
 
 def _publish(item: dict) -> bool:
@@ -169,24 +215,41 @@ def _publish(item: dict) -> bool:
     detail = event_detail(item)
     logger.warning("Spend alert", extra={"alert": detail})
     try:
-        reply = client("events").put_events(Entries=[{
-            "Source": EVENT_SOURCE, "DetailType": DETAIL_TYPE, "Detail": json.dumps(detail),
-            "EventBusName": event_bus(), "Resources": [],
-        }])
+        reply = client("events").put_events(
+            Entries=[
+                {
+                    "Source": EVENT_SOURCE,
+                    "DetailType": DETAIL_TYPE,
+                    "Detail": json.dumps(detail),
+                    "EventBusName": event_bus(),
+                    "Resources": [],
+                }
+            ]
+        )
     except (ClientError, BotoCoreError) as error:
-        logger.warning("Spend alert not published; the next run retries it",
-                       extra={"alert": detail, "error_type": type(error).__name__})
+        logger.warning(
+            "Spend alert not published; the next run retries it",
+            extra={"alert": detail, "error_type": type(error).__name__},
+        )
         return False
     if reply.get("FailedEntryCount"):
         entry = reply["Entries"][0]
-        logger.warning("Spend alert not published; the next run retries it",
-                       extra={"alert": detail, "error_code": entry.get("ErrorCode")})
+        logger.warning(
+            "Spend alert not published; the next run retries it",
+            extra={"alert": detail, "error_code": entry.get("ErrorCode")},
+        )
         return False
     return True
 
 
-def evaluate_and_fire(scope: str, config: EffectiveConfig, day: str, totals_by_label: Mapping[str, int],
-                      sticky_label: str | None, now: datetime) -> list[Alert]:
+def evaluate_and_fire(
+    scope: str,
+    config: EffectiveConfig,
+    day: str,
+    totals_by_label: Mapping[str, int],
+    sticky_label: str | None,
+    now: datetime,
+) -> list[Alert]:
     """Fire the alerts due for one scope and org-local day; the ones this call published.
 
     For the aggregator, after it wrote the day's totals: ``scope`` is the quota scope
@@ -197,9 +260,16 @@ def evaluate_and_fire(scope: str, config: EffectiveConfig, day: str, totals_by_l
     while every label is under the lowest threshold; otherwise one Boost Query (cached),
     one StickyState Query, and a write per alert not yet published.
     """
+
     def due(quotas: Mapping[str, int]) -> list[Alert]:
-        return due_alerts(config.model_ordering, quotas, totals_by_label, sticky_label,
-                          config.alert_thresholds_pct, config._replace(quotas=quotas).total_quota)
+        return due_alerts(
+            config.model_ordering,
+            quotas,
+            totals_by_label,
+            sticky_label,
+            config.alert_thresholds_pct,
+            config._replace(quotas=quotas).total_quota,
+        )
 
     candidates = due(config.quotas)
     if not candidates:
@@ -210,8 +280,9 @@ def evaluate_and_fire(scope: str, config: EffectiveConfig, day: str, totals_by_l
     return _fire(scope, config, day, candidates, now)
 
 
-def fire_unpriced_model(config: EffectiveConfig, day: str, label: str, model_id: str, region: str | None,
-                        now: datetime) -> list[Alert]:
+def fire_unpriced_model(
+    config: EffectiveConfig, day: str, label: str, model_id: str, region: str | None, now: datetime
+) -> list[Alert]:
     """``UNPRICED_MODEL`` for the scope, day and model (once; a warm container that saw it
     published does no I/O): for the usage path, after counting a record at the estimate."""
     return _fire(config.scope, config, day, [Alert(UNPRICED_MODEL, label, model_id=model_id, region=region)], now)
@@ -240,6 +311,7 @@ def _fire(scope: str, config: EffectiveConfig, day: str, candidates: Sequence[Al
 
 
 # --- GET .../alerts -----------------------------------------------------------------
+
 
 def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
     """Evaluate every scope/day whose totals the aggregation run changed (with the totals
@@ -303,21 +375,30 @@ class AlertList(Schema):
 
 def _row(item: dict) -> dict:
     threshold = item.get("threshold_pct")
-    return {"type": item["type"], "label": item.get("label"),
-            "threshold_pct": int(threshold) if threshold is not None else None, "model_id": item.get("model_id"),
-            "scope": item["scope"], "app_id": item.get("app_id"), "fired_at": item["fired_at"]}
+    return {
+        "type": item["type"],
+        "label": item.get("label"),
+        "threshold_pct": int(threshold) if threshold is not None else None,
+        "model_id": item.get("model_id"),
+        "scope": item["scope"],
+        "app_id": item.get("app_id"),
+        "fired_at": item["fired_at"],
+    }
 
 
 def list_alerts(org_id: str, date_text: str | None) -> dict:
     """Alerts recorded for an org-local day (default: today in the org's timezone), from the
     org scope and, in APP-scoped orgs, every app scope (one Query per scope)."""
     config = orgs.effective_config(org_id)
-    day = (reports.parse_date(date_text, "date").strftime("%Y%m%d") if date_text is not None
-           else org_day(config.timezone))
+    day = (
+        reports.parse_date(date_text, "date").strftime("%Y%m%d") if date_text is not None else org_day(config.timezone)
+    )
     scopes = [config.scope]
     if config.quota_scope == "APP":
         scopes += [keys.scope_key(org_id, item["app_id"], "APP") for item in config_items.app_items(org_id)]
     found = alert_records.of_day_many(scopes, day)
-    rows = sorted((_row(item) for item in found), key=lambda row: (
-        row["fired_at"], row["scope"], row["type"], row["label"] or "", row["threshold_pct"] or 0))
+    rows = sorted(
+        (_row(item) for item in found),
+        key=lambda row: (row["fired_at"], row["scope"], row["type"], row["label"] or "", row["threshold_pct"] or 0),
+    )
     return {"date": parse_day(day).isoformat(), "alerts": rows}

@@ -16,6 +16,7 @@
   negative-lookup cache): another warm Lambda container may accept a just-revoked access
   token for that long; ``/auth/refresh`` always reads what is stored.
 """
+
 from __future__ import annotations
 
 import base64
@@ -78,6 +79,7 @@ def _dummy_hash() -> bytes:
 
 # --- secrets -----------------------------------------------------------------------
 
+
 def new_client_secret() -> str:
     return base64.b64encode(secrets.token_bytes(32)).decode()
 
@@ -123,6 +125,7 @@ def require_provisioning_key(presented: str | None) -> None:
 
 
 # --- clients -----------------------------------------------------------------------
+
 
 class Principal(NamedTuple):
     org_id: str
@@ -172,8 +175,9 @@ def _hash_to_check(item: dict, secret: str, now: float) -> tuple[str, int | None
     return item["client_secret_hash"], None
 
 
-def authenticate_client(client_id: str, client_secret: str, *, source_ip: str,
-                        now: float | None = None) -> Authenticated:
+def authenticate_client(
+    client_id: str, client_secret: str, *, source_ip: str, now: float | None = None
+) -> Authenticated:
     """The client for valid credentials; 401 otherwise.
 
     Every attempt costs exactly one bcrypt check (unknown clients check a dummy hash). A
@@ -184,8 +188,9 @@ def authenticate_client(client_id: str, client_secret: str, *, source_ip: str,
     """
     ratelimit.consume(f"source:{source_ip}", limit_name=SOURCE_LIMIT)
     principal = parse_client_id(client_id)
-    failure = ratelimit.consume(f"{principal.client_id if principal else 'malformed-client-id'}@{source_ip}",
-                                limit_name=FAILED_ATTEMPTS_LIMIT)
+    failure = ratelimit.consume(
+        f"{principal.client_id if principal else 'malformed-client-id'}@{source_ip}", limit_name=FAILED_ATTEMPTS_LIMIT
+    )
     item = config_items.client_item(principal.org_id, principal.app_id) if principal else None
     presented = client_secret.encode()
     if not item or len(presented) > BCRYPT_MAX_BYTES:  # bcrypt refuses longer input; ours are 44 bytes
@@ -200,6 +205,7 @@ def authenticate_client(client_id: str, client_secret: str, *, source_ip: str,
 
 # --- tokens ------------------------------------------------------------------------
 
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -210,15 +216,22 @@ def _encode(claims: dict) -> str:
 
 def _claims(principal: Principal, token_type: str, now: int, exp: int, auth_time_ms: int) -> dict:
     return {
-        "sub": principal.client_id, "org_id": principal.org_id, "app_id": principal.app_id,
-        "token_type": token_type, "iat": now, "exp": exp, "auth_time_ms": auth_time_ms,
-        "iss": ISSUER, "jti": str(uuid.uuid4()),
+        "sub": principal.client_id,
+        "org_id": principal.org_id,
+        "app_id": principal.app_id,
+        "token_type": token_type,
+        "iat": now,
+        "exp": exp,
+        "auth_time_ms": auth_time_ms,
+        "iss": ISSUER,
+        "jti": str(uuid.uuid4()),
     }
 
 
 def _access_token(principal: Principal, refresh_jti: str, now: int, exp: int, auth_time_ms: int) -> str:
-    return _encode({**_claims(principal, "access", now, exp, auth_time_ms),
-                    "scope": ACCESS_SCOPES, "rjti": refresh_jti})
+    return _encode(
+        {**_claims(principal, "access", now, exp, auth_time_ms), "scope": ACCESS_SCOPES, "rjti": refresh_jti}
+    )
 
 
 def issue_tokens(principal: Principal, not_after: int | None = None) -> dict:
@@ -248,7 +261,10 @@ def decode(token: str, token_type: str, *, fresh: bool = False) -> dict:
     """
     try:
         claims = jwt.decode(
-            token, signing_key(), algorithms=[ALGORITHM], issuer=ISSUER,
+            token,
+            signing_key(),
+            algorithms=[ALGORITHM],
+            issuer=ISSUER,
             options={"require": ["exp", "iat", "iss", "sub", "jti"]},
         )
     except jwt.ExpiredSignatureError:
@@ -320,8 +336,13 @@ def revoke(caller: Principal, token: str, *, ignore_invalid: bool = False) -> No
     §2.2: "invalid tokens do not cause an error response").
     """
     try:
-        claims = jwt.decode(token, signing_key(), algorithms=[ALGORITHM], issuer=ISSUER,
-                            options={"require": ["exp", "iat", "iss", "sub", "jti"]})
+        claims = jwt.decode(
+            token,
+            signing_key(),
+            algorithms=[ALGORITHM],
+            issuer=ISSUER,
+            options={"require": ["exp", "iat", "iss", "sub", "jti"]},
+        )
     except jwt.ExpiredSignatureError:
         return  # already unusable; nothing to store
     except jwt.PyJWTError:
@@ -331,9 +352,16 @@ def revoke(caller: Principal, token: str, *, ignore_invalid: bool = False) -> No
     if claims["sub"] != caller.client_id:
         raise forbidden("Token belongs to another client")
     now = int(time.time())
-    revocations.revoke(claims["jti"], {"token_type": claims.get("token_type", "access"), "client_id": claims["sub"],
-                                       "revoked_at_epoch": now, "original_expiry_epoch": int(claims["exp"])},
-                       expires_at=int(claims["exp"]))
+    revocations.revoke(
+        claims["jti"],
+        {
+            "token_type": claims.get("token_type", "access"),
+            "client_id": claims["sub"],
+            "revoked_at_epoch": now,
+            "original_expiry_epoch": int(claims["exp"]),
+        },
+        expires_at=int(claims["exp"]),
+    )
     _not_revoked.discard(claims["jti"])
     _revoked.put(claims["jti"], True)
     count(TOKENS_REVOKED)
@@ -349,6 +377,7 @@ def revoke(caller: Principal, token: str, *, ignore_invalid: bool = False) -> No
 # ``superseded_cutoff_ms``, effective at once: rotating again during a grace period ends
 # the older secret, and its tokens, immediately. Every write is a blind update (cutoffs
 # only grow), and the item expires when the last token it can refuse has.
+
 
 def _effective_cutoff_ms(item: dict, now: float) -> int:
     pending = int(item.get("pending_cutoff_ms", 0)) if now >= int(item.get("pending_cutoff_at_epoch", 0)) else 0
@@ -368,6 +397,7 @@ def forget_cutoff(client_id: str) -> None:
 
 
 # --- the authorizer step of every runtime endpoint ---------------------------------
+
 
 def bearer_token(authorization: str | None) -> str:
     if not authorization:
@@ -427,18 +457,31 @@ class RevokeRequest(StrictBody):
 # The same requests as OAuth2 forms (``oauth.py``). The docstrings and descriptions are the
 # OpenAPI document's.
 
+
 class FormBody(Schema):
     """Base of the OAuth2 form bodies: strings only, unrecognized parameters ignored (RFC 6749
     §3.2), and the client's credentials when it authenticates in the body."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
-    client_id: Annotated[_Credential | None, Field(description=(
-        "client_secret_post: the client's id. Beside HTTP Basic (client_secret_basic) it may only "
-        "repeat the Basic client's id."))] = None
-    client_secret: Annotated[_Credential | None, Field(description=(
-        "client_secret_post: the client's secret. Never with HTTP Basic: one client authentication "
-        "method per request (RFC 6749 §2.3)."))] = None
+    client_id: Annotated[
+        _Credential | None,
+        Field(
+            description=(
+                "client_secret_post: the client's id. Beside HTTP Basic (client_secret_basic) it may only "
+                "repeat the Basic client's id."
+            )
+        ),
+    ] = None
+    client_secret: Annotated[
+        _Credential | None,
+        Field(
+            description=(
+                "client_secret_post: the client's secret. Never with HTTP Basic: one client authentication "
+                "method per request (RFC 6749 §2.3)."
+            )
+        ),
+    ] = None
 
 
 class TokenForm(FormBody):

@@ -16,10 +16,11 @@ up to 48 h late, so every read also filters by expiry.
 A boost applies to every day it overlaps, for as long as it has not expired: a boost
 expiring at 15:00 counts in selection and aggregates until 15:00 and not after.
 """
+
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from pydantic import Field, StringConstraints
@@ -47,9 +48,11 @@ class BoostRequest(StrictBody):
     model_label: Annotated[str, StringConstraints(pattern=APP_ID_PATTERN)]
     amount_usd_micros: Annotated[int, Field(gt=0, le=MAX_AMOUNT_USD_MICROS)]
     expires_at: Annotated[str, StringConstraints(min_length=1, max_length=64)] = Field(
-        description="ISO 8601 time with a UTC offset, in the future and at most 7 days ahead")
+        description="ISO 8601 time with a UTC offset, in the future and at most 7 days ahead"
+    )
     app_id: Annotated[str, StringConstraints(pattern=APP_ID_PATTERN)] | None = Field(
-        None, description="Required when the org's quota_scope is APP; not allowed when it is ORG")
+        None, description="Required when the org's quota_scope is APP; not allowed when it is ORG"
+    )
 
 
 class Boost(Schema):
@@ -69,17 +72,19 @@ def parse_expiry(value: str, now: datetime) -> datetime:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise invalid_request("expires_at must be an ISO 8601 time such as 2026-01-23T18:00:00Z",
-                              expires_at=value) from None
+        raise invalid_request(
+            "expires_at must be an ISO 8601 time such as 2026-01-23T18:00:00Z", expires_at=value
+        ) from None
     if moment.tzinfo is None:
         raise invalid_request("expires_at must include a UTC offset (Z or +hh:mm)", expires_at=value)
-    moment = moment.astimezone(timezone.utc)
+    moment = moment.astimezone(UTC)
     latest = now + timedelta(days=MAX_BOOST_DAYS)
     if moment <= now:
         raise invalid_request("expires_at must be in the future", expires_at=value, now=iso_utc(now))
     if moment > latest:
-        raise invalid_request(f"expires_at must be at most {MAX_BOOST_DAYS} days ahead", expires_at=value,
-                              latest=iso_utc(latest))
+        raise invalid_request(
+            f"expires_at must be at most {MAX_BOOST_DAYS} days ahead", expires_at=value, latest=iso_utc(latest)
+        )
     return moment
 
 
@@ -91,22 +96,28 @@ def _check_target(org_id: str, request: BoostRequest) -> orgs.EffectiveConfig:
     if request.app_id and app is None:
         raise not_found("Application not registered", org_id=org_id, app_id=request.app_id)
     if org["quota_scope"] == "ORG" and request.app_id:
-        raise invalid_request("The organization's quota_scope is ORG: a boost raises the org quota, omit app_id",
-                              quota_scope="ORG")
+        raise invalid_request(
+            "The organization's quota_scope is ORG: a boost raises the org quota, omit app_id", quota_scope="ORG"
+        )
     if org["quota_scope"] == "APP" and not request.app_id:
-        raise invalid_request("The organization's quota_scope is APP: name the app whose quota to boost",
-                              quota_scope="APP")
+        raise invalid_request(
+            "The organization's quota_scope is APP: name the app whose quota to boost", quota_scope="APP"
+        )
     config = orgs.merge(org, app, org_id, request.app_id)
     known = list(dict.fromkeys([*get_config().labels, *config.model_ordering]))
     if request.model_label not in known:
-        raise ApiError(400, "INVALID_MODEL_LABEL", f"Model label '{request.model_label}' is not configured",
-                       {"model_label": request.model_label, "valid_labels": known})
+        raise ApiError(
+            400,
+            "INVALID_MODEL_LABEL",
+            f"Model label '{request.model_label}' is not configured",
+            {"model_label": request.model_label, "valid_labels": known},
+        )
     return config
 
 
 def create(org_id: str, request: BoostRequest, now: datetime | None = None) -> dict:
     """Store a boost (one PutItem after every check passed) and return it as the API shows it."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     audit.note(app_id=request.app_id, model_label=request.model_label, amount_usd_micros=request.amount_usd_micros)
     expires = parse_expiry(request.expires_at, now)
     config = _check_target(org_id, request)
@@ -127,14 +138,22 @@ def create(org_id: str, request: BoostRequest, now: datetime | None = None) -> d
         item["app_id"] = request.app_id
     boost_store.create(item)
     _cache.discard((org_id, request.app_id, config.quota_scope))
-    return {"boost_id": boost_id, "org_id": org_id, "app_id": request.app_id, "model_label": request.model_label,
-            "amount_usd_micros": request.amount_usd_micros, "expires_at": item["expires_at"],
-            "created_at": item["created_at"]}
+    return {
+        "boost_id": boost_id,
+        "org_id": org_id,
+        "app_id": request.app_id,
+        "model_label": request.model_label,
+        "amount_usd_micros": request.amount_usd_micros,
+        "expires_at": item["expires_at"],
+        "created_at": item["created_at"],
+    }
 
 
 def _load(org_id: str, app_id: str | None, quota_scope: str) -> list[tuple[str, int, int]]:
-    return [(item["model_label"], int(item["amount_usd_micros"]), int(item[tables.TTL_ATTRIBUTE]))
-            for item in boost_store.of_quota(org_id, app_id, quota_scope)]
+    return [
+        (item["model_label"], int(item["amount_usd_micros"]), int(item[tables.TTL_ATTRIBUTE]))
+        for item in boost_store.of_quota(org_id, app_id, quota_scope)
+    ]
 
 
 def active_boosts(org_id: str, app_id: str | None, quota_scope: str, now: datetime) -> dict[str, int]:

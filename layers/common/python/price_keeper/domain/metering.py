@@ -12,12 +12,13 @@ within ``backdate_grace_secs`` (15 min) of local midnight keeps its own day. The
 names the app and the ``request_id``, not the day or the quota scope, so a retry that
 crosses midnight, a timezone or a scope change is still a duplicate.
 """
+
 from __future__ import annotations
 
 import random
 import re
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from pydantic import ValidationError
@@ -67,13 +68,14 @@ class Outcome(NamedTuple):
 
 # --- validation --------------------------------------------------------------------
 
+
 def parse_timestamp(text: str) -> datetime:
     """ISO 8601 date and time (``Z``, an offset, or none meaning UTC) as a UTC datetime."""
     try:
         if not _TIMESTAMP_SHAPE.match(text):
             raise ValueError(text)
         moment = datetime.fromisoformat(text)
-        return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
     except ValueError:
         raise invalid_request("timestamp must be ISO 8601, e.g. 2026-01-23T15:30:45Z", timestamp=text[:40]) from None
     except OverflowError:  # e.g. 0001-01-01T00:00:00+14:00 is before year 1 in UTC
@@ -89,16 +91,24 @@ def booking_day(moment: datetime, tz_name: str, now: datetime) -> str:
     within ``backdate_grace_secs`` of local midnight (a call made just before midnight).
     """
     if moment > now + timedelta(seconds=CLOCK_SKEW_SECS):
-        raise invalid_request("Timestamp is in the future", timestamp=iso_utc(moment), server_time=iso_utc(now),
-                              allowed_clock_skew_secs=CLOCK_SKEW_SECS)
+        raise invalid_request(
+            "Timestamp is in the future",
+            timestamp=iso_utc(moment),
+            server_time=iso_utc(now),
+            allowed_clock_skew_secs=CLOCK_SKEW_SECS,
+        )
     today = org_date(tz_name, now)
     today_start = day_start_utc(tz_name, today)
     earliest = day_start_utc(tz_name, today - timedelta(days=1))
     if moment < earliest:
         latest = day_start_utc(tz_name, today + timedelta(days=1)) - timedelta(seconds=1)
-        raise invalid_request("Timestamp outside acceptable range", timestamp=iso_utc(moment),
-                              org_day=today.strftime("%Y%m%d"), timezone=tz_name,
-                              acceptable_range=f"{iso_utc(earliest)} to {iso_utc(latest)}")
+        raise invalid_request(
+            "Timestamp outside acceptable range",
+            timestamp=iso_utc(moment),
+            org_day=today.strftime("%Y%m%d"),
+            timezone=tz_name,
+            acceptable_range=f"{iso_utc(earliest)} to {iso_utc(latest)}",
+        )
     grace = timedelta(seconds=get_config().metering.backdate_grace_secs)
     if moment < today_start and now < today_start + grace:
         return org_day(tz_name, moment)
@@ -108,12 +118,20 @@ def booking_day(moment: datetime, tz_name: str, now: datetime) -> str:
 def check_token_caps(request: UsageRequest) -> None:
     """400 for a token count over the label's per-record cap (one record cannot spend a day)."""
     max_input, max_output = get_config().token_caps(request.model_label)
-    for name, cap in (("input_tokens", max_input), ("output_tokens", max_output),
-                      ("cache_read_input_tokens", max_input), ("cache_write_input_tokens", max_input)):
+    for name, cap in (
+        ("input_tokens", max_input),
+        ("output_tokens", max_output),
+        ("cache_read_input_tokens", max_input),
+        ("cache_write_input_tokens", max_input),
+    ):
         if getattr(request, name) > cap:
-            raise invalid_request(f"{name} exceeds the per-record limit for {request.model_label}",
-                                  field=name, limit=cap, value=getattr(request, name),
-                                  model_label=request.model_label)
+            raise invalid_request(
+                f"{name} exceeds the per-record limit for {request.model_label}",
+                field=name,
+                limit=cap,
+                value=getattr(request, name),
+                model_label=request.model_label,
+            )
 
 
 def priced_label(config: EffectiveConfig, label: str, calling_region: str | None) -> profiles.PricedModel:
@@ -125,12 +143,19 @@ def priced_label(config: EffectiveConfig, label: str, calling_region: str | None
     """
     known = profiles.known_label(config, label) if is_label(label) else None
     if known is None:
-        raise ApiError(400, "INVALID_MODEL_LABEL", "Model label not defined in config",
-                       {"model_label": label[:64], "valid_labels": sorted(get_config().labels)})
+        raise ApiError(
+            400,
+            "INVALID_MODEL_LABEL",
+            "Model label not defined in config",
+            {"model_label": label[:64], "valid_labels": sorted(get_config().labels)},
+        )
     is_profile = known != "config" or get_config().labels[label].type == "profile"
     if is_profile and not calling_region:
-        raise invalid_request(f"calling_region is required when using inference profile label: {label}",
-                              model_label=label, label_type="profile")
+        raise invalid_request(
+            f"calling_region is required when using inference profile label: {label}",
+            model_label=label,
+            label_type="profile",
+        )
     return profiles.priced_model(config, label, calling_region)
 
 
@@ -140,17 +165,24 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
     check_token_caps(request)
     priced = priced_label(config, request.model_label, request.calling_region)
     quote = pricing.price_of(priced, parse_day(day))
-    tokens = pricing.Tokens(request.input_tokens, request.output_tokens, request.cache_read_input_tokens,
-                            request.cache_write_input_tokens)
+    tokens = pricing.Tokens(
+        request.input_tokens, request.output_tokens, request.cache_read_input_tokens, request.cache_write_input_tokens
+    )
     return Submission(
-        request_id=request.request_id, dedup_key=keys.dedup_key(config.org_id, config.app_id, request.request_id),
-        scope=config.scope, label=request.model_label, day=day,
-        shard_id=keys.stable_shard(request.request_id, config.agg_shard_count), tokens=tokens,
-        cost_usd_micros=pricing.cost_usd_micros(tokens, quote.prices), quote=quote,
+        request_id=request.request_id,
+        dedup_key=keys.dedup_key(config.org_id, config.app_id, request.request_id),
+        scope=config.scope,
+        label=request.model_label,
+        day=day,
+        shard_id=keys.stable_shard(request.request_id, config.agg_shard_count),
+        tokens=tokens,
+        cost_usd_micros=pricing.cost_usd_micros(tokens, quote.prices),
+        quote=quote,
     )
 
 
 # --- the exactly-once write --------------------------------------------------------
+
 
 def record(submission: Submission, now: datetime) -> Outcome:
     """Write a submission exactly once (``store.usage``); a duplicate answers with the
@@ -158,29 +190,57 @@ def record(submission: Submission, now: datetime) -> Outcome:
     now_epoch = int(now.timestamp())
     tokens = submission.tokens
     items = usage.record_items(
-        dedup_key=submission.dedup_key, scope=submission.scope, label=submission.label,
-        shard_id=submission.shard_id, day=submission.day, now_epoch=now_epoch,
-        counts={"cost_usd_micros": submission.cost_usd_micros, "input_tokens": tokens.input,
-                "output_tokens": tokens.output, "cache_read_input_tokens": tokens.cache_read,
-                "cache_write_input_tokens": tokens.cache_write},
-        marker={"model_label": submission.label, "org_day": submission.day, "shard_id": submission.shard_id,
-                "cost_usd_micros": submission.cost_usd_micros, "price_source": submission.quote.source,
-                "profile_kind": submission.quote.profile_kind},
+        dedup_key=submission.dedup_key,
+        scope=submission.scope,
+        label=submission.label,
+        shard_id=submission.shard_id,
+        day=submission.day,
+        now_epoch=now_epoch,
+        counts={
+            "cost_usd_micros": submission.cost_usd_micros,
+            "input_tokens": tokens.input,
+            "output_tokens": tokens.output,
+            "cache_read_input_tokens": tokens.cache_read,
+            "cache_write_input_tokens": tokens.cache_write,
+        },
+        marker={
+            "model_label": submission.label,
+            "org_day": submission.day,
+            "shard_id": submission.shard_id,
+            "cost_usd_micros": submission.cost_usd_micros,
+            "price_source": submission.quote.source,
+            "profile_kind": submission.quote.profile_kind,
+        },
         expires_at=usage_expires_at(submission.day),
-        marker_expires_at=now_epoch + get_config().metering.dedup_ttl_days * 86400)
+        marker_expires_at=now_epoch + get_config().metering.dedup_ttl_days * 86400,
+    )
     for attempt in range(TRANSACTION_ATTEMPTS):
         try:
             first = usage.write_once(items, attempt)
         except usage.Conflict:
-            time.sleep(min(0.5, 0.02 * 2 ** attempt) * random.uniform(0.5, 1.0))
+            time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
             continue
         if first is None:
-            return Outcome(submission.request_id, submission.label, submission.day, submission.shard_id,
-                           submission.cost_usd_micros, submission.quote.source, submission.quote.profile_kind,
-                           duplicate=False)
-        return Outcome(submission.request_id, first["model_label"], first["org_day"], int(first["shard_id"]),
-                       int(first["cost_usd_micros"]), first.get("price_source", ""),
-                       first.get("profile_kind", IN_REGION), duplicate=True)
+            return Outcome(
+                submission.request_id,
+                submission.label,
+                submission.day,
+                submission.shard_id,
+                submission.cost_usd_micros,
+                submission.quote.source,
+                submission.quote.profile_kind,
+                duplicate=False,
+            )
+        return Outcome(
+            submission.request_id,
+            first["model_label"],
+            first["org_day"],
+            int(first["shard_id"]),
+            int(first["cost_usd_micros"]),
+            first.get("price_source", ""),
+            first.get("profile_kind", IN_REGION),
+            duplicate=True,
+        )
     raise service_unavailable("Usage write kept conflicting with concurrent writes; retry")
 
 
@@ -191,14 +251,16 @@ def count(config: EffectiveConfig, submission: Submission, now: datetime) -> Out
     outcome = record(submission, now)
     if outcome.price_source == pricing.ESTIMATE and not outcome.duplicate:
         try:
-            alerts.fire_unpriced_model(config, submission.day, submission.label, submission.quote.model_id,
-                                       submission.quote.region, now)
+            alerts.fire_unpriced_model(
+                config, submission.day, submission.label, submission.quote.model_id, submission.quote.region, now
+            )
         except Exception:  # noqa: BLE001 - the usage is counted; only its alert is late
             logger.exception("UNPRICED_MODEL alert failed", extra={"model_id": submission.quote.model_id})
     return outcome
 
 
 # --- the endpoints -----------------------------------------------------------------
+
 
 def daily_status(config: EffectiveConfig, label: str, day: str) -> dict:
     """The label's DailyTotal as of the last aggregation, with quota percentage and mode."""
@@ -214,8 +276,9 @@ def daily_status(config: EffectiveConfig, label: str, day: str) -> dict:
         "quota_pct": quota_pct(totals.cost_usd_micros, quota),
         "status": status,
         "mode": TIGHT if status in (TIGHT, EXCEEDED) else NORMAL,
-        "aggregated_at": (iso_utc(datetime.fromtimestamp(totals.updated_at_epoch, timezone.utc))
-                          if totals.updated_at_epoch else None),
+        "aggregated_at": (
+            iso_utc(datetime.fromtimestamp(totals.updated_at_epoch, UTC)) if totals.updated_at_epoch else None
+        ),
     }
 
 
@@ -223,16 +286,22 @@ def _accepted_body(outcome: Outcome, now: datetime) -> dict:
     return {
         "request_id": outcome.request_id,
         "status": "accepted",
-        "message": ("Duplicate request_id: already accepted, not counted again" if outcome.duplicate
-                    else "Usage data queued for processing"),
+        "message": (
+            "Duplicate request_id: already accepted, not counted again"
+            if outcome.duplicate
+            else "Usage data queued for processing"
+        ),
         "duplicate": outcome.duplicate,
         "processing": {
             "shard_id": outcome.shard_id,
             "expected_aggregation_lag_secs": get_config().metering.aggregation_lag_secs,
             "cost_usd_micros": outcome.cost_usd_micros,
         },
-        "pricing": {"source": outcome.price_source, "version": parse_day(outcome.day).isoformat(),
-                    "profile_kind": outcome.profile_kind},
+        "pricing": {
+            "source": outcome.price_source,
+            "version": parse_day(outcome.day).isoformat(),
+            "profile_kind": outcome.profile_kind,
+        },
         "timestamp": iso_utc(now),
     }
 
@@ -247,8 +316,12 @@ def submit(org_id: str, app_id: str, request: UsageRequest, now: datetime | None
 
 def _failed(raw, code: str, message: str) -> dict:
     request_id = raw.get("request_id") if isinstance(raw, dict) else None
-    return {"request_id": request_id[:64] if isinstance(request_id, str) else None, "status": "failed",
-            "error": code, "message": message}
+    return {
+        "request_id": request_id[:64] if isinstance(request_id, str) else None,
+        "status": "failed",
+        "error": code,
+        "message": message,
+    }
 
 
 def _submit_one(config: EffectiveConfig, raw, now: datetime) -> tuple[dict, Outcome | None]:
@@ -260,8 +333,13 @@ def _submit_one(config: EffectiveConfig, raw, now: datetime) -> tuple[dict, Outc
     except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others (each is one transaction)
         failure = as_api_error(error)
         return _failed(raw, failure.code, failure.message), None
-    return {"request_id": outcome.request_id, "status": "accepted", "shard_id": outcome.shard_id,
-            "cost_usd_micros": outcome.cost_usd_micros, "duplicate": outcome.duplicate}, outcome
+    return {
+        "request_id": outcome.request_id,
+        "status": "accepted",
+        "shard_id": outcome.shard_id,
+        "cost_usd_micros": outcome.cost_usd_micros,
+        "duplicate": outcome.duplicate,
+    }, outcome
 
 
 def submit_batch(org_id: str, app_id: str, records: list, now: datetime | None = None) -> dict:
@@ -275,5 +353,10 @@ def submit_batch(org_id: str, app_id: str, records: list, now: datetime | None =
     results = [result for result, _ in done]
     accepted = sum(1 for result in results if result["status"] == "accepted")
     counted = dict.fromkeys((outcome.label, outcome.day) for _, outcome in done if outcome is not None)
-    return {"accepted": accepted, "failed": len(results) - accepted, "results": results,
-            "daily_totals": [daily_status(config, label, day) for label, day in counted], "timestamp": iso_utc(now)}
+    return {
+        "accepted": accepted,
+        "failed": len(results) - accepted,
+        "results": results,
+        "daily_totals": [daily_status(config, label, day) for label, day in counted],
+        "timestamp": iso_utc(now),
+    }

@@ -1,5 +1,6 @@
 """Request bodies of the metering endpoints (pydantic: validated by the Powertools resolver
 and published in the OpenAPI document)."""
+
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
@@ -17,8 +18,9 @@ TokenCount = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
 
 
 class UsageRequest(StrictBody):
-    request_id: Annotated[str, Field(description="UUID of the Bedrock call; the idempotency key",
-                                     min_length=36, max_length=36)]
+    request_id: Annotated[
+        str, Field(description="UUID of the Bedrock call; the idempotency key", min_length=36, max_length=36)
+    ]
     model_label: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     bedrock_model_id: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
     calling_region: Annotated[str | None, StringConstraints(pattern=REGION_PATTERN)] = None
@@ -27,8 +29,9 @@ class UsageRequest(StrictBody):
     cache_read_input_tokens: TokenCount = 0
     cache_write_input_tokens: TokenCount = 0
     status: Literal["OK", "ERROR"]
-    timestamp: Annotated[str, Field(description="ISO 8601 time of the call, e.g. 2026-01-23T15:30:45Z",
-                                    min_length=16, max_length=40)]
+    timestamp: Annotated[
+        str, Field(description="ISO 8601 time of the call, e.g. 2026-01-23T15:30:45Z", min_length=16, max_length=40)
+    ]
 
     @field_validator("request_id")
     @classmethod
@@ -40,12 +43,15 @@ class UsageRequest(StrictBody):
 
 class UsageBatchRequest(StrictBody):
     # Items are validated one by one (a bad item fails alone, with its own error code).
-    requests: Annotated[list[Any], Field(min_length=1, max_length=MAX_BATCH,
-                                         description="1-100 usage records, each shaped like a single usage body")]
+    requests: Annotated[
+        list[Any],
+        Field(
+            min_length=1, max_length=MAX_BATCH, description="1-100 usage records, each shaped like a single usage body"
+        ),
+    ]
 
 
 class InferenceProfileRequest(StrictBody):
     profile_label: Annotated[str, StringConstraints(pattern=APP_ID_PATTERN)]
     inference_profile_arn: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
     description: Annotated[str | None, StringConstraints(max_length=500)] = None
-

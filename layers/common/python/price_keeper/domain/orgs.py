@@ -6,6 +6,7 @@ the org is ORG-scoped (an app's own ``quotas``/``total_quota_usd_micros``, kept 
 earlier APP scope, are ignored then). The effective config is cached in memory for
 ``CONFIG_CACHE_SECONDS`` (changes reach warm containers within that).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -19,8 +20,14 @@ from ..validation import is_app_id, is_uuid
 CONFIG_CACHE_SECONDS = 30
 _effective = TTLCache(CONFIG_CACHE_SECONDS)
 
-APP_OVERRIDABLE = ("model_ordering", "quotas", "total_quota_usd_micros", "tight_mode_threshold_pct",
-                   "refresh_interval_normal_secs", "refresh_interval_tight_secs")
+APP_OVERRIDABLE = (
+    "model_ordering",
+    "quotas",
+    "total_quota_usd_micros",
+    "tight_mode_threshold_pct",
+    "refresh_interval_normal_secs",
+    "refresh_interval_tight_secs",
+)
 # What an app may override only while its org is APP-scoped (its own quota counters).
 APP_QUOTA_SETTINGS = ("quotas", "total_quota_usd_micros")
 
@@ -64,8 +71,9 @@ def check_ids(org_id: str, app_id: str | None = None) -> None:
     if not is_uuid(org_id):
         raise ApiError(400, "INVALID_REQUEST", "org_id must be a UUID", {"org_id": org_id[:100]})
     if app_id is not None and not is_app_id(app_id):
-        raise ApiError(400, "INVALID_REQUEST", "app_id must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
-                       {"app_id": app_id[:100]})
+        raise ApiError(
+            400, "INVALID_REQUEST", "app_id must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", {"app_id": app_id[:100]}
+        )
 
 
 def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> EffectiveConfig:
@@ -85,13 +93,18 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
         sticky_fallback_enabled=bool(org.get("sticky_fallback_enabled", defaults.sticky_fallback_enabled)),
         agg_shard_count=int(org.get("agg_shard_count", defaults.usage_agg_shard_count)),
         tight_mode_threshold_pct=int(source.get("tight_mode_threshold_pct", defaults.tight_mode_threshold_pct)),
-        refresh_interval_normal_secs=int(source.get("refresh_interval_normal_secs",
-                                                    defaults.refresh_interval_normal_secs)),
-        refresh_interval_tight_secs=int(source.get("refresh_interval_tight_secs",
-                                                   defaults.refresh_interval_tight_secs)),
+        refresh_interval_normal_secs=int(
+            source.get("refresh_interval_normal_secs", defaults.refresh_interval_normal_secs)
+        ),
+        refresh_interval_tight_secs=int(
+            source.get("refresh_interval_tight_secs", defaults.refresh_interval_tight_secs)
+        ),
         total_quota_usd_micros=int(total) if total is not None else None,
-        alert_thresholds_pct=(tuple(sorted({int(pct) for pct in org["alert_thresholds_pct"]}))
-                              if org.get("alert_thresholds_pct") else get_config().alerts.thresholds_pct),
+        alert_thresholds_pct=(
+            tuple(sorted({int(pct) for pct in org["alert_thresholds_pct"]}))
+            if org.get("alert_thresholds_pct")
+            else get_config().alerts.thresholds_pct
+        ),
     )
 
 

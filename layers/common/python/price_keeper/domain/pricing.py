@@ -12,15 +12,17 @@ model with no price anywhere at the configured estimate (``ESTIMATE``). The pric
 fetcher fills PricingCache from the AWS Price List API: daily, and on the first sight of a
 model outside ``config.yaml``.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections.abc import Iterable
 from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 import boto3
 from botocore.config import Config
@@ -56,8 +58,9 @@ def price_attribute(kind: str, component: str) -> str:
     return name if kind == IN_REGION else f"{kind.lower()}_{name}"
 
 
-PRICE_ATTRIBUTES = [price_attribute(kind, component) for kind in (IN_REGION, GEOGRAPHIC, GLOBAL)
-                    for component in PRICE_FIELDS]
+PRICE_ATTRIBUTES = [
+    price_attribute(kind, component) for kind in (IN_REGION, GEOGRAPHIC, GLOBAL) for component in PRICE_FIELDS
+]
 
 
 class Tokens(NamedTuple):
@@ -69,12 +72,17 @@ class Tokens(NamedTuple):
 
 def cost_usd_micros(tokens: Tokens, prices: Prices) -> int:
     """ceil(Σ tokens × price per 1M / 1M), in integers only."""
-    scaled = (tokens.input * prices.input + tokens.output * prices.output
-              + tokens.cache_read * prices.cache_read + tokens.cache_write * prices.cache_write)
+    scaled = (
+        tokens.input * prices.input
+        + tokens.output * prices.output
+        + tokens.cache_read * prices.cache_read
+        + tokens.cache_write * prices.cache_write
+    )
     return -(-scaled // TOKENS_PER_PRICE)
 
 
 # --- the price of a day ------------------------------------------------------------
+
 
 class PriceQuote(NamedTuple):
     prices: Prices
@@ -114,6 +122,7 @@ _stored = TTLCache(PRICE_CACHE_SECONDS)
 def _stored_items(model_id: str, day: date, region: str | None) -> list[dict]:
     """The day's PricingCache items of the model: the region's, then the default one (one
     BatchGetItem on a miss, then cached in memory per model, day and region)."""
+
     def load() -> list[dict]:
         wanted = [keys.price_key(day.isoformat(), region)] + ([keys.price_key(day.isoformat())] if region else [])
         return price_store.of_day(model_id, wanted, PRICE_ATTRIBUTES)
@@ -121,8 +130,9 @@ def _stored_items(model_id: str, day: date, region: str | None) -> list[dict]:
     return _stored.get_or_load((model_id, day, region), load)
 
 
-def quote(model_id: str, day: date, region: str | None, kind: str = IN_REGION,
-          configured: dict[str, Prices] | None = None) -> PriceQuote:
+def quote(
+    model_id: str, day: date, region: str | None, kind: str = IN_REGION, configured: dict[str, Prices] | None = None
+) -> PriceQuote:
     """The price of ``day`` for ``model_id`` called in ``region`` through a ``kind`` profile.
 
     ``configured`` holds the config.yaml prices by kind (``Label.configured_prices``; None
@@ -162,11 +172,16 @@ def price_of(priced: profiles.PricedModel, day: date) -> PriceQuote:
 # Dash-delimited words of an offer that is not the standard on-demand one.
 _OTHER_OFFER = re.compile(
     r"(?:^|-)(?:batch|flex|priority|latency-optimized|provisioned|reserved|commitment|custom|training|"
-    r"storage|import|long-context|long-ctx|lctx|1h|mantle)(?:-|$)")
+    r"storage|import|long-context|long-ctx|lctx|1h|mantle)(?:-|$)"
+)
 _GLOBAL_OFFER = re.compile(r"(?:^|-)global(?:-|$)")
 _GEOGRAPHIC_OFFER = re.compile(r"(?:^|-)(?:cross-region|geo)(?:-|$)")
-_TOKEN_COMPONENTS = (("cache read", "cache_read"), ("cache write", "cache_write"), ("input", "input"),
-                     ("output", "output"))
+_TOKEN_COMPONENTS = (
+    ("cache read", "cache_read"),
+    ("cache write", "cache_write"),
+    ("input", "input"),
+    ("output", "output"),
+)
 _TOKENS_PER_UNIT = {"1k tokens": 1_000, "1m tokens": 1_000_000, "tokens": 1, "token": 1}
 
 
@@ -222,8 +237,11 @@ def _effective(term: dict) -> date:
 def _first_tier(dimensions: Iterable[dict]) -> dict | None:
     """The token dimension starting at 0 tokens (a tiered term's later ranges are not the
     standard price)."""
-    tokens = [d for d in dimensions if d.get("unit", "").strip().lower() in _TOKENS_PER_UNIT
-              and d.get("pricePerUnit", {}).get("USD") is not None]
+    tokens = [
+        d
+        for d in dimensions
+        if d.get("unit", "").strip().lower() in _TOKENS_PER_UNIT and d.get("pricePerUnit", {}).get("USD") is not None
+    ]
     return min(tokens, key=lambda d: Decimal(d.get("beginRange") or 0), default=None)
 
 
@@ -240,8 +258,15 @@ def price_points(entries: Iterable[str | dict], model_names: set[str]) -> list[P
         for term in product.get("terms", {}).get("OnDemand", {}).values():
             dimension = _first_tier(term.get("priceDimensions", {}).values())
             if dimension is not None:
-                points.append(PricePoint(name, region, *classified, _effective(term),
-                                         micros_per_1m(dimension["pricePerUnit"]["USD"], dimension["unit"])))
+                points.append(
+                    PricePoint(
+                        name,
+                        region,
+                        *classified,
+                        _effective(term),
+                        micros_per_1m(dimension["pricePerUnit"]["USD"], dimension["unit"]),
+                    )
+                )
     return points
 
 
@@ -261,24 +286,30 @@ def prices_on(points: Iterable[PricePoint], day: date) -> dict[tuple[str, str], 
         grouped.setdefault((model, region), {}).setdefault(kind, {})[component] = micros
     result = {}
     for key, kinds in grouped.items():
-        complete = {kind: Prices(c["input"], c["output"], c.get("cache_read", 0), c.get("cache_write", 0))
-                    for kind, c in kinds.items() if "input" in c and "output" in c}
+        complete = {
+            kind: Prices(c["input"], c["output"], c.get("cache_read", 0), c.get("cache_write", 0))
+            for kind, c in kinds.items()
+            if "input" in c and "output" in c
+        }
         if complete:
             result[key] = complete
     return result
 
 
-def parse_price_list(entries: Iterable[str | dict], model_names: set[str],
-                     day: date) -> dict[tuple[str, str], dict[str, Prices]]:
+def parse_price_list(
+    entries: Iterable[str | dict], model_names: set[str], day: date
+) -> dict[tuple[str, str], dict[str, Prices]]:
     """The standard on-demand token prices of ``model_names`` in effect on ``day``."""
     return prices_on(price_points(entries, model_names), day)
 
 
 @lru_cache(maxsize=1)
 def pricing_client():
-    return boto3.client("pricing", region_name=PRICE_LIST_ENDPOINT_REGION,
-                        config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5,
-                                      read_timeout=20))
+    return boto3.client(
+        "pricing",
+        region_name=PRICE_LIST_ENDPOINT_REGION,
+        config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=20),
+    )
 
 
 state.kept(pricing_client.cache_clear)
@@ -289,8 +320,11 @@ def fetch_price_list(client, model_names: Iterable[str]) -> list[str]:
     entries: list[str] = []
     paginator = client.get_paginator("get_products")
     for name in sorted(set(model_names)):
-        for page in paginator.paginate(ServiceCode=SERVICE_CODE, FormatVersion="aws_v1",
-                                       Filters=[{"Type": "TERM_MATCH", "Field": "model", "Value": name}]):
+        for page in paginator.paginate(
+            ServiceCode=SERVICE_CODE,
+            FormatVersion="aws_v1",
+            Filters=[{"Type": "TERM_MATCH", "Field": "model", "Value": name}],
+        ):
             entries.extend(page.get("PriceList", []))
     return entries
 
@@ -310,10 +344,15 @@ class PricedModelId(NamedTuple):
 
 
 def configured_models() -> list[PricedModelId]:
-    return [PricedModelId(label.id, label.price_list_model,
-                          {"model_label": label.name, "tier": label.tier, "family": label.family,
-                           "description": label.description})
-            for label in get_config().labels.values() if label.type == "model" and label.price_list_model]
+    return [
+        PricedModelId(
+            label.id,
+            label.price_list_model,
+            {"model_label": label.name, "tier": label.tier, "family": label.family, "description": label.description},
+        )
+        for label in get_config().labels.values()
+        if label.type == "model" and label.price_list_model
+    ]
 
 
 def pricing_items(points: list[PricePoint], models: list[PricedModelId], now: datetime) -> list[dict]:
@@ -327,13 +366,21 @@ def pricing_items(points: list[PricePoint], models: list[PricedModelId], now: da
             for model in (model for model in models if model.price_list_model == name):
                 for key_region in [region] + ([None] if region == default_price_region() else []):
                     key = (model.model_id, keys.price_key(day.isoformat(), key_region))
-                    items.setdefault(key, {
-                        "model_id": model.model_id, "price_key": key[1], **model.details,
-                        **{price_attribute(kind, component): getattr(prices, component)
-                           for kind, prices in kinds.items() for component in PRICE_FIELDS},
-                        "fetched_at_epoch": fetched,
-                        tables.TTL_ATTRIBUTE: fetched + PRICE_TTL_DAYS * 86400,
-                    })
+                    items.setdefault(
+                        key,
+                        {
+                            "model_id": model.model_id,
+                            "price_key": key[1],
+                            **model.details,
+                            **{
+                                price_attribute(kind, component): getattr(prices, component)
+                                for kind, prices in kinds.items()
+                                for component in PRICE_FIELDS
+                            },
+                            "fetched_at_epoch": fetched,
+                            tables.TTL_ATTRIBUTE: fetched + PRICE_TTL_DAYS * 86400,
+                        },
+                    )
     return list(items.values())
 
 
@@ -364,8 +411,9 @@ def _price_list_points(client, names: set[str]) -> list[PricePoint] | None:
     try:
         return price_points(fetch_price_list(client or pricing_client(), names), names)
     except (ClientError, BotoCoreError) as error:
-        logger.warning("price list unavailable; stored and config prices keep serving",
-                       extra={"error_type": type(error).__name__})
+        logger.warning(
+            "price list unavailable; stored and config prices keep serving", extra={"error_type": type(error).__name__}
+        )
         return None
 
 
@@ -379,8 +427,9 @@ def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
     not turn into a crash loop).
     """
     now = now or utc_now()
-    models = configured_models() + [PricedModelId(model_id, name, {})
-                                    for model_id, name in sorted(price_store.registered_models().items())]
+    models = configured_models() + [
+        PricedModelId(model_id, name, {}) for model_id, name in sorted(price_store.registered_models().items())
+    ]
     points = _price_list_points(client, {model.price_list_model for model in models})
     if points is None:
         return {"status": "unavailable", "written": 0, "kept": 0, "models": 0}
@@ -391,14 +440,16 @@ def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
 
 # --- models outside config.yaml -------------------------------------------------------
 
+
 def price_list_name(model_id: str, region: str) -> str | None:
     """The model's Price List name: Bedrock's ``modelName`` (GetFoundationModel) in
     ``region``; None (logged) when Bedrock does not answer it."""
     try:
         reply = profiles.bedrock_client(region).get_foundation_model(modelIdentifier=model_id)
     except (ClientError, BotoCoreError) as error:
-        logger.warning("foundation model name unavailable", extra={"model_id": model_id,
-                                                                   "error_type": type(error).__name__})
+        logger.warning(
+            "foundation model name unavailable", extra={"model_id": model_id, "error_type": type(error).__name__}
+        )
         return None
     return reply["modelDetails"]["modelName"]
 

@@ -14,10 +14,11 @@ profile has the kind of what it copies, which its models show (a Region-less fou
 model ARN: a global profile; several Regions: a geographic one; one Region: a foundation
 model, in-region).
 """
+
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from typing import NamedTuple
 
 import boto3
@@ -69,19 +70,32 @@ def register(config: EffectiveConfig, label: str, arn: str, description: str | N
     if not is_profile_arn(arn):
         raise invalid_request(f"Invalid inference profile ARN: {arn[:200]}")
     if label in get_config().labels:
-        raise ApiError(409, "ALREADY_EXISTS", "Label is already defined in config.yaml",
-                       {"profile_label": label, "reason": "config_label"})
+        raise ApiError(
+            409,
+            "ALREADY_EXISTS",
+            "Label is already defined in config.yaml",
+            {"profile_label": label, "reason": "config_label"},
+        )
     _routing_of(arn)
     now = now or utc_now()
-    item = {**profile_store.profile_key(config.org_id, config.app_id, label), "profile_label": label, "inference_profile_arn": arn,
-            "created_at": iso_utc(now), "updated_at_epoch": int(now.timestamp())}
+    item = {
+        **profile_store.profile_key(config.org_id, config.app_id, label),
+        "profile_label": label,
+        "inference_profile_arn": arn,
+        "created_at": iso_utc(now),
+        "updated_at_epoch": int(now.timestamp()),
+    }
     if description is not None:
         item["description"] = description
     try:
         profile_store.create(item)
     except ConditionFailed as taken:
-        raise ApiError(409, "ALREADY_EXISTS", "Inference profile label already registered",
-                       {"profile_label": label, "registered_at": (taken.item or {}).get("created_at")}) from None
+        raise ApiError(
+            409,
+            "ALREADY_EXISTS",
+            "Inference profile label already registered",
+            {"profile_label": label, "registered_at": (taken.item or {}).get("created_at")},
+        ) from None
     _profiles.discard((config.org_id, config.app_id, label))
     body = {"profile_label": label, "inference_profile_arn": arn, "status": "registered"}
     if description is not None:
@@ -102,11 +116,13 @@ def find(org_id: str, app_id: str | None, label: str) -> Profile | None:
     return _profiles.get_or_load((org_id, app_id, label), load)
 
 
-@lru_cache(maxsize=None)
+@cache
 def bedrock_client(region: str):
-    return boto3.client("bedrock", region_name=region,
-                        config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2,
-                                      read_timeout=5))
+    return boto3.client(
+        "bedrock",
+        region_name=region,
+        config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=5),
+    )
 
 
 state.kept(bedrock_client.cache_clear)
@@ -138,8 +154,10 @@ def _resolve(arn: str) -> Routing:
         if code in ("ResourceNotFoundException", "ValidationException"):
             raise invalid_request("Inference profile not found in AWS Bedrock", inference_profile_arn=arn) from None
         if code == "AccessDeniedException":  # the role may read its own account's profiles only
-            raise invalid_request("Inference profile not accessible: it must belong to the service's AWS account",
-                                  inference_profile_arn=arn) from None
+            raise invalid_request(
+                "Inference profile not accessible: it must belong to the service's AWS account",
+                inference_profile_arn=arn,
+            ) from None
         logger.warning("GetInferenceProfile failed", extra={"aws_error": code})
         raise service_unavailable("Inference profile details unavailable; retry") from None
     except BotoCoreError as error:
@@ -166,13 +184,17 @@ def model_for_region(profile: Profile, region: str) -> tuple[str, str]:
     routing = _routing_of(profile.arn)
     model_id = routing.by_region.get(region) or routing.anywhere
     if model_id is None:
-        raise invalid_request(f"Inference profile {profile.label} does not serve region {region}",
-                              model_label=profile.label, calling_region=region,
-                              profile_regions=sorted(routing.by_region))
+        raise invalid_request(
+            f"Inference profile {profile.label} does not serve region {region}",
+            model_label=profile.label,
+            calling_region=region,
+            profile_regions=sorted(routing.by_region),
+        )
     return model_id, routing.kind
 
 
 # --- label resolution --------------------------------------------------------------
+
 
 class PricedModel(NamedTuple):
     """What a label bills: the foundation model, the region whose price applies, how the
@@ -229,6 +251,6 @@ def priced_model(config: EffectiveConfig, label: str, calling_region: str | None
         profile, configured = Profile(label, spec.id), spec.configured_prices()
     region = calling_region or profile.home_region
     model_id, kind = model_for_region(profile, region)
-    return PricedModel(label, "profile", profile.arn, model_id, region,
-                       configured or _configured_for_model(model_id), kind)
-
+    return PricedModel(
+        label, "profile", profile.arn, model_id, region, configured or _configured_for_model(model_id), kind
+    )

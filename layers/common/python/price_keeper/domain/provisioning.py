@@ -20,11 +20,13 @@ requests can never both issue credentials:
 
 See ``docs/provisioning.md`` for the validation rules and the decisions behind them.
 """
+
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
-from typing import Annotated, Iterable, Literal
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
@@ -50,18 +52,22 @@ SHARD_COUNTS = (8, 16, 32, 64)
 # Settings that only an org has: an app always takes them from its org.
 ORG_ONLY_SETTINGS = frozenset({"timezone", "quota_scope", "agg_shard_count", "sticky_fallback_enabled"})
 # The settings an app may override: wire name -> attribute of the app item.
-APP_ATTRIBUTES = {"model_ordering": "model_ordering", "quotas": "quotas",
-                  "total_quota_usd_micros": "total_quota_usd_micros",
-                  "tight_mode_threshold_pct": "tight_mode_threshold_pct",
-                  "refresh_interval_secs": "refresh_interval_normal_secs"}
+APP_ATTRIBUTES = {
+    "model_ordering": "model_ordering",
+    "quotas": "quotas",
+    "total_quota_usd_micros": "total_quota_usd_micros",
+    "tight_mode_threshold_pct": "tight_mode_threshold_pct",
+    "refresh_interval_secs": "refresh_interval_normal_secs",
+}
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=NAME_MAX_CHARS)]
 Label = Annotated[str, StringConstraints(min_length=1, max_length=LABEL_MAX_CHARS)]
 Ordering = Annotated[list[Label], Field(min_length=1, max_length=MAX_LABELS)]
 QuotaAmount = Annotated[int, Field(ge=0, le=MAX_QUOTA_USD_MICROS)]
 Quotas = Annotated[dict[Label, QuotaAmount], Field(max_length=MAX_LABELS)]
-TOTAL_QUOTA_DESCRIPTION = ("Daily cap over every label, in the ordering or not, in micro-USD; "
-                           "default: the sum of the ordering's label quotas")
+TOTAL_QUOTA_DESCRIPTION = (
+    "Daily cap over every label, in the ordering or not, in micro-USD; default: the sum of the ordering's label quotas"
+)
 ThresholdPct = Annotated[int, Field(ge=50, le=100)]
 AlertThresholds = Annotated[list[Annotated[int, Field(ge=1, le=100)]], Field(min_length=1, max_length=10)]
 RefreshSecs = Annotated[int, Field(ge=1, le=MAX_REFRESH_INTERVAL_SECS)]
@@ -69,14 +75,17 @@ RefreshSecs = Annotated[int, Field(ge=1, le=MAX_REFRESH_INTERVAL_SECS)]
 
 # --- request bodies ----------------------------------------------------------------
 
+
 class OrgOverrides(StrictBody):
     tight_mode_threshold_pct: ThresholdPct | None = None
     agg_shard_count: Literal[SHARD_COUNTS] | None = None
     sticky_fallback_enabled: bool | None = None
     refresh_interval_secs: RefreshSecs | None = Field(
-        None, description="Stored as refresh_interval_normal_secs; the tight-mode interval stays the default")
+        None, description="Stored as refresh_interval_normal_secs; the tight-mode interval stays the default"
+    )
     alert_thresholds_pct: AlertThresholds | None = Field(
-        None, description="THRESHOLD alert percentages of the org's quotas; default config.yaml alerts.thresholds_pct")
+        None, description="THRESHOLD alert percentages of the org's quotas; default config.yaml alerts.thresholds_pct"
+    )
 
 
 class OrgRequest(StrictBody):
@@ -110,7 +119,8 @@ class AppRequest(StrictBody):
     model_ordering: Ordering | None = None
     quotas: Quotas | None = Field(None, description="Only when the org's quota_scope is APP")
     total_quota_usd_micros: QuotaAmount | None = Field(
-        None, description=TOTAL_QUOTA_DESCRIPTION + "; only when the org's quota_scope is APP")
+        None, description=TOTAL_QUOTA_DESCRIPTION + "; only when the org's quota_scope is APP"
+    )
     overrides: AppOverrides = Field(default_factory=AppOverrides)
 
     _org_only = model_validator(mode="before")(_reject_org_only)
@@ -126,14 +136,14 @@ class RevokeTokensRequest(StrictBody):
 
 # --- validation against config.yaml and the stored org ------------------------------
 
+
 def _check_labels(ordering: Iterable[str], quotas: dict, valid: list[str], where: str) -> None:
     """Every label known, none repeated, and a quota for every label in the ordering."""
     ordering = list(ordering)
     invalid = list(dict.fromkeys(label for label in [*ordering, *quotas] if label not in valid))
     if invalid:
         quoted = ", ".join(f"'{label}'" for label in invalid)
-        raise invalid_config(f"Model label {quoted} not defined in {where}", invalid_labels=invalid,
-                             valid_labels=valid)
+        raise invalid_config(f"Model label {quoted} not defined in {where}", invalid_labels=invalid, valid_labels=valid)
     repeated = sorted({label for label in ordering if ordering.count(label) > 1})
     if repeated:
         raise invalid_config("model_ordering must not repeat a label", repeated_labels=repeated)
@@ -144,16 +154,17 @@ def _check_labels(ordering: Iterable[str], quotas: dict, valid: list[str], where
 
 def _check_org(request: OrgRequest) -> None:
     if not is_valid_timezone(request.timezone):
-        raise invalid_config("timezone must be an IANA timezone such as America/New_York",
-                             timezone=request.timezone)
+        raise invalid_config("timezone must be an IANA timezone such as America/New_York", timezone=request.timezone)
     _check_labels(request.model_ordering, request.quotas, list(get_config().labels), "main config")
 
 
 def _check_app(org_id: str, app_id: str, request: AppRequest, org: dict) -> None:
     own = [name for name in orgs.APP_QUOTA_SETTINGS if getattr(request, name) is not None]
     if own and org["quota_scope"] != "APP":
-        raise invalid_config(f"{' and '.join(own)} can be set per app only when the organization's quota_scope is APP",
-                             quota_scope=org["quota_scope"])
+        raise invalid_config(
+            f"{' and '.join(own)} can be set per app only when the organization's quota_scope is APP",
+            quota_scope=org["quota_scope"],
+        )
     ordering = request.model_ordering or org["model_ordering"]
     quotas = request.quotas if request.quotas is not None else org["quotas"]
     valid = list(get_config().labels)
@@ -164,6 +175,7 @@ def _check_app(org_id: str, app_id: str, request: AppRequest, org: dict) -> None
 
 # --- conditional writes --------------------------------------------------------------
 
+
 def _update(key: dict, values: dict, remove: Iterable[str] = (), must_match: dict | None = None) -> dict | None:
     """Update an existing item and return it; ``None`` when there is no item.
 
@@ -173,22 +185,39 @@ def _update(key: dict, values: dict, remove: Iterable[str] = (), must_match: dic
     try:
         return config_items.update_existing(key, values, remove, must_match)
     except ConditionFailed as failed:
-        changed = {name: {"stored": failed.item.get(name), "requested": value}
-                   for name, value in (must_match or {}).items() if failed.item.get(name) != value}
+        changed = {
+            name: {"stored": failed.item.get(name), "requested": value}
+            for name, value in (must_match or {}).items()
+            if failed.item.get(name) != value
+        }
         raise invalid_config(f"{', '.join(changed)} cannot be changed after creation", **changed) from None
 
 
-def _save(key: dict, principal: auth.Principal, values: dict, *, remove: Iterable[str] = (),
-          create_only: dict | None = None, must_match: dict | None = None) -> tuple[dict, str | None]:
+def _save(
+    key: dict,
+    principal: auth.Principal,
+    values: dict,
+    *,
+    remove: Iterable[str] = (),
+    create_only: dict | None = None,
+    must_match: dict | None = None,
+) -> tuple[dict, str | None]:
     """Update the config item, or create it with new credentials: (stored item, new secret or None)."""
     stored = _update(key, values, remove, must_match)
     if stored is not None:
         return stored, None
     secret = auth.new_client_secret()
     now = int(time.time())
-    item = {**key, **values, **(create_only or {}), "client_id": principal.client_id,
-            **auth.secret_attributes(secret), "client_secret_created_at_epoch": now,
-            "created_at_epoch": now, "updated_at_epoch": now}
+    item = {
+        **key,
+        **values,
+        **(create_only or {}),
+        "client_id": principal.client_id,
+        **auth.secret_attributes(secret),
+        "client_secret_created_at_epoch": now,
+        "created_at_epoch": now,
+        "updated_at_epoch": now,
+    }
     if config_items.create(item):
         return item, secret
     # Lost a create race: the winner's item exists now and this request updates it.
@@ -196,7 +225,7 @@ def _save(key: dict, principal: auth.Principal, values: dict, *, remove: Iterabl
 
 
 def _iso(epoch) -> str:
-    return iso_utc(datetime.fromtimestamp(int(epoch), timezone.utc))
+    return iso_utc(datetime.fromtimestamp(int(epoch), UTC))
 
 
 def _reply(ids: dict, stored: dict, secret: str | None, configuration: dict) -> tuple[bool, dict]:
@@ -204,13 +233,17 @@ def _reply(ids: dict, stored: dict, secret: str | None, configuration: dict) -> 
     if secret is None:
         body.update(status="updated", updated_at=_iso(stored["updated_at_epoch"]))
     else:
-        body.update(status="created", created_at=_iso(stored["created_at_epoch"]),
-                    credentials={"client_id": stored["client_id"], "client_secret": secret})
+        body.update(
+            status="created",
+            created_at=_iso(stored["created_at_epoch"]),
+            credentials={"client_id": stored["client_id"], "client_secret": secret},
+        )
     body["configuration"] = configuration
     return secret is not None, body
 
 
 # --- orgs --------------------------------------------------------------------------
+
 
 def _org_values(request: OrgRequest) -> dict:
     """The org item's settings for this request (service defaults where the body is silent)."""
@@ -230,9 +263,14 @@ def _org_values(request: OrgRequest) -> dict:
         "tight_mode_threshold_pct": given(overrides.tight_mode_threshold_pct, defaults.tight_mode_threshold_pct),
         "refresh_interval_normal_secs": given(overrides.refresh_interval_secs, defaults.refresh_interval_normal_secs),
         "refresh_interval_tight_secs": defaults.refresh_interval_tight_secs,
-        **({} if request.total_quota_usd_micros is None else {"total_quota_usd_micros": request.total_quota_usd_micros}),
-        **({} if overrides.alert_thresholds_pct is None
-           else {"alert_thresholds_pct": sorted(set(overrides.alert_thresholds_pct))}),
+        **(
+            {} if request.total_quota_usd_micros is None else {"total_quota_usd_micros": request.total_quota_usd_micros}
+        ),
+        **(
+            {}
+            if overrides.alert_thresholds_pct is None
+            else {"alert_thresholds_pct": sorted(set(overrides.alert_thresholds_pct))}
+        ),
         "updated_at_epoch": int(time.time()),
     }
 
@@ -254,11 +292,19 @@ def _check_day_bound_change(org_id: str, stored: dict | None, request: OrgReques
     day = org_day(stored["timezone"], now)
     if usage.org_has_spend(org_id, day):
         next_midnight = next_midnight_utc(stored["timezone"], now)
-        raise ApiError(409, "CONFLICT", f"{' and '.join(changed)} cannot change while today has spend",
-                       {"changed": changed, "org_day": parse_day(day).isoformat(), "timezone": stored["timezone"],
-                        "next_org_midnight": iso_utc(next_midnight)},
-                       hint="Today's spend is counted in the current day and scope; apply the change on a "
-                            "day without spend (e.g. right after the next org-local midnight, before any usage)")
+        raise ApiError(
+            409,
+            "CONFLICT",
+            f"{' and '.join(changed)} cannot change while today has spend",
+            {
+                "changed": changed,
+                "org_day": parse_day(day).isoformat(),
+                "timezone": stored["timezone"],
+                "next_org_midnight": iso_utc(next_midnight),
+            },
+            hint="Today's spend is counted in the current day and scope; apply the change on a "
+            "day without spend (e.g. right after the next org-local midnight, before any usage)",
+        )
 
 
 def _ignored_app_quotas(org_id: str) -> list[str]:
@@ -271,19 +317,23 @@ def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tu
     """Create or update an org: (created, response body); the secret appears only on create."""
     _check_org(request)
     stored, _ = config_items.org_and_app(org_id, None)
-    _check_day_bound_change(org_id, stored, request, now or datetime.now(timezone.utc))
+    _check_day_bound_change(org_id, stored, request, now or datetime.now(UTC))
     shards = request.overrides.agg_shard_count
     values = _org_values(request)
     stored, secret = _save(
-        config_items.client_key(org_id, None), auth.Principal(org_id, None),
-        values, remove=[name for name in ("total_quota_usd_micros", "alert_thresholds_pct") if name not in values],
+        config_items.client_key(org_id, None),
+        auth.Principal(org_id, None),
+        values,
+        remove=[name for name in ("total_quota_usd_micros", "alert_thresholds_pct") if name not in values],
         create_only={"agg_shard_count": shards or get_config().metering.usage_agg_shard_count},
         must_match={"agg_shard_count": shards} if shards else None,
     )
     orgs.forget(org_id)
     configuration = {
-        "timezone": stored["timezone"], "quota_scope": stored["quota_scope"],
-        "model_ordering": stored["model_ordering"], "agg_shard_count": int(stored["agg_shard_count"]),
+        "timezone": stored["timezone"],
+        "quota_scope": stored["quota_scope"],
+        "model_ordering": stored["model_ordering"],
+        "agg_shard_count": int(stored["agg_shard_count"]),
         "total_quota_usd_micros": int(orgs.merge(stored, None, org_id, None).total_quota),
     }
     if stored["quota_scope"] == "ORG" and secret is None:
@@ -293,38 +343,54 @@ def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tu
 
 # --- apps --------------------------------------------------------------------------
 
+
 def _app_overrides(request: AppRequest) -> dict:
     """Overridable settings by wire name; ``None`` for a setting the app inherits."""
-    return {"model_ordering": request.model_ordering, "quotas": request.quotas,
-            "total_quota_usd_micros": request.total_quota_usd_micros,
-            "tight_mode_threshold_pct": request.overrides.tight_mode_threshold_pct,
-            "refresh_interval_secs": request.overrides.refresh_interval_secs}
+    return {
+        "model_ordering": request.model_ordering,
+        "quotas": request.quotas,
+        "total_quota_usd_micros": request.total_quota_usd_micros,
+        "tight_mode_threshold_pct": request.overrides.tight_mode_threshold_pct,
+        "refresh_interval_secs": request.overrides.refresh_interval_secs,
+    }
 
 
 def put_app(org_id: str, app_id: str, request: AppRequest) -> tuple[bool, dict]:
     """Create or update an app of a registered org: (created, response body)."""
     org, _ = config_items.org_and_app(org_id, None)
     if org is None:
-        raise ApiError(404, "NOT_FOUND", "Organization not registered", {"org_id": org_id},
-                       hint=f"Call PUT /api/v1/orgs/{org_id} first")
+        raise ApiError(
+            404,
+            "NOT_FOUND",
+            "Organization not registered",
+            {"org_id": org_id},
+            hint=f"Call PUT /api/v1/orgs/{org_id} first",
+        )
     _check_app(org_id, app_id, request, org)
     overrides = _app_overrides(request)
     inherited = [name for name, value in overrides.items() if value is None]
     values = {APP_ATTRIBUTES[name]: value for name, value in overrides.items() if value is not None}
     stored, secret = _save(
-        config_items.client_key(org_id, app_id), auth.Principal(org_id, app_id),
+        config_items.client_key(org_id, app_id),
+        auth.Principal(org_id, app_id),
         {"app_name": request.app_name, **values, "updated_at_epoch": int(time.time())},
         remove=[APP_ATTRIBUTES[name] for name in inherited],
     )
     orgs.forget(org_id, app_id)
-    return _reply({"org_id": org_id, "app_id": app_id}, stored, secret, {
-        "app_name": stored["app_name"],
-        "model_ordering": stored.get("model_ordering", org["model_ordering"]),
-        "inherited_fields": sorted(ORG_ONLY_SETTINGS) + inherited,
-    })
+    return _reply(
+        {"org_id": org_id, "app_id": app_id},
+        stored,
+        secret,
+        {
+            "app_name": stored["app_name"],
+            "model_ordering": stored.get("model_ordering", org["model_ordering"]),
+            "inherited_fields": sorted(ORG_ONLY_SETTINGS) + inherited,
+        },
+    )
 
 
 # --- credential rotation and revoke-tokens -------------------------------------------
+
 
 def _write_with_cutoff(org_id: str, app_id: str | None, client_action: dict, cutoff: dict) -> bool:
     """``config_items.write_with_cutoff``; 404 when the org or app is not registered."""
@@ -362,8 +428,11 @@ def rotate_credentials(org_id: str, app_id: str | None, grace_period_hours: int)
         **({"app_id": app_id} if app_id else {}),
         "client_id": auth.client_id_for(org_id, app_id),
         "client_secret": secret,
-        "rotation": {"rotated_at": _iso(now), "old_secret_expires_at": _iso(old_expires),
-                     "grace_period_hours": grace_period_hours},
+        "rotation": {
+            "rotated_at": _iso(now),
+            "old_secret_expires_at": _iso(old_expires),
+            "grace_period_hours": grace_period_hours,
+        },
     }
 
 
@@ -371,6 +440,10 @@ def revoke_tokens(org_id: str, app_id: str | None) -> None:
     """End every token issued to the org's or app's client before now: refresh tokens at
     once, access tokens within the revocation cache window (``auth.REVOCATION_CACHE_SECONDS``).
     The secret stays valid; tokens obtained from now on work."""
-    _write_with_cutoff(org_id, app_id, config_items.registered(org_id, app_id), auth.cutoff_update(auth.client_id_for(org_id, app_id),
-                                                                      auth.now_ms()))
+    _write_with_cutoff(
+        org_id,
+        app_id,
+        config_items.registered(org_id, app_id),
+        auth.cutoff_update(auth.client_id_for(org_id, app_id), auth.now_ms()),
+    )
     count(CLIENT_TOKENS_REVOKED)

@@ -9,9 +9,11 @@ alerts all apply these, so they can never disagree about what "spent" means.
   ``tight_mode_threshold_pct`` of its quota.
 - Every label spent, or the scope's total cap reached: no label (429 ``QUOTA_EXCEEDED``).
 """
+
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 NORMAL, TIGHT, EXCEEDED = "NORMAL", "TIGHT", "EXCEEDED"
 REASON_NORMAL = "NORMAL"
@@ -72,18 +74,29 @@ def sticky_floor(ordering: Sequence[str], sticky_label: str | None) -> int:
     return list(ordering).index(sticky_label) if sticky_label in ordering else 0
 
 
-def first_unspent(ordering: Sequence[str], quotas: Mapping[str, int], spends: Mapping[str, int],
-                  floor: int = 0) -> int | None:
+def first_unspent(
+    ordering: Sequence[str], quotas: Mapping[str, int], spends: Mapping[str, int], floor: int = 0
+) -> int | None:
     """Position of the first label at or after ``floor`` still under its quota (a label
     without a quota is always spent); None when every one is spent. Every label before it,
     from ``floor`` on, has fallen back to its successor."""
-    return next((i for i in range(floor, len(ordering))
-                 if int(spends.get(ordering[i], 0)) < int(quotas.get(ordering[i], 0))), None)
+    return next(
+        (i for i in range(floor, len(ordering)) if int(spends.get(ordering[i], 0)) < int(quotas.get(ordering[i], 0))),
+        None,
+    )
 
 
-def decide(ordering: tuple[str, ...] | list[str], quotas: dict[str, int], spends: dict[str, int],
-           threshold_pct: int, sticky_enabled: bool, sticky: Sticky | None, total: Total | None = None) -> Decision:
+def decide(
+    ordering: tuple[str, ...] | list[str],
+    quotas: dict[str, int],
+    spends: dict[str, int],
+    threshold_pct: int,
+    sticky_enabled: bool,
+    sticky: Sticky | None,
+    total: Total | None = None,
+) -> Decision:
     """The selection rules (pure). ``spends`` may omit labels with no spend yet."""
+
     def spend(label: str) -> int:
         return spends.get(label, 0)
 
@@ -103,6 +116,7 @@ def decide(ordering: tuple[str, ...] | list[str], quotas: dict[str, int], spends
         reason = exceeded_reason(ordering[chosen - 1])
     flip_to = chosen if sticky_enabled and chosen > floor else None
     tight = quota_status(spend(label), quotas.get(label, 0), threshold_pct) == TIGHT or (
-        total is not None and quota_status(total.spend, total.quota, threshold_pct) == TIGHT)
+        total is not None and quota_status(total.spend, total.quota, threshold_pct) == TIGHT
+    )
     mode = TIGHT if tight else NORMAL
     return Decision(chosen, label, reason, mode, sticky_enabled and chosen > 0, flip_to)

@@ -13,9 +13,11 @@ Every label with spend is reported, in the ordering or not: each scope's ``{scop
 items over the range (one more Query per scope) name the labels summed each day, and the
 labels outside the current ordering (a dropped label, a self-registered profile) are read
 in a second round of Queries. Days without spend have no row. A day's rows hold the spend
-that arrived on that day (the metering's booking rule, docs/metering.md). Days are org-local (``DAY#yyyymmdd`` as the metering wrote them), so a
-23 h or 25 h DST day is one row like any other.
+that arrived on that day (the metering's booking rule, docs/metering.md). Days are
+org-local (``DAY#yyyymmdd`` as the metering wrote them), so a 23 h or 25 h DST day is one
+row like any other.
 """
+
 from __future__ import annotations
 
 import csv
@@ -35,8 +37,17 @@ from . import orgs
 MAX_DAYS = 92
 # 200 keys x 92 days of rows stays well under Lambda's 6 MB response limit (JSON ~230 B a row).
 MAX_USAGE_KEYS = 200
-COLUMNS = ("date", "app_id", "label", "cost_usd_micros", "input_tokens", "output_tokens",
-           "cache_read_input_tokens", "cache_write_input_tokens", "requests")
+COLUMNS = (
+    "date",
+    "app_id",
+    "label",
+    "cost_usd_micros",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_write_input_tokens",
+    "requests",
+)
 COUNTERS = COLUMNS[3:]
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -58,8 +69,10 @@ def check_range(first: date, last: date) -> None:
         raise invalid_request("from must not be after to", **{"from": first.isoformat(), "to": last.isoformat()})
     days = (last - first).days + 1
     if days > MAX_DAYS:
-        raise invalid_request(f"The range covers {days} days; at most {MAX_DAYS} are allowed",
-                              **{"from": first.isoformat(), "to": last.isoformat(), "max_days": MAX_DAYS})
+        raise invalid_request(
+            f"The range covers {days} days; at most {MAX_DAYS} are allowed",
+            **{"from": first.isoformat(), "to": last.isoformat(), "max_days": MAX_DAYS},
+        )
 
 
 class SpendRow(Schema):
@@ -95,8 +108,10 @@ def _scopes(org_id: str, app_id: str | None) -> list[orgs.EffectiveConfig]:
     if app is not None:
         return [app]
     org_item, _ = config_items.org_and_app(org_id, None)
-    return [orgs.merge(org_item, item, org_id, item["app_id"])
-            for item in config_items.app_items(org_id, orgs.APP_OVERRIDABLE)]
+    return [
+        orgs.merge(org_item, item, org_id, item["app_id"])
+        for item in config_items.app_items(org_id, orgs.APP_OVERRIDABLE)
+    ]
 
 
 def _scope_app(scope: orgs.EffectiveConfig) -> str | None:
@@ -104,14 +119,21 @@ def _scope_app(scope: orgs.EffectiveConfig) -> str | None:
 
 
 def _usage_keys(scopes: list[orgs.EffectiveConfig], labels_of) -> list[UsageKey]:
-    return [UsageKey(_scope_app(scope), label, keys.usage_key(scope.scope, label))
-            for scope in scopes for label in labels_of(scope)]
+    return [
+        UsageKey(_scope_app(scope), label, keys.usage_key(scope.scope, label))
+        for scope in scopes
+        for label in labels_of(scope)
+    ]
 
 
 def _row(key: UsageKey, item: dict) -> dict:
     day = parse_day(keys.day_of_key(item["date_key"]))
-    return {"date": day.isoformat(), "app_id": key.app_id, "label": key.label,
-            **{name: int(item.get(name, 0)) for name in COUNTERS}}
+    return {
+        "date": day.isoformat(),
+        "app_id": key.app_id,
+        "label": key.label,
+        **{name: int(item.get(name, 0)) for name in COUNTERS},
+    }
 
 
 def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id: str | None = None) -> list[dict]:
@@ -122,23 +144,30 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
     scopes = _scopes(org_id, app_id)
     usage_keys = _usage_keys(scopes, lambda scope: scope.model_ordering)
     if len(usage_keys) + len(scopes) > MAX_USAGE_KEYS:
-        raise invalid_request("Too many apps x labels for one report; narrow it with app_id",
-                              usage_keys=len(usage_keys), max_usage_keys=MAX_USAGE_KEYS)
+        raise invalid_request(
+            "Too many apps x labels for one report; narrow it with app_id",
+            usage_keys=len(usage_keys),
+            max_usage_keys=MAX_USAGE_KEYS,
+        )
 
     def query(usage_keys: list[str]) -> list[list[dict]]:
         return daily_totals.days_between(usage_keys, first, last)
 
-    *results, = query([key.usage_key for key in usage_keys] + [keys.scope_total_key(s.scope) for s in scopes])
-    scope_totals, results = results[len(usage_keys):], results[:len(usage_keys)]
-    outside = {scope.scope: sorted({label for item in items for label in item.get("labels", ())}
-                                   - set(scope.model_ordering))
-               for scope, items in zip(scopes, scope_totals)}
+    (*results,) = query([key.usage_key for key in usage_keys] + [keys.scope_total_key(s.scope) for s in scopes])
+    scope_totals, results = results[len(usage_keys) :], results[: len(usage_keys)]
+    outside = {
+        scope.scope: sorted({label for item in items for label in item.get("labels", ())} - set(scope.model_ordering))
+        for scope, items in zip(scopes, scope_totals, strict=True)
+    }
     extra_keys = _usage_keys(scopes, lambda scope: outside[scope.scope])
     if extra_keys:  # labels with spend outside the ordering
         usage_keys += extra_keys
         results += query([key.usage_key for key in extra_keys])
-    rows = [(_row(key, item), position) for position, (key, items) in enumerate(zip(usage_keys, results))
-            for item in items]
+    rows = [
+        (_row(key, item), position)
+        for position, (key, items) in enumerate(zip(usage_keys, results, strict=True))
+        for item in items
+    ]
     rows.sort(key=lambda pair: (pair[0]["date"], pair[1]))
     return [row for row, _ in rows]
 

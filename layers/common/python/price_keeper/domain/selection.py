@@ -5,6 +5,7 @@ StickyState choice and the DailyTotals in one BatchGetItem, the live shards in t
 mode), writes StickyState only when the choice moves forward (the seed's conditional
 write), and shapes the reply.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,6 +54,7 @@ def refresh_secs(config: EffectiveConfig, mode: str) -> int:
 
 # --- reading and moving the day's choice -------------------------------------------
 
+
 def _sticky(item: dict | None) -> Sticky | None:
     return Sticky(item["active_model_label"], int(item["active_model_index"])) if item else None
 
@@ -65,11 +67,18 @@ def write_sticky(config: EffectiveConfig, day: str, index: int, now: datetime) -
     """Move the day's sticky state forward to ``index``; False when another writer already
     moved it as far or further (the seed's conditional write)."""
     next_midnight = day_start_utc(config.timezone, parse_day(day) + timedelta(days=1))
-    moved = sticky_store.advance(config.scope, day, {
-        "active_model_label": config.model_ordering[index], "active_model_index": index,
-        "reason": "QUOTA_EXCEEDED", "previous_model_label": config.model_ordering[index - 1],
-        "activated_at_epoch": int(now.timestamp()),
-    }, int(next_midnight.timestamp()) + STICKY_GRACE_SECS)
+    moved = sticky_store.advance(
+        config.scope,
+        day,
+        {
+            "active_model_label": config.model_ordering[index],
+            "active_model_index": index,
+            "reason": "QUOTA_EXCEEDED",
+            "previous_model_label": config.model_ordering[index - 1],
+            "activated_at_epoch": int(now.timestamp()),
+        },
+        int(next_midnight.timestamp()) + STICKY_GRACE_SECS,
+    )
     if moved:
         count(STICKY_FLIPS)
     return moved
@@ -106,13 +115,22 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
     found = batch_get_many(reads, consistent=consistent)  # one round trip for both tables
     totals = DailyRead.from_items(found[0])
     sticky = _sticky(found[1][0]) if config.sticky_fallback_enabled and found[1] else None
-    spends = {label: totals.of(key).cost_usd_micros for label, key in zip(config.model_ordering, usage_keys)}
+    spends = {
+        label: totals.of(key).cost_usd_micros for label, key in zip(config.model_ordering, usage_keys, strict=True)
+    }
     # The scope total folds every label; never below the ordering's own sum (it may lag it).
     total = Total(max(totals.of(total_key).cost_usd_micros, sum(spends.values())), config.total_quota)
 
     def decide_now(state: Sticky | None) -> Decision:
-        return decide(config.model_ordering, config.quotas, spends, config.tight_mode_threshold_pct,
-                      config.sticky_fallback_enabled, state, total)
+        return decide(
+            config.model_ordering,
+            config.quotas,
+            spends,
+            config.tight_mode_threshold_pct,
+            config.sticky_fallback_enabled,
+            state,
+            total,
+        )
 
     decision = decide_now(sticky)
     if decision.mode == TIGHT:
@@ -154,24 +172,40 @@ def _pricing(config: EffectiveConfig, label: str, day: str) -> dict:
 
 
 def _total_status(total: Total) -> dict:
-    return {"spend_usd_micros": total.spend, "quota_usd_micros": total.quota,
-            "quota_pct": quota_pct(total.spend, total.quota), "exceeded": total.spend >= total.quota}
+    return {
+        "spend_usd_micros": total.spend,
+        "quota_usd_micros": total.quota,
+        "quota_pct": quota_pct(total.spend, total.quota),
+        "exceeded": total.spend >= total.quota,
+    }
 
 
 def all_exceeded(config: EffectiveConfig, snapshot: Snapshot, now: datetime) -> ApiError:
     retry_at = next_midnight_utc(config.timezone, now)
     spends, total = snapshot.spends, snapshot.total
-    message = ("Daily total quota exceeded for today" if snapshot.decision.reason == REASON_TOTAL_EXCEEDED
-               else "All model quotas exceeded for today")
+    message = (
+        "Daily total quota exceeded for today"
+        if snapshot.decision.reason == REASON_TOTAL_EXCEEDED
+        else "All model quotas exceeded for today"
+    )
     return ApiError(
-        429, "QUOTA_EXCEEDED", message,
+        429,
+        "QUOTA_EXCEEDED",
+        message,
         {
-            "org_id": config.org_id, "app_id": config.app_id, "date": parse_day(snapshot.day).isoformat(),
-            "models": {label: {"quota_pct": quota_pct(spends.get(label, 0), config.quota(label)),
-                               "exceeded": spends.get(label, 0) >= config.quota(label)}
-                       for label in config.model_ordering},
-            "total_overage_usd_micros": sum(max(0, spends.get(label, 0) - config.quota(label))
-                                            for label in config.model_ordering),
+            "org_id": config.org_id,
+            "app_id": config.app_id,
+            "date": parse_day(snapshot.day).isoformat(),
+            "models": {
+                label: {
+                    "quota_pct": quota_pct(spends.get(label, 0), config.quota(label)),
+                    "exceeded": spends.get(label, 0) >= config.quota(label),
+                }
+                for label in config.model_ordering
+            },
+            "total_overage_usd_micros": sum(
+                max(0, spends.get(label, 0) - config.quota(label)) for label in config.model_ordering
+            ),
             "total": _total_status(total),
         },
         headers={"Retry-After": str(max(1, math.ceil((retry_at - now) / timedelta(seconds=1))))},
@@ -197,26 +231,39 @@ def select_model(org_id: str, app_id: str, force_check: bool = False, now: datet
     body = {
         "org_id": org_id,
         "app_id": app_id,
-        "recommended_model": {"label": label, "bedrock_model_id": profiles.bedrock_id(config, label),
-                              "reason": decision.reason, "description": describe(decision, config.model_ordering)},
+        "recommended_model": {
+            "label": label,
+            "bedrock_model_id": profiles.bedrock_id(config, label),
+            "reason": decision.reason,
+            "description": describe(decision, config.model_ordering),
+        },
         "quota_status": {
-            "scope": config.quota_scope, "mode": decision.mode, "current_model": label,
-            "spend_usd_micros": spend, "quota_usd_micros": quota, "quota_pct": quota_pct(spend, quota),
+            "scope": config.quota_scope,
+            "mode": decision.mode,
+            "current_model": label,
+            "spend_usd_micros": spend,
+            "quota_usd_micros": quota,
+            "quota_pct": quota_pct(spend, quota),
             "sticky_fallback_active": decision.sticky_active,
             "models_status": models_status(config, snapshot.spends),
             "total": _total_status(snapshot.total),
         },
         "pricing": _pricing(config, label, day),
         "client_guidance": {
-            "check_frequency": f"PERIODIC_{secs}S", "cache_duration_secs": secs,
-            "explanation": (f"In TIGHT mode - check every {secs} seconds for faster fallback detection"
-                            if decision.mode == TIGHT else f"In NORMAL mode - check every {secs} seconds"),
+            "check_frequency": f"PERIODIC_{secs}S",
+            "cache_duration_secs": secs,
+            "explanation": (
+                f"In TIGHT mode - check every {secs} seconds for faster fallback detection"
+                if decision.mode == TIGHT
+                else f"In NORMAL mode - check every {secs} seconds"
+            ),
         },
         "checked_at": iso_utc(now),
         "org_day": day,
         "org_local_time": now.astimezone(ZoneInfo(config.timezone)).replace(microsecond=0).isoformat(),
     }
-    headers = {"Cache-Control": f"max-age={secs}, private",
-               "ETag": etag(org_id, app_id, day, label, decision.reason, decision.mode, snapshot.spends,
-                             snapshot.total)}
+    headers = {
+        "Cache-Control": f"max-age={secs}, private",
+        "ETag": etag(org_id, app_id, day, label, decision.reason, decision.mode, snapshot.spends, snapshot.total),
+    }
     return body, headers

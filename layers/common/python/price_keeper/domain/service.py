@@ -1,4 +1,5 @@
 """Service information and the health probe."""
+
 from __future__ import annotations
 
 import time
@@ -22,8 +23,12 @@ def info() -> dict:
 def health() -> tuple[bool, dict]:
     """(healthy, body): one eventually consistent GetItem proves the store answers."""
     config = get_config()
-    body = {"status": "healthy", "service": config.service_name, "version": config.version,
-            "timestamp": iso_utc(utc_now())}
+    body = {
+        "status": "healthy",
+        "service": config.service_name,
+        "version": config.version,
+        "timestamp": iso_utc(utc_now()),
+    }
     started = time.perf_counter()
     try:
         config_items.probe()

@@ -6,6 +6,7 @@ that is throttled or unreachable is a retryable 503, and anything unexpected is 
 Every body is JSON, but for the OAuth2 forms of the token endpoints, which ``oauth.py``
 answers (with the error codes of RFC 6749).
 """
+
 from __future__ import annotations
 
 import json
@@ -97,8 +98,12 @@ def build_app(*routers: Router) -> APIGatewayRestResolver:
 
     @app.exception_handler(RequestValidationError)
     def _invalid(error: RequestValidationError):
-        return _error_response(app, ApiError(400, "INVALID_REQUEST", "Request validation failed",
-                                             {"errors": validation_details(error.errors())}))
+        return _error_response(
+            app,
+            ApiError(
+                400, "INVALID_REQUEST", "Request validation failed", {"errors": validation_details(error.errors())}
+            ),
+        )
 
     @app.exception_handler(RequestUnsupportedContentType)
     def _unsupported_body(_error: RequestUnsupportedContentType):
@@ -124,14 +129,19 @@ def _proxy_response(status: int, body: Any, headers: dict) -> dict:
 def _form_answer(route: routes.Route | None, event: dict) -> dict | None:
     """The whole answer to an OAuth2 form request to a token endpoint (``oauth.py``); a 400 for
     any other form; None for every other request (the pipeline and the resolver answer)."""
-    content_types = [str(value).strip().lower() for name, value in (event.get("headers") or {}).items()
-                     if name.lower() == "content-type"]
+    content_types = [
+        str(value).strip().lower()
+        for name, value in (event.get("headers") or {}).items()
+        if name.lower() == "content-type"
+    ]
     if not any(content_type.startswith(FORM_CONTENT_TYPES) for content_type in content_types):
         return None
-    if not (oauth.accepts(route) and all(content_type.startswith(oauth.CONTENT_TYPE)
-                                         for content_type in content_types)):
-        raise invalid_request("Content-Type must be application/json"
-                              + (f" or {oauth.CONTENT_TYPE}" if oauth.accepts(route) else ""))
+    if not (
+        oauth.accepts(route) and all(content_type.startswith(oauth.CONTENT_TYPE) for content_type in content_types)
+    ):
+        raise invalid_request(
+            "Content-Type must be application/json" + (f" or {oauth.CONTENT_TYPE}" if oauth.accepts(route) else "")
+        )
     request = APIGatewayProxyEvent(event)
     return _proxy_response(*oauth.answer(route, request, _address(request)))
 
@@ -147,8 +157,9 @@ def lambda_entry(app: APIGatewayRestResolver):
     and the audit line of audited routes (``audit.py``), whatever the outcome."""
 
     # log_event=False whatever POWERTOOLS_LOGGER_LOG_EVENT says: request bodies carry secrets.
-    @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True,
-                                  log_event=False)
+    @logger.inject_lambda_context(
+        correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True, log_event=False
+    )
     @tracer.capture_lambda_handler(capture_response=False)
     @metrics.log_metrics
     def lambda_handler(event: dict, context) -> dict:

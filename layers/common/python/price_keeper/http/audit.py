@@ -14,6 +14,7 @@ the provisioning key. Refusals before the key is checked (a malformed body) are 
 too, with ``authenticated: false``. The line is INFO on a logger of its own whose level is
 fixed, so an operational log level of WARNING does not silence the trail.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -1,5 +1,6 @@
 """Loading ``lambdas/<function>/handler.py`` modules by path (the local gateway and the
 docs function both need every handler, and each must be imported exactly once per use)."""
+
 from __future__ import annotations
 
 import importlib.util

@@ -23,6 +23,7 @@ OAuth2 libraries read, with the RFC's ``error_description`` beside ``message``:
 ``invalid_grant``, ``unsupported_grant_type`` and RFC 7009's ``unsupported_token_type``. A
 rate limit (429) and the store (503) keep the spec's codes: the RFCs have none for them.
 """
+
 from __future__ import annotations
 
 import base64
@@ -50,8 +51,10 @@ UNSUPPORTED = {"grant_type": "unsupported_grant_type", "token_type_hint": "unsup
 
 # --- errors (RFC 6749 §5.2) -------------------------------------------------------------
 
-def oauth_error(status: int, code: str, description: str, details: dict | None = None,
-                headers: dict | None = None) -> ApiError:
+
+def oauth_error(
+    status: int, code: str, description: str, details: dict | None = None, headers: dict | None = None
+) -> ApiError:
     return ApiError(status, code, description, details, headers, error_description=description)
 
 
@@ -80,6 +83,7 @@ def _refused_as(status: int, error: Callable[[str], ApiError]) -> Iterator[None]
 
 # --- the request: form and client credentials -------------------------------------------
 
+
 def parse_form(body: str) -> dict[str, str]:
     """A form body as RFC 6749 §3.2 reads it: each parameter at most once, an empty one as
     if it were omitted."""
@@ -98,11 +102,13 @@ def _validated(model: type[auth.FormBody], params: dict[str, str]) -> auth.FormB
         return model.model_validate(params)
     except ValidationError as error:
         errors = error.errors()
-    unsupported = [UNSUPPORTED[err["loc"][0]] for err in errors
-                   if err["type"] == "literal_error" and err["loc"][0] in UNSUPPORTED]
+    unsupported = [
+        UNSUPPORTED[err["loc"][0]] for err in errors if err["type"] == "literal_error" and err["loc"][0] in UNSUPPORTED
+    ]
     description = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in errors)
-    raise oauth_error(400, unsupported[0] if unsupported else "invalid_request", description,
-                      {"errors": validation_details(errors)})
+    raise oauth_error(
+        400, unsupported[0] if unsupported else "invalid_request", description, {"errors": validation_details(errors)}
+    )
 
 
 def basic_credentials(authorization: str) -> tuple[str, str]:
@@ -129,8 +135,9 @@ def client_credentials(authorization: str | None, form: auth.FormBody) -> tuple[
     """The client's id and secret, presented with exactly one method (RFC 6749 §2.3)."""
     if authorization is None:
         if form.client_id is None or form.client_secret is None:
-            raise invalid_client("Client authentication required: HTTP Basic, or client_id and client_secret "
-                                 "in the body")
+            raise invalid_client(
+                "Client authentication required: HTTP Basic, or client_id and client_secret in the body"
+            )
         return form.client_id, form.client_secret
     if form.client_secret is not None:
         raise invalid_request("More than one client authentication method: HTTP Basic and client_secret in the body")
@@ -141,6 +148,7 @@ def client_credentials(authorization: str | None, form: auth.FormBody) -> tuple[
 
 
 # --- the endpoints ----------------------------------------------------------------------
+
 
 def _issue(_route: Route, _form: auth.TokenForm, client: auth.Authenticated) -> dict:
     return auth.issue_tokens(client.principal, not_after=client.not_after)

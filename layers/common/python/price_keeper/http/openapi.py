@@ -8,6 +8,7 @@ request pipeline enforces), so the document and the enforcement cannot disagree.
 endpoints also take OAuth2 forms (``oauth.ENDPOINTS``): their form bodies and HTTP Basic
 client authentication are declared beside the JSON ones.
 """
+
 from __future__ import annotations
 
 import json

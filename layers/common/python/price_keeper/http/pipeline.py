@@ -13,6 +13,7 @@ is a 401 whatever its body. The token endpoints (``Auth.CLIENT``) authenticate t
 themselves: that is their job. OAuth2 forms to the token endpoints, revocation included,
 do not come here: ``oauth.py`` authenticates their client by its credentials (``api.lambda_entry``).
 """
+
 from __future__ import annotations
 
 from ..domain import auth, orgs

@@ -16,6 +16,7 @@ the token endpoint charges a failed-attempts limit before it checks a secret and
 when the secret was right. The ``X-RateLimit-*`` headers of the request's last charge are
 kept for its response (``response_headers``; ``begin_request`` clears them).
 """
+
 from __future__ import annotations
 
 import math
@@ -74,8 +75,7 @@ def _expiry(window: Window) -> int:
 def _lease(client: str, window: Window, wanted: int) -> tuple[int, int]:
     """Take up to ``wanted`` requests of the window's allowance: (granted, used after)."""
     for size in dict.fromkeys((wanted, 1)):
-        used = rate_windows.lease(client, window.limit.name, window.start, size, window.limit.requests,
-                                  _expiry(window))
+        used = rate_windows.lease(client, window.limit.name, window.start, size, window.limit.requests, _expiry(window))
         if used is not None:
             return size, used
     return 0, window.limit.requests
@@ -112,9 +112,13 @@ def consume(client: str, now: float | None = None, *, limit_name: str | None) ->
             retry_after = max(1, math.ceil(window.reset - now))
             headers = _header_values(client, window, 0)
             headers["Retry-After"] = str(retry_after)
-            raise ApiError(429, "RATE_LIMIT_EXCEEDED",
-                           f"Rate limit of {limit.requests} requests/{_unit(limit.per_seconds)} exceeded",
-                           headers=headers, retry_after=retry_after)
+            raise ApiError(
+                429,
+                "RATE_LIMIT_EXCEEDED",
+                f"Rate limit of {limit.requests} requests/{_unit(limit.per_seconds)} exceeded",
+                headers=headers,
+                retry_after=retry_after,
+            )
         with _lock:
             _forget_old_windows(now)
             spare, unleased = _local.get(key, (0, 0))[0] + granted, limit.requests - used

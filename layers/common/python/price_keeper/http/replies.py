@@ -1,6 +1,7 @@
 """The reply bodies of the main endpoints, as pydantic models: the handlers answer through
 them (``api.reply``) and the OpenAPI document publishes them, so the document, typed
 clients generated from it and the wire cannot drift apart."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -15,6 +16,7 @@ class Reply(Schema):
     handler, a failing test), never silently published or dropped."""
 
     model_config = ConfigDict(extra="forbid")
+
 
 Status = Literal["NORMAL", "TIGHT", "EXCEEDED"]
 Mode = Literal["NORMAL", "TIGHT"]

@@ -5,6 +5,7 @@ function (``lambdas/<function>/handler.py``); the local server dispatches with t
 list, so the deployed and the local API cannot drift apart. Handlers register their
 Powertools routes with ``rule(path)`` so the paths are written only here.
 """
+
 from __future__ import annotations
 
 import re
@@ -122,7 +123,7 @@ def match(method: str, path: str) -> tuple[Route, dict[str, str]] | None:
         if len(pattern) != len(segments):
             continue
         params, literal_hits = {}, 0
-        for want, got in zip(pattern, segments):
+        for want, got in zip(pattern, segments, strict=True):
             name = _PARAM.fullmatch(want)
             if name:
                 if not got:

@@ -1,4 +1,5 @@
 """Config table: quota boosts (``BOOST#ORG#{id}`` / ``BOOST#APP#{app}#{id}`` items, TTL at expiry)."""
+
 from __future__ import annotations
 
 from boto3.dynamodb.conditions import Key

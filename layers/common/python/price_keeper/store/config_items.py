@@ -1,7 +1,8 @@
 """Config table: org and app items (settings and credentials)."""
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from boto3.dynamodb.conditions import Key
 
@@ -44,8 +45,10 @@ def _with_prefix(org_key: str, prefix: str, attributes: Iterable[str]) -> list[d
 def app_items(org_id: str, attributes: Iterable[str] = ()) -> list[dict]:
     """The org's app items (one paginated Query, ``begins_with APP#``), only ``resource_key``
     and the named attributes, each with its ``app_id``."""
-    return [{**item, "app_id": keys.app_id_of_resource(item["resource_key"])}
-            for item in _with_prefix(keys.org_key(org_id), keys.app_resource(""), attributes)]
+    return [
+        {**item, "app_id": keys.app_id_of_resource(item["resource_key"])}
+        for item in _with_prefix(keys.org_key(org_id), keys.app_resource(""), attributes)
+    ]
 
 
 def update_existing(key: dict, values: dict, remove: Iterable[str] = (), must_match: dict | None = None) -> dict | None:
@@ -66,10 +69,16 @@ def update_existing(key: dict, values: dict, remove: Iterable[str] = (), must_ma
         expression += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(remove)))
     condition = " AND ".join([MUST_EXIST, *(f"#m{i} = :m{i}" for i in range(len(must_match)))])
     try:
-        return conditional(table(tables.CONFIG).update_item,
-                           Key=key, UpdateExpression=expression, ConditionExpression=condition,
-                           ExpressionAttributeNames=names, ExpressionAttributeValues=attribute_values,
-                           ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD")["Attributes"]
+        return conditional(
+            table(tables.CONFIG).update_item,
+            Key=key,
+            UpdateExpression=expression,
+            ConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=attribute_values,
+            ReturnValues="ALL_NEW",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )["Attributes"]
     except ConditionFailed as failed:
         if failed.item is None:
             return None
@@ -86,34 +95,54 @@ def rotation(org_id: str, app_id: str | None, stored_secret: dict, now: int, old
     attributes) becomes current, and the current one stays as the previous until
     ``old_expires`` (None: dropped at once). Its condition refuses a new secret whose
     fingerprint equals the current one's."""
-    values = {":hash": stored_secret["client_secret_hash"], ":fp": stored_secret["client_secret_fingerprint"],
-              ":now": now}
-    assignments = ["client_secret_hash = :hash", "client_secret_fingerprint = :fp",
-                   "client_secret_created_at_epoch = :now", "updated_at_epoch = :now"]
+    values = {
+        ":hash": stored_secret["client_secret_hash"],
+        ":fp": stored_secret["client_secret_fingerprint"],
+        ":now": now,
+    }
+    assignments = [
+        "client_secret_hash = :hash",
+        "client_secret_fingerprint = :fp",
+        "client_secret_created_at_epoch = :now",
+        "updated_at_epoch = :now",
+    ]
     if old_expires is not None:
         # Operands read the item as it was, so the previous hash is the one being replaced.
         # An item from before fingerprints has none: its old secret ends with the rotation.
-        assignments += ["previous_client_secret_hash = client_secret_hash",
-                        "previous_client_secret_fingerprint = if_not_exists(client_secret_fingerprint, :none)",
-                        "client_secret_rotation_grace_expires_at_epoch = :until"]
+        assignments += [
+            "previous_client_secret_hash = client_secret_hash",
+            "previous_client_secret_fingerprint = if_not_exists(client_secret_fingerprint, :none)",
+            "client_secret_rotation_grace_expires_at_epoch = :until",
+        ]
         values.update({":until": old_expires, ":none": ""})
         expression = "SET " + ", ".join(assignments)
     else:
-        expression = ("SET " + ", ".join(assignments) + " REMOVE previous_client_secret_hash, "
-                      "previous_client_secret_fingerprint, client_secret_rotation_grace_expires_at_epoch")
-    return {"Update": {
-        "TableName": tables.CONFIG.physical_name, "Key": client_key(org_id, app_id),
-        "UpdateExpression": expression, "ExpressionAttributeValues": values,
-        "ConditionExpression": f"{MUST_EXIST} AND (attribute_not_exists(client_secret_fingerprint) "
-                               "OR client_secret_fingerprint <> :fp)",
-        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-    }}
+        expression = (
+            "SET " + ", ".join(assignments) + " REMOVE previous_client_secret_hash, "
+            "previous_client_secret_fingerprint, client_secret_rotation_grace_expires_at_epoch"
+        )
+    return {
+        "Update": {
+            "TableName": tables.CONFIG.physical_name,
+            "Key": client_key(org_id, app_id),
+            "UpdateExpression": expression,
+            "ExpressionAttributeValues": values,
+            "ConditionExpression": f"{MUST_EXIST} AND (attribute_not_exists(client_secret_fingerprint) "
+            "OR client_secret_fingerprint <> :fp)",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
 
 
 def registered(org_id: str, app_id: str | None) -> dict:
     """The transaction action that only checks the org or app exists."""
-    return {"ConditionCheck": {"TableName": tables.CONFIG.physical_name, "Key": client_key(org_id, app_id),
-                               "ConditionExpression": MUST_EXIST}}
+    return {
+        "ConditionCheck": {
+            "TableName": tables.CONFIG.physical_name,
+            "Key": client_key(org_id, app_id),
+            "ConditionExpression": MUST_EXIST,
+        }
+    }
 
 
 def write_with_cutoff(client_action: dict, cutoff: dict) -> bool | None:

@@ -6,15 +6,17 @@ way DynamoDB bills them.
 ``DYNAMODB_ENDPOINT_URL`` points DynamoDB elsewhere (the local stack, DynamoDB Local).
 Nothing is created at import time, so handler modules import with no environment set.
 """
+
 from __future__ import annotations
 
 import os
 import random
 import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
-from functools import lru_cache
-from typing import Callable, Iterable, NamedTuple, Sequence
+from functools import cache, lru_cache
+from typing import NamedTuple
 
 import boto3
 from boto3.dynamodb.types import TypeDeserializer
@@ -44,7 +46,7 @@ def ddb_client():
     return dynamodb().meta.client
 
 
-@lru_cache(maxsize=None)
+@cache
 def _table(name: str):
     return dynamodb().Table(name)
 
@@ -137,7 +139,7 @@ def plain(raw_item: dict) -> dict:
 
 
 def _backoff(attempt: int) -> None:
-    time.sleep(min(1.0, 0.02 * 2 ** attempt) * random.uniform(0.5, 1.0))
+    time.sleep(min(1.0, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
 
 
 class Read(NamedTuple):
@@ -151,8 +153,9 @@ class Read(NamedTuple):
         request: dict = {"ConsistentRead": consistent}
         if self.attributes is not None:
             spec = self.spec
-            names = list(dict.fromkeys([spec.partition_key, *([spec.sort_key] if spec.sort_key else []),
-                                        *self.attributes]))
+            names = list(
+                dict.fromkeys([spec.partition_key, *([spec.sort_key] if spec.sort_key else []), *self.attributes])
+            )
             request["ProjectionExpression"] = ", ".join(f"#a{i}" for i in range(len(names)))
             request["ExpressionAttributeNames"] = {f"#a{i}": n for i, n in enumerate(names)}
         return request
@@ -169,13 +172,18 @@ def batch_get_many(reads: Sequence[Read], *, consistent: bool = False) -> list[l
     names = [read.spec.physical_name for read in reads]
     if len(set(names)) != len(names):
         raise ValueError("one Read per table")
-    requests = {name: read.request(consistent) for name, read in zip(names, reads)}
-    pairs = list({(name, tuple(sorted(key.items()))): (name, key)
-                  for name, read in zip(names, reads) for key in read.keys}.values())
+    requests = {name: read.request(consistent) for name, read in zip(names, reads, strict=True)}
+    pairs = list(
+        {
+            (name, tuple(sorted(key.items()))): (name, key)
+            for name, read in zip(names, reads, strict=True)
+            for key in read.keys
+        }.values()
+    )
     found: dict[str, list[dict]] = {name: [] for name in names}
     for start in range(0, len(pairs), BATCH_GET_LIMIT):
         pending: dict = {}
-        for name, key in pairs[start:start + BATCH_GET_LIMIT]:
+        for name, key in pairs[start : start + BATCH_GET_LIMIT]:
             pending.setdefault(name, {**requests[name], "Keys": []})["Keys"].append(key)
         for attempt in range(UNPROCESSED_RETRIES + 1):
             reply = ddb_client().batch_get_item(RequestItems=pending)
@@ -190,14 +198,16 @@ def batch_get_many(reads: Sequence[Read], *, consistent: bool = False) -> list[l
     return [found[name] for name in names]
 
 
-def batch_get(spec: TableSpec, item_keys: Iterable[dict], *, consistent: bool = False,
-              attributes: Iterable[str] | None = None) -> list[dict]:
+def batch_get(
+    spec: TableSpec, item_keys: Iterable[dict], *, consistent: bool = False, attributes: Iterable[str] | None = None
+) -> list[dict]:
     """Every existing item of one table among ``item_keys`` (any number), in no order."""
     read = Read(spec, list(item_keys), None if attributes is None else list(attributes))
     return batch_get_many([read], consistent=consistent)[0]
 
 
 # --- item size (what a write or read is billed on) ---------------------------------
+
 
 def _number_size(value) -> int:
     digits = Decimal(value).normalize().as_tuple().digits

@@ -3,6 +3,7 @@
 Ids that reach these functions have been validated (``validation.py``): an org id is a
 UUID and app ids / labels cannot contain ``#``, so no id can address another tenant's keys.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -128,6 +129,7 @@ def stable_shard(request_id: str, shard_count: int) -> int:
 
 # --- StickyState: three concepts, each with its own key shape -----------------------
 
+
 def sticky_key(scope: str, day: str) -> dict:
     """The scope's sticky model choice for an org day."""
     return {"scope_key": scope, "date_key": day_key(day)}
@@ -148,6 +150,7 @@ def rate_window_key(client: str, limit_name: str, window_start: int) -> dict:
 
 
 # --- RevokedTokens and PricingCache -------------------------------------------------
+
 
 def revocation_key(jti: str) -> dict:
     return {"token_jti": jti}

@@ -1,8 +1,9 @@
 """PricingCache: a model's prices per day (and region), and the registry of models outside
 config.yaml that the daily fetch prices."""
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from . import keys, tables
 from .dynamo import batch_get, table, written
@@ -10,9 +11,14 @@ from .dynamo import batch_get, table, written
 
 def of_day(model_id: str, price_keys: list[str], attributes: Iterable[str]) -> list[dict]:
     """The stored items among ``price_keys`` of the model, in that order (one BatchGetItem)."""
-    found = {item["price_key"]: item for item in batch_get(
-        tables.PRICING_CACHE, [{"model_id": model_id, "price_key": key} for key in price_keys],
-        attributes=["price_key", *attributes])}
+    found = {
+        item["price_key"]: item
+        for item in batch_get(
+            tables.PRICING_CACHE,
+            [{"model_id": model_id, "price_key": key} for key in price_keys],
+            attributes=["price_key", *attributes],
+        )
+    }
     return [found[key] for key in price_keys if key in found]
 
 
@@ -29,7 +35,8 @@ def add_missing(item: dict, price_attributes: Iterable[str]) -> bool:
         UpdateExpression="SET " + ", ".join(f"{p} = if_not_exists({p}, :{p[1:]})" for p in names),
         ConditionExpression=" OR ".join(f"attribute_not_exists({by_name[name]})" for name in prices),
         ExpressionAttributeNames=names,
-        ExpressionAttributeValues={f":{p[1:]}": item[name] for p, name in names.items()})
+        ExpressionAttributeValues={f":{p[1:]}": item[name] for p, name in names.items()},
+    )
 
 
 def registered_models() -> dict[str, str]:
@@ -41,8 +48,14 @@ def registered_models() -> dict[str, str]:
 def register_model(model_id: str, name: str) -> None:
     """Add a model to the registry (two updates: the map may not exist yet)."""
     pricing_table = table(tables.PRICING_CACHE)
-    pricing_table.update_item(Key=keys.PRICE_LIST_REGISTRY_KEY,
-                              UpdateExpression="SET models = if_not_exists(models, :empty)",
-                              ExpressionAttributeValues={":empty": {}})
-    pricing_table.update_item(Key=keys.PRICE_LIST_REGISTRY_KEY, UpdateExpression="SET models.#id = :name",
-                              ExpressionAttributeNames={"#id": model_id}, ExpressionAttributeValues={":name": name})
+    pricing_table.update_item(
+        Key=keys.PRICE_LIST_REGISTRY_KEY,
+        UpdateExpression="SET models = if_not_exists(models, :empty)",
+        ExpressionAttributeValues={":empty": {}},
+    )
+    pricing_table.update_item(
+        Key=keys.PRICE_LIST_REGISTRY_KEY,
+        UpdateExpression="SET models.#id = :name",
+        ExpressionAttributeNames={"#id": model_id},
+        ExpressionAttributeValues={":name": name},
+    )

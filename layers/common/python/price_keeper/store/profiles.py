@@ -1,4 +1,5 @@
 """Config table: an app's registered inference profiles (``PROFILE#{label}`` items)."""
+
 from __future__ import annotations
 
 from boto3.dynamodb.conditions import Key
@@ -13,8 +14,12 @@ def profile_key(org_id: str, app_id: str, label: str) -> dict:
 
 def create(item: dict) -> None:
     """Put a new profile item; ``ConditionFailed`` with the stored item when the label is taken."""
-    conditional(table(tables.CONFIG).put_item, Item=item, ConditionExpression="attribute_not_exists(resource_key)",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD")
+    conditional(
+        table(tables.CONFIG).put_item,
+        Item=item,
+        ConditionExpression="attribute_not_exists(resource_key)",
+        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+    )
 
 
 def find(org_id: str, app_id: str, label: str) -> dict | None:

@@ -1,5 +1,6 @@
 """StickyState, rate-limit windows: one request counter per client, limit and window
 (``RATE#{client}`` / ``LIMIT#{name}#{window_start}``, TTL past the window's end)."""
+
 from __future__ import annotations
 
 from . import keys, tables
@@ -16,7 +17,8 @@ def lease(client: str, limit_name: str, window_start: int, size: int, ceiling: i
             UpdateExpression=f"ADD used :n SET {tables.TTL_ATTRIBUTE} = :ttl",
             ConditionExpression="attribute_not_exists(used) OR used <= :ceiling",
             ExpressionAttributeValues={":n": size, ":ceiling": ceiling - size, ":ttl": expires_at},
-            ReturnValues="UPDATED_NEW")
+            ReturnValues="UPDATED_NEW",
+        )
     except ConditionFailed:
         return None
     return int(updated["Attributes"]["used"])
@@ -27,4 +29,5 @@ def give_back(client: str, limit_name: str, window_start: int, expires_at: int) 
     table(tables.STICKY_STATE).update_item(
         Key=keys.rate_window_key(client, limit_name, window_start),
         UpdateExpression=f"ADD used :minus_one SET {tables.TTL_ATTRIBUTE} = :ttl",
-        ExpressionAttributeValues={":minus_one": -1, ":ttl": expires_at})
+        ExpressionAttributeValues={":minus_one": -1, ":ttl": expires_at},
+    )

@@ -1,8 +1,9 @@
 """RevokedTokens: revoked token ids (``jti``), and one cutoff item per client
 (``CLIENT#{client_id}``) that ends every token it authenticated for before a moment."""
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from . import keys, tables
 from .dynamo import batch_get, table
@@ -14,16 +15,21 @@ def read(jtis: Iterable[str], client_id: str, *, consistent: bool) -> tuple[set[
     """(the revoked ones among ``jtis``, the client's cutoff item or {}) in one BatchGetItem.
     An incomplete read is retried and then a 503: it never passes for "not revoked"."""
     cutoff_jti = keys.cutoff_key(client_id)["token_jti"]
-    found = batch_get(tables.REVOKED_TOKENS, [keys.revocation_key(jti) for jti in jtis] + [keys.cutoff_key(client_id)],
-                      consistent=consistent, attributes=CUTOFF_ATTRIBUTES)
+    found = batch_get(
+        tables.REVOKED_TOKENS,
+        [keys.revocation_key(jti) for jti in jtis] + [keys.cutoff_key(client_id)],
+        consistent=consistent,
+        attributes=CUTOFF_ATTRIBUTES,
+    )
     items = {item["token_jti"]: item for item in found}
     cutoff = items.pop(cutoff_jti, {})
     return set(items), cutoff
 
 
 def revoke(jti: str, attributes: dict, expires_at: int) -> None:
-    table(tables.REVOKED_TOKENS).put_item(Item={**keys.revocation_key(jti), **attributes,
-                                                tables.TTL_ATTRIBUTE: expires_at})
+    table(tables.REVOKED_TOKENS).put_item(
+        Item={**keys.revocation_key(jti), **attributes, tables.TTL_ATTRIBUTE: expires_at}
+    )
 
 
 def cutoff_update(client_id: str, before_ms: int, effective_at: int | None, expires_at: int) -> dict:
@@ -34,12 +40,16 @@ def cutoff_update(client_id: str, before_ms: int, effective_at: int | None, expi
     if effective_at is None:
         expression, values = "SET cutoff_ms = :before", {}
     else:
-        expression = ("SET superseded_cutoff_ms = if_not_exists(pending_cutoff_ms, :zero), "
-                      "pending_cutoff_ms = :before, pending_cutoff_at_epoch = :at")
+        expression = (
+            "SET superseded_cutoff_ms = if_not_exists(pending_cutoff_ms, :zero), "
+            "pending_cutoff_ms = :before, pending_cutoff_at_epoch = :at"
+        )
         values = {":zero": 0, ":at": effective_at}
-    return {"Update": {
-        "TableName": tables.REVOKED_TOKENS.physical_name,
-        "Key": keys.cutoff_key(client_id),
-        "UpdateExpression": f"{expression}, client_id = :client, {tables.TTL_ATTRIBUTE} = :ttl",
-        "ExpressionAttributeValues": {**values, ":before": before_ms, ":client": client_id, ":ttl": expires_at},
-    }}
+    return {
+        "Update": {
+            "TableName": tables.REVOKED_TOKENS.physical_name,
+            "Key": keys.cutoff_key(client_id),
+            "UpdateExpression": f"{expression}, client_id = :client, {tables.TTL_ATTRIBUTE} = :ttl",
+            "ExpressionAttributeValues": {**values, ":before": before_ms, ":client": client_id, ":ttl": expires_at},
+        }
+    }

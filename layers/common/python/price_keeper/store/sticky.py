@@ -1,4 +1,5 @@
 """StickyState, sticky choice: the model a scope fell back to for the rest of its org day."""
+
 from __future__ import annotations
 
 from . import keys, tables
@@ -13,14 +14,22 @@ def day_read(scope: str, day: str) -> Read:
 
 
 def read(scope: str, day: str, consistent: bool = False) -> dict | None:
-    return table(tables.STICKY_STATE).get_item(Key=keys.sticky_key(scope, day), ConsistentRead=consistent,
-                                               ProjectionExpression=", ".join(ATTRIBUTES)).get("Item")
+    return (
+        table(tables.STICKY_STATE)
+        .get_item(
+            Key=keys.sticky_key(scope, day), ConsistentRead=consistent, ProjectionExpression=", ".join(ATTRIBUTES)
+        )
+        .get("Item")
+    )
 
 
 def advance(scope: str, day: str, attributes: dict, expires_at: int) -> bool:
     """Move the day's choice forward to ``attributes["active_model_index"]``; False when
     another writer already moved it as far or further (the seed's conditional write)."""
     item = {**keys.sticky_key(scope, day), **attributes, tables.TTL_ATTRIBUTE: expires_at}
-    return written(table(tables.STICKY_STATE).put_item, Item=item,
-                   ConditionExpression="attribute_not_exists(active_model_label) OR active_model_index < :new_index",
-                   ExpressionAttributeValues={":new_index": attributes["active_model_index"]})
+    return written(
+        table(tables.STICKY_STATE).put_item,
+        Item=item,
+        ConditionExpression="attribute_not_exists(active_model_label) OR active_model_index < :new_index",
+        ExpressionAttributeValues={":new_index": attributes["active_model_index"]},
+    )

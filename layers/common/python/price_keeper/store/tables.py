@@ -4,6 +4,7 @@ the local stack and the code that reads and writes them.
 A table's physical name comes from the environment variable named by ``env`` (the
 stack sets it on every function) or, when unset, from ``TABLE_PREFIX`` + ``name``.
 """
+
 from __future__ import annotations
 
 import os
@@ -84,8 +85,13 @@ STICKY_STATE = TableSpec("sticky-state", "STICKY_STATE_TABLE", "scope_key", "dat
 # Its stream names the shards each usage write changed (keys are all the aggregator reads
 # from it: it sums the shards themselves, so a record delivered twice changes nothing).
 USAGE_AGG_SHARDED = TableSpec(
-    "usage-agg-sharded", "USAGE_AGG_SHARDED_TABLE", "shard_key", "date_key",
-    holds_money=True, indexes=(ACTIVE_BY_DAY,), stream="KEYS_ONLY",
+    "usage-agg-sharded",
+    "USAGE_AGG_SHARDED_TABLE",
+    "shard_key",
+    "date_key",
+    holds_money=True,
+    indexes=(ACTIVE_BY_DAY,),
+    stream="KEYS_ONLY",
 )
 DAILY_TOTAL = TableSpec("daily-total", "DAILY_TOTAL_TABLE", "usage_key", "date_key", holds_money=True)
 PRICING_CACHE = TableSpec("pricing-cache", "PRICING_CACHE_TABLE", "model_id", "price_key")
@@ -95,5 +101,11 @@ REVOKED_TOKENS = TableSpec("revoked-tokens", "REVOKED_TOKENS_TABLE", "token_jti"
 SECRET_RETRIEVAL_TOKENS = TableSpec("secret-retrieval-tokens", "SECRET_RETRIEVAL_TOKENS_TABLE", "token_id")
 
 ALL_TABLES: tuple[TableSpec, ...] = (
-    CONFIG, STICKY_STATE, USAGE_AGG_SHARDED, DAILY_TOTAL, PRICING_CACHE, REVOKED_TOKENS, SECRET_RETRIEVAL_TOKENS,
+    CONFIG,
+    STICKY_STATE,
+    USAGE_AGG_SHARDED,
+    DAILY_TOTAL,
+    PRICING_CACHE,
+    REVOKED_TOKENS,
+    SECRET_RETRIEVAL_TOKENS,
 )

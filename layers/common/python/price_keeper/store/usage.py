@@ -6,11 +6,12 @@ record's counters to its shard (``{scope}#LABEL#{label}#SH#{n}`` / ``DAY#{day}``
 land or neither does; a duplicate cancels on the marker, whose ``ALL_OLD`` item tells
 the retry what the first acceptance counted.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Iterable
+from collections.abc import Iterable
 
 from boto3.dynamodb.conditions import Key
 
@@ -18,16 +19,33 @@ from . import keys, tables
 from .dynamo import batch_get, query_all, table, transact
 
 # The counters a shard and a DailyTotal hold (they only ever grow).
-COUNTERS = ("cost_usd_micros", "input_tokens", "output_tokens", "cache_read_input_tokens",
-            "cache_write_input_tokens", "requests")
+COUNTERS = (
+    "cost_usd_micros",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_write_input_tokens",
+    "requests",
+)
 
 
 class Conflict(Exception):
     """The write lost a race with a concurrent transaction on the same items: retry it."""
 
 
-def record_items(*, dedup_key: str, marker: dict, scope: str, label: str, shard_id: int, day: str,
-                 counts: dict[str, int], now_epoch: int, expires_at: int, marker_expires_at: int) -> list[dict]:
+def record_items(
+    *,
+    dedup_key: str,
+    marker: dict,
+    scope: str,
+    label: str,
+    shard_id: int,
+    day: str,
+    counts: dict[str, int],
+    now_epoch: int,
+    expires_at: int,
+    marker_expires_at: int,
+) -> list[dict]:
     """The two actions of one record: its dedup ``marker`` (what a duplicate is answered
     with) and the ADD of its ``counts`` (every name in ``COUNTERS`` but ``requests``)."""
     name = tables.USAGE_AGG_SHARDED.physical_name
@@ -36,20 +54,34 @@ def record_items(*, dedup_key: str, marker: dict, scope: str, label: str, shard_
         "TableName": name,
         "Key": {"shard_key": keys.shard_key(scope, label, shard_id), "date_key": keys.day_key(day)},
         "UpdateExpression": (
-            "ADD " + ", ".join(f"{counter} :{counter}" for counter in COUNTERS)
+            "ADD "
+            + ", ".join(f"{counter} :{counter}" for counter in COUNTERS)
             + " SET updated_at_epoch = :now, active_day = if_not_exists(active_day, :day), "
             f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :expires)"
         ),
         "ExpressionAttributeValues": {
             **{f":{counter}": counters[counter] for counter in COUNTERS},
-            ":now": now_epoch, ":day": keys.day_key(day), ":expires": expires_at,
+            ":now": now_epoch,
+            ":day": keys.day_key(day),
+            ":expires": expires_at,
         },
     }
-    dedup = {"shard_key": dedup_key, "date_key": keys.DEDUP_SORT_KEY, **marker,
-             "accepted_at_epoch": now_epoch, tables.TTL_ATTRIBUTE: marker_expires_at}
+    dedup = {
+        "shard_key": dedup_key,
+        "date_key": keys.DEDUP_SORT_KEY,
+        **marker,
+        "accepted_at_epoch": now_epoch,
+        tables.TTL_ATTRIBUTE: marker_expires_at,
+    }
     return [
-        {"Put": {"TableName": name, "Item": dedup, "ConditionExpression": "attribute_not_exists(shard_key)",
-                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}},
+        {
+            "Put": {
+                "TableName": name,
+                "Item": dedup,
+                "ConditionExpression": "attribute_not_exists(shard_key)",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        },
         {"Update": shard_update},
     ]
 
@@ -77,16 +109,22 @@ def org_has_spend(org_id: str, day: str) -> bool:
     Query of the ``active-by-day`` index, ``begins_with ORG#{org}#``, at most one key."""
     index = tables.ACTIVE_BY_DAY
     found = table(tables.USAGE_AGG_SHARDED).query(
-        IndexName=index.name, Limit=1, KeyConditionExpression=Key(index.partition_key).eq(keys.day_key(day))
-        & Key(index.sort_key).begins_with(keys.org_key(org_id) + "#"))
+        IndexName=index.name,
+        Limit=1,
+        KeyConditionExpression=Key(index.partition_key).eq(keys.day_key(day))
+        & Key(index.sort_key).begins_with(keys.org_key(org_id) + "#"),
+    )
     return bool(found["Items"])
 
 
 def active_shard_keys(day: str) -> list[dict]:
     """Keys of the shards written for org day ``day`` (``yyyymmdd``), from the sparse GSI."""
     index = tables.ACTIVE_BY_DAY
-    items = query_all(table(tables.USAGE_AGG_SHARDED).query, IndexName=index.name,
-                      KeyConditionExpression=Key(index.partition_key).eq(keys.day_key(day)))
+    items = query_all(
+        table(tables.USAGE_AGG_SHARDED).query,
+        IndexName=index.name,
+        KeyConditionExpression=Key(index.partition_key).eq(keys.day_key(day)),
+    )
     return [{"shard_key": item["shard_key"], "date_key": item["date_key"]} for item in items]
 
 

@@ -7,6 +7,7 @@ exactly those two inline blocks (by their SHA-256), fetches to this origin only,
 form submission (the sign-in form is sent by the script as JSON, so a secret can never end
 up in a URL or a form post, even with the script blocked).
 """
+
 from __future__ import annotations
 
 import base64
@@ -44,19 +45,24 @@ def page() -> Page:
     script = (HERE / "console.js").read_text(encoding="utf-8")
     html = (HERE / "console.html").read_text(encoding="utf-8")
     html = _inline(_inline(html, "console.css", "style", style), "console.js", "script", script)
-    policy = "; ".join((
-        "default-src 'none'",
-        f"script-src {_digest(script)}",
-        f"style-src {_digest(style)}",
-        "connect-src 'self'",
-        "img-src 'self' data:",
-        "base-uri 'none'",
-        "form-action 'none'",
-        "frame-ancestors 'none'",
-    ))
-    return Page(html, {
-        "Content-Security-Policy": policy,
-        "X-Content-Type-Options": "nosniff",
-        "Referrer-Policy": "no-referrer",
-        "Cache-Control": "no-cache",
-    })
+    policy = "; ".join(
+        (
+            "default-src 'none'",
+            f"script-src {_digest(script)}",
+            f"style-src {_digest(style)}",
+            "connect-src 'self'",
+            "img-src 'self' data:",
+            "base-uri 'none'",
+            "form-action 'none'",
+            "frame-ancestors 'none'",
+        )
+    )
+    return Page(
+        html,
+        {
+            "Content-Security-Policy": policy,
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            "Cache-Control": "no-cache",
+        },
+    )
