@@ -5,7 +5,6 @@ call the same ``lambda_handler`` the stack deploys."""
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import uuid
@@ -16,9 +15,6 @@ from urllib.parse import parse_qs
 
 ROOT = Path(__file__).resolve().parent.parent
 LAMBDAS = ROOT / "lambdas"
-LAYER = ROOT / "layers" / "common" / "python"
-if str(LAYER) not in sys.path:
-    sys.path.insert(0, str(LAYER))
 
 from price_keeper.errors import error_body  # noqa: E402
 from price_keeper.http import routes  # noqa: E402

@@ -31,12 +31,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
-from price_keeper.errors import error_body  # noqa: E402
-from price_keeper.observability import logger as function_logger  # noqa: E402
-from price_keeper.store.tables import USAGE_AGG_SHARDED  # noqa: E402
+from price_keeper.errors import error_body
+from price_keeper.observability import logger as function_logger
+from price_keeper.store.tables import USAGE_AGG_SHARDED
 
 from .bedrock import ACCOUNT, InferenceProfiles, signed_for
-from .gateway import LAMBDAS, invoke, invoke_job  # puts the layer on sys.path
+from .gateway import LAMBDAS, invoke, invoke_job
 from .stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME, LocalAws
 from .streams import StreamReader, StreamTrigger
 

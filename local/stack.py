@@ -24,7 +24,7 @@ from price_keeper.domain.alerts import event_bus
 from price_keeper.store.tables import ALL_TABLES, TTL_ATTRIBUTE
 
 from .bedrock import InferenceProfiles
-from .gateway import ROOT  # noqa: F401  (puts the layer on sys.path)
+from .gateway import ROOT
 
 STATE_DIR = Path(os.environ.get("LOCAL_STATE_DIR") or ROOT / ".local")  # tests point it at a temp dir
 JOURNAL = STATE_DIR / "moto-journal.jsonl"

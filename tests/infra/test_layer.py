@@ -67,10 +67,10 @@ def test_bundle_has_dependencies_package_and_config_as_json(bundle):
 
 def test_bundle_ships_the_console_page_and_the_hash_covers_it(bundle):
     """GET /console is package data of the layer (price_keeper/http/console/): shipped, and loadable there."""
-    source = REPO_ROOT / "layers" / "common" / "python" / "price_keeper" / "console"
+    source = REPO_ROOT / "layers" / "common" / "python" / "price_keeper" / "http" / "console"
     files = sorted(p.name for p in source.iterdir() if p.is_file())
     assert {"console.html", "console.css", "console.js"} <= set(files)
-    assert sorted(p.name for p in (bundle / "price_keeper" / "console").iterdir() if p.is_file()) == files
+    assert sorted(p.name for p in (bundle / "price_keeper" / "http" / "console").iterdir() if p.is_file()) == files
     assert {source / name for name in files} <= set(_package_files())  # a page change redeploys the layer
     env = {k: v for k, v in os.environ.items() if k != "PRICE_KEEPER_CONFIG"}
     env["PYTHONPATH"] = str(bundle)

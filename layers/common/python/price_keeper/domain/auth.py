@@ -252,6 +252,18 @@ def issue_tokens(principal: Principal, not_after: int | None = None) -> dict:
     }
 
 
+def _verified_claims(token: str) -> dict:
+    """The claims of a token signed by this service (HS256 only, so ``alg: none`` and
+    algorithm swaps fail), with ``exp``, ``iat``, ``iss``, ``sub`` and ``jti`` required."""
+    return jwt.decode(
+        token,
+        signing_key(),
+        algorithms=[ALGORITHM],
+        issuer=ISSUER,
+        options={"require": ["exp", "iat", "iss", "sub", "jti"]},
+    )
+
+
 def decode(token: str, token_type: str, *, fresh: bool = False) -> dict:
     """Verified claims of a token of the given type; 401 for anything else.
 
@@ -260,13 +272,7 @@ def decode(token: str, token_type: str, *, fresh: bool = False) -> dict:
     consistent read instead of this container's cached answers.
     """
     try:
-        claims = jwt.decode(
-            token,
-            signing_key(),
-            algorithms=[ALGORITHM],
-            issuer=ISSUER,
-            options={"require": ["exp", "iat", "iss", "sub", "jti"]},
-        )
+        claims = _verified_claims(token)
     except jwt.ExpiredSignatureError:
         raise unauthorized("Token expired") from None
     except jwt.PyJWTError:
@@ -336,13 +342,7 @@ def revoke(caller: Principal, token: str, *, ignore_invalid: bool = False) -> No
     §2.2: "invalid tokens do not cause an error response").
     """
     try:
-        claims = jwt.decode(
-            token,
-            signing_key(),
-            algorithms=[ALGORITHM],
-            issuer=ISSUER,
-            options={"require": ["exp", "iat", "iss", "sub", "jti"]},
-        )
+        claims = _verified_claims(token)
     except jwt.ExpiredSignatureError:
         return  # already unusable; nothing to store
     except jwt.PyJWTError:

@@ -29,7 +29,7 @@ from typing import NamedTuple
 from pydantic import Field
 
 from ..errors import invalid_request
-from ..store import config_items, daily_totals, keys
+from ..store import config_items, daily_totals, keys, usage
 from ..timeutil import parse_day
 from ..validation import Schema
 from . import orgs
@@ -37,18 +37,8 @@ from . import orgs
 MAX_DAYS = 92
 # 200 keys x 92 days of rows stays well under Lambda's 6 MB response limit (JSON ~230 B a row).
 MAX_USAGE_KEYS = 200
-COLUMNS = (
-    "date",
-    "app_id",
-    "label",
-    "cost_usd_micros",
-    "input_tokens",
-    "output_tokens",
-    "cache_read_input_tokens",
-    "cache_write_input_tokens",
-    "requests",
-)
-COUNTERS = COLUMNS[3:]
+COUNTERS = usage.COUNTERS
+COLUMNS = ("date", "app_id", "label", *COUNTERS)
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
