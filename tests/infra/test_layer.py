@@ -75,7 +75,7 @@ def test_bundle_ships_the_console_page_and_the_hash_covers_it(bundle):
     env = {k: v for k, v in os.environ.items() if k != "PRICE_KEEPER_CONFIG"}
     env["PYTHONPATH"] = str(bundle)
     result = subprocess.run(
-        [sys.executable, "-c", "from price_keeper import console; print(console.page().html[:15])"],
+        [sys.executable, "-c", "from price_keeper.http import console; print(console.page().html[:15])"],
         env=env,
         capture_output=True,
         text=True,
