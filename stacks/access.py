@@ -47,43 +47,42 @@ def merge(*parts: Grants) -> Grants:
     return {target: tuple(actions) for target, actions in merged.items()}
 
 
-# --- building blocks: the calls each layer function makes ---------------------------
-AUTH_DECODE = {REVOKED_TOKENS: (BATCH_GET,)}  # auth.decode → _ensure_not_revoked (every bearer token)
-AUTH_REVOKE = {REVOKED_TOKENS: (PUT,)}  # auth.revoke
-CLIENT_CUTOFF = {REVOKED_TOKENS: (UPDATE,)}  # auth.cutoff_update (in provisioning._write_with_cutoff's transaction)
-AUTH_CLIENT = {CONFIG: (GET,)}  # auth.authenticate_client → _credential_item
-EFFECTIVE_CONFIG = {CONFIG: (BATCH_GET,)}  # orgs.load_items / orgs.effective_config
-# reports.app_items, aggregates._app_scopes, provisioning._profile_labels, boosts._load
+# --- building blocks: the calls of each price_keeper.store function -------------------
+AUTH_DECODE = {REVOKED_TOKENS: (BATCH_GET,)}  # revocations.read (every bearer token)
+AUTH_REVOKE = {REVOKED_TOKENS: (PUT,)}  # revocations.revoke
+CLIENT_CUTOFF = {REVOKED_TOKENS: (UPDATE,)}  # revocations.cutoff_update (in config_items.write_with_cutoff)
+AUTH_CLIENT = {CONFIG: (GET,)}  # config_items.client_item (auth.authenticate_client)
+EFFECTIVE_CONFIG = {CONFIG: (BATCH_GET,)}  # config_items.org_and_app (orgs.effective_config)
+# config_items.app_items, profiles.labels, boosts.of_quota
 # (boosts.boosted_config in model selection, aggregates and the usage response):
 ORG_CHILDREN = {CONFIG: (QUERY,)}
 PROFILE_LOOKUP = {CONFIG: (GET,)}  # profiles.find (known_label, bedrock_id, priced_model)
-PROFILE_REGISTER = {CONFIG: (PUT,)}  # profiles.register (conditional put)
-CONFIG_SAVE = {CONFIG: (UPDATE, PUT)}  # provisioning._save: update, else conditional create
+PROFILE_REGISTER = {CONFIG: (PUT,)}  # profiles.create (conditional put)
+CONFIG_SAVE = {CONFIG: (UPDATE, PUT)}  # config_items.update_existing, else config_items.create
 BOOST_CREATE = {CONFIG: (PUT,)}  # boosts.create
-DAILY_TOTALS = {DAILY_TOTAL: (BATCH_GET,)}  # aggregation.read_daily_totals (storage.batch_get)
-DAILY_STATUS = {DAILY_TOTAL: (GET,)}  # metering.daily_status
-DAILY_RANGE = {DAILY_TOTAL: (QUERY,)}  # reports._query_days
-STICKY_READ = {STICKY_STATE: (GET,)}  # selection.read_sticky
-# selection.current_decision: DailyTotals and StickyState in one call (storage.batch_get_many)
+DAILY_TOTALS = {DAILY_TOTAL: (BATCH_GET,)}  # daily_totals.day_read (aggregation.read_daily_totals)
+DAILY_STATUS = {DAILY_TOTAL: (GET,)}  # daily_totals.label_total (metering.daily_status)
+DAILY_RANGE = {DAILY_TOTAL: (QUERY,)}  # daily_totals.days_between (reports)
+STICKY_READ = {STICKY_STATE: (GET,)}  # sticky.read
+# selection.current_decision: DailyTotals and StickyState in one call (dynamo.batch_get_many)
 SELECTION_READ = {DAILY_TOTAL: (BATCH_GET,), STICKY_STATE: (BATCH_GET,)}
-STICKY_ADVANCE = {STICKY_STATE: (PUT,)}  # selection.write_sticky (conditional put)
-PRICE_QUOTE = {PRICING_CACHE: (BATCH_GET,)}  # pricing.quote (storage.batch_get)
-# pricing.refresh_pricing_cache / price_unpriced_model: _store (conditional update), the
-# unlabelled-model registry (unlabelled_models, _register)
+STICKY_ADVANCE = {STICKY_STATE: (PUT,)}  # sticky.advance (conditional put)
+PRICE_QUOTE = {PRICING_CACHE: (BATCH_GET,)}  # prices.of_day (pricing.quote)
+# prices.add_missing (conditional update), registered_models and register_model
 PRICE_STORE = {PRICING_CACHE: (GET, UPDATE)}
-LIVE_SPEND = {USAGE_AGG_SHARDED: (BATCH_GET,)}  # live_spend.live_spend (selection in tight mode)
-USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # metering.record: TransactWriteItems of a Put and an Update
+LIVE_SPEND = {USAGE_AGG_SHARDED: (BATCH_GET,)}  # usage.label_spends (selection in tight mode)
+USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # usage.write_once: TransactWriteItems of a Put and an Update
 AGGREGATION = {  # aggregation.run (the sweep) and aggregation.fold_stream
-    (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # active_shard_keys (the sweep)
-    USAGE_AGG_SHARDED: (BATCH_GET,),
-    # current totals; _write_total (conditional) and _register_labels; the heartbeat
+    (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # usage.active_shard_keys (the sweep)
+    USAGE_AGG_SHARDED: (BATCH_GET,),  # usage.read_shards
+    # daily_totals.read_current, write_if_grown (conditional), register_labels, put_heartbeat
     DAILY_TOTAL: (BATCH_GET, UPDATE, PUT),
 }
-DAY_SPEND_CHECK = {(USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,)}  # metering.org_has_spend (PUT org)
-ALERT_LIST = {STICKY_STATE: (QUERY,)}  # alerts._recorded
-# alerts.evaluate_and_fire: _recorded, _record, _claim_retry, _mark_published (boosts: ORG_CHILDREN)
+DAY_SPEND_CHECK = {(USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,)}  # usage.org_has_spend (PUT org)
+ALERT_LIST = {STICKY_STATE: (QUERY,)}  # alert_records.of_day / of_day_many
+# alerts.evaluate_and_fire: alert_records.of_day, create, claim, mark_published (boosts: ORG_CHILDREN)
 ALERT_FIRE = {STICKY_STATE: (QUERY, PUT, UPDATE)}
-RATE_LIMIT = {STICKY_STATE: (UPDATE,)}  # ratelimit._lease: conditional ADD (routes with a rate_limit)
+RATE_LIMIT = {STICKY_STATE: (UPDATE,)}  # rate_windows.lease / give_back (routes with a rate_limit)
 
 _TABLES: dict[str, Grants] = {
     "health": {CONFIG: (GET,)},  # service.health
