@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from boto3.dynamodb.conditions import Key
-
-from . import keys, tables
-from .dynamo import query_all, table
+from . import config_items, keys, tables
+from .dynamo import table
 
 
 def create(item: dict) -> None:
@@ -16,10 +14,8 @@ def create(item: dict) -> None:
 def of_quota(org_id: str, app_id: str | None, quota_scope: str) -> list[dict]:
     """The boosts of one quota (expired ones included until TTL removes them): label,
     amount and expiry epoch."""
-    return query_all(
-        table(tables.CONFIG).query,
-        KeyConditionExpression=Key("org_key").eq(keys.org_key(org_id))
-        & Key("resource_key").begins_with(keys.boost_prefix(quota_scope, app_id)),
-        ProjectionExpression="model_label, amount_usd_micros, #ttl",
-        ExpressionAttributeNames={"#ttl": tables.TTL_ATTRIBUTE},
+    return config_items.children(
+        keys.org_key(org_id),
+        keys.boost_prefix(quota_scope, app_id),
+        ["model_label", "amount_usd_micros", tables.TTL_ATTRIBUTE],
     )

@@ -8,7 +8,7 @@ from boto3.dynamodb.conditions import Key
 
 from ..errors import service_unavailable
 from . import keys, tables
-from .dynamo import ConditionFailed, batch_get, conditional, query_all, table, transact, written
+from .dynamo import ConditionFailed, batch_get, conditional, projection, query_all, table, transact, written
 
 MUST_EXIST = "attribute_exists(org_key)"
 
@@ -32,13 +32,13 @@ def org_and_app(org_id: str, app_id: str | None) -> tuple[dict | None, dict | No
     return items.get(keys.ROOT_RESOURCE), (items.get(keys.app_resource(app_id)) if app_id else None)
 
 
-def _with_prefix(org_key: str, prefix: str, attributes: Iterable[str]) -> list[dict]:
-    names = list(dict.fromkeys(["resource_key", *attributes]))
+def children(org_key: str, prefix: str, attributes: Iterable[str] = ()) -> list[dict]:
+    """The items of ``org_key`` whose ``resource_key`` begins with ``prefix`` (apps, profiles,
+    boosts): one paginated Query, only ``resource_key`` and the named attributes."""
     return query_all(
         table(tables.CONFIG).query,
         KeyConditionExpression=Key("org_key").eq(org_key) & Key("resource_key").begins_with(prefix),
-        ProjectionExpression=", ".join(f"#a{i}" for i in range(len(names))),
-        ExpressionAttributeNames={f"#a{i}": name for i, name in enumerate(names)},
+        **projection(["resource_key", *attributes]),
     )
 
 
@@ -47,7 +47,7 @@ def app_items(org_id: str, attributes: Iterable[str] = ()) -> list[dict]:
     and the named attributes, each with its ``app_id``."""
     return [
         {**item, "app_id": keys.app_id_of_resource(item["resource_key"])}
-        for item in _with_prefix(keys.org_key(org_id), keys.app_resource(""), attributes)
+        for item in children(keys.org_key(org_id), keys.app_resource(""), attributes)
     ]
 
 

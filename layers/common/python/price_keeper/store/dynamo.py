@@ -142,6 +142,16 @@ def _backoff(attempt: int) -> None:
     time.sleep(min(1.0, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
 
 
+def projection(attributes: Iterable[str]) -> dict:
+    """``ProjectionExpression`` and its ``ExpressionAttributeNames`` for reading only
+    ``attributes`` (each named by a placeholder, so reserved words such as ``ttl`` work)."""
+    names = list(dict.fromkeys(attributes))
+    return {
+        "ProjectionExpression": ", ".join(f"#a{i}" for i in range(len(names))),
+        "ExpressionAttributeNames": {f"#a{i}": name for i, name in enumerate(names)},
+    }
+
+
 class Read(NamedTuple):
     """Keys to read from one table, optionally only some attributes (keys always come back)."""
 
@@ -153,11 +163,9 @@ class Read(NamedTuple):
         request: dict = {"ConsistentRead": consistent}
         if self.attributes is not None:
             spec = self.spec
-            names = list(
-                dict.fromkeys([spec.partition_key, *([spec.sort_key] if spec.sort_key else []), *self.attributes])
+            request.update(
+                projection([spec.partition_key, *([spec.sort_key] if spec.sort_key else []), *self.attributes])
             )
-            request["ProjectionExpression"] = ", ".join(f"#a{i}" for i in range(len(names)))
-            request["ExpressionAttributeNames"] = {f"#a{i}": n for i, n in enumerate(names)}
         return request
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from boto3.dynamodb.conditions import Key
-
-from . import keys, tables
+from . import config_items, keys, tables
 from .dynamo import conditional, table
 
 
@@ -27,10 +25,6 @@ def find(org_id: str, app_id: str, label: str) -> dict | None:
 
 
 def labels(org_id: str, app_id: str) -> list[str]:
-    """Labels registered for the app (one Query, keys only; an app has few profiles)."""
-    found = table(tables.CONFIG).query(
-        KeyConditionExpression=Key("org_key").eq(keys.profile_org_key(org_id, app_id))
-        & Key("resource_key").begins_with(keys.profile_resource("")),
-        ProjectionExpression="resource_key",
-    )["Items"]
+    """Labels registered for the app (keys only)."""
+    found = config_items.children(keys.profile_org_key(org_id, app_id), keys.profile_resource(""))
     return [keys.profile_label_of_resource(item["resource_key"]) for item in found]
