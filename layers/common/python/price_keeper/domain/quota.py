@@ -100,7 +100,6 @@ def decide(
     def spend(label: str) -> int:
         return spends.get(label, 0)
 
-    available = [i for i, label in enumerate(ordering) if spend(label) < quotas.get(label, 0)]
     floor = sticky_floor(ordering, sticky.label if sticky_enabled and sticky else None)
     chosen = first_unspent(ordering, quotas, spends, floor)
     if chosen is None:
@@ -110,8 +109,8 @@ def decide(
     label = ordering[chosen]
     if chosen == 0:
         reason = REASON_NORMAL
-    elif chosen == floor and any(i < floor for i in available):
-        reason = REASON_STICKY
+    elif chosen == floor and first_unspent(ordering, quotas, spends) < floor:  # not None: chosen is unspent
+        reason = REASON_STICKY  # an earlier label is available again, but the day stays
     else:
         reason = exceeded_reason(ordering[chosen - 1])
     flip_to = chosen if sticky_enabled and chosen > floor else None
