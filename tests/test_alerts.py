@@ -225,10 +225,11 @@ def test_alerts_are_logged_as_warnings(bus, org_config, caplog):
     assert logged.levelname == "WARNING" and logged.alert["threshold_pct"] == 80
 
 
-def test_boosted_quota_is_the_one_alerts_compare_with(bus, org_config):
+def boost_premium_by_1000(org_id: str) -> None:
+    """An org-wide boost of 1,000 micro-USD on premium, active until 9 h after ``NOW``."""
     table(tables.CONFIG).put_item(
         Item={
-            "org_key": keys.org_key(org_config.org_id),
+            "org_key": keys.org_key(org_id),
             "resource_key": "BOOST#ORG#b1",
             "boost_id": "b1",
             "model_label": "premium",
@@ -237,6 +238,10 @@ def test_boosted_quota_is_the_one_alerts_compare_with(bus, org_config):
             tables.TTL_ATTRIBUTE: int((NOW + timedelta(hours=9)).timestamp()),
         }
     )
+
+
+def test_boosted_quota_is_the_one_alerts_compare_with(bus, org_config):
+    boost_premium_by_1000(org_config.org_id)
     assert fire(org_config, {"premium": 1500}) == []  # 75 % of 2000
     later = NOW + timedelta(hours=10)  # the boost expired: 150 % of 1000
     assert kinds(fire(org_config, {"premium": 1500}, now=later)) == [
@@ -449,17 +454,7 @@ def test_spend_pcts_are_each_quota_and_the_total_cap_of_a_changed_scope(org_conf
 
 
 def test_spend_pcts_count_active_boosts(org_config):
-    table(tables.CONFIG).put_item(
-        Item={
-            "org_key": keys.org_key(org_config.org_id),
-            "resource_key": "BOOST#ORG#b1",
-            "boost_id": "b1",
-            "model_label": "premium",
-            "amount_usd_micros": 1000,
-            "expires_at": "2026-10-02T00:00:00Z",
-            tables.TTL_ATTRIBUTE: int((NOW + timedelta(hours=9)).timestamp()),
-        }
-    )
+    boost_premium_by_1000(org_config.org_id)
     report = changed((org_config.scope, "premium", DAY, 800))
     assert alerts.spend_pcts(report, NOW) == [40.0, 0.0, 0.0, 29.6]  # 800 of 2,000; of the 2,700 cap
 

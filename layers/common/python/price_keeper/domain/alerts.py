@@ -329,7 +329,7 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
 
 
 def spend_pcts(report: RunReport, now: datetime) -> list[float]:
-    """The share of each daily quota used (``selection.quota_pct``, boosts included), for
+    """The share of each daily quota used (``quota.quota_pct``, boosts included), for
     every scope whose totals of its current org-local day the run changed: one value per
     label of the ordering with a quota, and one for the scope's total cap. The aggregator
     publishes them as the ``SpendPct`` metric.
