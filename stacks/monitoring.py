@@ -100,8 +100,28 @@ class Monitoring(Construct):
         notify = actions.SnsAction(topic)
         self.alarms: list[cloudwatch.Alarm] = []
 
-        def alarm(alarm_id: str, **kwargs) -> None:
-            created = cloudwatch.Alarm(self, alarm_id, alarm_name=f"{settings.prefix}{alarm_id}", **kwargs)
+        def alarm(
+            alarm_id: str,
+            description: str,
+            metric: cloudwatch.IMetric,
+            threshold: float = 0,
+            evaluation_periods: int = 1,
+            **kwargs,
+        ) -> None:
+            """An alarm on ``metric`` above ``threshold`` (by default: any at all in one period);
+            no data is not a breach."""
+            created = cloudwatch.Alarm(
+                self,
+                alarm_id,
+                alarm_name=f"{settings.prefix}{alarm_id}",
+                alarm_description=description,
+                metric=metric,
+                threshold=threshold,
+                evaluation_periods=evaluation_periods,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                **kwargs,
+            )
             created.add_alarm_action(notify)
             created.add_ok_action(notify)
             self.alarms.append(created)
@@ -110,7 +130,7 @@ class Monitoring(Construct):
         server_errors = api.metric_server_error(period=FIVE_MINUTES, statistic="Sum")
         alarm(
             "api-5xx-rate",
-            alarm_description=f"More than {API_5XX_RATE_PCT}% of API requests answered 5xx for 10 minutes",
+            description=f"More than {API_5XX_RATE_PCT}% of API requests answered 5xx for 10 minutes",
             metric=cloudwatch.MathExpression(
                 expression="IF(requests > 0, 100 * errors / requests, 0)",
                 using_metrics={"requests": requests, "errors": server_errors},
@@ -119,61 +139,43 @@ class Monitoring(Construct):
             ),
             threshold=API_5XX_RATE_PCT,
             evaluation_periods=2,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
         alarm(
             "aggregator-lag",
-            alarm_description=f"Daily totals more than {AGGREGATOR_LAG_LIMIT_S} s behind the usage shards",
+            description=f"Daily totals more than {AGGREGATOR_LAG_LIMIT_S} s behind the usage shards",
             metric=custom_metric(AGGREGATOR_LAG_SECONDS),
             threshold=AGGREGATOR_LAG_LIMIT_S,
             evaluation_periods=3,
             datapoints_to_alarm=2,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
-        iterator_age = functions["aggregator"].metric("IteratorAge", statistic="Maximum", period=Duration.minutes(1))
+        iterator_age = functions["aggregator"].metric("IteratorAge", statistic="Maximum", period=ONE_MINUTE)
         alarm(
             "aggregator-iterator-age",
-            alarm_description=f"Usage waits more than {ITERATOR_AGE_LIMIT_MS // 1000} s in the stream before "
+            description=f"Usage waits more than {ITERATOR_AGE_LIMIT_MS // 1000} s in the stream before "
             "the aggregator folds it (3 of 5 minutes)",
             metric=iterator_age,
             threshold=ITERATOR_AGE_LIMIT_MS,
             evaluation_periods=5,
             datapoints_to_alarm=3,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
         for name, function in functions.items():
             alarm(
                 f"{name.replace('_', '-')}-throttles",
-                alarm_description=f"Lambda throttled invocations of {name}",
+                description=f"Lambda throttled invocations of {name}",
                 metric=function.metric_throttles(period=FIVE_MINUTES, statistic="Sum"),
-                threshold=0,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             )
         for name, queue in dead_letter_queues.items():
             alarm(
                 f"{name.replace('_', '-')}-dlq-depth",
-                alarm_description=f"Runs of {name} were lost: messages in its dead-letter queue",
+                description=f"Runs of {name} were lost: messages in its dead-letter queue",
                 metric=queue.metric_approximate_number_of_messages_visible(period=FIVE_MINUTES, statistic="Maximum"),
-                threshold=0,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             )
         throttled = {spec: throttle_events(table, spec) for spec, table in tables.items()}
         for spec, events in throttled.items():
             alarm(
                 f"table-{spec.name}-throttles",
-                alarm_description=f"DynamoDB throttled requests to the {spec.name} table or its indexes",
+                description=f"DynamoDB throttled requests to the {spec.name} table or its indexes",
                 metric=events,
-                threshold=0,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             )
 
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{settings.prefix}dashboard")
