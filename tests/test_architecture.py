@@ -1,5 +1,6 @@
-"""The seams of the layer hold: DynamoDB only behind ``store/``, handlers that leave
-authentication to the request pipeline, and one reset for all process state."""
+"""The seams of the layer hold: DynamoDB and its keys only behind ``store/``, and one reset
+for all process state (that handlers leave authentication to the request pipeline is
+``tests/test_pipeline.py``'s)."""
 
 import ast
 from pathlib import Path
@@ -11,7 +12,6 @@ from price_keeper.store import dynamo
 from tests.usage_support import new_tenant, usage_body
 
 PACKAGE = Path(next(iter(price_keeper.__path__)))
-LAMBDAS = PACKAGE.parents[3] / "lambdas"
 DYNAMODB_CALLS = {
     "get_item",
     "put_item",
@@ -26,8 +26,6 @@ DYNAMODB_CALLS = {
     "Table",
 }
 CONNECTION = {"dynamodb", "ddb_client", "table", "query_all", "conditional", "written", "transact"}
-# The OAuth2 token endpoints: issuing, refreshing and revoking tokens is their job.
-TOKEN_HANDLERS = {"auth_token", "auth_refresh", "auth_revoke"}
 
 
 def _modules(root: Path):
@@ -80,19 +78,6 @@ def test_keys_are_built_and_parsed_only_in_store():
             ):
                 offences.append(f"{path.name}:{node.lineno} {node.value!r}")
     assert offences == []
-
-
-def test_no_handler_authenticates_by_itself():
-    """The pipeline authenticates every route as it declares; a handler never touches auth."""
-    for path, tree in _modules(LAMBDAS):
-        if path.parent.name in TOKEN_HANDLERS:
-            continue
-        calls = [
-            node
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "auth"
-        ]
-        assert calls == [], f"{path.parent.name} calls auth.{calls[0].attr if calls else ''}"
 
 
 def test_one_reset_forgets_all_process_state(api):
