@@ -65,6 +65,14 @@ def test_provision_authenticate_refresh_revoke_rotate_over_http(tmp_path):
         assert app.status_code == 201, app.text
         credentials = app.json()["credentials"]
         assert credentials["client_id"] == f"org-{org_id}-app-web-app"
+        # Credentials are checked before the body is read: a bad body never turns a missing
+        # key or token into a 400 that would tell a caller which bodies are accepted.
+        usage = f"{base_url}/api/v1/orgs/{org_id}/apps/web-app/usage"
+        for body in ("not json", "[]", '{"request_id": 1}'):
+            headers = {"Content-Type": "application/json"}
+            for url, method in ((usage, "POST"), (f"{base_url}/api/v1/orgs/{org_id}", "PUT")):
+                refused = requests.request(method, url, data=body, headers=headers, timeout=10)
+                assert refused.status_code == 401 and refused.json()["error"] == "UNAUTHORIZED", (method, body)
 
         issued = get_tokens(base_url, credentials)
         assert issued.status_code == 200, issued.text
