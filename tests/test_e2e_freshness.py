@@ -64,10 +64,14 @@ def wait_for_requests(app_url: str, headers: dict, wanted: int) -> None:
         time.sleep(0.1)
 
 
-def requests_today(app_url: str, headers: dict) -> int:
+def label_requests(app_url: str, headers: dict) -> dict[str, int]:
     reply = requests.get(f"{app_url}/aggregates/today", headers=headers, timeout=10)
     assert reply.status_code == 200, reply.text
-    return sum(model["requests"] for model in reply.json()["models"].values())
+    return {label: model["requests"] for label, model in reply.json()["models"].items()}
+
+
+def requests_today(app_url: str, headers: dict) -> int:
+    return sum(label_requests(app_url, headers).values())
 
 
 def test_each_usage_report_reaches_todays_aggregates_without_the_schedule(app):
@@ -119,10 +123,15 @@ def test_after_a_restart_the_replayed_stream_counts_nothing_twice(tmp_path):
 def test_reports_after_a_duplicate_still_reach_the_aggregates(app):
     """A duplicate cancels its transaction; the stream keeps flowing after it."""
     app_url, headers = app
-    before = requests_today(app_url, headers)
+    before = label_requests(app_url, headers)
     body = usage_body()
     for _ in range(2):
         assert requests.post(f"{app_url}/usage", headers=headers, timeout=10, json=body).status_code == 202
-    wait_for_requests(app_url, headers, before + 1)
-    assert requests.post(f"{app_url}/usage", headers=headers, timeout=10, json=usage_body()).status_code == 202
-    wait_for_requests(app_url, headers, before + 2)
+    later = usage_body(model_label="standard")
+    assert requests.post(f"{app_url}/usage", headers=headers, timeout=10, json=later).status_code == 202
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while (after := label_requests(app_url, headers))["standard"] == before["standard"]:
+        assert time.monotonic() < deadline, "the report after the duplicate never reached the aggregates"
+        time.sleep(0.1)
+    # Folded after the duplicate, the later report shows the duplicate counted once.
+    assert after == {"premium": before["premium"] + 1, "standard": before["standard"] + 1}
