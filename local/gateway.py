@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs
 
+from price_keeper.errors import error_body  # the package put the layer on sys.path
+from price_keeper.http import routes
+from price_keeper.http.modules import load_handler_module
+
 ROOT = Path(__file__).resolve().parent.parent
 LAMBDAS = ROOT / "lambdas"
-
-from price_keeper.errors import error_body  # noqa: E402
-from price_keeper.http import routes  # noqa: E402
-from price_keeper.http.modules import load_handler_module  # noqa: E402
 
 
 @dataclass
