@@ -7,6 +7,7 @@ from pathlib import Path
 
 import price_keeper
 from price_keeper import aws, state
+from price_keeper.domain import auth
 from price_keeper.http import ratelimit
 from price_keeper.store import dynamo
 from tests.usage_support import new_tenant, usage_body
@@ -85,9 +86,10 @@ def test_one_reset_forgets_all_process_state(api):
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
     aws.client("events")
     ratelimit._local[("client", "usage", 0)] = (1, 1)
-    assert dynamo.dynamodb.cache_info().currsize == 1 and aws.client.cache_info().currsize == 1
+    clients = [dynamo.dynamodb, aws.client, auth._secrets]
+    assert [kept.cache_info().currsize for kept in clients] == [1, 2, 1]  # secretsmanager and events
     state.reset()
-    assert dynamo.dynamodb.cache_info().currsize == 0 and aws.client.cache_info().currsize == 0
+    assert [kept.cache_info().currsize for kept in clients] == [0, 0, 0]
     assert ratelimit._local == {} and ratelimit.response_headers() in (None, {})
     assert all(not cache._data for cache in _ttl_caches())
 

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import os
@@ -33,7 +34,7 @@ import jwt
 from aws_lambda_powertools.utilities import parameters
 from pydantic import ConfigDict, Field, StringConstraints
 
-from .. import state
+from .. import aws, state
 from ..cache import TTLCache
 from ..errors import ApiError, forbidden, unauthorized
 from ..http import audit, ratelimit
@@ -100,13 +101,19 @@ def secret_attributes(secret: str) -> dict:
     return {"client_secret_hash": hash_secret(secret), "client_secret_fingerprint": secret_fingerprint(secret)}
 
 
+@functools.cache
+def _secrets() -> parameters.SecretsProvider:
+    """Powertools' provider (it caches each value for ``max_age``) on the process's one
+    Secrets Manager client: its default provider would build a boto3 session of its own,
+    loading every service model a second time in a cold container."""
+    return parameters.SecretsProvider(boto3_client=aws.client("secretsmanager"))
+
+
+state.kept(_secrets.cache_clear)
+
+
 def _secret(env: str, default_name: str) -> str:
-    return parameters.get_secret(os.environ.get(env, default_name), max_age=SECRET_CACHE_SECONDS)
-
-
-# Powertools Parameters keeps the secrets' values and its providers' clients per process.
-state.kept(parameters.clear_caches)
-state.kept(parameters.base.DEFAULT_PROVIDERS.clear)
+    return _secrets().get(os.environ.get(env, default_name), max_age=SECRET_CACHE_SECONDS)
 
 
 def signing_key() -> str:
