@@ -88,7 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY:
-            self.send_error(413)
+            self.send_error(413, "Request body too large", details={"max_body_bytes": MAX_BODY})
             return
         body = self.rfile.read(length) if length else None
         service, region = signed_for(self.headers) or (None, None)
@@ -122,6 +122,25 @@ class _Handler(BaseHTTPRequestHandler):
                     self.send_header(name, value)
         for name, value in headers.items():
             self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None, details=None) -> None:
+        """The server's own refusals (a malformed request line or headers, an oversized body)
+        in the error schema, as the deployed gateway's own responses are (``stacks/api.py``:
+        4xx ``INVALID_REQUEST``, 5xx ``INTERNAL_ERROR``), instead of http.server's HTML page."""
+        reason = self.responses.get(code, ("Error",))[0]
+        body = error_body("INVALID_REQUEST" if code < 500 else "INTERNAL_ERROR", (message or reason)[:200], details)
+        payload = json.dumps(body).encode()
+        self.log_error("code %d, message %s", code, body["message"])
+        # A request line it could not read leaves http.server at HTTP/0.9: a body with no
+        # status line or headers, which no client today can read.
+        self.request_version = "HTTP/1.0" if self.request_version == "HTTP/0.9" else self.request_version
+        self.send_response(code, reason)
+        self.send_header("Connection", "close")  # the rest of the request was not read
+        self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         if self.command != "HEAD":

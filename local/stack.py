@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import socket
+import threading
 from pathlib import Path
 
 import boto3
@@ -68,13 +69,22 @@ def _journal_writes_only(recorder) -> None:
     recorder._record_request = writes_only
 
 
+def _private_state() -> None:
+    """``.local/`` 0700 and the journal 0600 before anything is written to them: the journal
+    holds the JWT signing key and the provisioning key. Tightened at every start, so a folder
+    an older version left readable is private too."""
+    STATE_DIR.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(STATE_DIR, 0o700)
+    os.close(os.open(JOURNAL, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    os.chmod(JOURNAL, 0o600)
+
+
 def _compact_journal() -> None:
     kept = []
     for line in JOURNAL.read_text().splitlines():
         if _is_write(json.loads(line).get("headers", {})):
             kept.append(line)
     JOURNAL.write_text("".join(f"{line}\n" for line in kept))
-    os.chmod(JOURNAL, 0o600)
 
 
 def _streams_survive_rollbacks() -> None:
@@ -88,6 +98,31 @@ def _streams_survive_rollbacks() -> None:
     from moto.dynamodb.models.table import StreamShard
 
     StreamShard.__deepcopy__ = lambda self, memo: self
+
+
+def _one_dynamodb_request_at_a_time() -> None:
+    """moto's DynamoDB is not thread-safe, and its threaded server serves requests at once:
+    a transaction deep-copies every table it touches (iterating a dict another request may be
+    changing: a 500) and, when cancelled, swaps that copy back in, undoing whatever other
+    requests wrote meanwhile (accepted usage lost). DynamoDB serializes conflicting writes;
+    here every DynamoDB and DynamoDB Streams request takes one lock."""
+    from moto.dynamodb.responses import DynamoHandler
+    from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
+
+    for handler in (DynamoHandler, DynamoDBStreamsHandler):
+        if getattr(handler.call_action, "serialized", False):  # patched by an earlier start in this process
+            continue
+        unserialized = handler.call_action
+
+        def call_action(self, unserialized=unserialized):
+            with _DYNAMODB_LOCK:
+                return unserialized(self)
+
+        call_action.serialized = True
+        handler.call_action = call_action
+
+
+_DYNAMODB_LOCK = threading.Lock()
 
 
 class LocalAws:
@@ -106,13 +141,14 @@ class LocalAws:
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
         os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
         if self.persist:
-            STATE_DIR.mkdir(exist_ok=True)
+            _private_state()
             os.environ["MOTO_ENABLE_RECORDING"] = "True"
             os.environ["MOTO_RECORDER_FILEPATH"] = str(JOURNAL)
         from moto.moto_api import recorder
         from moto.server import ThreadedMotoServer
 
         _streams_survive_rollbacks()
+        _one_dynamodb_request_at_a_time()
 
         port = free_port()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

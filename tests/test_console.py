@@ -9,6 +9,7 @@ import base64
 import hashlib
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 from price_keeper.http import console, routes
 
@@ -127,3 +128,13 @@ def test_script_keeps_tokens_in_memory_and_never_writes_html():
 
 def test_page_is_built_once_per_container():
     assert console.page() is console.page()
+
+
+def test_the_page_states_the_lag_the_docs_state():
+    """Totals are folded from the usage table's stream within seconds (docs/api.md): the page
+    must not tell its reader they lag by up to a minute."""
+    script = (console.HERE / "console.js").read_text()
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+    assert "Totals lag usage by a second or two" in docs
+    assert "(totals lag usage by a second or two)" in script
+    assert "minute)" not in script

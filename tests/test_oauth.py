@@ -391,11 +391,12 @@ def test_failed_form_attempts_count_with_json_ones_per_client_and_address(limits
 
 
 def test_right_secrets_in_forms_are_not_failed_attempts(limits_on, api, client):
+    for _ in range(get_config().rate_limits[auth.CLIENT_LIMIT].requests):
+        assert token_by_post(api, client).status == 200
+    wrong = {**client, "client_secret": "d3Jvbmc="}
     limit = get_config().rate_limits[auth.FAILED_ATTEMPTS_LIMIT].requests
-    for _ in range(limit + 2):
-        reply = token_by_post(api, client)
-        assert reply.status == 200, reply
-    assert reply.headers["x-ratelimit-clientid"] == f"{client['client_id']}@127.0.0.1"
+    assert [token_by_post(api, wrong).status for _ in range(limit)] == [401] * limit  # none of them was spent
+    assert_error(token_by_post(api, wrong), 429, "RATE_LIMIT_EXCEEDED")
 
 
 def test_client_authentication_on_refresh_and_revoke_forms_counts_as_an_attempt(limits_on, api, client):

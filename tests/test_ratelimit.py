@@ -92,13 +92,27 @@ def test_wrong_secrets_from_another_address_do_not_lock_the_client_out(limits_on
 
 def test_right_secrets_are_not_failed_attempts(limits_on, api):
     org_id = seed_org(secret="org-secret")
-    for _ in range(12):
+    for _ in range(10):  # the tokens a client may have a minute
         reply = token_request(api, f"org-{org_id}", "org-secret", "192.0.2.10")
         assert reply.status == 200, reply
-    assert reply.headers["x-ratelimit-remaining"] == "10"  # each charge was given back
+    assert reply.headers["x-ratelimit-clientid"] == f"org-{org_id}"  # counted as tokens issued, per client
     for _ in range(10):
         assert token_request(api, f"org-{org_id}", "wrong", "192.0.2.10").status == 401
     assert_error(token_request(api, f"org-{org_id}", "wrong", "192.0.2.10"), 429, "RATE_LIMIT_EXCEEDED")
+
+
+def test_a_client_gets_ten_tokens_a_minute_from_wherever_it_asks(limits_on, api):
+    """api_spec.md: token requests are limited per client_id. Only right secrets count, so
+    nobody without the secret can spend the client's tokens."""
+    org_id = seed_org(secret="org-secret")
+    for _ in range(10):
+        assert token_request(api, f"org-{org_id}", "wrong", "198.51.100.1").status == 401  # not counted here
+    addresses = [f"192.0.2.{n}" for n in range(10)]
+    assert [token_request(api, f"org-{org_id}", "org-secret", a).status for a in addresses] == [200] * 10
+    reply = token_request(api, f"org-{org_id}", "org-secret", "192.0.2.99")
+    error = assert_error(reply, 429, "RATE_LIMIT_EXCEEDED")
+    assert reply.headers["retry-after"] == str(error["retry_after"])
+    assert reply.headers["x-ratelimit-clientid"] == f"org-{org_id}"
 
 
 def test_every_attempt_from_one_address_counts_against_its_limit(limits_on, api):

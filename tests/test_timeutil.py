@@ -99,6 +99,17 @@ def test_a_call_of_yesterday_keeps_its_day_only_within_the_grace_after_midnight(
     assert booking_day(call, NY, call + timedelta(hours=20)) == "20260124"
 
 
+def test_only_a_call_stamped_within_the_grace_before_midnight_keeps_yesterday():
+    """Issue 21.8: at 00:00 records stamped 23 h earlier were all booked to yesterday. The
+    grace is for a call made just before midnight and reported just after it."""
+    midnight = utc("2026-01-24T05:00:00Z")  # 00:00 in New York
+    for arrival in (midnight, midnight + timedelta(minutes=14, seconds=59)):
+        assert booking_day(midnight - timedelta(minutes=15), NY, arrival) == "20260123"  # 23:45:00
+        assert booking_day(midnight - timedelta(seconds=1), NY, arrival) == "20260123"
+        assert booking_day(midnight - timedelta(minutes=15, seconds=1), NY, arrival) == "20260124"
+        assert booking_day(midnight - timedelta(hours=23), NY, arrival) == "20260124"  # 01:00 yesterday
+
+
 def test_skew_just_before_midnight_counts_toward_the_day_of_arrival():
     now = utc("2026-01-24T04:58:00Z")  # 23:58 in New York; the client's clock is already past midnight
     assert booking_day(utc("2026-01-24T05:01:00Z"), NY, now) == "20260123"

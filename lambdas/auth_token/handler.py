@@ -17,7 +17,7 @@ router = Router()
 @router.post(routes.rule(routes.AUTH_TOKEN), responses=documented(200, replies.Tokens, "Access and refresh tokens"))
 def issue_token(body: Annotated[auth.TokenRequest, Body()]):
     client = auth.authenticate_client(body.client_id, body.client_secret, source_ip=source_ip(router))
-    return reply(200, replies.Tokens, auth.issue_tokens(client.principal, not_after=client.not_after), oauth.NO_STORE)
+    return reply(200, replies.Tokens, auth.grant_tokens(client), oauth.NO_STORE)
 
 
 app = build_app(router)

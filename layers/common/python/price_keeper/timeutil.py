@@ -5,6 +5,18 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, available_timezones
 
+# The calendar a date from a client may name. Python's stops at years 1 and 9999, where a
+# day's neighbour or a timezone shift overflows, and glibc writes years before 1000 without
+# their leading zeros (``%Y%m%d`` of 0999-12-31 is ``9991231``): no data is older than the
+# first day, and the last leaves a day and any UTC offset of room before the end.
+FIRST_DAY = date(1970, 1, 1)
+LAST_DAY = date(9998, 12, 31)
+
+
+def in_calendar(day: date) -> bool:
+    """Whether ``day`` is in the calendar clients may name (``FIRST_DAY``..``LAST_DAY``)."""
+    return FIRST_DAY <= day <= LAST_DAY
+
 
 def utc_now() -> datetime:
     return datetime.now(UTC)

@@ -55,6 +55,7 @@ FINGERPRINT_CHARS = 4
 # POST /auth/token limits (config.yaml rate_limits).
 FAILED_ATTEMPTS_LIMIT = "auth_token"  # per client id and source address
 SOURCE_LIMIT = "auth_token_source"  # every attempt, per source address
+CLIENT_LIMIT = "auth_token_client"  # tokens issued, per client id (api_spec.md: 10 a minute)
 REFRESH_LIMIT = "auth_refresh"  # per client
 
 _not_revoked = TTLCache(REVOCATION_CACHE_SECONDS)
@@ -239,6 +240,14 @@ def _access_token(principal: Principal, refresh_jti: str, now: int, exp: int, au
     return _encode(
         {**_claims(principal, "access", now, exp, auth_time_ms), "scope": ACCESS_SCOPES, "rjti": refresh_jti}
     )
+
+
+def grant_tokens(client: Authenticated) -> dict:
+    """The token endpoint's answer to an authenticated client, at most ``CLIENT_LIMIT`` a
+    minute per client id. Counted once the secret was right: only the client itself can spend
+    this limit (wrong secrets count per source address), so nobody else can lock it out."""
+    ratelimit.consume(client.principal.client_id, limit_name=CLIENT_LIMIT)
+    return issue_tokens(client.principal, not_after=client.not_after)
 
 
 def issue_tokens(principal: Principal, not_after: int | None = None) -> dict:

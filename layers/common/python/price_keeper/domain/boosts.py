@@ -77,8 +77,16 @@ def parse_expiry(value: str, now: datetime) -> datetime:
         ) from None
     if moment.tzinfo is None:
         raise invalid_request("expires_at must include a UTC offset (Z or +hh:mm)", expires_at=value)
-    moment = moment.astimezone(UTC)
     latest = now + timedelta(days=MAX_BOOST_DAYS)
+    try:
+        moment = moment.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00 is before year 1 in UTC, 9999-12-31T23:00-14:00 after 9999
+        raise invalid_request(
+            f"expires_at must be in the future and at most {MAX_BOOST_DAYS} days ahead",
+            expires_at=value,
+            now=iso_utc(now),
+            latest=iso_utc(latest),
+        ) from None
     if moment <= now:
         raise invalid_request("expires_at must be in the future", expires_at=value, now=iso_utc(now))
     if moment > latest:

@@ -7,8 +7,8 @@ The write cost is the same on the first and the millionth request of a day.
 
 The day a record counts toward is the org-local day it *arrives* on, whatever its
 ``timestamp``: spend reported today counts against today's quota, so stamping records
-yesterday cannot spend around it. Only a record stamped on the previous day that arrives
-within ``backdate_grace_secs`` (15 min) of local midnight keeps its own day. The dedup item
+yesterday cannot spend around it. Only a record stamped within ``backdate_grace_secs``
+(15 min) before local midnight that arrives within as long after it keeps its own day. The dedup item
 names the app and the ``request_id``, not the day or the quota scope, so a retry that
 crosses midnight, a timezone or a scope change is still a duplicate.
 """
@@ -87,8 +87,9 @@ def booking_day(moment: datetime, tz_name: str, now: datetime) -> str:
 
     Accepted (the spec's window): from the start of the previous org-local day (DST-safe:
     a whole local day whatever its length) up to ``now`` plus the clock skew. It counts
-    toward today, except that a record of the previous day keeps its day while ``now`` is
-    within ``backdate_grace_secs`` of local midnight (a call made just before midnight).
+    toward today, except that a record stamped within ``backdate_grace_secs`` before local
+    midnight keeps the previous day while ``now`` is within as long after it (a call made
+    just before midnight, reported just after).
     """
     if moment > now + timedelta(seconds=CLOCK_SKEW_SECS):
         raise invalid_request(
@@ -110,7 +111,7 @@ def booking_day(moment: datetime, tz_name: str, now: datetime) -> str:
             acceptable_range=f"{iso_utc(earliest)} to {iso_utc(latest)}",
         )
     grace = timedelta(seconds=get_config().metering.backdate_grace_secs)
-    if moment < today_start and now < today_start + grace:
+    if today_start - grace <= moment < today_start and now < today_start + grace:
         return org_day(tz_name, moment)
     return today.strftime("%Y%m%d")
 

@@ -30,7 +30,7 @@ from pydantic import Field
 
 from ..errors import invalid_request
 from ..store import config_items, daily_totals, keys, usage
-from ..timeutil import parse_day
+from ..timeutil import FIRST_DAY, LAST_DAY, in_calendar, parse_day
 from ..validation import Schema
 from . import orgs
 
@@ -43,15 +43,22 @@ _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def parse_date(value: str | None, name: str) -> date:
-    """A ``YYYY-MM-DD`` query value; 400 in the ``api_spec.md`` shape otherwise."""
+    """A ``YYYY-MM-DD`` query or path value in the calendar clients may name
+    (``timeutil.in_calendar``); 400 in the ``api_spec.md`` shape otherwise."""
     if value is None:
         raise invalid_request(f"{name} is required", **{name: None, "expected_format": "YYYY-MM-DD"})
     try:
         if not _ISO_DATE.fullmatch(value):
             raise ValueError
-        return date.fromisoformat(value)
+        parsed = date.fromisoformat(value)
     except ValueError:
         raise invalid_request("Invalid date format", **{name: value[:32], "expected_format": "YYYY-MM-DD"}) from None
+    if not in_calendar(parsed):
+        raise invalid_request(
+            "Date outside the supported range",
+            **{name: value, "earliest": FIRST_DAY.isoformat(), "latest": LAST_DAY.isoformat()},
+        )
+    return parsed
 
 
 def check_range(first: date, last: date) -> None:

@@ -151,7 +151,7 @@ def client_credentials(authorization: str | None, form: auth.FormBody) -> tuple[
 
 
 def _issue(_route: Route, _form: auth.TokenForm, client: auth.Authenticated) -> dict:
-    return auth.issue_tokens(client.principal, not_after=client.not_after)
+    return auth.grant_tokens(client)
 
 
 def _refresh(_route: Route, form: auth.RefreshForm, client: auth.Authenticated) -> dict:

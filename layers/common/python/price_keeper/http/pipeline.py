@@ -4,7 +4,9 @@ For the route the request matched (``routes.Route``), ``admit``:
 
 1. checks the path ids that become keys (``orgs.check_ids``: 400 before any store access);
 2. authenticates the caller as the route declares (``Route.auth``): the provisioning key,
-   or an access token allowed on the path's org and app;
+   or an access token allowed on the path's org and app (the query's ``app_id`` only where
+   ``Route.app_in_query`` says so: elsewhere an app token naming itself in the query would
+   read org-level data);
 3. counts the request against the route's rate limit, keyed on the authenticated caller;
 4. returns the caller as a ``Principal`` (``None`` for the provisioning key and open routes).
 
@@ -36,7 +38,7 @@ def admit(route: Route | None, event: dict) -> Principal | None:
     path = event.get("pathParameters") or {}
     query = event.get("queryStringParameters") or {}
     org_id = path.get("org_id")
-    app_id = path.get("app_id") or query.get("app_id")  # the spend report names its app in the query
+    app_id = path.get("app_id") or (query.get("app_id") if route.app_in_query else None)
     if org_id is not None:
         orgs.check_ids(org_id, app_id)
     if route.auth == Auth.PROVISIONING_KEY:

@@ -60,14 +60,17 @@ class Route(NamedTuple):
     auth: str = Auth.NONE
     rate_limit: str | None = None  # a key of config.yaml ``rate_limits``; None: unlimited
     audit: str | None = None  # the action an audit line names (audit.py); None: not audited
+    # The route names its app in the query (``?app_id=``), so an app token may use it for its
+    # own app. Only the spend report: on every other org-level route the query is no credential.
+    app_in_query: bool = False
 
 
 def _admin(method: str, path: str, function: str, rate_limit: str, audit: str) -> Route:
     return Route(method, path, function, Auth.PROVISIONING_KEY, rate_limit, audit)
 
 
-def _bearer(method: str, path: str, function: str, rate_limit: str) -> Route:
-    return Route(method, path, function, Auth.BEARER, rate_limit)
+def _bearer(method: str, path: str, function: str, rate_limit: str, app_in_query: bool = False) -> Route:
+    return Route(method, path, function, Auth.BEARER, rate_limit, app_in_query=app_in_query)
 
 
 ROUTES: tuple[Route, ...] = (
@@ -94,7 +97,7 @@ ROUTES: tuple[Route, ...] = (
     _bearer("POST", INFERENCE_PROFILES, "inference_profiles", "profiles"),
     _bearer("POST", USAGE, "usage", "usage"),
     _bearer("POST", USAGE_BATCH, "usage_batch", "usage_batch"),
-    _bearer("GET", SPEND_REPORT, "spend_report", "aggregates"),
+    _bearer("GET", SPEND_REPORT, "spend_report", "aggregates", app_in_query=True),
     _bearer("GET", ALERTS, "alerts", "aggregates"),
 )
 

@@ -348,7 +348,7 @@
     $('back-to-org').hidden = !(session && !session.appId && viewApp);
     const updated = data.updated_at ? `aggregated at ${localTime(data.updated_at)}` : 'nothing aggregated yet today';
     $('today-meta').textContent = `${data.date} in ${data.timezone} · quota scope ${data.quota_scope} · ${updated}`
-      + ' (totals lag usage by up to a minute)';
+      + ' (totals lag usage by a second or two)';
     $('labels').tBodies[0].replaceChildren(...models.map((m) => el('tr', { 'data-label': m.label },
       el('th', { scope: 'row', 'data-th': 'Label' }, m.label),
       el('td', { class: 'num spend', 'data-th': 'Spend', title: exact(m.cost_usd_micros) }, money(m.cost_usd_micros)),
