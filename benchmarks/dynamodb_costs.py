@@ -48,6 +48,7 @@ for name in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE"):
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
+from local import moto_patches  # noqa: E402
 from price_keeper.domain import aggregation, metering, orgs, selection  # noqa: E402
 from price_keeper.domain.models import UsageRequest  # noqa: E402
 from price_keeper.store import keys, tables  # noqa: E402
@@ -57,7 +58,6 @@ from price_keeper.store.dynamo import (  # noqa: E402
     plain,
 )
 from price_keeper.timeutil import org_day  # noqa: E402
-from tests.moto_support import serialized_moto  # noqa: E402
 
 WRITE_UNIT, READ_UNIT = 1024, 4096
 TZ = "America/New_York"
@@ -357,7 +357,8 @@ def main() -> None:
     args = parser.parse_args()
     results = []
     for scopes in (1, args.scopes):
-        with mock_aws(), serialized_moto():
+        moto_patches.apply()
+        with mock_aws():
             from price_keeper import state
 
             state.reset()

@@ -59,6 +59,7 @@ import boto3  # noqa: E402
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
+from local import moto_patches  # noqa: E402
 from local.streams import StreamReader, lambda_event  # noqa: E402
 from price_keeper import state  # noqa: E402
 from price_keeper.config import get_config  # noqa: E402
@@ -68,7 +69,6 @@ from price_keeper.store.tables import ALL_TABLES, USAGE_AGG_SHARDED  # noqa: E40
 from price_keeper_client.models import LabelQuota, ModelChoice  # noqa: E402
 from price_keeper_client.selection import ModelSelector  # noqa: E402
 from tests.factories import seed_app, seed_org  # noqa: E402
-from tests.moto_support import serialized_moto  # noqa: E402
 
 SWEEP_INTERVAL = 60  # the minute schedule before issue 13
 BATCHING_WINDOW = 1.0  # aggregation.USAGE_STREAM.batching_window_s
@@ -136,7 +136,8 @@ class Clock:
 
 
 def run(scenario: Scenario, strategy: str, phase: float) -> Result:
-    with mock_aws(), serialized_moto():  # per-item transaction rollback: see tests/moto_support.py
+    moto_patches.apply()  # serialised, per-item transaction rollback
+    with mock_aws():
         _fresh_store()
         quota = scenario.quota_usd_micros
         org_id = seed_org(

@@ -98,10 +98,11 @@ def measured_units(requests: int) -> tuple[dict[str, dict], dict[int, dict]]:
     import dynamodb_costs
     from moto import mock_aws
 
+    from local import moto_patches
     from price_keeper import state
-    from tests.moto_support import serialized_moto
 
-    with mock_aws(), serialized_moto():
+    moto_patches.apply()
+    with mock_aws():
         state.reset()
         dynamodb_costs.create_tables()
         meter = dynamodb_costs.Meter()

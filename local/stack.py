@@ -16,7 +16,6 @@ import json
 import os
 import secrets
 import socket
-import threading
 from pathlib import Path
 
 import boto3
@@ -24,6 +23,7 @@ import boto3
 from price_keeper.domain.alerts import event_bus
 from price_keeper.store.tables import ALL_TABLES, TTL_ATTRIBUTE
 
+from . import moto_patches
 from .bedrock import InferenceProfiles
 from .gateway import ROOT
 
@@ -87,44 +87,6 @@ def _compact_journal() -> None:
     JOURNAL.write_text("".join(f"{line}\n" for line in kept))
 
 
-def _streams_survive_rollbacks() -> None:
-    """moto undoes a cancelled transaction (a duplicate usage report) by swapping in a deep
-    copy of each table it touched, stream included: the copy costs time in proportion to
-    everything the stream ever held, on every transaction, and leaves the poller's shard
-    iterators on the discarded stream, so later writes would never reach the aggregator.
-    The stream is shared by the copy instead. What it keeps of a cancelled transaction (the
-    shard update moto applied before cancelling) only makes the aggregator fold a label
-    again, which changes nothing."""
-    from moto.dynamodb.models.table import StreamShard
-
-    StreamShard.__deepcopy__ = lambda self, memo: self
-
-
-def _one_dynamodb_request_at_a_time() -> None:
-    """moto's DynamoDB is not thread-safe, and its threaded server serves requests at once:
-    a transaction deep-copies every table it touches (iterating a dict another request may be
-    changing: a 500) and, when cancelled, swaps that copy back in, undoing whatever other
-    requests wrote meanwhile (accepted usage lost). DynamoDB serializes conflicting writes;
-    here every DynamoDB and DynamoDB Streams request takes one lock."""
-    from moto.dynamodb.responses import DynamoHandler
-    from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
-
-    for handler in (DynamoHandler, DynamoDBStreamsHandler):
-        if getattr(handler.call_action, "serialized", False):  # patched by an earlier start in this process
-            continue
-        unserialized = handler.call_action
-
-        def call_action(self, unserialized=unserialized):
-            with _DYNAMODB_LOCK:
-                return unserialized(self)
-
-        call_action.serialized = True
-        handler.call_action = call_action
-
-
-_DYNAMODB_LOCK = threading.Lock()
-
-
 class LocalAws:
     """Starts moto, restores the journal, and makes sure tables and secrets exist; holds
     the Bedrock stand-in."""
@@ -147,8 +109,7 @@ class LocalAws:
         from moto.moto_api import recorder
         from moto.server import ThreadedMotoServer
 
-        _streams_survive_rollbacks()
-        _one_dynamodb_request_at_a_time()
+        moto_patches.apply()
 
         port = free_port()
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

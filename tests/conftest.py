@@ -19,7 +19,7 @@ os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 
-from local import gateway  # noqa: E402
+from local import gateway, moto_patches  # noqa: E402
 from local.bedrock import InferenceProfiles  # noqa: E402
 from local.server import LocalHttpServer  # noqa: E402
 from local.stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME  # noqa: E402
@@ -28,9 +28,9 @@ from price_keeper.domain import profiles  # noqa: E402
 from price_keeper.http import ratelimit, routes  # noqa: E402
 from price_keeper.store.tables import ALL_TABLES, TTL_ATTRIBUTE  # noqa: E402
 from tests.iam_check import only_granted  # noqa: E402
-from tests.moto_support import serialized_moto  # noqa: E402
 
 PROVISIONING_KEY = "test-provisioning-key"
+moto_patches.apply()  # moto serialised, with per-item rollback, as the local stack runs it
 
 
 # --- test kinds (markers): `make check` runs the fast ones, `make test` all ---------------
@@ -88,7 +88,7 @@ def aws(monkeypatch):
     monkeypatch.setenv("RATE_LIMITS", "off")  # tests of the limits turn them on (the limits_on fixture)
     monkeypatch.setenv("JWT_SECRET_NAME", JWT_SECRET_NAME)
     monkeypatch.setenv("PROVISIONING_SECRET_NAME", PROVISIONING_SECRET_NAME)
-    with mock_aws(), serialized_moto():  # one request at a time, transactions rolled back per item
+    with mock_aws():
         import boto3
 
         boto3.DEFAULT_SESSION = _shared_session()  # moto clears it; a new one reloads every service model

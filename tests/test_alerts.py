@@ -20,7 +20,6 @@ from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_day
 from tests.conftest import assert_error
 from tests.factories import seed_app, seed_org, token_for
-from tests.moto_support import serialized_moto
 from tests.provisioned import new_org, org_body, put_app, put_org
 
 ORDERING = ("premium", "standard", "economy")
@@ -190,11 +189,10 @@ def test_concurrent_evaluations_fire_each_alert_exactly_once(bus, put_events_cal
         fired.extend(fire(org_config, spends))
 
     threads = [threading.Thread(target=run) for _ in range(workers)]
-    with serialized_moto():  # moto handles one request at a time, as DynamoDB does per item
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     assert sorted(kinds(fired), key=str) == sorted(kinds(expected), key=str)
     assert put_events_calls["PutEvents"] == len(expected) == 9 + 2  # and the total cap's 80 and 95 %
     delivered = Counter((e["detail"]["type"], e["detail"]["label"], e["detail"]["threshold_pct"]) for e in bus())

@@ -20,7 +20,6 @@ from price_keeper.store.dynamo import ddb_client, item_size
 from price_keeper.timeutil import day_start_utc, org_date, org_day
 from tests.conftest import assert_error
 from tests.factories import token_for
-from tests.moto_support import serialized_moto
 from tests.usage_support import (
     all_items,
     daily_total,
@@ -36,13 +35,6 @@ from tests.usage_support import (
 @pytest.fixture
 def tenant(api):
     return new_tenant()
-
-
-@pytest.fixture
-def many_transactions():
-    """For tests writing hundreds of records: moto without its O(table) copy per transaction."""
-    with serialized_moto():
-        yield
 
 
 def post(api, tenant, body, token=None):
@@ -297,7 +289,7 @@ def test_batch_answers_207_with_a_result_per_record(api, tenant):
     ]
 
 
-def test_a_batch_retried_whole_is_counted_once(api, tenant, many_transactions):
+def test_a_batch_retried_whole_is_counted_once(api, tenant):
     records = [usage_body() for _ in range(20)]
     post_batch(api, tenant, records)
     again = post_batch(api, tenant, records).json()
@@ -319,7 +311,7 @@ def test_batch_body_must_be_an_object_with_requests(api, tenant):
     assert_error(api.post(tenant.app_path + "/usage/batch", {"requests": [usage_body()]}), 401, "UNAUTHORIZED")
 
 
-def test_a_full_batch_of_100_is_accepted(api, tenant, many_transactions):
+def test_a_full_batch_of_100_is_accepted(api, tenant):
     body = post_batch(api, tenant, [usage_body() for _ in range(100)]).json()
     assert body["accepted"] == 100
     aggregation.run()
@@ -359,7 +351,7 @@ def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
     assert items[0] == items[1] and usage.request_token(items[0], 0) == tokens[0]
 
 
-def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws, many_transactions):
+def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws):
     tenant = new_tenant()
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
     rng = random.Random(7)
@@ -403,7 +395,7 @@ def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws
 
 
 @pytest.mark.slow
-def test_5000_submissions_for_one_label_and_day_keep_every_item_under_1_kb(aws, many_transactions):
+def test_5000_submissions_for_one_label_and_day_keep_every_item_under_1_kb(aws):
     tenant = new_tenant()
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
     now = datetime.now(UTC)
