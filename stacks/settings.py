@@ -5,6 +5,7 @@
 | ``stage`` | ``dev`` | stage name: API stage, stack name and resource-name suffix |
 | ``tablePrefix`` | ``price-keeper-<stage>-`` | physical table name = prefix + ``TableSpec.name`` |
 | ``region`` | the CLI's default region | region of the stack |
+| ``apiKind`` | ``http`` | ``http`` (HTTP API, payload 2.0) or ``rest`` (REST API); docs/infrastructure.md |
 | ``configPath`` | ``config.yaml`` | model labels / defaults file shipped in the shared layer |
 | ``enableStreams`` | ``false`` | full images on the UsageAggSharded (else KEYS_ONLY) and DailyTotal streams |
 | ``corsOrigins`` | empty (CORS off) | comma-separated origins allowed by the API's CORS preflight |
@@ -56,6 +57,16 @@ def _origins(value) -> tuple[str, ...]:
     return tuple(item.strip() for item in items if item.strip())
 
 
+API_KINDS = ("http", "rest")
+
+
+def _api_kind(value) -> str:
+    kind = str(value or "http").strip().lower()
+    if kind not in API_KINDS:
+        raise ValueError(f"apiKind must be one of {', '.join(API_KINDS)}, not {value!r}")
+    return kind
+
+
 def _https(value) -> str | None:
     if not value:
         return None
@@ -69,6 +80,7 @@ class Settings:
     stage: str = "dev"
     table_prefix: str = ""
     region: str | None = None
+    api_kind: str = "http"
     config_path: Path = REPO_ROOT / "config.yaml"
     enable_streams: bool = False
     cors_origins: tuple[str, ...] = ()
@@ -99,6 +111,7 @@ class Settings:
             stage=stage,
             table_prefix=str(get("tablePrefix") or ""),
             region=get("region") or None,
+            api_kind=_api_kind(get("apiKind")),
             config_path=config if config.is_absolute() else REPO_ROOT / config,
             enable_streams=_flag(get("enableStreams"), False),
             cors_origins=_origins(get("corsOrigins")),
