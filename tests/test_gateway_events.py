@@ -99,3 +99,15 @@ def test_a_named_stage_in_the_path_is_not_part_of_the_route(aws, kind):
     """Deployed, the stage prefixes the URL (``/dev/health``); Powertools strips it."""
     reply = _through_stage("GET", routes.HEALTH, kind, "dev")
     assert reply.status in (200, 503) and "status" in reply.json(), reply
+
+
+@pytest.mark.parametrize("kind", gateway.KINDS)
+def test_the_openapi_servers_are_the_stage_the_document_was_asked_through(aws, kind):
+    """Swagger UI's "Try it out" and generated clients call ``servers``: ``/dev`` deployed."""
+    assert _through_stage("GET", routes.OPENAPI, kind, "dev").json()["servers"] == [{"url": "/dev"}]
+    assert _through_stage("GET", routes.OPENAPI, kind, "prod").json()["servers"] == [{"url": "/prod"}]
+    page = _through_stage("GET", routes.DOCS, kind, "dev").text
+    assert '"servers":[{"url":"/dev"}]' in page.replace(" ", "")
+    # Served at the root (the local server, a custom domain): the root.
+    reply = Reply(gateway.invoke("GET", routes.OPENAPI, kind=kind))
+    assert reply.json()["servers"] == [{"url": "/"}]
