@@ -8,6 +8,7 @@ call the same ``lambda_handler`` the stack deploys.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -148,9 +149,26 @@ def _http_api_event(route, method, path, params, body, headers, query, source_ip
 _function_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
 
 
+def _preflight(path: str, **kwargs) -> tuple[dict, str] | None:
+    """A CORS preflight (``OPTIONS``) to a route's path, given to a function of that path,
+    whose Powertools CORS configuration answers it (deployed, the gateway's CORS does)."""
+    allowed = routes.allowed_methods(path)
+    if not allowed:
+        return None
+    event, function = api_event(allowed[0], path, **kwargs)
+    if "version" in event:
+        event["routeKey"] = event["requestContext"]["routeKey"] = f"OPTIONS {event['routeKey'].partition(' ')[2]}"
+        event["requestContext"]["http"]["method"] = "OPTIONS"
+    else:
+        event["httpMethod"] = event["requestContext"]["httpMethod"] = "OPTIONS"
+    return event, function
+
+
 def invoke(method: str, path: str, **kwargs) -> dict:
     """Call the function behind ``method path`` and return its proxy response."""
     built = api_event(method, path, **kwargs)
+    if built is None and method == "OPTIONS" and os.environ.get("CORS_ORIGINS"):
+        built = _preflight(path, **kwargs)
     if built is None:
         status, error = (405, "METHOD_NOT_ALLOWED") if routes.allowed_methods(path) else (404, "NOT_FOUND")
         return {

@@ -22,11 +22,10 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from price_keeper.http import routes
+from price_keeper.http.api import CORS_EXPOSED_HEADERS, CORS_HEADERS
 
 from .functions import RETENTION
 from .settings import Settings
-
-CORS_HEADERS = ["Authorization", "Content-Type", "X-API-Key"]
 
 
 def _error_template(code: str, message_json: str) -> dict[str, str]:
@@ -131,6 +130,7 @@ class HttpApi(Construct):
                 allow_origins=list(settings.cors_origins),
                 allow_methods=[apigwv2.CorsHttpMethod(method) for method in sorted({r.method for r in routes.ROUTES})],
                 allow_headers=CORS_HEADERS,
+                expose_headers=CORS_EXPOSED_HEADERS,
             )
             if settings.cors_origins
             else None
@@ -172,6 +172,16 @@ class HttpApi(Construct):
             route_key=apigwv2.HttpRouteKey.DEFAULT,
             integration=integrations[UNMATCHED_FUNCTION],
         )
+
+
+def _cors_headers(origins: tuple[str, ...]) -> dict[str, str] | None:
+    """CORS headers of the REST API's own answers (the functions give theirs): the one origin,
+    or, of several, the caller's (a gateway template cannot choose among them). These answers
+    (unknown route, throttling, gateway errors) carry no data."""
+    if not origins:
+        return None
+    origin = f"'{origins[0]}'" if len(origins) == 1 else "method.request.header.Origin"
+    return {"Access-Control-Allow-Origin": origin, "Vary": "'Origin'"}
 
 
 class RestApi(Construct):
@@ -228,7 +238,11 @@ class RestApi(Construct):
         self.api.deployment_stage.node.add_dependency(self.execution_logs)
         for response_id, response_type, status, code, message_json in GATEWAY_RESPONSES:
             self.api.add_gateway_response(
-                response_id, type=response_type, status_code=status, templates=_error_template(code, message_json)
+                response_id,
+                type=response_type,
+                status_code=status,
+                templates=_error_template(code, message_json),
+                response_headers=_cors_headers(settings.cors_origins),
             )
         integrations = {
             name: apigw.LambdaIntegration(function, allow_test_invoke=False) for name, function in functions.items()

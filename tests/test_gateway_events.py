@@ -12,8 +12,8 @@ import pytest
 from local import gateway
 from price_keeper.http import routes
 from stacks.api import UNMATCHED_FUNCTION
-from tests.conftest import PROVISIONING_KEY, Api, Reply, assert_error
-from tests.provisioned import new_app, new_org, tokens
+from tests.conftest import PROVISIONING_KEY, Api, Reply, assert_error, cold_handler
+from tests.provisioned import ORG_BODY, new_app, new_org, tokens
 from tests.test_oauth import basic, form
 
 pytestmark = pytest.mark.handler
@@ -111,3 +111,25 @@ def test_the_openapi_servers_are_the_stage_the_document_was_asked_through(aws, k
     # Served at the root (the local server, a custom domain): the root.
     reply = Reply(gateway.invoke("GET", routes.OPENAPI, kind=kind))
     assert reply.json()["servers"] == [{"url": "/"}]
+
+
+@pytest.mark.parametrize("kind", gateway.KINDS)
+def test_cors_headers_on_answers_and_refusals_for_the_allowed_origins_only(aws, monkeypatch, kind):
+    """``corsOrigins`` reaches the functions as ``CORS_ORIGINS`` (tests/test_cors_browser.py: in a browser)."""
+    monkeypatch.setenv("CORS_ORIGINS", "https://a.example,https://b.example")
+    handler = cold_handler("put_org")
+
+    def put(origin: str, key: str) -> Reply:
+        headers = {"Content-Type": "application/json", "X-API-Key": key, "Origin": origin}
+        event, function = gateway.api_event(
+            "PUT", f"/api/v1/orgs/{uuid.uuid4()}", body=ORG_BODY, headers=headers, kind=kind
+        )
+        return Reply(handler(event, gateway.LambdaContext(function_name=function)))
+
+    created = put("https://b.example", PROVISIONING_KEY)
+    assert created.status == 201 and created.headers["access-control-allow-origin"] == "https://b.example"
+    assert "x-ratelimit-remaining" in created.headers["access-control-expose-headers"].lower()
+    refused = put("https://a.example", "wrong")  # the pipeline's refusal, before the resolver
+    assert refused.status == 401 and refused.headers["access-control-allow-origin"] == "https://a.example"
+    other = put("https://elsewhere.example", PROVISIONING_KEY)
+    assert other.status == 201 and "access-control-allow-origin" not in other.headers

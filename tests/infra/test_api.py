@@ -210,3 +210,19 @@ def test_rest_gateway_answers_use_the_error_schema(synth_rest, response_type, st
     assert parsed["error"] == code
     assert isinstance(parsed["message"], str) and parsed["message"]
     assert parsed["request_id"] == "0f7c0a3e-1b7e-4d8e-9a51-3f1c2d4e5f60"
+
+
+def test_rest_gateway_answers_carry_cors_headers(synth_rest):
+    """Of two origins, the caller's (a template cannot choose); its own answers carry no data."""
+    for response in synth_rest.resources("AWS::ApiGateway::GatewayResponse").values():
+        parameters = response["Properties"]["ResponseParameters"]
+        assert parameters["gatewayresponse.header.Access-Control-Allow-Origin"] == "method.request.header.Origin"
+        assert parameters["gatewayresponse.header.Vary"] == "'Origin'"
+
+
+def test_http_functions_answer_cors_for_the_configured_origins_only(synth, synth_options):
+    """What price_keeper.http.api.cors_config reads (tests/test_cors_browser.py: in a browser)."""
+    for synthesized, expected in ((synth, None), (synth_options, "https://a.example,https://b.example")):
+        for name, function_id in synthesized.function_ids().items():
+            environment = synthesized.json["Resources"][function_id]["Properties"]["Environment"]["Variables"]
+            assert environment.get("CORS_ORIGINS") == (expected if name in routes.HTTP_FUNCTIONS else None), name

@@ -14,10 +14,11 @@ class for it (``gateway_event``).
 from __future__ import annotations
 
 import json
+import os
 from decimal import Decimal
 from typing import Any
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, APIGatewayRestResolver, CORSConfig, Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 from aws_lambda_powertools.logging import correlation_paths
@@ -122,9 +123,29 @@ def parse_body(text: str) -> dict:
     return body
 
 
+# Request headers a browser may send cross-origin, and response headers its script may read.
+CORS_HEADERS = ["Authorization", "Content-Type", "X-API-Key"]
+CORS_EXPOSED_HEADERS = ["Retry-After", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
+
+
+def cors_config() -> CORSConfig | None:
+    """Powertools' CORS answer for the origins the stack allows (``-c corsOrigins``, given to
+    every HTTP function as ``CORS_ORIGINS``); None while CORS is off. The gateway answers
+    preflights deployed; these are the headers of every real answer, refusals included."""
+    origins = [origin.strip() for origin in os.environ.get("CORS_ORIGINS", "").split(",") if origin.strip()]
+    if not origins:
+        return None
+    return CORSConfig(
+        allow_origin=origins[0],
+        extra_origins=origins[1:],
+        allow_headers=CORS_HEADERS,
+        expose_headers=CORS_EXPOSED_HEADERS,
+    )
+
+
 def build_app(*routers: Router) -> GatewayResolver:
     # debug=False: POWERTOOLS_DEV would otherwise print whole events (client secrets included).
-    app = GatewayResolver(enable_validation=True, debug=False, json_body_deserializer=parse_body)
+    app = GatewayResolver(cors=cors_config(), enable_validation=True, debug=False, json_body_deserializer=parse_body)
     for router in routers:
         app.include_router(router)
 
@@ -189,7 +210,9 @@ def _add_missing_headers(response: dict, headers: dict) -> None:
 
 def lambda_entry(app: GatewayResolver):
     """The Lambda entry point for a resolver, with Powertools logging, tracing and metrics,
-    and the audit line of audited routes (``audit.py``), whatever the outcome."""
+    and the audit line of audited routes (``audit.py``), whatever the outcome. Answers given
+    before the resolver (refusals of the pipeline, OAuth2 forms) get the CORS headers too."""
+    cors = cors_config()
 
     # log_event=False whatever POWERTOOLS_LOGGER_LOG_EVENT says: request bodies carry secrets.
     @logger.inject_lambda_context(
@@ -214,6 +237,8 @@ def lambda_entry(app: GatewayResolver):
         if response is None:
             response = app.resolve(event, context)
         _add_missing_headers(response, ratelimit.response_headers())
+        if cors is not None:
+            _add_missing_headers(response, cors.to_dict(request.get_header_value("Origin")))
         if route and route.audit:
             audit.record(route.audit, event, response, _address(request))
         return response
