@@ -14,7 +14,7 @@
 | ``throttleRateLimit`` / ``throttleBurstLimit`` | ``100`` / ``200`` | API stage throttling (requests/s, burst) |
 | ``logLevel`` | ``INFO`` | ``POWERTOOLS_LOG_LEVEL`` of every function |
 | ``logRetentionDays`` | ``30`` | retention of function and access logs |
-| ``powertoolsLayerVersion`` | ``38`` | version of the AWS-managed Powertools layer |
+| ``powertoolsLayerVersion`` | unset | a fixed version of the AWS-managed Powertools layer instead of the pinned one's |
 | ``bundleLayer`` | ``true`` | ``false`` ships the unbundled layer source (offline synth in tests; not deployable) |
 """
 
@@ -90,7 +90,7 @@ class Settings:
     throttle_burst_limit: int = 200
     log_level: str = "INFO"
     log_retention_days: int = 30
-    powertools_layer_version: int = 38
+    powertools_layer_version: int | None = None  # None: the layer of requirements.txt's pin
     bundle_layer: bool = True
 
     @property
@@ -121,6 +121,6 @@ class Settings:
             throttle_burst_limit=int(get("throttleBurstLimit") or cls.throttle_burst_limit),
             log_level=str(get("logLevel") or cls.log_level).upper(),
             log_retention_days=int(get("logRetentionDays") or cls.log_retention_days),
-            powertools_layer_version=int(get("powertoolsLayerVersion") or cls.powertools_layer_version),
+            powertools_layer_version=int(get("powertoolsLayerVersion")) if get("powertoolsLayerVersion") else None,
             bundle_layer=_flag(get("bundleLayer"), True),
         )
