@@ -117,3 +117,11 @@ def test_timeouts_fit_the_api_and_the_schedule(synth):
     for name in routes.HTTP_FUNCTIONS:
         assert _function(synth, name)["Timeout"] <= 29  # API Gateway's integration limit
     assert _function(synth, "aggregator")["Timeout"] < 60  # one run per minute must not overlap
+
+
+def test_a_china_region_is_refused_at_synth(tmp_path):
+    """aws-cn is not supported (no Powertools layer, another Price List): said at synth, not mid-deploy."""
+    from .conftest import build
+
+    with pytest.raises(ValueError, match="aws partition only"):
+        build(tmp_path / "cdk.out", region="cn-north-1")
