@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check reset lint lint-template synth deploy destroy bench clean
+.PHONY: run test check smoke reset lint lint-template synth deploy destroy bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,15 @@ test: $(STAMP)
 # The fast kinds only (unit and handler tests; no server, no synth, nothing slow): seconds, not minutes.
 check: $(STAMP)
 	$(PY) -m pytest -n 2 -m "(unit or handler) and not slow"
+
+# The smoke test of a deployed stack (tests/test_smoke.py): make smoke BASE_URL=<ApiUrl output> KEY=<provisioning key>.
+# It leaves one org named "smoke-test <time>" behind, secrets rotated away. Without BASE_URL it
+# runs against a local server it starts (as make test and CI do).
+BASE_URL ?=
+KEY ?=
+
+smoke: $(STAMP)
+	SMOKE_BASE_URL="$(BASE_URL)" SMOKE_KEY="$(KEY)" $(PY) -m pytest -n 0 -m smoke
 
 reset:
 	rm -rf .local

@@ -1,10 +1,14 @@
-"""API Gateway (REST, proxy integration) in a few functions: the local server and the
+"""API Gateway (Lambda proxy integration) in a few functions: the local server and the
 handler tests turn HTTP requests into the exact events API Gateway sends to Lambda and
-call the same ``lambda_handler`` the stack deploys."""
+call the same ``lambda_handler`` the stack deploys.
+
+``kind`` is the gateway of ``-c apiKind``: ``http`` (an HTTP API's payload format 2.0 on its
+``$default`` stage, the stack's default) or ``rest`` (a REST API's proxy event)."""
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -18,6 +22,8 @@ from price_keeper.http import routes
 from price_keeper.http.modules import load_handler_module
 
 ROOT = Path(__file__).resolve().parent.parent
+KINDS = ("http", "rest")
+DEFAULT_KIND = "http"  # stacks.settings.Settings.api_kind
 LAMBDAS = ROOT / "lambdas"
 
 
@@ -52,6 +58,7 @@ def api_event(
     headers: dict | None = None,
     query: str = "",
     source_ip: str = "127.0.0.1",
+    kind: str = DEFAULT_KIND,
 ) -> tuple[dict, str] | None:
     """The proxy event for a request and the function that serves it (``None``: no route)."""
     found = routes.match(method, path)
@@ -65,6 +72,8 @@ def api_event(
     headers = dict(headers or {})
     multi_query = parse_qs(query, keep_blank_values=True) if query else {}
     request_id = str(uuid.uuid4())
+    if kind == "http":
+        return _http_api_event(route, method, path, params, body, headers, query, source_ip, request_id), route.function
     event = {
         "resource": route.path,
         "path": path,
@@ -90,14 +99,76 @@ def api_event(
     return event, route.function
 
 
+def _http_api_event(route, method, path, params, body, headers, query, source_ip, request_id) -> dict:
+    """An HTTP API's event (payload format 2.0): header names in lower case, repeated values
+    joined by commas, cookies apart, the route as its ``routeKey``."""
+    joined: dict[str, list[str]] = defaultdict(list)
+    for name, value in headers.items():
+        joined[name.lower()].append(value)
+    cookies = joined.pop("cookie", [])
+    now = time.time()
+    route_key = f"{method} {route.path}"
+    return {
+        "version": "2.0",
+        "routeKey": route_key,
+        "rawPath": path,
+        "rawQueryString": query,
+        **({"cookies": [c.strip() for line in cookies for c in line.split(";")]} if cookies else {}),
+        "headers": {name: ",".join(values) for name, values in joined.items()},
+        **(
+            {"queryStringParameters": {k: ",".join(v) for k, v in parse_qs(query, keep_blank_values=True).items()}}
+            if query
+            else {}
+        ),
+        **({"pathParameters": params} if params else {}),
+        "requestContext": {
+            "accountId": "000000000000",
+            "apiId": "local",
+            "domainName": "localhost",
+            "domainPrefix": "localhost",
+            "http": {
+                "method": method,
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": source_ip,
+                "userAgent": joined.get("user-agent", [""])[-1],
+            },
+            "requestId": request_id,
+            "routeKey": route_key,
+            "stage": "$default",
+            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+            "timeEpoch": int(now * 1000),
+        },
+        **({"body": body} if body else {}),
+        "isBase64Encoded": False,
+    }
+
+
 # One request at a time per function, as one Lambda container serves them: a Powertools
 # resolver keeps the current event on itself, so threads must not share one concurrently.
 _function_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
 
 
+def _preflight(path: str, **kwargs) -> tuple[dict, str] | None:
+    """A CORS preflight (``OPTIONS``) to a route's path, given to a function of that path,
+    whose Powertools CORS configuration answers it (deployed, the gateway's CORS does)."""
+    allowed = routes.allowed_methods(path)
+    if not allowed:
+        return None
+    event, function = api_event(allowed[0], path, **kwargs)
+    if "version" in event:
+        event["routeKey"] = event["requestContext"]["routeKey"] = f"OPTIONS {event['routeKey'].partition(' ')[2]}"
+        event["requestContext"]["http"]["method"] = "OPTIONS"
+    else:
+        event["httpMethod"] = event["requestContext"]["httpMethod"] = "OPTIONS"
+    return event, function
+
+
 def invoke(method: str, path: str, **kwargs) -> dict:
     """Call the function behind ``method path`` and return its proxy response."""
     built = api_event(method, path, **kwargs)
+    if built is None and method == "OPTIONS" and os.environ.get("CORS_ORIGINS"):
+        built = _preflight(path, **kwargs)
     if built is None:
         status, error = (405, "METHOD_NOT_ALLOWED") if routes.allowed_methods(path) else (404, "NOT_FOUND")
         return {

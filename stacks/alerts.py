@@ -5,9 +5,10 @@ API destination posting Slack-compatible JSON). CloudWatch alarms notify the sam
 
 from __future__ import annotations
 
-from aws_cdk import Duration, SecretValue
+from aws_cdk import ArnFormat, Aws, Duration, SecretValue, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
@@ -48,6 +49,27 @@ class Alerts(Construct):
             topic_name=f"{settings.prefix}alerts",
             display_name="Bedrock Price Keeper alerts",
             enforce_ssl=True,
+        )
+        # The rule's target below makes CDK write a topic policy, which replaces SNS's default
+        # one: without this statement no alarm of the stack could publish (alarms are named
+        # <prefix><alarm>, monitoring.py).
+        alarms = Stack.of(self).format_arn(
+            service="cloudwatch",
+            resource="alarm",
+            resource_name=f"{settings.prefix}*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarms",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions={
+                    "ArnLike": {"aws:SourceArn": alarms},
+                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                },
+            )
         )
         if settings.alert_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(settings.alert_email))

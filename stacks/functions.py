@@ -97,6 +97,9 @@ class Functions(Construct):
                 **{spec.env: tables.by_spec[spec].table_name for spec in access.tables_of(name)},
                 **extra_environment.get(name, {}),
             }
+            if settings.cors_origins and name in routes.HTTP_FUNCTIONS:
+                # Their answers carry the CORS headers (price_keeper.http.api.cors_config).
+                environment["CORS_ORIGINS"] = ",".join(settings.cors_origins)
             if name in access.JWT_READERS:
                 environment["JWT_SECRET_NAME"] = jwt_secret.secret_arn
             if name in access.PROVISIONING_READERS:

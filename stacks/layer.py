@@ -25,11 +25,12 @@ from aws_cdk import (
 from aws_cdk import (
     aws_lambda as lambda_,
 )
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from price_keeper.config import BUNDLED_NAME, read_raw
 
-from . import LAYER_DIR, LAYER_SOURCE
+from . import LAYER_DIR, LAYER_SOURCE, REPO_ROOT
 from .settings import ARCHITECTURE, PIP_PLATFORM, POWERTOOLS_ARCH, PYTHON_VERSION, RUNTIME, Settings
 
 PACKAGE = "price_keeper"
@@ -173,10 +174,32 @@ class SharedLayers(Construct):
             description="Bedrock Price Keeper shared code (price_keeper, pyjwt, bcrypt, config)",
             removal_policy=RemovalPolicy.DESTROY,
         )
-        stack = Stack.of(self)
-        self.powertools = lambda_.LayerVersion.from_layer_version_arn(
-            self,
-            "Powertools",
-            f"arn:{stack.partition}:lambda:{stack.region}:017000801446:layer:"
-            f"AWSLambdaPowertoolsPythonV3-python312-{POWERTOOLS_ARCH}:{settings.powertools_layer_version}",
-        )
+        if settings.powertools_layer_version is None:
+            # The layer of the version the tests run: AWS publishes its ARN in every region as a
+            # public SSM parameter, resolved at deploy (a bump of the pin moves the layer).
+            arn = ssm.StringParameter.value_for_string_parameter(self, powertools_parameter())
+        else:
+            stack = Stack.of(self)
+            arn = (
+                f"arn:{stack.partition}:lambda:{stack.region}:{POWERTOOLS_ACCOUNT}:layer:"
+                f"AWSLambdaPowertoolsPythonV3-python{PYTHON_VERSION.replace('.', '')}-{POWERTOOLS_ARCH}:"
+                f"{settings.powertools_layer_version}"
+            )
+        self.powertools = lambda_.LayerVersion.from_layer_version_arn(self, "Powertools", arn)
+
+
+POWERTOOLS_ACCOUNT = "017000801446"  # the AWS account that publishes the Powertools layers
+
+
+def pinned_powertools() -> str:
+    """The Powertools version ``requirements.txt`` pins: the one the tests run."""
+    for line in (REPO_ROOT / "requirements.txt").read_text().splitlines():
+        name, pinned, version = line.split("#")[0].partition("==")
+        if pinned and name.split("[")[0].strip() == "aws-lambda-powertools":
+            return version.strip()
+    raise ValueError("requirements.txt pins no aws-lambda-powertools")
+
+
+def powertools_parameter() -> str:
+    """AWS's public SSM parameter holding the layer ARN of the pinned version."""
+    return f"/aws/service/powertools/python/{POWERTOOLS_ARCH}/python{PYTHON_VERSION}/{pinned_powertools()}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aws_cdk import Duration
 from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_dynamodb as dynamodb
@@ -88,7 +89,7 @@ class Monitoring(Construct):
         id: str,
         *,
         settings: Settings,
-        api: apigw.RestApi,
+        api: apigw.RestApi | apigwv2.HttpApi,
         functions: dict[str, lambda_.Function],
         tables: dict[TableSpec, dynamodb.ITable],
         dead_letter_queues: dict[str, sqs.Queue],

@@ -18,6 +18,7 @@ from price_keeper.http import routes
 from price_keeper.http.routes import Auth
 
 from . import access
+from .api import HttpApi, RestApi
 from .price_keeper_stack import PriceKeeperStack
 
 # The ARNs of ``functions.Functions._grant_aws_apis`` as cdk-nag renders them in a finding id.
@@ -99,7 +100,41 @@ def acknowledge(stack: PriceKeeperStack) -> None:
                 "account in the ARN) and bedrock:GetFoundationModel only reads their description.",
             )
 
-    api = stack.api.api
+    if isinstance(stack.api, HttpApi):
+        _acknowledge_http_api(stack.api)
+    else:
+        _acknowledge_rest_api(stack.api)
+
+    for job, queue in stack.schedules.dead_letter_queues.items():
+        _acknowledge(
+            queue,
+            "SQS3",
+            f"This queue is the dead-letter queue of {job}'s schedule (EventBridge target DLQ "
+            "and Lambda on-failure destination); cdk-nag only recognises queues that are another "
+            "queue's DLQ.",
+        )
+
+
+NO_WAF = (
+    "No WAF: a web ACL costs more per month than the rest of this service; stage "
+    "throttling and the per-client rate limits of the authenticated routes (config.yaml "
+    "rate_limits) bound the load, and every route but the public pages authenticates "
+    "its caller."
+)
+
+
+def _acknowledge_http_api(gateway: HttpApi) -> None:
+    for route, http_route in zip(routes.ROUTES, gateway.routes, strict=True):
+        _acknowledge(http_route, "APIG4", NO_AUTHORIZER + ROUTE_AUTH[route.auth])
+    _acknowledge(
+        gateway.unmatched,
+        "APIG4",
+        NO_AUTHORIZER + "the $default route, which only answers 404 NOT_FOUND for requests no route matches.",
+    )
+
+
+def _acknowledge_rest_api(gateway: RestApi) -> None:
+    api = gateway.api
     _acknowledge(
         api.node.find_child("CloudWatchRole"),
         f"IAM4[Policy::{API_GATEWAY_LOGS_POLICY}]",
@@ -115,27 +150,11 @@ def acknowledge(stack: PriceKeeperStack) -> None:
         "authenticating the caller; a gateway validator would need a second copy of every "
         "schema and would answer unauthenticated callers first, in its own words.",
     )
-    _acknowledge(
-        api.deployment_stage,
-        "APIG3",
-        "No WAF: a web ACL costs more per month than the rest of this service; stage "
-        "throttling and the per-client rate limits of the authenticated routes (config.yaml "
-        "rate_limits) bound the load, and every route but the public pages authenticates "
-        "its caller.",
-    )
-    for route, method in zip(routes.ROUTES, stack.api.methods, strict=True):
+    _acknowledge(api.deployment_stage, "APIG3", NO_WAF)
+    for route, method in zip(routes.ROUTES, gateway.methods, strict=True):
         reason = NO_AUTHORIZER + ROUTE_AUTH[route.auth]
         _acknowledge(method, "APIG4", reason)
         _acknowledge(method, "COG4", reason)
-
-    for job, queue in stack.schedules.dead_letter_queues.items():
-        _acknowledge(
-            queue,
-            "SQS3",
-            f"This queue is the dead-letter queue of {job}'s schedule (EventBridge target DLQ "
-            "and Lambda on-failure destination); cdk-nag only recognises queues that are another "
-            "queue's DLQ.",
-        )
 
 
 def check(app: App, stack: PriceKeeperStack) -> None:

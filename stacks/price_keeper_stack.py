@@ -12,7 +12,7 @@ from price_keeper.store.tables import USAGE_AGG_SHARDED
 
 from . import access
 from .alerts import Alerts
-from .api import RestApi
+from .api import gateway
 from .functions import Functions
 from .layer import SharedLayers
 from .monitoring import Monitoring
@@ -71,7 +71,7 @@ class PriceKeeperStack(Stack):
         for name in access.ALERT_PUBLISHERS:
             self.alerts.bus.grant_put_events_to(self.functions.by_name[name].role)
         self.alerts.look_up_unpriced_models_with(self.functions.by_name["pricing_fetcher"])
-        self.api = RestApi(self, "Http", settings=settings, functions=self.functions.by_name)
+        self.api = gateway(self, "Http", settings=settings, functions=self.functions.by_name)
         self.schedules = Schedules(self, "Schedules", settings=settings, functions=self.functions.by_name)
         self.usage_stream = UsageStreamTrigger(
             self,
@@ -91,7 +91,7 @@ class PriceKeeperStack(Stack):
             topic=self.alerts.topic,
         )
 
-        CfnOutput(self, "ApiUrl", value=self.api.api.url, description="Base URL of the HTTP API")
+        CfnOutput(self, "ApiUrl", value=self.api.url, description="Base URL of the API")
         for spec, table in self.tables.by_spec.items():
             CfnOutput(
                 self,

@@ -5,6 +5,7 @@
 | ``stage`` | ``dev`` | stage name: API stage, stack name and resource-name suffix |
 | ``tablePrefix`` | ``price-keeper-<stage>-`` | physical table name = prefix + ``TableSpec.name`` |
 | ``region`` | the CLI's default region | region of the stack |
+| ``apiKind`` | ``http`` | ``http`` (HTTP API, payload 2.0) or ``rest`` (REST API); docs/infrastructure.md |
 | ``configPath`` | ``config.yaml`` | model labels / defaults file shipped in the shared layer |
 | ``enableStreams`` | ``false`` | full images on the UsageAggSharded (else KEYS_ONLY) and DailyTotal streams |
 | ``corsOrigins`` | empty (CORS off) | comma-separated origins allowed by the API's CORS preflight |
@@ -13,7 +14,7 @@
 | ``throttleRateLimit`` / ``throttleBurstLimit`` | ``100`` / ``200`` | API stage throttling (requests/s, burst) |
 | ``logLevel`` | ``INFO`` | ``POWERTOOLS_LOG_LEVEL`` of every function |
 | ``logRetentionDays`` | ``30`` | retention of function and access logs |
-| ``powertoolsLayerVersion`` | ``38`` | version of the AWS-managed Powertools layer |
+| ``powertoolsLayerVersion`` | unset | a fixed version of the AWS-managed Powertools layer instead of the pinned one's |
 | ``bundleLayer`` | ``true`` | ``false`` ships the unbundled layer source (offline synth in tests; not deployable) |
 """
 
@@ -56,6 +57,16 @@ def _origins(value) -> tuple[str, ...]:
     return tuple(item.strip() for item in items if item.strip())
 
 
+API_KINDS = ("http", "rest")
+
+
+def _api_kind(value) -> str:
+    kind = str(value or "http").strip().lower()
+    if kind not in API_KINDS:
+        raise ValueError(f"apiKind must be one of {', '.join(API_KINDS)}, not {value!r}")
+    return kind
+
+
 def _https(value) -> str | None:
     if not value:
         return None
@@ -69,6 +80,7 @@ class Settings:
     stage: str = "dev"
     table_prefix: str = ""
     region: str | None = None
+    api_kind: str = "http"
     config_path: Path = REPO_ROOT / "config.yaml"
     enable_streams: bool = False
     cors_origins: tuple[str, ...] = ()
@@ -78,7 +90,7 @@ class Settings:
     throttle_burst_limit: int = 200
     log_level: str = "INFO"
     log_retention_days: int = 30
-    powertools_layer_version: int = 38
+    powertools_layer_version: int | None = None  # None: the layer of requirements.txt's pin
     bundle_layer: bool = True
 
     @property
@@ -99,6 +111,7 @@ class Settings:
             stage=stage,
             table_prefix=str(get("tablePrefix") or ""),
             region=get("region") or None,
+            api_kind=_api_kind(get("apiKind")),
             config_path=config if config.is_absolute() else REPO_ROOT / config,
             enable_streams=_flag(get("enableStreams"), False),
             cors_origins=_origins(get("corsOrigins")),
@@ -108,6 +121,6 @@ class Settings:
             throttle_burst_limit=int(get("throttleBurstLimit") or cls.throttle_burst_limit),
             log_level=str(get("logLevel") or cls.log_level).upper(),
             log_retention_days=int(get("logRetentionDays") or cls.log_retention_days),
-            powertools_layer_version=int(get("powertoolsLayerVersion") or cls.powertools_layer_version),
+            powertools_layer_version=int(get("powertoolsLayerVersion")) if get("powertoolsLayerVersion") else None,
             bundle_layer=_flag(get("bundleLayer"), True),
         )

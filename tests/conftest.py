@@ -137,7 +137,11 @@ class Reply:
 
 class Api:
     """Calls the real Lambda handlers with real API Gateway proxy events, failing on any
-    DynamoDB call the function's deployed role would be denied (tests/iam_check.py)."""
+    DynamoDB call the function's deployed role would be denied (tests/iam_check.py), through
+    the gateway ``kind`` (``local.gateway.KINDS``: HTTP API or REST API events)."""
+
+    def __init__(self, kind: str = gateway.DEFAULT_KIND):
+        self.kind = kind
 
     def request(
         self,
@@ -160,7 +164,11 @@ class Api:
             headers.setdefault("Content-Type", "application/json")
         found = routes.match(method, path)
         with only_granted(found[0].function if found else None):  # the deployed role would allow it
-            return Reply(gateway.invoke(method, path, body=body, headers=headers, query=query, source_ip=source_ip))
+            return Reply(
+                gateway.invoke(
+                    method, path, body=body, headers=headers, query=query, source_ip=source_ip, kind=self.kind
+                )
+            )
 
     def get(self, path, **kw):
         return self.request("GET", path, **kw)

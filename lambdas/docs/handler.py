@@ -29,8 +29,9 @@ SWAGGER_UI = Path(swagger_ui.__file__).resolve().parent
 router = Router()
 
 
-@lru_cache(maxsize=1)
-def _document() -> str:
+@lru_cache(maxsize=4)
+def _document(base_path: str) -> str:
+    """The document with ``base_path``, the stage the request came through, as its server."""
     # From copies of the handlers: an app that includes a router becomes the router's resolver
     # (its request context), so in one process (the local server, the tests) the serving
     # functions would read this app's empty context, and their callers would be lost.
@@ -42,27 +43,27 @@ def _document() -> str:
             if (LAMBDAS_DIR / name / "handler.py").exists()
         )
     )
-    return dumps(openapi.document(api, get_config().version))
+    return dumps(openapi.document(api, get_config().version, base_path))
 
 
 @router.get(routes.rule(routes.OPENAPI), include_in_schema=False)
 def openapi_document():
-    return Response(200, "application/json", _document())
+    return Response(200, "application/json", _document(app.base_path()))
 
 
-@lru_cache(maxsize=1)
-def _docs_html() -> str:
+@lru_cache(maxsize=4)
+def _docs_html(base_path: str) -> str:
     script, style = (
         (SWAGGER_UI / name).read_text(encoding="utf-8") for name in ("swagger-ui-bundle.min.js", "swagger-ui.min.css")
     )
-    return generate_swagger_html(_document().replace("</", "<\\/"), script, style, "", None)
+    return generate_swagger_html(_document(base_path).replace("</", "<\\/"), script, style, "", None)
 
 
 @router.get(routes.rule(routes.DOCS), include_in_schema=False)
 def docs_page():
     if router.current_event.get_query_string_value("format") == "json":  # the link Swagger UI shows
         return openapi_document()
-    return Response(200, "text/html; charset=utf-8", _docs_html())
+    return Response(200, "text/html; charset=utf-8", _docs_html(app.base_path()))
 
 
 @router.get(routes.rule(routes.CONSOLE), include_in_schema=False)

@@ -34,6 +34,14 @@ OPTIONS = {
     "throttleBurstLimit": "80",
 }
 
+# Context of the third: the REST API (``-c apiKind=rest``), with CORS and throttling set.
+REST = {
+    "apiKind": "rest",
+    "corsOrigins": OPTIONS["corsOrigins"],
+    "throttleRateLimit": OPTIONS["throttleRateLimit"],
+    "throttleBurstLimit": OPTIONS["throttleBurstLimit"],
+}
+
 
 @dataclass
 class Synthesized:
@@ -81,3 +89,9 @@ def synth(tmp_path_factory) -> Synthesized:
 def synth_options(tmp_path_factory) -> Synthesized:
     """The app with every optional feature switched on (``OPTIONS``)."""
     return _synth(tmp_path_factory.mktemp("synth-options"), **OPTIONS)
+
+
+@pytest.fixture(scope="session")
+def synth_rest(tmp_path_factory) -> Synthesized:
+    """The app behind a REST API (``REST``)."""
+    return _synth(tmp_path_factory.mktemp("synth-rest"), **REST)

@@ -1,4 +1,6 @@
-"""The REST API: a Lambda proxy method per route, stage settings, gateway responses, CORS."""
+"""The gateway of ``-c apiKind``: the HTTP API by default (a route per route, stage settings,
+CORS), the REST API on request (a Lambda proxy method per route, stage settings, gateway
+responses, CORS)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import json
 import pytest
 
 from price_keeper.http import routes
+from stacks.api import UNMATCHED_FUNCTION
 
 from .cfn import api_paths, logical_id, of_type, referenced_ids
 
@@ -21,13 +24,97 @@ def _methods(template: dict) -> dict[tuple[str, str], dict]:
     }
 
 
-def test_one_rest_api(synth):
-    assert len(synth.resources("AWS::ApiGateway::RestApi")) == 1
-    assert not synth.resources("AWS::ApiGatewayV2::Api")
+def test_an_http_api_by_default_and_a_rest_api_on_request(synth, synth_rest):
+    assert len(synth.resources("AWS::ApiGatewayV2::Api")) == 1
+    assert not synth.resources("AWS::ApiGateway::RestApi")
+    assert len(synth_rest.resources("AWS::ApiGateway::RestApi")) == 1
+    assert not synth_rest.resources("AWS::ApiGatewayV2::Api")
 
 
-def test_every_route_is_a_proxy_method_of_its_function(synth):
-    methods = _methods(synth.json)
+def _http_routes(synth) -> dict[str, str]:
+    """Route key → logical id of the function its integration invokes."""
+    integrations = {
+        key: logical_id(value["Properties"]["IntegrationUri"])
+        for key, value in synth.resources("AWS::ApiGatewayV2::Integration").items()
+    }
+    found = {}
+    for route in synth.resources("AWS::ApiGatewayV2::Route").values():
+        props = route["Properties"]
+        assert props["AuthorizationType"] == "NONE"  # the functions authorize (auth.authorize)
+        (integration,) = referenced_ids(props["Target"])
+        found[props["RouteKey"]] = integrations[integration]
+    return found
+
+
+def test_every_route_is_an_http_api_route_to_its_function(synth):
+    function_ids = synth.function_ids()
+    expected = {f"{route.method} {route.path}": function_ids[route.function] for route in routes.ROUTES}
+    # What no route matches reaches a function too, whose resolver answers 404 in the error schema.
+    expected["$default"] = function_ids[UNMATCHED_FUNCTION]
+    assert _http_routes(synth) == expected
+    for integration in synth.resources("AWS::ApiGatewayV2::Integration").values():
+        props = integration["Properties"]
+        assert (props["IntegrationType"], props["PayloadFormatVersion"]) == ("AWS_PROXY", "2.0")
+
+
+def test_http_api_may_invoke_each_http_function_only_from_its_routes(synth):
+    function_ids = synth.function_ids()
+    invoked = {}
+    for permission in synth.resources("AWS::Lambda::Permission").values():
+        props = permission["Properties"]
+        if props["Principal"] == "apigateway.amazonaws.com":
+            invoked.setdefault(logical_id(props["FunctionName"]), []).append(props["SourceArn"])
+    assert set(invoked) == {function_ids[name] for name in routes.HTTP_FUNCTIONS}
+    per_function = {UNMATCHED_FUNCTION: 1}
+    for route in routes.ROUTES:
+        per_function[route.function] = per_function.get(route.function, 0) + 1
+    for name, count in per_function.items():
+        assert len(invoked[function_ids[name]]) == count
+
+
+def _http_stage(synth) -> dict:
+    (stage,) = synth.resources("AWS::ApiGatewayV2::Stage").values()
+    return stage["Properties"]
+
+
+def test_http_stage_is_named_throttled_and_logs_json_lines(synth, synth_options):
+    props = _http_stage(synth)
+    assert (props["StageName"], props["AutoDeploy"]) == ("dev", True)
+    throttle = props["DefaultRouteSettings"]
+    assert (throttle["ThrottlingRateLimit"], throttle["ThrottlingBurstLimit"]) == (100, 200)
+    access_logs = props["AccessLogSettings"]
+    assert logical_id(access_logs["DestinationArn"]) in synth.resources("AWS::Logs::LogGroup")
+    fields = json.loads(access_logs["Format"])
+    assert fields["path"] == "$context.path" and fields["routeKey"] == "$context.routeKey"
+    assert fields["ip"] == "$context.identity.sourceIp" and fields["status"] == "$context.status"
+    assert fields["integrationError"] == "$context.integrationErrorMessage"  # no execution logs on an HTTP API
+    options = _http_stage(synth_options)
+    assert options["StageName"] == "prod"
+    throttle = options["DefaultRouteSettings"]
+    assert (throttle["ThrottlingRateLimit"], throttle["ThrottlingBurstLimit"]) == (50, 80)
+
+
+def test_http_api_cors_off_by_default_and_for_the_configured_origins(synth, synth_options):
+    ((_, api),) = synth.resources("AWS::ApiGatewayV2::Api").items()
+    assert "CorsConfiguration" not in api["Properties"]
+    ((_, api),) = synth_options.resources("AWS::ApiGatewayV2::Api").items()
+    cors = api["Properties"]["CorsConfiguration"]
+    assert cors["AllowOrigins"] == ["https://a.example", "https://b.example"]
+    assert {"Authorization", "Content-Type", "X-API-Key"} <= set(cors["AllowHeaders"])
+    assert {route.method for route in routes.ROUTES} <= set(cors["AllowMethods"])
+
+
+def test_api_url_output_is_the_stage_url_with_a_trailing_slash(synth, synth_rest):
+    _, parts = synth.json["Outputs"]["ApiUrl"]["Value"]["Fn::Join"]
+    assert ".execute-api." in parts and parts[-1] == "/dev/"
+    _, parts = synth_rest.json["Outputs"]["ApiUrl"]["Value"]["Fn::Join"]
+    (stage_id,) = synth_rest.resources("AWS::ApiGateway::Stage")
+    assert ".execute-api." in parts and parts[-3:] == ["/", {"Ref": stage_id}, "/"]
+
+
+def test_every_route_is_a_rest_proxy_method_of_its_function(synth_rest):
+    synth = synth_rest
+    methods = {key: method for key, method in _methods(synth.json).items() if key[0] != "OPTIONS"}  # CORS preflights
     function_ids = synth.function_ids()
     assert set(methods) == {(route.method, route.path) for route in routes.ROUTES}
     for route in routes.ROUTES:
@@ -39,7 +126,8 @@ def test_every_route_is_a_proxy_method_of_its_function(synth):
         assert method["AuthorizationType"] == "NONE"  # the functions authorize (auth.authorize)
 
 
-def test_api_may_invoke_each_http_function_only_from_its_methods(synth):
+def test_rest_api_may_invoke_each_http_function_only_from_its_methods(synth_rest):
+    synth = synth_rest
     function_ids = synth.function_ids()
     invoked = {}
     for permission in synth.resources("AWS::Lambda::Permission").values():
@@ -54,13 +142,14 @@ def test_api_may_invoke_each_http_function_only_from_its_methods(synth):
         assert len(invoked[function_ids[name]]) == count  # scoped per method, no test-invoke extras
 
 
-def test_stage_throttling_tracing_and_json_access_logs(synth):
+def test_rest_stage_throttling_tracing_and_json_access_logs(synth_rest):
+    synth = synth_rest
     (stage,) = synth.resources("AWS::ApiGateway::Stage").values()
     props = stage["Properties"]
     assert props["StageName"] == "dev"
     assert props["TracingEnabled"] is True
     (settings,) = props["MethodSettings"]
-    assert (settings["ThrottlingRateLimit"], settings["ThrottlingBurstLimit"]) == (100, 200)
+    assert (settings["ThrottlingRateLimit"], settings["ThrottlingBurstLimit"]) == (50, 80)
     access_logs = props["AccessLogSetting"]
     assert logical_id(access_logs["DestinationArn"]) in synth.resources("AWS::Logs::LogGroup")
     fields = json.loads(access_logs["Format"])
@@ -70,7 +159,8 @@ def test_stage_throttling_tracing_and_json_access_logs(synth):
     assert fields["ip"] == "$context.identity.sourceIp"
 
 
-def test_stage_logs_failed_executions_without_bodies_to_a_group_with_retention(synth):
+def test_rest_stage_logs_failed_executions_without_bodies_to_a_group_with_retention(synth_rest):
+    synth = synth_rest
     (stage,) = synth.resources("AWS::ApiGateway::Stage").values()
     (settings,) = stage["Properties"]["MethodSettings"]
     assert (settings["HttpMethod"], settings["ResourcePath"]) == ("*", "/*")
@@ -85,19 +175,8 @@ def test_stage_logs_failed_executions_without_bodies_to_a_group_with_retention(s
     assert group_id in stage["DependsOn"]  # it exists before API Gateway would create it without retention
 
 
-def test_throttling_and_stage_from_context(synth_options):
-    (stage,) = synth_options.resources("AWS::ApiGateway::Stage").values()
-    (settings,) = stage["Properties"]["MethodSettings"]
-    assert stage["Properties"]["StageName"] == "prod"
-    assert (settings["ThrottlingRateLimit"], settings["ThrottlingBurstLimit"]) == (50, 80)
-
-
-def test_cors_off_by_default(synth):
-    assert "OPTIONS" not in {method for method, _ in _methods(synth.json)}
-
-
-def test_cors_preflight_for_configured_origins(synth_options):
-    methods = _methods(synth_options.json)
+def test_rest_cors_preflight_for_configured_origins(synth_rest):
+    methods = _methods(synth_rest.json)
     preflight = {path for method, path in methods if method == "OPTIONS"}
     assert {route.path for route in routes.ROUTES} <= preflight
     options = methods[("OPTIONS", routes.USAGE)]
@@ -115,7 +194,8 @@ def test_cors_preflight_for_configured_origins(synth_options):
         ("DEFAULT_5XX", None, "INTERNAL_ERROR"),
     ],
 )
-def test_gateway_answers_use_the_error_schema(synth, response_type, status, code):
+def test_rest_gateway_answers_use_the_error_schema(synth_rest, response_type, status, code):
+    synth = synth_rest
     responses = {
         r["Properties"]["ResponseType"]: r["Properties"]
         for r in synth.resources("AWS::ApiGateway::GatewayResponse").values()
@@ -130,3 +210,19 @@ def test_gateway_answers_use_the_error_schema(synth, response_type, status, code
     assert parsed["error"] == code
     assert isinstance(parsed["message"], str) and parsed["message"]
     assert parsed["request_id"] == "0f7c0a3e-1b7e-4d8e-9a51-3f1c2d4e5f60"
+
+
+def test_rest_gateway_answers_carry_cors_headers(synth_rest):
+    """Of two origins, the caller's (a template cannot choose); its own answers carry no data."""
+    for response in synth_rest.resources("AWS::ApiGateway::GatewayResponse").values():
+        parameters = response["Properties"]["ResponseParameters"]
+        assert parameters["gatewayresponse.header.Access-Control-Allow-Origin"] == "method.request.header.Origin"
+        assert parameters["gatewayresponse.header.Vary"] == "'Origin'"
+
+
+def test_http_functions_answer_cors_for_the_configured_origins_only(synth, synth_options):
+    """What price_keeper.http.api.cors_config reads (tests/test_cors_browser.py: in a browser)."""
+    for synthesized, expected in ((synth, None), (synth_options, "https://a.example,https://b.example")):
+        for name, function_id in synthesized.function_ids().items():
+            environment = synthesized.json["Resources"][function_id]["Properties"]["Environment"]["Variables"]
+            assert environment.get("CORS_ORIGINS") == (expected if name in routes.HTTP_FUNCTIONS else None), name

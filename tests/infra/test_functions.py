@@ -8,7 +8,7 @@ import pytest
 
 from price_keeper.http import routes
 from price_keeper.store.tables import ALL_TABLES
-from stacks import LAMBDAS_DIR, access
+from stacks import LAMBDAS_DIR, REPO_ROOT, access
 from stacks.functions import FUNCTIONS
 
 from .cfn import logical_id, referenced_ids
@@ -42,8 +42,40 @@ def test_runtime_architecture_tracing_and_layers(synth, name):
     assert props["Handler"] == expected_handler
     common, powertools = props["Layers"]
     assert logical_id(common) in synth.resources("AWS::Lambda::LayerVersion")
-    arn = json.dumps(powertools)
-    assert ":017000801446:layer:AWSLambdaPowertoolsPythonV3-python312-arm64:38" in arn
+    # The layer of the Powertools version the tests run: its ARN, from AWS's public SSM
+    # parameter of that version, resolved at deploy.
+    parameter = synth.json["Parameters"][logical_id(powertools)]
+    assert parameter["Type"] == "AWS::SSM::Parameter::Value<String>"
+    assert parameter["Default"] == f"/aws/service/powertools/python/arm64/python3.12/{PINNED_POWERTOOLS}"
+
+
+def _pinned_powertools() -> str:
+    """The version requirements.txt pins, read apart from stacks/layer.py's reading of it."""
+    text = (REPO_ROOT / "requirements.txt").read_text()
+    (line,) = [line for line in text.splitlines() if line.startswith("aws-lambda-powertools")]
+    return line.split("==")[1].strip()
+
+
+PINNED_POWERTOOLS = _pinned_powertools()
+
+
+def test_the_powertools_the_tests_import_is_the_pinned_one():
+    import aws_lambda_powertools
+
+    assert aws_lambda_powertools.__version__ == PINNED_POWERTOOLS
+
+
+def test_a_fixed_powertools_layer_version_overrides_the_pin():
+    """-c powertoolsLayerVersion=N: for a version whose SSM parameter AWS has not published."""
+    import aws_cdk as cdk
+
+    from stacks.layer import SharedLayers
+    from stacks.settings import Settings
+
+    stack = cdk.Stack(cdk.App(), "Layers", env=cdk.Environment(region="eu-west-1"))
+    layers = SharedLayers(stack, "Layers", Settings(powertools_layer_version=40, bundle_layer=False))
+    arn = json.dumps(stack.resolve(layers.powertools.layer_version_arn))
+    assert ":017000801446:layer:AWSLambdaPowertoolsPythonV3-python312-arm64:40" in arn
 
 
 def test_shared_layer_matches_runtime_and_architecture(synth):
@@ -85,3 +117,11 @@ def test_timeouts_fit_the_api_and_the_schedule(synth):
     for name in routes.HTTP_FUNCTIONS:
         assert _function(synth, name)["Timeout"] <= 29  # API Gateway's integration limit
     assert _function(synth, "aggregator")["Timeout"] < 60  # one run per minute must not overlap
+
+
+def test_a_china_region_is_refused_at_synth(tmp_path):
+    """aws-cn is not supported (no Powertools layer, another Price List): said at synth, not mid-deploy."""
+    from .conftest import build
+
+    with pytest.raises(ValueError, match="aws partition only"):
+        build(tmp_path / "cdk.out", region="cn-north-1")

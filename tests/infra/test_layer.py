@@ -139,3 +139,18 @@ def test_bundled_package_imports_where_lambda_mounts_layers(bundle):
         assert result.stdout.strip() == "bedrock-price-keeper"
     finally:
         shutil.rmtree(root)
+
+
+def test_bundle_ships_the_time_zone_database(bundle, tmp_path):
+    """Orgs' days begin at their own midnight (timeutil, zoneinfo): the layer brings tzdata, so
+    no runtime image without /usr/share/zoneinfo can fail an org's time zone."""
+    env = {**os.environ, "PYTHONPATH": str(bundle), "PYTHONTZPATH": str(tmp_path)}  # no system database
+    result = subprocess.run(
+        [sys.executable, "-c", "import zoneinfo; print(zoneinfo.ZoneInfo('America/New_York').key)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "America/New_York"

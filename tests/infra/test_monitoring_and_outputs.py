@@ -27,13 +27,18 @@ def test_every_alarm_notifies_the_alert_topic(synth):
         assert [logical_id(a) for a in alarm["AlarmActions"]] == [topic_id], name
 
 
-def test_api_5xx_rate_alarm(synth):
-    alarm = _alarms(synth)["price-keeper-dev-api-5xx-rate"]
+# The gateway's error metrics by ``apiKind``: (4xx, 5xx) of an HTTP API and of a REST API.
+ERROR_METRICS = {"http": ("4xx", "5xx"), "rest": ("4XXError", "5XXError")}
+
+
+@pytest.mark.parametrize("kind", ERROR_METRICS)
+def test_api_5xx_rate_alarm(synth, synth_rest, kind):
+    alarm = _alarms(synth if kind == "http" else synth_rest)["price-keeper-dev-api-5xx-rate"]
     assert alarm["Threshold"] == 5 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
     (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
     assert "100 * errors / requests" in expression["Expression"]
     metric_names = {m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"] if "MetricStat" in m}
-    assert metric_names == {"5XXError", "Count"}
+    assert metric_names == {ERROR_METRICS[kind][1], "Count"}
 
 
 def test_aggregator_lag_alarm(synth):
@@ -102,8 +107,7 @@ def test_dashboard_shows_api_lambda_tables_custom_metrics_and_queues(synth):
     body = json.dumps(_dashboard(synth))
     for needle in (
         "Count",
-        "4XXError",
-        "5XXError",
+        *ERROR_METRICS["http"],
         "Latency",
         "p50",
         "p99",

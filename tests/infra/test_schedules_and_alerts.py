@@ -3,6 +3,7 @@ and the alert bus → SNS route."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 
 import pytest
@@ -164,3 +165,39 @@ def test_no_email_subscription_unless_configured(synth, synth_options):
 def test_aggregator_knows_the_bus(synth):
     env = synth.json["Resources"][synth.function_ids()["aggregator"]]["Properties"]["Environment"]["Variables"]
     assert logical_id(env["EVENT_BUS_NAME"]) == synth.id_of(synth.stack.alerts.bus)
+
+
+def _resolve(value, stack_values: dict) -> str:
+    """A ``Fn::Join`` of literals and pseudo parameters, as CloudFormation renders it."""
+    if isinstance(value, str):
+        return value
+    if "Ref" in value:
+        return stack_values[value["Ref"]]
+    separator, parts = value["Fn::Join"]
+    return separator.join(_resolve(part, stack_values) for part in parts)
+
+
+def test_cloudwatch_may_publish_this_stacks_alarms_to_the_topic(synth):
+    """The topic policy CDK writes for the EventBridge rule replaces SNS's default one: without
+    a statement for CloudWatch, every alarm action fails ("not authorized to perform SNS:Publish")."""
+    topic_id = synth.id_of(synth.stack.alerts.topic)
+    (policy,) = [
+        p["Properties"]
+        for p in synth.resources("AWS::SNS::TopicPolicy").values()
+        if [logical_id(t) for t in p["Properties"]["Topics"]] == [topic_id]
+    ]
+    statements = [
+        s
+        for s in policy["PolicyDocument"]["Statement"]
+        if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    (statement,) = statements
+    assert statement["Effect"] == "Allow" and statement["Action"] == "sns:Publish"
+    assert logical_id(statement["Resource"]) == topic_id
+    pseudo = {"AWS::Partition": "aws", "AWS::Region": "eu-west-1", "AWS::AccountId": "123456789012"}
+    source = _resolve(statement["Condition"]["ArnLike"]["aws:SourceArn"], pseudo)
+    assert source == "arn:aws:cloudwatch:eu-west-1:123456789012:alarm:price-keeper-dev-*"
+    assert _resolve(statement["Condition"]["StringEquals"]["aws:SourceAccount"], pseudo) == "123456789012"
+    alarms = [a["Properties"]["AlarmName"] for a in synth.resources("AWS::CloudWatch::Alarm").values()]
+    arn = "arn:aws:cloudwatch:eu-west-1:123456789012:alarm:{}".format
+    assert alarms and all(fnmatch.fnmatchcase(arn(name), source) for name in alarms)

@@ -330,8 +330,9 @@ def fetch_price_list(client, model_names: Iterable[str]) -> list[str]:
 
 
 def default_price_region() -> str:
-    """The region whose price becomes a model's default ``{yyyy-mm-dd}`` price."""
-    return os.environ.get("DEFAULT_PRICE_REGION", "us-east-1")
+    """The region whose price becomes a model's default ``{yyyy-mm-dd}`` price (a label reported
+    without ``calling_region``): the stack's own (Lambda's ``AWS_REGION``) unless set."""
+    return os.environ.get("DEFAULT_PRICE_REGION") or os.environ.get("AWS_REGION") or "us-east-1"
 
 
 class PricedModelId(NamedTuple):

@@ -5,19 +5,24 @@ validation problems are 400 ``INVALID_REQUEST`` (never Powertools' default 422),
 that is throttled or unreachable is a retryable 503, and anything unexpected is a logged 500.
 Every body is JSON, but for the OAuth2 forms of the token endpoints, which ``oauth.py``
 answers (with the error codes of RFC 6749).
+
+The same functions serve either gateway the stack deploys (``-c apiKind``): HTTP API
+events (payload format 2.0) and REST API events (1.0), each read by Powertools' own data
+class for it (``gateway_event``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from decimal import Decimal
 from typing import Any
 
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, APIGatewayRestResolver, CORSConfig, Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 from aws_lambda_powertools.logging import correlation_paths
-from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent, APIGatewayProxyEventV2
 from pydantic import BaseModel
 
 from ..errors import ApiError, as_api_error, error_body, invalid_request, validation_details
@@ -52,14 +57,46 @@ def documented(status: int, model: type[BaseModel], description: str) -> dict:
     return {status: {"description": description, "content": {"application/json": {"model": model}}}}
 
 
-def _request_id(app: APIGatewayRestResolver) -> str | None:
+def is_http_api(event: dict) -> bool:
+    """Whether ``event`` is an HTTP API event (payload format 2.0) rather than a REST API one."""
+    return event.get("version") == "2.0"
+
+
+def gateway_event(event: dict) -> APIGatewayProxyEvent | APIGatewayProxyEventV2:
+    """``event`` as Powertools reads its payload format."""
+    return APIGatewayProxyEventV2(event) if is_http_api(event) else APIGatewayProxyEvent(event)
+
+
+class GatewayResolver(APIGatewayRestResolver):
+    """Powertools' REST resolver reading each event with the data class of its payload
+    format, so one function serves an HTTP API and a REST API alike: routing, headers and
+    the response's shape (``multiValueHeaders`` or comma-joined ``headers``) follow the event."""
+
+    def _to_proxy_event(self, event: dict):
+        if is_http_api(event):
+            return APIGatewayProxyEventV2(event, self._json_body_deserializer)
+        return super()._to_proxy_event(event)
+
+    def _get_base_path(self) -> str:
+        kind = (
+            APIGatewayHttpResolver if isinstance(self.current_event, APIGatewayProxyEventV2) else APIGatewayRestResolver
+        )
+        return kind._get_base_path(self)
+
+    def base_path(self) -> str:
+        """The stage prefix of the current request's URL (``/dev``; ``""`` behind a custom domain
+        or the ``$default`` stage), as Powertools' Swagger handler finds it."""
+        return self._get_base_path()
+
+
+def _request_id(app: GatewayResolver) -> str | None:
     try:
         return app.current_event.request_context.request_id
     except (AttributeError, KeyError, TypeError):
         return None
 
 
-def _error_response(app: APIGatewayRestResolver, error: ApiError) -> Response:
+def _error_response(app: GatewayResolver, error: ApiError) -> Response:
     return json_response(error.status, error.body(_request_id(app)), error.headers)
 
 
@@ -86,9 +123,29 @@ def parse_body(text: str) -> dict:
     return body
 
 
-def build_app(*routers: Router) -> APIGatewayRestResolver:
+# Request headers a browser may send cross-origin, and response headers its script may read.
+CORS_HEADERS = ["Authorization", "Content-Type", "X-API-Key"]
+CORS_EXPOSED_HEADERS = ["Retry-After", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
+
+
+def cors_config() -> CORSConfig | None:
+    """Powertools' CORS answer for the origins the stack allows (``-c corsOrigins``, given to
+    every HTTP function as ``CORS_ORIGINS``); None while CORS is off. The gateway answers
+    preflights deployed; these are the headers of every real answer, refusals included."""
+    origins = [origin.strip() for origin in os.environ.get("CORS_ORIGINS", "").split(",") if origin.strip()]
+    if not origins:
+        return None
+    return CORSConfig(
+        allow_origin=origins[0],
+        extra_origins=origins[1:],
+        allow_headers=CORS_HEADERS,
+        expose_headers=CORS_EXPOSED_HEADERS,
+    )
+
+
+def build_app(*routers: Router) -> GatewayResolver:
     # debug=False: POWERTOOLS_DEV would otherwise print whole events (client secrets included).
-    app = APIGatewayRestResolver(enable_validation=True, debug=False, json_body_deserializer=parse_body)
+    app = GatewayResolver(cors=cors_config(), enable_validation=True, debug=False, json_body_deserializer=parse_body)
     for router in routers:
         app.include_router(router)
 
@@ -126,12 +183,12 @@ def _proxy_response(status: int, body: Any, headers: dict) -> dict:
     return {"statusCode": status, "body": dumps(body), "headers": {"Content-Type": "application/json", **headers}}
 
 
-def _form_answer(route: routes.Route | None, event: dict) -> dict | None:
+def _form_answer(route: routes.Route | None, request: APIGatewayProxyEvent | APIGatewayProxyEventV2) -> dict | None:
     """The whole answer to an OAuth2 form request to a token endpoint (``oauth.py``); a 400 for
     any other form; None for every other request (the pipeline and the resolver answer)."""
     content_types = [
         str(value).strip().lower()
-        for name, value in (event.get("headers") or {}).items()
+        for name, value in (request.get("headers") or {}).items()
         if name.lower() == "content-type"
     ]
     if not any(content_type.startswith(FORM_CONTENT_TYPES) for content_type in content_types):
@@ -142,7 +199,6 @@ def _form_answer(route: routes.Route | None, event: dict) -> dict | None:
         raise invalid_request(
             "Content-Type must be application/json" + (f" or {oauth.CONTENT_TYPE}" if oauth.accepts(route) else "")
         )
-    request = APIGatewayProxyEvent(event)
     return _proxy_response(*oauth.answer(route, request, _address(request)))
 
 
@@ -152,9 +208,11 @@ def _add_missing_headers(response: dict, headers: dict) -> None:
     response.setdefault("headers", {}).update({k: v for k, v in headers.items() if k.lower() not in present})
 
 
-def lambda_entry(app: APIGatewayRestResolver):
+def lambda_entry(app: GatewayResolver):
     """The Lambda entry point for a resolver, with Powertools logging, tracing and metrics,
-    and the audit line of audited routes (``audit.py``), whatever the outcome."""
+    and the audit line of audited routes (``audit.py``), whatever the outcome. Answers given
+    before the resolver (refusals of the pipeline, OAuth2 forms) get the CORS headers too."""
+    cors = cors_config()
 
     # log_event=False whatever POWERTOOLS_LOGGER_LOG_EVENT says: request bodies carry secrets.
     @logger.inject_lambda_context(
@@ -165,20 +223,24 @@ def lambda_entry(app: APIGatewayRestResolver):
     def lambda_handler(event: dict, context) -> dict:
         audit.begin()
         ratelimit.begin_request()
-        route = routes.route_for(event.get("httpMethod"), event.get("resource"))
+        request = gateway_event(event)
+        route = routes.route_for(request.http_method, _resource(request))
         try:
-            response = _form_answer(route, event)
+            response = _form_answer(route, request)
             if response is None:
                 app.append_context(principal=pipeline.admit(route, event))
         except Exception as error:  # noqa: BLE001 - every refusal leaves in the error schema
             failure = as_api_error(error)
-            request_id = (event.get("requestContext") or {}).get("requestId")
-            response = _proxy_response(failure.status, failure.body(request_id), failure.headers)
+            response = _proxy_response(
+                failure.status, failure.body(request.request_context.request_id), failure.headers
+            )
         if response is None:
             response = app.resolve(event, context)
         _add_missing_headers(response, ratelimit.response_headers())
+        if cors is not None:
+            _add_missing_headers(response, cors.to_dict(request.get_header_value("Origin")))
         if route and route.audit:
-            audit.record(route.audit, event, response)
+            audit.record(route.audit, event, response, _address(request))
         return response
 
     return lambda_handler
@@ -190,17 +252,29 @@ def principal(router: Router):
     return router.context.get("principal")
 
 
-def header(app: APIGatewayRestResolver, name: str) -> str | None:
+def header(app: GatewayResolver, name: str) -> str | None:
     """A request header, case-insensitively (clients and API Gateway vary the case)."""
     return app.current_event.get_header_value(name)
 
 
-def _address(event: APIGatewayProxyEvent) -> str:
-    return event.request_context.identity.source_ip or "unknown"
+def _resource(request: APIGatewayProxyEvent | APIGatewayProxyEventV2) -> str | None:
+    """The route template the gateway matched (``/orgs/{org_id}``); None for an HTTP API's
+    ``$default`` route, which catches every request no route matches."""
+    if isinstance(request, APIGatewayProxyEventV2):
+        _method, _, path = request.route_key.partition(" ")
+        return path or None
+    return request.resource
 
 
-def source_ip(app: APIGatewayRestResolver) -> str:
-    """The caller's address as API Gateway saw it (``requestContext.identity.sourceIp``)."""
+def _address(request: APIGatewayProxyEvent | APIGatewayProxyEventV2) -> str:
+    context = request.request_context
+    identity = context.http if isinstance(request, APIGatewayProxyEventV2) else context.identity
+    return identity.source_ip or "unknown"
+
+
+def source_ip(app: GatewayResolver) -> str:
+    """The caller's address as API Gateway saw it (``requestContext.identity.sourceIp``, or
+    ``requestContext.http.sourceIp`` from an HTTP API)."""
     return _address(app.current_event)
 
 

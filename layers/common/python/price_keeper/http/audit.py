@@ -61,8 +61,8 @@ def _error_code(response: dict) -> str | None:
         return None
 
 
-def record(action: str, event: dict, response: dict) -> None:
-    """Log the audit line of a finished request."""
+def record(action: str, event: dict, response: dict, source_ip: str) -> None:
+    """Log the audit line of a finished request from ``source_ip``."""
     status = int(response.get("statusCode", 500))
     facts = _facts.get() or {}
     presented = _header(event, "X-API-Key")
@@ -73,7 +73,7 @@ def record(action: str, event: dict, response: dict) -> None:
         "actor": key_id(presented) if presented else None,
         "authenticated": bool(facts.pop("authenticated", False)),
         **{name: str(value)[:ID_MAX_CHARS] for name, value in (event.get("pathParameters") or {}).items()},
-        "source_ip": ((event.get("requestContext") or {}).get("identity") or {}).get("sourceIp"),
+        "source_ip": source_ip,
         **facts,
     }
     if status >= 400:

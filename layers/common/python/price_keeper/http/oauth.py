@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from typing import NamedTuple
 from urllib.parse import parse_qsl, unquote
 
-from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from pydantic import ValidationError
 
 from ..domain import auth
@@ -182,7 +182,7 @@ def accepts(route: Route | None) -> bool:
     return route is not None and route.path in ENDPOINTS
 
 
-def answer(route: Route, request: APIGatewayProxyEvent, source_ip: str) -> tuple[int, dict, dict]:
+def answer(route: Route, request: BaseProxyEvent, source_ip: str) -> tuple[int, dict, dict]:
     """Status, JSON body and headers of the answer to a form request to ``route`` (``ApiError``
     when refused). The form is checked before the client's secret (a bcrypt check)."""
     endpoint = ENDPOINTS[route.path]

@@ -6,7 +6,9 @@ responses the service actually sends (``api_spec.md`` error schema, 400 for bad 
 and declares each operation's security from its route (``routes.Route.auth``, what the
 request pipeline enforces), so the document and the enforcement cannot disagree. The token
 endpoints also take OAuth2 forms (``oauth.ENDPOINTS``): their form bodies and HTTP Basic
-client authentication are declared beside the JSON ones.
+client authentication are declared beside the JSON ones. Its ``servers`` is the stage the
+document was asked through (``/dev``), as Powertools' own Swagger handler gives it, so
+"Try it out" and generated clients call the stage.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
-from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn, HTTPBase, HTTPBearer
+from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn, HTTPBase, HTTPBearer, Server
 
 from . import oauth
 from .routes import ROUTES, Auth
@@ -59,8 +61,13 @@ ERROR_RESPONSES = {
 }
 
 
-def document(app: APIGatewayRestResolver, version: str) -> dict:
-    schema = json.loads(app.get_openapi_json_schema(title=TITLE, version=version, security_schemes=SECURITY_SCHEMES))
+def document(app: APIGatewayRestResolver, version: str, base_path: str = "") -> dict:
+    """The document of ``app``'s routes, served under ``base_path`` (the stage prefix, or "")."""
+    schema = json.loads(
+        app.get_openapi_json_schema(
+            title=TITLE, version=version, security_schemes=SECURITY_SCHEMES, servers=[Server(url=base_path or "/")]
+        )
+    )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for name in ("HTTPValidationError", "ValidationError", "ResponseValidationError"):
         components.pop(name, None)
