@@ -462,7 +462,7 @@ def price_unpriced_model(model_id: str, region: str | None, now: datetime | None
     now = now or utc_now()
     if model_id in price_store.registered_models():
         return {"status": "registered", "written": 0, "kept": 0, "models": 0}
-    name = price_list_name(model_id, region or default_price_region())
+    name = price_list_name(model_id, region if region and profiles.is_known_region(region) else default_price_region())
     if name is None:
         return {"status": "unresolved", "written": 0, "kept": 0, "models": 0}
     points = _price_list_points(client, {name})
