@@ -87,3 +87,26 @@ def test_usage_naming_a_made_up_calling_region_is_400(tenant):
     assert reply.status_code == 400, reply.text
     assert reply.json()["details"] == {"calling_region": "zz-aaaa-1"}
     assert tenant.usage(calling_region="eu-west-1").status_code == 202
+
+
+def test_a_report_naming_a_costlier_model_than_its_label_is_400_with_both_ids(tenant):
+    request_id = str(uuid.uuid4())
+    for reported in ("amazon.nova-pro-v1:0", "anthropic.claude-opus-4-1-20250805-v1:0"):
+        reply = tenant.usage(request_id=request_id, model_label="economy", bedrock_model_id=reported)
+        assert reply.status_code == 400, reply.text
+        details = reply.json()["details"]
+        assert (details["bedrock_model_id"], details["label_bedrock_model_id"]) == (reported, "amazon.nova-micro-v1:0")
+    honest = tenant.usage(request_id=request_id, model_label="economy", bedrock_model_id="amazon.nova-micro-v1:0")
+    assert honest.status_code == 202 and honest.json()["duplicate"] is False  # the refused ones wrote nothing
+
+
+def test_what_selection_names_and_the_cross_region_forms_are_accepted(tenant):
+    assert tenant.register("my-lite", LOCAL_PROFILE).status_code == 201
+    choice = requests.get(f"{tenant.app_path}/model-selection", headers=tenant.bearer, timeout=10).json()
+    label, model = choice["recommended_model"]["label"], choice["recommended_model"]["bedrock_model_id"]
+    assert tenant.usage(model_label=label, bedrock_model_id=model).status_code == 202
+    for reported in ("us.amazon.nova-pro-v1:0", "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0"):
+        assert tenant.usage(bedrock_model_id=reported).status_code == 202
+    for reported in (LOCAL_PROFILE, "amazon.nova-2-lite-v1:0"):
+        reply = tenant.usage(model_label="my-lite", bedrock_model_id=reported, calling_region="us-east-1")
+        assert reply.status_code == 202, reply.text

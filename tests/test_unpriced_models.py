@@ -38,6 +38,7 @@ def tenant(api):
 
 
 def report(api, tenant, label: str, **fields):
+    fields.setdefault("bedrock_model_id", LLAMA)  # what the profiles route to
     return api.post(
         tenant.app_path + "/usage",
         usage_body(model_label=label, calling_region="us-east-1", **fields),
@@ -65,7 +66,7 @@ def test_an_unpriced_model_alerts_once_per_model_and_day(api, tenant, bus):
         assert report(api, tenant, label).status == 202
     batch = api.post(
         tenant.app_path + "/usage/batch",
-        {"requests": [usage_body(model_label="llama-us", calling_region="us-east-1")]},
+        {"requests": [usage_body(model_label="llama-us", calling_region="us-east-1", bedrock_model_id=LLAMA)]},
         token=tenant.token,
     )
     assert batch.json()["accepted"] == 1
@@ -92,7 +93,8 @@ def test_an_unpriced_model_alerts_once_per_model_and_day(api, tenant, bus):
 
 def test_a_priced_model_raises_no_alert(api, tenant, bus):
     register(api, tenant, "nova", arn=LLAMA_US.replace(LLAMA, "amazon.nova-pro-v1:0"))
-    assert report(api, tenant, "nova").json()["pricing"]["source"] == "CONFIG_FALLBACK"
+    reply = report(api, tenant, "nova", bedrock_model_id="amazon.nova-pro-v1:0")
+    assert reply.json()["pricing"]["source"] == "CONFIG_FALLBACK"
     assert bus() == []
 
 

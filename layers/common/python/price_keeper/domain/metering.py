@@ -164,6 +164,7 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
     day = booking_day(parse_timestamp(request.timestamp), config.timezone, now)
     check_token_caps(request)
     priced = priced_label(config, request.model_label, request.calling_region)
+    profiles.check_reported_model(priced, request.bedrock_model_id)
     quote = pricing.price_of(priced, parse_day(day))
     tokens = pricing.Tokens(
         request.input_tokens, request.output_tokens, request.cache_read_input_tokens, request.cache_write_input_tokens

@@ -285,3 +285,38 @@ def priced_model(config: EffectiveConfig, label: str, calling_region: str | None
     return PricedModel(
         label, "profile", profile.arn, model_id, region, configured or _configured_for_model(model_id), kind
     )
+
+
+
+# --- the model a usage record names -------------------------------------------------
+
+_ANY_ARN = re.compile(r"^arn:[a-z-]+:bedrock:[a-z0-9-]*:\d*:[a-z-]+/(?P<id>.+)$")
+
+
+def _resource(bedrock_id: str) -> str:
+    """A Bedrock ARN's resource id (the model or profile id), else the id itself."""
+    arn = _ANY_ARN.match(bedrock_id)
+    return arn["id"] if arn else bedrock_id
+
+
+def check_reported_model(priced: PricedModel, reported: str) -> None:
+    """400 unless ``reported`` (the record's ``bedrock_model_id``) names what the label bills:
+    the label's model or profile in any form Bedrock takes (id, ARN, a model id behind a
+    cross-Region prefix such as ``us.`` or ``global.``), or for a profile any of its models
+    (which one served depends on the Region). A record naming another model would be priced
+    as its label's: it is refused, so a misreport shows at once instead of under-counting."""
+    models = [priced.model_id]
+    if priced.kind == "profile":
+        routing = _routing_of(priced.bedrock_id)
+        models += [*routing.by_region.values(), *([routing.anywhere] if routing.anywhere else [])]
+    accepted = {*models, priced.bedrock_id, _resource(priced.bedrock_id)}
+    resource = _resource(reported)
+    if {reported, resource, resource.partition(".")[2]} & accepted:
+        return
+    raise invalid_request(
+        f"bedrock_model_id is not a model of model_label {priced.label}",
+        model_label=priced.label,
+        bedrock_model_id=reported[:200],
+        label_bedrock_model_id=priced.bedrock_id,
+        label_model_ids=list(dict.fromkeys(models)),
+    )
