@@ -90,7 +90,8 @@ def shard_items(scope: str | None = None) -> list[dict]:
     return [
         item
         for item in all_items(tables.USAGE_AGG_SHARDED)
-        if item["date_key"] != "DEDUP" and (scope is None or item["shard_key"].startswith(scope + "#LABEL#"))
+        if item["date_key"].startswith(keys.day_key(""))
+        and (scope is None or item["shard_key"].startswith(scope + "#LABEL#"))
     ]
 
 

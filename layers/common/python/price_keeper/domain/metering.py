@@ -185,6 +185,19 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
 # --- the exactly-once write --------------------------------------------------------
 
 
+def _estimated(submission: Submission) -> dict | None:
+    """What re-pricing needs of a record counted at the estimate (``pricing.reprice``)."""
+    quote = submission.quote
+    if quote.source != pricing.ESTIMATE:
+        return None
+    return {
+        "model_id": quote.model_id,
+        "profile_kind": quote.profile_kind,
+        **({"region": quote.region} if quote.region else {}),
+        **submission.tokens._asdict(),
+    }
+
+
 def record(submission: Submission, now: datetime) -> Outcome:
     """Write a submission exactly once (``store.usage``); a duplicate answers with the
     original's outcome."""
@@ -214,6 +227,7 @@ def record(submission: Submission, now: datetime) -> Outcome:
         },
         expires_at=usage_expires_at(submission.day),
         marker_expires_at=now_epoch + get_config().metering.dedup_ttl_days * 86400,
+        estimated=_estimated(submission),
     )
     for attempt in range(TRANSACTION_ATTEMPTS):
         try:

@@ -287,7 +287,6 @@ def priced_model(config: EffectiveConfig, label: str, calling_region: str | None
     )
 
 
-
 # --- the model a usage record names -------------------------------------------------
 
 _ANY_ARN = re.compile(r"^arn:[a-z-]+:bedrock:[a-z0-9-]*:\d*:[a-z-]+/(?P<id>.+)$")
