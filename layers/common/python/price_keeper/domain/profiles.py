@@ -68,11 +68,8 @@ def known_regions() -> frozenset[tuple[str, str]]:
 
 
 def is_known_region(region: str) -> bool:
+    """Whether ``region`` is a Region of any partition."""
     return any(known == region for _, known in known_regions())
-
-
-def is_profile_arn(value: str) -> bool:
-    return isinstance(value, str) and PROFILE_ARN.fullmatch(value) is not None
 
 
 def check_profile_arn(arn: str) -> None:
