@@ -17,7 +17,7 @@ from botocore.stub import Stubber
 from local.gateway import LambdaContext, load_handler
 from price_keeper.config import Prices, get_config
 from price_keeper.domain import aggregation, alerts, pricing, profiles
-from price_keeper.store import keys, tables
+from price_keeper.store import daily_totals, keys, tables
 from price_keeper.store import prices as price_store
 from price_keeper.store import usage as usage_store
 from price_keeper.store.dynamo import ddb_client, table
@@ -332,3 +332,16 @@ def test_a_record_whose_price_is_still_unknown_stays_at_the_estimate(api, tenant
         assert pricing.reprice_estimates([LLAMA]) == 0
     assert [int(s["cost_usd_micros"]) for s in shard_items()] == [reply["processing"]["cost_usd_micros"]]
     assert len(usage_store.estimated_records(LLAMA)) == 1  # still to be re-priced
+
+
+def test_a_stale_fold_never_undoes_a_correction(aws):
+    """A run that read the shards before a correction (same requests, fewer corrections)
+    loses to the total written after it; the corrected one wins over the older one."""
+    key, day = "ORG#o#LABEL#llama", keys.day_key("20260123")
+    before = {"cost_usd_micros": 157_500, "requests": 3, "repriced": 0}
+    after = {"cost_usd_micros": 4_320, "requests": 3, "repriced": 3}
+    assert daily_totals.write_if_grown(key, day, before, set()) is True
+    assert daily_totals.write_if_grown(key, day, after, set()) is True  # the correction is written
+    assert daily_totals.write_if_grown(key, day, before, set()) is False  # a stale run: refused
+    item = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": key, "date_key": day})["Item"]
+    assert (int(item["cost_usd_micros"]), int(item["repriced"])) == (4_320, 3)
