@@ -49,6 +49,7 @@ import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
 from local import moto_patches  # noqa: E402
+from price_keeper.config import get_config  # noqa: E402
 from price_keeper.domain import aggregation, metering, orgs, selection  # noqa: E402
 from price_keeper.domain.models import UsageRequest  # noqa: E402
 from price_keeper.store import keys, tables  # noqa: E402
@@ -174,7 +175,7 @@ def usage(label: str = "premium") -> UsageRequest:
         {
             "request_id": str(uuid.uuid4()),
             "model_label": label,
-            "bedrock_model_id": "x",
+            "bedrock_model_id": get_config().labels[label].id,
             "input_tokens": 1500,
             "output_tokens": 800,
             "status": "OK",

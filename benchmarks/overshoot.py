@@ -118,7 +118,7 @@ def _usage(now: datetime, **tokens) -> UsageRequest:
     return UsageRequest(
         request_id=str(uuid.uuid4()),
         model_label="premium",
-        bedrock_model_id="bench",
+        bedrock_model_id="amazon.nova-pro-v1:0",
         input_tokens=tokens.get("input_tokens", 0),
         output_tokens=tokens.get("output_tokens", 0),
         status="OK",

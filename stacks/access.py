@@ -32,6 +32,7 @@ QUERY = "dynamodb:Query"
 PUT = "dynamodb:PutItem"
 UPDATE = "dynamodb:UpdateItem"
 CONDITION_CHECK = "dynamodb:ConditionCheckItem"
+DELETE = "dynamodb:DeleteItem"
 
 # Targets: a table, or an index of a table (a Query on an index needs the index's ARN).
 Target = TableSpec | tuple[TableSpec, Index]
@@ -70,6 +71,8 @@ STICKY_ADVANCE = {STICKY_STATE: (PUT,)}  # sticky.advance (conditional put)
 PRICE_QUOTE = {PRICING_CACHE: (BATCH_GET,)}  # prices.of_day (pricing.quote)
 # prices.add_missing (conditional update), registered_models and register_model
 PRICE_STORE = {PRICING_CACHE: (GET, UPDATE)}
+# usage.estimated_records, reprice_once: TransactWriteItems of a Delete and an Update (pricing.reprice)
+REPRICE = {USAGE_AGG_SHARDED: (QUERY, DELETE, UPDATE)}
 LIVE_SPEND = {USAGE_AGG_SHARDED: (BATCH_GET,)}  # usage.label_spends (selection in tight mode)
 USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # usage.write_once: TransactWriteItems of a Put and an Update
 AGGREGATION = {  # aggregation.run (the sweep) and aggregation.fold_stream
@@ -123,7 +126,7 @@ _TABLES: dict[str, Grants] = {
     # (+ the usage table's stream: DescribeStream, GetRecords, GetShardIterator, which its
     # event source mapping grants, stacks/streams.py)
     "aggregator": merge(AGGREGATION, EFFECTIVE_CONFIG, ORG_CHILDREN, STICKY_READ, ALERT_FIRE),
-    "pricing_fetcher": PRICE_STORE,
+    "pricing_fetcher": merge(PRICE_STORE, PRICE_QUOTE, REPRICE),
 }
 
 

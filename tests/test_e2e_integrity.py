@@ -194,7 +194,7 @@ def test_edge_of_calendar_timestamps_are_400_and_a_batch_isolates_them(base_url,
         {
             "request_id": str(uuid.uuid4()),
             "model_label": "standard",
-            "bedrock_model_id": "x",
+            "bedrock_model_id": "amazon.nova-2-lite-v1:0",
             "input_tokens": 10,
             "output_tokens": 10,
             "status": "OK",

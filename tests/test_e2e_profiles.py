@@ -149,7 +149,8 @@ def test_usage_on_a_model_outside_the_config_is_counted_at_the_estimate(app):
     assert accepted.status_code == 202, accepted.text
     assert accepted.json()["pricing"]["source"] == "ESTIMATE"
     assert accepted.json()["pricing"]["profile_kind"] == "GEOGRAPHIC"
-    assert accepted.json()["processing"]["cost_usd_micros"] == 1000 * 800_000 // 10**6 + 500 * 3_200_000 // 10**6
+    # at least Claude Opus's price (config.yaml's floor), not the highest Nova label's: 20x more
+    assert accepted.json()["processing"]["cost_usd_micros"] == 1000 * 15_000_000 // 10**6 + 500 * 75_000_000 // 10**6
     org_path = app.path.rsplit("/apps/", 1)[0]
     alerts = requests.get(f"{app.base_url}{org_path}/alerts", headers=app.org_bearer, timeout=10)
     assert alerts.status_code == 200, alerts.text

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 import requests
 
+from price_keeper.config import get_config
 from tests.local_server import local_server
 from tests.usage_support import output_chunks
 
@@ -77,7 +78,7 @@ class Client:
                 json={
                     "request_id": str(uuid.uuid4()),
                     "model_label": label,
-                    "bedrock_model_id": "whatever-was-called",
+                    "bedrock_model_id": get_config().labels[label].id,
                     "input_tokens": 0,
                     "output_tokens": chunk,
                     "status": "OK",

@@ -104,7 +104,8 @@ def test_the_transaction_writes_one_dedup_item_and_adds_to_one_shard(api, tenant
 def test_a_retry_is_counted_once_and_answers_with_the_original(api, tenant):
     body = usage_body()
     first = post(api, tenant, body).json()
-    retry = post(api, tenant, {**body, "input_tokens": 999_999, "model_label": "standard"})
+    changed = {"input_tokens": 999_999, "model_label": "standard", "bedrock_model_id": "amazon.nova-2-lite-v1:0"}
+    retry = post(api, tenant, {**body, **changed})
     assert retry.status == 202
     again = retry.json()
     assert again["duplicate"] is True and "already accepted" in again["message"]

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from local.gateway import LambdaContext, load_handler
-from price_keeper.config import GEOGRAPHIC, GLOBAL, IN_REGION, Prices, get_config
+from price_keeper.config import GEOGRAPHIC, GLOBAL, IN_REGION, Prices, get_config, parse_config
 from price_keeper.domain import pricing
 from price_keeper.store import tables
 from price_keeper.store.dynamo import table
@@ -525,12 +525,27 @@ def test_each_profile_kind_is_priced_by_its_own_price_first(aws, stored, configu
     assert quote.profile_kind == kind and quote.as_response()["profile_kind"] == kind
 
 
-def test_the_estimate_defaults_to_the_highest_label_price():
-    labels = get_config().labels.values()
-    assert get_config().unknown_model_estimate == Prices(
-        *(max(getattr(label.prices, c) for label in labels) for c in Prices._fields)
+def _label(input_price: int, output_price: int) -> dict:
+    return {
+        "type": "model",
+        "id": f"vendor.m{input_price}",
+        "input_price_usd_micros_per_1m": input_price,
+        "output_price_usd_micros_per_1m": output_price,
+    }
+
+
+def test_the_estimate_floor_is_never_below_a_label_price():
+    labels = {"a": _label(100, 900), "b": _label(300, 200)}
+    assert parse_config({"model_labels": labels}).unknown_model_estimate == Prices(300, 900, 0, 0)
+    floor = {"input_price_usd_micros_per_1m": 200, "output_price_usd_micros_per_1m": 5_000}
+    configured = parse_config({"model_labels": labels, "unknown_model_estimate": floor})
+    assert configured.unknown_model_estimate == Prices(300, 5_000, 0, 0)
+    shipped = get_config()
+    assert all(
+        getattr(shipped.unknown_model_estimate, c) >= getattr(label.prices, c)
+        for label in shipped.labels.values()
+        for c in Prices._fields
     )
-    assert get_config().unknown_model_estimate == Prices(800_000, 3_200_000, 200_000, 800_000)
 
 
 def test_usage_is_priced_from_the_pricing_cache(api):

@@ -15,14 +15,16 @@ import pytest
 from botocore.stub import Stubber
 
 from local.gateway import LambdaContext, load_handler
-from price_keeper.config import get_config
-from price_keeper.domain import alerts, pricing, profiles
+from price_keeper.config import Prices, get_config
+from price_keeper.domain import aggregation, alerts, pricing, profiles
+from price_keeper.store import daily_totals, keys, tables
 from price_keeper.store import prices as price_store
-from price_keeper.store import tables
+from price_keeper.store import usage as usage_store
 from price_keeper.store.dynamo import ddb_client, table
+from price_keeper.timeutil import parse_day, utc_now
 from tests.iam_check import only_granted
 from tests.test_alerts import bus  # noqa: F401 - the fixture: the service bus delivering to a queue
-from tests.test_pricing import product, stub_price_list
+from tests.test_pricing import product, put_price, stub_price_list
 from tests.test_profiles import bedrock, register  # noqa: F401 - bedrock: the stand-in fixture
 from tests.usage_support import new_tenant, shard_items, usage_body
 
@@ -38,6 +40,7 @@ def tenant(api):
 
 
 def report(api, tenant, label: str, **fields):
+    fields.setdefault("bedrock_model_id", LLAMA)  # what the profiles route to
     return api.post(
         tenant.app_path + "/usage",
         usage_body(model_label=label, calling_region="us-east-1", **fields),
@@ -65,7 +68,7 @@ def test_an_unpriced_model_alerts_once_per_model_and_day(api, tenant, bus):
         assert report(api, tenant, label).status == 202
     batch = api.post(
         tenant.app_path + "/usage/batch",
-        {"requests": [usage_body(model_label="llama-us", calling_region="us-east-1")]},
+        {"requests": [usage_body(model_label="llama-us", calling_region="us-east-1", bedrock_model_id=LLAMA)]},
         token=tenant.token,
     )
     assert batch.json()["accepted"] == 1
@@ -92,7 +95,8 @@ def test_an_unpriced_model_alerts_once_per_model_and_day(api, tenant, bus):
 
 def test_a_priced_model_raises_no_alert(api, tenant, bus):
     register(api, tenant, "nova", arn=LLAMA_US.replace(LLAMA, "amazon.nova-pro-v1:0"))
-    assert report(api, tenant, "nova").json()["pricing"]["source"] == "CONFIG_FALLBACK"
+    reply = report(api, tenant, "nova", bedrock_model_id="amazon.nova-pro-v1:0")
+    assert reply.json()["pricing"]["source"] == "CONFIG_FALLBACK"
     assert bus() == []
 
 
@@ -226,3 +230,118 @@ def test_usage_after_the_lookup_is_priced_from_the_price_list(api, tenant, bus, 
     reply = report(api, tenant, "llama", input_tokens=1000, output_tokens=1000)
     assert reply.json()["pricing"]["source"] == "PRICING_API"
     assert reply.json()["processing"]["cost_usd_micros"] == 720 + 720
+
+
+# --- the estimate: deliberately high; records counted at it re-priced, exactly once ---------
+
+ULTRA = "vendor.ultra-v1:0"  # a model above the config floor, known from the Price List only
+ULTRA_NAME = "Ultra Test Model"
+ULTRA_PRODUCTS = [
+    product(ULTRA_NAME, "eu-west-1", "Input tokens", "0.03"),  # $30 per 1M
+    product(ULTRA_NAME, "eu-west-1", "Output tokens", "0.15"),  # $150 per 1M
+]
+
+
+def configured_names() -> set[str]:
+    return {label.price_list_model for label in get_config().labels.values() if label.price_list_model}
+
+
+def test_the_config_floor_of_the_estimate_is_deliberately_high():
+    floor = get_config().unknown_model_estimate
+    opus = Prices(15_000_000, 75_000_000, 1_500_000, 18_750_000)  # Claude Opus on demand, per 1M tokens
+    assert all(getattr(floor, c) >= getattr(opus, c) for c in Prices._fields)
+
+
+def test_the_estimate_is_at_least_the_costliest_model_in_the_price_list_data(aws):
+    floor = get_config().unknown_model_estimate
+    price_store.register_model(ULTRA, ULTRA_NAME)
+    client, _ = stub_price_list({**{name: [[]] for name in configured_names()}, ULTRA_NAME: [ULTRA_PRODUCTS]})
+    with only_granted("pricing_fetcher"):
+        assert pricing.refresh_pricing_cache(NOW, client)["status"] == "ok"
+    quote = pricing.quote(LLAMA, NOW.date(), "us-east-1")
+    assert quote.source == pricing.ESTIMATE
+    assert quote.prices == Prices(30_000_000, 150_000_000, floor.cache_read, floor.cache_write)
+
+
+def scope_cost(tenant, label: str | None, day: str) -> tuple[int, int]:
+    """(cost, requests) of a label's DailyTotal, or of the scope's total when ``label`` is None."""
+    usage_key = keys.usage_key(tenant.scope, label) if label else keys.scope_total_key(tenant.scope)
+    item = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": usage_key, "date_key": keys.day_key(day)})["Item"]
+    return int(item["cost_usd_micros"]), int(item["requests"])
+
+
+def fetch_on(event: dict, monkeypatch, products: list[str]) -> dict:
+    """The fetcher on ``event`` (an alert, or the daily schedule) with the Price List giving ``products``."""
+    with monkeypatch.context() as patched:
+        if event.get("detail", {}).get("type") == "UNPRICED_MODEL":
+            stub_foundation_model(patched, LLAMA_NAME)
+            pages = {LLAMA_NAME: [products]}
+        else:
+            pages = {**{name: [[]] for name in configured_names()}, LLAMA_NAME: [products]}
+        client, _ = stub_price_list(pages)
+        patched.setattr(pricing, "pricing_client", lambda: client)
+        with only_granted("pricing_fetcher"):
+            return load_handler("pricing_fetcher")(json.loads(json.dumps(event)), LambdaContext("pricing_fetcher"))
+
+
+def test_records_counted_at_the_estimate_are_repriced_once_the_price_is_known(api, tenant, bus, monkeypatch):
+    assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
+    replies = [report(api, tenant, "llama", input_tokens=1000, output_tokens=1000).json() for _ in range(3)]
+    assert {reply["pricing"]["source"] for reply in replies} == {"ESTIMATE"}
+    day, estimated = replies[0]["daily_total"]["org_day"], replies[0]["processing"]["cost_usd_micros"]
+    assert report(api, tenant, "premium", bedrock_model_id="amazon.nova-pro-v1:0").status == 202  # 3760, priced
+    aggregation.run()
+    assert scope_cost(tenant, "llama", day) == (3 * estimated, 3)
+    assert scope_cost(tenant, None, day) == (3 * estimated + 3760, 4)
+
+    (event,) = bus()
+    assert fetch_on(event, monkeypatch, LLAMA_PRODUCTS)["repriced"] == 3
+    aggregation.run()
+    real = 720 + 720  # 1000 + 1000 tokens at $0.72 per 1M each
+    assert scope_cost(tenant, "llama", day) == (3 * real, 3)
+    assert scope_cost(tenant, None, day) == (3 * real + 3760, 4)
+    assert sum(int(s["cost_usd_micros"]) for s in shard_items() if "#LABEL#llama#" in s["shard_key"]) == 3 * real
+
+    # the daily run, the same alert again, and the sweep: nothing is corrected twice
+    assert fetch_on({"detail": {}}, monkeypatch, LLAMA_PRODUCTS)["repriced"] == 0
+    assert run_fetcher(event, monkeypatch, stub_price_list({})[0])["repriced"] == 0
+    aggregation.run()
+    assert scope_cost(tenant, "llama", day) == (3 * real, 3)
+
+
+def test_a_record_is_repriced_once_when_runs_overlap(api, tenant, bus):
+    assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
+    reply = report(api, tenant, "llama", input_tokens=1000, output_tokens=1000).json()
+    day = reply["daily_total"]["org_day"]
+    put_price(LLAMA, f"{parse_day(day).isoformat()}#us-east-1", 720_000, 720_000)
+    pricing._stored.clear()
+    (pending,) = usage_store.estimated_records(LLAMA)  # what two overlapping runs both read
+    with only_granted("pricing_fetcher"):
+        assert pricing.reprice(pending, utc_now()) is True
+        assert pricing.reprice(pending, utc_now()) is False  # the other run, or a retry
+        assert pricing.reprice_estimates([LLAMA]) == 0
+    assert [int(s["cost_usd_micros"]) for s in shard_items()] == [1440]
+    aggregation.run()
+    assert scope_cost(tenant, "llama", day) == (1440, 1)
+
+
+def test_a_record_whose_price_is_still_unknown_stays_at_the_estimate(api, tenant, bus):
+    assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
+    reply = report(api, tenant, "llama", input_tokens=1000, output_tokens=1000).json()
+    with only_granted("pricing_fetcher"):
+        assert pricing.reprice_estimates([LLAMA]) == 0
+    assert [int(s["cost_usd_micros"]) for s in shard_items()] == [reply["processing"]["cost_usd_micros"]]
+    assert len(usage_store.estimated_records(LLAMA)) == 1  # still to be re-priced
+
+
+def test_a_stale_fold_never_undoes_a_correction(aws):
+    """A run that read the shards before a correction (same requests, fewer corrections)
+    loses to the total written after it; the corrected one wins over the older one."""
+    key, day = "ORG#o#LABEL#llama", keys.day_key("20260123")
+    before = {"cost_usd_micros": 157_500, "requests": 3, "repriced": 0}
+    after = {"cost_usd_micros": 4_320, "requests": 3, "repriced": 3}
+    assert daily_totals.write_if_grown(key, day, before, set()) is True
+    assert daily_totals.write_if_grown(key, day, after, set()) is True  # the correction is written
+    assert daily_totals.write_if_grown(key, day, before, set()) is False  # a stale run: refused
+    item = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": key, "date_key": day})["Item"]
+    assert (int(item["cost_usd_micros"]), int(item["repriced"])) == (4_320, 3)

@@ -66,6 +66,8 @@ def usage_body(request_id: str | None = None, **fields) -> dict:
         "timestamp": iso(datetime.now(UTC) - timedelta(seconds=5)),
     }
     body.update(fields)
+    if "bedrock_model_id" not in fields and body["model_label"] in get_config().labels:
+        body["bedrock_model_id"] = get_config().labels[body["model_label"]].id  # what its label names
     return body
 
 
@@ -88,7 +90,8 @@ def shard_items(scope: str | None = None) -> list[dict]:
     return [
         item
         for item in all_items(tables.USAGE_AGG_SHARDED)
-        if item["date_key"] != "DEDUP" and (scope is None or item["shard_key"].startswith(scope + "#LABEL#"))
+        if item["date_key"].startswith(keys.day_key(""))
+        and (scope is None or item["shard_key"].startswith(scope + "#LABEL#"))
     ]
 
 

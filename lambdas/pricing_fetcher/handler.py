@@ -1,6 +1,7 @@
 """Read Bedrock on-demand token prices from the AWS Price List API into PricingCache:
 daily (EventBridge schedule) for every configured and registered model, and for one model
-on its ``UNPRICED_MODEL`` alert event (first sight of a model outside config.yaml). When the
+on its ``UNPRICED_MODEL`` alert event (first sight of a model outside config.yaml); then the
+records counted at the estimate whose price is now known are re-priced. When the
 API is unreachable the run reports it and the stored or config prices keep serving (the run
 does not fail, so the schedule never crash-loops)."""
 

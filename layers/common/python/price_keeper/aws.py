@@ -3,7 +3,7 @@ reused across warm invocations; nothing is created at import time."""
 
 from __future__ import annotations
 
-from functools import cache
+from functools import lru_cache
 
 import boto3
 from botocore.config import Config
@@ -13,7 +13,7 @@ from . import state
 RETRIES = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=5)
 
 
-@cache
+@lru_cache(maxsize=8)  # one per service the layer calls (a handful)
 def client(service: str):
     return boto3.client(service, config=RETRIES)
 

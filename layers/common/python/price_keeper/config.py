@@ -118,8 +118,10 @@ class ServiceConfig:
     org_defaults: dict = field(default_factory=dict)
     rate_limits: dict[str, RateLimit] = field(default_factory=dict)
     alerts: Alerts = field(default_factory=Alerts)
-    # The price of a model with no known price (a profile routing outside config.yaml and
-    # the Price List): config.yaml ``unknown_model_estimate``, default the highest label price.
+    # The floor of the price of a model with no known price (a profile routing outside
+    # config.yaml and the Price List; ``pricing.estimate`` raises it to every Price List price
+    # read): each component the higher of config.yaml ``unknown_model_estimate`` and every
+    # label's price.
     unknown_model_estimate: Prices = Prices(0, 0)
 
     def token_caps(self, label: str) -> tuple[int, int]:
@@ -217,10 +219,13 @@ def parse_config(raw: dict) -> ServiceConfig:
             for name, spec in (raw.get("rate_limits") or {}).items()
         },
         alerts=_alerts(raw.get("alerts") or {}),
-        unknown_model_estimate=(
-            _prices(raw["unknown_model_estimate"], "unknown_model_estimate")
-            if raw.get("unknown_model_estimate")
-            else _highest([label.prices for label in labels.values()])
+        unknown_model_estimate=_highest(
+            [label.prices for label in labels.values()]
+            + (
+                [_prices(raw["unknown_model_estimate"], "unknown_model_estimate")]
+                if raw.get("unknown_model_estimate")
+                else []
+            )
         ),
     )
 

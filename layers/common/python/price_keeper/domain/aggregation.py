@@ -16,8 +16,9 @@ Two triggers, one fold:
 Folding (``_fold``), exactly once whatever runs overlap, repeat or arrive out of order:
 
 1. Each label's shards summed per ``usage_key``/day; the DailyTotals whose sums changed are
-   written conditional on ``requests`` growing. Sums only grow, so a stale or repeated run
-   (Lambda delivers a stream batch at least once) never counts twice or moves a total back.
+   written conditional on ``requests`` growing (or, as many, ``repriced``: a re-priced
+   record's correction). Those only grow, so a stale or repeated run (Lambda delivers a
+   stream batch at least once) never counts twice or moves a total back.
 2. Each scope's ``{scope}#TOTAL`` (the sums over every label, and the set of labels summed,
    which aggregates and reports read): the run registers its labels in the set (``ADD``,
    only when missing), then reads the set and every label's total strongly consistent,
@@ -52,7 +53,7 @@ from . import orgs
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
-SUM_FIELDS = usage.COUNTERS
+SUM_FIELDS = (*usage.COUNTERS, usage.CORRECTIONS)  # corrections: so a re-priced record's change is folded
 HEARTBEAT_SECONDS = 10
 _recent_heartbeat = TTLCache(HEARTBEAT_SECONDS)  # a stream run of this container wrote one lately
 
@@ -83,6 +84,7 @@ class Totals(NamedTuple):
     cache_read_input_tokens: int = 0
     cache_write_input_tokens: int = 0
     requests: int = 0
+    repriced: int = 0  # usage.CORRECTIONS
     updated_at_epoch: int | None = None
 
     @classmethod

@@ -165,6 +165,7 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
     day = booking_day(parse_timestamp(request.timestamp), config.timezone, now)
     check_token_caps(request)
     priced = priced_label(config, request.model_label, request.calling_region)
+    profiles.check_reported_model(priced, request.bedrock_model_id)
     quote = pricing.price_of(priced, parse_day(day))
     tokens = pricing.Tokens(
         request.input_tokens, request.output_tokens, request.cache_read_input_tokens, request.cache_write_input_tokens
@@ -183,6 +184,19 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
 
 
 # --- the exactly-once write --------------------------------------------------------
+
+
+def _estimated(submission: Submission) -> dict | None:
+    """What re-pricing needs of a record counted at the estimate (``pricing.reprice``)."""
+    quote = submission.quote
+    if quote.source != pricing.ESTIMATE:
+        return None
+    return {
+        "model_id": quote.model_id,
+        "profile_kind": quote.profile_kind,
+        **({"region": quote.region} if quote.region else {}),
+        **submission.tokens._asdict(),
+    }
 
 
 def record(submission: Submission, now: datetime) -> Outcome:
@@ -214,6 +228,7 @@ def record(submission: Submission, now: datetime) -> Outcome:
         },
         expires_at=usage_expires_at(submission.day),
         marker_expires_at=now_epoch + get_config().metering.dedup_ttl_days * 86400,
+        estimated=_estimated(submission),
     )
     for attempt in range(TRANSACTION_ATTEMPTS):
         try:

@@ -8,16 +8,19 @@ A price depends on the model, the day, the calling region and the profile kind (
 geographic or global cross-region inference). It comes from PricingCache items
 ``{yyyy-mm-dd}#{region}`` then ``{yyyy-mm-dd}`` (each holding every kind the Price List
 has), then ``config.yaml``; a kind without a price of its own is priced as in-region, and a
-model with no price anywhere at the configured estimate (``ESTIMATE``). The pricing
-fetcher fills PricingCache from the AWS Price List API: daily, and on the first sight of a
-model outside ``config.yaml``.
+model with no price anywhere at the estimate (``ESTIMATE``: each component at least the
+highest price the service knows, see ``estimate``). The pricing fetcher fills PricingCache
+from the AWS Price List API: daily, and on the first sight of a model outside
+``config.yaml``; then it re-prices the records counted at the estimate (``reprice``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import time
 from collections.abc import Iterable
 from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -34,6 +37,7 @@ from ..config import GEOGRAPHIC, GLOBAL, IN_REGION, PRICE_FIELDS, Prices, get_co
 from ..observability import logger
 from ..store import keys, tables
 from ..store import prices as price_store
+from ..store import usage as usage_store
 from ..timeutil import org_days_in_play, utc_now
 from . import profiles
 
@@ -42,7 +46,7 @@ MICROS_PER_USD = 1_000_000
 
 PRICING_API = "PRICING_API"
 CONFIG_FALLBACK = "CONFIG_FALLBACK"
-ESTIMATE = "ESTIMATE"  # a model with no known price, counted at config.yaml unknown_model_estimate
+ESTIMATE = "ESTIMATE"  # a model with no known price, counted at ``estimate()``
 
 PRICE_CACHE_SECONDS = 600
 PRICE_TTL_DAYS = 3
@@ -150,7 +154,18 @@ def quote(
                 return PriceQuote(prices, PRICING_API, day.isoformat(), model_id, region, kind)
         if configured and candidate in configured:
             return PriceQuote(configured[candidate], CONFIG_FALLBACK, day.isoformat(), model_id, region, kind)
-    return PriceQuote(get_config().unknown_model_estimate, ESTIMATE, day.isoformat(), model_id, region, kind)
+    return PriceQuote(estimate(), ESTIMATE, day.isoformat(), model_id, region, kind)
+
+
+def estimate() -> Prices:
+    """The price of a model with no known price, deliberately high: each component the
+    highest of the ``config.yaml`` floor (``unknown_model_estimate``, itself at least every
+    label's price) and every on-demand price the fetcher has read from the Price List (of any
+    model, Region or kind: PricingCache's ceiling item, cached like the prices). Records
+    counted at it are re-priced once the model's price is known (``reprice``)."""
+    floor = get_config().unknown_model_estimate
+    read = _stored.get_or_load("ceiling", lambda: price_store.ceiling(PRICE_FIELDS.values()))
+    return Prices(*(max(getattr(floor, c), int(read.get(PRICE_FIELDS[c], 0))) for c in PRICE_FIELDS))
 
 
 def price_of(priced: profiles.PricedModel, day: date) -> PriceQuote:
@@ -403,6 +418,11 @@ def _write(points: list[PricePoint], models: list[PricedModelId], now: datetime)
             written += 1
         else:
             kept += 1
+    highest: dict[str, int] = {}
+    for point in points:  # every on-demand price read, of any model, Region or kind
+        name = PRICE_FIELDS[point.component]
+        highest[name] = max(highest.get(name, 0), point.micros)
+    price_store.raise_ceiling(highest)
     _stored.clear()
     return {"written": written, "kept": kept, "models": len({point.model for point in points})}
 
@@ -421,20 +441,21 @@ def _price_list_points(client, names: set[str]) -> list[PricePoint] | None:
 def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
     """The daily run: read the Price List for every configured model and every model
     outside config.yaml seen since (``store.prices.registered_models``), add the days' prices to
-    PricingCache (``_store``).
+    PricingCache (``_store``), then re-price the registered models' records counted at the
+    estimate (``reprice_estimates``; a configured model always has a config price).
 
     When the Price List cannot be read, nothing is written and the stored or config prices
     keep serving (the run reports ``unavailable`` instead of failing, so the schedule does
     not turn into a crash loop).
     """
     now = now or utc_now()
-    models = configured_models() + [
-        PricedModelId(model_id, name, {}) for model_id, name in sorted(price_store.registered_models().items())
-    ]
+    registered = sorted(price_store.registered_models().items())
+    models = configured_models() + [PricedModelId(model_id, name, {}) for model_id, name in registered]
     points = _price_list_points(client, {model.price_list_model for model in models})
     if points is None:
         return {"status": "unavailable", "written": 0, "kept": 0, "models": 0}
     report = {"status": "ok", **_write(points, models, now)}
+    report["repriced"] = reprice_estimates(model_id for model_id, _ in registered)
     logger.info("pricing refreshed", extra=report)
     return report
 
@@ -461,9 +482,9 @@ def price_unpriced_model(model_id: str, region: str | None, now: datetime | None
     registered is left to the daily run (the alert fires once per scope and day, so many
     first sights may arrive)."""
     now = now or utc_now()
-    if model_id in price_store.registered_models():
-        return {"status": "registered", "written": 0, "kept": 0, "models": 0}
-    name = price_list_name(model_id, region or default_price_region())
+    if model_id in price_store.registered_models():  # priced already: only records counted meanwhile
+        return {"status": "registered", "written": 0, "kept": 0, "models": 0, "repriced": reprice_estimates([model_id])}
+    name = price_list_name(model_id, region if region and profiles.is_known_region(region) else default_price_region())
     if name is None:
         return {"status": "unresolved", "written": 0, "kept": 0, "models": 0}
     points = _price_list_points(client, {name})
@@ -471,5 +492,44 @@ def price_unpriced_model(model_id: str, region: str | None, now: datetime | None
         return {"status": "unavailable", "written": 0, "kept": 0, "models": 0}
     report = {"status": "ok", **_write(points, [PricedModelId(model_id, name, {})], now)}
     price_store.register_model(model_id, name)
+    report["repriced"] = reprice_estimates([model_id])
     logger.info("unpriced model looked up", extra={"model_id": model_id, "price_list_model": name, **report})
     return report
+
+
+# --- re-pricing what was counted at the estimate ---------------------------------------
+
+REPRICE_ATTEMPTS = 5
+
+
+def reprice(pending: dict, now: datetime) -> bool:
+    """Correct one record counted at the estimate (``store.usage.estimated_records``) to its
+    day's price, exactly once; False when its price is still unknown or it was corrected
+    before (by a re-run, an overlapping run, or a retry)."""
+    tokens = Tokens(*(int(pending[name]) for name in Tokens._fields))
+    day = datetime.strptime(pending["org_day"], "%Y%m%d").date()
+    known = quote(pending["model_id"], day, pending.get("region"), pending.get("profile_kind", IN_REGION))
+    if known.source == ESTIMATE:
+        return False
+    delta = cost_usd_micros(tokens, known.prices) - int(pending["cost_usd_micros"])
+    for attempt in range(REPRICE_ATTEMPTS):
+        try:
+            return usage_store.reprice_once(pending, delta, int(now.timestamp()), attempt)
+        except usage_store.Conflict:
+            time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
+    raise RuntimeError("re-pricing kept conflicting with concurrent usage writes")  # the next run retries
+
+
+def reprice_estimates(model_ids: Iterable[str], now: datetime | None = None) -> int:
+    """Re-price every record of ``model_ids`` counted at the estimate whose price is known
+    now (``reprice``); how many were corrected. The aggregator folds the corrections into
+    the day's totals like any shard change."""
+    now = now or utc_now()
+    _stored.clear()  # the prices just written, not a quote cached before
+    corrected = 0
+    for model_id in model_ids:
+        for pending in usage_store.estimated_records(model_id):
+            corrected += reprice(pending, now)
+    if corrected:
+        logger.info("estimated records re-priced", extra={"repriced": corrected})
+    return corrected

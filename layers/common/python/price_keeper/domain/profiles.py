@@ -18,12 +18,13 @@ model, in-region).
 from __future__ import annotations
 
 import re
-from functools import cache
+from functools import lru_cache
 from typing import NamedTuple
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.loaders import create_loader
 
 from .. import state
 from ..cache import TTLCache
@@ -59,16 +60,39 @@ class Profile(NamedTuple):
         return PROFILE_ARN.match(self.arn)["region"]
 
 
-def is_profile_arn(value: str) -> bool:
-    return isinstance(value, str) and PROFILE_ARN.fullmatch(value) is not None
+@lru_cache(maxsize=1)
+def known_regions() -> frozenset[tuple[str, str]]:
+    """(partition, region) of every AWS Region botocore knows (its endpoint data)."""
+    partitions = create_loader().load_data("endpoints")["partitions"]
+    return frozenset((partition["partition"], region) for partition in partitions for region in partition["regions"])
+
+
+def is_known_region(region: str) -> bool:
+    """Whether ``region`` is a Region of any partition."""
+    return any(known == region for _, known in known_regions())
+
+
+def check_profile_arn(arn: str) -> None:
+    """400 unless ``arn`` is a profile ARN of a Region of its partition: checked before
+    any Bedrock client exists for the Region, so made-up Regions cost no memory."""
+    parsed = PROFILE_ARN.fullmatch(arn) if isinstance(arn, str) else None
+    if parsed is None:
+        raise invalid_request(f"Invalid inference profile ARN: {arn[:200]}")
+    if (parsed["partition"], parsed["region"]) not in known_regions():
+        raise invalid_request(f"Invalid inference profile ARN: unknown AWS region {parsed['region']}")
+
+
+def check_calling_region(region: str | None) -> None:
+    """400 for a ``calling_region`` that is no AWS Region (before any price is read for it)."""
+    if region is not None and not is_known_region(region):
+        raise invalid_request(f"Unknown AWS region: {region}", calling_region=region)
 
 
 def register(config: EffectiveConfig, label: str, arn: str, description: str | None, now=None) -> dict:
     """Store a profile under a new label of the app: 201 body; 400 for a bad ARN or one
     Bedrock does not resolve for this account, 409 when the label is taken (by a registered
     profile or by a ``config.yaml`` label), 503 when Bedrock fails."""
-    if not is_profile_arn(arn):
-        raise invalid_request(f"Invalid inference profile ARN: {arn[:200]}")
+    check_profile_arn(arn)
     if label in get_config().labels:
         raise ApiError(
             409,
@@ -116,8 +140,11 @@ def find(org_id: str, app_id: str | None, label: str) -> Profile | None:
     return _profiles.get_or_load((org_id, app_id, label), load)
 
 
-@cache
+@lru_cache(maxsize=64)  # more than AWS has Regions
 def bedrock_client(region: str):
+    """Bedrock's client of a known Region (refused for any other: no client, no memory)."""
+    if not is_known_region(region):
+        raise ValueError(f"unknown AWS region {region[:64]}")
     return boto3.client(
         "bedrock",
         region_name=region,
@@ -239,6 +266,7 @@ def priced_model(config: EffectiveConfig, label: str, calling_region: str | None
     A profile is priced in ``calling_region`` (its own region when none is given, as for
     the price shown by model selection).
     """
+    check_calling_region(calling_region)
     resolved = known_label(config, label)
     if resolved is None:
         raise ValueError(f"unknown label {label}")
@@ -253,4 +281,38 @@ def priced_model(config: EffectiveConfig, label: str, calling_region: str | None
     model_id, kind = model_for_region(profile, region)
     return PricedModel(
         label, "profile", profile.arn, model_id, region, configured or _configured_for_model(model_id), kind
+    )
+
+
+# --- the model a usage record names -------------------------------------------------
+
+_ANY_ARN = re.compile(r"^arn:[a-z-]+:bedrock:[a-z0-9-]*:\d*:[a-z-]+/(?P<id>.+)$")
+
+
+def _resource(bedrock_id: str) -> str:
+    """A Bedrock ARN's resource id (the model or profile id), else the id itself."""
+    arn = _ANY_ARN.match(bedrock_id)
+    return arn["id"] if arn else bedrock_id
+
+
+def check_reported_model(priced: PricedModel, reported: str) -> None:
+    """400 unless ``reported`` (the record's ``bedrock_model_id``) names what the label bills:
+    the label's model or profile in any form Bedrock takes (id, ARN, a model id behind a
+    cross-Region prefix such as ``us.`` or ``global.``), or for a profile any of its models
+    (which one served depends on the Region). A record naming another model would be priced
+    as its label's: it is refused, so a misreport shows at once instead of under-counting."""
+    models = [priced.model_id]
+    if priced.kind == "profile":
+        routing = _routing_of(priced.bedrock_id)
+        models += [*routing.by_region.values(), *([routing.anywhere] if routing.anywhere else [])]
+    accepted = {*models, priced.bedrock_id, _resource(priced.bedrock_id)}
+    resource = _resource(reported)
+    if {reported, resource, resource.partition(".")[2]} & accepted:
+        return
+    raise invalid_request(
+        f"bedrock_model_id is not a model of model_label {priced.label}",
+        model_label=priced.label,
+        bedrock_model_id=reported[:200],
+        label_bedrock_model_id=priced.bedrock_id,
+        label_model_ids=list(dict.fromkeys(models)),
     )

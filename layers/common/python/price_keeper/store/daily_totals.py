@@ -8,7 +8,7 @@ from datetime import date
 
 from . import keys, tables
 from .dynamo import Read, batch_get, query_all, query_many, table, written
-from .usage import COUNTERS
+from .usage import CORRECTIONS, COUNTERS
 
 READ_ATTRIBUTES = (*COUNTERS, "updated_at_epoch", "last_run_epoch", "labels")
 
@@ -31,15 +31,16 @@ def read_current(total_keys: Iterable[dict], *, consistent: bool = False) -> dic
             tables.DAILY_TOTAL,
             total_keys,
             consistent=consistent,
-            attributes=[*COUNTERS, "source_updated_at_epoch", "labels"],
+            attributes=[*COUNTERS, CORRECTIONS, "source_updated_at_epoch", "labels"],
         )
     }
 
 
 def write_if_grown(usage_key: str, date_key: str, values: dict, labels: set[str]) -> bool:
     """SET ``values`` on a total unless one with as many or more ``requests`` is stored (sums
-    only grow, so a slower, repeated or overlapping run never moves a total backwards), and
-    ADD ``labels`` to a scope total's set; True when written."""
+    only grow, so a slower, repeated or overlapping run never moves a total backwards) or,
+    with as many requests, as many ``CORRECTIONS`` (a re-priced record changes the cost, not
+    the requests), and ADD ``labels`` to a scope total's set; True when written."""
     update = "SET " + ", ".join(f"#{name} = :{name}" for name in values)
     bound = {f":{name}": value for name, value in values.items()}
     if labels:
@@ -49,7 +50,10 @@ def write_if_grown(usage_key: str, date_key: str, values: dict, labels: set[str]
         table(tables.DAILY_TOTAL).update_item,
         Key={"usage_key": usage_key, "date_key": date_key},
         UpdateExpression=update,
-        ConditionExpression="attribute_not_exists(#requests) OR #requests < :requests",
+        ConditionExpression=(
+            f"attribute_not_exists(#requests) OR #requests < :requests OR (#requests = :requests AND "
+            f"(attribute_not_exists(#{CORRECTIONS}) OR #{CORRECTIONS} < :{CORRECTIONS}))"
+        ),
         ExpressionAttributeNames={f"#{name}": name for name in values},
         ExpressionAttributeValues=bound,
     )

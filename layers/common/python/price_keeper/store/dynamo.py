@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import NamedTuple
 
 import boto3
@@ -46,7 +46,7 @@ def ddb_client():
     return dynamodb().meta.client
 
 
-@cache
+@lru_cache(maxsize=16)  # one per table (seven)
 def _table(name: str):
     return dynamodb().Table(name)
 

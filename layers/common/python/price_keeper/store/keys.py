@@ -168,3 +168,13 @@ def price_key(day_iso: str, region: str | None = None) -> str:
 
 # Models outside config.yaml that the daily fetch prices ({model id: Price List name}).
 PRICE_LIST_REGISTRY_KEY = {"model_id": "#UNLABELLED", "price_key": "PRICE_LIST_MODELS"}
+# Each component's highest on-demand price the fetcher has read (the estimate's lower bound).
+PRICE_CEILING_KEY = {"model_id": "#UNLABELLED", "price_key": "CEILING"}
+
+
+def estimated_key(model_id: str) -> str:
+    """UsageAggSharded partition of the records counted at the estimate for ``model_id``, to
+    re-price once its price is known (sort key: the record's dedup key; no ``DAY#`` sort
+    key and no ``active_day``, so neither the aggregator's stream filter nor its index sees
+    them; no usage scope starts with ``#``)."""
+    return f"#ESTIMATED#{model_id}"

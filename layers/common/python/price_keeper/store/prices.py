@@ -59,3 +59,26 @@ def register_model(model_id: str, name: str) -> None:
         ExpressionAttributeNames={"#id": model_id},
         ExpressionAttributeValues={":name": name},
     )
+
+
+def ceiling(attributes: Iterable[str]) -> dict:
+    """The highest price of each component read so far (``raise_ceiling``); {} when none."""
+    found = batch_get(tables.PRICING_CACHE, [keys.PRICE_CEILING_KEY], attributes=list(attributes))
+    return found[0] if found else {}
+
+
+def raise_ceiling(prices: dict[str, int]) -> None:
+    """Raise each component's highest price to ``prices`` where that is higher (read, then
+    one update; runs only ever raise it, so two runs racing leave at worst a lower one
+    that the next run raises)."""
+    current = table(tables.PRICING_CACHE).get_item(Key=keys.PRICE_CEILING_KEY).get("Item") or {}
+    higher = {name: value for name, value in prices.items() if value > int(current.get(name, -1))}
+    if not higher:
+        return
+    names = {f"#a{i}": name for i, name in enumerate(higher)}
+    table(tables.PRICING_CACHE).update_item(
+        Key=keys.PRICE_CEILING_KEY,
+        UpdateExpression="SET " + ", ".join(f"{p} = :{p[1:]}" for p in names),
+        ExpressionAttributeNames=names,
+        ExpressionAttributeValues={f":{p[1:]}": higher[name] for p, name in names.items()},
+    )

@@ -18,7 +18,11 @@ from boto3.dynamodb.conditions import Key
 from . import keys, tables
 from .dynamo import batch_get, query_all, table, transact
 
-# The counters a shard and a DailyTotal hold (they only ever grow).
+# Re-pricings applied to a shard (and summed into its totals): a correction changes the
+# cost without a new request, and this counter growing is what makes the fold write it.
+CORRECTIONS = "repriced"
+# The counters a shard and a DailyTotal hold (they only ever grow, cost aside: a re-priced
+# record's correction lowers it, see ``reprice_once``).
 COUNTERS = (
     "cost_usd_micros",
     "input_tokens",
@@ -45,9 +49,12 @@ def record_items(
     now_epoch: int,
     expires_at: int,
     marker_expires_at: int,
+    estimated: dict | None = None,
 ) -> list[dict]:
-    """The two actions of one record: its dedup ``marker`` (what a duplicate is answered
-    with) and the ADD of its ``counts`` (every name in ``COUNTERS`` but ``requests``)."""
+    """The actions of one record: its dedup ``marker`` (what a duplicate is answered
+    with) and the ADD of its ``counts`` (every name in ``COUNTERS`` but ``requests``); for a
+    record counted at the estimate, also its ``estimated`` item (``model_id`` and what
+    re-pricing needs), written once with the record since the marker is."""
     name = tables.USAGE_AGG_SHARDED.physical_name
     counters = {**counts, "requests": 1}
     shard_update = {
@@ -73,7 +80,7 @@ def record_items(
         "accepted_at_epoch": now_epoch,
         tables.TTL_ATTRIBUTE: marker_expires_at,
     }
-    return [
+    items = [
         {
             "Put": {
                 "TableName": name,
@@ -84,6 +91,20 @@ def record_items(
         },
         {"Update": shard_update},
     ]
+    if estimated is not None:
+        pending = {
+            **estimated,
+            "shard_key": keys.estimated_key(estimated["model_id"]),
+            "date_key": dedup_key,
+            "scope": scope,
+            "model_label": label,
+            "shard_id": shard_id,
+            "org_day": day,
+            "cost_usd_micros": counts["cost_usd_micros"],
+            tables.TTL_ATTRIBUTE: expires_at,
+        }
+        items.append({"Put": {"TableName": name, "Item": pending}})
+    return items
 
 
 def request_token(items: list[dict], attempt: int) -> str:
@@ -148,3 +169,46 @@ def label_spends(scope: str, labels: Iterable[str], day: str, shard_count: int) 
     for item in read_shards(wanted, ["cost_usd_micros"]):
         spends[keys.label_of_shard(item["shard_key"])] += int(item.get("cost_usd_micros", 0))
     return spends
+
+
+def estimated_records(model_id: str) -> list[dict]:
+    """The records of ``model_id`` counted at the estimate and not re-priced yet."""
+    return query_all(
+        table(tables.USAGE_AGG_SHARDED).query,
+        KeyConditionExpression=Key("shard_key").eq(keys.estimated_key(model_id)),
+    )
+
+
+def reprice_once(pending: dict, delta_usd_micros: int, now_epoch: int, attempt: int) -> bool:
+    """Correct one estimated record's shard by ``delta_usd_micros``, exactly once: one
+    TransactWriteItems of a Delete of its ``estimated_records`` item, conditional on it
+    still being there (the per-record marker: a re-run or an overlapping run that read it
+    too cancels here), and the ADD of the delta (and one ``CORRECTIONS``) to its shard.
+    True when this call corrected it, False when it was corrected before; ``Conflict`` to retry."""
+    name = tables.USAGE_AGG_SHARDED.physical_name
+    items = [
+        {
+            "Delete": {
+                "TableName": name,
+                "Key": {"shard_key": pending["shard_key"], "date_key": pending["date_key"]},
+                "ConditionExpression": "attribute_exists(shard_key)",
+            }
+        },
+        {
+            "Update": {
+                "TableName": name,
+                "Key": {
+                    "shard_key": keys.shard_key(pending["scope"], pending["model_label"], int(pending["shard_id"])),
+                    "date_key": keys.day_key(pending["org_day"]),
+                },
+                "UpdateExpression": f"ADD cost_usd_micros :delta, {CORRECTIONS} :one SET updated_at_epoch = :now",
+                "ExpressionAttributeValues": {":delta": delta_usd_micros, ":one": 1, ":now": now_epoch},
+            }
+        },
+    ]
+    reasons = transact(items, ClientRequestToken=request_token(items, attempt))
+    if reasons is None:
+        return True
+    if reasons[0].get("Code") == "ConditionalCheckFailed":
+        return False
+    raise Conflict()
