@@ -102,7 +102,7 @@ def secret_attributes(secret: str) -> dict:
     return {"client_secret_hash": hash_secret(secret), "client_secret_fingerprint": secret_fingerprint(secret)}
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1)
 def _secrets() -> parameters.SecretsProvider:
     """Powertools' provider (it caches each value for ``max_age``) on the process's one
     Secrets Manager client: its default provider would build a boto3 session of its own,
