@@ -60,7 +60,7 @@ def test_stage_throttling_tracing_and_json_access_logs(synth):
     assert props["StageName"] == "dev"
     assert props["TracingEnabled"] is True
     (settings,) = props["MethodSettings"]
-    assert (settings["ThrottlingRateLimit"], settings["ThrottlingBurstLimit"]) == (100, 200)
+    assert (settings["ThrottlingRateLimit"], settings["ThrottlingBurstLimit"]) == (5000, 5000)
     access_logs = props["AccessLogSetting"]
     assert logical_id(access_logs["DestinationArn"]) in synth.resources("AWS::Logs::LogGroup")
     fields = json.loads(access_logs["Format"])

@@ -29,6 +29,13 @@ def _header(event: dict, name: str) -> str | None:
     return next((value for key, value in (event.get("headers") or {}).items() if key.lower() == wanted), None)
 
 
+def _org_limit(claims: dict, limit_name: str | None) -> int | None:
+    """The requests the caller's org set for this limit, if any (from its cached config)."""
+    if limit_name not in ratelimit.ORG_ADJUSTABLE or not ratelimit.enabled():
+        return None
+    return orgs.effective_config(claims["org_id"], claims.get("app_id")).rate_limits.get(limit_name)
+
+
 def admit(route: Route | None, event: dict) -> Principal | None:
     """Check, authenticate and rate-limit one request (``ApiError`` when refused)."""
     if route is None:
@@ -46,7 +53,8 @@ def admit(route: Route | None, event: dict) -> Principal | None:
     if route.auth not in (Auth.BEARER, Auth.BEARER_ANY):
         return None
     claims = auth.authenticate_bearer(_header(event, "Authorization"))
-    ratelimit.consume(claims["sub"], limit_name=route.rate_limit)  # before the 403: refusals count too
+    # before the 403: refusals count too
+    ratelimit.consume(claims["sub"], limit_name=route.rate_limit, requests=_org_limit(claims, route.rate_limit))
     if route.auth == Auth.BEARER:
         auth.check_access(claims, org_id, app_id)
     return Principal(claims["org_id"], claims.get("app_id"))
