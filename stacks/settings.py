@@ -10,7 +10,7 @@
 | ``corsOrigins`` | empty (CORS off) | comma-separated origins allowed by the API's CORS preflight |
 | ``alertEmail`` | empty | e-mail address subscribed to the alert topic |
 | ``alertWebhookUrl`` | empty | ``https://`` chat webhook (e.g. Slack) that gets each alert as ``{"text": ...}`` |
-| ``throttleRateLimit`` / ``throttleBurstLimit`` | ``5000`` / ``5000`` | API stage throttling (requests/s, burst), sized for a fleet |
+| ``throttleRateLimit`` / ``throttleBurstLimit`` | ``5000`` / ``5000`` | API stage throttling (requests/s, burst) |
 | ``logLevel`` | ``INFO`` | ``POWERTOOLS_LOG_LEVEL`` of every function |
 | ``logRetentionDays`` | ``30`` | retention of function and access logs |
 | ``powertoolsLayerVersion`` | ``38`` | version of the AWS-managed Powertools layer |
