@@ -97,8 +97,7 @@ def _serve(port: int, ready) -> None:
     DomainDispatcherApplication.__call__ = serialised
     ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False).start()
     ready.set()
-    threading.Event().wait()
-    patched.__exit__(None, None, None)
+    threading.Event().wait()  # until terminated; ``patched`` stays referenced by this frame
 
 
 class Endpoint:
@@ -288,11 +287,22 @@ class Tenant:
         return f"/api/v1/orgs/{self.org_id}/apps/{self.app_id}"
 
 
-def tenants(count: int) -> list[Tenant]:
+def tenants(count: int, rate_limits: dict[str, int] | None = None) -> list[Tenant]:
+    """``count`` orgs with one app (half of them single clients, half batched), each with an
+    access token, and the org's own ``rate_limits`` (``overrides.rate_limits``) if given."""
+    import boto3
+
     from price_keeper.domain import auth
 
+    config = boto3.resource("dynamodb").Table(tables.CONFIG.physical_name)
     made = []
     for n, (org_id, app_id) in enumerate(seed_scopes(count)):
+        if rate_limits:
+            config.update_item(
+                Key={"org_key": keys.org_key(org_id), "resource_key": "#"},
+                UpdateExpression="SET rate_limits = :limits",
+                ExpressionAttributeValues={":limits": rate_limits},
+            )
         token = auth.issue_tokens(auth.Principal(org_id, app_id))["access_token"]
         made.append(Tenant(org_id, app_id, token, "single" if n % 2 == 0 else "batched"))
     return made
@@ -464,8 +474,13 @@ def report(tallies: dict[tuple[str, str], Tally], aggregator: Aggregator, replie
     return costs
 
 
+# The metering run's tenants are fleet-sized: their orgs raise the per-client limits (the
+# single clients select before every call, faster than the configured 120 a minute).
+FLEET_TENANT_LIMITS = {"usage": 100_000, "usage_batch": 10_000, "model_selection": 100_000}
+
+
 def metering_run(fleet: Fleet, args) -> tuple[list[tuple], list[str]]:
-    clients = tenants(args.tenants)
+    clients = tenants(args.tenants, FLEET_TENANT_LIMITS)
     aggregator = Aggregator()
     aggregator.meter.reset()
     # cold: every container's first requests (config, prices, token checks), then warm
@@ -492,20 +507,12 @@ def metering_run(fleet: Fleet, args) -> tuple[list[tuple], list[str]]:
 def rate_limit_run(fleet: Fleet, containers: int, limit: int, seed: int = 3) -> dict[str, tuple]:
     """One client at 50 % of its limit, another at 150 %, each spread over all containers
     at once (model selection, the org's own limit ``limit`` a minute). Per load:
-    (requests, 429s, the most admitted in one window)."""
-    import boto3
-
-    from price_keeper.store import keys as store_keys
+    (requests, 429s, the most admitted in one window, rate-limit writes per request)."""
 
     rng = random.Random(seed)
     results = {}
     for load in (0.5, 1.5):
-        client = tenants(1)[0]
-        boto3.resource("dynamodb").Table(tables.CONFIG.physical_name).update_item(
-            Key={"org_key": store_keys.org_key(client.org_id), "resource_key": "#"},
-            UpdateExpression="SET rate_limits = :limits",
-            ExpressionAttributeValues={":limits": {"model_selection": limit}},
-        )
+        client = tenants(1, {"model_selection": limit})[0]
         sent = int(limit * load)
         _wait_for_a_fresh_window(seconds_needed=45)
         work: list[list[Request]] = [[] for _ in range(containers)]
@@ -514,12 +521,14 @@ def rate_limit_run(fleet: Fleet, containers: int, limit: int, seed: int = 3) -> 
             work[target].append(
                 Request("model_selection", "rate", "GET", f"{client.path}/model-selection", client.token)
             )
-        _, replies = fleet.run(work)
+        tallies, replies = fleet.run(work)
+        leases = sum(tally.calls["UpdateItem"] for tally in tallies.values())
         admitted_per_window = Counter(
             headers.get("X-RateLimit-Reset") for _, status, headers, _ in replies if status == 200
         )
         refused = sum(1 for _, status, _, _ in replies if status == 429)
-        results[f"{int(load * 100)} %"] = (sent, refused, max(admitted_per_window.values(), default=0))
+        most = max(admitted_per_window.values(), default=0)
+        results[f"{int(load * 100)} %"] = (sent, refused, most, f"{leases / sent:.2f}")
     return results
 
 
@@ -534,7 +543,7 @@ def _wait_for_a_fresh_window(seconds_needed: int) -> None:
 def print_rate_limits(results: dict[str, tuple], containers: int, limit: int) -> None:
     print_table(
         f"Rate limits: one client over {containers} containers, limit {limit}/min (its org's)",
-        ("load", "requests", "429s", "most admitted in one window"),
+        ("load", "requests", "429s", "most admitted in one window", "lease writes per request"),
         [(load, *values) for load, values in results.items()],
     )
 

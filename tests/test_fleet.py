@@ -51,7 +51,7 @@ def test_24_containers_never_refuse_a_client_at_half_its_limit_nor_admit_more_th
         results = fleet.rate_limit_run(containers, 24, limit=240)
     finally:
         containers.stop()
-    sent, refused, _ = results["50 %"]
+    sent, refused, _, _ = results["50 %"]
     assert (sent, refused) == (120, 0)
-    sent, refused, most = results["150 %"]
+    sent, refused, most, _ = results["150 %"]
     assert sent == 360 and refused > 0 and most <= 240
