@@ -4,6 +4,7 @@ limits' two promises are asserted; speed and cost are for the benchmark to print
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -11,28 +12,31 @@ from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import fleet  # noqa: E402
-
-from price_keeper import state  # noqa: E402
+from price_keeper import state
 
 pytestmark = pytest.mark.slow
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 @pytest.fixture(scope="module")
-def endpoint():
-    saved = dict(os.environ)
-    started = fleet.Endpoint()
+def fleet():
+    """The harness module with its moto server running; the environment it sets (its
+    endpoint, at import a benchmark's defaults) is restored afterwards."""
+    saved_environment, saved_path = dict(os.environ), list(sys.path)
+    sys.path.insert(0, str(BENCHMARKS))
+    harness = importlib.import_module("fleet")
+    endpoint = harness.Endpoint()
     try:
-        yield started
+        yield harness
     finally:
-        started.stop()
+        endpoint.stop()
         os.environ.clear()
-        os.environ.update(saved)
+        os.environ.update(saved_environment)
+        sys.path[:] = saved_path
         state.reset()
 
 
-def test_a_fleet_counts_every_accepted_record_once(endpoint):
+def test_a_fleet_counts_every_accepted_record_once(fleet):
     """Single and batched clients of many tenants and labels, on containers cold then warm,
     with retried reports landing on other containers; the aggregator folds the stream."""
     containers = fleet.Fleet(4)
@@ -45,7 +49,7 @@ def test_a_fleet_counts_every_accepted_record_once(endpoint):
     assert {row[0] for row in costs} == {"single", "batched"}
 
 
-def test_24_containers_never_refuse_a_client_at_half_its_limit_nor_admit_more_than_it(endpoint):
+def test_24_containers_never_refuse_a_client_at_half_its_limit_nor_admit_more_than_it(fleet):
     containers = fleet.Fleet(24)
     try:
         results = fleet.rate_limit_run(containers, 24, limit=240)
