@@ -11,7 +11,7 @@
 | ``corsOrigins`` | empty (CORS off) | comma-separated origins allowed by the API's CORS preflight |
 | ``alertEmail`` | empty | e-mail address subscribed to the alert topic |
 | ``alertWebhookUrl`` | empty | ``https://`` chat webhook (e.g. Slack) that gets each alert as ``{"text": ...}`` |
-| ``throttleRateLimit`` / ``throttleBurstLimit`` | ``100`` / ``200`` | API stage throttling (requests/s, burst) |
+| ``throttleRateLimit`` / ``throttleBurstLimit`` | ``5000`` / ``5000`` | API stage throttling (requests/s, burst) |
 | ``logLevel`` | ``INFO`` | ``POWERTOOLS_LOG_LEVEL`` of every function |
 | ``logRetentionDays`` | ``30`` | retention of function and access logs |
 | ``powertoolsLayerVersion`` | unset | a fixed version of the AWS-managed Powertools layer instead of the pinned one's |
@@ -86,8 +86,8 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     alert_email: str | None = None
     alert_webhook_url: str | None = None
-    throttle_rate_limit: float = 100
-    throttle_burst_limit: int = 200
+    throttle_rate_limit: float = 5000  # docs/infrastructure.md "Stage throttling"
+    throttle_burst_limit: int = 5000
     log_level: str = "INFO"
     log_retention_days: int = 30
     powertools_layer_version: int | None = None  # None: the layer of requirements.txt's pin

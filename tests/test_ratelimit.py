@@ -1,7 +1,10 @@
 """Per-client rate limits: exact across containers, amortised in DynamoDB calls."""
 
+import random
 import uuid
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from price_keeper.config import get_config
 from price_keeper.errors import ApiError
@@ -9,7 +12,7 @@ from price_keeper.http import ratelimit
 from price_keeper.store.dynamo import ddb_client
 from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.factories import seed_org
-from tests.provisioned import put_app, put_org
+from tests.provisioned import ORG_BODY, new_app, put_app, put_org, tokens
 
 NOW = 1_800_000_000.0  # a window start: 1_800_000_000 is a multiple of 60
 
@@ -45,12 +48,70 @@ def test_next_window_starts_afresh(limits_on):
     assert admitted("client-a", 11, "auth_token", now=NOW + 60) == 10
 
 
-def test_usage_limit_costs_one_write_per_fifty_requests(limits_on):
+def test_usage_limit_costs_one_write_per_thirty_requests_in_one_container(limits_on):
+    """Leases grow with what the container admitted (1, 1, 2, 4 ... 50) and shrink near
+    the limit: 32 writes for the 1,000 requests of a minute, then the window is full."""
     calls = []
     ddb_client().meta.events.register("before-call.dynamodb.UpdateItem", lambda **kw: calls.append(1))
     assert admitted("client-a", 1000, "usage") == 1000
-    assert len(calls) == 20
+    assert len(calls) == 32
     assert admitted("client-a", 5, "usage") == 0
+
+
+class Fleet:
+    """``size`` containers in one process: each its own leased allowance (``ratelimit._local``)."""
+
+    def __init__(self, size: int):
+        self.containers = [{} for _ in range(size)]
+
+    def send(self, client: str, container: int, limit: str, requests: int | None = None) -> bool:
+        saved, ratelimit._local = ratelimit._local, self.containers[container]
+        try:
+            ratelimit.consume(client, now=NOW, limit_name=limit, requests=requests)
+            return True
+        except ApiError as error:
+            assert error.status == 429
+            return False
+        finally:
+            ratelimit._local = saved
+
+
+def spread(requests: int, containers: int, seed: int) -> list[int]:
+    """Which container serves each request: round robin, then runs of random length on
+    random containers (a container that leased big and then gets nothing strands the most)."""
+    rng = random.Random(seed)
+    if seed == 0:
+        return [n % containers for n in range(requests)]
+    order: list[int] = []
+    while len(order) < requests:
+        order += [rng.randrange(containers)] * rng.choice((1, 2, 3, 7, 15, 31, 63))
+    return order[:requests]
+
+
+@pytest.mark.parametrize("containers", [24, 100])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_client_at_half_its_limit_is_never_refused_however_many_containers(limits_on, containers, seed):
+    """Before, each container leased limit // 20: past 20 containers the window was all
+    leased and a client at 40 % of its limit got 429s."""
+    fleet = Fleet(containers)
+    for limit, requests in (("usage", 1000), ("model_selection", 120)):
+        order = spread(requests // 2, containers, seed)
+        assert all(fleet.send(f"client-{seed}", container, limit) for container in order)
+
+
+@pytest.mark.parametrize("containers", [24, 100])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_client_over_its_limit_gets_at_most_the_limit_from_many_containers(limits_on, containers, seed):
+    fleet = Fleet(containers)
+    order = spread(1500, containers, seed)
+    accepted = sum(fleet.send("client-a", container, "usage") for container in order)
+    assert 500 <= accepted <= 1000
+
+
+def test_an_org_limit_replaces_the_configured_requests(limits_on):
+    fleet = Fleet(3)
+    assert sum(fleet.send("client-a", n % 3, "model_selection", requests=5000) for n in range(2000)) == 2000
+    assert sum(fleet.send("client-b", n % 3, "model_selection", requests=3) for n in range(10)) == 3
 
 
 def test_switched_off_by_environment(limits_on, monkeypatch):
@@ -152,3 +213,32 @@ def test_an_org_and_ten_apps_provision_in_one_hour(limits_on, api):
     assert api.post(f"/api/v1/orgs/{org_id}/quota-boosts", boost, **key).status == 201
     assert put_org(api, org_id).status == 200
     assert_error(put_app(api, org_id, "app-10"), 429, "RATE_LIMIT_EXCEEDED")  # the 11th app of the hour
+
+
+def test_an_org_sets_its_clients_limits_on_its_put(limits_on, api):
+    """``overrides.rate_limits`` replaces the requests of config.yaml's limit for every
+    client of the org (a fleet-sized tenant raises them, a small one lowers them); left out
+    on the next PUT, the configured limits apply again."""
+    org_body = {**ORG_BODY, "overrides": {**ORG_BODY["overrides"], "rate_limits": {"model_selection": 3}}}
+    org_id = str(uuid.uuid4())
+    assert put_org(api, org_id, org_body).status == 201
+    credentials = new_app(api, org_id, "app-1")
+    token = tokens(api, credentials)["access_token"]
+    path = f"/api/v1/orgs/{org_id}/apps/app-1/model-selection"
+    replies = [api.get(path, token=token) for _ in range(4)]
+    assert [reply.status for reply in replies[:3]] == [200] * 3
+    assert replies[0].headers["x-ratelimit-limit"] == "3"
+    assert_error(replies[3], 429, "RATE_LIMIT_EXCEEDED")
+    assert put_org(api, org_id).status == 200
+    assert api.get(path, token=token).status == 200  # 120 a minute again
+
+
+@pytest.mark.parametrize(
+    "rate_limits",
+    [{"model_selection": 0}, {"model_selection": 10**7}, {"put_org": 100}, {"nonsense": 5}, {}, {"usage": "many"}],
+)
+def test_an_org_limit_must_be_a_known_client_limit_and_a_sane_number(limits_on, api, rate_limits):
+    org_id = str(uuid.uuid4())
+    body = {**ORG_BODY, "overrides": {"rate_limits": rate_limits}}
+    assert_error(put_org(api, org_id, body), 400, "INVALID_REQUEST")
+    assert put_org(api, org_id).status == 201  # nothing was written

@@ -81,7 +81,7 @@ def test_http_stage_is_named_throttled_and_logs_json_lines(synth, synth_options)
     props = _http_stage(synth)
     assert (props["StageName"], props["AutoDeploy"]) == ("dev", True)
     throttle = props["DefaultRouteSettings"]
-    assert (throttle["ThrottlingRateLimit"], throttle["ThrottlingBurstLimit"]) == (100, 200)
+    assert (throttle["ThrottlingRateLimit"], throttle["ThrottlingBurstLimit"]) == (5000, 5000)  # sized for a fleet
     access_logs = props["AccessLogSettings"]
     assert logical_id(access_logs["DestinationArn"]) in synth.resources("AWS::Logs::LogGroup")
     fields = json.loads(access_logs["Format"])

@@ -49,6 +49,8 @@ class EffectiveConfig(NamedTuple):
     total_quota_usd_micros: int | None = None  # None: the sum of the ordering's label quotas
     # THRESHOLD alert percentages (the org's overrides.alert_thresholds_pct, else config.yaml's)
     alert_thresholds_pct: tuple[int, ...] = ()
+    # requests per window of the org's clients, by limit (overrides.rate_limits; else config.yaml's)
+    rate_limits: dict[str, int] = {}
 
     @property
     def total_quota(self) -> int:
@@ -105,6 +107,7 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
             if org.get("alert_thresholds_pct")
             else get_config().alerts.thresholds_pct
         ),
+        rate_limits={name: int(requests) for name, requests in (org.get("rate_limits") or {}).items()},
     )
 
 

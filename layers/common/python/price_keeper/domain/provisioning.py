@@ -32,7 +32,7 @@ from pydantic import Field, StringConstraints, model_validator
 
 from ..config import get_config
 from ..errors import ApiError, invalid_config, not_found
-from ..http import audit
+from ..http import audit, ratelimit
 from ..metric_names import CLIENT_TOKENS_REVOKED
 from ..observability import count
 from ..store import config_items, usage
@@ -71,6 +71,10 @@ TOTAL_QUOTA_DESCRIPTION = (
 ThresholdPct = Annotated[int, Field(ge=50, le=100)]
 AlertThresholds = Annotated[list[Annotated[int, Field(ge=1, le=100)]], Field(min_length=1, max_length=10)]
 RefreshSecs = Annotated[int, Field(ge=1, le=MAX_REFRESH_INTERVAL_SECS)]
+RateLimits = Annotated[
+    dict[str, Annotated[int, Field(ge=1, le=ratelimit.MAX_ORG_REQUESTS)]],
+    Field(min_length=1, max_length=len(ratelimit.ORG_ADJUSTABLE)),
+]
 
 
 # --- request bodies ----------------------------------------------------------------
@@ -86,6 +90,18 @@ class OrgOverrides(StrictBody):
     alert_thresholds_pct: AlertThresholds | None = Field(
         None, description="THRESHOLD alert percentages of the org's quotas; default config.yaml alerts.thresholds_pct"
     )
+    rate_limits: RateLimits | None = Field(
+        None,
+        description="Requests per window of each of the org's clients, by limit name "
+        f"({', '.join(sorted(ratelimit.ORG_ADJUSTABLE))}); the window and the others stay config.yaml's",
+    )
+
+    @model_validator(mode="after")
+    def _known_limits(self):
+        unknown = sorted(set(self.rate_limits or ()) - ratelimit.ORG_ADJUSTABLE)
+        if unknown:
+            raise ValueError(f"rate_limits: {', '.join(unknown)} not among {sorted(ratelimit.ORG_ADJUSTABLE)}")
+        return self
 
 
 class OrgRequest(StrictBody):
@@ -271,6 +287,7 @@ def _org_values(request: OrgRequest) -> dict:
             if overrides.alert_thresholds_pct is None
             else {"alert_thresholds_pct": sorted(set(overrides.alert_thresholds_pct))}
         ),
+        **({} if overrides.rate_limits is None else {"rate_limits": dict(overrides.rate_limits)}),
         "updated_at_epoch": int(time.time()),
     }
 
@@ -324,7 +341,9 @@ def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tu
         config_items.client_key(org_id, None),
         auth.Principal(org_id, None),
         values,
-        remove=[name for name in ("total_quota_usd_micros", "alert_thresholds_pct") if name not in values],
+        remove=[
+            name for name in ("total_quota_usd_micros", "alert_thresholds_pct", "rate_limits") if name not in values
+        ],
         create_only={"agg_shard_count": shards or get_config().metering.usage_agg_shard_count},
         must_match={"agg_shard_count": shards} if shards else None,
     )

@@ -1,20 +1,33 @@
 """Per-client rate limits shared by every Lambda container, at a fraction of a DynamoDB
-call per request.
+call per request, that never refuse a client under half its limit however many containers
+serve it, and never admit more than the limit.
 
 Each limit is a fixed window counter in the StickyState table
 (``RATE#{client}`` / ``LIMIT#{name}#{window_start}``, TTL two windows). A container does
-not write per request: it *leases* a slice of the window's allowance with one conditional
-``ADD`` (``used + n <= limit``) and spends it locally. Across all containers the window
-can never admit more than ``limit`` requests; the cost is one write per slice
-(``limit // LEASE_FRACTION``, at least 1), so the 1,000/min usage limit costs one write
-per 50 requests. Near the limit the slice shrinks to 1, so small limits stay exact.
+not write per request: it *leases* part of the window's allowance with one conditional
+``ADD`` (``used + n <= limit``) and spends it locally. Every admitted request is covered
+by the counter before it is admitted, so across all containers a window never admits more
+than ``limit``.
+
+What a container leases but does not spend is stranded there until the window ends, so a
+lease is never larger than what the container has already admitted for that client in the
+window (1, 1, 2, 4, ... up to ``limit // LEASE_FRACTION``), nor than half of what was left
+when it last leased. Then the counter is at most twice the requests admitted, and a
+client that has sent fewer than half its limit always finds room: a refusal needs the
+counter at the limit. When a lease does not fit, the container takes what is left (the
+refused write returns the counter), down to exactly one request; only a counter at the
+limit refuses. Cost: about log2(r) + r / (limit / 20) writes for r requests of one client
+in one container and window (a container serving 1,000 usage requests a minute: 32
+writes, one per 31 requests).
 
 ``consume(key, limit_name=...)`` counts one request where the caller is known: the request
 pipeline with the route's limit (``routes.Route.rate_limit``) once it authenticated the
-caller, the token endpoints with their own limits. ``refund`` gives back what was consumed:
-the token endpoint charges a failed-attempts limit before it checks a secret and refunds it
-when the secret was right. The ``X-RateLimit-*`` headers of the request's last charge are
-kept for its response (``response_headers``; ``begin_request`` clears them).
+caller, the token endpoints with their own limits. An org may raise or lower the
+requests of its clients' limits (``requests=``, from the org's ``rate_limits``). ``refund``
+gives back what was consumed: the token endpoint charges a failed-attempts limit before it
+checks a secret and refunds it when the secret was right. The ``X-RateLimit-*`` headers of
+the request's last charge are kept for its response (``response_headers``;
+``begin_request`` clears them).
 """
 
 from __future__ import annotations
@@ -30,12 +43,27 @@ from .. import state
 from ..config import RateLimit, get_config
 from ..errors import ApiError
 from ..store import rate_windows
+from . import routes
 
-LEASE_FRACTION = 20
+LEASE_FRACTION = 20  # the largest lease: this fraction of the limit
+MAX_ORG_REQUESTS = 1_000_000  # the most requests per window an org may set for its clients
+# The limits counted per app or org client (the Bearer routes'): an org may set their requests.
+ORG_ADJUSTABLE = frozenset(
+    route.rate_limit for route in routes.ROUTES if route.auth in (routes.Auth.BEARER, routes.Auth.BEARER_ANY)
+) - {None}
+
+
+class Held(NamedTuple):
+    """One client's window as this container knows it."""
+
+    spare: int  # leased here, not yet spent
+    spent: int  # admitted here in this window
+    used: int  # the window's shared counter after this container's last lease
+    reset: int  # the window's end
+
 
 _headers: ContextVar[dict | None] = ContextVar("rate_headers", default=None)
-# (client, limit, window start) -> (leased requests not yet spent here, allowance not yet leased by anyone)
-_local: dict[tuple[str, str, int], tuple[int, int]] = {}
+_local: dict[tuple[str, str, int], Held] = {}  # (client, limit, window start) -> Held
 state.kept(_local.clear)
 state.kept(lambda: _headers.set(None))
 _lock = threading.Lock()
@@ -72,13 +100,24 @@ def _expiry(window: Window) -> int:
     return window.reset + window.limit.per_seconds
 
 
+def lease_size(requests: int, held: Held) -> int:
+    """The next lease: no more than this container has admitted in the window (what it
+    strands is then never more than what it used), half of what was left when it last
+    leased, and ``requests // LEASE_FRACTION``; at least 1."""
+    return max(1, min(requests // LEASE_FRACTION, held.spent, (requests - held.used) // 2))
+
+
 def _lease(client: str, window: Window, wanted: int) -> tuple[int, int]:
-    """Take up to ``wanted`` requests of the window's allowance: (granted, used after)."""
-    for size in dict.fromkeys((wanted, 1)):
-        used = rate_windows.lease(client, window.limit.name, window.start, size, window.limit.requests, _expiry(window))
-        if used is not None:
+    """Take up to ``wanted`` requests of the window's allowance: (granted, counter after).
+    A refused lease returns the counter; the next try asks for what is left, so only a
+    counter at the limit refuses (each try is smaller, so this ends)."""
+    limit, size = window.limit.requests, wanted
+    while size > 0:
+        granted, used = rate_windows.lease(client, window.limit.name, window.start, size, limit, _expiry(window))
+        if granted:
             return size, used
-    return 0, window.limit.requests
+        size = min(size - 1, limit - used)
+    return 0, limit
 
 
 def _unit(seconds: int) -> str:
@@ -92,22 +131,27 @@ class Charge(NamedTuple):
     window: Window
 
 
-def consume(client: str, now: float | None = None, *, limit_name: str | None) -> Charge | None:
-    """Count one request of ``client`` against the limit ``limit_name``; 429 when spent.
-    ``None`` when no limit applies (no name, or limits switched off)."""
-    name = limit_name
-    if name is None or not enabled():
+def consume(
+    client: str, now: float | None = None, *, limit_name: str | None, requests: int | None = None
+) -> Charge | None:
+    """Count one request of ``client`` against the limit ``limit_name`` (its requests per
+    window ``requests`` when given: an org's own limit); 429 when spent. ``None`` when no
+    limit applies (no name, or limits switched off)."""
+    if limit_name is None or not enabled():
         return None
-    limit = get_config().rate_limits[name]
+    limit = get_config().rate_limits[limit_name]
+    if requests is not None:
+        limit = limit._replace(requests=requests)
     now = time.time() if now is None else now
     window = _window(limit, now)
     key = (client, limit.name, window.start)
     with _lock:
-        spare, unleased = _local.get(key, (0, limit.requests))
-        if spare > 0:
-            _local[key] = (spare - 1, unleased)
-    if spare <= 0:
-        granted, used = _lease(client, window, max(1, limit.requests // LEASE_FRACTION))
+        held = _local.get(key) or Held(0, 0, 0, window.reset)
+        local = held.spare > 0
+        if local:
+            held = _local[key] = held._replace(spare=held.spare - 1, spent=held.spent + 1)
+    if not local:
+        granted, used = _lease(client, window, lease_size(limit.requests, held))
         if granted == 0:
             retry_after = max(1, math.ceil(window.reset - now))
             headers = _header_values(client, window, 0)
@@ -121,9 +165,9 @@ def consume(client: str, now: float | None = None, *, limit_name: str | None) ->
             )
         with _lock:
             _forget_old_windows(now)
-            spare, unleased = _local.get(key, (0, 0))[0] + granted, limit.requests - used
-            _local[key] = (spare - 1, unleased)
-    _headers.set(_header_values(client, window, _local[key][0] + _local[key][1]))
+            held = _local.get(key) or Held(0, 0, 0, window.reset)
+            held = _local[key] = Held(held.spare + granted - 1, held.spent + 1, max(used, held.used), window.reset)
+    _headers.set(_header_values(client, window, limit.requests - held.used + held.spare))
     return Charge(client, window)
 
 
@@ -134,6 +178,11 @@ def refund(charge: Charge | None) -> None:
         return
     window = charge.window
     rate_windows.give_back(charge.client, window.limit.name, window.start, _expiry(window))
+    key = (charge.client, window.limit.name, window.start)
+    with _lock:
+        held = _local.get(key)
+        if held:
+            _local[key] = held._replace(spent=max(0, held.spent - 1), used=held.used - 1)
     headers = _headers.get()
     if headers and headers["X-RateLimit-ClientId"] == charge.client:
         _headers.set({**headers, "X-RateLimit-Remaining": str(int(headers["X-RateLimit-Remaining"]) + 1)})
@@ -149,6 +198,5 @@ def _header_values(client: str, window: Window, remaining: int) -> dict:
 
 
 def _forget_old_windows(now: float) -> None:
-    stale = [key for key in _local if key[2] + get_config().rate_limits[key[1]].per_seconds < now]
-    for key in stale:
+    for key in [key for key, held in _local.items() if held.reset < now]:
         del _local[key]

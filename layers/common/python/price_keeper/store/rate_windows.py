@@ -7,9 +7,11 @@ from . import keys, tables
 from .dynamo import ConditionFailed, conditional, table
 
 
-def lease(client: str, limit_name: str, window_start: int, size: int, ceiling: int, expires_at: int) -> int | None:
-    """ADD ``size`` to the window's counter unless that would pass ``ceiling`` requests;
-    the count after, or None when refused."""
+def lease(
+    client: str, limit_name: str, window_start: int, size: int, ceiling: int, expires_at: int
+) -> tuple[bool, int]:
+    """ADD ``size`` to the window's counter unless that would pass ``ceiling`` requests:
+    (True, the count after) or, when refused, (False, the count that refused it)."""
     try:
         updated = conditional(
             table(tables.STICKY_STATE).update_item,
@@ -18,10 +20,11 @@ def lease(client: str, limit_name: str, window_start: int, size: int, ceiling: i
             ConditionExpression="attribute_not_exists(used) OR used <= :ceiling",
             ExpressionAttributeValues={":n": size, ":ceiling": ceiling - size, ":ttl": expires_at},
             ReturnValues="UPDATED_NEW",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
-    except ConditionFailed:
-        return None
-    return int(updated["Attributes"]["used"])
+    except ConditionFailed as refused:
+        return False, int((refused.item or {}).get("used", ceiling))
+    return True, int(updated["Attributes"]["used"])
 
 
 def give_back(client: str, limit_name: str, window_start: int, expires_at: int) -> None:

@@ -1,0 +1,572 @@
+"""The real code run as a fleet: N container processes against one DynamoDB endpoint.
+
+    .venv/bin/python benchmarks/fleet.py [--containers 6] [--tenants 8] [--records 1600]
+    .venv/bin/python benchmarks/fleet.py --rate-limits-only --containers 24
+
+Each container is an OS process with its own process state (caches, leased rate-limit
+allowance, boto3 clients) that calls the real Lambda handlers with API Gateway events, as
+``local/gateway.py`` does, one request at a time. All of them talk to ONE moto server,
+started here in a process of its own with the tables of ``store/tables.py`` (the local
+stack's), patched as the local stack runs it (``local/moto_patches.py``: one DynamoDB request at a
+time, transactions rolled back per item). The parent is the aggregator: it polls the usage
+stream and invokes the aggregator function with Lambda-shaped batches (``local/streams.py``).
+
+Two runs:
+
+- **metering**: tenants (orgs with one app, three labels) of two shapes, half each: *single*
+  clients report every call alone and ask model selection before each call; *batched*
+  clients report in batches and select once per ``--select-every`` calls (the client
+  library's cached selection). Requests go to random containers (cold caches first, warm
+  after); a share of reports is retried on another container (same ``request_id``). Per
+  metered record and per selection: DynamoDB calls, write and read units
+  (``dynamodb_costs.Meter``: computed from item sizes, transactions double), Lambda
+  invocations (the aggregator's included) and dollars per million metered calls beside
+  the floor. Then exactness: every label's DailyTotal and shards equal the accepted records.
+- **rate limits**: one client sends 50 % of its limit, then another 150 %, spread over all
+  containers at once: 429s at 50 %, and admissions per window at 150 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import multiprocessing as mp
+import os
+import random
+import sys
+import threading
+import time
+import uuid
+import warnings
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dynamodb_costs  # noqa: E402  (sets the layer's path and a test environment)
+from dynamodb_costs import Meter, print_table, seed_scopes  # noqa: E402
+
+from local.stack import JWT_SECRET_NAME, free_port  # noqa: E402
+from price_keeper import state  # noqa: E402
+from price_keeper.store import keys, tables  # noqa: E402
+
+# us-east-1 list prices, USD per unit.
+PRICE = {
+    "wru": 0.625e-6,
+    "rru": 0.125e-6,
+    "http_api": 1.00e-6,
+    "rest_api": 3.50e-6,
+    "lambda_request": 0.20e-6,
+    "gb_second": 0.0000133334,
+}
+FLOOR_SINGLE = (1 * PRICE["wru"] + PRICE["http_api"] + PRICE["lambda_request"]) * 1e6  # $ per M calls
+FLOOR_BATCHED = (1 * PRICE["wru"] + (PRICE["http_api"] + PRICE["lambda_request"]) / 100) * 1e6
+# Lambda duration is not measurable on moto (its latency is not DynamoDB's): 10 ms per
+# DynamoDB call plus 5 ms, at the stack's memory sizes (docs/infrastructure.md).
+MS_PER_CALL, MS_BASE = 10, 5
+HTTP_GB, AGGREGATOR_GB = 0.5, 1.0
+LABELS = ("premium", "standard", "economy")
+RETRIES_5XX = 3
+
+
+# --- the DynamoDB endpoint ------------------------------------------------------------
+
+
+def _serve(port: int, ready) -> None:
+    """The moto server process, patched as the local stack runs it (``local/moto_patches.py``:
+    one DynamoDB request at a time, per-item transaction rollback)."""
+    from moto.server import ThreadedMotoServer
+
+    from local import moto_patches
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    moto_patches.apply()
+    ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False).start()
+    ready.set()
+    threading.Event().wait()  # until terminated
+
+
+class Endpoint:
+    """A moto server in a child process, its tables, the JWT secret and the alert bus."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        context = mp.get_context("fork")
+        ready = context.Event()
+        self.process = context.Process(target=_serve, args=(self.port, ready), daemon=True)
+        self.process.start()
+        if not ready.wait(60):
+            raise RuntimeError("the moto server did not start")
+        os.environ.update(
+            AWS_ENDPOINT_URL=self.url, DYNAMODB_ENDPOINT_URL=self.url, JWT_SECRET_NAME=JWT_SECRET_NAME, RATE_LIMITS="on"
+        )
+        state.reset()
+        import boto3
+
+        from local.stack import LocalAws
+        from price_keeper.domain.alerts import event_bus
+
+        LocalAws(persist=False)._ensure_tables()
+        boto3.client("secretsmanager").create_secret(Name=JWT_SECRET_NAME, SecretString=uuid.uuid4().hex)
+        boto3.client("events").create_event_bus(Name=event_bus())
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.join(10)
+
+
+# --- containers -----------------------------------------------------------------------
+
+
+@dataclass
+class Request:
+    kind: str  # usage, usage_batch, model_selection
+    shape: str  # single, batched, rate
+    method: str
+    path: str
+    token: str
+    body: dict | None = None
+
+
+@dataclass
+class Tally:
+    """What one kind of request cost, summed."""
+
+    requests: int = 0
+    calls: Counter = field(default_factory=Counter)
+    wcu: float = 0.0
+    rcu: float = 0.0
+    statuses: Counter = field(default_factory=Counter)
+
+    def add(self, other: Tally) -> None:
+        self.requests += other.requests
+        self.calls.update(other.calls)
+        self.wcu += other.wcu
+        self.rcu += other.rcu
+        self.statuses.update(other.statuses)
+
+
+def _container(inbox, outbox) -> None:
+    """One Lambda container: fresh process state, then requests one at a time."""
+    import json
+
+    state.reset()
+    warnings.filterwarnings("ignore", "No application metrics")
+    from local import gateway
+
+    meter = Meter()
+    while (work := inbox.get()) is not None:
+        tallies: dict[tuple[str, str], Tally] = defaultdict(Tally)
+        replies = []
+        for request in work:
+            meter.reset()
+            for _ in range(RETRIES_5XX + 1):  # as a client retries a 503 (a store timeout)
+                reply = gateway.invoke(
+                    request.method,
+                    request.path,
+                    headers={"Authorization": f"Bearer {request.token}", "Content-Type": "application/json"},
+                    body=request.body,
+                )
+                if reply["statusCode"] < 500:
+                    break
+            tally = tallies[request.shape, request.kind]
+            tally.requests += 1
+            tally.calls.update(meter.calls)
+            tally.wcu += meter.wcu
+            tally.rcu += meter.rcu
+            tally.statuses[reply["statusCode"]] += 1
+            body = json.loads(reply["body"]) if reply.get("body") else {}
+            replies.append((request, reply["statusCode"], reply.get("headers") or {}, body))
+        outbox.put((dict(tallies), replies))
+
+
+class Fleet:
+    """``size`` container processes, fed lists of requests."""
+
+    def __init__(self, size: int):
+        context = mp.get_context("fork")
+        self.outbox = context.Queue()
+        self.inboxes = [context.Queue() for _ in range(size)]
+        self.processes = [
+            context.Process(target=_container, args=(inbox, self.outbox), daemon=True) for inbox in self.inboxes
+        ]
+        for process in self.processes:
+            process.start()
+
+    def run(self, work: list[list[Request]]) -> tuple[dict[tuple[str, str], Tally], list]:
+        """Each container's list, all containers at once; the tallies and every reply."""
+        busy = 0
+        for inbox, requests in zip(self.inboxes, work, strict=True):
+            if requests:
+                inbox.put(requests)
+                busy += 1
+        tallies: dict[tuple[str, str], Tally] = defaultdict(Tally)
+        replies = []
+        for _ in range(busy):
+            got, answered = self.outbox.get()
+            for key, tally in got.items():
+                tallies[key].add(tally)
+            replies += answered
+        return tallies, replies
+
+    def stop(self) -> None:
+        for inbox in self.inboxes:
+            inbox.put(None)
+        for process in self.processes:
+            process.join(30)
+
+
+# --- the aggregator -------------------------------------------------------------------
+
+
+class Aggregator:
+    """The stream mapping and the aggregator function, in this process, counted."""
+
+    def __init__(self):
+        from local.streams import StreamReader, StreamTrigger
+
+        self.meter = Meter()
+        self.invocations = self.records = 0
+        self.stop_event = threading.Event()
+        aggregator = self
+
+        class Counted(StreamTrigger):
+            def _deliver(self, batch):
+                aggregator.invocations += 1
+                aggregator.records += len(batch)
+                with contextlib.redirect_stdout(io.StringIO()):  # its metrics (EMF lines)
+                    super()._deliver(batch)
+
+        self.trigger = Counted("aggregator", StreamReader(tables.USAGE_AGG_SHARDED), self.stop_event)
+        self.trigger.start()
+
+    def drain(self, quiet_seconds: float = 3.0) -> None:
+        """Wait until the stream has been folded (nothing new for ``quiet_seconds``)."""
+        seen, since = -1, time.monotonic()
+        while time.monotonic() - since < quiet_seconds or self.trigger.pending:
+            if self.records != seen:
+                seen, since = self.records, time.monotonic()
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.trigger.join(10)
+
+
+# --- the metering run -----------------------------------------------------------------
+
+
+def _usage(label: str, request_id: str | None = None) -> dict:
+    return dynamodb_costs.usage(label).model_dump() | ({"request_id": request_id} if request_id else {})
+
+
+@dataclass
+class Tenant:
+    org_id: str
+    app_id: str
+    token: str
+    shape: str
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/orgs/{self.org_id}/apps/{self.app_id}"
+
+
+def tenants(count: int, rate_limits: dict[str, int] | None = None) -> list[Tenant]:
+    """``count`` orgs with one app (half of them single clients, half batched), each with an
+    access token, and the org's own ``rate_limits`` (``overrides.rate_limits``) if given."""
+    import boto3
+
+    from price_keeper.domain import auth
+
+    config = boto3.resource("dynamodb").Table(tables.CONFIG.physical_name)
+    made = []
+    for n, (org_id, app_id) in enumerate(seed_scopes(count)):
+        if rate_limits:
+            config.update_item(
+                Key={"org_key": keys.org_key(org_id), "resource_key": "#"},
+                UpdateExpression="SET rate_limits = :limits",
+                ExpressionAttributeValues={":limits": rate_limits},
+            )
+        token = auth.issue_tokens(auth.Principal(org_id, app_id))["access_token"]
+        made.append(Tenant(org_id, app_id, token, "single" if n % 2 == 0 else "batched"))
+    return made
+
+
+def metering_work(
+    clients: list[Tenant], records: int, containers: int, batch: int, select_every: int, retries: float, seed: int
+) -> list[list[Request]]:
+    """``records`` metered calls over the clients, each request on a random container."""
+    rng = random.Random(seed)
+    work: list[list[Request]] = [[] for _ in range(containers)]
+    per_client = max(1, records // len(clients))
+    for tenant in clients:
+        sent = 0
+        while sent < per_client:
+            if tenant.shape == "single":
+                label = rng.choice(LABELS)
+                request_id = str(uuid.uuid4())
+                requests = [
+                    Request("model_selection", "single", "GET", f"{tenant.path}/model-selection", tenant.token),
+                    Request("usage", "single", "POST", f"{tenant.path}/usage", tenant.token, _usage(label, request_id)),
+                ]
+                if rng.random() < retries:  # the client did not see the answer and retries elsewhere
+                    requests.append(requests[-1])
+                sent += 1
+            else:
+                size = min(batch, per_client - sent)
+                body = {"requests": [_usage(rng.choice(LABELS)) for _ in range(size)]}
+                requests = [Request("usage_batch", "batched", "POST", f"{tenant.path}/usage/batch", tenant.token, body)]
+                if sent % select_every < size or sent == 0:
+                    requests.insert(
+                        0, Request("model_selection", "batched", "GET", f"{tenant.path}/model-selection", tenant.token)
+                    )
+                sent += size
+            for request in requests:
+                work[rng.randrange(containers)].append(request)
+    for requests in work:
+        rng.shuffle(requests)
+    return work
+
+
+def accepted_records(replies: list) -> dict[tuple[str, str, str], dict[str, int]]:
+    """(org, app, label) -> {request_id: cost} of every accepted record, from the replies.
+    A single report's cost is not in its receipt: it is taken from a batch record of the
+    same label (the same tokens and prices), filled in by ``exactness``."""
+    accepted: dict[tuple[str, str, str], dict[str, int]] = defaultdict(dict)
+    for request, status, _, body in replies:
+        org_id, app_id = request.path.split("/")[4], request.path.split("/")[6]
+        if request.kind == "usage" and status == 202:
+            accepted[org_id, app_id, request.body["model_label"]][request.body["request_id"]] = -1
+        elif request.kind == "usage_batch" and status == 207:
+            for record, result in zip(request.body["requests"], body["results"], strict=True):
+                if result["status"] == "accepted":
+                    accepted[org_id, app_id, record["model_label"]][record["request_id"]] = result["cost_usd_micros"]
+    return accepted
+
+
+def exactness(replies: list) -> list[str]:
+    """Every accepted record counted once: each label's shards and its DailyTotal equal the
+    accepted records' count and cost. The problems found (none: exact)."""
+    from datetime import UTC, datetime
+
+    from price_keeper.store import daily_totals, usage
+    from price_keeper.timeutil import org_day
+
+    accepted = accepted_records(replies)
+    unit_cost = {label: cost for (_, _, label), ids in accepted.items() for cost in ids.values() if cost >= 0}
+    day = org_day(dynamodb_costs.TZ, datetime.now(UTC))
+    problems = []
+    for (org_id, app_id, label), ids in accepted.items():
+        expected_cost = sum(cost if cost >= 0 else unit_cost[label] for cost in ids.values())
+        scope = keys.scope_key(org_id, app_id, "APP")
+        shards = usage.label_spends(scope, [label], day, 8)[label]
+        total = daily_totals.label_total(keys.usage_key(scope, label), day) or {}
+        seen = (shards, int(total.get("cost_usd_micros", 0)), int(total.get("requests", 0)))
+        if seen != (expected_cost, expected_cost, len(ids)):
+            problems.append(f"{org_id}/{label}: shards, total, requests {seen}; accepted {expected_cost}, {len(ids)}")
+    return problems
+
+
+def dollars(calls_per_record: dict[str, float], wcu: float, rcu: float, invocations: float, gb_s: float, api: str):
+    return (
+        wcu * PRICE["wru"]
+        + rcu * PRICE["rru"]
+        + calls_per_record["http"] * PRICE[api]
+        + invocations * PRICE["lambda_request"]
+        + gb_s * PRICE["gb_second"]
+    ) * 1e6
+
+
+def report(tallies: dict[tuple[str, str], Tally], aggregator: Aggregator, replies: list) -> list[tuple]:
+    """Per metered record and per selection, for each client shape: the table rows."""
+    records = Counter()
+    for request, status, _, body in replies:
+        if request.kind == "usage" and status == 202 and not body.get("duplicate"):
+            records[request.shape] += 1
+        elif request.kind == "usage_batch" and status == 207:
+            records[request.shape] += sum(
+                1 for r in body["results"] if r["status"] == "accepted" and not r["duplicate"]
+            )
+    all_records = sum(records.values())
+    fold_calls = sum(aggregator.meter.calls.values())
+    rows = []
+    for (shape, kind), tally in sorted(tallies.items()):
+        calls = sum(tally.calls.values())
+        rows.append(
+            (
+                f"{shape}: {kind}",
+                tally.requests,
+                f"{calls / tally.requests:.2f}",
+                f"{tally.wcu / tally.requests:.2f}",
+                f"{tally.rcu / tally.requests:.2f}",
+                dict(tally.statuses),
+            )
+        )
+    rows.append(
+        (
+            f"aggregator: stream batch ({aggregator.records / max(1, aggregator.invocations):.1f} records)",
+            aggregator.invocations,
+            f"{fold_calls / max(1, aggregator.invocations):.2f}",
+            f"{aggregator.meter.wcu / max(1, aggregator.invocations):.2f}",
+            f"{aggregator.meter.rcu / max(1, aggregator.invocations):.2f}",
+            "",
+        )
+    )
+    costs = []
+    for shape in ("single", "batched"):
+        mine = {kind: tally for (s, kind), tally in tallies.items() if s == shape}
+        if not records[shape]:
+            continue
+        n = records[shape]
+        share = n / all_records  # of the aggregator's work
+        http = sum(t.requests for t in mine.values())
+        calls = sum(sum(t.calls.values()) for t in mine.values())
+        wcu = sum(t.wcu for t in mine.values()) + aggregator.meter.wcu * share
+        rcu = sum(t.rcu for t in mine.values()) + aggregator.meter.rcu * share
+        invocations = http + aggregator.invocations * share
+        gb_s = (calls * MS_PER_CALL + http * MS_BASE) / 1000 * HTTP_GB + (
+            fold_calls * MS_PER_CALL + aggregator.invocations * MS_BASE
+        ) / 1000 * AGGREGATOR_GB * share
+        per = {"http": http / n}
+        floor = FLOOR_SINGLE if shape == "single" else FLOOR_BATCHED
+        http_api = dollars(per, wcu / n, rcu / n, invocations / n, gb_s / n, "http_api")
+        rest_api = dollars(per, wcu / n, rcu / n, invocations / n, gb_s / n, "rest_api")
+        costs.append(
+            (
+                shape,
+                n,
+                f"{(calls + fold_calls * share) / n:.2f}",
+                f"{wcu / n:.2f}",
+                f"{rcu / n:.2f}",
+                f"{invocations / n:.3f}",
+                f"${rest_api:.2f}",
+                f"${http_api:.2f}",
+                f"${floor:.3f}",
+                f"{http_api / floor:.1f}x",
+            )
+        )
+    print_table(
+        "Per request (DynamoDB units computed from item sizes)",
+        ("request", "count", "calls", "WRU", "RRU", "statuses"),
+        rows,
+    )
+    print_table(
+        "All-in per metered record (the aggregator's share included), $ per million metered calls",
+        ("client", "records", "calls", "WRU", "RRU", "Lambda inv.", "REST", "HTTP API", "floor", "HTTP/floor"),
+        costs,
+    )
+    return costs
+
+
+# The metering run's tenants are fleet-sized: their orgs raise the per-client limits (the
+# single clients select before every call, faster than the configured 120 a minute).
+FLEET_TENANT_LIMITS = {"usage": 100_000, "usage_batch": 10_000, "model_selection": 100_000}
+
+
+def metering_run(fleet: Fleet, args) -> tuple[list[tuple], list[str]]:
+    clients = tenants(args.tenants, FLEET_TENANT_LIMITS)
+    aggregator = Aggregator()
+    aggregator.meter.reset()
+    # cold: every container's first requests (config, prices, token checks), then warm
+    cold, cold_replies = fleet.run(
+        metering_work(clients, args.records // 10, args.containers, args.batch, args.select_every, args.retries, 1)
+    )
+    aggregator.drain()
+    cold_batches = aggregator.invocations
+    aggregator.meter.reset()
+    aggregator.invocations = aggregator.records = 0
+    tallies, replies = fleet.run(
+        metering_work(clients, args.records, args.containers, args.batch, args.select_every, args.retries, 2)
+    )
+    aggregator.drain()
+    aggregator.stop()
+    print(f"cold phase: {sum(t.requests for t in cold.values())} requests, {cold_batches} stream batches; warm below")
+    costs = report(tallies, aggregator, replies)
+    return costs, exactness(cold_replies + replies)
+
+
+# --- the rate-limit run ---------------------------------------------------------------
+
+
+def rate_limit_run(fleet: Fleet, containers: int, limit: int, seed: int = 3) -> dict[str, tuple]:
+    """One client at 50 % of its limit, another at 150 %, each spread over all containers
+    at once (model selection, the org's own limit ``limit`` a minute). Per load:
+    (requests, 429s, the most admitted in one window, rate-limit writes per request)."""
+
+    rng = random.Random(seed)
+    results = {}
+    for load in (0.5, 1.5):
+        client = tenants(1, {"model_selection": limit})[0]
+        sent = int(limit * load)
+        _wait_for_a_fresh_window(seconds_needed=45)
+        work: list[list[Request]] = [[] for _ in range(containers)]
+        for n in range(sent):  # every container gets some, then the rest at random
+            target = n if n < containers else rng.randrange(containers)
+            work[target].append(
+                Request("model_selection", "rate", "GET", f"{client.path}/model-selection", client.token)
+            )
+        tallies, replies = fleet.run(work)
+        leases = sum(tally.calls["UpdateItem"] for tally in tallies.values())
+        admitted_per_window = Counter(
+            headers.get("X-RateLimit-Reset") for _, status, headers, _ in replies if status == 200
+        )
+        refused = sum(1 for _, status, _, _ in replies if status == 429)
+        most = max(admitted_per_window.values(), default=0)
+        results[f"{int(load * 100)} %"] = (sent, refused, most, f"{leases / sent:.2f}")
+    return results
+
+
+def _wait_for_a_fresh_window(seconds_needed: int) -> None:
+    """Start a burst early in a minute, so it falls in one window (the check groups by
+    window anyway: a burst split in two is only a weaker test)."""
+    into = time.time() % 60
+    if into > 60 - seconds_needed:
+        time.sleep(60 - into + 0.5)
+
+
+def print_rate_limits(results: dict[str, tuple], containers: int, limit: int) -> None:
+    print_table(
+        f"Rate limits: one client over {containers} containers, limit {limit}/min (its org's)",
+        ("load", "requests", "429s", "most admitted in one window", "lease writes per request"),
+        [(load, *values) for load, values in results.items()],
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--containers", type=int, default=6)
+    parser.add_argument("--tenants", type=int, default=8, help="orgs with one app and three labels")
+    parser.add_argument("--records", type=int, default=1600, help="metered calls in the warm phase")
+    parser.add_argument("--batch", type=int, default=100, help="records per batch of the batched clients")
+    parser.add_argument("--select-every", type=int, default=300, help="calls per selection of the batched clients")
+    parser.add_argument("--retries", type=float, default=0.05, help="share of single reports sent twice")
+    parser.add_argument("--rate-containers", type=int, default=24)
+    parser.add_argument("--rate-limit", type=int, default=600, help="the client's limit a minute (its org's)")
+    parser.add_argument("--rate-limits-only", action="store_true")
+    args = parser.parse_args()
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+    endpoint = Endpoint()
+    try:
+        if not args.rate_limits_only:
+            fleet = Fleet(args.containers)
+            try:
+                _, problems = metering_run(fleet, args)
+            finally:
+                fleet.stop()
+            print("\nexactness:", "every accepted record counted once" if not problems else problems)
+        fleet = Fleet(args.rate_containers)
+        try:
+            results = rate_limit_run(fleet, args.rate_containers, args.rate_limit)
+        finally:
+            fleet.stop()
+        print_rate_limits(results, args.rate_containers, args.rate_limit)
+    finally:
+        endpoint.stop()
+
+
+if __name__ == "__main__":
+    main()

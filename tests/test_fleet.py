@@ -1,0 +1,61 @@
+"""The fleet harness (benchmarks/fleet.py) in small: container processes with their own
+process state calling the real handlers, against one moto server. Exactness and the rate
+limits' two promises are asserted; speed and cost are for the benchmark to print."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from price_keeper import state
+
+pytestmark = pytest.mark.slow
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    """The harness module with its moto server running; the environment it sets (its
+    endpoint, at import a benchmark's defaults) is restored afterwards."""
+    saved_environment, saved_path = dict(os.environ), list(sys.path)
+    sys.path.insert(0, str(BENCHMARKS))
+    harness = importlib.import_module("fleet")
+    endpoint = harness.Endpoint()
+    try:
+        yield harness
+    finally:
+        endpoint.stop()
+        os.environ.clear()
+        os.environ.update(saved_environment)
+        sys.path[:] = saved_path
+        state.reset()
+
+
+def test_a_fleet_counts_every_accepted_record_once(fleet):
+    """Single and batched clients of many tenants and labels, on containers cold then warm,
+    with retried reports landing on other containers; the aggregator folds the stream."""
+    containers = fleet.Fleet(4)
+    try:
+        args = SimpleNamespace(tenants=6, records=240, containers=4, batch=20, select_every=60, retries=0.2)
+        costs, problems = fleet.metering_run(containers, args)
+    finally:
+        containers.stop()
+    assert problems == []
+    assert {row[0] for row in costs} == {"single", "batched"}
+
+
+def test_24_containers_never_refuse_a_client_at_half_its_limit_nor_admit_more_than_it(fleet):
+    containers = fleet.Fleet(24)
+    try:
+        results = fleet.rate_limit_run(containers, 24, limit=240)
+    finally:
+        containers.stop()
+    sent, refused, _, _ = results["50 %"]
+    assert (sent, refused) == (120, 0)
+    sent, refused, most, _ = results["150 %"]
+    assert sent == 360 and refused > 0 and most <= 240
