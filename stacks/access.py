@@ -74,9 +74,11 @@ LIVE_SPEND = {USAGE_AGG_SHARDED: (BATCH_GET,)}  # usage.label_spends (selection 
 USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # usage.write_once: TransactWriteItems of a Put and an Update
 AGGREGATION = {  # aggregation.run (the sweep) and aggregation.fold_stream
     (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # usage.active_shard_keys (the sweep)
-    USAGE_AGG_SHARDED: (BATCH_GET,),  # usage.read_shards
-    # daily_totals.read_current, write_if_grown (conditional), register_labels, put_heartbeat
+    # one BatchGetItem of usage.shards_read, daily_totals.fold_read and sticky.days_read;
+    # daily_totals.fold_scope (TransactWriteItems of Updates), put_heartbeat
+    USAGE_AGG_SHARDED: (BATCH_GET,),
     DAILY_TOTAL: (BATCH_GET, UPDATE, PUT),
+    STICKY_STATE: (BATCH_GET,),
 }
 DAY_SPEND_CHECK = {(USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,)}  # usage.org_has_spend (PUT org)
 ALERT_LIST = {STICKY_STATE: (QUERY,)}  # alert_records.of_day / of_day_many

@@ -14,6 +14,7 @@
 | ``logLevel`` | ``INFO`` | ``POWERTOOLS_LOG_LEVEL`` of every function |
 | ``logRetentionDays`` | ``30`` | retention of function and access logs |
 | ``powertoolsLayerVersion`` | ``38`` | version of the AWS-managed Powertools layer |
+| ``reserveConcurrency`` | ``true`` | reserved concurrency of the aggregator and model selection (docs) |
 | ``bundleLayer`` | ``true`` | ``false`` ships the unbundled layer source (offline synth in tests; not deployable) |
 """
 
@@ -80,6 +81,7 @@ class Settings:
     log_retention_days: int = 30
     powertools_layer_version: int = 38
     bundle_layer: bool = True
+    reserve_concurrency: bool = True
 
     @property
     def prefix(self) -> str:
@@ -110,4 +112,5 @@ class Settings:
             log_retention_days=int(get("logRetentionDays") or cls.log_retention_days),
             powertools_layer_version=int(get("powertoolsLayerVersion") or cls.powertools_layer_version),
             bundle_layer=_flag(get("bundleLayer"), True),
+            reserve_concurrency=_flag(get("reserveConcurrency"), True),
         )

@@ -5,8 +5,9 @@ Batches of shard writes reach the aggregator within the batching window (1 s). A
 that fails is split in two and retried (bisect on error) up to ``retries`` times or until
 its records are ``max_record_age_s`` old; then its description goes to the aggregator's
 dead-letter queue (the same queue as failed scheduled runs, so one alarm covers both) and
-the sweep folds what it named. One batch at a time per stream shard (parallelization
-factor 1): the fold would stay exact with more, since it recomputes from the shards.
+the sweep folds what it named. ``parallelization_factor`` batches at once per stream shard:
+the fold stays exact, since it recomputes from the shards and moves totals only by
+conditional transactions (docs/infrastructure.md, "Concurrency").
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class UsageStreamTrigger(Construct):
             retry_attempts=USAGE_STREAM.retries,
             max_record_age=Duration.seconds(USAGE_STREAM.max_record_age_s),
             on_failure=sources.SqsDlq(dead_letter_queue),
-            parallelization_factor=1,
+            parallelization_factor=USAGE_STREAM.parallelization_factor,
             filters=[lambda_.FilterCriteria.filter(USAGE_STREAM_FILTER)],
         )
         aggregator.add_event_source(self.source)

@@ -12,10 +12,11 @@ import pytest
 
 from local.gateway import LambdaContext, load_handler
 from price_keeper.domain import aggregation, alerts
-from price_keeper.store import keys, tables, usage
+from price_keeper.store import daily_totals, keys, tables, usage
 from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.timeutil import org_day
 from tests.factories import seed_org
+from tests.moto_support import serialized_moto
 from tests.usage_support import daily_total, new_tenant, usage_body
 
 NOW = datetime(2026, 1, 23, 15, 30, tzinfo=UTC)
@@ -51,6 +52,13 @@ def put_shard(
 
 def total(scope: str, label: str, day: str = DAY) -> dict | None:
     return daily_total(scope, label, day)
+
+
+@pytest.fixture(autouse=True)
+def one_request_at_a_time(aws):
+    """The fold writes scopes in parallel threads; moto serialises them (tests/moto_support.py)."""
+    with serialized_moto():
+        yield
 
 
 @pytest.fixture
@@ -112,7 +120,7 @@ def test_a_total_never_moves_backwards(aws):
         Item={"usage_key": "ORG#a#LABEL#premium", "date_key": f"DAY#{DAY}", "cost_usd_micros": 500, "requests": 5}
     )  # a newer run's total
     report = aggregation.run(NOW)
-    assert (report.totals_written, report.stale_puts_skipped) == (1, 1)  # the scope total is new
+    assert (report.totals_written, report.stale_puts_skipped) == (0, 1)
     assert total("ORG#a", "premium")["cost_usd_micros"] == 500
 
 
@@ -137,42 +145,43 @@ def test_work_grows_with_active_scopes_not_with_all_orgs(calls):
     aggregation.run(NOW)
     assert "Scan" not in seen
     assert seen["Query"] == 4  # one per day in play
-    # the shards; the label totals; the scope totals; the label totals again, after writing them
-    assert seen["BatchGetItem"] == 4
-    # the two label totals; each new scope total registers its label, then its sums
-    assert seen["UpdateItem"] == 2 + 2 + 2
+    assert seen["BatchGetItem"] == 2  # the orgs' configs (not registered here); shards and totals together
+    assert seen["TransactWriteItems"] == 2  # one per scope: its label totals and its scope total
     assert seen["PutItem"] == 1  # the heartbeat
-    assert len(keys_read) == 3 + 2 + 2 + 2
+    assert len(keys_read) == 2 + 3 + 2 + 2  # configs, shards, label totals, scope totals
 
 
 def test_lag_is_the_age_of_the_oldest_unfolded_update(aws):
     put_shard("ORG#a", "premium", 0, updated_at=int(NOW.timestamp()) - 42)
     put_shard("ORG#a", "premium", 1, updated_at=int(NOW.timestamp()) - 10)
     assert aggregation.run(NOW).lag_seconds == 42
-    put_shard("ORG#a", "premium", 1, cost=500, updated_at=int(NOW.timestamp()) + 30)
+    put_shard("ORG#a", "premium", 1, cost=500, requests=2, updated_at=int(NOW.timestamp()) + 30)
     assert aggregation.run(NOW + timedelta(seconds=50)).lag_seconds == 20
     heartbeat = table(tables.DAILY_TOTAL).get_item(Key=keys.HEARTBEAT_KEY)["Item"]
     assert heartbeat["last_run_epoch"] == int(NOW.timestamp()) + 50 and heartbeat["lag_seconds"] == 20
 
 
 def test_a_run_that_fails_half_way_is_completed_by_the_next(aws, monkeypatch):
-    for label in ("premium", "standard", "economy"):
-        put_shard("ORG#a", label, 0, cost=11)
-    real_put = aggregation._write_total
+    scopes = ("ORG#a", "ORG#b", "ORG#c")
+    for scope in scopes:
+        put_shard(scope, "premium", 0, cost=11)
+        put_shard(scope, "standard", 0, cost=4)
+    real_fold = daily_totals.fold_scope
     written = []
 
     def fail_after_one(*args):
         if written:
             raise RuntimeError("Lambda timed out")
-        written.append(real_put(*args))
+        written.append(real_fold(*args))
         return written[-1]
 
-    monkeypatch.setattr(aggregation, "_write_total", fail_after_one)
+    monkeypatch.setattr(aggregation, "FOLD_THREADS", 1)
+    monkeypatch.setattr(daily_totals, "fold_scope", fail_after_one)
     with pytest.raises(RuntimeError):
         aggregation.run(NOW)
-    monkeypatch.setattr(aggregation, "_write_total", real_put)
-    assert aggregation.run(NOW).totals_written == 2 + 1  # the two labels left and the scope total
-    assert all(total("ORG#a", label)["cost_usd_micros"] == 11 for label in ("premium", "standard", "economy"))
+    monkeypatch.setattr(daily_totals, "fold_scope", real_fold)
+    assert aggregation.run(NOW).totals_written == 2 * (2 + 1)  # the two scopes left: two labels and the total each
+    assert all(scope_total(scope)["cost_usd_micros"] == 15 for scope in scopes)
 
 
 def test_the_scheduled_handler_reports_the_run(api):
@@ -322,3 +331,64 @@ def test_spend_of_an_org_no_longer_registered_is_left_to_the_sweep(stream):
     assert total(scope, "premium")["cost_usd_micros"] == 5 and total(gone, "premium") is None
     aggregation.run(NOW)
     assert total(gone, "premium")["cost_usd_micros"] == 7
+
+
+# --- cost per changed label ------------------------------------------------------------
+
+
+def test_a_lone_reports_fold_is_one_read_and_one_write(stream, api, calls):
+    """Shards, totals and sticky state in one BatchGetItem; both totals in one transaction.
+    (A container's first fold also reads the config and boosts and writes the heartbeat.)"""
+    seen, keys_read = calls
+    tenant = new_tenant()
+    assert api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).status == 202
+    fold(stream())
+    assert api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).status == 202
+    event = stream()
+    seen.clear()
+    keys_read.clear()
+    report = fold(event)
+    assert report["totals_written"] == 2
+    assert dict(seen) == {"BatchGetItem": 1, "TransactWriteItems": 1}
+    assert (
+        len(keys_read) == 8 + 1 + 1 + 2 + 1
+    )  # 8 shards, the label's and the scope's total, 2 more of the ordering, sticky
+    day = org_day("America/New_York")
+    assert (total(tenant.scope, "premium", day)["requests"], scope_total(tenant.scope, day)["requests"]) == (2, 2)
+
+
+@pytest.mark.parametrize("labels", [20, 100])
+def test_a_batch_costs_at_most_two_calls_per_label_it_changed(stream, calls, labels):
+    """The worst case: every label in a scope of its own (one transaction each)."""
+    seen, _ = calls
+    scopes = [keys.org_key(seed_org(quota_scope="ORG")) for _ in range(labels)]
+    for scope in scopes:
+        put_shard(scope, "premium", 0)
+    fold(stream())  # the container's first: configs and boosts read, then cached
+    for scope in scopes:
+        put_shard(scope, "premium", 5, cost=30, requests=2)
+    seen.clear()
+    report = fold(stream())
+    assert report["totals_written"] == 2 * labels
+    assert seen["TransactWriteItems"] == labels and sum(seen.values()) <= 2 * labels
+    assert all(scope_total(scope)["cost_usd_micros"] == 130 for scope in scopes)
+
+
+def test_concurrent_folds_of_one_scope_keep_its_total_the_sum_of_its_labels(stream):
+    """Runs on different labels of a scope (other stream shards) race for its total: a
+    transaction that lost re-reads and folds again, and nothing is counted twice or lost."""
+    import threading
+
+    scope = keys.org_key(seed_org(quota_scope="ORG"))
+    labels = [f"label-{n}" for n in range(6)]
+    events = []
+    for n, label in enumerate(labels):
+        put_shard(scope, label, n % 8, cost=10 + n)
+        events.append(stream())
+    threads = [threading.Thread(target=fold, args=(event,)) for event in events * 2]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert scope_total(scope)["cost_usd_micros"] == sum(10 + n for n in range(6))
+    assert scope_total(scope)["requests"] == 6 and scope_total(scope)["labels"] == set(labels)

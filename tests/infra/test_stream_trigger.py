@@ -51,7 +51,20 @@ def test_the_usage_stream_triggers_the_aggregator(request, which):
     assert props["BisectBatchOnFunctionError"] is True
     assert props["MaximumRetryAttempts"] == aggregation.USAGE_STREAM.retries
     assert props["MaximumRecordAgeInSeconds"] == aggregation.USAGE_STREAM.max_record_age_s
-    assert props.get("ParallelizationFactor", 1) == 1
+    assert props["ParallelizationFactor"] == aggregation.USAGE_STREAM.parallelization_factor > 1
+
+
+def test_the_aggregator_and_model_selection_have_concurrency_reserved(synth):
+    """A burst of one tenant on the API cannot take the account's whole concurrency from
+    the fold or the choice; both stay well below the account's default 1,000."""
+    functions = synth.resources("AWS::Lambda::Function")
+    reserved = {
+        name: functions[function_id]["Properties"].get("ReservedConcurrentExecutions")
+        for name, function_id in synth.function_ids().items()
+    }
+    assert reserved["aggregator"] == 100 and reserved["model_selection"] == 200
+    assert sum(value for value in reserved.values() if value) <= 1000 - 100  # 100 always stay unreserved
+    assert reserved["usage"] is None
 
 
 def test_failed_batches_go_to_the_aggregator_dead_letter_queue(synth):

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from boto3.dynamodb.conditions import Key
 
 from . import keys, tables
-from .dynamo import batch_get, query_all, table, transact
+from .dynamo import Read, batch_get, query_all, table, transact
 
 # The counters a shard and a DailyTotal hold (they only ever grow).
 COUNTERS = (
@@ -126,6 +126,11 @@ def active_shard_keys(day: str) -> list[dict]:
         KeyConditionExpression=Key(index.partition_key).eq(keys.day_key(day)),
     )
     return [{"shard_key": item["shard_key"], "date_key": item["date_key"]} for item in items]
+
+
+def shards_read(shard_keys: Iterable[dict]) -> Read:
+    """The read of shards to fold, for ``dynamo.batch_get_many`` beside the totals."""
+    return Read(tables.USAGE_AGG_SHARDED, list(shard_keys), [*COUNTERS, "updated_at_epoch"])
 
 
 def read_shards(shard_keys: Iterable[dict], attributes: Iterable[str], *, consistent: bool = False) -> list[dict]:
