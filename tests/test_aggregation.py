@@ -3,6 +3,7 @@ DailyTotal, idempotently, never backwards, without scans, and reports its lag.""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -12,6 +13,7 @@ import pytest
 
 from local.gateway import LambdaContext, load_handler
 from price_keeper.domain import aggregation, alerts
+from price_keeper.errors import ApiError
 from price_keeper.store import daily_totals, keys, tables, usage
 from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.timeutil import org_day
@@ -148,7 +150,7 @@ def test_work_grows_with_active_scopes_not_with_all_orgs(calls):
     assert seen["BatchGetItem"] == 2  # the orgs' configs (not registered here); shards and totals together
     assert seen["TransactWriteItems"] == 2  # one per scope: its label totals and its scope total
     assert seen["PutItem"] == 1  # the heartbeat
-    assert len(keys_read) == 2 + 3 + 2 + 2  # configs, shards, label totals, scope totals
+    assert len(keys_read) == 2 + 3 + 2 + 2 + 2  # configs, shards, shard counts, label totals, scope totals
 
 
 def test_lag_is_the_age_of_the_oldest_unfolded_update(aws):
@@ -350,9 +352,8 @@ def test_a_lone_reports_fold_is_one_read_and_one_write(stream, api, calls):
     report = fold(event)
     assert report["totals_written"] == 2
     assert dict(seen) == {"BatchGetItem": 1, "TransactWriteItems": 1}
-    assert (
-        len(keys_read) == 8 + 1 + 1 + 2 + 1
-    )  # 8 shards, the label's and the scope's total, 2 more of the ordering, sticky
+    # 8 shards and the label-day's shard count; its total, the scope's, the ordering's 2 others; sticky
+    assert len(keys_read) == 8 + 1 + 1 + 1 + 2 + 1
     day = org_day("America/New_York")
     assert (total(tenant.scope, "premium", day)["requests"], scope_total(tenant.scope, day)["requests"]) == (2, 2)
 
@@ -392,3 +393,130 @@ def test_concurrent_folds_of_one_scope_keep_its_total_the_sum_of_its_labels(stre
         thread.join()
     assert scope_total(scope)["cost_usd_micros"] == sum(10 + n for n in range(6))
     assert scope_total(scope)["requests"] == 6 and scope_total(scope)["labels"] == set(labels)
+
+
+# --- hot labels: the shard count grows with the load -------------------------------------
+
+
+@pytest.fixture
+def conflicts_like_dynamodb(aws):
+    """DynamoDB cancels a transaction that touches an item another transaction holds
+    (``TransactionConflict``); moto serialises them instead. This hook answers as DynamoDB
+    does: a TransactWriteItems whose shard is held by one in flight (sent, not yet answered)
+    is cancelled. ``held["conflicts"]`` counts the cancellations."""
+    import threading
+    from types import SimpleNamespace
+
+    lock, mine = threading.Lock(), threading.local()
+    held: Counter = Counter()
+
+    def remember(params, model, **_):
+        if model.name == "TransactWriteItems":
+            mine.keys = {
+                json.dumps(action["Update"]["Key"], sort_keys=True)
+                for action in params["TransactItems"]
+                if "Update" in action
+            }
+
+    def enter(model, **_):
+        if model.name != "TransactWriteItems":
+            return None
+        with lock:
+            if any(held[key] for key in mine.keys):
+                mine.keys = set()
+                held["conflicts"] += 1
+                return SimpleNamespace(status_code=400), {
+                    "Error": {"Code": "TransactionCanceledException", "Message": "[None, TransactionConflict]"},
+                    "CancellationReasons": [{"Code": "None"}, {"Code": "TransactionConflict"}],
+                    "ResponseMetadata": {"HTTPStatusCode": 400},
+                }
+            held.update(mine.keys)
+        return None
+
+    def leave(model, **_):
+        if model.name == "TransactWriteItems":
+            with lock:
+                held.subtract(mine.keys)
+
+    events = ddb_client().meta.events
+    events.register("before-parameter-build.dynamodb", remember)
+    events.register("before-call.dynamodb", enter)
+    events.register("after-call.dynamodb", leave)
+    return held
+
+
+def submit_concurrently(tenant, requests: list, threads: int = 16) -> list[dict]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from price_keeper.domain import metering
+
+    def submit(request):
+        while True:  # as the client library does: a 503 is sent again, same request id
+            try:
+                return metering.submit(tenant.org_id, tenant.app_id, request)
+            except ApiError as error:
+                assert error.status == 503
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(submit, requests))
+
+
+def shard_count_item(scope: str, label: str, day: str) -> dict | None:
+    key = keys.shard_count_key(scope, label, keys.day_key(day))
+    return table(tables.USAGE_AGG_SHARDED).get_item(Key=key, ConsistentRead=True).get("Item")
+
+
+def test_a_hot_label_spreads_over_more_shards_and_counts_every_record_once(stream, api, conflicts_like_dynamodb):
+    from price_keeper.domain import hot_labels
+    from price_keeper.domain.models import UsageRequest
+
+    tenant = new_tenant()
+    day = org_day("America/New_York")
+    requests = [UsageRequest.model_validate(usage_body()) for _ in range(160)]
+    answers = submit_concurrently(tenant, requests)
+    assert conflicts_like_dynamodb["conflicts"] > 0
+    raised = int(shard_count_item(tenant.scope, "premium", day)["shard_count"])
+    assert 8 < raised <= 64
+    used = {answer["processing"]["shard_id"] for answer in answers}
+    assert max(used) >= 8  # records went to the new shards
+    fold(stream())
+    assert total(tenant.scope, "premium", day)["requests"] == 160
+    assert total(tenant.scope, "premium", day)["cost_usd_micros"] == 160 * 3760
+    assert scope_total(tenant.scope, day)["requests"] == 160
+    # exactly once across the change: a retry of each record, from a container that never
+    # learned the raise, is a duplicate answered with the shard it went to
+    hot_labels._known.clear()
+    again = submit_concurrently(tenant, requests)
+    assert all(answer["duplicate"] for answer in again)
+    assert [a["processing"]["shard_id"] for a in again] == [a["processing"]["shard_id"] for a in answers]
+    fold(stream())
+    assert total(tenant.scope, "premium", day)["requests"] == 160
+
+
+def test_the_shard_count_stops_at_64_and_folds_read_every_shard_across_raises(stream):
+    from price_keeper.domain import hot_labels
+
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(scope, "premium", 3, cost=1)
+    fold(stream())
+    count = 8
+    while count < hot_labels.MAX_SHARDS:
+        count = hot_labels.raise_after_conflict(scope, "premium", DAY, count, 2_000_000_000)
+    assert count == 64 and hot_labels.raise_after_conflict(scope, "premium", DAY, 64, 2_000_000_000) == 64
+    assert shard_count_item(scope, "premium", DAY)["shard_count"] == 64
+    put_shard(scope, "premium", 63, cost=10)  # this batch is lost
+    stream()
+    hot_labels._known.clear()  # another container: it knows only the org's 8
+    put_shard(scope, "premium", 5, cost=100)
+    fold(stream())  # names shard 5 only; the count item says 64
+    assert total(scope, "premium")["cost_usd_micros"] == 111 and scope_total(scope)["cost_usd_micros"] == 111
+
+
+def test_live_spend_in_tight_mode_counts_the_shards_of_a_raised_count(aws):
+    from price_keeper.domain import hot_labels
+
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(scope, "premium", 1, cost=5)
+    hot_labels.raise_after_conflict(scope, "premium", DAY, 8, 2_000_000_000)
+    put_shard(scope, "premium", 12, cost=50)
+    assert usage.label_spends(scope, ["premium", "standard"], DAY, 8) == {"premium": 55, "standard": 0}

@@ -47,7 +47,7 @@ from ..observability import logger
 from ..store import daily_totals, dynamo, keys, sticky, tables, usage
 from ..store.dynamo import batch_get_many
 from ..timeutil import org_days_in_play, parse_day, utc_now
-from . import orgs
+from . import hot_labels, orgs
 from .orgs import EffectiveConfig
 
 if TYPE_CHECKING:
@@ -258,17 +258,20 @@ def _read(label_shards: dict[LabelDay, list[dict]], scope_days: list[_ScopeDay],
         for scope_day in scope_days
         if scope_day.config and scope_day.config.sticky_fallback_enabled
     ]
+    count_keys = [keys.shard_count_key(*keys.split_usage_key(u), d) for u, d in label_shards]
     shards, totals, sticky_items = batch_get_many(
         [
-            usage.shards_read(key for label_day in label_shards.values() for key in label_day),
+            usage.shards_read([*(key for label_day in label_shards.values() for key in label_day), *count_keys]),
             daily_totals.fold_read({"usage_key": u, "date_key": d} for u, d in total_keys),
             sticky.days_read(sticky_days),
         ],
         consistent=consistent,
     )
+    shards += _shards_above(label_shards, [item for item in shards if keys.is_shard_count_key(item["date_key"])])
     by_label: dict[LabelDay, list[dict]] = {}
     for shard in shards:
-        by_label.setdefault((keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"]), []).append(shard)
+        if not keys.is_shard_count_key(shard["date_key"]):
+            by_label.setdefault((keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"]), []).append(shard)
     labels_of = {(item["scope_key"], item["date_key"]): item.get("active_model_label") for item in sticky_items}
     return _Snapshot(
         by_label,
@@ -280,6 +283,24 @@ def _read(label_shards: dict[LabelDay, list[dict]], scope_days: list[_ScopeDay],
             for scope, day in sticky_days
         },
     )
+
+
+def _shards_above(label_shards: dict[LabelDay, list[dict]], count_items: list[dict]) -> list[dict]:
+    """The shards of hot label-days (``hot_labels``) above the ones read, which their count
+    items say exist: read now (one more BatchGetItem, once per container and raise) and
+    added to ``label_shards`` for re-reads."""
+    extra = []
+    for item in count_items:
+        usage_key, count = item["shard_key"], int(item["shard_count"])
+        day = item["date_key"].removeprefix(keys.SHARD_COUNT_PREFIX)
+        scope, label = keys.split_usage_key(usage_key)
+        hot_labels.learned(scope, label, day, count)
+        label_day = (usage_key, keys.day_key(day))
+        have = {key["shard_key"] for key in label_shards[label_day]}
+        more = [key for key in keys.shard_item_keys(scope, label, label_day[1], count) if key["shard_key"] not in have]
+        label_shards[label_day] = [*label_shards[label_day], *more]
+        extra += more
+    return usage.read_shards(extra, [*SUM_FIELDS, "updated_at_epoch"], consistent=True) if extra else []
 
 
 def _fold_scope_day(
@@ -431,7 +452,10 @@ def fold_stream(records: Iterable[DynamoDBRecord], now: datetime | None = None) 
         if scope not in org_configs:
             logger.warning("spend of an unregistered org left to the sweep", extra={"scope": scope})
             continue
-        shard_count = org_configs[scope].agg_shard_count  # the org's, immutable
+        # the org's, or what this container learned of the label-day's since (the fold reads the count item too)
+        shard_count = hot_labels.shard_count(
+            scope, label, keys.day_of_key(date_key), org_configs[scope].agg_shard_count
+        )
         label_shards[(usage_key, date_key)] = keys.shard_item_keys(scope, label, date_key, shard_count)
     if not label_shards:
         return report

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from boto3.dynamodb.conditions import Key
 
 from . import keys, tables
-from .dynamo import Read, batch_get, query_all, table, transact
+from .dynamo import ConditionFailed, Read, batch_get, conditional, query_all, table, transact
 
 # The counters a shard and a DailyTotal hold (they only ever grow).
 COUNTERS = (
@@ -129,8 +129,26 @@ def active_shard_keys(day: str) -> list[dict]:
 
 
 def shards_read(shard_keys: Iterable[dict]) -> Read:
-    """The read of shards to fold, for ``dynamo.batch_get_many`` beside the totals."""
-    return Read(tables.USAGE_AGG_SHARDED, list(shard_keys), [*COUNTERS, "updated_at_epoch"])
+    """The read of shards to fold (and of label-days' shard count items), for
+    ``dynamo.batch_get_many`` beside the totals."""
+    return Read(tables.USAGE_AGG_SHARDED, list(shard_keys), [*COUNTERS, "updated_at_epoch", "shard_count"])
+
+
+def raise_shard_count(count_key: dict, count: int, expires_at: int) -> int:
+    """Raise a label-day's shard count to ``count`` unless it is already as high; the count
+    stored after (one conditional UpdateItem; the stored item comes back when it fails)."""
+    try:
+        conditional(
+            table(tables.USAGE_AGG_SHARDED).update_item,
+            Key=count_key,
+            UpdateExpression=f"SET shard_count = :count, {tables.TTL_ATTRIBUTE} = :expires",
+            ConditionExpression="attribute_not_exists(shard_count) OR shard_count < :count",
+            ExpressionAttributeValues={":count": count, ":expires": expires_at},
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+        return count
+    except ConditionFailed as failed:
+        return int((failed.item or {}).get("shard_count", count))
 
 
 def read_shards(shard_keys: Iterable[dict], attributes: Iterable[str], *, consistent: bool = False) -> list[dict]:
@@ -145,11 +163,25 @@ def label_spends(scope: str, labels: Iterable[str], day: str, shard_count: int) 
     DailyTotal lags the shards until the aggregator folds them. Near a quota that lag is
     what a burst overspends, so tight mode reads the shards themselves: one BatchGetItem of
     labels x shards (e.g. 3 labels x 8 shards = 24 keys, ~12 read units eventually
-    consistent, vs 1.5 for the totals). ``benchmarks/overshoot.py`` measures what it buys.
+    consistent, vs 1.5 for the totals) and their shard count items; the shards of a label
+    whose count was raised (``domain.hot_labels``) in a second. ``benchmarks/overshoot.py``
+    measures what it buys.
     """
     labels = list(labels)
-    wanted = [key for label in labels for key in keys.shard_item_keys(scope, label, keys.day_key(day), shard_count)]
+    date_key = keys.day_key(day)
+    wanted = [key for label in labels for key in keys.shard_item_keys(scope, label, date_key, shard_count)]
+    counts = [keys.shard_count_key(scope, label, date_key) for label in labels]  # hot labels have more shards
+    found = read_shards([*wanted, *counts], ["cost_usd_micros", "shard_count"])
+    above = [
+        key
+        for item in found
+        if keys.is_shard_count_key(item["date_key"])
+        for key in keys.shard_item_keys(
+            scope, keys.split_usage_key(item["shard_key"])[1], date_key, int(item["shard_count"])
+        )[shard_count:]
+    ]
     spends = dict.fromkeys(labels, 0)
-    for item in read_shards(wanted, ["cost_usd_micros"]):
-        spends[keys.label_of_shard(item["shard_key"])] += int(item.get("cost_usd_micros", 0))
+    for item in [*found, *(read_shards(above, ["cost_usd_micros"]) if above else [])]:
+        if not keys.is_shard_count_key(item["date_key"]):
+            spends[keys.label_of_shard(item["shard_key"])] += int(item.get("cost_usd_micros", 0))
     return spends
