@@ -112,7 +112,8 @@ _TABLES: dict[str, Grants] = {
         PRICE_QUOTE,
         LIVE_SPEND,
     ),
-    "inference_profiles": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_REGISTER),
+    # ORG_CHILDREN: profiles.labels, the app's count against MAX_PROFILES_PER_APP
+    "inference_profiles": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_REGISTER),
     # metering.count: UNPRICED_MODEL alerts (alerts.fire_unpriced_model)
     "usage": merge(
         AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS, ALERT_FIRE

@@ -36,7 +36,7 @@ class Sizing:
 
 
 # bcrypt (cost 12) hashes and checks secrets: give those functions a full vCPU.
-# The aggregator's sweep reads every active shard of the days in play; the pricing fetcher pages
+# The aggregator's audit plan pages the active-by-day index of the days in play; the pricing fetcher pages
 # through the Price List API once a day.
 SIZING: dict[str, Sizing] = {
     "auth_token": Sizing(memory_mb=1769),

@@ -4,6 +4,7 @@ DailyTotal, idempotently, never backwards, without scans, and reports its lag.""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -14,9 +15,9 @@ import pytest
 from local.gateway import LambdaContext, load_handler
 from price_keeper.domain import aggregation, alerts
 from price_keeper.errors import ApiError
-from price_keeper.store import daily_totals, keys, tables, usage
-from price_keeper.store.dynamo import ddb_client, table
-from price_keeper.timeutil import org_day
+from price_keeper.store import daily_totals, dynamo, keys, tables, usage
+from price_keeper.store.dynamo import ddb_client, streams, table
+from price_keeper.timeutil import org_day, utc_now
 from tests.factories import seed_org
 from tests.moto_support import serialized_moto
 from tests.usage_support import daily_total, new_tenant, usage_body
@@ -179,11 +180,33 @@ def test_a_run_that_fails_half_way_is_completed_by_the_next(aws, monkeypatch):
 
     monkeypatch.setattr(aggregation, "FOLD_THREADS", 1)
     monkeypatch.setattr(daily_totals, "fold_scope", fail_after_one)
-    with pytest.raises(RuntimeError):
-        aggregation.run(NOW)
+    assert aggregation.run(NOW).failed == [("ORG#b", DAY), ("ORG#c", DAY)]  # logged; ORG#a folded
     monkeypatch.setattr(daily_totals, "fold_scope", real_fold)
     assert aggregation.run(NOW).totals_written == 2 * (2 + 1)  # the two scopes left: two labels and the total each
     assert all(scope_total(scope)["cost_usd_micros"] == 15 for scope in scopes)
+
+
+def test_one_scope_failing_never_stops_the_others_and_its_batch_is_retried(stream, monkeypatch):
+    """A tenant whose fold fails (here: its transaction is refused) is logged; the batch's
+    other scopes are folded and alerted, and the run fails so that Lambda retries it."""
+    poisoned, healthy = (keys.scope_key(seed_org(), "app-1", "APP") for _ in range(2))
+    put_shard(poisoned, "premium", 0, cost=5)
+    put_shard(healthy, "premium", 0, cost=7)
+    event = stream()
+    real_fold = daily_totals.fold_scope
+
+    def refuse_poisoned(total_key, *args):
+        if total_key["usage_key"].startswith(poisoned):
+            raise RuntimeError("ValidationException: Item size has exceeded the maximum allowed size")
+        return real_fold(total_key, *args)
+
+    monkeypatch.setattr(daily_totals, "fold_scope", refuse_poisoned)
+    with pytest.raises(aggregation.FoldFailed):
+        fold(event)
+    assert scope_total(healthy)["cost_usd_micros"] == 7 and scope_total(poisoned) is None
+    monkeypatch.undo()
+    assert fold(event)["totals_written"] == 2  # Lambda's retry: the healthy scope has nothing left to write
+    assert scope_total(poisoned)["cost_usd_micros"] == 5
 
 
 def test_the_scheduled_handler_reports_the_run(api):
@@ -520,3 +543,127 @@ def test_live_spend_in_tight_mode_counts_the_shards_of_a_raised_count(aws):
     hot_labels.raise_after_conflict(scope, "premium", DAY, 8, 2_000_000_000)
     put_shard(scope, "premium", 12, cost=50)
     assert usage.label_spends(scope, ["premium", "standard"], DAY, 8) == {"premium": 55, "standard": 0}
+
+
+# --- repair: the failure destination and the audit, fanned out over SQS ------------------
+
+
+@pytest.fixture
+def repair_queue(aws, monkeypatch):
+    """The repair queue on moto's SQS, as the local stack runs it (``local.streams``);
+    ``drain()`` delivers its messages to the aggregator (within its role) as the queue's
+    event source mapping does, 10 at a time, until none is left; the invocations made."""
+    import threading
+
+    from local.streams import RepairQueue, RepairTrigger
+    from tests.iam_check import only_granted
+
+    monkeypatch.setenv("REPAIR_QUEUE_URL", "")  # RepairQueue sets it, as the local stack does: undone after the test
+    queue = RepairQueue()
+    trigger = RepairTrigger("aggregator", queue, threading.Event())
+
+    def drain() -> int:
+        with only_granted("aggregator"):
+            invocations = 0
+            while trigger.deliver():
+                invocations += 1
+            return invocations
+
+    drain.queue = queue
+    return drain
+
+
+def test_the_audit_fans_out_over_the_repair_queue_in_chunks(repair_queue, calls):
+    seen, _ = calls
+    today = utc_now().strftime("%Y%m%d")
+    yesterday = (utc_now() - timedelta(days=1)).strftime("%Y%m%d")  # still open somewhere
+    scopes = [keys.scope_key(seed_org(), "app-1", "APP") for _ in range(130)]
+    for n, scope in enumerate(scopes):
+        put_shard(scope, "premium", n % 8, day=today, cost=n)
+        put_shard(scope, "standard", 0, day=yesterday, cost=1)
+    seen.clear()
+    planned = fold({"source": "aws.events"})  # the schedule: only the plan
+    assert (planned["label_days"], planned["messages"]) == (260, 3)
+    assert set(seen) == {"Query", "PutItem"}  # the index, one page a day here; the heartbeat
+    seen.clear()
+    assert repair_queue() == 1  # 3 messages, one invocation of up to 10
+    assert seen["TransactWriteItems"] == 2 * 130  # a scope-day's label and total each
+    assert all(scope_total(scope, today)["cost_usd_micros"] == n for n, scope in enumerate(scopes))
+    assert all(scope_total(scope, yesterday)["cost_usd_micros"] == 1 for scope in scopes)
+    assert fold({"source": "aws.events"})["messages"] == 3
+    seen.clear()
+    repair_queue()
+    assert "TransactWriteItems" not in seen  # nothing new: the audit only reads
+
+
+def test_a_stream_batch_given_up_on_is_refolded_from_its_failure_message(stream, repair_queue, calls):
+    seen, keys_read = calls
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    other = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(other, "premium", 0)
+    stream()
+    put_shard(scope, "premium", 4, cost=70)
+    put_shard(scope, "economy", 1, cost=3)
+    records = stream()["Records"]  # this batch failed for good: the mapping sends its description
+    shard_id = streams().describe_stream(StreamArn=records[0]["eventSourceARN"])["StreamDescription"]["Shards"][0]
+    failure = {
+        "requestContext": {"condition": "RetryAttemptsExhausted"},
+        "DDBStreamBatchInfo": {
+            "shardId": shard_id["ShardId"],
+            "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
+            "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
+            "batchSize": len(records),
+            "streamArn": records[0]["eventSourceARN"],
+        },
+    }
+    boto3.client("sqs").send_message(QueueUrl=os.environ["REPAIR_QUEUE_URL"], MessageBody=json.dumps(failure))
+    seen.clear()
+    keys_read.clear()
+    assert repair_queue() == 1
+    assert scope_total(scope)["cost_usd_micros"] == 73 and total(other, "premium") is None
+    assert all(other not in str(key) for key in keys_read)  # the repair costs what failed: no index,
+    assert seen["TransactWriteItems"] == 1 and "Scan" not in seen  # no other scope, one write
+
+
+def test_the_local_stream_trigger_sends_a_batch_it_gives_up_on_to_the_repair_queue(repair_queue):
+    from local.streams import StreamReader
+
+    reader = StreamReader(tables.USAGE_AGG_SHARDED)
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(scope, "premium", 2, cost=9)
+    put_shard(scope, "standard", 6, cost=1)
+    repair_queue.queue.send_failure(reader, reader.read())  # as StreamTrigger does after its retries
+    assert repair_queue() == 1
+    assert (total(scope, "premium")["cost_usd_micros"], scope_total(scope)["cost_usd_micros"]) == (9, 10)
+
+
+# --- bounded growth ----------------------------------------------------------------------
+
+
+def test_a_scope_total_lists_at_most_400_labels_and_sums_every_one(stream, monkeypatch):
+    monkeypatch.setattr(aggregation, "MAX_SCOPE_LABELS", 5)  # 400 deployed: the same code path
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    for n in range(8):
+        put_shard(scope, f"profile-{n}", 0, cost=10)
+    fold(stream())
+    stored = scope_total(scope)
+    assert len(stored["labels"]) == 5 and stored["cost_usd_micros"] == 80
+    assert dynamo.item_size(stored) < 1024
+
+
+def test_an_app_registers_at_most_400_profiles(aws):
+    from price_keeper.domain import orgs, profiles
+    from price_keeper.store import profiles as profile_store
+
+    org_id = seed_org()
+    with table(tables.CONFIG).batch_writer() as batch:
+        batch.put_item(Item={"org_key": keys.org_key(org_id), "resource_key": keys.app_resource("app-1")})
+        for n in range(profiles.MAX_PROFILES_PER_APP):
+            batch.put_item(Item={**profile_store.profile_key(org_id, "app-1", f"p-{n}"), "profile_label": f"p-{n}"})
+    config = orgs.effective_config(org_id, "app-1")
+    arn = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-pro-v1:0"
+    with pytest.raises(ApiError) as refused:
+        profiles.register(config, "one-more", arn, None)
+    assert (refused.value.status, refused.value.code) == (400, "INVALID_REQUEST")
+    assert refused.value.details == {"limit": 400, "registered": 400}
+    assert "one-more" not in profile_store.labels(org_id, "app-1")

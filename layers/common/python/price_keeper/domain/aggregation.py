@@ -137,6 +137,14 @@ def read_daily_totals(
 # --- the aggregator ----------------------------------------------------------------
 
 
+class FoldFailed(Exception):
+    """Some scope-days of a run could not be folded (each logged); the rest were."""
+
+    def __init__(self, scope_days: list[tuple[str, str]]):
+        super().__init__(f"{len(scope_days)} scope-days not folded, e.g. {scope_days[0]}")
+        self.scope_days = scope_days
+
+
 @dataclass
 class RunReport:
     days: list[str]
@@ -153,6 +161,13 @@ class RunReport:
     # beside the totals when the scope uses sticky fallback), for the scopes changed
     scope_costs: dict[tuple[str, str], int] = field(default_factory=dict)
     sticky: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    # (scope, yyyymmdd) whose fold failed: logged, the others folded; the run then fails so
+    # that its batch or message is delivered again (``raise_if_failed``)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    def raise_if_failed(self) -> None:
+        if self.failed:
+            raise FoldFailed(self.failed)
 
     def changed_spends(self) -> dict[tuple[str, str], dict[str, int]]:
         """(scope, yyyymmdd) -> ``cost_usd_micros`` by label, for every scope/day with a
@@ -171,6 +186,9 @@ class RunReport:
         return self.scope_costs.get((scope, day), sum(spends.values()))
 
     def merge(self, other: RunReport) -> None:
+        self.days = sorted({*self.days, *other.days})
+        self.active_shards += other.active_shards
+        self.usage_keys += other.usage_keys
         self.totals_written += other.totals_written
         self.stale_puts_skipped += other.stale_puts_skipped
         self.lag_seconds = max(self.lag_seconds, other.lag_seconds)
@@ -178,6 +196,7 @@ class RunReport:
         self.changed += other.changed
         self.scope_costs.update(other.scope_costs)
         self.sticky.update(other.sticky)
+        self.failed += other.failed
 
 
 @dataclass
@@ -216,6 +235,9 @@ def usage_expires_at(day: str) -> int:
 
 
 FOLD_THREADS = 8  # scope-days whose transactions are written at once
+# Labels a scope total lists (aggregates and reports show them): its item stays bounded
+# (~400 x a label of up to 64 bytes); spend of further labels is summed all the same.
+MAX_SCOPE_LABELS = 400
 FOLD_ATTEMPTS = 6  # per scope-day, when a concurrent run moved its totals first
 
 LabelDay = tuple[str, str]  # (usage_key, date_key)
@@ -317,7 +339,11 @@ def _fold_scope_day(
             return report
         day = keys.day_of_key(scope_day.date_key)
         stored_total = snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {})
-        new_labels = {keys.split_usage_key(move.usage_key)[1] for move in moves} - set(stored_total.get("labels", ()))
+        listed = set(stored_total.get("labels", ()))
+        new_labels = {keys.split_usage_key(move.usage_key)[1] for move in moves} - listed
+        if len(listed) + len(new_labels) > MAX_SCOPE_LABELS:  # counted in the sums all the same
+            logger.warning("scope label list full", extra={"scope": scope_day.scope, "limit": MAX_SCOPE_LABELS})
+            new_labels = set(sorted(new_labels)[: max(0, MAX_SCOPE_LABELS - len(listed))])
         scope_values = {
             "updated_at_epoch": int(now.timestamp()),
             "source_updated_at_epoch": max(move.values["source_updated_at_epoch"] for move in moves),
@@ -398,10 +424,16 @@ def _fold(
     report.active_shards += sum(len(shards) for shards in snapshot.shards.values())
     report.usage_keys += len(snapshot.shards)
     with ThreadPoolExecutor(max_workers=FOLD_THREADS) as pool:
-        for part in pool.map(
-            lambda scope_day: _fold_scope_day(scope_day, label_shards, snapshot, consistent, now), scope_days
-        ):
-            report.merge(part)
+        futures = [
+            (scope_day, pool.submit(_fold_scope_day, scope_day, label_shards, snapshot, consistent, now))
+            for scope_day in scope_days
+        ]
+    for scope_day, future in futures:
+        try:
+            report.merge(future.result())
+        except Exception:  # noqa: BLE001 - one scope's failure must not stop the others' totals and alerts
+            logger.exception("fold failed", extra={"scope": scope_day.scope, "date_key": scope_day.date_key})
+            report.failed.append((scope_day.scope, keys.day_of_key(scope_day.date_key)))
 
 
 def _configs(scopes: Iterable[str]) -> tuple[dict[str, EffectiveConfig], dict[str, EffectiveConfig]]:
@@ -419,29 +451,56 @@ def _configs(scopes: Iterable[str]) -> tuple[dict[str, EffectiveConfig], dict[st
     )
 
 
-def _heartbeat(report: RunReport, now: datetime) -> None:
-    daily_totals.put_heartbeat(int(now.timestamp()), report.lag_seconds)
+def heartbeat(lag_seconds: int, now: datetime) -> None:
+    """What ``X-Data-Lag-Secs`` reports: when the aggregator last ran, and its lag then."""
+    daily_totals.put_heartbeat(int(now.timestamp()), lag_seconds)
 
 
-def run(now: datetime | None = None) -> RunReport:
-    """The sweep: fold every shard written on the org days in play."""
-    now = now or utc_now()
-    report = RunReport(days=[day.strftime("%Y%m%d") for day in org_days_in_play(now)])
+def days_in_play(now: datetime) -> list[str]:
+    """The org days (``yyyymmdd``) that can still receive usage somewhere: UTC today-2 .. today+1."""
+    return [day.strftime("%Y%m%d") for day in org_days_in_play(now)]
+
+
+def active_label_shards(day: str) -> dict[LabelDay, list[dict]]:
+    """The shards written on org day ``day`` by label-day, from the sparse index (which lags
+    the writes a little: the stream folds the newest)."""
     label_shards: dict[LabelDay, list[dict]] = {}
-    for day in report.days:
-        for shard in usage.active_shard_keys(day):
-            label_shards.setdefault((keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"]), []).append(shard)
+    for shard in usage.active_shard_keys(day):
+        label_shards.setdefault((keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"]), []).append(shard)
+    return label_shards
+
+
+def fold_shards(label_shards: dict[LabelDay, list[dict]], now: datetime | None = None) -> RunReport:
+    """The audit's fold: these label-days from the shards the index found (and any above
+    them that a raised shard count names), spend of orgs no longer registered included."""
+    now = now or utc_now()
+    report = RunReport(days=sorted({keys.day_of_key(date_key) for _, date_key in label_shards}))
     if label_shards:
         configs, _ = _configs({keys.split_usage_key(usage_key)[0] for usage_key, _ in label_shards})
         _fold(label_shards, configs, False, report, now)
-    _heartbeat(report, now)
+    return report
+
+
+def run(now: datetime | None = None) -> RunReport:
+    """The audit in one process (tests and tools; deployed, ``repair.plan_audit`` fans it out
+    over the repair queue): fold every shard written on the org days in play."""
+    now = now or utc_now()
+    days = days_in_play(now)
+    report = fold_shards({ld: keys_ for day in days for ld, keys_ in active_label_shards(day).items()}, now)
+    report.days = days
+    heartbeat(report.lag_seconds, now)
     return report
 
 
 def fold_stream(records: Iterable[DynamoDBRecord], now: datetime | None = None) -> RunReport:
     """An event-driven run: fold the labels a stream batch changed, all of their shards."""
+    return fold_label_days(changed_labels(records), now)
+
+
+def fold_label_days(changed: set[LabelDay], now: datetime | None = None) -> RunReport:
+    """Fold these (usage_key, date_key) label-days, all of their shards, strongly
+    consistent: a stream batch's, or a repair's (``domain.repair``)."""
     now = now or utc_now()
-    changed = changed_labels(records)
     report = RunReport(days=sorted({keys.day_of_key(date_key) for _, date_key in changed}))
     if not changed:
         return report
@@ -461,6 +520,6 @@ def fold_stream(records: Iterable[DynamoDBRecord], now: datetime | None = None) 
         return report
     _fold(label_shards, configs, True, report, now)
     if not _recent_heartbeat.get("written"):
-        _heartbeat(report, now)
+        heartbeat(report.lag_seconds, now)
         _recent_heartbeat.put("written", True)
     return report

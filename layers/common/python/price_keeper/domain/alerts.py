@@ -322,7 +322,9 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
     of all its labels in play); the alerts published. A scope whose evaluation fails is
     logged and retried by the next run that changes it, without failing the others."""
     fired: list[Alert] = []
-    for (scope, day), spends in report.changed_spends().items():
+    changed = report.changed_spends()
+    orgs.effective_configs({keys.split_scope(scope) for scope, _ in changed})  # the uncached in one read
+    for (scope, day), spends in changed.items():
         try:
             config = orgs.effective_config(*keys.split_scope(scope))
             sticky_label = None

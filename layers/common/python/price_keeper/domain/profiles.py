@@ -59,6 +59,12 @@ class Profile(NamedTuple):
         return PROFILE_ARN.match(self.arn)["region"]
 
 
+# Profiles an app may register: bounds the labels a scope can spend on (and so the scope
+# total's label set; docs/metering.md, "Bounded growth"). Concurrent registrations at the
+# limit may pass it by the few in flight.
+MAX_PROFILES_PER_APP = 400
+
+
 def is_profile_arn(value: str) -> bool:
     return isinstance(value, str) and PROFILE_ARN.fullmatch(value) is not None
 
@@ -75,6 +81,13 @@ def register(config: EffectiveConfig, label: str, arn: str, description: str | N
             "ALREADY_EXISTS",
             "Label is already defined in config.yaml",
             {"profile_label": label, "reason": "config_label"},
+        )
+    registered = len(profile_store.labels(config.org_id, config.app_id))
+    if registered >= MAX_PROFILES_PER_APP:
+        raise invalid_request(
+            "Too many inference profiles registered for this app",
+            limit=MAX_PROFILES_PER_APP,
+            registered=registered,
         )
     _routing_of(arn)
     now = now or utc_now()

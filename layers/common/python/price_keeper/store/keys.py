@@ -96,6 +96,11 @@ def is_shard_count_key(date_key: str) -> bool:
     return date_key.startswith(SHARD_COUNT_PREFIX)
 
 
+def shard_number(shard: str) -> int:
+    """The ``n`` of a ``...#SH#{n}`` shard key."""
+    return int(shard.rsplit("#SH#", 1)[1])
+
+
 def usage_key_of_shard(shard: str) -> str:
     """The DailyTotal ``usage_key`` a shard key folds into."""
     return shard.rsplit("#SH#", 1)[0]

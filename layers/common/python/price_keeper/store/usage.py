@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from boto3.dynamodb.conditions import Key
 
 from . import keys, tables
-from .dynamo import ConditionFailed, Read, batch_get, conditional, query_all, table, transact
+from .dynamo import ConditionFailed, Read, batch_get, conditional, query_all, streams, table, transact
 
 # The counters a shard and a DailyTotal hold (they only ever grow).
 COUNTERS = (
@@ -149,6 +149,33 @@ def raise_shard_count(count_key: dict, count: int, expires_at: int) -> int:
         return count
     except ConditionFailed as failed:
         return int((failed.item or {}).get("shard_count", count))
+
+
+def stream_records(stream_arn: str, shard_id: str, first_sequence: str, last_sequence: str) -> list[dict]:
+    """The records of one stream shard from ``first_sequence`` to ``last_sequence`` (a batch
+    the event source mapping gave up on, named by its on-failure message), in the shape
+    Lambda delivers them. Empty when the stream no longer holds them (24 h)."""
+    client = streams()
+    try:
+        iterator = client.get_shard_iterator(
+            StreamArn=stream_arn,
+            ShardId=shard_id,
+            ShardIteratorType="AT_SEQUENCE_NUMBER",
+            SequenceNumber=first_sequence,
+        )["ShardIterator"]
+    except client.exceptions.TrimmedDataAccessException:
+        return []
+    records: list[dict] = []
+    while iterator:
+        page = client.get_records(ShardIterator=iterator, Limit=1000)
+        for record in page["Records"]:
+            if int(record["dynamodb"]["SequenceNumber"]) > int(last_sequence):
+                return records
+            records.append(record)
+        if not page["Records"]:
+            return records
+        iterator = page.get("NextShardIterator")
+    return records
 
 
 def read_shards(shard_keys: Iterable[dict], attributes: Iterable[str], *, consistent: bool = False) -> list[dict]:
