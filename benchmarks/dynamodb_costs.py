@@ -73,6 +73,10 @@ class Meter:
         self.wcu = self.rcu = 0.0
         self._params: dict = {}
         self._before: list[int] = []
+        self.attach()
+
+    def attach(self) -> None:
+        """Hook the service's client (again, after ``state.reset`` dropped it)."""
         events = ddb_client().meta.events
         events.register("provide-client-params.dynamodb", self._remember)
         events.register("after-call.dynamodb", self._account)
@@ -252,6 +256,7 @@ def stream_folds(
     from price_keeper import state
 
     state.reset()  # a fresh container: its first fold writes the heartbeat
+    meter.attach()
     org_id, app_id = seed_scopes(1)[0]
     stream = StreamReader(tables.USAGE_AGG_SHARDED)
     stream.read()

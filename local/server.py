@@ -38,7 +38,7 @@ from price_keeper.store.tables import USAGE_AGG_SHARDED
 from .bedrock import ACCOUNT, InferenceProfiles, signed_for
 from .gateway import LAMBDAS, invoke, invoke_job
 from .stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME, LocalAws
-from .streams import StreamReader, StreamTrigger
+from .streams import RepairQueue, RepairTrigger, StreamReader, StreamTrigger
 
 log = logging.getLogger("price_keeper.local")
 MAX_BODY = 1_000_000
@@ -217,7 +217,9 @@ class LocalStack:
         os.environ["AWS_ENDPOINT_URL_BEDROCK"] = self.base_url
         os.environ["AWS_ENDPOINT_URL_PRICING"] = self.base_url
         threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
-        StreamTrigger("aggregator", StreamReader(USAGE_AGG_SHARDED), self.stop_event).start()
+        repair = RepairQueue()
+        StreamTrigger("aggregator", StreamReader(USAGE_AGG_SHARDED), self.stop_event, repair).start()
+        RepairTrigger("aggregator", repair, self.stop_event).start()
         for function, env, default, run_first in (
             ("aggregator", "AGGREGATOR_INTERVAL_SECONDS", 60, False),
             ("pricing_fetcher", "PRICING_REFRESH_INTERVAL_SECONDS", 86400, True),

@@ -6,12 +6,15 @@ with Lambda-shaped batches, so ``make run`` folds usage within seconds as AWS do
 Like the mapping: reading starts at ``TRIM_HORIZON`` (after a restart, the replayed journal's
 writes are folded again, which changes nothing), a batch is sent when ``batch_size`` records
 wait or the first has waited ``batching_window_s``, and a batch that keeps failing is
-dropped after ``retries`` attempts and logged (the mapping would send it to the dead-letter
-queue); the sweep folds what it named.
+given up after ``retries`` attempts: its description goes to the repair queue, as the
+mapping's on-failure destination sends it. ``RepairTrigger`` delivers that queue (moto's
+SQS) to the aggregator as the queue's mapping does: the same fan-out code as deployed
+(``price_keeper.domain.repair``), the audit's chunks included.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -50,6 +53,7 @@ class StreamReader:
             "dynamodbstreams", endpoint_url=endpoint, config=Config(account_id_endpoint_mode="disabled")
         )
         self.iterators: dict[str, str | None] = {}  # shard id -> next iterator (None: shard closed and read)
+        self.shard_of: dict[str, str] = {}  # sequence number -> stream shard id (for failure messages)
 
     def read(self) -> list[dict]:
         records = []
@@ -63,6 +67,7 @@ class StreamReader:
                 page = self.streams.get_records(ShardIterator=self.iterators[shard_id], Limit=1000)
                 self.iterators[shard_id] = page.get("NextShardIterator")
                 records += [self._as_lambda(record) for record in page["Records"]]
+                self.shard_of.update({record["dynamodb"]["SequenceNumber"]: shard_id for record in page["Records"]})
                 if not page["Records"]:
                     break
         return records
@@ -77,9 +82,9 @@ class StreamReader:
 class StreamTrigger(threading.Thread):
     """Polls ``reader`` and invokes ``function`` with batches, as ``USAGE_STREAM`` says."""
 
-    def __init__(self, function: str, reader: StreamReader, stop: threading.Event):
+    def __init__(self, function: str, reader: StreamReader, stop: threading.Event, repair: RepairQueue):
         super().__init__(name=f"stream-{function}", daemon=True)
-        self.function, self.reader, self.stop_event = function, reader, stop
+        self.function, self.reader, self.stop_event, self.repair = function, reader, stop, repair
         self.pending: list[dict] = []
         self.first_waiting_since = 0.0
 
@@ -114,8 +119,68 @@ class StreamTrigger(threading.Thread):
                 if self.stop_event.wait(min(2.0, 0.1 * 2**attempt)):
                     return
         log.error(
-            "%s: a stream batch of %d records dropped after %d retries; the sweep will fold it",
+            "%s: a stream batch of %d records given up after %d retries; sent to the repair queue",
             self.function,
             len(batch),
             USAGE_STREAM.retries,
         )
+        self.repair.send_failure(self.reader, batch)
+
+
+class RepairQueue:
+    """The repair queue on the local moto, named and set (``REPAIR_QUEUE_URL``) as the stack does."""
+
+    NAME = "aggregator-repair"
+
+    def __init__(self):
+        self.sqs = boto3.client("sqs")
+        self.url = self.sqs.create_queue(QueueName=self.NAME)["QueueUrl"]
+        os.environ["REPAIR_QUEUE_URL"] = self.url
+
+    def send_failure(self, reader: StreamReader, batch: list[dict]) -> None:
+        """What the mapping's on-failure destination sends: per stream shard, its first and
+        last sequence number of the batch."""
+        by_shard: dict[str, list[str]] = {}
+        for record in batch:
+            sequence = record["dynamodb"]["SequenceNumber"]
+            by_shard.setdefault(reader.shard_of[sequence], []).append(sequence)
+        for shard_id, sequences in by_shard.items():
+            info = {
+                "shardId": shard_id,
+                "startSequenceNumber": min(sequences, key=int),
+                "endSequenceNumber": max(sequences, key=int),
+                "batchSize": len(sequences),
+                "streamArn": reader.arn,
+            }
+            body = {"requestContext": {"condition": "RetryAttemptsExhausted"}, "DDBStreamBatchInfo": info}
+            self.sqs.send_message(QueueUrl=self.url, MessageBody=json.dumps(body))
+
+
+class RepairTrigger(threading.Thread):
+    """Delivers the repair queue to ``function`` as the queue's event source mapping does: up
+    to 10 messages an invocation, deleted when it succeeds, delivered again (after the
+    visibility timeout) when it fails."""
+
+    def __init__(self, function: str, queue: RepairQueue, stop: threading.Event):
+        super().__init__(name=f"repair-{function}", daemon=True)
+        self.function, self.queue, self.stop_event = function, queue, stop
+
+    def run(self) -> None:
+        while not self.stop_event.wait(POLL_SECONDS):
+            try:
+                self.deliver()
+            except Exception:  # the run failed: its messages come back after the visibility timeout
+                log.exception("%s failed on repair messages", self.function)
+
+    def deliver(self) -> int:
+        """One receive and invocation; the messages delivered."""
+        sqs, url = self.queue.sqs, self.queue.url
+        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if messages:
+            records = [{"eventSource": "aws:sqs", "messageId": m["MessageId"], "body": m["Body"]} for m in messages]
+            invoke_job(self.function, {"Records": records})
+            sqs.delete_message_batch(
+                QueueUrl=url,
+                Entries=[{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(messages)],
+            )
+        return len(messages)

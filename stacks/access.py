@@ -77,9 +77,11 @@ LIVE_SPEND = {USAGE_AGG_SHARDED: (BATCH_GET,)}  # usage.label_spends (selection 
 USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # usage.write_once: TransactWriteItems of a Put and an Update
 AGGREGATION = {  # aggregation.run (the sweep) and aggregation.fold_stream
     (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # usage.active_shard_keys (the sweep)
-    USAGE_AGG_SHARDED: (BATCH_GET,),  # usage.read_shards
-    # daily_totals.read_current, write_if_grown (conditional), register_labels, put_heartbeat
+    # one BatchGetItem of usage.shards_read, daily_totals.fold_read and sticky.days_read;
+    # daily_totals.fold_scope (TransactWriteItems of Updates), put_heartbeat
+    USAGE_AGG_SHARDED: (BATCH_GET,),
     DAILY_TOTAL: (BATCH_GET, UPDATE, PUT),
+    STICKY_STATE: (BATCH_GET,),
 }
 DAY_SPEND_CHECK = {(USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,)}  # usage.org_has_spend (PUT org)
 ALERT_LIST = {STICKY_STATE: (QUERY,)}  # alert_records.of_day / of_day_many
@@ -113,7 +115,8 @@ _TABLES: dict[str, Grants] = {
         PRICE_QUOTE,
         LIVE_SPEND,
     ),
-    "inference_profiles": merge(AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_REGISTER),
+    # ORG_CHILDREN: profiles.labels, the app's count against MAX_PROFILES_PER_APP
+    "inference_profiles": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_REGISTER),
     # metering.count: UNPRICED_MODEL alerts (alerts.fire_unpriced_model)
     "usage": merge(
         AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS, ALERT_FIRE

@@ -30,17 +30,21 @@ WHOLE_LAMBDAS_DIR = frozenset({"docs"})
 class Sizing:
     memory_mb: int = 512
     timeout_s: int = 10
+    # Concurrency reserved for the function (and its cap), so that a burst elsewhere in the
+    # account cannot starve it (docs/infrastructure.md, "Concurrency"); None: the shared pool.
+    reserved_concurrency: int | None = None
 
 
 # bcrypt (cost 12) hashes and checks secrets: give those functions a full vCPU.
-# The aggregator's sweep reads every active shard of the days in play; the pricing fetcher pages
+# The aggregator's audit plan pages the active-by-day index of the days in play; the pricing fetcher pages
 # through the Price List API once a day.
 SIZING: dict[str, Sizing] = {
     "auth_token": Sizing(memory_mb=1769),
     "put_org": Sizing(memory_mb=1769),
     "put_app": Sizing(memory_mb=1769),
     "rotate_credentials": Sizing(memory_mb=1769),
-    "aggregator": Sizing(memory_mb=1024, timeout_s=50),
+    "aggregator": Sizing(memory_mb=1024, timeout_s=50, reserved_concurrency=100),
+    "model_selection": Sizing(reserved_concurrency=200),
     "pricing_fetcher": Sizing(memory_mb=512, timeout_s=300),
 }
 
@@ -133,6 +137,7 @@ class Functions(Construct):
                 layers=[layers.common, layers.powertools],
                 environment=environment,
                 memory_size=sizing.memory_mb,
+                reserved_concurrent_executions=sizing.reserved_concurrency if settings.reserve_concurrency else None,
                 timeout=Duration.seconds(sizing.timeout_s),
                 tracing=lambda_.Tracing.ACTIVE,
                 log_group=log_group,

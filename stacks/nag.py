@@ -105,7 +105,10 @@ def acknowledge(stack: PriceKeeperStack) -> None:
     else:
         _acknowledge_rest_api(stack.api)
 
+    repair_dlq = stack.usage_stream.repair_queue.dead_letter_queue.queue  # cdk-nag recognises that one
     for job, queue in stack.schedules.dead_letter_queues.items():
+        if queue is repair_dlq:
+            continue
         _acknowledge(
             queue,
             "SQS3",

@@ -79,6 +79,7 @@ class PriceKeeperStack(Stack):
             table=self.tables.by_spec[USAGE_AGG_SHARDED],
             aggregator=self.functions.by_name["aggregator"],
             dead_letter_queue=self.schedules.dead_letter_queues["aggregator"],
+            prefix=settings.prefix,
         )
         self.monitoring = Monitoring(
             self,

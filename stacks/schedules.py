@@ -27,11 +27,12 @@ class Schedule:
     max_event_age: Duration
 
 
-# The aggregator's schedule is its repair sweep (the usage stream keeps totals fresh): a
-# missed sweep is made good by the next one, so its events are not worth keeping long; a
-# missed daily price fetch is worth retrying for hours.
+# The aggregator's schedule plans its hourly audit (the usage stream keeps totals fresh, and
+# batches it gave up on are refolded from the repair queue): a missed audit is made good by
+# the next one, so its events are not worth keeping long; a missed daily price fetch is
+# worth retrying for hours.
 SCHEDULES = (
-    Schedule("aggregator", Duration.minutes(10), retries=2, max_event_age=Duration.minutes(10)),
+    Schedule("aggregator", Duration.hours(1), retries=2, max_event_age=Duration.minutes(30)),
     Schedule("pricing_fetcher", Duration.days(1), retries=8, max_event_age=Duration.hours(6)),
 )
 

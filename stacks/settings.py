@@ -15,6 +15,7 @@
 | ``logLevel`` | ``INFO`` | ``POWERTOOLS_LOG_LEVEL`` of every function |
 | ``logRetentionDays`` | ``30`` | retention of function and access logs |
 | ``powertoolsLayerVersion`` | unset | a fixed version of the AWS-managed Powertools layer instead of the pinned one's |
+| ``reserveConcurrency`` | ``true`` | reserved concurrency of the aggregator and model selection (docs) |
 | ``bundleLayer`` | ``true`` | ``false`` ships the unbundled layer source (offline synth in tests; not deployable) |
 """
 
@@ -92,6 +93,7 @@ class Settings:
     log_retention_days: int = 30
     powertools_layer_version: int | None = None  # None: the layer of requirements.txt's pin
     bundle_layer: bool = True
+    reserve_concurrency: bool = True
 
     @property
     def prefix(self) -> str:
@@ -123,4 +125,5 @@ class Settings:
             log_retention_days=int(get("logRetentionDays") or cls.log_retention_days),
             powertools_layer_version=int(get("powertoolsLayerVersion")) if get("powertoolsLayerVersion") else None,
             bundle_layer=_flag(get("bundleLayer"), True),
+            reserve_concurrency=_flag(get("reserveConcurrency"), True),
         )

@@ -1,12 +1,16 @@
-"""The aggregator's event-driven trigger: an event source mapping on the usage table's
-stream, as ``price_keeper.domain.aggregation.USAGE_STREAM`` and ``USAGE_STREAM_FILTER`` define it.
+"""The aggregator's event-driven triggers: an event source mapping on the usage table's
+stream, as ``price_keeper.domain.aggregation.USAGE_STREAM`` and ``USAGE_STREAM_FILTER`` define it,
+and one on the repair queue (``price_keeper.domain.repair``).
 
 Batches of shard writes reach the aggregator within the batching window (1 s). A batch
 that fails is split in two and retried (bisect on error) up to ``retries`` times or until
-its records are ``max_record_age_s`` old; then its description goes to the aggregator's
-dead-letter queue (the same queue as failed scheduled runs, so one alarm covers both) and
-the sweep folds what it named. One batch at a time per stream shard (parallelization
-factor 1): the fold would stay exact with more, since it recomputes from the shards.
+its records are ``max_record_age_s`` old; then its description goes to the repair queue,
+where the aggregator reads its records again and folds them. The hourly audit's chunks go
+to the same queue. A repair message that keeps failing goes to the aggregator's dead-letter
+queue (the same queue as failed scheduled runs, so one alarm covers both).
+``parallelization_factor`` batches at once per stream shard: the fold stays exact, since
+it recomputes from the shards and moves totals only by conditional transactions
+(docs/infrastructure.md, "Concurrency").
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from constructs import Construct
 
 from price_keeper.domain.aggregation import USAGE_STREAM, USAGE_STREAM_FILTER
 
+REPAIR_BATCH = 10  # messages per invocation: 10 audit chunks of 100 label-days, or failed stream batches
+REPAIR_MAX_CONCURRENCY = 50  # half the aggregator's reserved concurrency: the stream keeps the rest
+REPAIR_RECEIVES = 5  # deliveries of a repair message before it goes to the dead-letter queue
+
 
 class UsageStreamTrigger(Construct):
     def __init__(
@@ -30,8 +38,26 @@ class UsageStreamTrigger(Construct):
         table: dynamodb.Table,
         aggregator: lambda_.Function,
         dead_letter_queue: sqs.IQueue,
+        prefix: str,
     ):
         super().__init__(scope, id)
+        self.repair_queue = sqs.Queue(
+            self,
+            "RepairQueue",
+            queue_name=f"{prefix}aggregator-repair",
+            # six times the function's timeout (Lambda's advice), so a message is not
+            # delivered again while a run still folds it
+            visibility_timeout=Duration.seconds(6 * aggregator.timeout.to_seconds()),
+            retention_period=Duration.days(4),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            dead_letter_queue=sqs.DeadLetterQueue(queue=dead_letter_queue, max_receive_count=REPAIR_RECEIVES),
+        )
+        aggregator.add_environment("REPAIR_QUEUE_URL", self.repair_queue.queue_url)
+        self.repair_queue.grant_send_messages(aggregator)  # the audit's plan
+        aggregator.add_event_source(
+            sources.SqsEventSource(self.repair_queue, batch_size=REPAIR_BATCH, max_concurrency=REPAIR_MAX_CONCURRENCY)
+        )
         self.source = sources.DynamoEventSource(
             table,
             starting_position=lambda_.StartingPosition.TRIM_HORIZON,
@@ -40,8 +66,8 @@ class UsageStreamTrigger(Construct):
             bisect_batch_on_error=True,
             retry_attempts=USAGE_STREAM.retries,
             max_record_age=Duration.seconds(USAGE_STREAM.max_record_age_s),
-            on_failure=sources.SqsDlq(dead_letter_queue),
-            parallelization_factor=1,
+            on_failure=sources.SqsDlq(self.repair_queue),
+            parallelization_factor=USAGE_STREAM.parallelization_factor,
             filters=[lambda_.FilterCriteria.filter(USAGE_STREAM_FILTER)],
         )
         aggregator.add_event_source(self.source)

@@ -3,6 +3,8 @@ DailyTotal, idempotently, never backwards, without scans, and reports its lag.""
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -12,9 +14,10 @@ import pytest
 
 from local.gateway import LambdaContext, load_handler
 from price_keeper.domain import aggregation, alerts
-from price_keeper.store import keys, tables, usage
-from price_keeper.store.dynamo import ddb_client, table
-from price_keeper.timeutil import org_day
+from price_keeper.errors import ApiError
+from price_keeper.store import daily_totals, dynamo, keys, tables, usage
+from price_keeper.store.dynamo import ddb_client, streams, table
+from price_keeper.timeutil import org_day, utc_now
 from tests.factories import seed_org
 from tests.usage_support import daily_total, new_tenant, usage_body
 
@@ -112,7 +115,7 @@ def test_a_total_never_moves_backwards(aws):
         Item={"usage_key": "ORG#a#LABEL#premium", "date_key": f"DAY#{DAY}", "cost_usd_micros": 500, "requests": 5}
     )  # a newer run's total
     report = aggregation.run(NOW)
-    assert (report.totals_written, report.stale_puts_skipped) == (1, 1)  # the scope total is new
+    assert (report.totals_written, report.stale_puts_skipped) == (0, 1)
     assert total("ORG#a", "premium")["cost_usd_micros"] == 500
 
 
@@ -137,42 +140,65 @@ def test_work_grows_with_active_scopes_not_with_all_orgs(calls):
     aggregation.run(NOW)
     assert "Scan" not in seen
     assert seen["Query"] == 4  # one per day in play
-    # the shards; the label totals; the scope totals; the label totals again, after writing them
-    assert seen["BatchGetItem"] == 4
-    # the two label totals; each new scope total registers its label, then its sums
-    assert seen["UpdateItem"] == 2 + 2 + 2
+    assert seen["BatchGetItem"] == 2  # the orgs' configs (not registered here); shards and totals together
+    assert seen["TransactWriteItems"] == 2  # one per scope: its label totals and its scope total
     assert seen["PutItem"] == 1  # the heartbeat
-    assert len(keys_read) == 3 + 2 + 2 + 2
+    assert len(keys_read) == 2 + 3 + 2 + 2 + 2  # configs, shards, shard counts, label totals, scope totals
 
 
 def test_lag_is_the_age_of_the_oldest_unfolded_update(aws):
     put_shard("ORG#a", "premium", 0, updated_at=int(NOW.timestamp()) - 42)
     put_shard("ORG#a", "premium", 1, updated_at=int(NOW.timestamp()) - 10)
     assert aggregation.run(NOW).lag_seconds == 42
-    put_shard("ORG#a", "premium", 1, cost=500, updated_at=int(NOW.timestamp()) + 30)
+    put_shard("ORG#a", "premium", 1, cost=500, requests=2, updated_at=int(NOW.timestamp()) + 30)
     assert aggregation.run(NOW + timedelta(seconds=50)).lag_seconds == 20
     heartbeat = table(tables.DAILY_TOTAL).get_item(Key=keys.HEARTBEAT_KEY)["Item"]
     assert heartbeat["last_run_epoch"] == int(NOW.timestamp()) + 50 and heartbeat["lag_seconds"] == 20
 
 
 def test_a_run_that_fails_half_way_is_completed_by_the_next(aws, monkeypatch):
-    for label in ("premium", "standard", "economy"):
-        put_shard("ORG#a", label, 0, cost=11)
-    real_put = aggregation._write_total
+    scopes = ("ORG#a", "ORG#b", "ORG#c")
+    for scope in scopes:
+        put_shard(scope, "premium", 0, cost=11)
+        put_shard(scope, "standard", 0, cost=4)
+    real_fold = daily_totals.fold_scope
     written = []
 
     def fail_after_one(*args):
         if written:
             raise RuntimeError("Lambda timed out")
-        written.append(real_put(*args))
+        written.append(real_fold(*args))
         return written[-1]
 
-    monkeypatch.setattr(aggregation, "_write_total", fail_after_one)
-    with pytest.raises(RuntimeError):
-        aggregation.run(NOW)
-    monkeypatch.setattr(aggregation, "_write_total", real_put)
-    assert aggregation.run(NOW).totals_written == 2 + 1  # the two labels left and the scope total
-    assert all(total("ORG#a", label)["cost_usd_micros"] == 11 for label in ("premium", "standard", "economy"))
+    monkeypatch.setattr(aggregation, "FOLD_THREADS", 1)
+    monkeypatch.setattr(daily_totals, "fold_scope", fail_after_one)
+    assert aggregation.run(NOW).failed == [("ORG#b", DAY), ("ORG#c", DAY)]  # logged; ORG#a folded
+    monkeypatch.setattr(daily_totals, "fold_scope", real_fold)
+    assert aggregation.run(NOW).totals_written == 2 * (2 + 1)  # the two scopes left: two labels and the total each
+    assert all(scope_total(scope)["cost_usd_micros"] == 15 for scope in scopes)
+
+
+def test_one_scope_failing_never_stops_the_others_and_its_batch_is_retried(stream, monkeypatch):
+    """A tenant whose fold fails (here: its transaction is refused) is logged; the batch's
+    other scopes are folded and alerted, and the run fails so that Lambda retries it."""
+    poisoned, healthy = (keys.scope_key(seed_org(), "app-1", "APP") for _ in range(2))
+    put_shard(poisoned, "premium", 0, cost=5)
+    put_shard(healthy, "premium", 0, cost=7)
+    event = stream()
+    real_fold = daily_totals.fold_scope
+
+    def refuse_poisoned(total_key, *args):
+        if total_key["usage_key"].startswith(poisoned):
+            raise RuntimeError("ValidationException: Item size has exceeded the maximum allowed size")
+        return real_fold(total_key, *args)
+
+    monkeypatch.setattr(daily_totals, "fold_scope", refuse_poisoned)
+    with pytest.raises(aggregation.FoldFailed):
+        fold(event)
+    assert scope_total(healthy)["cost_usd_micros"] == 7 and scope_total(poisoned) is None
+    monkeypatch.undo()
+    assert fold(event)["totals_written"] == 2  # Lambda's retry: the healthy scope has nothing left to write
+    assert scope_total(poisoned)["cost_usd_micros"] == 5
 
 
 def test_the_scheduled_handler_reports_the_run(api):
@@ -322,3 +348,314 @@ def test_spend_of_an_org_no_longer_registered_is_left_to_the_sweep(stream):
     assert total(scope, "premium")["cost_usd_micros"] == 5 and total(gone, "premium") is None
     aggregation.run(NOW)
     assert total(gone, "premium")["cost_usd_micros"] == 7
+
+
+# --- cost per changed label ------------------------------------------------------------
+
+
+def test_a_lone_reports_fold_is_one_read_and_one_write(stream, api, calls):
+    """Shards, totals and sticky state in one BatchGetItem; both totals in one transaction.
+    (A container's first fold also reads the config and boosts and writes the heartbeat.)"""
+    seen, keys_read = calls
+    tenant = new_tenant()
+    assert api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).status == 202
+    fold(stream())
+    assert api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).status == 202
+    event = stream()
+    seen.clear()
+    keys_read.clear()
+    report = fold(event)
+    assert report["totals_written"] == 2
+    assert dict(seen) == {"BatchGetItem": 1, "TransactWriteItems": 1}
+    # 8 shards and the label-day's shard count; its total, the scope's, the ordering's 2 others; sticky
+    assert len(keys_read) == 8 + 1 + 1 + 1 + 2 + 1
+    day = org_day("America/New_York")
+    assert (total(tenant.scope, "premium", day)["requests"], scope_total(tenant.scope, day)["requests"]) == (2, 2)
+
+
+@pytest.mark.parametrize("labels", [20, 100])
+def test_a_batch_costs_at_most_two_calls_per_label_it_changed(stream, calls, labels):
+    """The worst case: every label in a scope of its own (one transaction each)."""
+    seen, _ = calls
+    scopes = [keys.org_key(seed_org(quota_scope="ORG")) for _ in range(labels)]
+    for scope in scopes:
+        put_shard(scope, "premium", 0)
+    fold(stream())  # the container's first: configs and boosts read, then cached
+    for scope in scopes:
+        put_shard(scope, "premium", 5, cost=30, requests=2)
+    seen.clear()
+    report = fold(stream())
+    assert report["totals_written"] == 2 * labels
+    assert seen["TransactWriteItems"] == labels and sum(seen.values()) <= 2 * labels
+    assert all(scope_total(scope)["cost_usd_micros"] == 130 for scope in scopes)
+
+
+def test_concurrent_folds_of_one_scope_keep_its_total_the_sum_of_its_labels(stream):
+    """Runs on different labels of a scope (other stream shards) race for its total: a
+    transaction that lost re-reads and folds again, and nothing is counted twice or lost."""
+    import threading
+
+    scope = keys.org_key(seed_org(quota_scope="ORG"))
+    labels = [f"label-{n}" for n in range(6)]
+    events = []
+    for n, label in enumerate(labels):
+        put_shard(scope, label, n % 8, cost=10 + n)
+        events.append(stream())
+    threads = [threading.Thread(target=fold, args=(event,)) for event in events * 2]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert scope_total(scope)["cost_usd_micros"] == sum(10 + n for n in range(6))
+    assert scope_total(scope)["requests"] == 6 and scope_total(scope)["labels"] == set(labels)
+
+
+# --- hot labels: the shard count grows with the load -------------------------------------
+
+
+@pytest.fixture
+def conflicts_like_dynamodb(aws):
+    """DynamoDB cancels a transaction that touches an item another transaction holds
+    (``TransactionConflict``); moto serialises them instead. This hook answers as DynamoDB
+    does: a TransactWriteItems whose shard is held by one in flight (sent, not yet answered)
+    is cancelled. ``held["conflicts"]`` counts the cancellations."""
+    import threading
+    from types import SimpleNamespace
+
+    lock, mine = threading.Lock(), threading.local()
+    held: Counter = Counter()
+
+    def remember(params, model, **_):
+        if model.name == "TransactWriteItems":
+            mine.keys = {
+                json.dumps(action["Update"]["Key"], sort_keys=True)
+                for action in params["TransactItems"]
+                if "Update" in action
+            }
+
+    def enter(model, **_):
+        if model.name != "TransactWriteItems":
+            return None
+        with lock:
+            if any(held[key] for key in mine.keys):
+                mine.keys = set()
+                held["conflicts"] += 1
+                return SimpleNamespace(status_code=400), {
+                    "Error": {"Code": "TransactionCanceledException", "Message": "[None, TransactionConflict]"},
+                    "CancellationReasons": [{"Code": "None"}, {"Code": "TransactionConflict"}],
+                    "ResponseMetadata": {"HTTPStatusCode": 400},
+                }
+            held.update(mine.keys)
+        return None
+
+    def leave(model, **_):
+        if model.name == "TransactWriteItems":
+            with lock:
+                held.subtract(mine.keys)
+
+    events = ddb_client().meta.events
+    events.register("before-parameter-build.dynamodb", remember)
+    events.register("before-call.dynamodb", enter)
+    events.register("after-call.dynamodb", leave)
+    return held
+
+
+def submit_concurrently(tenant, requests: list, threads: int = 16) -> list[dict]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from price_keeper.domain import metering
+
+    def submit(request):
+        while True:  # as the client library does: a 503 is sent again, same request id
+            try:
+                return metering.submit(tenant.org_id, tenant.app_id, request)
+            except ApiError as error:
+                assert error.status == 503
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(submit, requests))
+
+
+def shard_count_item(scope: str, label: str, day: str) -> dict | None:
+    key = keys.shard_count_key(scope, label, keys.day_key(day))
+    return table(tables.USAGE_AGG_SHARDED).get_item(Key=key, ConsistentRead=True).get("Item")
+
+
+def test_a_hot_label_spreads_over_more_shards_and_counts_every_record_once(stream, api, conflicts_like_dynamodb):
+    from price_keeper.domain import hot_labels
+    from price_keeper.domain.models import UsageRequest
+
+    tenant = new_tenant()
+    day = org_day("America/New_York")
+    requests = [UsageRequest.model_validate(usage_body()) for _ in range(160)]
+    answers = submit_concurrently(tenant, requests)
+    assert conflicts_like_dynamodb["conflicts"] > 0
+    raised = int(shard_count_item(tenant.scope, "premium", day)["shard_count"])
+    assert 8 < raised <= 64
+    used = {answer["processing"]["shard_id"] for answer in answers}
+    assert max(used) >= 8  # records went to the new shards
+    fold(stream())
+    assert total(tenant.scope, "premium", day)["requests"] == 160
+    assert total(tenant.scope, "premium", day)["cost_usd_micros"] == 160 * 3760
+    assert scope_total(tenant.scope, day)["requests"] == 160
+    # exactly once across the change: a retry of each record, from a container that never
+    # learned the raise, is a duplicate answered with the shard it went to
+    hot_labels._known.clear()
+    again = submit_concurrently(tenant, requests)
+    assert all(answer["duplicate"] for answer in again)
+    assert [a["processing"]["shard_id"] for a in again] == [a["processing"]["shard_id"] for a in answers]
+    fold(stream())
+    assert total(tenant.scope, "premium", day)["requests"] == 160
+
+
+def test_the_shard_count_stops_at_64_and_folds_read_every_shard_across_raises(stream):
+    from price_keeper.domain import hot_labels
+
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(scope, "premium", 3, cost=1)
+    fold(stream())
+    count = 8
+    while count < hot_labels.MAX_SHARDS:
+        count = hot_labels.raise_after_conflict(scope, "premium", DAY, count, 2_000_000_000)
+    assert count == 64 and hot_labels.raise_after_conflict(scope, "premium", DAY, 64, 2_000_000_000) == 64
+    assert shard_count_item(scope, "premium", DAY)["shard_count"] == 64
+    put_shard(scope, "premium", 63, cost=10)  # this batch is lost
+    stream()
+    hot_labels._known.clear()  # another container: it knows only the org's 8
+    put_shard(scope, "premium", 5, cost=100)
+    fold(stream())  # names shard 5 only; the count item says 64
+    assert total(scope, "premium")["cost_usd_micros"] == 111 and scope_total(scope)["cost_usd_micros"] == 111
+
+
+def test_live_spend_in_tight_mode_counts_the_shards_of_a_raised_count(aws):
+    from price_keeper.domain import hot_labels
+
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(scope, "premium", 1, cost=5)
+    hot_labels.raise_after_conflict(scope, "premium", DAY, 8, 2_000_000_000)
+    put_shard(scope, "premium", 12, cost=50)
+    assert usage.label_spends(scope, ["premium", "standard"], DAY, 8) == {"premium": 55, "standard": 0}
+
+
+# --- repair: the failure destination and the audit, fanned out over SQS ------------------
+
+
+@pytest.fixture
+def repair_queue(aws, monkeypatch):
+    """The repair queue on moto's SQS, as the local stack runs it (``local.streams``);
+    ``drain()`` delivers its messages to the aggregator (within its role) as the queue's
+    event source mapping does, 10 at a time, until none is left; the invocations made."""
+    import threading
+
+    from local.streams import RepairQueue, RepairTrigger
+    from tests.iam_check import only_granted
+
+    monkeypatch.setenv("REPAIR_QUEUE_URL", "")  # RepairQueue sets it, as the local stack does: undone after the test
+    queue = RepairQueue()
+    trigger = RepairTrigger("aggregator", queue, threading.Event())
+
+    def drain() -> int:
+        with only_granted("aggregator"):
+            invocations = 0
+            while trigger.deliver():
+                invocations += 1
+            return invocations
+
+    drain.queue = queue
+    return drain
+
+
+def test_the_audit_fans_out_over_the_repair_queue_in_chunks(repair_queue, calls):
+    seen, _ = calls
+    today = utc_now().strftime("%Y%m%d")
+    yesterday = (utc_now() - timedelta(days=1)).strftime("%Y%m%d")  # still open somewhere
+    scopes = [keys.scope_key(seed_org(), "app-1", "APP") for _ in range(130)]
+    for n, scope in enumerate(scopes):
+        put_shard(scope, "premium", n % 8, day=today, cost=n)
+        put_shard(scope, "standard", 0, day=yesterday, cost=1)
+    seen.clear()
+    planned = fold({"source": "aws.events"})  # the schedule: only the plan
+    assert (planned["label_days"], planned["messages"]) == (260, 3)
+    assert set(seen) == {"Query", "PutItem"}  # the index, one page a day here; the heartbeat
+    seen.clear()
+    assert repair_queue() == 1  # 3 messages, one invocation of up to 10
+    assert seen["TransactWriteItems"] == 2 * 130  # a scope-day's label and total each
+    assert all(scope_total(scope, today)["cost_usd_micros"] == n for n, scope in enumerate(scopes))
+    assert all(scope_total(scope, yesterday)["cost_usd_micros"] == 1 for scope in scopes)
+    assert fold({"source": "aws.events"})["messages"] == 3
+    seen.clear()
+    repair_queue()
+    assert "TransactWriteItems" not in seen  # nothing new: the audit only reads
+
+
+def test_a_stream_batch_given_up_on_is_refolded_from_its_failure_message(stream, repair_queue, calls):
+    seen, keys_read = calls
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    other = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(other, "premium", 0)
+    stream()
+    put_shard(scope, "premium", 4, cost=70)
+    put_shard(scope, "economy", 1, cost=3)
+    records = stream()["Records"]  # this batch failed for good: the mapping sends its description
+    shard_id = streams().describe_stream(StreamArn=records[0]["eventSourceARN"])["StreamDescription"]["Shards"][0]
+    failure = {
+        "requestContext": {"condition": "RetryAttemptsExhausted"},
+        "DDBStreamBatchInfo": {
+            "shardId": shard_id["ShardId"],
+            "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
+            "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
+            "batchSize": len(records),
+            "streamArn": records[0]["eventSourceARN"],
+        },
+    }
+    boto3.client("sqs").send_message(QueueUrl=os.environ["REPAIR_QUEUE_URL"], MessageBody=json.dumps(failure))
+    seen.clear()
+    keys_read.clear()
+    assert repair_queue() == 1
+    assert scope_total(scope)["cost_usd_micros"] == 73 and total(other, "premium") is None
+    assert all(other not in str(key) for key in keys_read)  # the repair costs what failed: no index,
+    assert seen["TransactWriteItems"] == 1 and "Scan" not in seen  # no other scope, one write
+
+
+def test_the_local_stream_trigger_sends_a_batch_it_gives_up_on_to_the_repair_queue(repair_queue):
+    from local.streams import StreamReader
+
+    reader = StreamReader(tables.USAGE_AGG_SHARDED)
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(scope, "premium", 2, cost=9)
+    put_shard(scope, "standard", 6, cost=1)
+    repair_queue.queue.send_failure(reader, reader.read())  # as StreamTrigger does after its retries
+    assert repair_queue() == 1
+    assert (total(scope, "premium")["cost_usd_micros"], scope_total(scope)["cost_usd_micros"]) == (9, 10)
+
+
+# --- bounded growth ----------------------------------------------------------------------
+
+
+def test_a_scope_total_lists_at_most_400_labels_and_sums_every_one(stream, monkeypatch):
+    monkeypatch.setattr(aggregation, "MAX_SCOPE_LABELS", 5)  # 400 deployed: the same code path
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    for n in range(8):
+        put_shard(scope, f"profile-{n}", 0, cost=10)
+    fold(stream())
+    stored = scope_total(scope)
+    assert len(stored["labels"]) == 5 and stored["cost_usd_micros"] == 80
+    assert dynamo.item_size(stored) < 1024
+
+
+def test_an_app_registers_at_most_400_profiles(aws):
+    from price_keeper.domain import orgs, profiles
+    from price_keeper.store import profiles as profile_store
+
+    org_id = seed_org()
+    with table(tables.CONFIG).batch_writer() as batch:
+        batch.put_item(Item={"org_key": keys.org_key(org_id), "resource_key": keys.app_resource("app-1")})
+        for n in range(profiles.MAX_PROFILES_PER_APP):
+            batch.put_item(Item={**profile_store.profile_key(org_id, "app-1", f"p-{n}"), "profile_label": f"p-{n}"})
+    config = orgs.effective_config(org_id, "app-1")
+    arn = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-pro-v1:0"
+    with pytest.raises(ApiError) as refused:
+        profiles.register(config, "one-more", arn, None)
+    assert (refused.value.status, refused.value.code) == (400, "INVALID_REQUEST")
+    assert refused.value.details == {"limit": 400, "registered": 400}
+    assert "one-more" not in profile_store.labels(org_id, "app-1")

@@ -344,12 +344,16 @@ def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
             400,
             modeled_fields={"CancellationReasons": [{"Code": "None"}, {"Code": "TransactionConflict"}]},
         )
+        stubber.add_response("update_item", {})  # the conflict doubles the label-day's shard count
         stubber.add_response("transact_write_items", {})
         outcome = metering.record(submission, now)
     assert outcome.duplicate is False and outcome.cost_usd_micros == 3760
     assert len(tokens) == 2 and tokens[0] != tokens[1]
-    # an SDK retry of one attempt resends the very same token: DynamoDB applies it once
-    assert items[0] == items[1] and usage.request_token(items[0], 0) == tokens[0]
+    # an SDK retry of one attempt resends the very same token: DynamoDB applies it once; the
+    # retry after the conflict may go to another shard, behind the same dedup item
+    assert usage.request_token(items[0], 0) == tokens[0]
+    assert items[0][0]["Put"]["Item"]["shard_key"] == items[1][0]["Put"]["Item"]["shard_key"]
+    assert outcome.shard_id == keys.stable_shard(submission.request_id, 16)
 
 
 def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws):

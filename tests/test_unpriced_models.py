@@ -335,13 +335,21 @@ def test_a_record_whose_price_is_still_unknown_stays_at_the_estimate(api, tenant
 
 
 def test_a_stale_fold_never_undoes_a_correction(aws):
-    """A run that read the shards before a correction (same requests, fewer corrections)
-    loses to the total written after it; the corrected one wins over the older one."""
+    """A run that read the total before a correction was folded (same requests, fewer
+    corrections) loses to the fold that wrote the correction."""
     key, day = "ORG#o#LABEL#llama", keys.day_key("20260123")
+    scope_total = {"usage_key": "ORG#o#TOTAL", "date_key": day}
     before = {"cost_usd_micros": 157_500, "requests": 3, "repriced": 0}
     after = {"cost_usd_micros": 4_320, "requests": 3, "repriced": 3}
-    assert daily_totals.write_if_grown(key, day, before, set()) is True
-    assert daily_totals.write_if_grown(key, day, after, set()) is True  # the correction is written
-    assert daily_totals.write_if_grown(key, day, before, set()) is False  # a stale run: refused
+
+    def fold(values: dict, read: tuple | None) -> bool:
+        move = daily_totals.LabelFold(key, day, values, read)
+        scope_values = {"updated_at_epoch": 1, tables.TTL_ATTRIBUTE: 2}
+        return daily_totals.fold_scope(scope_total, [move], {"cost_usd_micros": 0}, scope_values, set())
+
+    assert fold(before, None) is True
+    assert fold(after, daily_totals.progress(before)) is True  # the correction is written
+    assert fold(before, daily_totals.progress(before)) is False  # a stale run: refused
+    assert fold(before, None) is False
     item = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": key, "date_key": day})["Item"]
     assert (int(item["cost_usd_micros"]), int(item["repriced"])) == (4_320, 3)

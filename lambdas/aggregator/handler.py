@@ -2,16 +2,16 @@
 cross, publishes the aggregator lag and how close
 each changed scope is to its quotas. Two triggers, one fold (``price_keeper.domain.aggregation``):
 the usage table's DynamoDB Stream (event source mapping: the labels a batch of usage writes
-changed, within seconds) and the EventBridge schedule (the sweep that repairs what the
-stream missed). A failed stream batch raises: Lambda retries it, bisecting, and the fold
-is idempotent."""
+changed, within seconds) and the repair queue (SQS: stream batches that failed for good, and
+the audit's chunks, which the EventBridge schedule plans; ``price_keeper.domain.repair``).
+A failed batch raises: Lambda retries it, and the fold is idempotent."""
 
 from dataclasses import asdict
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
-from price_keeper.domain import aggregation, alerts
+from price_keeper.domain import aggregation, alerts, repair
 from price_keeper.metric_names import AGGREGATOR_LAG_SECONDS, SPEND_PCT
 from price_keeper.observability import logger, metrics
 from price_keeper.timeutil import utc_now
@@ -20,8 +20,18 @@ from price_keeper.timeutil import utc_now
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def lambda_handler(event: dict, context) -> dict:
-    stream = "Records" in event
-    report = aggregation.fold_stream(DynamoDBStreamEvent(event).records) if stream else aggregation.run()
+    records = event.get("Records") or []
+    trigger = records[0].get("eventSource", "aws:dynamodb") if records else "schedule"
+    if trigger == "schedule" and repair.queue_url():  # the audit: its label-days go to the repair queue
+        planned = repair.plan_audit()
+        logger.info("audit planned", extra={"plan": planned})
+        return {**planned, "trigger": trigger}
+    if trigger == "schedule":  # no repair queue (tests, tools): the audit in this invocation
+        report = aggregation.run()
+    elif trigger == "aws:sqs":
+        report = repair.repair(record["body"] for record in records)
+    else:
+        report = aggregation.fold_stream(DynamoDBStreamEvent(event).records)
     now = utc_now()
     fired = alerts.fire_after_run(report, now)
     metrics.add_metric(name=AGGREGATOR_LAG_SECONDS, unit=MetricUnit.Seconds, value=report.lag_seconds)
@@ -32,10 +42,12 @@ def lambda_handler(event: dict, context) -> dict:
         metrics.add_metric(name=SPEND_PCT, unit=MetricUnit.Percent, value=pct)
     summary = {
         **asdict(report),
+        "failed": len(report.failed),
         "costs": len(report.costs),
         "changed": len(report.changed),
         "alerts_fired": len(fired),
-        "trigger": "stream" if stream else "schedule",
+        "trigger": trigger,
     }
     logger.info("aggregation run", extra={"report": summary})
+    report.raise_if_failed()  # the others are folded and alerted: retry the batch for the failed ones
     return summary

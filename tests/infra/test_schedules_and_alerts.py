@@ -27,7 +27,7 @@ def _scheduled_targets(synth) -> dict[str, dict]:
 @pytest.mark.parametrize(
     "job, expression, retries, max_age",
     [
-        ("aggregator", "rate(10 minutes)", 2, 600),
+        ("aggregator", "rate(1 hour)", 2, 1800),
         ("pricing_fetcher", "rate(1 day)", 8, 6 * 3600),
     ],
 )

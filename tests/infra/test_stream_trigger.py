@@ -17,8 +17,13 @@ pytestmark = pytest.mark.infra
 
 
 def _mapping(synth) -> dict:
-    (mapping,) = synth.resources("AWS::Lambda::EventSourceMapping").values()
-    return mapping["Properties"]
+    """The stream's mapping (the repair queue has the other)."""
+    (mapping,) = [
+        m["Properties"]
+        for m in synth.resources("AWS::Lambda::EventSourceMapping").values()
+        if "StartingPosition" in m["Properties"]
+    ]
+    return mapping
 
 
 def _table(synth, spec) -> dict:
@@ -51,15 +56,47 @@ def test_the_usage_stream_triggers_the_aggregator(request, which):
     assert props["BisectBatchOnFunctionError"] is True
     assert props["MaximumRetryAttempts"] == aggregation.USAGE_STREAM.retries
     assert props["MaximumRecordAgeInSeconds"] == aggregation.USAGE_STREAM.max_record_age_s
-    assert props.get("ParallelizationFactor", 1) == 1
+    assert props["ParallelizationFactor"] == aggregation.USAGE_STREAM.parallelization_factor > 1
 
 
-def test_failed_batches_go_to_the_aggregator_dead_letter_queue(synth):
-    queue_id = synth.id_of(synth.stack.schedules.dead_letter_queues["aggregator"])
-    assert logical_id(_mapping(synth)["DestinationConfig"]["OnFailure"]["Destination"]) == queue_id
+def test_the_aggregator_and_model_selection_have_concurrency_reserved(synth):
+    """A burst of one tenant on the API cannot take the account's whole concurrency from
+    the fold or the choice; both stay well below the account's default 1,000."""
+    functions = synth.resources("AWS::Lambda::Function")
+    reserved = {
+        name: functions[function_id]["Properties"].get("ReservedConcurrentExecutions")
+        for name, function_id in synth.function_ids().items()
+    }
+    assert reserved["aggregator"] == 100 and reserved["model_selection"] == 200
+    assert sum(value for value in reserved.values() if value) <= 1000 - 100  # 100 always stay unreserved
+    assert reserved["usage"] is None
+
+
+def test_failed_batches_go_to_the_repair_queue_which_the_aggregator_drains(synth):
+    """The stream batches given up on, and the audit's chunks, are refolded from the repair
+    queue; a message that keeps failing lands in the aggregator's alarmed dead-letter queue."""
+    repair_id = synth.id_of(synth.stack.usage_stream.repair_queue)
+    dlq_id = synth.id_of(synth.stack.schedules.dead_letter_queues["aggregator"])
+    assert logical_id(_mapping(synth)["DestinationConfig"]["OnFailure"]["Destination"]) == repair_id
+    queue = synth.json["Resources"][repair_id]["Properties"]
+    assert referenced_ids(queue["RedrivePolicy"]) == {dlq_id} and queue["RedrivePolicy"]["maxReceiveCount"] == 5
+    assert (
+        queue["VisibilityTimeout"]
+        >= 6 * synth.resources("AWS::Lambda::Function")[synth.function_ids()["aggregator"]]["Properties"]["Timeout"]
+    )
+    (sqs_mapping,) = [
+        m["Properties"]
+        for m in synth.resources("AWS::Lambda::EventSourceMapping").values()
+        if "StartingPosition" not in m["Properties"]
+    ]
+    assert logical_id(sqs_mapping["EventSourceArn"]) == repair_id
+    assert logical_id(sqs_mapping["FunctionName"]) == synth.function_ids()["aggregator"]
+    assert sqs_mapping["ScalingConfig"]["MaximumConcurrency"] == 50
+    env = synth.resources("AWS::Lambda::Function")[synth.function_ids()["aggregator"]]["Properties"]["Environment"]
+    assert logical_id(env["Variables"]["REPAIR_QUEUE_URL"]) == repair_id
     role = synth.role_ids()["aggregator"]
     senders = [s for s in role_statements(synth.json)[role] if "sqs:SendMessage" in s.actions]
-    assert senders and all(s.targets == {queue_id} for s in senders)
+    assert senders and set().union(*(s.targets for s in senders)) == {repair_id, dlq_id}
 
 
 def test_only_usage_shard_writes_invoke_the_aggregator(synth):

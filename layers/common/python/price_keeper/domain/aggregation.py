@@ -15,17 +15,16 @@ Two triggers, one fold:
 
 Folding (``_fold``), exactly once whatever runs overlap, repeat or arrive out of order:
 
-1. Each label's shards summed per ``usage_key``/day; the DailyTotals whose sums changed are
-   written conditional on ``requests`` growing (or, as many, ``repriced``: a re-priced
-   record's correction). Those only grow, so a stale or repeated run (Lambda delivers a
-   stream batch at least once) never counts twice or moves a total back.
-2. Each scope's ``{scope}#TOTAL`` (the sums over every label, and the set of labels summed,
-   which aggregates and reports read): the run registers its labels in the set (``ADD``,
-   only when missing), then reads the set and every label's total strongly consistent,
-   sums and writes with the same condition. Every write ``ADD``s to the set, so it only
-   grows; and every run registers and writes its labels before it reads, so the run that
-   reads last sees every label's newest total: runs on different labels of one scope
-   (different stream shards, the sweep) never lose each other's spend.
+1. One read (BatchGetItem, 100 keys a call) of everything: the changed labels' shards,
+   their totals, their scopes' ``{scope}#TOTAL``, the ordering's totals and the sticky
+   label (what alerts evaluate). Configs come from the cache, the missing ones in one read.
+2. Per scope and day, one transaction: each label total whose shard sums grew is SET,
+   conditional on its stored progress (``daily_totals.PROGRESS``: ``requests``, and
+   ``repriced`` for a re-priced record's correction, which changes the cost alone) being
+   what step 1 read, and the scope total is ADDed the differences. So the scope total is
+   always the sum of its label totals, a move is added once, and a stale or repeated run
+   (Lambda delivers a stream batch at least once) writes nothing. Scope-days are written in parallel; one that lost a race
+   re-reads and folds again.
 3. A heartbeat (time of the run, lag) that the aggregates endpoint reports as
    ``X-Data-Lag-Secs``: every sweep, and a stream run at most every ``HEARTBEAT_SECONDS``
    per container.
@@ -37,18 +36,20 @@ retried batch (or the next sweep) recomputes every sum from the shards.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..cache import TTLCache
 from ..config import get_config
-from ..errors import ApiError
+from ..errors import service_unavailable
 from ..observability import logger
-from ..store import daily_totals, keys, tables, usage
+from ..store import daily_totals, dynamo, keys, sticky, tables, usage
 from ..store.dynamo import batch_get_many
 from ..timeutil import org_days_in_play, parse_day, utc_now
-from . import orgs
+from . import hot_labels, orgs
+from .orgs import EffectiveConfig
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
@@ -66,9 +67,14 @@ class StreamTrigger(NamedTuple):
     batching_window_s: int
     retries: int  # then the batch goes to the aggregator's dead-letter queue; the sweep repairs it
     max_record_age_s: int
+    # concurrent batches per stream shard: safe, since a fold recomputes from the shards and
+    # moves totals only by conditional transactions (docs/infrastructure.md, "Concurrency")
+    parallelization_factor: int
 
 
-USAGE_STREAM = StreamTrigger(batch_size=1000, batching_window_s=1, retries=10, max_record_age_s=3600)
+USAGE_STREAM = StreamTrigger(
+    batch_size=1000, batching_window_s=1, retries=10, max_record_age_s=3600, parallelization_factor=4
+)
 # Records worth a run: shard writes. Not the dedup items (date_key DEDUP), not deletions (TTL).
 SHARD_WRITES = ("INSERT", "MODIFY")
 USAGE_STREAM_FILTER = {
@@ -133,6 +139,14 @@ def read_daily_totals(
 # --- the aggregator ----------------------------------------------------------------
 
 
+class FoldFailed(Exception):
+    """Some scope-days of a run could not be folded (each logged); the rest were."""
+
+    def __init__(self, scope_days: list[tuple[str, str]]):
+        super().__init__(f"{len(scope_days)} scope-days not folded, e.g. {scope_days[0]}")
+        self.scope_days = scope_days
+
+
 @dataclass
 class RunReport:
     days: list[str]
@@ -141,14 +155,25 @@ class RunReport:
     totals_written: int = 0
     stale_puts_skipped: int = 0
     lag_seconds: int = 0  # age of the oldest shard update this run folded (0: nothing new)
-    # (usage_key, yyyymmdd, cost_usd_micros) of every label of every scope folded, and the labels this run changed
+    # (usage_key, yyyymmdd, cost_usd_micros) of the labels alerts need (the ordering's and
+    # the ones moved) of every scope/day this run changed, and the labels this run changed
     costs: list[tuple[str, str, int]] = field(default_factory=list)
     changed: list[tuple[str, str]] = field(default_factory=list)
+    # (scope, yyyymmdd) -> the scope's cost over every label, and its sticky label (read
+    # beside the totals when the scope uses sticky fallback), for the scopes changed
+    scope_costs: dict[tuple[str, str], int] = field(default_factory=dict)
+    sticky: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    # (scope, yyyymmdd) whose fold failed: logged, the others folded; the run then fails so
+    # that its batch or message is delivered again (``raise_if_failed``)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    def raise_if_failed(self) -> None:
+        if self.failed:
+            raise FoldFailed(self.failed)
 
     def changed_spends(self) -> dict[tuple[str, str], dict[str, int]]:
         """(scope, yyyymmdd) -> ``cost_usd_micros`` by label, for every scope/day with a
-        total this run changed, in the order they changed, with every label of that
-        scope/day in play (changed or not)."""
+        total this run changed, in the order they changed."""
         spends: dict[tuple[str, str], dict[str, int]] = {
             (keys.split_usage_key(usage_key)[0], day): {} for usage_key, day in self.changed
         }
@@ -158,12 +183,28 @@ class RunReport:
                 spends[(scope, day)][label] = cost
         return spends
 
+    def scope_cost(self, scope: str, day: str, spends: dict[str, int]) -> int:
+        """The scope's cost over every label (``spends`` summed when the run did not say)."""
+        return self.scope_costs.get((scope, day), sum(spends.values()))
+
+    def merge(self, other: RunReport) -> None:
+        self.days = sorted({*self.days, *other.days})
+        self.active_shards += other.active_shards
+        self.usage_keys += other.usage_keys
+        self.totals_written += other.totals_written
+        self.stale_puts_skipped += other.stale_puts_skipped
+        self.lag_seconds = max(self.lag_seconds, other.lag_seconds)
+        self.costs += other.costs
+        self.changed += other.changed
+        self.scope_costs.update(other.scope_costs)
+        self.sticky.update(other.sticky)
+        self.failed += other.failed
+
 
 @dataclass
 class _Group:
     sums: dict = field(default_factory=lambda: dict.fromkeys(SUM_FIELDS, 0))
     shard_updates: list[int] = field(default_factory=list)
-    labels: set[str] = field(default_factory=set)  # scope totals only: the labels summed
 
     def add(self, item: dict, updated_at: int) -> None:
         for name in SUM_FIELDS:
@@ -195,132 +236,292 @@ def usage_expires_at(day: str) -> int:
     return int(start.timestamp()) + (get_config().metering.usage_retention_days + 1) * 86400
 
 
-def _write_total(usage_key: str, date_key: str, group: _Group, now_epoch: int) -> bool:
-    """Write a total unless a newer one (more requests) is already there; a scope total's
-    labels are added to its set, never replace it."""
-    values = {
-        **group.sums,
-        "updated_at_epoch": now_epoch,
-        "source_updated_at_epoch": max(group.shard_updates),
-        tables.TTL_ATTRIBUTE: usage_expires_at(keys.day_of_key(date_key)),
-    }
-    return daily_totals.write_if_grown(usage_key, date_key, values, group.labels)
+FOLD_THREADS = 8  # scope-days whose transactions are written at once
+# Labels a scope total lists (aggregates and reports show them): its item stays bounded
+# (~400 x a label of up to 64 bytes); spend of further labels is summed all the same.
+MAX_SCOPE_LABELS = 400
+FOLD_ATTEMPTS = 6  # per scope-day, when a concurrent run moved its totals first
+
+LabelDay = tuple[str, str]  # (usage_key, date_key)
 
 
-def _fold_into(
-    report: RunReport, usage_key: str, date_key: str, group: _Group, existing: dict | None, now_epoch: int
-) -> bool:
-    """Write one total when its sums changed; True when this run wrote it."""
-    existing = existing or {}
-    unchanged = "requests" in existing and all(int(existing.get(name, 0)) == group.sums[name] for name in SUM_FIELDS)
-    if unchanged or not group.shard_updates:
-        return False
-    folded_until = int(existing.get("source_updated_at_epoch", 0))
-    unfolded = [update for update in group.shard_updates if update > folded_until] or group.shard_updates
-    report.lag_seconds = max(report.lag_seconds, now_epoch - min(unfolded))
-    if _write_total(usage_key, date_key, group, now_epoch):
-        report.totals_written += 1
-        return True
-    report.stale_puts_skipped += 1
-    return False
+class _Snapshot(NamedTuple):
+    """What one read of a fold found: shards by label-day, totals by key, sticky labels."""
+
+    shards: dict[LabelDay, list[dict]]
+    totals: dict[tuple[str, str], dict]
+    sticky: dict[tuple[str, str], str | None]
 
 
-def _fold_scope_totals(labels_by_scope: dict[tuple[str, str], set[str]], report: RunReport, now_epoch: int) -> None:
-    """Step 2 of the fold for each (scope, date_key): register, read back, sum, write."""
+class _ScopeDay(NamedTuple):
+    scope: str
+    date_key: str
+    label_days: list[LabelDay]
+    config: EffectiveConfig | None  # for alerts: the ordering's totals and the sticky label
+
+    @property
+    def total_key(self) -> dict:
+        return {"usage_key": keys.scope_total_key(self.scope), "date_key": self.date_key}
+
+    def alert_label_days(self) -> list[LabelDay]:
+        ordering = self.config.model_ordering if self.config else ()
+        return [(keys.usage_key(self.scope, label), self.date_key) for label in ordering]
+
+
+def _read(label_shards: dict[LabelDay, list[dict]], scope_days: list[_ScopeDay], consistent: bool) -> _Snapshot:
+    """One BatchGetItem (per 100 keys, over three tables) of everything a fold of
+    ``scope_days`` needs: the shards, the label and scope totals, the ordering's totals and
+    the sticky labels that alerts evaluate."""
     total_keys = {
-        scope_day: {"usage_key": keys.scope_total_key(scope_day[0]), "date_key": scope_day[1]}
-        for scope_day in labels_by_scope
-    }
-    current = daily_totals.read_current(total_keys.values(), consistent=True)
-    summed: dict[tuple[str, str], set[str]] = {}
-    for scope_day, labels in labels_by_scope.items():
-        total_key = total_keys[scope_day]
-        known = set(current.get((total_key["usage_key"], total_key["date_key"]), {}).get("labels", ()))
-        summed[scope_day] = (
-            known
-            if labels <= known
-            else daily_totals.register_labels(
-                total_key, labels - known, usage_expires_at(keys.day_of_key(total_key["date_key"]))
-            )
-        )
-    label_keys = [
-        {"usage_key": keys.usage_key(scope, label), "date_key": date_key}
-        for (scope, date_key), labels in summed.items()
-        for label in labels
+        (usage_key, date_key)
+        for scope_day in scope_days
+        for usage_key, date_key in [*scope_day.label_days, *scope_day.alert_label_days()]
+    } | {(scope_day.total_key["usage_key"], scope_day.date_key) for scope_day in scope_days}
+    sticky_days = [
+        (scope_day.scope, keys.day_of_key(scope_day.date_key))
+        for scope_day in scope_days
+        if scope_day.config and scope_day.config.sticky_fallback_enabled
     ]
-    label_totals = daily_totals.read_current(label_keys, consistent=True)
-    for (scope, date_key), labels in summed.items():
-        group = _Group(labels=labels)
-        for label in labels:
-            usage_key = keys.usage_key(scope, label)
-            item = label_totals.get((usage_key, date_key))
-            if item:  # (a label registered by a run that has not written its total yet)
-                group.add(item, int(item.get("source_updated_at_epoch", 0)))
-                report.costs.append((usage_key, keys.day_of_key(date_key), int(item["cost_usd_micros"])))
-        total_key = total_keys[(scope, date_key)]
-        _fold_into(
-            report, total_key["usage_key"], date_key, group, current.get((total_key["usage_key"], date_key)), now_epoch
-        )
-
-
-def _fold(shard_keys: list[dict], consistent: bool, report: RunReport, now: datetime) -> None:
-    """Fold every label whose shards are ``shard_keys`` (all of each label's shards); strongly
-    consistent shard reads when the run must see the writes that triggered it."""
-    now_epoch = int(now.timestamp())
-    shards = usage.read_shards(shard_keys, [*SUM_FIELDS, "updated_at_epoch"], consistent=consistent)
-    groups: dict[tuple[str, str], _Group] = {}
+    count_keys = [keys.shard_count_key(*keys.split_usage_key(u), d) for u, d in label_shards]
+    shards, totals, sticky_items = batch_get_many(
+        [
+            usage.shards_read([*(key for label_day in label_shards.values() for key in label_day), *count_keys]),
+            daily_totals.fold_read({"usage_key": u, "date_key": d} for u, d in total_keys),
+            sticky.days_read(sticky_days),
+        ],
+        consistent=consistent,
+    )
+    shards += _shards_above(label_shards, [item for item in shards if keys.is_shard_count_key(item["date_key"])])
+    by_label: dict[LabelDay, list[dict]] = {}
     for shard in shards:
-        groups.setdefault((keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"]), _Group()).add(
-            shard, int(shard.get("updated_at_epoch", 0))
-        )
-    report.active_shards += len(shards)
-    report.usage_keys += len(groups)
-    current = daily_totals.read_current({"usage_key": u, "date_key": d} for u, d in groups)
-    labels_by_scope: dict[tuple[str, str], set[str]] = {}
-    for (usage_key, date_key), group in groups.items():
-        if _fold_into(report, usage_key, date_key, group, current.get((usage_key, date_key)), now_epoch):
-            report.changed.append((usage_key, keys.day_of_key(date_key)))
+        if not keys.is_shard_count_key(shard["date_key"]):
+            by_label.setdefault((keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"]), []).append(shard)
+    labels_of = {(item["scope_key"], item["date_key"]): item.get("active_model_label") for item in sticky_items}
+    return _Snapshot(
+        by_label,
+        {(item["usage_key"], item["date_key"]): item for item in totals},
+        {
+            (scope, day): labels_of.get(
+                (keys.sticky_key(scope, day)["scope_key"], keys.sticky_key(scope, day)["date_key"])
+            )
+            for scope, day in sticky_days
+        },
+    )
+
+
+def _shards_above(label_shards: dict[LabelDay, list[dict]], count_items: list[dict]) -> list[dict]:
+    """The shards of hot label-days (``hot_labels``) above the ones read, which their count
+    items say exist: read now (one more BatchGetItem, once per container and raise) and
+    added to ``label_shards`` for re-reads."""
+    extra = []
+    for item in count_items:
+        usage_key, count = item["shard_key"], int(item["shard_count"])
+        day = item["date_key"].removeprefix(keys.SHARD_COUNT_PREFIX)
         scope, label = keys.split_usage_key(usage_key)
-        labels_by_scope.setdefault((scope, date_key), set()).add(label)
-    if labels_by_scope:
-        _fold_scope_totals(labels_by_scope, report, now_epoch)
+        hot_labels.learned(scope, label, day, count)
+        label_day = (usage_key, keys.day_key(day))
+        have = {key["shard_key"] for key in label_shards[label_day]}
+        more = [key for key in keys.shard_item_keys(scope, label, label_day[1], count) if key["shard_key"] not in have]
+        label_shards[label_day] = [*label_shards[label_day], *more]
+        extra += more
+    return usage.read_shards(extra, [*SUM_FIELDS, "updated_at_epoch"], consistent=True) if extra else []
 
 
-def _heartbeat(report: RunReport, now: datetime) -> None:
-    daily_totals.put_heartbeat(int(now.timestamp()), report.lag_seconds)
+def _fold_scope_day(
+    scope_day: _ScopeDay, label_shards: dict[LabelDay, list[dict]], snapshot: _Snapshot, consistent: bool, now: datetime
+) -> RunReport:
+    """Move the label totals of one scope-day whose shard sums grew, and its scope total by
+    their differences, in one transaction; on a lost race re-read this scope-day and fold again."""
+    for attempt in range(FOLD_ATTEMPTS):
+        if attempt:
+            dynamo._backoff(attempt)  # (the store's jittered backoff)
+            snapshot = _read({ld: label_shards[ld] for ld in scope_day.label_days}, [scope_day], consistent=True)
+        report, moves, delta = _moves(scope_day, snapshot, now)
+        if not moves:
+            return report
+        day = keys.day_of_key(scope_day.date_key)
+        stored_total = snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {})
+        listed = set(stored_total.get("labels", ()))
+        new_labels = {keys.split_usage_key(move.usage_key)[1] for move in moves} - listed
+        if len(listed) + len(new_labels) > MAX_SCOPE_LABELS:  # counted in the sums all the same
+            logger.warning("scope label list full", extra={"scope": scope_day.scope, "limit": MAX_SCOPE_LABELS})
+            new_labels = set(sorted(new_labels)[: max(0, MAX_SCOPE_LABELS - len(listed))])
+        scope_values = {
+            "updated_at_epoch": int(now.timestamp()),
+            "source_updated_at_epoch": max(move.values["source_updated_at_epoch"] for move in moves),
+            tables.TTL_ATTRIBUTE: usage_expires_at(day),
+        }
+        if daily_totals.fold_scope(scope_day.total_key, moves, delta, scope_values, new_labels):
+            report.totals_written = len(moves) + 1
+            report.scope_costs[(scope_day.scope, day)] = (
+                int(stored_total.get("cost_usd_micros", 0)) + delta["cost_usd_micros"]
+            )
+            if (scope_day.scope, day) in snapshot.sticky:
+                report.sticky[(scope_day.scope, day)] = snapshot.sticky[(scope_day.scope, day)]
+            return report
+    raise service_unavailable()  # a stream batch is retried; the next sweep runs anyway
+
+
+def _moves(scope_day: _ScopeDay, snapshot: _Snapshot, now: datetime) -> tuple[RunReport, list, dict]:
+    """The label totals of a scope-day whose shards summed further than stored (``progress``), and
+    the sums of their differences; the report of what moving them would change."""
+    now_epoch = int(now.timestamp())
+    day = keys.day_of_key(scope_day.date_key)
+    report = RunReport(days=[day])
+    moves, delta = [], dict.fromkeys(SUM_FIELDS, 0)
+    costs: dict[str, int] = {}
+    for label_day in scope_day.label_days:
+        shards = snapshot.shards.get(label_day)
+        if not shards:
+            continue
+        group = _Group()
+        for shard in shards:
+            group.add(shard, int(shard.get("updated_at_epoch", 0)))
+        stored = snapshot.totals.get(label_day) or {}
+        stored_progress = daily_totals.progress(stored) if "requests" in stored else None
+        if stored_progress is not None and daily_totals.progress(group.sums) <= stored_progress:
+            report.stale_puts_skipped += daily_totals.progress(group.sums) < stored_progress
+            continue
+        folded_until = int(stored.get("source_updated_at_epoch", 0))
+        unfolded = [update for update in group.shard_updates if update > folded_until] or group.shard_updates
+        report.lag_seconds = max(report.lag_seconds, now_epoch - min(unfolded))
+        values = {
+            **group.sums,
+            "updated_at_epoch": now_epoch,
+            "source_updated_at_epoch": max(group.shard_updates),
+            tables.TTL_ATTRIBUTE: usage_expires_at(day),
+        }
+        moves.append(daily_totals.LabelFold(*label_day, values, stored_progress))
+        for name in SUM_FIELDS:
+            delta[name] += group.sums[name] - int(stored.get(name, 0))
+        costs[label_day[0]] = group.sums["cost_usd_micros"]
+        report.changed.append((label_day[0], day))
+    if moves:
+        for usage_key, date_key in scope_day.alert_label_days():
+            stored = snapshot.totals.get((usage_key, date_key)) or {}
+            costs.setdefault(usage_key, int(stored.get("cost_usd_micros", 0)))
+        report.costs = [(usage_key, day, cost) for usage_key, cost in costs.items()]
+    return report, moves, delta
+
+
+def _fold(
+    label_shards: dict[LabelDay, list[dict]],
+    configs: dict[str, EffectiveConfig],
+    consistent: bool,
+    report: RunReport,
+    now: datetime,
+) -> None:
+    """Fold every label-day of ``label_shards`` (its shards' keys: all of them on the stream)
+    into its total and its scope's: one read for all, one transaction per scope-day, the
+    transactions in parallel. Strongly consistent reads when the run must see the writes
+    that triggered it."""
+    by_scope_day: dict[tuple[str, str], list[LabelDay]] = {}
+    for usage_key, date_key in label_shards:
+        by_scope_day.setdefault((keys.split_usage_key(usage_key)[0], date_key), []).append((usage_key, date_key))
+    scope_days = [
+        _ScopeDay(scope, date_key, label_days, configs.get(scope))
+        for (scope, date_key), label_days in sorted(by_scope_day.items())
+    ]
+    snapshot = _read(label_shards, scope_days, consistent)
+    report.active_shards += sum(len(shards) for shards in snapshot.shards.values())
+    report.usage_keys += len(snapshot.shards)
+    with ThreadPoolExecutor(max_workers=FOLD_THREADS) as pool:
+        futures = [
+            (scope_day, pool.submit(_fold_scope_day, scope_day, label_shards, snapshot, consistent, now))
+            for scope_day in scope_days
+        ]
+    for scope_day, future in futures:
+        try:
+            report.merge(future.result())
+        except Exception:  # noqa: BLE001 - one scope's failure must not stop the others' totals and alerts
+            logger.exception("fold failed", extra={"scope": scope_day.scope, "date_key": scope_day.date_key})
+            report.failed.append((scope_day.scope, keys.day_of_key(scope_day.date_key)))
+
+
+def _configs(scopes: Iterable[str]) -> tuple[dict[str, EffectiveConfig], dict[str, EffectiveConfig]]:
+    """Each scope's effective config and its org's (for the shard count), read together;
+    scopes of orgs or apps no longer registered are left out."""
+    pairs = {keys.split_scope(scope) for scope in scopes}
+    configs = orgs.effective_configs(pairs | {(org_id, None) for org_id, _ in pairs})
+    return (
+        {scope: configs[keys.split_scope(scope)] for scope in scopes if keys.split_scope(scope) in configs},
+        {
+            scope: configs[(keys.split_scope(scope)[0], None)]
+            for scope in scopes
+            if (keys.split_scope(scope)[0], None) in configs
+        },
+    )
+
+
+def heartbeat(lag_seconds: int, now: datetime) -> None:
+    """What ``X-Data-Lag-Secs`` reports: when the aggregator last ran, and its lag then."""
+    daily_totals.put_heartbeat(int(now.timestamp()), lag_seconds)
+
+
+def days_in_play(now: datetime) -> list[str]:
+    """The org days (``yyyymmdd``) that can still receive usage somewhere: UTC today-2 .. today+1."""
+    return [day.strftime("%Y%m%d") for day in org_days_in_play(now)]
+
+
+def active_label_shards(day: str) -> dict[LabelDay, list[dict]]:
+    """The shards written on org day ``day`` by label-day, from the sparse index (which lags
+    the writes a little: the stream folds the newest)."""
+    label_shards: dict[LabelDay, list[dict]] = {}
+    for shard in usage.active_shard_keys(day):
+        label_shards.setdefault((keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"]), []).append(shard)
+    return label_shards
+
+
+def fold_shards(label_shards: dict[LabelDay, list[dict]], now: datetime | None = None) -> RunReport:
+    """The audit's fold: these label-days from the shards the index found (and any above
+    them that a raised shard count names), spend of orgs no longer registered included."""
+    now = now or utc_now()
+    report = RunReport(days=sorted({keys.day_of_key(date_key) for _, date_key in label_shards}))
+    if label_shards:
+        configs, _ = _configs({keys.split_usage_key(usage_key)[0] for usage_key, _ in label_shards})
+        _fold(label_shards, configs, False, report, now)
+    return report
 
 
 def run(now: datetime | None = None) -> RunReport:
-    """The sweep: fold every shard written on the org days in play."""
+    """The audit in one process (tests and tools; deployed, ``repair.plan_audit`` fans it out
+    over the repair queue): fold every shard written on the org days in play."""
     now = now or utc_now()
-    report = RunReport(days=[day.strftime("%Y%m%d") for day in org_days_in_play(now)])
-    _fold([shard for day in report.days for shard in usage.active_shard_keys(day)], False, report, now)
-    _heartbeat(report, now)
+    days = days_in_play(now)
+    report = fold_shards({ld: keys_ for day in days for ld, keys_ in active_label_shards(day).items()}, now)
+    report.days = days
+    heartbeat(report.lag_seconds, now)
     return report
 
 
 def fold_stream(records: Iterable[DynamoDBRecord], now: datetime | None = None) -> RunReport:
     """An event-driven run: fold the labels a stream batch changed, all of their shards."""
+    return fold_label_days(changed_labels(records), now)
+
+
+def fold_label_days(changed: set[LabelDay], now: datetime | None = None) -> RunReport:
+    """Fold these (usage_key, date_key) label-days, all of their shards, strongly
+    consistent: a stream batch's, or a repair's (``domain.repair``)."""
     now = now or utc_now()
-    changed = changed_labels(records)
     report = RunReport(days=sorted({keys.day_of_key(date_key) for _, date_key in changed}))
     if not changed:
         return report
-    shard_keys = []
+    configs, org_configs = _configs({keys.split_usage_key(usage_key)[0] for usage_key, _ in changed})
+    label_shards = {}
     for usage_key, date_key in sorted(changed):
         scope, label = keys.split_usage_key(usage_key)
-        try:
-            shard_count = orgs.effective_config(keys.split_scope(scope)[0]).agg_shard_count  # the org's, immutable
-        except ApiError as error:
-            if error.status != 404:
-                raise  # e.g. a throttled read: the batch is retried
+        if scope not in org_configs:
             logger.warning("spend of an unregistered org left to the sweep", extra={"scope": scope})
             continue
-        shard_keys += keys.shard_item_keys(scope, label, date_key, shard_count)
-    if not shard_keys:
+        # the org's, or what this container learned of the label-day's since (the fold reads the count item too)
+        shard_count = hot_labels.shard_count(
+            scope, label, keys.day_of_key(date_key), org_configs[scope].agg_shard_count
+        )
+        label_shards[(usage_key, date_key)] = keys.shard_item_keys(scope, label, date_key, shard_count)
+    if not label_shards:
         return report
-    _fold(shard_keys, True, report, now)
+    _fold(label_shards, configs, True, report, now)
     if not _recent_heartbeat.get("written"):
-        _heartbeat(report, now)
+        heartbeat(report.lag_seconds, now)
         _recent_heartbeat.put("written", True)
     return report

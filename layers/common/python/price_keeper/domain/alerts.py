@@ -106,9 +106,11 @@ def due_alerts(
     sticky_label: str | None,
     thresholds_pct: Sequence[int],
     total_quota: int | None = None,
+    total_spend: int | None = None,
 ) -> list[Alert]:
     """Every alert whose condition holds for these spends (label -> micro-USD, every label
-    with spend, in the ordering or not) and the scope's total cap.
+    with spend, in the ordering or not; or only some, with ``total_spend`` the scope's spend
+    over every label) and the scope's total cap.
 
     A label is spent, and has fallen back to its successor, by the rules model selection
     applies (``quota.first_unspent`` from the sticky floor).
@@ -133,7 +135,7 @@ def due_alerts(
         Alert(FALLBACK, ordering[i], None, spend(ordering[i]), quota(ordering[i]), ordering[i + 1])
         for i in range(min(active, len(ordering) - 1))
     ]
-    total = sum(int(value) for value in spends.values())
+    total = sum(int(value) for value in spends.values()) if total_spend is None else total_spend
     if total_quota:
         due += [
             Alert(THRESHOLD, None, pct, total, total_quota)
@@ -249,6 +251,7 @@ def evaluate_and_fire(
     totals_by_label: Mapping[str, int],
     sticky_label: str | None,
     now: datetime,
+    total_spend: int | None = None,
 ) -> list[Alert]:
     """Fire the alerts due for one scope and org-local day; the ones this call published.
 
@@ -269,6 +272,7 @@ def evaluate_and_fire(
             sticky_label,
             config.alert_thresholds_pct,
             config._replace(quotas=quotas).total_quota,
+            total_spend,
         )
 
     candidates = due(config.quotas)
@@ -318,11 +322,19 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
     of all its labels in play); the alerts published. A scope whose evaluation fails is
     logged and retried by the next run that changes it, without failing the others."""
     fired: list[Alert] = []
-    for (scope, day), spends in report.changed_spends().items():
+    changed = report.changed_spends()
+    orgs.effective_configs({keys.split_scope(scope) for scope, _ in changed})  # the uncached in one read
+    for (scope, day), spends in changed.items():
         try:
             config = orgs.effective_config(*keys.split_scope(scope))
-            sticky = read_sticky(scope, day) if config.sticky_fallback_enabled else None
-            fired += evaluate_and_fire(scope, config, day, spends, sticky.label if sticky else None, now)
+            sticky_label = None
+            if (scope, day) in report.sticky:  # the run read it beside the totals
+                sticky_label = report.sticky[(scope, day)]
+            elif config.sticky_fallback_enabled:
+                sticky = read_sticky(scope, day)
+                sticky_label = sticky.label if sticky else None
+            total = report.scope_cost(scope, day, spends)
+            fired += evaluate_and_fire(scope, config, day, spends, sticky_label, now, total)
         except Exception:  # noqa: BLE001 - one scope's failure must not stop the others' alerts
             logger.exception("alert evaluation failed", extra={"scope": scope, "day": day})
     return fired
@@ -351,7 +363,7 @@ def spend_pcts(report: RunReport, now: datetime) -> list[float]:
         if config.scope != scope or day != org_day(config.timezone, now):
             continue
         quotas = [(spends.get(label, 0), config.quota(label)) for label in config.model_ordering]
-        quotas.append((sum(spends.values()), config.total_quota))
+        quotas.append((report.scope_cost(scope, day, spends), config.total_quota))
         pcts += [quota_pct(spend, quota) for spend, quota in quotas if quota > 0]
     return pcts
 

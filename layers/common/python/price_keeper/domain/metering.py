@@ -29,7 +29,7 @@ from ..observability import logger
 from ..store import daily_totals, keys, usage
 from ..timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
 from ..validation import is_label
-from . import alerts, boosts, orgs, pricing, profiles
+from . import alerts, boosts, hot_labels, orgs, pricing, profiles
 from .aggregation import Totals, usage_expires_at
 from .models import UsageRequest
 from .orgs import EffectiveConfig
@@ -53,6 +53,7 @@ class Submission(NamedTuple):
     tokens: pricing.Tokens
     cost_usd_micros: int
     quote: pricing.PriceQuote
+    shard_count: int  # the label-day's shard count the shard was chosen among (hot labels raise it)
 
 
 class Outcome(NamedTuple):
@@ -167,6 +168,7 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
     priced = priced_label(config, request.model_label, request.calling_region)
     profiles.check_reported_model(priced, request.bedrock_model_id)
     quote = pricing.price_of(priced, parse_day(day))
+    shard_count = hot_labels.shard_count(config.scope, request.model_label, day, config.agg_shard_count)
     tokens = pricing.Tokens(
         request.input_tokens, request.output_tokens, request.cache_read_input_tokens, request.cache_write_input_tokens
     )
@@ -176,10 +178,11 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
         scope=config.scope,
         label=request.model_label,
         day=day,
-        shard_id=keys.stable_shard(request.request_id, config.agg_shard_count),
+        shard_id=keys.stable_shard(request.request_id, shard_count),
         tokens=tokens,
         cost_usd_micros=pricing.cost_usd_micros(tokens, quote.prices),
         quote=quote,
+        shard_count=shard_count,
     )
 
 
@@ -202,9 +205,51 @@ def _estimated(submission: Submission) -> dict | None:
 def record(submission: Submission, now: datetime) -> Outcome:
     """Write a submission exactly once (``store.usage``); a duplicate answers with the
     original's outcome."""
+    for attempt in range(TRANSACTION_ATTEMPTS):
+        try:
+            first = usage.write_once(_items(submission, now), attempt)
+        except usage.Conflict:  # a hot shard: spread the label-day over more (the dedup item is the same)
+            count = hot_labels.raise_after_conflict(
+                submission.scope,
+                submission.label,
+                submission.day,
+                submission.shard_count,
+                usage_expires_at(submission.day),
+            )
+            submission = submission._replace(
+                shard_id=keys.stable_shard(submission.request_id, count), shard_count=count
+            )
+            time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
+            continue
+        if first is None:
+            return Outcome(
+                submission.request_id,
+                submission.label,
+                submission.day,
+                submission.shard_id,
+                submission.cost_usd_micros,
+                submission.quote.source,
+                submission.quote.profile_kind,
+                duplicate=False,
+            )
+        return Outcome(
+            submission.request_id,
+            first["model_label"],
+            first["org_day"],
+            int(first["shard_id"]),
+            int(first["cost_usd_micros"]),
+            first.get("price_source", ""),
+            first.get("profile_kind", IN_REGION),
+            duplicate=True,
+        )
+    raise service_unavailable("Usage write kept conflicting with concurrent writes; retry")
+
+
+def _items(submission: Submission, now: datetime) -> list[dict]:
+    """The record's two actions (``usage.record_items``) for its current shard."""
     now_epoch = int(now.timestamp())
     tokens = submission.tokens
-    items = usage.record_items(
+    return usage.record_items(
         dedup_key=submission.dedup_key,
         scope=submission.scope,
         label=submission.label,
@@ -230,34 +275,6 @@ def record(submission: Submission, now: datetime) -> Outcome:
         marker_expires_at=now_epoch + get_config().metering.dedup_ttl_days * 86400,
         estimated=_estimated(submission),
     )
-    for attempt in range(TRANSACTION_ATTEMPTS):
-        try:
-            first = usage.write_once(items, attempt)
-        except usage.Conflict:
-            time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
-            continue
-        if first is None:
-            return Outcome(
-                submission.request_id,
-                submission.label,
-                submission.day,
-                submission.shard_id,
-                submission.cost_usd_micros,
-                submission.quote.source,
-                submission.quote.profile_kind,
-                duplicate=False,
-            )
-        return Outcome(
-            submission.request_id,
-            first["model_label"],
-            first["org_day"],
-            int(first["shard_id"]),
-            int(first["cost_usd_micros"]),
-            first.get("price_source", ""),
-            first.get("profile_kind", IN_REGION),
-            duplicate=True,
-        )
-    raise service_unavailable("Usage write kept conflicting with concurrent writes; retry")
 
 
 def count(config: EffectiveConfig, submission: Submission, now: datetime) -> Outcome:

@@ -9,6 +9,7 @@ earlier APP scope, are ignored then). The effective config is cached in memory f
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from ..cache import TTLCache
@@ -125,6 +126,23 @@ def effective_config(org_id: str, app_id: str | None = None) -> EffectiveConfig:
     config = merge(org, app, org_id, app_id)
     _effective.put(cache_key, config)
     return config
+
+
+def effective_configs(pairs: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str | None], EffectiveConfig]:
+    """``effective_config`` of many (org, app or None) pairs, the ones not cached read in one
+    BatchGetItem (per 100 items) instead of one each: the aggregator's configs of a batch.
+    Pairs not registered are left out."""
+    pairs = set(pairs)
+    configs = {pair: _effective.get(pair) for pair in pairs}
+    missing = [pair for pair, config in configs.items() if config is None]
+    if missing:
+        items = config_items.clients({*missing, *((org_id, None) for org_id, _ in missing)})
+        for org_id, app_id in missing:
+            org, app = items.get((org_id, None)), items.get((org_id, app_id)) if app_id else None
+            if org is not None and (app_id is None or app is not None):
+                configs[(org_id, app_id)] = merge(org, app, org_id, app_id)
+                _effective.put((org_id, app_id), configs[(org_id, app_id)])
+    return {pair: config for pair, config in configs.items() if config is not None}
 
 
 def forget(org_id: str, app_id: str | None = None) -> None:

@@ -88,6 +88,12 @@ def check_calling_region(region: str | None) -> None:
         raise invalid_request(f"Unknown AWS region: {region}", calling_region=region)
 
 
+# Profiles an app may register: bounds the labels a scope can spend on (and so the scope
+# total's label set; docs/metering.md, "Bounded growth"). Concurrent registrations at the
+# limit may pass it by the few in flight.
+MAX_PROFILES_PER_APP = 400
+
+
 def register(config: EffectiveConfig, label: str, arn: str, description: str | None, now=None) -> dict:
     """Store a profile under a new label of the app: 201 body; 400 for a bad ARN or one
     Bedrock does not resolve for this account, 409 when the label is taken (by a registered
@@ -99,6 +105,13 @@ def register(config: EffectiveConfig, label: str, arn: str, description: str | N
             "ALREADY_EXISTS",
             "Label is already defined in config.yaml",
             {"profile_label": label, "reason": "config_label"},
+        )
+    registered = len(profile_store.labels(config.org_id, config.app_id))
+    if registered >= MAX_PROFILES_PER_APP:
+        raise invalid_request(
+            "Too many inference profiles registered for this app",
+            limit=MAX_PROFILES_PER_APP,
+            registered=registered,
         )
     _routing_of(arn)
     now = now or utc_now()

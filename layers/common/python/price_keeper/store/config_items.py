@@ -32,6 +32,20 @@ def org_and_app(org_id: str, app_id: str | None) -> tuple[dict | None, dict | No
     return items.get(keys.ROOT_RESOURCE), (items.get(keys.app_resource(app_id)) if app_id else None)
 
 
+def clients(org_apps: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str | None], dict]:
+    """The org and app items of many (org, app or None) pairs in consistent BatchGetItems, by pair."""
+    wanted = {pair: client_key(*pair) for pair in org_apps}
+    found = {
+        (item["org_key"], item["resource_key"]): item
+        for item in batch_get(tables.CONFIG, wanted.values(), consistent=True)
+    }
+    return {
+        pair: found[(key["org_key"], key["resource_key"])]
+        for pair, key in wanted.items()
+        if (key["org_key"], key["resource_key"]) in found
+    }
+
+
 def children(org_key: str, prefix: str, attributes: Iterable[str] = ()) -> list[dict]:
     """The items of ``org_key`` whose ``resource_key`` begins with ``prefix`` (apps, profiles,
     boosts): one paginated Query, only ``resource_key`` and the named attributes."""

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import date
+from typing import NamedTuple
 
 from . import keys, tables
-from .dynamo import Read, batch_get, query_all, query_many, table, written
+from .dynamo import Read, query_all, query_many, table, transact
 from .usage import CORRECTIONS, COUNTERS
+
+# How far a total has folded its shards: both only grow (``requests`` with every record, a
+# re-priced record's correction adds to ``repriced`` and changes the cost alone), so a fold
+# moves a total only to a greater progress and only from the one it read.
+PROGRESS = ("requests", CORRECTIONS)
 
 READ_ATTRIBUTES = (*COUNTERS, "updated_at_epoch", "last_run_epoch", "labels")
 
@@ -22,53 +28,84 @@ def day_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = F
     return Read(tables.DAILY_TOTAL, wanted, READ_ATTRIBUTES)
 
 
-def read_current(total_keys: Iterable[dict], *, consistent: bool = False) -> dict[tuple[str, str], dict]:
-    """The stored totals among ``total_keys`` by (usage_key, date_key): their counters, how
-    far they have folded the shards (``source_updated_at_epoch``) and a scope total's labels."""
-    return {
-        (item["usage_key"], item["date_key"]): item
-        for item in batch_get(
-            tables.DAILY_TOTAL,
-            total_keys,
-            consistent=consistent,
-            attributes=[*COUNTERS, CORRECTIONS, "source_updated_at_epoch", "labels"],
-        )
+def fold_read(total_keys: Iterable[dict]) -> Read:
+    """The read of the totals a fold moves (label and scope totals) or evaluates alerts on:
+    their counters, how far they have folded the shards (``source_updated_at_epoch``) and a
+    scope total's labels; for ``dynamo.batch_get_many`` beside the shards."""
+    return Read(tables.DAILY_TOTAL, list(total_keys), [*COUNTERS, CORRECTIONS, "source_updated_at_epoch", "labels"])
+
+
+def progress(item: dict) -> tuple[int, ...]:
+    """A total's (or a sum of shards') ``PROGRESS``, in order."""
+    return tuple(int(item.get(name, 0)) for name in PROGRESS)
+
+
+class LabelFold(NamedTuple):
+    """One label total's move: the sums to SET and the ``progress`` the fold read (None: no
+    total yet). The write only lands if the stored total is still the one read."""
+
+    usage_key: str
+    date_key: str
+    values: dict
+    read_progress: tuple[int, ...] | None
+
+
+def fold_scope(total_key: dict, moves: list[LabelFold], delta: dict, scope_values: dict, new_labels: set[str]) -> bool:
+    """One TransactWriteItems: SET each label total of ``moves`` (each conditional on its
+    stored ``progress`` being what the fold read), and ADD ``delta`` (the moves' differences)
+    to the scope total, SET ``scope_values`` on it, ADD ``new_labels`` to its set. All or
+    nothing, so the scope total stays the sum of its label totals and a move is added once
+    however runs overlap. False when a condition failed or the transaction conflicted:
+    re-read and fold again."""
+    name = tables.DAILY_TOTAL.physical_name
+    actions = [{"Update": _label_update(name, move)} for move in moves]
+    update = "ADD " + ", ".join(f"#{counter} :{counter}" for counter in delta)
+    if new_labels:
+        update += ", #labels :labels"
+    update += " SET " + ", ".join(f"#{field} = :{field}" for field in scope_values if field != tables.TTL_ATTRIBUTE)
+    ttl = tables.TTL_ATTRIBUTE
+    update += f", #{ttl} = if_not_exists(#{ttl}, :{ttl})"
+    bound = {
+        **{f":{counter}": value for counter, value in delta.items()},
+        **{f":{field}": value for field, value in scope_values.items()},
     }
-
-
-def write_if_grown(usage_key: str, date_key: str, values: dict, labels: set[str]) -> bool:
-    """SET ``values`` on a total unless one with as many or more ``requests`` is stored (sums
-    only grow, so a slower, repeated or overlapping run never moves a total backwards) or,
-    with as many requests, as many ``CORRECTIONS`` (a re-priced record changes the cost, not
-    the requests), and ADD ``labels`` to a scope total's set; True when written."""
-    update = "SET " + ", ".join(f"#{name} = :{name}" for name in values)
-    bound = {f":{name}": value for name, value in values.items()}
-    if labels:
-        update += " ADD labels :labels"
-        bound[":labels"] = labels
-    return written(
-        table(tables.DAILY_TOTAL).update_item,
-        Key={"usage_key": usage_key, "date_key": date_key},
-        UpdateExpression=update,
-        ConditionExpression=(
-            f"attribute_not_exists(#requests) OR #requests < :requests OR (#requests = :requests AND "
-            f"(attribute_not_exists(#{CORRECTIONS}) OR #{CORRECTIONS} < :{CORRECTIONS}))"
-        ),
-        ExpressionAttributeNames={f"#{name}": name for name in values},
-        ExpressionAttributeValues=bound,
+    if new_labels:
+        bound[":labels"] = new_labels
+    actions.append(
+        {
+            "Update": {
+                "TableName": name,
+                "Key": total_key,
+                "UpdateExpression": update,
+                "ExpressionAttributeNames": {
+                    f"#{n}": n for n in [*delta, *scope_values, *(["labels"] if new_labels else [])]
+                },
+                "ExpressionAttributeValues": bound,
+            }
+        }
     )
+    return transact(actions) is None
 
 
-def register_labels(total_key: dict, labels: set[str], expires_at: int) -> set[str]:
-    """ADD ``labels`` to a scope total's set (creating the item if needed); the whole set after."""
-    reply = table(tables.DAILY_TOTAL).update_item(
-        Key=total_key,
-        UpdateExpression=f"ADD labels :labels SET {tables.TTL_ATTRIBUTE} = "
-        f"if_not_exists({tables.TTL_ATTRIBUTE}, :expires)",
-        ExpressionAttributeValues={":labels": labels, ":expires": expires_at},
-        ReturnValues="UPDATED_NEW",
-    )
-    return set(reply["Attributes"]["labels"])
+def _label_update(table_name: str, move: LabelFold) -> dict:
+    bound = {f":{field}": value for field, value in move.values.items()}
+    if move.read_progress is None:
+        condition = "attribute_not_exists(#requests)"
+    else:
+        clauses = []
+        for field, value in zip(PROGRESS, move.read_progress, strict=True):
+            bound[f":read_{field}"] = value
+            clause = f"#{field} = :read_{field}"
+            clauses.append(f"(attribute_not_exists(#{field}) OR {clause})" if value == 0 else clause)
+        condition = " AND ".join(clauses)
+    return {
+        "TableName": table_name,
+        "Key": {"usage_key": move.usage_key, "date_key": move.date_key},
+        "UpdateExpression": "SET " + ", ".join(f"#{field} = :{field}" for field in move.values),
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": {f"#{field}": field for field in {*move.values, *PROGRESS}},
+        "ExpressionAttributeValues": bound,
+    }
 
 
 def put_heartbeat(now_epoch: int, lag_seconds: int) -> None:

@@ -83,6 +83,24 @@ def shard_item_keys(scope: str, label: str, date_key: str, shard_count: int) -> 
     return [{"shard_key": shard_key(scope, label, shard), "date_key": date_key} for shard in range(shard_count)]
 
 
+SHARD_COUNT_PREFIX = "SHARDS#"
+
+
+def shard_count_key(scope: str, label: str, date_key: str) -> dict:
+    """Key of a label-day's shard count item, beside its shards (``SHARDS#yyyymmdd``: not a
+    ``DAY#`` key, so the stream filter and the active-by-day index never see it)."""
+    return {"shard_key": usage_key(scope, label), "date_key": SHARD_COUNT_PREFIX + day_of_key(date_key)}
+
+
+def is_shard_count_key(date_key: str) -> bool:
+    return date_key.startswith(SHARD_COUNT_PREFIX)
+
+
+def shard_number(shard: str) -> int:
+    """The ``n`` of a ``...#SH#{n}`` shard key."""
+    return int(shard.rsplit("#SH#", 1)[1])
+
+
 def usage_key_of_shard(shard: str) -> str:
     """The DailyTotal ``usage_key`` a shard key folds into."""
     return shard.rsplit("#SH#", 1)[0]

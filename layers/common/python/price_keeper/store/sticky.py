@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from . import keys, tables
 from .dynamo import Read, table, written
 
@@ -11,6 +13,11 @@ ATTRIBUTES = ("active_model_label", "active_model_index")
 def day_read(scope: str, day: str) -> Read:
     """The read of the scope's choice, for ``dynamo.batch_get_many`` beside the totals."""
     return Read(tables.STICKY_STATE, [keys.sticky_key(scope, day)], ATTRIBUTES)
+
+
+def days_read(scope_days: Iterable[tuple[str, str]]) -> Read:
+    """The choices of several (scope, day)s, for ``dynamo.batch_get_many`` (the aggregator's alerts)."""
+    return Read(tables.STICKY_STATE, [keys.sticky_key(scope, day) for scope, day in scope_days], ATTRIBUTES)
 
 
 def read(scope: str, day: str, consistent: bool = False) -> dict | None:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from boto3.dynamodb.conditions import Key
 
 from . import keys, tables
-from .dynamo import batch_get, query_all, table, transact
+from .dynamo import ConditionFailed, Read, batch_get, conditional, query_all, streams, table, transact
 
 # Re-pricings applied to a shard (and summed into its totals): a correction changes the
 # cost without a new request, and this counter growing is what makes the fold write it.
@@ -149,6 +149,56 @@ def active_shard_keys(day: str) -> list[dict]:
     return [{"shard_key": item["shard_key"], "date_key": item["date_key"]} for item in items]
 
 
+def shards_read(shard_keys: Iterable[dict]) -> Read:
+    """The read of shards to fold (and of label-days' shard count items), for
+    ``dynamo.batch_get_many`` beside the totals."""
+    return Read(tables.USAGE_AGG_SHARDED, list(shard_keys), [*COUNTERS, CORRECTIONS, "updated_at_epoch", "shard_count"])
+
+
+def raise_shard_count(count_key: dict, count: int, expires_at: int) -> int:
+    """Raise a label-day's shard count to ``count`` unless it is already as high; the count
+    stored after (one conditional UpdateItem; the stored item comes back when it fails)."""
+    try:
+        conditional(
+            table(tables.USAGE_AGG_SHARDED).update_item,
+            Key=count_key,
+            UpdateExpression=f"SET shard_count = :count, {tables.TTL_ATTRIBUTE} = :expires",
+            ConditionExpression="attribute_not_exists(shard_count) OR shard_count < :count",
+            ExpressionAttributeValues={":count": count, ":expires": expires_at},
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+        return count
+    except ConditionFailed as failed:
+        return int((failed.item or {}).get("shard_count", count))
+
+
+def stream_records(stream_arn: str, shard_id: str, first_sequence: str, last_sequence: str) -> list[dict]:
+    """The records of one stream shard from ``first_sequence`` to ``last_sequence`` (a batch
+    the event source mapping gave up on, named by its on-failure message), in the shape
+    Lambda delivers them. Empty when the stream no longer holds them (24 h)."""
+    client = streams()
+    try:
+        iterator = client.get_shard_iterator(
+            StreamArn=stream_arn,
+            ShardId=shard_id,
+            ShardIteratorType="AT_SEQUENCE_NUMBER",
+            SequenceNumber=first_sequence,
+        )["ShardIterator"]
+    except client.exceptions.TrimmedDataAccessException:
+        return []
+    records: list[dict] = []
+    while iterator:
+        page = client.get_records(ShardIterator=iterator, Limit=1000)
+        for record in page["Records"]:
+            if int(record["dynamodb"]["SequenceNumber"]) > int(last_sequence):
+                return records
+            records.append(record)
+        if not page["Records"]:
+            return records
+        iterator = page.get("NextShardIterator")
+    return records
+
+
 def read_shards(shard_keys: Iterable[dict], attributes: Iterable[str], *, consistent: bool = False) -> list[dict]:
     """The existing shards among ``shard_keys`` (any number; BatchGetItem)."""
     return batch_get(tables.USAGE_AGG_SHARDED, shard_keys, attributes=attributes, consistent=consistent)
@@ -161,13 +211,27 @@ def label_spends(scope: str, labels: Iterable[str], day: str, shard_count: int) 
     DailyTotal lags the shards until the aggregator folds them. Near a quota that lag is
     what a burst overspends, so tight mode reads the shards themselves: one BatchGetItem of
     labels x shards (e.g. 3 labels x 8 shards = 24 keys, ~12 read units eventually
-    consistent, vs 1.5 for the totals). ``benchmarks/overshoot.py`` measures what it buys.
+    consistent, vs 1.5 for the totals) and their shard count items; the shards of a label
+    whose count was raised (``domain.hot_labels``) in a second. ``benchmarks/overshoot.py``
+    measures what it buys.
     """
     labels = list(labels)
-    wanted = [key for label in labels for key in keys.shard_item_keys(scope, label, keys.day_key(day), shard_count)]
+    date_key = keys.day_key(day)
+    wanted = [key for label in labels for key in keys.shard_item_keys(scope, label, date_key, shard_count)]
+    counts = [keys.shard_count_key(scope, label, date_key) for label in labels]  # hot labels have more shards
+    found = read_shards([*wanted, *counts], ["cost_usd_micros", "shard_count"])
+    above = [
+        key
+        for item in found
+        if keys.is_shard_count_key(item["date_key"])
+        for key in keys.shard_item_keys(
+            scope, keys.split_usage_key(item["shard_key"])[1], date_key, int(item["shard_count"])
+        )[shard_count:]
+    ]
     spends = dict.fromkeys(labels, 0)
-    for item in read_shards(wanted, ["cost_usd_micros"]):
-        spends[keys.label_of_shard(item["shard_key"])] += int(item.get("cost_usd_micros", 0))
+    for item in [*found, *(read_shards(above, ["cost_usd_micros"]) if above else [])]:
+        if not keys.is_shard_count_key(item["date_key"]):
+            spends[keys.label_of_shard(item["shard_key"])] += int(item.get("cost_usd_micros", 0))
     return spends
 
 

@@ -1,0 +1,92 @@
+"""Repair that scales: what the stream missed, refolded through one SQS queue.
+
+Two producers, one worker (the aggregator, on the queue's event source mapping):
+
+- **The stream mapping's on-failure destination.** A stream batch that still fails after its
+  retries is not lost: Lambda sends its description (``DDBStreamBatchInfo``: stream, shard,
+  first and last sequence number) to the repair queue. The worker reads those records again
+  (``usage.stream_records``) and folds the labels they name. The regular repair costs what
+  failed, nothing when nothing did.
+- **The audit** (``plan_audit``, the schedule): for each org day in play, one paginated Query
+  of the sparse ``active-by-day`` index lists the label-days written that day; they are
+  enqueued in chunks of ``AUDIT_CHUNK`` (``SendMessageBatch``, 10 messages a call). Workers
+  fold the chunks in parallel, each like a stream batch (``aggregation.fold_label_days``):
+  the audit finishes in the time the planner pages the index plus one chunk's fold, however
+  many scopes there are (docs/metering.md, "Repair").
+
+A message folded twice changes nothing (the fold is idempotent); a failed one is retried by
+SQS and then lands in the queue's dead-letter queue, which is alarmed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from datetime import datetime
+
+from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
+
+from ..aws import client
+from ..store import keys, usage
+from ..timeutil import utc_now
+from . import aggregation
+from .aggregation import LabelDay, RunReport
+
+AUDIT_CHUNK = 100  # label-days per message: one fold of ~15 BatchGetItems and a transaction per scope-day
+SEND_BATCH = 10  # messages per SendMessageBatch (SQS's maximum)
+
+
+def queue_url() -> str | None:
+    """The repair queue (``REPAIR_QUEUE_URL``; the CDK stack and the local stack set it)."""
+    return os.environ.get("REPAIR_QUEUE_URL") or None
+
+
+def plan_audit(now: datetime | None = None) -> dict:
+    """Enqueue every label-day written on the org days in play with the shards the index
+    found (``[usage_key, date_key, [shard numbers]]``), ``AUDIT_CHUNK`` to a message; what
+    was sent. The heartbeat too: the aggregator ran."""
+    now = now or utc_now()
+    days = aggregation.days_in_play(now)
+    entries = [
+        [usage_key, date_key, sorted(keys.shard_number(key["shard_key"]) for key in shard_keys)]
+        for day in days
+        for (usage_key, date_key), shard_keys in sorted(aggregation.active_label_shards(day).items())
+    ]
+    chunks = [entries[start : start + AUDIT_CHUNK] for start in range(0, len(entries), AUDIT_CHUNK)]
+    sqs = client("sqs")
+    for start in range(0, len(chunks), SEND_BATCH):
+        batch = [
+            {"Id": str(n), "MessageBody": json.dumps({"audit": chunk})}
+            for n, chunk in enumerate(chunks[start : start + SEND_BATCH])
+        ]
+        failed = sqs.send_message_batch(QueueUrl=queue_url(), Entries=batch).get("Failed")
+        if failed:
+            raise RuntimeError(f"{len(failed)} audit messages not enqueued")  # the schedule retries the plan
+    aggregation.heartbeat(0, now)
+    return {"days": days, "label_days": len(entries), "messages": len(chunks)}
+
+
+def repair(bodies: Iterable[str], now: datetime | None = None) -> RunReport:
+    """The worker: fold what a batch of repair messages names: an audit chunk's label-days
+    from the shards listed, and the labels a failed stream batch changed (its records read
+    again from the stream), all of their shards."""
+    audited: dict[LabelDay, list[dict]] = {}
+    failed: set[LabelDay] = set()
+    for body in bodies:
+        message = json.loads(body)
+        if "audit" in message:
+            for usage_key, date_key, shards in message["audit"]:
+                scope, label = keys.split_usage_key(usage_key)
+                audited[(usage_key, date_key)] = [
+                    {"shard_key": keys.shard_key(scope, label, shard), "date_key": date_key} for shard in shards
+                ]
+        elif "DDBStreamBatchInfo" in message:
+            batch = message["DDBStreamBatchInfo"]
+            records = usage.stream_records(
+                batch["streamArn"], batch["shardId"], batch["startSequenceNumber"], batch["endSequenceNumber"]
+            )
+            failed |= aggregation.changed_labels(DynamoDBStreamEvent({"Records": records}).records)
+    report = aggregation.fold_shards(audited, now)
+    report.merge(aggregation.fold_label_days(failed, now))
+    return report
