@@ -23,8 +23,8 @@ Folding (``_fold``), exactly once whatever runs overlap, repeat or arrive out of
    ``repriced`` for a re-priced record's correction, which changes the cost alone) being
    what step 1 read, and the scope total is ADDed the differences. So the scope total is
    always the sum of its label totals, a move is added once, and a stale or repeated run
-   (Lambda delivers a stream batch at least once) writes nothing. Scope-days are written in parallel; one that lost a race
-   re-reads and folds again.
+   (Lambda delivers a stream batch at least once) writes nothing. Scope-days are written
+   in parallel; one that lost a race re-reads and folds again.
 3. A heartbeat (time of the run, lag) that the aggregates endpoint reports as
    ``X-Data-Lag-Secs``: every sweep, and a stream run at most every ``HEARTBEAT_SECONDS``
    per container.
