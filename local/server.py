@@ -286,7 +286,7 @@ def main() -> int:
     print(f"  API docs:          {stack.base_url}/docs", flush=True)
     print(f"  Spend console:     {stack.base_url}/console", flush=True)
     print(f"  Provisioning key:  {stack.provisioning_key}", flush=True)
-    print(f"  Bedrock (profiles, Converse): {stack.base_url} as endpoint URL (account {ACCOUNT}; see README)", flush=True)
+    print(f"  Bedrock:           {stack.base_url} as endpoint URL (account {ACCOUNT}; see README)", flush=True)
     print("  Stop with Ctrl-C.", flush=True)
     received = signal.sigwait(stop_signals)  # more of them, while stopping, stay blocked and pending
     print(f"{signal.Signals(received).name}: stopping", flush=True)

@@ -336,7 +336,11 @@ def test_invoke_model_answers_with_token_count_headers(aws, bedrock_endpoint):
     import json
 
     client = runtime(bedrock_endpoint)
-    body = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 7, "messages": [{"role": "user", "content": "abcd"}]}
+    body = {
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": 7,
+        "messages": [{"role": "user", "content": "abcd"}],
+    }
     answer = client.invoke_model(modelId="anthropic.claude-3-haiku-20240307-v1:0", body=json.dumps(body))
     headers = answer["ResponseMetadata"]["HTTPHeaders"]
     assert (headers["x-amzn-bedrock-input-token-count"], headers["x-amzn-bedrock-output-token-count"]) == ("1", "7")

@@ -18,8 +18,8 @@ import pytest
 import requests
 from botocore.stub import Stubber
 
-from price_keeper_client import Credentials, Provisioning
 from local.bedrock import event_message, stream_event
+from price_keeper_client import Credentials, Provisioning
 from tests.local_server import local_server
 
 ROOT = Path(__file__).resolve().parents[2]
