@@ -103,6 +103,25 @@ def _alerts(raw: dict) -> Alerts:
     return Alerts(thresholds_pct=tuple(sorted(set(thresholds))))
 
 
+class Reconciliation(NamedTuple):
+    """Bedrock's own counts against the metered ones (``domain.reconciliation``)."""
+
+    # How late a report may reach DailyTotal after its call (client flush + aggregation) and
+    # still be matched: Bedrock's counts of the last ``tolerance_seconds`` wait for the next run.
+    tolerance_seconds: int = 900
+    # UNREPORTED_USAGE fires for a model when its unmetered spend reaches this share of
+    # Bedrock's count (estimated cost) or this amount, whichever comes first.
+    alert_share_pct: int = 5
+    alert_amount_usd_micros: int = 1_000_000
+
+
+def _reconciliation(raw: dict) -> Reconciliation:
+    settings = Reconciliation(**raw)
+    if any(not isinstance(value, int) or isinstance(value, bool) or value < 0 for value in settings):
+        raise ValueError("reconciliation settings must be integers >= 0")
+    return settings
+
+
 class RateLimit(NamedTuple):
     name: str
     requests: int
@@ -118,6 +137,7 @@ class ServiceConfig:
     org_defaults: dict = field(default_factory=dict)
     rate_limits: dict[str, RateLimit] = field(default_factory=dict)
     alerts: Alerts = field(default_factory=Alerts)
+    reconciliation: Reconciliation = field(default_factory=Reconciliation)
     # The price of a model with no known price (a profile routing outside config.yaml and
     # the Price List): config.yaml ``unknown_model_estimate``, default the highest label price.
     unknown_model_estimate: Prices = Prices(0, 0)
@@ -217,6 +237,7 @@ def parse_config(raw: dict) -> ServiceConfig:
             for name, spec in (raw.get("rate_limits") or {}).items()
         },
         alerts=_alerts(raw.get("alerts") or {}),
+        reconciliation=_reconciliation(raw.get("reconciliation") or {}),
         unknown_model_estimate=(
             _prices(raw["unknown_model_estimate"], "unknown_model_estimate")
             if raw.get("unknown_model_estimate")

@@ -45,6 +45,7 @@ from ..config import get_config
 from ..errors import ApiError
 from ..observability import logger
 from ..store import daily_totals, keys, tables, usage
+from ..store import reconciliation as reconciliation_store
 from ..store.dynamo import batch_get_many
 from ..timeutil import org_days_in_play, parse_day, utc_now
 from . import orgs
@@ -202,6 +203,9 @@ def _write_total(usage_key: str, date_key: str, group: _Group, now_epoch: int) -
         "source_updated_at_epoch": max(group.shard_updates),
         tables.TTL_ATTRIBUTE: usage_expires_at(keys.day_of_key(date_key)),
     }
+    if not group.labels:  # a label's total: its sums as of this UTC hour (domain.reconciliation)
+        hour = datetime.fromtimestamp(now_epoch, UTC).strftime("%Y%m%d%H")
+        values[keys.hour_mark(hour)] = reconciliation_store.mark_value(group.sums)
     return daily_totals.write_if_grown(usage_key, date_key, values, group.labels)
 
 
