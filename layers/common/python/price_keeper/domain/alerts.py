@@ -390,7 +390,8 @@ class AlertEntry(Schema):
     label: str | None = Field(description="null for ALL_EXHAUSTED, and for THRESHOLD of the scope's total cap")
     threshold_pct: int | None = Field(description="THRESHOLD only")
     model_id: str | None = Field(
-        description="UNPRICED_MODEL: the Bedrock model counted at the estimate; UNREPORTED_USAGE: the model Bedrock counted"
+        description="UNPRICED_MODEL: the Bedrock model counted at the estimate; "
+        "UNREPORTED_USAGE: the model Bedrock counted beyond the metered usage"
     )
     scope: str = Field(description="Quota scope key: ORG#{org_id} or ORG#{org_id}#APP#{app_id}")
     app_id: str | None
