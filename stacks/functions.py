@@ -42,6 +42,7 @@ SIZING: dict[str, Sizing] = {
     "rotate_credentials": Sizing(memory_mb=1769),
     "aggregator": Sizing(memory_mb=1024, timeout_s=50),
     "pricing_fetcher": Sizing(memory_mb=512, timeout_s=300),
+    "reconciler": Sizing(memory_mb=512, timeout_s=120),
 }
 
 RETENTION = {
@@ -178,6 +179,11 @@ class Functions(Construct):
                     actions=["bedrock:GetFoundationModel"],
                     resources=[f"arn:{stack.partition}:bedrock:*::foundation-model/*"],
                 )
+            )
+        if name in access.BEDROCK_METRICS_READERS:
+            # CloudWatch's metric reads have no resource-level permissions: "*" is the only resource.
+            role.add_to_policy(
+                iam.PolicyStatement(actions=["cloudwatch:GetMetricData", "cloudwatch:ListMetrics"], resources=["*"])
             )
         if name in access.PRICE_LIST_READERS:
             # The Price List API has no resource-level permissions: "*" is the only resource.

@@ -33,6 +33,9 @@ class Schedule:
 SCHEDULES = (
     Schedule("aggregator", Duration.minutes(10), retries=2, max_event_age=Duration.minutes(10)),
     Schedule("pricing_fetcher", Duration.days(1), retries=8, max_event_age=Duration.hours(6)),
+    # Bedrock's counts against the metered ones (a missed run is caught up by the next: each
+    # run recomputes the whole UTC day).
+    Schedule("reconciler", Duration.hours(1), retries=2, max_event_age=Duration.hours(1)),
 )
 
 
