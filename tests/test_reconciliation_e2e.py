@@ -7,6 +7,7 @@ through ``PriceKeeper.converse`` / ``converse_stream`` shows none."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime
 
@@ -15,7 +16,7 @@ import pytest
 import requests
 
 from price_keeper_client import PriceKeeper
-from tests.client.conftest import wait_for
+from tests.client.conftest import Server, cli, wait_for
 from tests.local_server import ROOT, local_server
 
 KEY = "reconciliation-provisioning-key"
@@ -179,3 +180,19 @@ def test_the_reconciliation_needs_the_provisioning_key_and_a_valid_date(base_url
     assert bad.status_code == 400 and bad.json()["error"] == "INVALID_REQUEST"
     empty = requests.get(f"{base_url}/api/v1/reconciliation", params={"date": "2020-01-01"}, headers=ADMIN, timeout=10)
     assert empty.json() == {"date": "2020-01-01", "region": "us-east-1", "models": []}
+
+
+def test_the_cli_shows_the_days_reconciliation(base_url, tmp_path):
+    today = datetime.now(UTC).date().isoformat()
+    server, admin = Server(base_url, KEY, tmp_path / "unused.log"), {"PRICE_KEEPER_API_KEY": KEY}
+    aws("bedrock-runtime", base_url).converse(modelId="amazon.titan-text-lite-v1", messages=MESSAGES)
+    wait_for(lambda: reconciled(base_url, "amazon.titan-text-lite-v1", 1), timeout=SETTLE_SECONDS)
+    shown = cli(server, "reconciliation", today, "--json", env=admin)
+    assert shown.returncode == 0, shown.stderr
+    served = requests.get(f"{base_url}/api/v1/reconciliation", params={"date": today}, headers=ADMIN, timeout=10)
+    assert json.loads(shown.stdout) == served.json()
+    table = cli(server, "reconciliation", env=admin)
+    assert table.returncode == 0, table.stderr
+    assert "amazon.titan-text-lite-v1: 1 calls, 0 metered · unmetered 60 in / 100 out tokens" in table.stdout
+    assert cli(server, "reconciliation", "yesterday", env=admin).returncode == 2
+    assert cli(server, "reconciliation", env={"PRICE_KEEPER_API_KEY": "wrong"}).returncode == 3
