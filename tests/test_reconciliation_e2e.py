@@ -1,6 +1,6 @@
 """Reconciliation over real HTTP: the local server (``python -m local``) in a subprocess, its
 Bedrock stand-in answering Converse and recording Bedrock's metrics in the local
-CloudWatch, the reconciler on its timer (every second, with a 3 s tolerance), and
+CloudWatch, the reconciler on its timer (every second, with a 5 s tolerance), and
 ``GET /api/v1/reconciliation``. An app that makes 3 calls and reports 1 shows 2 calls'
 tokens unmetered and its org gets ``UNREPORTED_USAGE``; an app that reports everything
 through ``PriceKeeper.converse`` / ``converse_stream`` shows none."""
@@ -30,12 +30,16 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("reconciliation")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("reconciliation")
+
+
+@pytest.fixture(scope="module")
+def base_url(folder):
     config = folder / "config.yaml"
     text = (ROOT / "config.yaml").read_text()
     assert "tolerance_seconds: 900" in text
-    config.write_text(text.replace("tolerance_seconds: 900", "tolerance_seconds: 3"))
+    config.write_text(text.replace("tolerance_seconds: 900", "tolerance_seconds: 5"))
     with local_server(
         folder,
         KEY,
@@ -95,7 +99,7 @@ def reconciled(base_url: str, model_id: str, invocations: int) -> dict | None:
     return row if row and row["bedrock"]["invocations"] >= invocations else None
 
 
-def test_an_app_that_reports_one_call_of_three_shows_two_unmetered_and_its_org_is_alerted(base_url):
+def test_an_app_that_reports_one_call_of_three_shows_two_unmetered_and_its_org_is_alerted(base_url, folder):
     org_id, app_credentials, org_credentials = provision(base_url, "economy")
     profile = aws("bedrock", base_url).create_inference_profile(
         inferenceProfileName=f"web-{uuid.uuid4().hex[:8]}", modelSource={"copyFrom": MICRO}
@@ -148,9 +152,11 @@ def test_an_app_that_reports_one_call_of_three_shows_two_unmetered_and_its_org_i
 
     (alert,) = wait_for(unreported_alerts, timeout=SETTLE_SECONDS)
     assert (alert["model_id"], alert["app_id"]) == (profile_id, "web")
+    (log,) = folder.glob("server-*.log")  # the event, as the server logs each one it publishes
+    assert [line for line in log.read_text().splitlines() if "UNREPORTED_USAGE" in line and profile_id in line]
 
 
-def test_an_app_that_reports_everything_through_price_keeper_shows_nothing_unmetered(base_url):
+def test_an_app_that_reports_everything_through_price_keeper_shows_nothing_unmetered(base_url, folder):
     org_id, credentials, org_credentials = provision(base_url, "standard")
     keeper = PriceKeeper(
         base_url,
@@ -172,6 +178,9 @@ def test_an_app_that_reports_everything_through_price_keeper_shows_nothing_unmet
     assert row["unmetered"] == {"input_tokens": 0, "output_tokens": 0, "estimated_cost_usd_micros": 0}
     alerts = requests.get(f"{base_url}/api/v1/orgs/{org_id}/alerts", headers=bearer(base_url, org_credentials))
     assert alerts.json()["alerts"] == []
+    # nor an operator-level one (the bus's alerts are also logged by the server)
+    (log,) = folder.glob("server-*.log")
+    assert not [line for line in log.read_text().splitlines() if "UNREPORTED_USAGE" in line and LITE in line]
 
 
 def test_the_reconciliation_needs_the_provisioning_key_and_a_valid_date(base_url):
