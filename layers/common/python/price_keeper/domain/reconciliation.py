@@ -175,14 +175,15 @@ def _marks(item: dict) -> list[tuple[str, Counts]]:
 
 def arrived_between(item: dict, start: datetime, end: datetime | None) -> Counts:
     """What a label total gained from ``start`` to ``end`` (None: until now), from its hour
-    marks: the mark of the last hour before ``start``'s, to the mark of ``end``'s hour."""
+    marks: the mark of the last hour before ``start``'s, to the mark of the hour ``end`` falls
+    in (the whole hour: arrivals up to its end count)."""
     marks = _marks(item)
     first_hour = start.strftime("%Y%m%d%H")
     before = [counts for hour, counts in marks if hour < first_hour]
     if end is None:
         after = Counts(*(int(item.get(name, 0)) for name in store.MARK_FIELDS))
     else:
-        last_hour = end.strftime("%Y%m%d%H")
+        last_hour = (end - timedelta(microseconds=1)).strftime("%Y%m%d%H")  # the hour [end) ends in
         through = [counts for hour, counts in marks if hour <= last_hour]
         after = through[-1] if through else Counts()
     return after - (before[-1] if before else Counts())
