@@ -84,7 +84,7 @@ ALERT_LIST = {STICKY_STATE: (QUERY,)}  # alert_records.of_day / of_day_many
 ALERT_FIRE = {STICKY_STATE: (QUERY, PUT, UPDATE)}
 RATE_LIMIT = {STICKY_STATE: (UPDATE,)}  # rate_windows.lease / give_back (routes with a rate_limit)
 RECONCILIATION_READ = {DAILY_TOTAL: (GET,)}  # reconciliation.get_result
-RECONCILE = {  # reconciliation.label_totals (the active-by-day index, then the totals) and put_result
+RECONCILE = {  # reconciliation.label_totals (the active-by-day index, then the totals), put_result / put_bill
     (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),
     DAILY_TOTAL: (BATCH_GET, PUT),
 }
@@ -132,7 +132,9 @@ _TABLES: dict[str, Grants] = {
     "reconciliation": RECONCILIATION_READ,
     # domain.reconciliation: the labels' models and prices (effective config, profiles,
     # PricingCache) and UNREPORTED_USAGE (alerts.fire_unreported_usage)
-    "reconciler": merge(RECONCILE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, ALERT_FIRE),
+    "reconciler": merge(RECONCILE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE, ALERT_FIRE),
+    # domain.bill: the metered side of reconciliation, priced the same way
+    "bill": merge(RECONCILE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE),
 }
 
 
@@ -175,6 +177,8 @@ FOUNDATION_MODEL_READERS = frozenset({"pricing_fetcher"})
 ALERT_PUBLISHERS = frozenset({"aggregator", "usage", "usage_batch", "reconciler"})
 # Functions that read Bedrock's own counts (reconciliation.bedrock_counts: ListMetrics, GetMetricData).
 BEDROCK_METRICS_READERS = frozenset({"reconciler"})
+# Functions that read Cost Explorer (bill.billed_by_tag: GetCostAndUsage).
+COST_EXPLORER_READERS = frozenset({"bill"})
 
 
 def tables_of(function: str) -> list[TableSpec]:

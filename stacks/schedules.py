@@ -36,6 +36,8 @@ SCHEDULES = (
     # Bedrock's counts against the metered ones (a missed run is caught up by the next: each
     # run recomputes the whole UTC day).
     Schedule("reconciler", Duration.hours(1), retries=2, max_event_age=Duration.hours(1)),
+    # The optional bill comparison (a no-op unless config.yaml sets reconciliation.bill_tag_key).
+    Schedule("bill", Duration.days(1), retries=8, max_event_age=Duration.hours(6)),
 )
 
 

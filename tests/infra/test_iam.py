@@ -22,6 +22,7 @@ WILDCARD_RESOURCE_ACTIONS = {
     "dynamodb:ListStreams",
     "cloudwatch:GetMetricData",
     "cloudwatch:ListMetrics",
+    "ce:GetCostAndUsage",
 }
 
 
@@ -157,6 +158,17 @@ def test_only_the_reconciler_reads_bedrocks_metrics_and_nothing_else_of_cloudwat
             if cloudwatch:
                 readers[name] = (set(cloudwatch), statement.wildcard)
     assert readers == {"reconciler": ({"cloudwatch:GetMetricData", "cloudwatch:ListMetrics"}, True)}
+
+
+def test_only_the_bill_comparison_reads_cost_explorer(synth):
+    """GetCostAndUsage only (on "*": it has no other resource), for the optional daily job."""
+    readers = {
+        name: ({action for action in statement.actions if action.startswith("ce:")}, statement.wildcard)
+        for name, statements in _function_statements(synth).items()
+        for statement in statements
+        if any(action.startswith("ce:") for action in statement.actions)
+    }
+    assert readers == {"bill": ({"ce:GetCostAndUsage"}, True)}
 
 
 def test_only_the_pricing_fetcher_reads_foundation_models(synth):

@@ -113,12 +113,18 @@ class Reconciliation(NamedTuple):
     # Bedrock's count (estimated cost) or this amount, whichever comes first.
     alert_share_pct: int = 5
     alert_amount_usd_micros: int = 1_000_000
+    # The cost-allocation tag whose value names an application inference profile's id: the
+    # daily bill comparison (domain.bill) runs only when it is set.
+    bill_tag_key: str = ""
 
 
 def _reconciliation(raw: dict) -> Reconciliation:
     settings = Reconciliation(**raw)
-    if any(not isinstance(value, int) or isinstance(value, bool) or value < 0 for value in settings):
+    numbers = settings[:-1]
+    if any(not isinstance(value, int) or isinstance(value, bool) or value < 0 for value in numbers):
         raise ValueError("reconciliation settings must be integers >= 0")
+    if not isinstance(settings.bill_tag_key, str):
+        raise ValueError("reconciliation.bill_tag_key must be a string")
     return settings
 
 

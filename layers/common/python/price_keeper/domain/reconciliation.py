@@ -213,7 +213,7 @@ def metered_counts(day: date, start: datetime, end: datetime | None) -> tuple[di
 # --- the comparison ----------------------------------------------------------------
 
 
-def _quote(model_id: str, label: Label | None, day: date, region: str) -> pricing.PriceQuote:
+def price_of_model(model_id: str, label: Label | None, day: date, region: str) -> pricing.PriceQuote:
     """The price of a model's tokens: its metered label's, else from the id itself (a
     system profile's geography names its kind), else the unknown-model estimate."""
     if label and label.priced:
@@ -247,7 +247,7 @@ def reconcile(day: date, now: datetime | None = None) -> dict:
     for model_id in sorted(set(bedrock) | {key for key, counts in metered.items() if any(counts)}):
         ours, theirs = metered.get(model_id, Counts()), bedrock.get(model_id, Counts())
         unmetered = Counts(*(max(0, b - m) for b, m in zip(theirs, ours, strict=True)))
-        quote = _quote(model_id, labels.get(model_id), day, region)
+        quote = price_of_model(model_id, labels.get(model_id), day, region)
         unmetered_cost = pricing.cost_usd_micros(unmetered.tokens(), quote.prices) if any(unmetered[1:]) else 0
         models.append(
             {

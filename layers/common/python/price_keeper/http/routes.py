@@ -104,7 +104,7 @@ ROUTES: tuple[Route, ...] = (
 )
 
 # Scheduled functions (EventBridge), not behind API Gateway.
-JOBS: tuple[str, ...] = ("aggregator", "pricing_fetcher", "reconciler")
+JOBS: tuple[str, ...] = ("aggregator", "pricing_fetcher", "reconciler", "bill")
 
 HTTP_FUNCTIONS: tuple[str, ...] = tuple(dict.fromkeys(route.function for route in ROUTES))
 

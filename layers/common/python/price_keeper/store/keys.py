@@ -114,6 +114,11 @@ def reconciliation_key(day: str) -> dict:
     return {"usage_key": RECONCILIATION_USAGE_KEY, "date_key": f"RECON#{day}"}
 
 
+def bill_key(day: str) -> dict:
+    """DailyTotal item of the bill comparison of UTC day ``yyyymmdd``."""
+    return {"usage_key": RECONCILIATION_USAGE_KEY, "date_key": f"BILL#{day}"}
+
+
 def hour_mark(hour: str) -> str:
     """Attribute name of a label total's mark for UTC hour ``yyyymmddHH``."""
     return f"{HOUR_MARK_PREFIX}{hour}"

@@ -1,5 +1,6 @@
 """DailyTotal, for reconciliation: the label totals of the org days around a UTC day (with
-their hour marks) and the day's result item (``#RECONCILIATION`` / ``RECON#{yyyymmdd}``)."""
+their hour marks), the day's result item (``#RECONCILIATION`` / ``RECON#{yyyymmdd}``) and
+its bill comparison (``#RECONCILIATION`` / ``BILL#{yyyymmdd}``)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ def put_result(day: str, result: dict, expires_at: int) -> None:
     table(tables.DAILY_TOTAL).put_item(
         Item={**keys.reconciliation_key(day), **result, tables.TTL_ATTRIBUTE: expires_at}
     )
+
+
+def put_bill(day: str, result: dict, expires_at: int) -> None:
+    table(tables.DAILY_TOTAL).put_item(Item={**keys.bill_key(day), **result, tables.TTL_ATTRIBUTE: expires_at})
 
 
 def get_result(day: str) -> dict | None:
