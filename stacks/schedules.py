@@ -1,5 +1,5 @@
-"""EventBridge schedules of the two jobs, their dead-letter queues, and the pricing fetch
-that runs once when the stack is deployed."""
+"""EventBridge schedules of the jobs (aggregator sweep, pricing fetcher, reconciler, bill),
+their dead-letter queues, and the pricing fetch that runs once when the stack is deployed."""
 
 from __future__ import annotations
 
