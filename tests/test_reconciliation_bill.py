@@ -106,12 +106,12 @@ def test_billed_spend_beyond_the_metered_is_shown_per_profile(tagged):
             {**request, "NextPageToken": "next"},
         )
         result = bill.run(datetime(2026, 11, 23, 6, tzinfo=UTC))
-    assert result["profiles"] == [
-        {"profile_id": "other0profile", "billed_usd_micros": 1_250_000, "metered_usd_micros": 0,
-         "unmetered_usd_micros": 1_250_000},
-        {"profile_id": profile_id, "billed_usd_micros": 49_000, "metered_usd_micros": 49_000,
-         "unmetered_usd_micros": 0},
-    ]  # fmt: skip
+    assert {row["profile_id"]: row for row in result["profiles"]} == {
+        "other0profile": {"profile_id": "other0profile", "billed_usd_micros": 1_250_000, "metered_usd_micros": 0,
+                          "unmetered_usd_micros": 1_250_000},
+        profile_id: {"profile_id": profile_id, "billed_usd_micros": 49_000, "metered_usd_micros": 49_000,
+                     "unmetered_usd_micros": 0},
+    }  # fmt: skip
     kept = table(tables.DAILY_TOTAL).get_item(Key=keys.bill_key("20261120"))["Item"]
     assert (kept["date"], kept["tag_key"], len(kept["profiles"])) == ("2026-11-20", TAG, 2)
 
