@@ -17,20 +17,33 @@ shipped layer calls Bedrock exactly as in AWS. It plays Bedrock as account ``123
   deployed functions (their ``GetInferenceProfile`` grant names their own account only).
 
 Any other Bedrock operation is ``UnknownOperationException``.
+
+``Runtime`` is the ``bedrock-runtime`` side (the same signing name, ``bedrock``, told apart
+by its ``/model/{modelId}/...`` paths): ``Converse``, ``ConverseStream`` and ``InvokeModel``
+answer a canned reply whose token counts come from the request (about 4 characters of
+text per input token; ``maxTokens``, default ``DEFAULT_OUTPUT_TOKENS``, output tokens; the
+content before a ``cachePoint`` is written to the cache the first time and read from it
+after), and each call records the ``AWS/Bedrock`` metrics AWS publishes (``Invocations``,
+``InputTokenCount``, ``OutputTokenCount``, ``CacheReadInputTokenCount``,
+``CacheWriteInputTokenCount``, by ``ModelId`` as the caller named it) in the local
+CloudWatch (moto), which the reconciler reads.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import secrets
 import string
 import threading
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote
 
+import boto3
 import botocore.session
 from botocore.exceptions import UnknownRegionError
 
@@ -261,3 +274,163 @@ def _json(body: bytes | None) -> dict:
     if not isinstance(request, dict):
         raise _invalid("The request body must be a JSON object")
     return request
+
+
+# --- bedrock-runtime ---------------------------------------------------------------
+
+DEFAULT_OUTPUT_TOKENS = 100
+CHARS_PER_TOKEN = 4
+REPLY_TEXT = "This is the local Bedrock stand-in."
+METRICS_NAMESPACE = "AWS/Bedrock"
+_RUNTIME_PATH = re.compile(r"^/model/(?P<model>[^/]+)/(?P<operation>converse|converse-stream|invoke)$")
+
+
+def event_message(headers: dict[str, str], payload: dict) -> bytes:
+    """One message of AWS's event-stream encoding (what ConverseStream answers in): prelude
+    (total and headers length, CRC32), string headers, JSON payload, CRC32."""
+    encoded_headers = b"".join(
+        len(name).to_bytes(1, "big") + name.encode() + b"\x07" + len(value).to_bytes(2, "big") + value.encode()
+        for name, value in headers.items()
+    )
+    body = json.dumps(payload).encode()
+    total = 12 + len(encoded_headers) + len(body) + 4
+    prelude = total.to_bytes(4, "big") + len(encoded_headers).to_bytes(4, "big")
+    message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + encoded_headers + body
+    return message + zlib.crc32(message).to_bytes(4, "big")
+
+
+def stream_event(event_type: str, payload: dict) -> bytes:
+    return event_message(
+        {":event-type": event_type, ":content-type": "application/json", ":message-type": "event"}, payload
+    )
+
+
+@functools.cache
+def _cloudwatch(region: str):
+    return boto3.client("cloudwatch", region_name=region)
+
+
+def _text_tokens(text: str) -> int:
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+class Runtime:
+    """Converse, ConverseStream and InvokeModel with token counts derived from the request;
+    every call's ``AWS/Bedrock`` metrics go to the local CloudWatch."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._cached: set[tuple[str, str]] = set()  # (model, prefix digest) written to the prompt cache
+
+    @staticmethod
+    def serves(path: str) -> bool:
+        return _RUNTIME_PATH.match(path) is not None
+
+    def respond(self, method: str, path: str, region: str, body: bytes | None) -> dict:
+        match = _RUNTIME_PATH.match(path)
+        try:
+            if method != "POST" or not match:
+                raise BedrockError("UnknownOperationException", 400, "Unknown bedrock-runtime operation")
+            model, operation = unquote(match["model"]), match["operation"]
+            request = _json(body)
+            usage = self.usage(model, request)
+            self.record_metrics(region, model, usage)
+        except BedrockError as error:
+            return {
+                "statusCode": error.status,
+                "headers": {"Content-Type": "application/json", "x-amzn-ErrorType": error.code},
+                "body": json.dumps({"message": error.message}),
+            }
+        if operation == "converse-stream":
+            return {
+                "statusCode": 200,
+                "headers": {"Content-Type": "application/vnd.amazon.eventstream"},
+                "body": b"".join(self._stream(usage)),
+            }
+        if operation == "invoke":
+            answer = {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "text", "text": REPLY_TEXT}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": usage["inputTokens"], "output_tokens": usage["outputTokens"]},
+            }
+            headers = {
+                "X-Amzn-Bedrock-Input-Token-Count": str(usage["inputTokens"]),
+                "X-Amzn-Bedrock-Output-Token-Count": str(usage["outputTokens"]),
+            }
+            return {
+                "statusCode": 200,
+                "headers": {"Content-Type": "application/json", **headers},
+                "body": json.dumps(answer),
+            }
+        answer = {
+            "output": {"message": {"role": "assistant", "content": [{"text": REPLY_TEXT}]}},
+            "stopReason": "end_turn",
+            "usage": usage,
+            "metrics": {"latencyMs": 1},
+        }
+        return {"statusCode": 200, "headers": {"Content-Type": "application/json"}, "body": json.dumps(answer)}
+
+    def usage(self, model: str, request: dict) -> dict:
+        """The call's ``usage`` as Bedrock reports it, from the request's text and ``maxTokens``."""
+        system = request.get("system") or []
+        blocks = [{"text": system}] if isinstance(system, str) else list(system)
+        for message in request.get("messages") or []:
+            if not isinstance(message, dict):
+                raise _invalid("messages must be objects")
+            content = message.get("content")
+            blocks += content if isinstance(content, list) else [{"text": content}] if isinstance(content, str) else []
+        if not request.get("messages"):
+            raise _invalid("messages is required")
+        text, cached_prefix = "", None
+        for block in blocks:
+            if isinstance(block, dict) and "cachePoint" in block:
+                cached_prefix = text
+            elif isinstance(block, dict) and isinstance(block.get("text"), str):
+                text += block["text"]
+        limit = (request.get("inferenceConfig") or {}).get("maxTokens") or request.get("max_tokens")
+        output = DEFAULT_OUTPUT_TOKENS if limit is None else limit
+        if not isinstance(output, int) or isinstance(output, bool) or output < 1:
+            raise _invalid("maxTokens must be a positive integer")
+        cache_read = cache_write = 0
+        if cached_prefix:
+            key = (model, cached_prefix)
+            with self._lock:
+                first = key not in self._cached
+                self._cached.add(key)
+            cache_write, cache_read = (_text_tokens(cached_prefix), 0) if first else (0, _text_tokens(cached_prefix))
+            text = text[len(cached_prefix) :]
+        usage = {"inputTokens": max(1, _text_tokens(text)), "outputTokens": output}
+        usage["totalTokens"] = usage["inputTokens"] + output + cache_read + cache_write
+        if cached_prefix:
+            usage["cacheReadInputTokens"], usage["cacheWriteInputTokens"] = cache_read, cache_write
+        return usage
+
+    @staticmethod
+    def record_metrics(region: str, model: str, usage: dict) -> None:
+        """PutMetricData of one invocation, named and dimensioned as Bedrock publishes it."""
+        values = {
+            "Invocations": 1,
+            "InputTokenCount": usage["inputTokens"],
+            "OutputTokenCount": usage["outputTokens"],
+            "CacheReadInputTokenCount": usage.get("cacheReadInputTokens", 0),
+            "CacheWriteInputTokenCount": usage.get("cacheWriteInputTokens", 0),
+        }
+        _cloudwatch(region).put_metric_data(
+            Namespace=METRICS_NAMESPACE,
+            MetricData=[
+                {"MetricName": name, "Dimensions": [{"Name": "ModelId", "Value": model}], "Value": value}
+                for name, value in values.items()
+            ],
+        )
+
+    @staticmethod
+    def _stream(usage: dict):
+        half = len(REPLY_TEXT) // 2
+        yield stream_event("messageStart", {"role": "assistant"})
+        for piece in (REPLY_TEXT[:half], REPLY_TEXT[half:]):
+            yield stream_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": piece}})
+        yield stream_event("contentBlockStop", {"contentBlockIndex": 0})
+        yield stream_event("messageStop", {"stopReason": "end_turn"})
+        yield stream_event("metadata", {"usage": usage, "metrics": {"latencyMs": 1}})

@@ -4,8 +4,10 @@ An HTTP server on ``127.0.0.1:$PORT`` turns each request into an API Gateway pro
 event and calls the same Lambda handler ``cdk deploy`` ships; the usage table's stream
 reaches the aggregator through a poller (``local/streams.py``) as the event source mapping
 delivers it, and the aggregator's sweep and the pricing fetcher run on timers as
-EventBridge would run them. Requests signed for Bedrock go to the inference-profile
-stand-in (``local/bedrock.py``), which the functions reach through ``AWS_ENDPOINT_URL_BEDROCK``.
+EventBridge would run them (the reconciler too). Requests signed for Bedrock go to the
+stand-in (``local/bedrock.py``): inference profiles, which the functions reach through
+``AWS_ENDPOINT_URL_BEDROCK``, and the runtime's Converse calls, which record the
+``AWS/Bedrock`` metrics in the local CloudWatch.
 moto has no Price List API: requests signed for ``pricing`` (``AWS_ENDPOINT_URL_PRICING``)
 are refused at once, and config.yaml prices serve, as when the Price List is down in AWS.
 
@@ -14,6 +16,7 @@ SIGTERM or SIGINT, however many arrive.
 
 Environment: PORT (8080), PROVISIONING_API_KEY (generated when unset),
 AGGREGATOR_INTERVAL_SECONDS (60: the sweep), PRICING_REFRESH_INTERVAL_SECONDS (86400),
+RECONCILE_INTERVAL_SECONDS (3600),
 RATE_LIMITS (on|off), DYNAMODB_ENDPOINT_URL (external DynamoDB instead of the
 embedded one), LOCAL_PERSIST (on|off, default on: state under .local/).
 """
@@ -35,7 +38,7 @@ from price_keeper.errors import error_body
 from price_keeper.observability import logger as function_logger
 from price_keeper.store.tables import USAGE_AGG_SHARDED
 
-from .bedrock import ACCOUNT, InferenceProfiles, signed_for
+from .bedrock import ACCOUNT, InferenceProfiles, Runtime, signed_for
 from .gateway import LAMBDAS, invoke, invoke_job
 from .stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME, LocalAws
 from .streams import RepairQueue, RepairTrigger, StreamReader, StreamTrigger
@@ -93,7 +96,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else None
         service, region = signed_for(self.headers) or (None, None)
         try:
-            if service == "bedrock":
+            if service == "bedrock" and self.server.runtime.serves(path):
+                response = self.server.runtime.respond(self.command, path, region, body)
+            elif service == "bedrock":
                 response = self.server.bedrock.respond(self.command, path, region, body)
             elif service == "pricing":
                 response = NO_PRICE_LIST
@@ -113,7 +118,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "headers": {"Content-Type": "application/json"},
                 "body": json.dumps(error_body("INTERNAL_ERROR", "Function failed")),
             }
-        payload = (response.get("body") or "").encode()
+        payload = response.get("body") or b""
+        payload = payload if isinstance(payload, bytes) else payload.encode()
         self.send_response(response["statusCode"])
         headers = {k: v for k, v in (response.get("headers") or {}).items()}
         for name, values in (response.get("multiValueHeaders") or {}).items():
@@ -157,13 +163,14 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class LocalHttpServer(ThreadingHTTPServer):
-    """The API on ``127.0.0.1:port``, and Bedrock's inference-profile calls for ``bedrock``."""
+    """The API on ``127.0.0.1:port``, and Bedrock's inference-profile and runtime calls for ``bedrock``."""
 
     daemon_threads = True
 
-    def __init__(self, port: int, bedrock: InferenceProfiles):
+    def __init__(self, port: int, bedrock: InferenceProfiles, runtime: Runtime | None = None):
         super().__init__(("127.0.0.1", port), _Handler)
         self.bedrock = bedrock
+        self.runtime = runtime or Runtime()
 
 
 class Timer(threading.Thread):
@@ -215,6 +222,7 @@ class LocalStack:
         self.httpd = LocalHttpServer(self.port, self.aws.bedrock)
         self.port = self.httpd.server_address[1]
         os.environ["AWS_ENDPOINT_URL_BEDROCK"] = self.base_url
+        os.environ["AWS_ENDPOINT_URL_BEDROCK_RUNTIME"] = self.base_url
         os.environ["AWS_ENDPOINT_URL_PRICING"] = self.base_url
         threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
         repair = RepairQueue()
@@ -223,6 +231,7 @@ class LocalStack:
         for function, env, default, run_first in (
             ("aggregator", "AGGREGATOR_INTERVAL_SECONDS", 60, False),
             ("pricing_fetcher", "PRICING_REFRESH_INTERVAL_SECONDS", 86400, True),
+            ("reconciler", "RECONCILE_INTERVAL_SECONDS", 3600, False),
         ):
             interval = float(os.environ.get(env, default))
             if interval > 0 and (LAMBDAS / function / "handler.py").exists():
@@ -279,7 +288,7 @@ def main() -> int:
     print(f"  API docs:          {stack.base_url}/docs", flush=True)
     print(f"  Spend console:     {stack.base_url}/console", flush=True)
     print(f"  Provisioning key:  {stack.provisioning_key}", flush=True)
-    print(f"  Bedrock profiles:  {stack.base_url} as endpoint URL (account {ACCOUNT}; see README)", flush=True)
+    print(f"  Bedrock:           {stack.base_url} as endpoint URL (account {ACCOUNT}; see README)", flush=True)
     print("  Stop with Ctrl-C.", flush=True)
     received = signal.sigwait(stop_signals)  # more of them, while stopping, stay blocked and pending
     print(f"{signal.Signals(received).name}: stopping", flush=True)

@@ -88,6 +88,11 @@ ALERT_LIST = {STICKY_STATE: (QUERY,)}  # alert_records.of_day / of_day_many
 # alerts.evaluate_and_fire: alert_records.of_day, create, claim, mark_published (boosts: ORG_CHILDREN)
 ALERT_FIRE = {STICKY_STATE: (QUERY, PUT, UPDATE)}
 RATE_LIMIT = {STICKY_STATE: (UPDATE,)}  # rate_windows.lease / give_back (routes with a rate_limit)
+RECONCILIATION_READ = {DAILY_TOTAL: (GET,)}  # reconciliation.get_result
+RECONCILE = {  # reconciliation.label_totals (the active-by-day index, then the totals), put_result / put_bill
+    (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),
+    DAILY_TOTAL: (BATCH_GET, PUT),
+}
 
 _TABLES: dict[str, Grants] = {
     "health": {CONFIG: (GET,)},  # service.health
@@ -130,6 +135,12 @@ _TABLES: dict[str, Grants] = {
     # event source mapping grants, stacks/streams.py)
     "aggregator": merge(AGGREGATION, EFFECTIVE_CONFIG, ORG_CHILDREN, STICKY_READ, ALERT_FIRE),
     "pricing_fetcher": merge(PRICE_STORE, PRICE_QUOTE, REPRICE),
+    "reconciliation": RECONCILIATION_READ,
+    # domain.reconciliation: the labels' models and prices (effective config, profiles,
+    # PricingCache) and UNREPORTED_USAGE (alerts.fire_unreported_usage)
+    "reconciler": merge(RECONCILE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE, ALERT_FIRE),
+    # domain.bill: the metered side of reconciliation, priced the same way
+    "bill": merge(RECONCILE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE),
 }
 
 
@@ -155,19 +166,25 @@ JWT_READERS = frozenset(
         "alerts",
     }
 )
-PROVISIONING_READERS = frozenset({"put_org", "put_app", "rotate_credentials", "revoke_tokens", "quota_boosts"})
+PROVISIONING_READERS = frozenset(
+    {"put_org", "put_app", "rotate_credentials", "revoke_tokens", "quota_boosts", "reconciliation"}
+)
 
 # Functions that resolve inference profiles to models (GetInferenceProfile): registration
 # (profiles.register refuses what it cannot resolve), metering (profiles.priced_model), and
 # the price shown by model selection.
-INFERENCE_PROFILE_READERS = frozenset({"inference_profiles", "usage", "usage_batch", "model_selection"})
+INFERENCE_PROFILE_READERS = frozenset({"inference_profiles", "usage", "usage_batch", "model_selection", "reconciler"})
 # Functions that read AWS Price List prices (pricing.fetch_price_list → GetProducts).
 PRICE_LIST_READERS = frozenset({"pricing_fetcher"})
 # Functions that look up a foundation model's name (pricing.price_list_name → GetFoundationModel).
 FOUNDATION_MODEL_READERS = frozenset({"pricing_fetcher"})
 # Functions that publish alert events on the service's event bus (alerts._publish): the
-# aggregator (spend alerts) and metering (UNPRICED_MODEL).
-ALERT_PUBLISHERS = frozenset({"aggregator", "usage", "usage_batch"})
+# aggregator (spend alerts), metering (UNPRICED_MODEL) and the reconciler (UNREPORTED_USAGE).
+ALERT_PUBLISHERS = frozenset({"aggregator", "usage", "usage_batch", "reconciler"})
+# Functions that read Bedrock's own counts (reconciliation.bedrock_counts: ListMetrics, GetMetricData).
+BEDROCK_METRICS_READERS = frozenset({"reconciler"})
+# Functions that read Cost Explorer (bill.billed_by_tag: GetCostAndUsage).
+COST_EXPLORER_READERS = frozenset({"bill"})
 
 
 def tables_of(function: str) -> list[TableSpec]:

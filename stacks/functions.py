@@ -46,6 +46,8 @@ SIZING: dict[str, Sizing] = {
     "aggregator": Sizing(memory_mb=1024, timeout_s=50, reserved_concurrency=100),
     "model_selection": Sizing(reserved_concurrency=200),
     "pricing_fetcher": Sizing(memory_mb=512, timeout_s=300),
+    "reconciler": Sizing(memory_mb=512, timeout_s=120),
+    "bill": Sizing(memory_mb=512, timeout_s=60),
 }
 
 RETENTION = {
@@ -184,6 +186,14 @@ class Functions(Construct):
                     resources=[f"arn:{stack.partition}:bedrock:*::foundation-model/*"],
                 )
             )
+        if name in access.BEDROCK_METRICS_READERS:
+            # CloudWatch's metric reads have no resource-level permissions: "*" is the only resource.
+            role.add_to_policy(
+                iam.PolicyStatement(actions=["cloudwatch:GetMetricData", "cloudwatch:ListMetrics"], resources=["*"])
+            )
+        if name in access.COST_EXPLORER_READERS:
+            # Cost Explorer's GetCostAndUsage reads the account's bill: "*" is its resource.
+            role.add_to_policy(iam.PolicyStatement(actions=["ce:GetCostAndUsage"], resources=["*"]))
         if name in access.PRICE_LIST_READERS:
             # The Price List API has no resource-level permissions: "*" is the only resource.
             role.add_to_policy(iam.PolicyStatement(actions=["pricing:GetProducts"], resources=["*"]))

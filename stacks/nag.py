@@ -82,6 +82,10 @@ def acknowledge(stack: PriceKeeperStack) -> None:
         star = "X-Ray (Tracing.ACTIVE: xray:PutTraceSegments, xray:PutTelemetryRecords) has no resources"
         if name in access.PRICE_LIST_READERS:
             star += ", and neither has the Price List API (pricing:GetProducts)"
+        if name in access.BEDROCK_METRICS_READERS:
+            star += ", and neither have CloudWatch's metric reads (cloudwatch:GetMetricData, ListMetrics)"
+        if name in access.COST_EXPLORER_READERS:
+            star += ", and neither has Cost Explorer's GetCostAndUsage"
         _acknowledge(policy, "IAM5[Resource::*]", star + ": AWS accepts only Resource '*'.")
         if name in access.INFERENCE_PROFILE_READERS:
             profiles = (

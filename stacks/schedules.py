@@ -1,5 +1,5 @@
-"""EventBridge schedules of the two jobs, their dead-letter queues, and the pricing fetch
-that runs once when the stack is deployed."""
+"""EventBridge schedules of the jobs (aggregator sweep, pricing fetcher, reconciler, bill),
+their dead-letter queues, and the pricing fetch that runs once when the stack is deployed."""
 
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ class Schedule:
 SCHEDULES = (
     Schedule("aggregator", Duration.hours(1), retries=2, max_event_age=Duration.minutes(30)),
     Schedule("pricing_fetcher", Duration.days(1), retries=8, max_event_age=Duration.hours(6)),
+    # Bedrock's counts against the metered ones (a missed run is caught up by the next: each
+    # run recomputes the whole UTC day).
+    Schedule("reconciler", Duration.hours(1), retries=2, max_event_age=Duration.hours(1)),
+    # The optional bill comparison (a no-op unless config.yaml sets reconciliation.bill_tag_key).
+    Schedule("bill", Duration.days(1), retries=8, max_event_age=Duration.hours(6)),
 )
 
 

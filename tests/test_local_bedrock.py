@@ -243,3 +243,110 @@ def test_application_profiles_survive_a_restart_when_kept_in_a_file(tmp_path):
 
 def test_other_bedrock_operations_are_refused_not_crashed(bedrock_endpoint):
     assert error_code(lambda: bedrock(bedrock_endpoint).list_inference_profiles()) == "UnknownOperationException"
+
+
+# --- bedrock-runtime: Converse, ConverseStream, InvokeModel -----------------------------
+
+
+def runtime(endpoint: str, region: str = "us-east-1"):
+    return boto3.client(
+        "bedrock-runtime",
+        region_name=region,
+        endpoint_url=endpoint,
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+
+
+def bedrock_metric(name: str, model: str, region: str = "us-east-1") -> float:
+    """Sum of an ``AWS/Bedrock`` metric of one ModelId in the local CloudWatch (moto)."""
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC)
+    answer = boto3.client("cloudwatch", region_name=region).get_metric_data(
+        MetricDataQueries=[
+            {
+                "Id": "m",
+                "MetricStat": {
+                    "Metric": {
+                        "Namespace": "AWS/Bedrock",
+                        "MetricName": name,
+                        "Dimensions": [{"Name": "ModelId", "Value": model}],
+                    },
+                    "Period": 60,
+                    "Stat": "Sum",
+                },
+            }
+        ],
+        StartTime=now - timedelta(minutes=10),
+        EndTime=now + timedelta(minutes=1),
+    )
+    return sum(answer["MetricDataResults"][0]["Values"])
+
+
+def valid_output(client, operation: str, answer: dict) -> None:
+    answer = {key: value for key, value in answer.items() if key != "ResponseMetadata"}
+    shape = client.meta.service_model.operation_model(operation).output_shape
+    report = ParamValidator().validate(answer, shape)
+    assert not report.has_errors(), report.generate_report()
+
+
+def test_converse_counts_tokens_from_the_request_and_records_bedrocks_metrics(aws, bedrock_endpoint):
+    client = runtime(bedrock_endpoint)
+    messages = [{"role": "user", "content": [{"text": "x" * 400}]}]  # 100 tokens at 4 characters each
+    answer = client.converse(modelId=NOVA_2_LITE, messages=messages, inferenceConfig={"maxTokens": 50})
+    valid_output(client, "Converse", answer)
+    assert answer["usage"] == {"inputTokens": 100, "outputTokens": 50, "totalTokens": 150}
+    client.converse(modelId=NOVA_2_LITE, messages=messages)  # no maxTokens: the default
+    assert bedrock_metric("Invocations", NOVA_2_LITE) == 2
+    assert bedrock_metric("InputTokenCount", NOVA_2_LITE) == 200
+    assert bedrock_metric("OutputTokenCount", NOVA_2_LITE) == 50 + 100
+    assert bedrock_metric("Invocations", US_PROFILE) == 0  # by ModelId as the caller named it
+
+
+def test_converse_stream_answers_an_event_stream_with_the_usage_in_its_metadata(aws, bedrock_endpoint):
+    client = runtime(bedrock_endpoint)
+    answer = client.converse_stream(
+        modelId=US_PROFILE, messages=[{"role": "user", "content": [{"text": "hello world!"}]}]
+    )
+    events = list(answer["stream"])
+    assert events[0] == {"messageStart": {"role": "assistant"}}
+    assert events[-1]["metadata"]["usage"] == {"inputTokens": 3, "outputTokens": 100, "totalTokens": 103}
+    assert "".join(e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e)
+    assert bedrock_metric("OutputTokenCount", US_PROFILE) == 100
+
+
+def test_a_cache_point_writes_the_prefix_once_then_reads_it(aws, bedrock_endpoint):
+    client = runtime(bedrock_endpoint)
+    system = [{"text": "s" * 800}, {"cachePoint": {"type": "default"}}]
+    messages = [{"role": "user", "content": [{"text": "q" * 40}]}]
+    first, second = (
+        client.converse(modelId=NOVA_2_LITE, system=system, messages=messages, inferenceConfig={"maxTokens": 5})[
+            "usage"
+        ]
+        for _ in range(2)
+    )
+    assert (first["inputTokens"], first["cacheWriteInputTokens"], first["cacheReadInputTokens"]) == (10, 200, 0)
+    assert (second["cacheWriteInputTokens"], second["cacheReadInputTokens"]) == (0, 200)
+    assert bedrock_metric("CacheWriteInputTokenCount", NOVA_2_LITE) == 200
+    assert bedrock_metric("CacheReadInputTokenCount", NOVA_2_LITE) == 200
+
+
+def test_invoke_model_answers_with_token_count_headers(aws, bedrock_endpoint):
+    import json
+
+    client = runtime(bedrock_endpoint)
+    body = {
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": 7,
+        "messages": [{"role": "user", "content": "abcd"}],
+    }
+    answer = client.invoke_model(modelId="anthropic.claude-3-haiku-20240307-v1:0", body=json.dumps(body))
+    headers = answer["ResponseMetadata"]["HTTPHeaders"]
+    assert (headers["x-amzn-bedrock-input-token-count"], headers["x-amzn-bedrock-output-token-count"]) == ("1", "7")
+    assert json.loads(answer["body"].read())["usage"] == {"input_tokens": 1, "output_tokens": 7}
+
+
+def test_a_converse_without_messages_is_a_validation_error(aws, bedrock_endpoint):
+    request = {"modelId": NOVA_2_LITE, "messages": [], "inferenceConfig": {"maxTokens": 5}}
+    assert error_code(lambda: runtime(bedrock_endpoint).converse(**request)) == "ValidationException"

@@ -1,5 +1,5 @@
-"""``Provisioning``: the admin API (``X-API-Key``) for orgs, apps, credential rotation and
-revoking a client's tokens."""
+"""``Provisioning``: the admin API (``X-API-Key``) for orgs, apps, credential rotation,
+revoking a client's tokens, and the reconciliation with Bedrock's own counts."""
 
 from __future__ import annotations
 
@@ -64,6 +64,12 @@ class Provisioning:
         at once, access tokens within 30 s. The client secret keeps working."""
         path = f"{API}/orgs/{org_id}" + (f"/apps/{app_id}" if app_id else "") + "/credentials/revoke-tokens"
         self.transport.request("POST", path, json={}, headers=self._headers)
+
+    def reconciliation(self, day: str | None = None) -> dict:
+        """Bedrock's own counts against the metered ones per model for a UTC day (default
+        today): ``{"date", "region", "models": [{"model_id", "bedrock", "metered", "unmetered"}]}``."""
+        params = {"date": day} if day else None
+        return self.transport.request("GET", f"{API}/reconciliation", params=params, headers=self._headers).body
 
     def close(self) -> None:
         self.transport.close()

@@ -245,6 +245,24 @@ def cmd_model(args, out: Output) -> None:
     )
 
 
+def cmd_reconciliation(args, out: Output) -> None:
+    if args.day != "today" and not _DAY.match(args.day):
+        raise UsageProblem(f"day must be 'today' or YYYY-MM-DD, not {args.day!r}")
+    admin = _provisioning(args)
+    try:
+        result = admin.reconciliation(None if args.day == "today" else args.day)
+    finally:
+        admin.close()
+    lines = [f"{result['date']} (UTC) in {result['region']}: Bedrock's count vs metered, per model"]
+    lines += [
+        f"{row['model_id']}: {row['bedrock']['invocations']} calls, {row['metered']['invocations']} metered"
+        f" · unmetered {row['unmetered']['input_tokens']} in / {row['unmetered']['output_tokens']} out tokens"
+        f" ≈ ${row['unmetered']['estimated_cost_usd_micros'] / 1_000_000:.6f}"
+        for row in result["models"]
+    ] or ["(no Bedrock calls or metered usage reconciled yet)"]
+    out.emit("\n".join(lines), result)
+
+
 # -- parser ------------------------------------------------------------------------------------
 
 
@@ -260,7 +278,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Operate Bedrock Price Keeper.",
         epilog="Exit codes: 1 failure, 2 bad usage, 3 auth, 4 not found, 5 quota.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{org,app,revoke,spend,model}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{org,app,revoke,spend,model,reconciliation}"
+    )
 
     def rotate_options(sub: argparse.ArgumentParser, app_required: bool) -> None:
         sub.add_argument("--org", required=True, help="org id")
@@ -332,6 +352,16 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--app", help="app id")
     model.add_argument("--force", action="store_true", help="ask for a real-time quota check")
     model.set_defaults(handler=cmd_model)
+
+    reconciliation = commands.add_parser(
+        "reconciliation",
+        parents=[common],
+        help="Bedrock's own counts vs metered usage per model (needs $PRICE_KEEPER_API_KEY)",
+        description="The latest hourly reconciliation of a UTC day: calls and tokens CloudWatch "
+        "counted per model, what was metered, and the unmetered remainder at the model's price.",
+    )
+    reconciliation.add_argument("day", nargs="?", default="today", help="today or YYYY-MM-DD (UTC day)")
+    reconciliation.set_defaults(handler=cmd_reconciliation)
     return parser
 
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 import uuid
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -19,6 +18,7 @@ import pytest
 import requests
 from botocore.stub import Stubber
 
+from local.bedrock import event_message, stream_event
 from price_keeper_client import Credentials, Provisioning
 from tests.local_server import local_server
 
@@ -159,29 +159,9 @@ def cli(server: Server, *args: str, env: dict | None = None, stdin: str | None =
 # --- ConverseStream on the wire ---------------------------------------------------------
 
 
-def _event_message(headers: dict[str, str], payload: dict) -> bytes:
-    """One message of AWS's event-stream encoding (the binary framing ConverseStream answers
-    in): prelude (total and headers length, CRC32), string headers, JSON payload, CRC32."""
-    encoded_headers = b"".join(
-        len(name).to_bytes(1, "big") + name.encode() + b"\x07" + len(value).to_bytes(2, "big") + value.encode()
-        for name, value in headers.items()
-    )
-    body = json.dumps(payload).encode()
-    total = 12 + len(encoded_headers) + len(body) + 4
-    prelude = total.to_bytes(4, "big") + len(encoded_headers).to_bytes(4, "big")
-    message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + encoded_headers + body
-    return message + zlib.crc32(message).to_bytes(4, "big")
-
-
-def stream_event(event_type: str, payload: dict) -> bytes:
-    return _event_message(
-        {":event-type": event_type, ":content-type": "application/json", ":message-type": "event"}, payload
-    )
-
-
 def stream_exception(exception_type: str, message: str) -> bytes:
     """An error inside the stream, as Bedrock sends it (botocore raises ``EventStreamError``)."""
-    return _event_message(
+    return event_message(
         {":exception-type": exception_type, ":content-type": "application/json", ":message-type": "exception"},
         {"message": message},
     )

@@ -20,6 +20,9 @@ WILDCARD_RESOURCE_ACTIONS = {
     "xray:PutTelemetryRecords",
     "pricing:GetProducts",
     "dynamodb:ListStreams",
+    "cloudwatch:GetMetricData",
+    "cloudwatch:ListMetrics",
+    "ce:GetCostAndUsage",
 }
 
 
@@ -114,7 +117,14 @@ def test_signing_key_readable_only_by_token_endpoints_and_authorizing_functions(
 
 def test_provisioning_key_readable_only_by_provisioning_endpoints(synth):
     assert _secret_readers(synth, synth.stack.provisioning_secret) == access.PROVISIONING_READERS
-    assert access.PROVISIONING_READERS == {"put_org", "put_app", "rotate_credentials", "revoke_tokens", "quota_boosts"}
+    assert access.PROVISIONING_READERS == {
+        "put_org",
+        "put_app",
+        "rotate_credentials",
+        "revoke_tokens",
+        "quota_boosts",
+        "reconciliation",
+    }
 
 
 def test_every_function_that_authorizes_reads_the_signing_key():
@@ -128,14 +138,37 @@ def test_every_function_that_authorizes_reads_the_signing_key():
 
 
 def test_only_alert_publishers_put_events_and_only_on_the_service_bus(synth):
-    """The aggregator (spend alerts) and the usage functions (UNPRICED_MODEL)."""
+    """The aggregator (spend alerts), the usage functions (UNPRICED_MODEL) and the reconciler
+    (UNREPORTED_USAGE)."""
     bus_id = synth.id_of(synth.stack.alerts.bus)
     publishers = {}
     for name, statements in _function_statements(synth).items():
         for statement in statements:
             if "events:PutEvents" in statement.actions:
                 publishers[name] = statement.targets
-    assert publishers == {"aggregator": {bus_id}, "usage": {bus_id}, "usage_batch": {bus_id}}
+    assert publishers == {"aggregator": {bus_id}, "usage": {bus_id}, "usage_batch": {bus_id}, "reconciler": {bus_id}}
+
+
+def test_only_the_reconciler_reads_bedrocks_metrics_and_nothing_else_of_cloudwatch(synth):
+    """GetMetricData and ListMetrics (no resource-level permissions: Resource "*"), read-only."""
+    readers = {}
+    for name, statements in _function_statements(synth).items():
+        for statement in statements:
+            cloudwatch = [a for a in statement.actions if a.startswith("cloudwatch:")]
+            if cloudwatch:
+                readers[name] = (set(cloudwatch), statement.wildcard)
+    assert readers == {"reconciler": ({"cloudwatch:GetMetricData", "cloudwatch:ListMetrics"}, True)}
+
+
+def test_only_the_bill_comparison_reads_cost_explorer(synth):
+    """GetCostAndUsage only (on "*": it has no other resource), for the optional daily job."""
+    readers = {
+        name: ({action for action in statement.actions if action.startswith("ce:")}, statement.wildcard)
+        for name, statements in _function_statements(synth).items()
+        for statement in statements
+        if any(action.startswith("ce:") for action in statement.actions)
+    }
+    assert readers == {"bill": ({"ce:GetCostAndUsage"}, True)}
 
 
 def test_only_the_pricing_fetcher_reads_foundation_models(synth):

@@ -29,6 +29,8 @@ def _scheduled_targets(synth) -> dict[str, dict]:
     [
         ("aggregator", "rate(1 hour)", 2, 1800),
         ("pricing_fetcher", "rate(1 day)", 8, 6 * 3600),
+        ("reconciler", "rate(1 hour)", 2, 3600),
+        ("bill", "rate(1 day)", 8, 6 * 3600),
     ],
 )
 def test_schedule_with_retry_policy_and_dead_letter_queue(synth, job, expression, retries, max_age):
@@ -49,7 +51,9 @@ def test_schedule_with_retry_policy_and_dead_letter_queue(synth, job, expression
 
 def test_only_the_jobs_are_scheduled(synth):
     ids = synth.function_ids()
-    assert set(_scheduled_targets(synth)) == {ids["aggregator"], ids["pricing_fetcher"]}
+    assert set(_scheduled_targets(synth)) == {
+        ids[job] for job in ("aggregator", "pricing_fetcher", "reconciler", "bill")
+    }
 
 
 def test_dead_letter_queues_accept_only_eventbridge_from_their_rule(synth):

@@ -103,6 +103,31 @@ def _alerts(raw: dict) -> Alerts:
     return Alerts(thresholds_pct=tuple(sorted(set(thresholds))))
 
 
+class Reconciliation(NamedTuple):
+    """Bedrock's own counts against the metered ones (``domain.reconciliation``)."""
+
+    # How late a report may reach DailyTotal after its call (client flush + aggregation) and
+    # still be matched: Bedrock's counts of the last ``tolerance_seconds`` wait for the next run.
+    tolerance_seconds: int = 900
+    # UNREPORTED_USAGE fires for a model when its unmetered spend reaches this share of
+    # Bedrock's count (estimated cost) or this amount, whichever comes first.
+    alert_share_pct: int = 5
+    alert_amount_usd_micros: int = 1_000_000
+    # The cost-allocation tag whose value names an application inference profile's id: the
+    # daily bill comparison (domain.bill) runs only when it is set.
+    bill_tag_key: str = ""
+
+
+def _reconciliation(raw: dict) -> Reconciliation:
+    settings = Reconciliation(**raw)
+    numbers = settings[:-1]
+    if any(not isinstance(value, int) or isinstance(value, bool) or value < 0 for value in numbers):
+        raise ValueError("reconciliation settings must be integers >= 0")
+    if not isinstance(settings.bill_tag_key, str):
+        raise ValueError("reconciliation.bill_tag_key must be a string")
+    return settings
+
+
 class RateLimit(NamedTuple):
     name: str
     requests: int
@@ -118,6 +143,7 @@ class ServiceConfig:
     org_defaults: dict = field(default_factory=dict)
     rate_limits: dict[str, RateLimit] = field(default_factory=dict)
     alerts: Alerts = field(default_factory=Alerts)
+    reconciliation: Reconciliation = field(default_factory=Reconciliation)
     # The floor of the price of a model with no known price (a profile routing outside
     # config.yaml and the Price List; ``pricing.estimate`` raises it to every Price List price
     # read): each component the higher of config.yaml ``unknown_model_estimate`` and every
@@ -219,6 +245,7 @@ def parse_config(raw: dict) -> ServiceConfig:
             for name, spec in (raw.get("rate_limits") or {}).items()
         },
         alerts=_alerts(raw.get("alerts") or {}),
+        reconciliation=_reconciliation(raw.get("reconciliation") or {}),
         unknown_model_estimate=_highest(
             [label.prices for label in labels.values()]
             + (

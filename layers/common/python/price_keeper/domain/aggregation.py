@@ -46,6 +46,7 @@ from ..config import get_config
 from ..errors import service_unavailable
 from ..observability import logger
 from ..store import daily_totals, dynamo, keys, sticky, tables, usage
+from ..store import reconciliation as reconciliation_store
 from ..store.dynamo import batch_get_many
 from ..timeutil import org_days_in_play, parse_day, utc_now
 from . import hot_labels, orgs
@@ -390,6 +391,8 @@ def _moves(scope_day: _ScopeDay, snapshot: _Snapshot, now: datetime) -> tuple[Ru
             "updated_at_epoch": now_epoch,
             "source_updated_at_epoch": max(group.shard_updates),
             tables.TTL_ATTRIBUTE: usage_expires_at(day),
+            # its sums as of this UTC hour (domain.reconciliation)
+            keys.hour_mark(now.astimezone(UTC).strftime("%Y%m%d%H")): reconciliation_store.mark_value(group.sums),
         }
         moves.append(daily_totals.LabelFold(*label_day, values, stored_progress))
         for name in SUM_FIELDS:

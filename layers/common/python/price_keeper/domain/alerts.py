@@ -13,6 +13,9 @@ Alert kinds, for one quota scope (``ORG#{org}`` or ``ORG#{org}#APP#{app}``) and 
 - ``UNPRICED_MODEL`` (label, model): usage was counted at the configured estimate because
   its model (a profile routing outside config.yaml) has no known price. Raised by the usage
   path, not the aggregator; its event also makes the pricing fetcher look the model up.
+- ``UNREPORTED_USAGE`` (model): Bedrock counted spend on a model, on a UTC day, that was
+  never metered (``domain.reconciliation``). Raised by the reconciler, on the scope of the
+  org whose application inference profile it is, else on ``OPERATOR_SCOPE``.
 
 Thresholds are config.yaml ``alerts.thresholds_pct`` unless the org sets its own
 (``overrides.alert_thresholds_pct``).
@@ -63,6 +66,8 @@ from .quota import first_unspent, quota_pct, reached, sticky_floor
 from .selection import read_sticky
 
 THRESHOLD, FALLBACK, ALL_EXHAUSTED, UNPRICED_MODEL = "THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL"
+UNREPORTED_USAGE = "UNREPORTED_USAGE"
+OPERATOR_SCOPE = "#OPERATOR"  # alerts of no org (no scope key starts with '#')
 EVENT_SOURCE = "price-keeper"
 DETAIL_TYPE = "SpendAlert"
 DEFAULT_EVENT_BUS = "price-keeper-events"
@@ -150,15 +155,15 @@ def due_alerts(
 # --- the record and the event ----------------------------------------------------------
 
 
-def _record(scope: str, config: EffectiveConfig, day: str, alert: Alert, now: datetime) -> dict | None:
+def _record(scope: str, config: EffectiveConfig | None, day: str, alert: Alert, now: datetime) -> dict | None:
     """Write the alert's record; the item when this run is the first to see the alert."""
     now_epoch = int(now.timestamp())
     item = {
         "scope_key": scope,
         "date_key": alert.date_key(day),
         "scope": scope,
-        "org_id": config.org_id,
-        "app_id": config.app_id if config.quota_scope == "APP" else None,
+        "org_id": config.org_id if config else None,
+        "app_id": config.app_id if config and config.quota_scope == "APP" else None,
         "date": parse_day(day).isoformat(),
         "type": alert.type,
         "label": alert.label,
@@ -292,7 +297,31 @@ def fire_unpriced_model(
     return _fire(config.scope, config, day, [Alert(UNPRICED_MODEL, label, model_id=model_id, region=region)], now)
 
 
-def _fire(scope: str, config: EffectiveConfig, day: str, candidates: Sequence[Alert], now: datetime) -> list[Alert]:
+def fire_unreported_usage(
+    config: EffectiveConfig | None,
+    day: str,
+    model_id: str,
+    region: str,
+    unmetered_usd_micros: int,
+    bedrock_usd_micros: int,
+    now: datetime,
+) -> list[Alert]:
+    """``UNREPORTED_USAGE`` for a model and UTC day (once): on ``config``'s scope (the org
+    whose profile it is), or on ``OPERATOR_SCOPE`` when ``config`` is None. The event's
+    ``spend_usd_micros`` is the unmetered estimate, ``quota_usd_micros`` Bedrock's whole count."""
+    alert = Alert(
+        UNREPORTED_USAGE,
+        model_id=model_id,
+        region=region,
+        spend_usd_micros=unmetered_usd_micros,
+        quota_usd_micros=bedrock_usd_micros,
+    )
+    return _fire(config.scope if config else OPERATOR_SCOPE, config, day, [alert], now)
+
+
+def _fire(
+    scope: str, config: EffectiveConfig | None, day: str, candidates: Sequence[Alert], now: datetime
+) -> list[Alert]:
     """Record and publish each alert not yet published for the scope and day; the ones
     this call published."""
     pending = [alert for alert in candidates if not _published.get((scope, alert.date_key(day)))]
@@ -369,10 +398,13 @@ def spend_pcts(report: RunReport, now: datetime) -> list[float]:
 
 
 class AlertEntry(Schema):
-    type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL"]
+    type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL", "UNREPORTED_USAGE"]
     label: str | None = Field(description="null for ALL_EXHAUSTED, and for THRESHOLD of the scope's total cap")
     threshold_pct: int | None = Field(description="THRESHOLD only")
-    model_id: str | None = Field(description="UNPRICED_MODEL only: the Bedrock model counted at the estimate")
+    model_id: str | None = Field(
+        description="UNPRICED_MODEL: the Bedrock model counted at the estimate; "
+        "UNREPORTED_USAGE: the model Bedrock counted beyond the metered usage"
+    )
     scope: str = Field(description="Quota scope key: ORG#{org_id} or ORG#{org_id}#APP#{app_id}")
     app_id: str | None
     fired_at: str

@@ -266,7 +266,7 @@ def bedrock_id(config: EffectiveConfig, label: str) -> str | None:
     return get_config().labels[label].id if resolved else None
 
 
-def _configured_for_model(model_id: str) -> dict[str, Prices] | None:
+def configured_for_model(model_id: str) -> dict[str, Prices] | None:
     for spec in get_config().labels.values():
         if spec.type == "model" and spec.id == model_id:
             return spec.configured_prices()
@@ -293,7 +293,7 @@ def priced_model(config: EffectiveConfig, label: str, calling_region: str | None
     region = calling_region or profile.home_region
     model_id, kind = model_for_region(profile, region)
     return PricedModel(
-        label, "profile", profile.arn, model_id, region, configured or _configured_for_model(model_id), kind
+        label, "profile", profile.arn, model_id, region, configured or configured_for_model(model_id), kind
     )
 
 

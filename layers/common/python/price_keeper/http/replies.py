@@ -201,3 +201,32 @@ class RefreshedToken(Reply):
     access_token: str
     token_type: Literal["Bearer"]
     expires_in: int
+
+
+class ReconciledSide(Reply):
+    invocations: int
+    input_tokens: int
+    output_tokens: int
+
+
+class Unmetered(Reply):
+    input_tokens: int = Field(description="Bedrock's input tokens beyond the metered ones")
+    output_tokens: int = Field(description="Bedrock's output tokens beyond the metered ones")
+    estimated_cost_usd_micros: int = Field(
+        description="The unmetered tokens (cache tokens included) at the model's price of the day"
+    )
+
+
+class ReconciledModel(Reply):
+    model_id: str = Field(description="The model, system profile id or application profile id Bedrock counted")
+    bedrock: ReconciledSide = Field(description="CloudWatch AWS/Bedrock counts of calls made that day")
+    metered: ReconciledSide = Field(description="What was reported for the same model (docs/metering.md)")
+    unmetered: Unmetered
+
+
+class Reconciliation(Reply):
+    """``GET /api/v1/reconciliation``: a UTC day's latest reconciliation in the service's Region."""
+
+    date: str = Field(description="The UTC day, YYYY-MM-DD")
+    region: str
+    models: list[ReconciledModel]

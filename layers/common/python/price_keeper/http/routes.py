@@ -40,6 +40,7 @@ USAGE_BATCH = f"{APP}/usage/batch"
 QUOTA_BOOSTS = f"{ORG}/quota-boosts"
 SPEND_REPORT = f"{ORG}/reports/spend"
 ALERTS = f"{ORG}/alerts"
+RECONCILIATION = f"{API}/reconciliation"
 
 
 class Auth:
@@ -99,10 +100,11 @@ ROUTES: tuple[Route, ...] = (
     _bearer("POST", USAGE_BATCH, "usage_batch", "usage_batch"),
     _bearer("GET", SPEND_REPORT, "spend_report", "aggregates", app_in_query=True),
     _bearer("GET", ALERTS, "alerts", "aggregates"),
+    Route("GET", RECONCILIATION, "reconciliation", Auth.PROVISIONING_KEY, "reconciliation"),
 )
 
 # Scheduled functions (EventBridge), not behind API Gateway.
-JOBS: tuple[str, ...] = ("aggregator", "pricing_fetcher")
+JOBS: tuple[str, ...] = ("aggregator", "pricing_fetcher", "reconciler", "bill")
 
 HTTP_FUNCTIONS: tuple[str, ...] = tuple(dict.fromkeys(route.function for route in ROUTES))
 

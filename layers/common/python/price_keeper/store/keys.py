@@ -122,6 +122,32 @@ def scope_total_key(scope: str) -> str:
 HEARTBEAT_KEY = {"usage_key": "#AGGREGATOR", "date_key": "#HEARTBEAT"}
 
 
+# Reconciliation (DailyTotal): the day's result, and the hour marks on label totals.
+RECONCILIATION_USAGE_KEY = "#RECONCILIATION"  # no usage key starts with '#'
+HOUR_MARK_PREFIX = "H"  # an attribute H{yyyymmddHH}: a label total's sums as of that UTC hour
+
+
+def reconciliation_key(day: str) -> dict:
+    """DailyTotal item of the reconciliation of UTC day ``yyyymmdd``."""
+    return {"usage_key": RECONCILIATION_USAGE_KEY, "date_key": f"RECON#{day}"}
+
+
+def bill_key(day: str) -> dict:
+    """DailyTotal item of the bill comparison of UTC day ``yyyymmdd``."""
+    return {"usage_key": RECONCILIATION_USAGE_KEY, "date_key": f"BILL#{day}"}
+
+
+def hour_mark(hour: str) -> str:
+    """Attribute name of a label total's mark for UTC hour ``yyyymmddHH``."""
+    return f"{HOUR_MARK_PREFIX}{hour}"
+
+
+def hour_of_mark(attribute: str) -> str | None:
+    """``yyyymmddHH`` of an hour-mark attribute; None for any other attribute."""
+    hour = attribute.removeprefix(HOUR_MARK_PREFIX)
+    return hour if attribute.startswith(HOUR_MARK_PREFIX) and len(hour) == 10 and hour.isdigit() else None
+
+
 def label_of_shard(shard: str) -> str:
     """The label of a shard key."""
     return split_usage_key(usage_key_of_shard(shard))[1]

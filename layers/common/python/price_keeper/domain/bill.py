@@ -1,0 +1,91 @@
+"""The bill: a UTC day's metered spend per application inference profile against Cost
+Explorer's cost for that profile's cost-allocation tag (optional; daily).
+
+An application inference profile can carry tags, and a tag activated as a cost-allocation
+tag splits the Bedrock bill by its value. With config.yaml ``reconciliation.bill_tag_key``
+set (the tag whose value is the profile's id), the daily run asks ``GetCostAndUsage`` for
+the day grouped by that tag and compares each value with the metered usage of that profile
+(``reconciliation.metered_counts``: arrivals in the UTC day and its tolerance, priced at
+the label's price of the day). Tags reach billing 24-48 h after the usage, so the run compares the day three days
+back; Cost Explorer's figure for a day can still move until the month's bill is final.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+
+from ..aws import client
+from ..config import get_config
+from ..observability import logger
+from ..store import reconciliation as store
+from ..timeutil import iso_utc, utc_now
+from . import pricing
+from .aggregation import usage_expires_at
+from .reconciliation import metered_counts, price_of_model
+
+BILL_DELAY_DAYS = 3  # cost-allocation tags take 24-48 h to reach billing
+UNTAGGED = ""  # Cost Explorer's group of the cost without the tag
+
+
+def billed_by_tag(tag_key: str, day: date) -> dict[str, int]:
+    """Cost Explorer's unblended cost of ``day`` per value of ``tag_key``, in micro-USD."""
+    billed: dict[str, int] = {}
+    request = {
+        "TimePeriod": {"Start": day.isoformat(), "End": (day + timedelta(days=1)).isoformat()},
+        "Granularity": "DAILY",
+        "Metrics": ["UnblendedCost"],
+        "GroupBy": [{"Type": "TAG", "Key": tag_key}],
+    }
+    while True:
+        page = client("ce").get_cost_and_usage(**request)
+        for result in page["ResultsByTime"]:
+            for group in result.get("Groups", []):
+                value = group["Keys"][0].partition("$")[2]  # "<key>$<value>"; "<key>$" is untagged
+                amount = Decimal(group["Metrics"]["UnblendedCost"]["Amount"]) * 1_000_000
+                billed[value] = billed.get(value, 0) + int(amount.to_integral_value())
+        if not page.get("NextPageToken"):
+            return billed
+        request["NextPageToken"] = page["NextPageToken"]
+
+
+def compare(day: date, now: datetime | None = None) -> dict | None:
+    """Metered vs billed per tagged profile for UTC ``day``, kept in DailyTotal
+    (``BILL#{yyyymmdd}``); None when no ``bill_tag_key`` is configured."""
+    tag_key = get_config().reconciliation.bill_tag_key
+    if not tag_key:
+        return None
+    now = now or utc_now()
+    billed = billed_by_tag(tag_key, day)
+    start = datetime.combine(day, time(0), UTC)
+    tolerance = timedelta(seconds=get_config().reconciliation.tolerance_seconds)
+    metered, labels = metered_counts(day, start, min(now, start + timedelta(days=1) + tolerance))
+    region = client("cloudwatch").meta.region_name
+    profiles = []
+    for profile_id in sorted(value for value in billed if value != UNTAGGED):
+        counts, label = metered.get(profile_id), labels.get(profile_id)
+        metered_cost = (
+            pricing.cost_usd_micros(counts.tokens(), price_of_model(profile_id, label, day, region).prices)
+            if counts
+            else 0
+        )
+        profiles.append(
+            {
+                "profile_id": profile_id,
+                "billed_usd_micros": billed[profile_id],
+                "metered_usd_micros": metered_cost,
+                "unmetered_usd_micros": max(0, billed[profile_id] - metered_cost),
+            }
+        )
+    result = {"date": day.isoformat(), "tag_key": tag_key, "profiles": profiles, "compared_at": iso_utc(now)}
+    store.put_bill(day.strftime("%Y%m%d"), result, usage_expires_at(day.strftime("%Y%m%d")))
+    gaps = [row for row in profiles if row["unmetered_usd_micros"]]
+    if gaps:
+        logger.warning("Billed spend beyond the metered", extra={"date": result["date"], "profiles": gaps})
+    return result
+
+
+def run(now: datetime | None = None) -> dict | None:
+    """The daily run: the day ``BILL_DELAY_DAYS`` back, once its tags have reached billing."""
+    now = now or utc_now()
+    return compare(now.date() - timedelta(days=BILL_DELAY_DAYS), now)

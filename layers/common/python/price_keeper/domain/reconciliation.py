@@ -1,0 +1,338 @@
+"""Reconciliation: Bedrock's own counts against the metered ones, per model and UTC day.
+
+Bedrock counts every call: CloudWatch's ``AWS/Bedrock`` namespace has ``Invocations``,
+``InputTokenCount``, ``OutputTokenCount``, ``CacheReadInputTokenCount`` and
+``CacheWriteInputTokenCount`` by ``ModelId`` (the model id, system profile id or profile
+ARN the caller named), in one-minute datapoints, in the Region of the call. The
+reconciler (hourly) sums them for a UTC day and compares them with what was metered for
+the same model, keeping the result per day (DailyTotal ``#RECONCILIATION`` /
+``RECON#{yyyymmdd}``) and raising ``UNREPORTED_USAGE`` where the unmetered spend is large.
+
+**Metered usage by hour, without a write per record.** The aggregator already rewrites a
+label's DailyTotal seconds after its usage arrives; each of those writes also sets the
+total's sums as of that UTC hour (an ``H{yyyymmddHH}`` attribute, ``store.reconciliation``).
+What arrived between two instants is the difference of the marks around them, so the
+hours cost no write at all (a label total grows by ~40 bytes per active hour). A label maps
+to one model: what its clients call (``profiles.bedrock_id``: a config.yaml model id or
+a profile ARN).
+
+**Late reports.** Metered usage is counted when it arrives; Bedrock's when the call was
+made. A call at ``c`` is reported and folded by ``c + tolerance`` (config.yaml
+``reconciliation.tolerance_seconds``), so for day D at time ``now`` the reconciler compares
+Bedrock's counts of calls made in [D, min(D + 1 day, now - tolerance)) with metered
+arrivals in [D, min(now, D + 1 day + tolerance)) (hour marks: the window's ends round
+outwards to the hour). Every call of the first window that was reported in time is in the
+second, so a report late within the tolerance never shows as unmetered; the price of that
+guarantee is that reports of calls made in the last ``tolerance`` (or of the previous day's
+last hour) may hide as much unreported usage.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from datetime import UTC, date, datetime, time, timedelta
+from typing import NamedTuple
+
+from ..aws import client
+from ..config import GEOGRAPHIC, GLOBAL, IN_REGION, get_config
+from ..errors import ApiError
+from ..observability import logger
+from ..store import keys
+from ..store import reconciliation as store
+from ..timeutil import iso_utc, utc_now
+from . import alerts, orgs, pricing, profiles, reports
+from .aggregation import usage_expires_at
+
+NAMESPACE = "AWS/Bedrock"
+# CloudWatch metric -> counter, in store.reconciliation.MARK_FIELDS order
+METRICS = {
+    "Invocations": "requests",
+    "InputTokenCount": "input_tokens",
+    "OutputTokenCount": "output_tokens",
+    "CacheReadInputTokenCount": "cache_read_input_tokens",
+    "CacheWriteInputTokenCount": "cache_write_input_tokens",
+}
+FIELDS = tuple(METRICS.values())
+PERIOD_SECONDS = 60  # Bedrock's datapoints are per minute
+MAX_QUERIES = 500  # per GetMetricData call
+_SYSTEM_PROFILE = re.compile(r"^(?P<geography>[a-z-]+)\.(?P<model>[a-z0-9-]+\..+)$")
+
+
+class Counts(NamedTuple):
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+
+    def __add__(self, other: Counts) -> Counts:  # type: ignore[override]
+        return Counts(*(a + b for a, b in zip(self, other, strict=True)))
+
+    def __sub__(self, other: Counts) -> Counts:
+        return Counts(*(a - b for a, b in zip(self, other, strict=True)))
+
+    def tokens(self) -> pricing.Tokens:
+        return pricing.Tokens(
+            self.input_tokens, self.output_tokens, self.cache_read_input_tokens, self.cache_write_input_tokens
+        )
+
+
+class Label(NamedTuple):
+    """What a metered label bills: the model as CloudWatch names it, how it is priced, and
+    the org (and app) that registered it when it is an application inference profile."""
+
+    model_id: str
+    priced: profiles.PricedModel | None
+    owner: tuple[str, str | None] | None
+
+
+def model_key(identifier: str) -> str:
+    """The ``ModelId`` a call is counted under, from what the caller named (an ARN's
+    resource id: ``.../foundation-model/x`` is ``x``, ``.../inference-profile/us.x`` is
+    ``us.x``, an application profile ARN its id)."""
+    return identifier.rsplit("/", 1)[-1] if identifier.startswith("arn:") else identifier
+
+
+# --- Bedrock's side ----------------------------------------------------------------
+
+
+def bedrock_counts(start: datetime, end: datetime) -> dict[str, Counts]:
+    """Bedrock's counts of calls made in [start, end) by model: ListMetrics finds the
+    ModelIds with data, GetMetricData sums their one-minute datapoints."""
+    cloudwatch = client("cloudwatch")
+    model_ids = sorted(
+        {
+            dimension["Value"]
+            for page in cloudwatch.get_paginator("list_metrics").paginate(Namespace=NAMESPACE, MetricName="Invocations")
+            for metric in page["Metrics"]
+            for dimension in metric.get("Dimensions", [])
+            if dimension["Name"] == "ModelId" and len(metric["Dimensions"]) == 1
+        }
+    )
+    queries = [
+        {
+            "Id": f"m{index}_{position}",
+            "MetricStat": {
+                "Metric": {
+                    "Namespace": NAMESPACE,
+                    "MetricName": metric,
+                    "Dimensions": [{"Name": "ModelId", "Value": model_id}],
+                },
+                "Period": PERIOD_SECONDS,
+                "Stat": "Sum",
+            },
+            "ReturnData": True,
+        }
+        for index, model_id in enumerate(model_ids)
+        for position, metric in enumerate(METRICS)
+    ]
+    sums: dict[str, float] = defaultdict(float)
+    for first in range(0, len(queries), MAX_QUERIES):
+        for page in cloudwatch.get_paginator("get_metric_data").paginate(
+            MetricDataQueries=queries[first : first + MAX_QUERIES], StartTime=start, EndTime=end
+        ):
+            for result in page["MetricDataResults"]:
+                sums[result["Id"]] += sum(result.get("Values", []))
+    counts: dict[str, Counts] = defaultdict(Counts)
+    for index, model_id in enumerate(model_ids):
+        found = Counts(*(round(sums[f"m{index}_{position}"]) for position in range(len(METRICS))))
+        counts[model_key(model_id)] += found
+    return dict(counts)
+
+
+# --- the metered side --------------------------------------------------------------
+
+
+def _resolve(scope: str, label: str, cache: dict) -> Label | None:
+    """The model a scope's label bills (None: an org, app or label no longer known)."""
+    if (scope, label) not in cache:
+        org_id, app_id = keys.split_scope(scope)
+        try:
+            config = orgs.effective_config(org_id, app_id)
+            called = profiles.bedrock_id(config, label)
+        except ApiError:
+            called = None
+        if called is None:
+            cache[(scope, label)] = None
+        else:
+            try:
+                priced = profiles.priced_model(config, label, None)
+            except (ApiError, ValueError):
+                priced = None  # Bedrock did not answer for the profile: priced as the model key alone
+            owner = (org_id, app_id) if ":application-inference-profile/" in called else None
+            cache[(scope, label)] = Label(model_key(called), priced, owner)
+    return cache[(scope, label)]
+
+
+def _marks(item: dict) -> list[tuple[str, Counts]]:
+    return sorted(
+        (hour, Counts(*(int(value) for value in values)))
+        for name, values in item.items()
+        if (hour := keys.hour_of_mark(name))
+    )
+
+
+def arrived_between(item: dict, start: datetime, end: datetime | None) -> Counts:
+    """What a label total gained from ``start`` to ``end`` (None: until now), from its hour
+    marks: the mark of the last hour before ``start``'s, to the mark of the hour ``end`` falls
+    in (the whole hour: arrivals up to its end count)."""
+    marks = _marks(item)
+    first_hour = start.strftime("%Y%m%d%H")
+    before = [counts for hour, counts in marks if hour < first_hour]
+    if end is None:
+        after = Counts(*(int(item.get(name, 0)) for name in store.MARK_FIELDS))
+    else:
+        last_hour = (end - timedelta(microseconds=1)).strftime("%Y%m%d%H")  # the hour [end) ends in
+        through = [counts for hour, counts in marks if hour <= last_hour]
+        after = through[-1] if through else Counts()
+    return after - (before[-1] if before else Counts())
+
+
+def metered_counts(day: date, start: datetime, end: datetime | None) -> tuple[dict[str, Counts], dict[str, Label]]:
+    """Metered arrivals in [start, end) by model, over the label totals of every org day
+    that overlaps UTC ``day``; and the label behind each model (for its price and owner)."""
+    org_days = [(day + timedelta(days=offset)).strftime("%Y%m%d") for offset in (-1, 0, 1, 2)]
+    counts: dict[str, Counts] = defaultdict(Counts)
+    labels: dict[str, Label] = {}
+    owners: dict[str, set] = defaultdict(set)
+    resolved: dict = {}
+    for item in store.label_totals(org_days):
+        label = _resolve(*keys.split_usage_key(item["usage_key"]), resolved)
+        if label is None:
+            continue
+        counts[label.model_id] += arrived_between(item, start, end)
+        labels.setdefault(label.model_id, label)
+        owners[label.model_id].add(label.owner)
+    for model_id, found in owners.items():  # an owner only when every label of the model is one org's profile
+        if len(found) != 1:
+            labels[model_id] = labels[model_id]._replace(owner=None)
+    return dict(counts), labels
+
+
+# --- the comparison ----------------------------------------------------------------
+
+
+def price_of_model(model_id: str, label: Label | None, day: date, region: str) -> pricing.PriceQuote:
+    """The price of a model's tokens: its metered label's, else from the id itself (a
+    system profile's geography names its kind), else the unknown-model estimate."""
+    if label and label.priced:
+        return pricing.price_of(label.priced, day)
+    system = _SYSTEM_PROFILE.match(model_id)
+    if system:
+        model, kind = system["model"], GLOBAL if system["geography"] == "global" else GEOGRAPHIC
+    else:
+        model, kind = model_id, IN_REGION
+    return pricing.quote(model, day, region, kind, profiles.configured_for_model(model))
+
+
+def _side(counts: Counts) -> dict:
+    return {"invocations": counts.requests, "input_tokens": counts.input_tokens, "output_tokens": counts.output_tokens}
+
+
+def reconcile(day: date, now: datetime | None = None) -> dict:
+    """Compare UTC ``day`` as of ``now``, store the result and fire the alerts it calls for;
+    the result (the reply of ``GET /api/v1/reconciliation``)."""
+    now = now or utc_now()
+    settings = get_config().reconciliation
+    tolerance = timedelta(seconds=settings.tolerance_seconds)
+    start = datetime.combine(day, time(0), UTC)
+    end = start + timedelta(days=1)
+    bedrock_until = min(end, now - tolerance)
+    bedrock = bedrock_counts(start, bedrock_until) if bedrock_until > start else {}
+    metered_until = end + tolerance
+    metered, labels = metered_counts(day, start, None if metered_until >= now else metered_until)
+    region = client("cloudwatch").meta.region_name
+    models = []
+    for model_id in sorted(set(bedrock) | {key for key, counts in metered.items() if any(counts)}):
+        ours, theirs = metered.get(model_id, Counts()), bedrock.get(model_id, Counts())
+        unmetered = Counts(*(max(0, b - m) for b, m in zip(theirs, ours, strict=True)))
+        quote = price_of_model(model_id, labels.get(model_id), day, region)
+        unmetered_cost = pricing.cost_usd_micros(unmetered.tokens(), quote.prices) if any(unmetered[1:]) else 0
+        models.append(
+            {
+                "model_id": model_id,
+                "bedrock": _side(theirs),
+                "metered": _side(ours),
+                "unmetered": {
+                    "input_tokens": unmetered.input_tokens,
+                    "output_tokens": unmetered.output_tokens,
+                    "estimated_cost_usd_micros": unmetered_cost,
+                },
+            }
+        )
+        if unmetered_cost:
+            _alert(model_id, labels.get(model_id), day, region, unmetered_cost, theirs, quote, now)
+    result = {
+        "date": day.isoformat(),
+        "region": region,
+        "models": models,
+        "reconciled_at": iso_utc(now),
+        "bedrock_until": iso_utc(bedrock_until),
+    }
+    store.put_result(day.strftime("%Y%m%d"), result, usage_expires_at(day.strftime("%Y%m%d")))
+    return result
+
+
+def _alert(
+    model_id: str,
+    label: Label | None,
+    day: date,
+    region: str,
+    unmetered_cost: int,
+    bedrock: Counts,
+    quote: pricing.PriceQuote,
+    now: datetime,
+) -> None:
+    """``UNREPORTED_USAGE`` when the unmetered spend reaches the configured share or amount:
+    to the org (its scope) whose application inference profile it is, else the operator."""
+    settings = get_config().reconciliation
+    bedrock_cost = pricing.cost_usd_micros(bedrock.tokens(), quote.prices)
+    share_reached = unmetered_cost * 100 >= settings.alert_share_pct * bedrock_cost
+    if not (share_reached or unmetered_cost >= settings.alert_amount_usd_micros):
+        return
+    config = None
+    if label and label.owner:
+        try:
+            config = orgs.effective_config(*label.owner)
+        except ApiError:
+            config = None
+    try:
+        alerts.fire_unreported_usage(
+            config, day.strftime("%Y%m%d"), model_id, region, unmetered_cost, bedrock_cost, now
+        )
+    except Exception:  # noqa: BLE001 - the result is kept; the next run retries the alert
+        logger.exception("UNREPORTED_USAGE alert failed", extra={"model_id": model_id})
+
+
+def run(now: datetime | None = None) -> list[dict]:
+    """The scheduled run: today (UTC), and yesterday until its late reports are in."""
+    now = now or utc_now()
+    today = now.date()
+    days = [today]
+    settle = timedelta(seconds=get_config().reconciliation.tolerance_seconds) + timedelta(hours=2)
+    if now - datetime.combine(today, time(0), UTC) < settle:
+        days.insert(0, today - timedelta(days=1))
+    return [reconcile(day, now) for day in days]
+
+
+def stored(date_text: str | None) -> dict:
+    """The kept result of a UTC day (default today): what ``GET /api/v1/reconciliation`` answers."""
+    day = reports.parse_date(date_text, "date") if date_text is not None else utc_now().date()
+    found = store.get_result(day.strftime("%Y%m%d"))
+    if not found:
+        return {"date": day.isoformat(), "region": client("cloudwatch").meta.region_name, "models": []}
+    return {
+        "date": found["date"],
+        "region": found["region"],
+        "models": [
+            {
+                "model_id": row["model_id"],
+                **{
+                    side: {name: int(value) for name, value in row[side].items()}
+                    for side in ("bedrock", "metered", "unmetered")
+                },
+            }
+            for row in found["models"]
+        ],
+    }

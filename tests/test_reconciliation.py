@@ -1,0 +1,152 @@
+"""Reconciliation on moto: Bedrock's CloudWatch counts (``AWS/Bedrock`` datapoints put as the
+local stand-in puts them, at the time of each call) against usage metered through the real
+metering and aggregator, with explicit clocks. The HTTP path is tests/client/test_reconciliation_server.py."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime, timedelta
+
+import boto3
+import pytest
+
+from price_keeper.config import get_config
+from price_keeper.domain import aggregation, alerts, metering, reconciliation
+from price_keeper.domain.models import UsageRequest
+from price_keeper.store import alert_records, keys
+from tests.factories import seed_app, seed_org
+from tests.usage_support import daily_total, iso
+
+DAY = date(2026, 11, 20)
+NOON = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+NOVA_PRO, NOVA_MICRO = "amazon.nova-pro-v1:0", "amazon.nova-micro-v1:0"
+TOLERANCE = timedelta(seconds=get_config().reconciliation.tolerance_seconds)
+
+
+@pytest.fixture
+def tenant(aws):
+    org_id = seed_org(timezone="UTC", model_ordering=("premium", "standard", "economy"))
+    seed_app(org_id, "app-1")
+    boto3.client("events").create_event_bus(Name=alerts.DEFAULT_EVENT_BUS)
+    return org_id
+
+
+def bedrock_call(model: str, at: datetime, input_tokens: int, output_tokens: int) -> None:
+    """What Bedrock publishes for one call (``local.bedrock.Runtime.record_metrics``'s shape)."""
+    values = {"Invocations": 1, "InputTokenCount": input_tokens, "OutputTokenCount": output_tokens}
+    boto3.client("cloudwatch").put_metric_data(
+        Namespace="AWS/Bedrock",
+        MetricData=[
+            {"MetricName": name, "Dimensions": [{"Name": "ModelId", "Value": model}], "Value": v, "Timestamp": at}
+            for name, v in values.items()
+        ],
+    )
+
+
+def report(org_id: str, label: str, model: str, call: datetime, arrives: datetime, inp: int, out: int) -> None:
+    """A usage record of a call at ``call`` that reaches the service at ``arrives`` and is
+    folded by the aggregator a second later."""
+    request = UsageRequest(
+        request_id=str(uuid.uuid4()),
+        model_label=label,
+        bedrock_model_id=model,
+        input_tokens=inp,
+        output_tokens=out,
+        status="OK",
+        timestamp=iso(call),
+    )
+    metering.submit(org_id, "app-1", request, arrives)
+    aggregation.run(arrives + timedelta(seconds=1))
+
+
+def row(result: dict, model: str) -> dict:
+    return next(found for found in result["models"] if found["model_id"] == model)
+
+
+def test_calls_never_reported_are_unmetered_and_raise_an_operator_alert(tenant):
+    for minute in (1, 2, 3):
+        bedrock_call(NOVA_PRO, NOON + timedelta(minutes=minute), 1000, 200)
+    report(tenant, "premium", NOVA_PRO, NOON + timedelta(minutes=1), NOON + timedelta(minutes=1, seconds=5), 1000, 200)
+    result = reconciliation.reconcile(DAY, NOON + timedelta(minutes=4) + TOLERANCE)
+    premium = row(result, NOVA_PRO)
+    assert premium["bedrock"] == {"invocations": 3, "input_tokens": 3000, "output_tokens": 600}
+    assert premium["metered"] == {"invocations": 1, "input_tokens": 1000, "output_tokens": 200}
+    # 2000 x 0.80 + 400 x 3.20 USD per 1M tokens (config.yaml premium)
+    assert premium["unmetered"] == {"input_tokens": 2000, "output_tokens": 400, "estimated_cost_usd_micros": 2880}
+    assert (result["date"], result["region"]) == ("2026-11-20", "us-east-1")
+    (alert,) = alert_records.of_day(alerts.OPERATOR_SCOPE, "20261120").values()
+    assert (alert["type"], alert["model_id"], int(alert["spend_usd_micros"]), alert["published"]) == (
+        "UNREPORTED_USAGE",
+        NOVA_PRO,
+        2880,
+        True,
+    )
+    assert reconciliation.stored("2026-11-20") == {k: result[k] for k in ("date", "region", "models")}
+
+
+def test_an_app_that_reports_everything_shows_nothing_unmetered(tenant):
+    for minute in (1, 2):
+        call = NOON + timedelta(minutes=minute)
+        bedrock_call(NOVA_MICRO, call, 500, 50)
+        report(tenant, "economy", NOVA_MICRO, call, call + timedelta(seconds=2), 500, 50)
+    result = reconciliation.reconcile(DAY, NOON + timedelta(minutes=3) + TOLERANCE)
+    assert row(result, NOVA_MICRO)["unmetered"] == {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "estimated_cost_usd_micros": 0,
+    }
+    assert alert_records.of_day(alerts.OPERATOR_SCOPE, "20261120") == {}
+
+
+def test_a_report_late_within_the_tolerance_is_no_false_alarm_at_any_run(tenant):
+    """Calls at 12:58 reported just under the tolerance later (in the next hour, even the
+    next day for a call at 23:59): every run before, at and after the report sees 0."""
+    late = TOLERANCE - timedelta(seconds=30)
+    for call in (NOON + timedelta(minutes=58), datetime(2026, 11, 20, 23, 59, tzinfo=UTC)):
+        bedrock_call(NOVA_PRO, call, 1000, 100)
+        runs_before = [call + timedelta(seconds=10), call + late - timedelta(seconds=1)]
+        for moment in runs_before:
+            assert row(reconciliation.reconcile(DAY, moment), NOVA_PRO)["unmetered"]["input_tokens"] == 0
+        report(tenant, "premium", NOVA_PRO, call, call + late, 1000, 100)
+        for moment in (call + late + timedelta(seconds=2), call + TOLERANCE + timedelta(hours=3)):
+            assert row(reconciliation.reconcile(DAY, moment), NOVA_PRO)["unmetered"]["input_tokens"] == 0
+    assert alert_records.of_day(alerts.OPERATOR_SCOPE, "20261120") == {}
+
+
+def test_a_report_later_than_the_tolerance_shows_as_unmetered(tenant):
+    call = NOON + timedelta(minutes=5)
+    bedrock_call(NOVA_PRO, call, 1000, 100)
+    result = reconciliation.reconcile(DAY, call + TOLERANCE + timedelta(seconds=1))
+    assert row(result, NOVA_PRO)["unmetered"]["input_tokens"] == 1000
+
+
+def test_usage_of_other_days_is_not_counted_for_this_one(tenant):
+    """Metered arrivals of the day before (and after the day's tolerance) do not cover this
+    day's unreported calls."""
+    before = datetime(2026, 11, 19, 22, 0, tzinfo=UTC)
+    report(tenant, "premium", NOVA_PRO, before, before, 5000, 500)
+    after = datetime(2026, 11, 21, 3, 0, tzinfo=UTC)
+    report(tenant, "premium", NOVA_PRO, after, after, 5000, 500)
+    bedrock_call(NOVA_PRO, NOON, 1000, 100)
+    result = reconciliation.reconcile(DAY, datetime(2026, 11, 21, 6, 0, tzinfo=UTC))
+    assert row(result, NOVA_PRO)["metered"]["invocations"] == 0
+    assert row(result, NOVA_PRO)["unmetered"]["input_tokens"] == 1000
+
+
+def test_the_aggregator_marks_a_label_total_per_hour_without_another_write(tenant):
+    scope = keys.scope_key(tenant, "app-1", "APP")
+    report(tenant, "premium", NOVA_PRO, NOON, NOON, 10, 1)
+    report(tenant, "premium", NOVA_PRO, NOON + timedelta(hours=1), NOON + timedelta(hours=1), 20, 2)
+    total = daily_total(scope, "premium", "20261120")
+    assert total["H2026112012"] == [1, 10, 1, 0, 0] and total["H2026112013"] == [2, 30, 3, 0, 0]
+    counts = reconciliation.arrived_between(total, NOON + timedelta(hours=1), None)
+    assert (counts.requests, counts.input_tokens) == (1, 20)
+
+
+def test_profile_arns_and_their_ids_are_one_model():
+    assert reconciliation.model_key("arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0") == NOVA_PRO
+    assert (
+        reconciliation.model_key("arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.x.y-v1:0")
+        == "us.x.y-v1:0"
+    )
+    assert reconciliation.model_key(NOVA_PRO) == NOVA_PRO
