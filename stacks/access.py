@@ -61,7 +61,7 @@ PROFILE_REGISTER = {CONFIG: (PUT,)}  # profiles.create (conditional put)
 CONFIG_SAVE = {CONFIG: (UPDATE, PUT)}  # config_items.update_existing, else config_items.create
 BOOST_CREATE = {CONFIG: (PUT,)}  # boosts.create
 DAILY_TOTALS = {DAILY_TOTAL: (BATCH_GET,)}  # daily_totals.day_read (aggregation.read_daily_totals)
-DAILY_STATUS = {DAILY_TOTAL: (GET,)}  # daily_totals.label_total (metering.daily_status)
+DAILY_STATUS = {DAILY_TOTAL: (BATCH_GET,)}  # daily_totals.read_days (metering.quota_position)
 DAILY_RANGE = {DAILY_TOTAL: (QUERY,)}  # daily_totals.days_between (reports)
 STICKY_READ = {STICKY_STATE: (GET,)}  # sticky.read
 # selection.current_decision: DailyTotals and StickyState in one call (dynamo.batch_get_many)
@@ -116,7 +116,7 @@ _TABLES: dict[str, Grants] = {
         AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS, ALERT_FIRE
     ),
     "usage_batch": merge(
-        AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS, ALERT_FIRE
+        AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS, ALERT_FIRE
     ),
     "spend_report": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, DAILY_RANGE),
     "alerts": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, ALERT_LIST),

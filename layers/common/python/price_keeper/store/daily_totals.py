@@ -78,16 +78,15 @@ def put_heartbeat(now_epoch: int, lag_seconds: int) -> None:
     )
 
 
-def label_total(usage_key: str, day: str) -> dict | None:
-    """One label's total of a day: cost, requests and when it was written."""
-    return (
-        table(tables.DAILY_TOTAL)
-        .get_item(
-            Key={"usage_key": usage_key, "date_key": keys.day_key(day)},
-            ProjectionExpression="cost_usd_micros, requests, updated_at_epoch",
-        )
-        .get("Item")
+def read_days(wanted: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+    """The totals of (usage_key, day) pairs, by pair (absent: no spend yet), with when each
+    was written, in one BatchGetItem: the labels and the scope total a usage reply shows."""
+    found = batch_get(
+        tables.DAILY_TOTAL,
+        [{"usage_key": usage_key, "date_key": keys.day_key(day)} for usage_key, day in dict.fromkeys(wanted)],
+        attributes=["cost_usd_micros", "requests", "updated_at_epoch"],
     )
+    return {(item["usage_key"], keys.day_of_key(item["date_key"])): item for item in found}
 
 
 def days_between(usage_keys: list[str], first: date, last: date) -> list[list[dict]]:

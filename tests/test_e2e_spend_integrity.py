@@ -1,0 +1,183 @@
+"""End to end over real HTTP against ``python -m local`` (aggregator on a 1 s timer): the
+spend-integrity holes of issue 21 (items 4, 5, 7 and 11), each as a user or an attacker of
+the quota would meet it (docs/security.md)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import requests
+
+from tests.local_server import local_server
+from tests.usage_support import zone_away_from_midnight
+
+KEY = "e2e-spend-integrity-provisioning-key"
+WAIT_SECONDS = 30
+QUOTAS = {"premium": 1_000_000, "standard": 1_000_000, "economy": 1_000_000}
+PREMIUM_COST = 3760  # 1,500 input and 800 output tokens of premium (config.yaml)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory):
+    with local_server(tmp_path_factory.mktemp("spend-integrity"), KEY, AGGREGATOR_INTERVAL_SECONDS="1") as url:
+        yield url
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def record(label: str = "premium", **fields) -> dict:
+    return {
+        "request_id": str(uuid.uuid4()),
+        "model_label": label,
+        "bedrock_model_id": "x",
+        "input_tokens": 1500,
+        "output_tokens": 800,
+        "status": "OK",
+        "timestamp": iso(datetime.now(UTC) - timedelta(seconds=2)),
+        **fields,
+    }
+
+
+def eventually(check, what: str):
+    """Poll ``check()`` until it returns something truthy (the aggregator runs every second)."""
+    import time
+
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.5)
+
+
+class Org:
+    """An org (in a timezone far from midnight now), created over HTTP, and its apps."""
+
+    def __init__(self, base_url: str, quota_scope: str = "APP", **fields):
+        self.base_url, self.org_id = base_url, str(uuid.uuid4())
+        self.admin = {"X-API-Key": KEY}
+        body = {
+            "org_name": "spend integrity e2e",
+            "timezone": zone_away_from_midnight(),
+            "quota_scope": quota_scope,
+            "model_ordering": list(QUOTAS),
+            "quotas": QUOTAS,
+            **fields,
+        }
+        reply = requests.put(self.path, headers=self.admin, json=body, timeout=10)
+        assert reply.status_code == 201, reply.text
+        self.bearer: dict[str, dict] = {}
+
+    @property
+    def path(self) -> str:
+        return f"{self.base_url}/api/v1/orgs/{self.org_id}"
+
+    def app(self, app_id: str, **fields) -> App:
+        reply = requests.put(
+            f"{self.path}/apps/{app_id}", headers=self.admin, json={"app_name": app_id, **fields}, timeout=10
+        )
+        assert reply.status_code == 201, reply.text
+        token = requests.post(
+            f"{self.base_url}/auth/token",
+            json={**reply.json()["credentials"], "grant_type": "client_credentials"},
+            timeout=10,
+        )
+        assert token.status_code == 200, token.text
+        return App(self, app_id, {"Authorization": f"Bearer {token.json()['access_token']}"})
+
+    def boost(self, label: str, amount: int, app_id: str | None = None) -> None:
+        body = {
+            "model_label": label,
+            "amount_usd_micros": amount,
+            "expires_at": iso(datetime.now(UTC) + timedelta(hours=2)),
+        }
+        reply = requests.post(
+            f"{self.path}/quota-boosts",
+            headers=self.admin,
+            json={**body, **({"app_id": app_id} if app_id else {})},
+            timeout=10,
+        )
+        assert reply.status_code == 201, reply.text
+
+
+class App:
+    def __init__(self, org: Org, app_id: str, bearer: dict):
+        self.org, self.app_id, self.bearer = org, app_id, bearer
+
+    @property
+    def path(self) -> str:
+        return f"{self.org.path}/apps/{self.app_id}"
+
+    def usage(self, **fields) -> requests.Response:
+        return requests.post(f"{self.path}/usage", json=record(**fields), headers=self.bearer, timeout=10)
+
+    def batch(self, records: list[dict]) -> requests.Response:
+        return requests.post(f"{self.path}/usage/batch", json={"requests": records}, headers=self.bearer, timeout=10)
+
+    def selection(self) -> requests.Response:
+        return requests.get(
+            f"{self.path}/model-selection", params={"force_check": "true"}, headers=self.bearer, timeout=10
+        )
+
+    def recommended(self) -> tuple[str | None, str | None]:
+        reply = self.selection()
+        if reply.status_code != 200:
+            return None, reply.json()["error"]
+        return reply.json()["recommended_model"]["label"], reply.json()["recommended_model"]["reason"]
+
+    def today(self) -> dict:
+        reply = requests.get(f"{self.path}/aggregates/today", headers=self.bearer, timeout=10)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+
+# --- item 11: a batch's daily_totals show today's boosts ------------------------------------
+
+
+def test_a_batch_reply_compares_spend_with_the_boosted_quota_as_usage_and_selection_do(base_url):
+    org = Org(base_url)
+    web = org.app("web")
+    org.boost("premium", 500_000, app_id="web")
+    single = web.usage()
+    assert single.status_code == 202, single.text
+    assert single.json()["daily_total"]["quota_usd_micros"] == 1_500_000
+    batch = web.batch([record()])
+    assert batch.status_code == 207, batch.text
+    (premium,) = batch.json()["daily_totals"]
+    assert premium["quota_usd_micros"] == 1_500_000
+    selected = web.selection().json()["quota_status"]["models_status"]["premium"]
+    assert selected["quota_usd_micros"] == 1_500_000
+
+
+# --- item 4: usage replies carry the scope's total against its cap --------------------------
+
+
+def test_usage_replies_carry_the_scope_total_and_its_cap(base_url):
+    org = Org(base_url, total_quota_usd_micros=10_000, overrides={"tight_mode_threshold_pct": 50})
+    web = org.app("web")
+    first = web.usage()  # 3,760 of 10,000
+    assert first.status_code == 202, first.text
+    eventually(lambda: web.today()["total_cost_usd_micros"] == PREMIUM_COST, "the first record folded")
+    reply = web.usage(model_label="standard")  # a label of its own: its daily_total knows nothing of premium
+    body = reply.json()
+    assert body["daily_total"]["status"] == "NORMAL"
+    assert body["scope_total"] == {
+        "org_day": body["daily_total"]["org_day"],
+        "spend_usd_micros": PREMIUM_COST,
+        "quota_usd_micros": 10_000,
+        "quota_pct": 37.6,
+        "status": "NORMAL",
+    }
+    standard_cost = body["processing"]["cost_usd_micros"]
+    eventually(lambda: web.today()["total_cost_usd_micros"] == PREMIUM_COST + standard_cost, "the second record folded")
+    batch = web.batch([record("economy")]).json()
+    spent = PREMIUM_COST + standard_cost
+    assert batch["scope_total"]["spend_usd_micros"] == spent and batch["scope_total"]["status"] == "TIGHT"
+    assert [entry["status"] for entry in batch["daily_totals"]] == ["NORMAL"]
