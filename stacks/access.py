@@ -66,7 +66,7 @@ DAILY_RANGE = {DAILY_TOTAL: (QUERY,)}  # daily_totals.days_between (reports)
 STICKY_READ = {STICKY_STATE: (GET,)}  # sticky.read
 # selection.current_decision: DailyTotals and StickyState in one call (dynamo.batch_get_many)
 SELECTION_READ = {DAILY_TOTAL: (BATCH_GET,), STICKY_STATE: (BATCH_GET,)}
-STICKY_ADVANCE = {STICKY_STATE: (PUT,)}  # sticky.advance (conditional put)
+STICKY_ADVANCE = {STICKY_STATE: (UPDATE,)}  # sticky.add_passed (ADD to a set)
 PRICE_QUOTE = {PRICING_CACHE: (BATCH_GET,)}  # prices.of_day (pricing.quote)
 # prices.add_missing (conditional update), registered_models and register_model
 PRICE_STORE = {PRICING_CACHE: (GET, UPDATE)}
@@ -105,7 +105,6 @@ _TABLES: dict[str, Grants] = {
         ORG_CHILDREN,
         PROFILE_LOOKUP,
         SELECTION_READ,
-        STICKY_READ,
         STICKY_ADVANCE,
         PRICE_QUOTE,
         LIVE_SPEND,

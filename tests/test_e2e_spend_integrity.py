@@ -181,3 +181,28 @@ def test_usage_replies_carry_the_scope_total_and_its_cap(base_url):
     spent = PREMIUM_COST + standard_cost
     assert batch["scope_total"]["spend_usd_micros"] == spent and batch["scope_total"]["status"] == "TIGHT"
     assert [entry["status"] for entry in batch["daily_totals"]] == ["NORMAL"]
+
+
+# --- item 5: ORG scope, apps with different orderings share one sticky state -----------------
+
+
+def spend_past(app: App, label: str, quota: int) -> None:
+    """Report records on ``label`` until its spend passes ``quota`` (one batch)."""
+    cost = app.usage(model_label=label).json()["processing"]["cost_usd_micros"]
+    reply = app.batch([record(label) for _ in range(quota // cost)])
+    assert reply.status_code == 207 and reply.json()["failed"] == 0, reply.text
+
+
+def test_an_app_is_never_sticky_past_a_label_its_own_ordering_has_not_spent(base_url):
+    quotas = {"premium": 100_000, "standard": 10_000, "economy": 1_000_000}
+    org = Org(base_url, quota_scope="ORG", quotas=quotas)
+    h1 = org.app("h1", model_ordering=["premium", "standard", "economy"])
+    h2 = org.app("h2", model_ordering=["standard", "economy"])
+    assert h1.recommended() == ("premium", "NORMAL")
+    spend_past(h2, "standard", quotas["standard"])  # the org's standard is spent, premium untouched
+    assert eventually(lambda: h2.recommended() == ("economy", "QUOTA_EXCEEDED_STANDARD"), "h2 falls back")
+    assert h1.recommended() == ("premium", "NORMAL")  # was: economy, STICKY_FALLBACK, premium at 0 %
+    assert h1.selection().json()["quota_status"]["sticky_fallback_active"] is False
+    assert h1.today()["current_active_model"] == "premium"
+    spend_past(h1, "premium", quotas["premium"])  # now h1's own first label is spent too
+    assert eventually(lambda: h1.recommended() == ("economy", "QUOTA_EXCEEDED_STANDARD"), "h1 falls back")

@@ -7,7 +7,7 @@ Alert kinds, for one quota scope (``ORG#{org}`` or ``ORG#{org}#APP#{app}``) and 
   label, the scope's spend over every label (in the ordering or not) reached ``pct`` % of
   its total cap (``total_quota_usd_micros``).
 - ``FALLBACK`` (label): selection moved off ``label`` to the next one in the ordering,
-  because the label is spent or the day's sticky state already points past it.
+  because the label is spent or the day's sticky state has already passed it.
 - ``ALL_EXHAUSTED``: every label of the ordering is spent, or the total cap is reached
   (selection answers 429).
 - ``UNPRICED_MODEL`` (label, model): usage was counted at the configured estimate because
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -59,7 +59,7 @@ from ..validation import Schema
 from . import boosts, orgs, reports
 from .aggregation import RunReport
 from .orgs import EffectiveConfig
-from .quota import first_unspent, quota_pct, reached, sticky_floor
+from .quota import first_unspent, quota_pct, reached
 from .selection import read_sticky
 
 THRESHOLD, FALLBACK, ALL_EXHAUSTED, UNPRICED_MODEL = "THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL"
@@ -103,7 +103,7 @@ def due_alerts(
     ordering: Sequence[str],
     quotas: Mapping[str, int],
     spends: Mapping[str, int],
-    sticky_label: str | None,
+    passed: Collection[str],
     thresholds_pct: Sequence[int],
     total_quota: int | None = None,
 ) -> list[Alert]:
@@ -111,7 +111,7 @@ def due_alerts(
     with spend, in the ordering or not) and the scope's total cap.
 
     A label is spent, and has fallen back to its successor, by the rules model selection
-    applies (``quota.first_unspent`` from the sticky floor).
+    applies (``quota.first_unspent`` past the day's sticky ``passed`` labels).
     """
 
     def spend(label: str) -> int:
@@ -127,7 +127,7 @@ def due_alerts(
         for pct in thresholds_pct
         if reached(spend(label), quota(label), pct)
     ]
-    active = first_unspent(ordering, quotas, spends, sticky_floor(ordering, sticky_label))
+    active = first_unspent(ordering, quotas, spends, passed)
     active = len(ordering) if active is None else active
     due += [
         Alert(FALLBACK, ordering[i], None, spend(ordering[i]), quota(ordering[i]), ordering[i + 1])
@@ -247,7 +247,7 @@ def evaluate_and_fire(
     config: EffectiveConfig,
     day: str,
     totals_by_label: Mapping[str, int],
-    sticky_label: str | None,
+    passed: Collection[str],
     now: datetime,
 ) -> list[Alert]:
     """Fire the alerts due for one scope and org-local day; the ones this call published.
@@ -255,8 +255,8 @@ def evaluate_and_fire(
     For the aggregator, after it wrote the day's totals: ``scope`` is the quota scope
     (``config.scope``), ``config`` its effective config (the app's in APP-scoped orgs),
     ``day`` the org-local ``yyyymmdd``, ``totals_by_label`` the day's ``cost_usd_micros``
-    per label (labels without spend may be left out), ``sticky_label`` the day's
-    StickyState ``active_model_label`` or None, ``now`` an aware datetime. Costs nothing
+    per label (labels without spend may be left out), ``passed`` the labels the day's
+    StickyState has fallen back past, ``now`` an aware datetime. Costs nothing
     while every label is under the lowest threshold; otherwise one Boost Query (cached),
     one StickyState Query, and a write per alert not yet published.
     """
@@ -266,7 +266,7 @@ def evaluate_and_fire(
             config.model_ordering,
             quotas,
             totals_by_label,
-            sticky_label,
+            passed,
             config.alert_thresholds_pct,
             config._replace(quotas=quotas).total_quota,
         )
@@ -322,7 +322,7 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
         try:
             config = orgs.effective_config(*keys.split_scope(scope))
             sticky = read_sticky(scope, day) if config.sticky_fallback_enabled else None
-            fired += evaluate_and_fire(scope, config, day, spends, sticky.label if sticky else None, now)
+            fired += evaluate_and_fire(scope, config, day, spends, sticky.passed if sticky else frozenset(), now)
         except Exception:  # noqa: BLE001 - one scope's failure must not stop the others' alerts
             logger.exception("alert evaluation failed", extra={"scope": scope, "day": day})
     return fired

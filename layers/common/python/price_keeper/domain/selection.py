@@ -56,32 +56,23 @@ def refresh_secs(config: EffectiveConfig, mode: str) -> int:
 
 
 def _sticky(item: dict | None) -> Sticky | None:
-    return Sticky(item["active_model_label"], int(item["active_model_index"])) if item else None
+    return Sticky(frozenset(item.get("passed_labels", ()))) if item else None
 
 
 def read_sticky(scope: str, day: str, consistent: bool = False) -> Sticky | None:
     return _sticky(sticky_store.read(scope, day, consistent))
 
 
-def write_sticky(config: EffectiveConfig, day: str, index: int, now: datetime) -> bool:
-    """Move the day's sticky state forward to ``index``; False when another writer already
-    moved it as far or further (the seed's conditional write)."""
+def write_sticky(config: EffectiveConfig, day: str, labels: frozenset[str], now: datetime) -> Sticky:
+    """Add ``labels`` (spent, fallen back past) to the day's sticky state; the whole state
+    after, other writers' labels included. Each label a call adds is one sticky flip."""
     next_midnight = day_start_utc(config.timezone, parse_day(day) + timedelta(days=1))
-    moved = sticky_store.advance(
-        config.scope,
-        day,
-        {
-            "active_model_label": config.model_ordering[index],
-            "active_model_index": index,
-            "reason": "QUOTA_EXCEEDED",
-            "previous_model_label": config.model_ordering[index - 1],
-            "activated_at_epoch": int(now.timestamp()),
-        },
-        int(next_midnight.timestamp()) + STICKY_GRACE_SECS,
+    passed, added = sticky_store.add_passed(
+        config.scope, day, set(labels), int(now.timestamp()), int(next_midnight.timestamp()) + STICKY_GRACE_SECS
     )
-    if moved:
+    for _ in added:
         count(STICKY_FLIPS)
-    return moved
+    return Sticky(frozenset(passed))
 
 
 class Snapshot(NamedTuple):
@@ -104,8 +95,8 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
     In tight mode the DailyTotals (up to one aggregation interval old) are not trusted:
     the live shards are read too (one BatchGetItem) and the larger spend counts, which
     bounds a burst's overshoot past the quota (``benchmarks/overshoot.py``).
-    When the conditional write loses a race, the state is re-read and the decision made
-    again over the winner's state.
+    When the choice passes labels the sticky state does not hold yet, they are added, and
+    the decision made again over the whole state the write returns (another app's labels).
     """
     usage_keys = [keys.usage_key(config.scope, label) for label in config.model_ordering]
     total_key = keys.scope_total_key(config.scope)
@@ -140,9 +131,9 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
         total = total._replace(spend=total.spend + unfolded)
         decision = decide_now(sticky)
     for _ in range(MAX_STICKY_RACES):
-        if decision.flip_to is None or write_sticky(config, day, decision.flip_to, now):
+        if not decision.newly_passed:
             break
-        decision = decide_now(read_sticky(config.scope, day, consistent=True))
+        decision = decide_now(write_sticky(config, day, decision.newly_passed, now))
     return Snapshot(config, day, spends, total, decision)
 
 
