@@ -206,3 +206,33 @@ def test_an_app_is_never_sticky_past_a_label_its_own_ordering_has_not_spent(base
     assert h1.today()["current_active_model"] == "premium"
     spend_past(h1, "premium", quotas["premium"])  # now h1's own first label is spent too
     assert eventually(lambda: h1.recommended() == ("economy", "QUOTA_EXCEEDED_STANDARD"), "h1 falls back")
+
+
+# --- item 7: one app of an ORG scope draining its siblings ------------------------------------
+
+
+def test_an_apps_daily_cap_stops_it_and_leaves_its_org_scope_siblings_their_quota(base_url):
+    org = Org(base_url, quota_scope="ORG", app_daily_cap_usd_micros=500_000)  # the default of every app
+    greedy = org.app("greedy", app_daily_cap_usd_micros=10_000)  # its own, lower
+    meek = org.app("meek")
+    spend_past(greedy, "premium", 10_000)  # 11,280 of the org's 1,000,000 premium
+    refused = eventually(
+        lambda: [r.json()] if (r := greedy.selection()).status_code == 429 else None, "greedy's cap is reached"
+    )[0]
+    assert refused["error"] == "QUOTA_EXCEEDED" and refused["message"] == "Daily app quota exceeded for today"
+    assert refused["details"]["app_total"] == {
+        "spend_usd_micros": 3 * PREMIUM_COST,
+        "quota_usd_micros": 10_000,
+        "quota_pct": 112.8,
+        "exceeded": True,
+    }
+    assert meek.recommended() == ("premium", "NORMAL")
+    body = meek.selection().json()["quota_status"]
+    assert body["models_status"]["premium"]["spend_usd_micros"] == 3 * PREMIUM_COST  # one org-wide premium
+    assert body["app_total"] == {
+        "spend_usd_micros": 0,
+        "quota_usd_micros": 500_000,
+        "quota_pct": 0.0,
+        "exceeded": False,
+    }
+    assert greedy.usage().status_code == 202  # a call made is still counted

@@ -128,11 +128,15 @@ def test_request_ids_are_case_insensitive_uuids(api, tenant):
     assert post(api, tenant, {**body, "request_id": body["request_id"].upper()}).json()["duplicate"] is True
 
 
-def test_org_scope_counts_every_app_in_one_scope(api):
+def test_org_scope_counts_every_app_in_one_scope_and_in_the_apps_own_counters(api):
     tenant = new_tenant(quota_scope="ORG")
     post(api, tenant, usage_body())
-    [shard] = shard_items()
+    [shard] = shard_items(f"ORG#{tenant.org_id}")
     assert shard["shard_key"].startswith(f"ORG#{tenant.org_id}#LABEL#premium#SH#")
+    [own] = shard_items(f"ORG#{tenant.org_id}#APP#{tenant.app_id}")  # its share, against its daily cap
+    assert {name: own[name] for name in ("cost_usd_micros", "requests")} == {
+        name: shard[name] for name in ("cost_usd_micros", "requests")
+    }
 
 
 def test_an_org_token_may_report_for_its_apps(api, tenant):

@@ -321,6 +321,8 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
     for (scope, day), spends in report.changed_spends().items():
         try:
             config = orgs.effective_config(*keys.split_scope(scope))
+            if config.scope != scope:  # an app's own counters in an ORG scope: no quota of their own
+                continue
             sticky = read_sticky(scope, day) if config.sticky_fallback_enabled else None
             fired += evaluate_and_fire(scope, config, day, spends, sticky.passed if sticky else frozenset(), now)
         except Exception:  # noqa: BLE001 - one scope's failure must not stop the others' alerts

@@ -46,7 +46,7 @@ class Submission(NamedTuple):
 
     request_id: str
     dedup_key: str
-    scope: str
+    scopes: tuple[str, ...]  # the quota scope's counters, and in ORG scope the app's own
     label: str
     day: str  # org-local yyyymmdd the record counts toward (see ``booking_day``)
     shard_id: int
@@ -171,7 +171,7 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
     return Submission(
         request_id=request.request_id,
         dedup_key=keys.dedup_key(config.org_id, config.app_id, request.request_id),
-        scope=config.scope,
+        scopes=(config.scope, *filter(None, [config.app_counter])),
         label=request.model_label,
         day=day,
         shard_id=keys.stable_shard(request.request_id, config.agg_shard_count),
@@ -191,7 +191,7 @@ def record(submission: Submission, now: datetime) -> Outcome:
     tokens = submission.tokens
     items = usage.record_items(
         dedup_key=submission.dedup_key,
-        scope=submission.scope,
+        scopes=list(submission.scopes),
         label=submission.label,
         shard_id=submission.shard_id,
         day=submission.day,
@@ -207,6 +207,11 @@ def record(submission: Submission, now: datetime) -> Outcome:
             "model_label": submission.label,
             "org_day": submission.day,
             "shard_id": submission.shard_id,
+            "scopes": list(submission.scopes),  # what a void subtracts from (domain.voids)
+            "input_tokens": tokens.input,
+            "output_tokens": tokens.output,
+            "cache_read_input_tokens": tokens.cache_read,
+            "cache_write_input_tokens": tokens.cache_write,
             "cost_usd_micros": submission.cost_usd_micros,
             "price_source": submission.quote.source,
             "profile_kind": submission.quote.profile_kind,

@@ -11,7 +11,8 @@ alerts all apply these, so they can never disagree about what "spent" means.
   only past labels that were spent, never past one its own ordering put first and nobody spent.
 - Tight mode: the chosen label's spend, or the scope's total, is at or above
   ``tight_mode_threshold_pct`` of its quota.
-- Every label spent, or the scope's total cap reached: no label (429 ``QUOTA_EXCEEDED``).
+- Every label spent, the scope's total cap reached, or (ORG scope) the app's own daily cap
+  reached: no label (429 ``QUOTA_EXCEEDED``). Tight mode counts the app's cap too.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ REASON_NORMAL = "NORMAL"
 REASON_STICKY = "STICKY_FALLBACK"
 REASON_ALL_EXCEEDED = "ALL_QUOTAS_EXCEEDED"
 REASON_TOTAL_EXCEEDED = "TOTAL_QUOTA_EXCEEDED"
+REASON_APP_EXCEEDED = "APP_QUOTA_EXCEEDED"
 
 
 def exceeded_reason(label: str) -> str:
@@ -101,8 +103,10 @@ def decide(
     sticky_enabled: bool,
     sticky: Sticky | None,
     total: Total | None = None,
+    app_total: Total | None = None,
 ) -> Decision:
-    """The selection rules (pure). ``spends`` may omit labels with no spend yet."""
+    """The selection rules (pure). ``spends`` may omit labels with no spend yet; ``app_total``
+    is the app's spend against its own daily cap in an ORG scope."""
 
     def spend(label: str) -> int:
         return spends.get(label, 0)
@@ -112,8 +116,9 @@ def decide(
     chosen = first_unspent(ordering, quotas, spends, passed)
     if chosen is None:
         return Decision(None, None, REASON_ALL_EXCEEDED, EXCEEDED, sticky_applies, frozenset())
-    if total is not None and total.spend >= total.quota:
-        return Decision(None, None, REASON_TOTAL_EXCEEDED, EXCEEDED, sticky_applies, frozenset())
+    for cap, reason in ((total, REASON_TOTAL_EXCEEDED), (app_total, REASON_APP_EXCEEDED)):
+        if cap is not None and cap.spend >= cap.quota:
+            return Decision(None, None, reason, EXCEEDED, sticky_applies, frozenset())
     label = ordering[chosen]
     if chosen == 0:
         reason = REASON_NORMAL
@@ -122,8 +127,8 @@ def decide(
     else:
         reason = exceeded_reason(ordering[chosen - 1])
     newly_passed = frozenset(ordering[:chosen]) - passed if sticky_enabled else frozenset()
-    tight = quota_status(spend(label), quotas.get(label, 0), threshold_pct) == TIGHT or (
-        total is not None and quota_status(total.spend, total.quota, threshold_pct) == TIGHT
+    tight = quota_status(spend(label), quotas.get(label, 0), threshold_pct) == TIGHT or any(
+        cap is not None and quota_status(cap.spend, cap.quota, threshold_pct) == TIGHT for cap in (total, app_total)
     )
     mode = TIGHT if tight else NORMAL
     return Decision(chosen, label, reason, mode, sticky_enabled and chosen > 0, newly_passed)

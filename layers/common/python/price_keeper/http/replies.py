@@ -129,6 +129,9 @@ class QuotaStatus(Reply):
     sticky_fallback_active: bool
     models_status: dict[str, ModelStatus]
     total: TotalStatus
+    app_total: TotalStatus | None = Field(
+        None, description="ORG scope, an app with a daily cap (app_daily_cap_usd_micros): its own spend against it"
+    )
 
 
 class SelectionPricing(Reply):

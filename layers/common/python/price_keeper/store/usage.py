@@ -33,11 +33,36 @@ class Conflict(Exception):
     """The write lost a race with a concurrent transaction on the same items: retry it."""
 
 
+def shard_update(
+    scope: str, label: str, shard_id: int, day: str, counters: dict[str, int], now_epoch: int, expires_at: int
+) -> dict:
+    """The ADD of ``counters`` (negative for a void) to one shard of a label, as a
+    TransactWriteItems action."""
+    return {
+        "Update": {
+            "TableName": tables.USAGE_AGG_SHARDED.physical_name,
+            "Key": {"shard_key": keys.shard_key(scope, label, shard_id), "date_key": keys.day_key(day)},
+            "UpdateExpression": (
+                "ADD "
+                + ", ".join(f"{counter} :{counter}" for counter in counters)
+                + " SET updated_at_epoch = :now, active_day = if_not_exists(active_day, :day), "
+                f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :expires)"
+            ),
+            "ExpressionAttributeValues": {
+                **{f":{counter}": value for counter, value in counters.items()},
+                ":now": now_epoch,
+                ":day": keys.day_key(day),
+                ":expires": expires_at,
+            },
+        }
+    }
+
+
 def record_items(
     *,
     dedup_key: str,
     marker: dict,
-    scope: str,
+    scopes: list[str],
     label: str,
     shard_id: int,
     day: str,
@@ -46,26 +71,9 @@ def record_items(
     expires_at: int,
     marker_expires_at: int,
 ) -> list[dict]:
-    """The two actions of one record: its dedup ``marker`` (what a duplicate is answered
-    with) and the ADD of its ``counts`` (every name in ``COUNTERS`` but ``requests``)."""
-    name = tables.USAGE_AGG_SHARDED.physical_name
-    counters = {**counts, "requests": 1}
-    shard_update = {
-        "TableName": name,
-        "Key": {"shard_key": keys.shard_key(scope, label, shard_id), "date_key": keys.day_key(day)},
-        "UpdateExpression": (
-            "ADD "
-            + ", ".join(f"{counter} :{counter}" for counter in COUNTERS)
-            + " SET updated_at_epoch = :now, active_day = if_not_exists(active_day, :day), "
-            f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :expires)"
-        ),
-        "ExpressionAttributeValues": {
-            **{f":{counter}": counters[counter] for counter in COUNTERS},
-            ":now": now_epoch,
-            ":day": keys.day_key(day),
-            ":expires": expires_at,
-        },
-    }
+    """The actions of one record: its dedup ``marker`` (what a duplicate is answered with)
+    and the ADD of its ``counts`` (every name in ``COUNTERS`` but ``requests``) to the shard
+    of each of ``scopes`` (the quota scope, and in ORG scope the app's own counters)."""
     dedup = {
         "shard_key": dedup_key,
         "date_key": keys.DEDUP_SORT_KEY,
@@ -73,16 +81,17 @@ def record_items(
         "accepted_at_epoch": now_epoch,
         tables.TTL_ATTRIBUTE: marker_expires_at,
     }
+    counters = {counter: {**counts, "requests": 1}[counter] for counter in COUNTERS}
     return [
         {
             "Put": {
-                "TableName": name,
+                "TableName": tables.USAGE_AGG_SHARDED.physical_name,
                 "Item": dedup,
                 "ConditionExpression": "attribute_not_exists(shard_key)",
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
         },
-        {"Update": shard_update},
+        *(shard_update(scope, label, shard_id, day, counters, now_epoch, expires_at) for scope in scopes),
     ]
 
 
