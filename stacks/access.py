@@ -72,6 +72,8 @@ PRICE_QUOTE = {PRICING_CACHE: (BATCH_GET,)}  # prices.of_day (pricing.quote)
 PRICE_STORE = {PRICING_CACHE: (GET, UPDATE)}
 LIVE_SPEND = {USAGE_AGG_SHARDED: (BATCH_GET,)}  # usage.label_spends (selection in tight mode)
 USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # usage.write_once: TransactWriteItems of a Put and an Update
+# voids: usage.read_marker, then usage.write_once of Updates (marker and shards)
+USAGE_VOID = {USAGE_AGG_SHARDED: (GET, UPDATE)}
 AGGREGATION = {  # aggregation.run (the sweep) and aggregation.fold_stream
     (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # usage.active_shard_keys (the sweep)
     USAGE_AGG_SHARDED: (BATCH_GET,),  # usage.read_shards
@@ -98,6 +100,7 @@ _TABLES: dict[str, Grants] = {
     "rotate_credentials": merge({CONFIG: (UPDATE,)}, CLIENT_CUTOFF),
     "revoke_tokens": merge({CONFIG: (CONDITION_CHECK,)}, CLIENT_CUTOFF),
     "quota_boosts": merge(EFFECTIVE_CONFIG, BOOST_CREATE),
+    "void_usage": merge(EFFECTIVE_CONFIG, USAGE_VOID),
     "aggregates": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ),
     "model_selection": merge(
         AUTH_DECODE,
@@ -148,7 +151,9 @@ JWT_READERS = frozenset(
         "alerts",
     }
 )
-PROVISIONING_READERS = frozenset({"put_org", "put_app", "rotate_credentials", "revoke_tokens", "quota_boosts"})
+PROVISIONING_READERS = frozenset(
+    {"put_org", "put_app", "rotate_credentials", "revoke_tokens", "quota_boosts", "void_usage"}
+)
 
 # Functions that resolve inference profiles to models (GetInferenceProfile): registration
 # (profiles.register refuses what it cannot resolve), metering (profiles.priced_model), and

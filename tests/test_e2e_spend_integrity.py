@@ -21,9 +21,14 @@ PREMIUM_COST = 3760  # 1,500 input and 800 output tokens of premium (config.yaml
 pytestmark = pytest.mark.e2e
 
 
+LOGS: list = []  # the server's log folder (its audit lines)
+
+
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory):
-    with local_server(tmp_path_factory.mktemp("spend-integrity"), KEY, AGGREGATOR_INTERVAL_SECONDS="1") as url:
+    logs = tmp_path_factory.mktemp("spend-integrity")
+    LOGS.append(logs)
+    with local_server(logs, KEY, AGGREGATOR_INTERVAL_SECONDS="1") as url:
         yield url
 
 
@@ -236,3 +241,54 @@ def test_an_apps_daily_cap_stops_it_and_leaves_its_org_scope_siblings_their_quot
         "exceeded": False,
     }
     assert greedy.usage().status_code == 202  # a call made is still counted
+
+
+def void(org: Org, request_ids: list[str], key: str = KEY) -> requests.Response:
+    body = {"app_id": "web", "request_ids": request_ids, "reason": "reported twice by a client bug"}
+    return requests.post(f"{org.path}/usage/void", headers={"X-API-Key": key}, json=body, timeout=10)
+
+
+def test_an_operator_voids_usage_reported_in_error_exactly_once_and_every_view_follows(base_url):
+    org = Org(base_url)
+    web = org.app("web")
+    assert web.usage().status_code == 202
+    wrong = [record() for _ in range(2)]
+    assert web.batch(wrong).json()["accepted"] == 2
+    eventually(lambda: web.today()["total_cost_usd_micros"] == 3 * PREMIUM_COST, "three records folded")
+    ids = [item["request_id"] for item in wrong]
+    unknown = str(uuid.uuid4())
+    assert void(org, ids, key="not-the-key").status_code == 401
+
+    reply = void(org, [*ids, unknown])
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert (body["voided"], body["voided_cost_usd_micros"]) == (2, 2 * PREMIUM_COST)
+    assert [(r["request_id"], r["status"]) for r in body["results"]] == [
+        (ids[0], "voided"),
+        (ids[1], "voided"),
+        (unknown, "not_found"),
+    ]
+    premium = eventually(
+        lambda: (m := web.today()["models"]["premium"])["cost_usd_micros"] == PREMIUM_COST and m, "the voids folded"
+    )
+    assert premium["requests"] == 1 and premium["input_tokens"] == 1500
+
+    again = void(org, ids).json()  # idempotent: nothing more is taken back
+    assert (again["voided"], [r["status"] for r in again["results"]]) == (0, ["already_voided"] * 2)
+    assert web.batch(wrong).json()["results"][0]["duplicate"] is True  # a resent voided record stays out
+    assert web.usage().status_code == 202
+    today = eventually(lambda: (t := web.today())["total_cost_usd_micros"] == 2 * PREMIUM_COST and t, "folded")
+    assert today["models"]["premium"]["requests"] == 2
+    report = requests.get(
+        f"{org.path}/reports/spend",
+        params={"from": today["date"], "to": today["date"], "app_id": "web"},
+        headers=web.bearer,
+        timeout=10,
+    ).json()
+    assert [(row["label"], row["cost_usd_micros"], row["requests"]) for row in report["rows"]] == [
+        ("premium", 2 * PREMIUM_COST, 2)
+    ]
+    (log,) = LOGS[0].glob("server-*.log")
+    audited = [line for line in log.read_text().splitlines() if 'action="usage.void"' in line]
+    assert len(audited) == 3 and 'outcome="refused"' in audited[0] and 'authenticated=false' in audited[0]
+    assert f'voided=["{ids[0]}", "{ids[1]}"]' in audited[1] and "voided=[]" in audited[2]

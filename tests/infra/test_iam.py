@@ -114,7 +114,14 @@ def test_signing_key_readable_only_by_token_endpoints_and_authorizing_functions(
 
 def test_provisioning_key_readable_only_by_provisioning_endpoints(synth):
     assert _secret_readers(synth, synth.stack.provisioning_secret) == access.PROVISIONING_READERS
-    assert access.PROVISIONING_READERS == {"put_org", "put_app", "rotate_credentials", "revoke_tokens", "quota_boosts"}
+    assert access.PROVISIONING_READERS == {
+        "put_org",
+        "put_app",
+        "rotate_credentials",
+        "revoke_tokens",
+        "quota_boosts",
+        "void_usage",
+    }
 
 
 def test_every_function_that_authorizes_reads_the_signing_key():

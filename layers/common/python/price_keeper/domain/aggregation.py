@@ -162,10 +162,12 @@ class _Group:
     sums: dict = field(default_factory=lambda: dict.fromkeys(SUM_FIELDS, 0))
     shard_updates: list[int] = field(default_factory=list)
     labels: set[str] = field(default_factory=set)  # scope totals only: the labels summed
+    voids: int = 0  # records voided (domain.voids): with requests, the total's generation
 
     def add(self, item: dict, updated_at: int) -> None:
         for name in SUM_FIELDS:
             self.sums[name] += int(item.get(name, 0))
+        self.voids += int(item.get(usage.VOIDS, 0))
         self.shard_updates.append(updated_at)
 
 
@@ -194,10 +196,11 @@ def usage_expires_at(day: str) -> int:
 
 
 def _write_total(usage_key: str, date_key: str, group: _Group, now_epoch: int) -> bool:
-    """Write a total unless a newer one (more requests) is already there; a scope total's
+    """Write a total unless a newer one (a greater generation) is already there; a scope total's
     labels are added to its set, never replace it."""
     values = {
         **group.sums,
+        usage.VOIDS: group.voids,
         "updated_at_epoch": now_epoch,
         "source_updated_at_epoch": max(group.shard_updates),
         tables.TTL_ATTRIBUTE: usage_expires_at(keys.day_of_key(date_key)),
@@ -265,7 +268,7 @@ def _fold(shard_keys: list[dict], consistent: bool, report: RunReport, now: date
     """Fold every label whose shards are ``shard_keys`` (all of each label's shards); strongly
     consistent shard reads when the run must see the writes that triggered it."""
     now_epoch = int(now.timestamp())
-    shards = usage.read_shards(shard_keys, [*SUM_FIELDS, "updated_at_epoch"], consistent=consistent)
+    shards = usage.read_shards(shard_keys, [*SUM_FIELDS, usage.VOIDS, "updated_at_epoch"], consistent=consistent)
     groups: dict[tuple[str, str], _Group] = {}
     for shard in shards:
         groups.setdefault((keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"]), _Group()).add(

@@ -8,7 +8,7 @@ from datetime import date
 
 from . import keys, tables
 from .dynamo import Read, batch_get, query_all, query_many, table, written
-from .usage import COUNTERS
+from .usage import COUNTERS, VOIDS
 
 READ_ATTRIBUTES = (*COUNTERS, "updated_at_epoch", "last_run_epoch", "labels")
 
@@ -31,15 +31,19 @@ def read_current(total_keys: Iterable[dict], *, consistent: bool = False) -> dic
             tables.DAILY_TOTAL,
             total_keys,
             consistent=consistent,
-            attributes=[*COUNTERS, "source_updated_at_epoch", "labels"],
+            attributes=[*COUNTERS, VOIDS, "source_updated_at_epoch", "labels"],
         )
     }
 
 
 def write_if_grown(usage_key: str, date_key: str, values: dict, labels: set[str]) -> bool:
-    """SET ``values`` on a total unless one with as many or more ``requests`` is stored (sums
-    only grow, so a slower, repeated or overlapping run never moves a total backwards), and
-    ADD ``labels`` to a scope total's set; True when written."""
+    """SET ``values`` on a total unless one as new or newer is stored, and ADD ``labels`` to
+    a scope total's set; True when written. Newer: a greater ``generation``, ``requests`` +
+    2 x ``voids``, which every record (+1 request) and every void (-1 request, +1 void)
+    raises, so a slower, repeated or overlapping run never moves a total backwards while a
+    void still can (a total written before voids existed is compared on its ``requests``)."""
+    generation = int(values["requests"]) + 2 * int(values.get(VOIDS, 0))
+    values = {**values, "generation": generation}
     update = "SET " + ", ".join(f"#{name} = :{name}" for name in values)
     bound = {f":{name}": value for name, value in values.items()}
     if labels:
@@ -49,7 +53,8 @@ def write_if_grown(usage_key: str, date_key: str, values: dict, labels: set[str]
         table(tables.DAILY_TOTAL).update_item,
         Key={"usage_key": usage_key, "date_key": date_key},
         UpdateExpression=update,
-        ConditionExpression="attribute_not_exists(#requests) OR #requests < :requests",
+        ConditionExpression="attribute_not_exists(#requests) OR #generation < :generation "
+        "OR (attribute_not_exists(#generation) AND #requests < :generation)",
         ExpressionAttributeNames={f"#{name}": name for name in values},
         ExpressionAttributeValues=bound,
     )

@@ -18,7 +18,7 @@ from boto3.dynamodb.conditions import Key
 from . import keys, tables
 from .dynamo import batch_get, query_all, table, transact
 
-# The counters a shard and a DailyTotal hold (they only ever grow).
+# The counters a shard and a DailyTotal hold (they grow, but for a voided record's subtraction).
 COUNTERS = (
     "cost_usd_micros",
     "input_tokens",
@@ -27,6 +27,12 @@ COUNTERS = (
     "cache_write_input_tokens",
     "requests",
 )
+
+
+# Records voided (``domain.voids``), a shard's and a total's: it only grows, so with
+# ``requests`` it gives the aggregator a generation that grows on every write, a void too
+# (``daily_totals.write_if_grown``).
+VOIDS = "voids"
 
 
 class Conflict(Exception):
@@ -109,8 +115,44 @@ def write_once(items: list[dict], attempt: int) -> dict | None:
     if reasons is None:
         return None
     if reasons[0].get("Code") == "ConditionalCheckFailed":
-        return reasons[0]["Item"]
+        return reasons[0].get("Item", {})  # (none when a void's marker is gone)
     raise Conflict()
+
+
+def read_marker(dedup_key: str) -> dict | None:
+    """A record's dedup marker (strongly consistent): what it counted, where, and whether it was voided."""
+    return (
+        table(tables.USAGE_AGG_SHARDED)
+        .get_item(Key={"shard_key": dedup_key, "date_key": keys.DEDUP_SORT_KEY}, ConsistentRead=True)
+        .get("Item")
+    )
+
+
+def void_items(
+    *,
+    dedup_key: str,
+    marker: dict,
+    scopes: list[str],
+    counters: dict[str, int],
+    now_epoch: int,
+    expires_at: int,
+    reason: str,
+) -> list[dict]:
+    """The actions of one void, for ``write_once``: mark the record voided (only once: the
+    condition fails on a marker already voided or gone) and ADD ``counters`` (the record's,
+    negated, and ``voids`` 1) to the shard of each scope it was counted in."""
+    mark = {
+        "Update": {
+            "TableName": tables.USAGE_AGG_SHARDED.physical_name,
+            "Key": {"shard_key": dedup_key, "date_key": keys.DEDUP_SORT_KEY},
+            "UpdateExpression": "SET voided_at_epoch = :now, void_reason = :reason",
+            "ConditionExpression": "attribute_exists(shard_key) AND attribute_not_exists(voided_at_epoch)",
+            "ExpressionAttributeValues": {":now": now_epoch, ":reason": reason},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
+    label, shard_id, day = marker["model_label"], int(marker["shard_id"]), marker["org_day"]
+    return [mark, *(shard_update(scope, label, shard_id, day, counters, now_epoch, expires_at) for scope in scopes)]
 
 
 def org_has_spend(org_id: str, day: str) -> bool:
