@@ -290,5 +290,5 @@ def test_an_operator_voids_usage_reported_in_error_exactly_once_and_every_view_f
     ]
     (log,) = LOGS[0].glob("server-*.log")
     audited = [line for line in log.read_text().splitlines() if 'action="usage.void"' in line]
-    assert len(audited) == 3 and 'outcome="refused"' in audited[0] and 'authenticated=false' in audited[0]
+    assert len(audited) == 3 and 'outcome="refused"' in audited[0] and "authenticated=false" in audited[0]
     assert f'voided=["{ids[0]}", "{ids[1]}"]' in audited[1] and "voided=[]" in audited[2]
