@@ -21,10 +21,15 @@ Scenarios:
 - ``warm``: the same, earlier calls already aggregated at 96 % (tight) of the quota.
 - ``4 clients``: the acceptance case of issue 13: four clients, 5 calls/s each, $4 quota.
 - ``4 clients, cached``: the same with the client library's cached selection.
+- ``total cap, cached``: four cached clients, 5 calls/s each, premium's quota 50 x a $4
+  total cap (``total_quota_usd_micros``): the total cap is what stops them (429), which
+  the clients learn from the usage answers' ``scope_total`` (issue 21.4); ``... label only``
+  is the client before that, which heard only the label's position (it kept its cached
+  NORMAL choice for up to 300 s while the cap was passed).
 
 Every call is a 3,760 micro-USD premium call (1,500 input + 800 output tokens).
 
-Run: ``.venv/bin/python benchmarks/overshoot.py`` (about 5 minutes on 2 cores).
+Run: ``.venv/bin/python benchmarks/overshoot.py [name part]`` (about 5 minutes on 2 cores for all).
 """
 
 from __future__ import annotations
@@ -65,8 +70,11 @@ from price_keeper import state  # noqa: E402
 from price_keeper.config import get_config  # noqa: E402
 from price_keeper.domain import aggregation, metering, selection  # noqa: E402
 from price_keeper.domain.models import UsageRequest  # noqa: E402
-from price_keeper.store.tables import ALL_TABLES, USAGE_AGG_SHARDED  # noqa: E402
-from price_keeper_client.models import LabelQuota, ModelChoice  # noqa: E402
+from price_keeper.errors import ApiError  # noqa: E402
+from price_keeper.store import keys  # noqa: E402
+from price_keeper.store.dynamo import table  # noqa: E402
+from price_keeper.store.tables import ALL_TABLES, CONFIG, USAGE_AGG_SHARDED  # noqa: E402
+from price_keeper_client.models import LabelQuota, ModelChoice, ScopeTotal  # noqa: E402
 from price_keeper_client.selection import ModelSelector  # noqa: E402
 from tests.factories import seed_app, seed_org  # noqa: E402
 
@@ -88,6 +96,8 @@ class Scenario:
     quota_usd_micros: int
     start_pct: int = 0
     cached: bool = False
+    total_cap: bool = False  # the quota is the scope's total cap; premium's own is 50 x it
+    observe_total: bool = True  # the cached client hears the usage answers' scope_total
 
 
 SCENARIOS = (
@@ -95,6 +105,8 @@ SCENARIOS = (
     Scenario("warm", 1, 0.05, 2_000_000, start_pct=96),
     Scenario("4 clients", 4, 0.2, 4_000_000),
     Scenario("4 clients, cached", 4, 0.2, 4_000_000, cached=True),
+    Scenario("total cap, cached", 4, 0.2, 4_000_000, cached=True, total_cap=True),
+    Scenario("total cap, label only", 4, 0.2, 4_000_000, cached=True, total_cap=True, observe_total=False),
 )
 PHASES = {"minute": (0, 30), "stream": (0.0, 0.5)}
 
@@ -145,8 +157,14 @@ def run(scenario: Scenario, strategy: str, phase: float) -> Result:
             timezone="UTC",
             model_ordering=ORDERING,
             agg_shard_count=SHARDS,
-            quotas={"premium": quota, "standard": 50 * quota},
+            quotas={"premium": (50 if scenario.total_cap else 1) * quota, "standard": 50 * quota},
         )
+        if scenario.total_cap:
+            table(CONFIG).update_item(
+                Key={"org_key": keys.org_key(org_id), "resource_key": keys.ROOT_RESOURCE},
+                UpdateExpression="SET total_quota_usd_micros = :cap",
+                ExpressionAttributeValues={":cap": quota},
+            )
         seed_app(org_id, "bench")
         clock = Clock()
         stream = StreamReader(USAGE_AGG_SHARDED)
@@ -195,7 +213,12 @@ def run(scenario: Scenario, strategy: str, phase: float) -> Result:
                 if payload:
                     aggregation.fold_stream(DynamoDBStreamEvent(lambda_event(payload)).records, clock.now)
             elif kind == "call":  # the client picks a model, then calls it
-                label = selectors[payload].current().label if scenario.cached else fetch(False)[0].label
+                try:
+                    label = selectors[payload].current().label if scenario.cached else fetch(False)[0].label
+                except ApiError as error:  # 429: every label, or the total cap, spent
+                    if error.status != 429:
+                        raise
+                    label = None
                 if label != "premium":
                     active.discard(payload)
                     moved_at = clock.seconds
@@ -206,6 +229,8 @@ def run(scenario: Scenario, strategy: str, phase: float) -> Result:
                 answer = metering.submit(org_id, "bench", _usage(clock.now, **CALL), clock.now)
                 spent += answer["processing"]["cost_usd_micros"]
                 selectors[payload].observe(LabelQuota.find(answer))
+                if scenario.observe_total:
+                    selectors[payload].observe_total(ScopeTotal.from_json(answer.get("scope_total")))
                 at(clock.seconds, "call", payload)
         return Result(max(0, spent - quota), past_quota, moved_at, selections)
 
@@ -215,9 +240,11 @@ def _run_case(case: tuple[Scenario, str, float]) -> tuple[tuple[Scenario, str, f
 
 
 def main() -> None:
+    only = sys.argv[1] if len(sys.argv) > 1 else ""  # run only the scenarios whose name has this in it
     cases = [
         (scenario, strategy, phase)
         for scenario in SCENARIOS
+        if only in scenario.name
         for strategy in ("minute", "stream")
         for phase in PHASES[strategy]
     ]

@@ -62,12 +62,12 @@ PROFILE_REGISTER = {CONFIG: (PUT,)}  # profiles.create (conditional put)
 CONFIG_SAVE = {CONFIG: (UPDATE, PUT)}  # config_items.update_existing, else config_items.create
 BOOST_CREATE = {CONFIG: (PUT,)}  # boosts.create
 DAILY_TOTALS = {DAILY_TOTAL: (BATCH_GET,)}  # daily_totals.day_read (aggregation.read_daily_totals)
-DAILY_STATUS = {DAILY_TOTAL: (GET,)}  # daily_totals.label_total (metering.daily_status)
+DAILY_STATUS = {DAILY_TOTAL: (BATCH_GET,)}  # daily_totals.read_days (metering.quota_position)
 DAILY_RANGE = {DAILY_TOTAL: (QUERY,)}  # daily_totals.days_between (reports)
 STICKY_READ = {STICKY_STATE: (GET,)}  # sticky.read
 # selection.current_decision: DailyTotals and StickyState in one call (dynamo.batch_get_many)
 SELECTION_READ = {DAILY_TOTAL: (BATCH_GET,), STICKY_STATE: (BATCH_GET,)}
-STICKY_ADVANCE = {STICKY_STATE: (PUT,)}  # sticky.advance (conditional put)
+STICKY_ADVANCE = {STICKY_STATE: (UPDATE,)}  # sticky.add_passed (ADD to a set)
 PRICE_QUOTE = {PRICING_CACHE: (BATCH_GET,)}  # prices.of_day (pricing.quote)
 # prices.add_missing (conditional update), registered_models and register_model
 PRICE_STORE = {PRICING_CACHE: (GET, UPDATE)}
@@ -75,6 +75,8 @@ PRICE_STORE = {PRICING_CACHE: (GET, UPDATE)}
 REPRICE = {USAGE_AGG_SHARDED: (QUERY, DELETE, UPDATE)}
 LIVE_SPEND = {USAGE_AGG_SHARDED: (BATCH_GET,)}  # usage.label_spends (selection in tight mode)
 USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # usage.write_once: TransactWriteItems of a Put and an Update
+# voids: usage.read_marker, then usage.write_once of Updates (marker and shards)
+USAGE_VOID = {USAGE_AGG_SHARDED: (GET, UPDATE)}
 AGGREGATION = {  # aggregation.run (the sweep) and aggregation.fold_stream
     (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # usage.active_shard_keys (the sweep)
     # one BatchGetItem of usage.shards_read, daily_totals.fold_read and sticky.days_read;
@@ -108,6 +110,7 @@ _TABLES: dict[str, Grants] = {
     "rotate_credentials": merge({CONFIG: (UPDATE,)}, CLIENT_CUTOFF),
     "revoke_tokens": merge({CONFIG: (CONDITION_CHECK,)}, CLIENT_CUTOFF),
     "quota_boosts": merge(EFFECTIVE_CONFIG, BOOST_CREATE),
+    "void_usage": merge(EFFECTIVE_CONFIG, USAGE_VOID),
     "aggregates": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ),
     "model_selection": merge(
         AUTH_DECODE,
@@ -115,7 +118,6 @@ _TABLES: dict[str, Grants] = {
         ORG_CHILDREN,
         PROFILE_LOOKUP,
         SELECTION_READ,
-        STICKY_READ,
         STICKY_ADVANCE,
         PRICE_QUOTE,
         LIVE_SPEND,
@@ -127,7 +129,7 @@ _TABLES: dict[str, Grants] = {
         AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS, ALERT_FIRE
     ),
     "usage_batch": merge(
-        AUTH_DECODE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS, ALERT_FIRE
+        AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS, ALERT_FIRE
     ),
     "spend_report": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, DAILY_RANGE),
     "alerts": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, ALERT_LIST),
@@ -167,7 +169,7 @@ JWT_READERS = frozenset(
     }
 )
 PROVISIONING_READERS = frozenset(
-    {"put_org", "put_app", "rotate_credentials", "revoke_tokens", "quota_boosts", "reconciliation"}
+    {"put_org", "put_app", "rotate_credentials", "revoke_tokens", "quota_boosts", "reconciliation", "void_usage"}
 )
 
 # Functions that resolve inference profiles to models (GetInferenceProfile): registration

@@ -36,28 +36,28 @@ def kinds(due):
 
 
 def test_nothing_is_due_below_the_lowest_threshold():
-    assert due_alerts(ORDERING, QUOTAS, {"premium": 799, "standard": 399}, None, (80, 95)) == []
+    assert due_alerts(ORDERING, QUOTAS, {"premium": 799, "standard": 399}, (), (80, 95)) == []
 
 
 def test_thresholds_fire_at_their_percentage_of_each_quota():
-    due = due_alerts(ORDERING, QUOTAS, {"premium": 800, "standard": 475}, None, (80, 95))
+    due = due_alerts(ORDERING, QUOTAS, {"premium": 800, "standard": 475}, (), (80, 95))
     assert kinds(due) == [(THRESHOLD, "premium", 80), (THRESHOLD, "standard", 80), (THRESHOLD, "standard", 95)]
     assert (due[0].spend_usd_micros, due[0].quota_usd_micros) == (800, 1000)
 
 
 def test_first_label_spent_is_a_fallback_to_the_next():
-    due = due_alerts(ORDERING, QUOTAS, {"premium": 1000}, None, (80, 95))
+    due = due_alerts(ORDERING, QUOTAS, {"premium": 1000}, (), (80, 95))
     assert kinds(due) == [(THRESHOLD, "premium", 80), (THRESHOLD, "premium", 95), (FALLBACK, "premium", None)]
     assert due[-1].fallback_to == "standard"
 
 
 def test_sticky_state_past_a_label_is_a_fallback_even_when_totals_lag():
-    due = due_alerts(ORDERING, QUOTAS, {}, "economy", (80, 95))
+    due = due_alerts(ORDERING, QUOTAS, {}, {"premium", "standard"}, (80, 95))
     assert kinds(due) == [(FALLBACK, "premium", None), (FALLBACK, "standard", None)]
 
 
 def test_every_label_spent_is_all_exhausted():
-    due = due_alerts(ORDERING, QUOTAS, {"premium": 1000, "standard": 600, "economy": 200}, None, (95,))
+    due = due_alerts(ORDERING, QUOTAS, {"premium": 1000, "standard": 600, "economy": 200}, (), (95,))
     assert kinds(due) == [
         (THRESHOLD, "premium", 95),
         (THRESHOLD, "standard", 95),
@@ -69,11 +69,11 @@ def test_every_label_spent_is_all_exhausted():
 
 
 def test_a_single_spent_label_has_nowhere_to_fall_back_to():
-    assert kinds(due_alerts(("premium",), {"premium": 10}, {"premium": 10}, None, ())) == [(ALL_EXHAUSTED, None, None)]
+    assert kinds(due_alerts(("premium",), {"premium": 10}, {"premium": 10}, (), ())) == [(ALL_EXHAUSTED, None, None)]
 
 
 def test_a_label_without_quota_counts_as_spent_but_has_no_threshold():
-    due = due_alerts(("premium", "standard"), {"standard": 100}, {}, None, (80,))
+    due = due_alerts(("premium", "standard"), {"standard": 100}, {}, (), (80,))
     assert kinds(due) == [(FALLBACK, "premium", None)]
 
 
@@ -131,7 +131,7 @@ def org_config(aws):
     return orgs.effective_config(org_id)
 
 
-def fire(config, spends, sticky=None, day=DAY, now=NOW):
+def fire(config, spends, sticky=(), day=DAY, now=NOW):
     return alerts.evaluate_and_fire(config.scope, config, day, spends, sticky, now)
 
 
@@ -180,7 +180,7 @@ def test_a_crossing_fires_once_and_the_next_threshold_fires_later(bus, put_event
 
 def test_concurrent_evaluations_fire_each_alert_exactly_once(bus, put_events_calls, org_config):
     spends = {"premium": 1000, "standard": 500, "economy": 200}
-    expected = due_alerts(ORDERING, QUOTAS, spends, None, (80, 95), sum(QUOTAS.values()))
+    expected = due_alerts(ORDERING, QUOTAS, spends, (), (80, 95), sum(QUOTAS.values()))
     workers, start = 6, threading.Barrier(6)
     fired: list[Alert] = []
 
@@ -208,8 +208,8 @@ def test_a_new_org_local_day_fires_again(bus, org_config):
 
 
 def test_fallback_and_all_exhausted_events(bus, org_config):
-    fire(org_config, {}, sticky="standard")
-    fire(org_config, {"premium": 10, "standard": 500, "economy": 200}, sticky="standard")
+    fire(org_config, {}, sticky={"premium"})
+    fire(org_config, {"premium": 10, "standard": 500, "economy": 200}, sticky={"premium"})
     events = [e["detail"] for e in bus()]
     fallbacks = [(e["label"], e["fallback_to"]) for e in events if e["type"] == FALLBACK]
     assert fallbacks == [("premium", "standard"), ("standard", "economy")]

@@ -121,11 +121,22 @@ def test_request_ids_are_case_insensitive_uuids(api, tenant):
     assert post(api, tenant, {**body, "request_id": body["request_id"].upper()}).json()["duplicate"] is True
 
 
-def test_org_scope_counts_every_app_in_one_scope(api):
+def test_org_scope_counts_every_app_in_one_scope_and_a_capped_app_in_its_own_counters(api):
+    tenant = new_tenant(quota_scope="ORG", app_overrides={"app_daily_cap_usd_micros": 10**9})
+    post(api, tenant, usage_body())
+    [shard] = shard_items(f"ORG#{tenant.org_id}")
+    assert shard["shard_key"].startswith(f"ORG#{tenant.org_id}#LABEL#premium#SH#")
+    [own] = shard_items(f"ORG#{tenant.org_id}#APP#{tenant.app_id}")  # its share, against its daily cap
+    assert {name: own[name] for name in ("cost_usd_micros", "requests")} == {
+        name: shard[name] for name in ("cost_usd_micros", "requests")
+    }
+
+
+def test_an_app_without_a_cap_writes_no_counters_of_its_own(api):
     tenant = new_tenant(quota_scope="ORG")
     post(api, tenant, usage_body())
-    [shard] = shard_items()
-    assert shard["shard_key"].startswith(f"ORG#{tenant.org_id}#LABEL#premium#SH#")
+    assert len(shard_items(f"ORG#{tenant.org_id}")) == 1
+    assert shard_items(f"ORG#{tenant.org_id}#APP#{tenant.app_id}") == []  # two write units, not three
 
 
 def test_an_org_token_may_report_for_its_apps(api, tenant):

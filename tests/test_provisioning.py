@@ -307,6 +307,7 @@ def test_app_create_returns_201_with_app_credentials(api):
             "sticky_fallback_enabled",
             "timezone",
             "total_quota_usd_micros",
+            "app_daily_cap_usd_micros",
             "refresh_interval_secs",
         ],
     }
@@ -347,10 +348,11 @@ def test_app_update_is_200_and_left_out_settings_inherit_from_the_org(api):
     body = reply.json()
     assert body["status"] == "updated" and "credentials" not in body
     assert body["configuration"]["model_ordering"] == ["premium", "standard", "economy"]
-    assert body["configuration"]["inherited_fields"][-5:] == [
+    assert body["configuration"]["inherited_fields"][-6:] == [
         "model_ordering",
         "quotas",
         "total_quota_usd_micros",
+        "app_daily_cap_usd_micros",
         "tight_mode_threshold_pct",
         "refresh_interval_secs",
     ]

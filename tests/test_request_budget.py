@@ -58,9 +58,9 @@ def test_warm_usage_submission_is_one_write_and_one_read(api, calls):
     for _ in range(WARM_REQUESTS):
         assert api.post(path, usage_body(), token=tenant.token).status == 202
     assert calls["TransactWriteItems"] == WARM_REQUESTS  # dedup item + shard, exactly once
-    assert calls["GetItem"] == WARM_REQUESTS  # the label's DailyTotal for the response
+    assert calls["BatchGetItem"] == WARM_REQUESTS  # the label's and the scope's DailyTotal for the response
     assert calls["UpdateItem"] <= leases(WARM_REQUESTS + 1, 1000)
-    assert set(calls) <= {"TransactWriteItems", "GetItem", "UpdateItem"}
+    assert set(calls) <= {"TransactWriteItems", "BatchGetItem", "UpdateItem"}
     per_request = sum(calls.values()) / WARM_REQUESTS
     assert per_request <= 2 + leases(WARM_REQUESTS + 1, 1000) / WARM_REQUESTS
 

@@ -31,52 +31,77 @@ def choose(spends, sticky=None, sticky_enabled=True, threshold=95):
 
 def test_first_label_under_quota_is_normal():
     decision = choose({})
-    assert (decision.label, decision.reason, decision.mode, decision.flip_to) == ("premium", "NORMAL", "NORMAL", None)
+    assert (decision.label, decision.reason, decision.mode, decision.newly_passed) == (
+        "premium",
+        "NORMAL",
+        "NORMAL",
+        frozenset(),
+    )
     assert decision.sticky_active is False
 
 
 def test_a_spent_label_falls_back_and_asks_for_sticky_state():
     decision = choose({"premium": 10_000_000})
-    assert (decision.label, decision.reason, decision.flip_to) == ("standard", "QUOTA_EXCEEDED_PREMIUM", 1)
+    assert (decision.label, decision.reason, decision.newly_passed) == (
+        "standard",
+        "QUOTA_EXCEEDED_PREMIUM",
+        {"premium"},
+    )
     assert decision.sticky_active is True
     decision = choose({"premium": 12_000_000, "standard": 5_000_001})
-    assert (decision.label, decision.reason, decision.flip_to) == ("economy", "QUOTA_EXCEEDED_STANDARD", 2)
+    assert (decision.label, decision.reason, decision.newly_passed) == (
+        "economy",
+        "QUOTA_EXCEEDED_STANDARD",
+        {"premium", "standard"},
+    )
 
 
 def test_sticky_state_never_goes_back_within_the_day():
     # premium would be available again (e.g. its quota was raised): stay on standard
-    decision = choose({"premium": 1}, sticky=Sticky("standard", 1))
-    assert (decision.label, decision.reason, decision.flip_to) == ("standard", "STICKY_FALLBACK", None)
+    decision = choose({"premium": 1}, sticky=Sticky(frozenset({"premium"})))
+    assert (decision.label, decision.reason, decision.newly_passed) == ("standard", "STICKY_FALLBACK", set())
     # premium still spent: the fallback reason names it, as the spec example does
-    decision = choose({"premium": 10_000_000}, sticky=Sticky("standard", 1))
-    assert (decision.label, decision.reason, decision.flip_to) == ("standard", "QUOTA_EXCEEDED_PREMIUM", None)
+    decision = choose({"premium": 10_000_000}, sticky=Sticky(frozenset({"premium"})))
+    assert (decision.label, decision.reason, decision.newly_passed) == ("standard", "QUOTA_EXCEEDED_PREMIUM", set())
 
 
 def test_sticky_state_moves_forward_when_its_label_is_spent():
-    decision = choose({"premium": 1, "standard": 5_000_000}, sticky=Sticky("standard", 1))
-    assert (decision.label, decision.reason, decision.flip_to) == ("economy", "QUOTA_EXCEEDED_STANDARD", 2)
+    decision = choose({"premium": 1, "standard": 5_000_000}, sticky=Sticky(frozenset({"premium"})))
+    assert (decision.label, decision.reason, decision.newly_passed) == (
+        "economy",
+        "QUOTA_EXCEEDED_STANDARD",
+        {"standard"},
+    )
+
+
+def test_sticky_state_moves_an_ordering_only_past_the_labels_it_names():
+    # another app of the ORG scope (ordering [standard, economy]) passed standard: premium stays
+    decision = choose({"standard": 5_000_000}, sticky=Sticky(frozenset({"standard"})))
+    assert (decision.label, decision.reason, decision.sticky_active) == ("premium", "NORMAL", False)
+    decision = choose({"premium": 10_000_000, "standard": 1}, sticky=Sticky(frozenset({"standard"})))
+    assert (decision.label, decision.reason, decision.newly_passed) == ("economy", "STICKY_FALLBACK", {"premium"})
 
 
 def test_without_sticky_fallback_the_choice_follows_the_spend():
-    decision = choose({"premium": 1}, sticky=Sticky("standard", 1), sticky_enabled=False)
-    assert (decision.label, decision.reason, decision.flip_to, decision.sticky_active) == (
+    decision = choose({"premium": 1}, sticky=Sticky(frozenset({"premium"})), sticky_enabled=False)
+    assert (decision.label, decision.reason, decision.newly_passed, decision.sticky_active) == (
         "premium",
         "NORMAL",
-        None,
+        set(),
         False,
     )
     decision = choose({"premium": 10_000_000}, sticky_enabled=False)
-    assert (decision.label, decision.flip_to, decision.sticky_active) == ("standard", None, False)
+    assert (decision.label, decision.newly_passed, decision.sticky_active) == ("standard", set(), False)
 
 
 def test_a_sticky_label_no_longer_in_the_ordering_is_ignored():
-    assert choose({}, sticky=Sticky("ultra_premium", 3)).label == "premium"
+    assert choose({}, sticky=Sticky(frozenset({"ultra_premium"}))).label == "premium"
 
 
 def test_every_label_spent_chooses_nothing():
     decision = choose({"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000})
     assert (decision.index, decision.label, decision.reason) == (None, None, "ALL_QUOTAS_EXCEEDED")
-    assert choose({"economy": 2_000_000}, sticky=Sticky("economy", 2)).index is None
+    assert choose({"economy": 2_000_000}, sticky=Sticky(frozenset({"premium", "standard"}))).index is None
 
 
 @pytest.mark.parametrize(
@@ -120,32 +145,30 @@ def config_of(tenant):
     return orgs.effective_config(tenant.org_id, tenant.app_id)
 
 
-def test_sticky_writes_only_move_forward_and_expire_after_the_next_midnight(aws):
+def test_sticky_state_only_grows_and_expires_after_the_next_midnight(aws):
     tenant = new_tenant(timezone="Europe/Berlin")
     config = config_of(tenant)
     now = datetime(2026, 3, 28, 12, tzinfo=UTC)  # the day before Berlin's 23-hour day
     day = org_day(config.timezone, now)
-    assert selection.write_sticky(config, day, 2, now) is True
-    assert selection.write_sticky(config, day, 1, now) is False
-    assert selection.write_sticky(config, day, 2, now) is False
-    item = table(tables.STICKY_STATE).get_item(Key={"scope_key": tenant.scope, "date_key": f"DAY#{day}"})["Item"]
-    assert (item["active_model_label"], item["active_model_index"], item["previous_model_label"]) == (
-        "economy",
-        2,
-        "standard",
+    assert selection.write_sticky(config, day, frozenset({"premium", "standard"}), now) == Sticky(
+        frozenset({"premium", "standard"})
     )
-    assert item["reason"] == "QUOTA_EXCEEDED"
+    assert selection.write_sticky(config, day, frozenset({"premium"}), now) == Sticky(
+        frozenset({"premium", "standard"})
+    )
+    item = table(tables.STICKY_STATE).get_item(Key={"scope_key": tenant.scope, "date_key": f"DAY#{day}"})["Item"]
+    assert item["passed_labels"] == {"premium", "standard"}
     assert item["expires_at_epoch"] == int(next_midnight_utc("Europe/Berlin", now).timestamp()) + 3600
-    assert selection.read_sticky(tenant.scope, day) == Sticky("economy", 2)
+    assert selection.read_sticky(tenant.scope, day) == Sticky(frozenset({"premium", "standard"}))
 
 
-def test_each_sticky_flip_is_counted_once_and_a_refused_write_not_at_all(aws, emitted_metrics):
+def test_each_sticky_flip_is_counted_once_and_a_label_already_passed_not_at_all(aws, emitted_metrics):
     config = config_of(new_tenant())
     now = datetime(2026, 3, 28, 12, tzinfo=UTC)
     day = org_day(config.timezone, now)
-    assert selection.write_sticky(config, day, 1, now) is True
-    assert selection.write_sticky(config, day, 1, now) is False  # another instance got there first
-    assert selection.write_sticky(config, day, 2, now) is True
+    selection.write_sticky(config, day, frozenset({"premium"}), now)
+    selection.write_sticky(config, day, frozenset({"premium"}), now)  # another instance got there first
+    selection.write_sticky(config, day, frozenset({"premium", "standard"}), now)
     assert emitted_metrics() == {STICKY_FLIPS: [1.0, 1.0]}
 
 
@@ -161,35 +184,28 @@ def put_total(scope: str, label: str, day: str, cost: int) -> None:
     )
 
 
-def test_losing_the_sticky_race_adopts_the_winners_state(aws):
+def test_a_concurrent_writers_labels_are_kept_and_adopted(aws):
     tenant = new_tenant()
     config = config_of(tenant)
     now = datetime.now(UTC)
     day = org_day(config.timezone, now)
     put_total(tenant.scope, "premium", day, 10_000_000)
-    # this instance read "no sticky state" just before another one moved the day to economy
+    # this instance read "no sticky state" just before another one passed premium and standard
     events = ddb_client().meta.events
-    sticky_reads = []
+    raced = []
 
     def other_instance_wins(**_):
-        if not sticky_reads:
-            sticky_reads.append("batch")
-            assert selection.write_sticky(config, day, 2, now)
-
-    def remember_get(params, **_):
-        if params["TableName"] == tables.STICKY_STATE.physical_name:
-            sticky_reads.append(("get", params.get("ConsistentRead")))
+        if not raced:
+            raced.append(True)
+            selection.write_sticky(config, day, frozenset({"premium", "standard"}), now)
 
     events.register("after-call.dynamodb.BatchGetItem", other_instance_wins)
-    events.register("provide-client-params.dynamodb.GetItem", remember_get)
     try:
         snapshot = selection.current_decision(config, day, now)
     finally:
         events.unregister("after-call.dynamodb.BatchGetItem", other_instance_wins)
-        events.unregister("provide-client-params.dynamodb.GetItem", remember_get)
-    assert sticky_reads == ["batch", ("get", True)]  # the flip to standard lost; re-read strongly consistent
     assert (snapshot.decision.label, snapshot.decision.reason) == ("economy", "STICKY_FALLBACK")
-    assert selection.read_sticky(tenant.scope, day) == Sticky("economy", 2)
+    assert selection.read_sticky(tenant.scope, day) == Sticky(frozenset({"premium", "standard"}))
 
 
 # --- the endpoint -----------------------------------------------------------------------
@@ -287,7 +303,7 @@ def test_fallback_is_sticky_for_the_rest_of_the_day(api):
     assert body["quota_status"]["sticky_fallback_active"] is True
     assert body["quota_status"]["models_status"]["premium"]["status"] == "EXCEEDED"
     assert reply.headers["etag"] != before
-    assert selection.read_sticky(tenant.scope, today()) == Sticky("standard", 1)
+    assert selection.read_sticky(tenant.scope, today()) == Sticky(frozenset({"premium"}))
     # premium's quota is raised: the day stays on standard
     table(tables.CONFIG).update_item(
         Key={"org_key": keys.org_key(tenant.org_id), "resource_key": "#"},

@@ -348,8 +348,8 @@ def test_a_stale_fold_never_undoes_a_correction(aws):
         return daily_totals.fold_scope(scope_total, [move], {"cost_usd_micros": 0}, scope_values, set())
 
     assert fold(before, None) is True
-    assert fold(after, daily_totals.progress(before)) is True  # the correction is written
-    assert fold(before, daily_totals.progress(before)) is False  # a stale run: refused
+    assert fold(after, daily_totals.progress_fields(before)) is True  # the correction is written
+    assert fold(before, daily_totals.progress_fields(before)) is False  # a stale run: refused
     assert fold(before, None) is False
     item = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": key, "date_key": day})["Item"]
     assert (int(item["cost_usd_micros"]), int(item["repriced"])) == (4_320, 3)

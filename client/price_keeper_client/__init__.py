@@ -27,6 +27,7 @@ from .models import (
     ModelChoice,
     Provisioned,
     Rotation,
+    ScopeTotal,
     UsageReceipt,
     UsageRecord,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "ModelChoice",
     "Provisioned",
     "Rotation",
+    "ScopeTotal",
     "UsageReceipt",
     "UsageRecord",
 ]

@@ -63,7 +63,11 @@ class PriceKeeper:
         self.tokens = TokenManager(self.transport, client_id, client_secret, clock=clock)
         self.selector = ModelSelector(self._fetch_selection, clock=monotonic)
         self.reporter = UsageReporter(
-            self._send_usage, self._send_usage_batch, retry=retry, on_quota=self.selector.observe
+            self._send_usage,
+            self._send_usage_batch,
+            retry=retry,
+            on_quota=self.selector.observe,
+            on_total=self.selector.observe_total,
         )
         self.report_in_background = report_in_background
         self._bedrock_client = bedrock_client

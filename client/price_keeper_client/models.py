@@ -153,6 +153,31 @@ class LabelQuota:
 
 
 @dataclass(frozen=True)
+class ScopeTotal:
+    """The scope's spend of today over every label against its total daily cap, as a usage
+    answer reports it (``scope_total``, when the server includes it)."""
+
+    org_day: str | None
+    spend_usd_micros: int
+    quota_usd_micros: int
+    quota_pct: float | None
+    status: str | None
+
+    @classmethod
+    def from_json(cls, value: dict | None) -> ScopeTotal | None:
+        if not isinstance(value, dict):
+            return None
+        status = value.get("status")
+        return cls(
+            value.get("org_day"),
+            int(value.get("spend_usd_micros", 0)),
+            int(value.get("quota_usd_micros", 0)),
+            value.get("quota_pct"),
+            status if status in QUOTA_STATES else None,
+        )
+
+
+@dataclass(frozen=True)
 class UsageReceipt:
     """``202`` answer to a usage report."""
 
@@ -162,7 +187,8 @@ class UsageReceipt:
     shard_id: int | None
     cost_usd_micros: int | None
     quota: LabelQuota | None
-    raw: dict = field(repr=False, compare=False)
+    total: ScopeTotal | None = None
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, body: dict) -> UsageReceipt:
@@ -174,6 +200,7 @@ class UsageReceipt:
             processing.get("shard_id"),
             processing.get("cost_usd_micros"),
             LabelQuota.find(body),
+            ScopeTotal.from_json(body.get("scope_total")),
             body,
         )
 
@@ -198,12 +225,14 @@ class BatchItemResult:
 @dataclass(frozen=True)
 class BatchResult:
     """``207`` answer to a batch report: one result per record, and the quota position of
-    each label the batch counted (``daily_totals``, when the server includes it)."""
+    each label the batch counted (``daily_totals``) and of the scope's total (``scope_total``),
+    when the server includes them."""
 
     accepted: int
     failed: int
     results: tuple[BatchItemResult, ...]
     quotas: tuple[LabelQuota, ...] = ()
+    total: ScopeTotal | None = None
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -224,7 +253,14 @@ class BatchResult:
         quotas = tuple(
             LabelQuota.from_json(value) for value in body.get("daily_totals") or () if isinstance(value, dict)
         )
-        return cls(int(accepted), int(body.get("failed", len(results) - accepted)), results, quotas, body)
+        return cls(
+            int(accepted),
+            int(body.get("failed", len(results) - accepted)),
+            results,
+            quotas,
+            ScopeTotal.from_json(body.get("scope_total")),
+            body,
+        )
 
 
 @dataclass(frozen=True)

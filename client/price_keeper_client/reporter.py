@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from .errors import ERRORS_BY_CODE, PriceKeeperError
-from .models import BatchResult, LabelQuota, UsageReceipt, UsageRecord
+from .models import BatchResult, LabelQuota, ScopeTotal, UsageReceipt, UsageRecord
 from .retry import RetryPolicy
 
 log = logging.getLogger("price_keeper_client")
@@ -25,7 +25,8 @@ _RETRYABLE_ITEM_ERRORS = frozenset(code for code, cls in ERRORS_BY_CODE.items() 
 
 class UsageReporter:
     """``send_one(record) -> UsageReceipt`` and ``send_batch(records) -> BatchResult`` do the HTTP;
-    ``on_quota`` hears every quota position a usage answer reports (single or batch)."""
+    ``on_quota`` hears every label's quota position a usage answer reports (single or batch),
+    ``on_total`` every position of the scope's total."""
 
     def __init__(
         self,
@@ -36,6 +37,7 @@ class UsageReporter:
         batch_size: int = BATCH_LIMIT,
         max_pending: int = 100_000,
         on_quota: Callable[[LabelQuota], None] | None = None,
+        on_total: Callable[[ScopeTotal], None] | None = None,
     ):
         if not 1 <= batch_size <= BATCH_LIMIT:
             raise ValueError(f"batch_size must be 1..{BATCH_LIMIT}")
@@ -45,6 +47,7 @@ class UsageReporter:
         self.batch_size = batch_size
         self.max_pending = max_pending
         self._on_quota = on_quota
+        self._on_total = on_total
         self._pending: deque[UsageRecord] = deque()
         self._in_flight = 0
         self._closing = False
@@ -60,7 +63,7 @@ class UsageReporter:
     def report(self, record: UsageRecord) -> UsageReceipt:
         """Sends one record now, retrying transient failures with the same ``request_id``."""
         receipt = self.retry.call(lambda: self._send_one(record), "usage report")
-        self._heard([receipt.quota] if receipt.quota else [])
+        self._heard([receipt.quota] if receipt.quota else [], [receipt.total] if receipt.total else [])
         return receipt
 
     def report_batch(self, records: Iterable[UsageRecord]) -> list[BatchResult]:
@@ -70,13 +73,19 @@ class UsageReporter:
             self.retry.call(lambda chunk=records[i : i + self.batch_size]: self._send_batch(chunk), "usage batch")
             for i in range(0, len(records), self.batch_size)
         ]
-        self._heard([quota for result in results for quota in result.quotas])
+        self._heard(
+            [quota for result in results for quota in result.quotas],
+            [result.total for result in results if result.total],
+        )
         return results
 
-    def _heard(self, quotas: list[LabelQuota]) -> None:
+    def _heard(self, quotas: list[LabelQuota], totals: list[ScopeTotal]) -> None:
         if self._on_quota:
             for quota in quotas:
                 self._on_quota(quota)
+        if self._on_total:
+            for total in totals:
+                self._on_total(total)
 
     # -- background ----------------------------------------------------------------------------
 

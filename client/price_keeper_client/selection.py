@@ -3,7 +3,8 @@
 The service's ``client_guidance.cache_duration_secs`` (300 s in normal mode, 60 s in tight
 mode) and the ``Cache-Control: max-age`` header bound the cache; the shorter wins. The
 cache is dropped at once when the service answers 429, and when a usage answer (single or
-batch) shows the label spent or turned tight, or a reason the cached choice does not know.
+batch) shows the label spent or turned tight, or a reason the cached choice does not know,
+or the scope's total (over every label, against its total cap) spent or turned tight.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from .errors import PriceKeeperError
-from .models import LabelQuota, ModelChoice
+from .models import LabelQuota, ModelChoice, ScopeTotal
 
 _MAX_AGE = re.compile(r"(?:^|[,\s])max-age\s*=\s*(\d+)", re.IGNORECASE)
 _NO_STORE = re.compile(r"(?:^|[,\s])(no-store|no-cache)(?:$|[,\s])", re.IGNORECASE)
@@ -81,4 +82,17 @@ class ModelSelector:
                 return
             worse = quota.status == "EXCEEDED" or (quota.status == "TIGHT" and choice.mode != "TIGHT")
             if worse or (quota.reason and quota.reason != choice.reason):
+                self._choice = None
+
+    def observe_total(self, total: ScopeTotal | None) -> None:
+        """Feeds back the scope's total a usage answer reported: the next call selects again
+        when the total cap is passed, or turned tight under a NORMAL choice (which the label's
+        own position never shows while other labels, or this one, spend the total)."""
+        if total is None:
+            return
+        with self._lock:
+            choice = self._choice
+            if choice is not None and (
+                total.status == "EXCEEDED" or (total.status == "TIGHT" and choice.mode != "TIGHT")
+            ):
                 self._choice = None

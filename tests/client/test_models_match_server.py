@@ -34,6 +34,7 @@ from price_keeper_client.models import (
     Pricing,
     Provisioned,
     Rotation,
+    ScopeTotal,
     UsageReceipt,
     UsageRecord,
 )
@@ -166,11 +167,15 @@ WIRE = {
             "shard_id": "processing.shard_id",
             "cost_usd_micros": "processing.cost_usd_micros",
             "quota": "daily_total",
+            "total": "scope_total",
         },
         left_in_raw=frozenset({"message", "timestamp", "pricing"}),
     ),
     LabelQuota: Wire("usage", "daily_total", partial=True, not_sent=frozenset({"reason"})),
-    BatchResult: Wire("batch", paths={"quotas": "daily_totals"}, left_in_raw=frozenset({"timestamp"})),
+    ScopeTotal: Wire("usage", "scope_total"),
+    BatchResult: Wire(
+        "batch", paths={"quotas": "daily_totals", "total": "scope_total"}, left_in_raw=frozenset({"timestamp"})
+    ),
     BatchItemResult: Wire("batch", "results.*"),
     DailySpend: Wire("aggregates", paths={"labels": "models"}),
     LabelSpend: Wire("aggregates", "models.*"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from price_keeper_client import ModelChoice, QuotaExceeded
-from price_keeper_client.models import LabelQuota
+from price_keeper_client.models import LabelQuota, ScopeTotal
 from price_keeper_client.selection import ModelSelector, cache_seconds
 
 from .conftest import FakeClock
@@ -138,3 +138,22 @@ def test_label_quotas_are_found_in_a_batch_answer():
         LabelQuota("standard", 12.0, "NORMAL", None),
     )
     assert BatchResult.from_json({"accepted": 0, "failed": 0, "results": []}).quotas == ()
+
+
+@pytest.mark.parametrize(
+    "status,cached_mode,asks_again",
+    [
+        ("EXCEEDED", "NORMAL", True),
+        ("EXCEEDED", "TIGHT", True),  # passed: whatever the cached answer knew
+        ("TIGHT", "NORMAL", True),
+        ("TIGHT", "TIGHT", False),  # already known to be tight
+        ("NORMAL", "NORMAL", False),
+    ],
+)
+def test_a_usage_answers_scope_total_drops_the_cache_when_tight_or_passed(status, cached_mode, asks_again):
+    service = Answers((choice(mode=cached_mode), None), (choice(label="standard"), None))
+    selector = ModelSelector(service, clock=FakeClock())
+    selector.current()
+    selector.observe_total(ScopeTotal("20260123", 5_000_000, 5_000_000, 100.0, status))
+    selector.current()
+    assert service.asked == (2 if asks_again else 1)

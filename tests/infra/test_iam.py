@@ -124,6 +124,7 @@ def test_provisioning_key_readable_only_by_provisioning_endpoints(synth):
         "revoke_tokens",
         "quota_boosts",
         "reconciliation",
+        "void_usage",
     }
 
 

@@ -143,7 +143,7 @@ def daily_aggregates(
             "total_cost_usd_micros": total_cost,
             "total_quota_usd_micros": total_quota,
             "total_quota_pct": quota_pct(total_cost, total_quota),
-            "sticky_fallback_active": sticky is not None and sticky.index > 0,
+            "sticky_fallback_active": sticky is not None and sticky.applies_to(config.model_ordering),
             "current_active_model": decision.label,
             "updated_at": iso_utc(datetime.fromtimestamp(updated, now.tzinfo)) if updated else None,
         }

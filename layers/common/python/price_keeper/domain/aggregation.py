@@ -55,7 +55,7 @@ from .orgs import EffectiveConfig
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
-SUM_FIELDS = (*usage.COUNTERS, usage.CORRECTIONS)  # corrections: so a re-priced record's change is folded
+SUM_FIELDS = (*usage.COUNTERS, usage.CORRECTIONS, usage.VOIDS)  # what re-pricing and voids add, folded too
 HEARTBEAT_SECONDS = 10
 _recent_heartbeat = TTLCache(HEARTBEAT_SECONDS)  # a stream run of this container wrote one lately
 
@@ -92,6 +92,7 @@ class Totals(NamedTuple):
     cache_write_input_tokens: int = 0
     requests: int = 0
     repriced: int = 0  # usage.CORRECTIONS
+    voids: int = 0  # usage.VOIDS
     updated_at_epoch: int | None = None
 
     @classmethod
@@ -163,7 +164,7 @@ class RunReport:
     # (scope, yyyymmdd) -> the scope's cost over every label, and its sticky label (read
     # beside the totals when the scope uses sticky fallback), for the scopes changed
     scope_costs: dict[tuple[str, str], int] = field(default_factory=dict)
-    sticky: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    sticky: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)  # labels passed
     # (scope, yyyymmdd) whose fold failed: logged, the others folded; the run then fails so
     # that its batch or message is delivered again (``raise_if_failed``)
     failed: list[tuple[str, str]] = field(default_factory=list)
@@ -251,7 +252,7 @@ class _Snapshot(NamedTuple):
 
     shards: dict[LabelDay, list[dict]]
     totals: dict[tuple[str, str], dict]
-    sticky: dict[tuple[str, str], str | None]
+    sticky: dict[tuple[str, str], frozenset[str]]
 
 
 class _ScopeDay(NamedTuple):
@@ -297,13 +298,15 @@ def _read(label_shards: dict[LabelDay, list[dict]], scope_days: list[_ScopeDay],
     for shard in shards:
         if not keys.is_shard_count_key(shard["date_key"]):
             by_label.setdefault((keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"]), []).append(shard)
-    labels_of = {(item["scope_key"], item["date_key"]): item.get("active_model_label") for item in sticky_items}
+    passed_of = {
+        (item["scope_key"], item["date_key"]): frozenset(item.get("passed_labels", ())) for item in sticky_items
+    }
     return _Snapshot(
         by_label,
         {(item["usage_key"], item["date_key"]): item for item in totals},
         {
-            (scope, day): labels_of.get(
-                (keys.sticky_key(scope, day)["scope_key"], keys.sticky_key(scope, day)["date_key"])
+            (scope, day): passed_of.get(
+                (keys.sticky_key(scope, day)["scope_key"], keys.sticky_key(scope, day)["date_key"]), frozenset()
             )
             for scope, day in sticky_days
         },
@@ -394,7 +397,11 @@ def _moves(scope_day: _ScopeDay, snapshot: _Snapshot, now: datetime) -> tuple[Ru
             # its sums as of this UTC hour (domain.reconciliation)
             keys.hour_mark(now.astimezone(UTC).strftime("%Y%m%d%H")): reconciliation_store.mark_value(group.sums),
         }
-        moves.append(daily_totals.LabelFold(*label_day, values, stored_progress))
+        moves.append(
+            daily_totals.LabelFold(
+                *label_day, values, daily_totals.progress_fields(stored) if stored_progress else None
+            )
+        )
         for name in SUM_FIELDS:
             delta[name] += group.sums[name] - int(stored.get(name, 0))
         costs[label_day[0]] = group.sums["cost_usd_micros"]

@@ -7,7 +7,7 @@ Alert kinds, for one quota scope (``ORG#{org}`` or ``ORG#{org}#APP#{app}``) and 
   label, the scope's spend over every label (in the ordering or not) reached ``pct`` % of
   its total cap (``total_quota_usd_micros``).
 - ``FALLBACK`` (label): selection moved off ``label`` to the next one in the ordering,
-  because the label is spent or the day's sticky state already points past it.
+  because the label is spent or the day's sticky state has already passed it.
 - ``ALL_EXHAUSTED``: every label of the ordering is spent, or the total cap is reached
   (selection answers 429).
 - ``UNPRICED_MODEL`` (label, model): usage was counted at the configured estimate because
@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -62,7 +62,7 @@ from ..validation import Schema
 from . import boosts, orgs, reports
 from .aggregation import RunReport
 from .orgs import EffectiveConfig
-from .quota import first_unspent, quota_pct, reached, sticky_floor
+from .quota import first_unspent, quota_pct, reached
 from .selection import read_sticky
 
 THRESHOLD, FALLBACK, ALL_EXHAUSTED, UNPRICED_MODEL = "THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL"
@@ -108,7 +108,7 @@ def due_alerts(
     ordering: Sequence[str],
     quotas: Mapping[str, int],
     spends: Mapping[str, int],
-    sticky_label: str | None,
+    passed: Collection[str],
     thresholds_pct: Sequence[int],
     total_quota: int | None = None,
     total_spend: int | None = None,
@@ -118,7 +118,7 @@ def due_alerts(
     over every label) and the scope's total cap.
 
     A label is spent, and has fallen back to its successor, by the rules model selection
-    applies (``quota.first_unspent`` from the sticky floor).
+    applies (``quota.first_unspent`` past the day's sticky ``passed`` labels).
     """
 
     def spend(label: str) -> int:
@@ -134,7 +134,7 @@ def due_alerts(
         for pct in thresholds_pct
         if reached(spend(label), quota(label), pct)
     ]
-    active = first_unspent(ordering, quotas, spends, sticky_floor(ordering, sticky_label))
+    active = first_unspent(ordering, quotas, spends, passed)
     active = len(ordering) if active is None else active
     due += [
         Alert(FALLBACK, ordering[i], None, spend(ordering[i]), quota(ordering[i]), ordering[i + 1])
@@ -254,7 +254,7 @@ def evaluate_and_fire(
     config: EffectiveConfig,
     day: str,
     totals_by_label: Mapping[str, int],
-    sticky_label: str | None,
+    passed: Collection[str],
     now: datetime,
     total_spend: int | None = None,
 ) -> list[Alert]:
@@ -263,8 +263,8 @@ def evaluate_and_fire(
     For the aggregator, after it wrote the day's totals: ``scope`` is the quota scope
     (``config.scope``), ``config`` its effective config (the app's in APP-scoped orgs),
     ``day`` the org-local ``yyyymmdd``, ``totals_by_label`` the day's ``cost_usd_micros``
-    per label (labels without spend may be left out), ``sticky_label`` the day's
-    StickyState ``active_model_label`` or None, ``now`` an aware datetime. Costs nothing
+    per label (labels without spend may be left out), ``passed`` the labels the day's
+    StickyState has fallen back past, ``now`` an aware datetime. Costs nothing
     while every label is under the lowest threshold; otherwise one Boost Query (cached),
     one StickyState Query, and a write per alert not yet published.
     """
@@ -274,7 +274,7 @@ def evaluate_and_fire(
             config.model_ordering,
             quotas,
             totals_by_label,
-            sticky_label,
+            passed,
             config.alert_thresholds_pct,
             config._replace(quotas=quotas).total_quota,
             total_spend,
@@ -356,14 +356,16 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
     for (scope, day), spends in changed.items():
         try:
             config = orgs.effective_config(*keys.split_scope(scope))
-            sticky_label = None
+            if config.scope != scope:  # an app's own counters in an ORG scope: no quota of their own
+                continue
+            passed: frozenset[str] = frozenset()
             if (scope, day) in report.sticky:  # the run read it beside the totals
-                sticky_label = report.sticky[(scope, day)]
+                passed = report.sticky[(scope, day)]
             elif config.sticky_fallback_enabled:
                 sticky = read_sticky(scope, day)
-                sticky_label = sticky.label if sticky else None
+                passed = sticky.passed if sticky else frozenset()
             total = report.scope_cost(scope, day, spends)
-            fired += evaluate_and_fire(scope, config, day, spends, sticky_label, now, total)
+            fired += evaluate_and_fire(scope, config, day, spends, passed, now, total)
         except Exception:  # noqa: BLE001 - one scope's failure must not stop the others' alerts
             logger.exception("alert evaluation failed", extra={"scope": scope, "day": day})
     return fired

@@ -29,7 +29,7 @@ from ..observability import logger
 from ..store import daily_totals, keys, usage
 from ..timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
 from ..validation import is_label
-from . import alerts, boosts, hot_labels, orgs, pricing, profiles
+from . import alerts, boosts, hot_labels, pricing, profiles
 from .aggregation import Totals, usage_expires_at
 from .models import UsageRequest
 from .orgs import EffectiveConfig
@@ -46,7 +46,7 @@ class Submission(NamedTuple):
 
     request_id: str
     dedup_key: str
-    scope: str
+    scopes: tuple[str, ...]  # the quota scope's counters, and in ORG scope the app's own
     label: str
     day: str  # org-local yyyymmdd the record counts toward (see ``booking_day``)
     shard_id: int
@@ -168,14 +168,21 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
     priced = priced_label(config, request.model_label, request.calling_region)
     profiles.check_reported_model(priced, request.bedrock_model_id)
     quote = pricing.price_of(priced, parse_day(day))
-    shard_count = hot_labels.shard_count(config.scope, request.model_label, day, config.agg_shard_count)
+    scopes = (
+        config.scope,
+        *([config.app_counter] if config.app_counter and config.app_daily_cap_usd_micros is not None else []),
+    )
+    # a shard every scope's fold is known to read (hot labels raise each scope's count)
+    shard_count = min(
+        hot_labels.shard_count(scope, request.model_label, day, config.agg_shard_count) for scope in scopes
+    )
     tokens = pricing.Tokens(
         request.input_tokens, request.output_tokens, request.cache_read_input_tokens, request.cache_write_input_tokens
     )
     return Submission(
         request_id=request.request_id,
         dedup_key=keys.dedup_key(config.org_id, config.app_id, request.request_id),
-        scope=config.scope,
+        scopes=scopes,
         label=request.model_label,
         day=day,
         shard_id=keys.stable_shard(request.request_id, shard_count),
@@ -209,12 +216,11 @@ def record(submission: Submission, now: datetime) -> Outcome:
         try:
             first = usage.write_once(_items(submission, now), attempt)
         except usage.Conflict:  # a hot shard: spread the label-day over more (the dedup item is the same)
-            count = hot_labels.raise_after_conflict(
-                submission.scope,
-                submission.label,
-                submission.day,
-                submission.shard_count,
-                usage_expires_at(submission.day),
+            count = min(
+                hot_labels.raise_after_conflict(
+                    scope, submission.label, submission.day, submission.shard_count, usage_expires_at(submission.day)
+                )
+                for scope in submission.scopes
             )
             submission = submission._replace(
                 shard_id=keys.stable_shard(submission.request_id, count), shard_count=count
@@ -251,7 +257,7 @@ def _items(submission: Submission, now: datetime) -> list[dict]:
     tokens = submission.tokens
     return usage.record_items(
         dedup_key=submission.dedup_key,
-        scope=submission.scope,
+        scopes=list(submission.scopes),
         label=submission.label,
         shard_id=submission.shard_id,
         day=submission.day,
@@ -267,6 +273,11 @@ def _items(submission: Submission, now: datetime) -> list[dict]:
             "model_label": submission.label,
             "org_day": submission.day,
             "shard_id": submission.shard_id,
+            "scopes": list(submission.scopes),  # what a void subtracts from (domain.voids)
+            "input_tokens": tokens.input,
+            "output_tokens": tokens.output,
+            "cache_read_input_tokens": tokens.cache_read,
+            "cache_write_input_tokens": tokens.cache_write,
             "cost_usd_micros": submission.cost_usd_micros,
             "price_source": submission.quote.source,
             "profile_kind": submission.quote.profile_kind,
@@ -295,9 +306,9 @@ def count(config: EffectiveConfig, submission: Submission, now: datetime) -> Out
 # --- the endpoints -----------------------------------------------------------------
 
 
-def daily_status(config: EffectiveConfig, label: str, day: str) -> dict:
-    """The label's DailyTotal as of the last aggregation, with quota percentage and mode."""
-    totals = Totals.from_item(daily_totals.label_total(keys.usage_key(config.scope, label), day))
+def _daily_status(config: EffectiveConfig, label: str, day: str, item: dict | None) -> dict:
+    """A label's DailyTotal as of the last aggregation, with quota percentage and mode."""
+    totals = Totals.from_item(item)
     quota = config.quota(label)
     status = quota_status(totals.cost_usd_micros, quota, config.tight_mode_threshold_pct) if quota > 0 else None
     return {
@@ -313,6 +324,36 @@ def daily_status(config: EffectiveConfig, label: str, day: str) -> dict:
             iso_utc(datetime.fromtimestamp(totals.updated_at_epoch, UTC)) if totals.updated_at_epoch else None
         ),
     }
+
+
+def quota_position(config: EffectiveConfig, counted: list[tuple[str, str]], now: datetime) -> tuple[list[dict], dict]:
+    """(each counted (label, day)'s ``_daily_status``, the scope's total of today against its
+    cap), as of the last aggregation, in one read: a client that caches its model choice
+    learns from any usage reply that the scope's total cap is near or passed, whichever
+    label it spent (issue 21.4)."""
+    today = org_day(config.timezone, now)
+    total_key = keys.scope_total_key(config.scope)
+    found = daily_totals.read_days(
+        [*((keys.usage_key(config.scope, label), day) for label, day in counted), (total_key, today)]
+    )
+    labels = [
+        _daily_status(config, label, day, found.get((keys.usage_key(config.scope, label), day)))
+        for label, day in counted
+    ]
+    # The scope total folds every label; never below today's labels it was read with (it may lag them).
+    spend = max(
+        Totals.from_item(found.get((total_key, today))).cost_usd_micros,
+        sum(status["cost_usd_micros"] for status in labels if status["org_day"] == today),
+    )
+    quota = config.total_quota
+    total = {
+        "org_day": today,
+        "spend_usd_micros": spend,
+        "quota_usd_micros": quota,
+        "quota_pct": quota_pct(spend, quota),
+        "status": quota_status(spend, quota, config.tight_mode_threshold_pct),
+    }
+    return labels, total
 
 
 def _accepted_body(outcome: Outcome, now: datetime) -> dict:
@@ -344,7 +385,8 @@ def submit(org_id: str, app_id: str, request: UsageRequest, now: datetime | None
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
     outcome = count(config, prepare(config, request, now), now)
-    return {**_accepted_body(outcome, now), "daily_total": daily_status(config, outcome.label, outcome.day)}
+    (label,), total = quota_position(config, [(outcome.label, outcome.day)], now)
+    return {**_accepted_body(outcome, now), "daily_total": label, "scope_total": total}
 
 
 def _failed(raw, code: str, message: str) -> dict:
@@ -379,17 +421,20 @@ def submit_batch(org_id: str, app_id: str, records: list, now: datetime | None =
     """``POST .../usage/batch``: each record validated and written on its own (one
     transaction each, in order), so one bad or duplicate record never affects another.
     ``daily_totals`` gives the quota position of each label the batch counted, as the
-    single report's ``daily_total`` does, so a batching client learns a label is spent."""
+    single report's ``daily_total`` does, so a batching client learns a label is spent;
+    the quotas are today's boosted ones, as in selection and the single report."""
     now = now or utc_now()
-    config = orgs.effective_config(org_id, app_id)
+    config = boosts.boosted_config(org_id, app_id, now)
     done = [_submit_one(config, raw, now) for raw in records]
     results = [result for result, _ in done]
     accepted = sum(1 for result in results if result["status"] == "accepted")
-    counted = dict.fromkeys((outcome.label, outcome.day) for _, outcome in done if outcome is not None)
+    counted = list(dict.fromkeys((outcome.label, outcome.day) for _, outcome in done if outcome is not None))
+    labels, total = quota_position(config, counted, now)
     return {
         "accepted": accepted,
         "failed": len(results) - accepted,
         "results": results,
-        "daily_totals": [daily_status(config, label, day) for label, day in counted],
+        "daily_totals": labels,
+        "scope_total": total,
         "timestamp": iso_utc(now),
     }

@@ -25,6 +25,7 @@ APP_OVERRIDABLE = (
     "model_ordering",
     "quotas",
     "total_quota_usd_micros",
+    "app_daily_cap_usd_micros",
     "tight_mode_threshold_pct",
     "refresh_interval_normal_secs",
     "refresh_interval_tight_secs",
@@ -52,6 +53,9 @@ class EffectiveConfig(NamedTuple):
     alert_thresholds_pct: tuple[int, ...] = ()
     # requests per window of the org's clients, by limit (overrides.rate_limits; else config.yaml's)
     rate_limits: dict[str, int] = {}
+    # ORG scope: the most one app may spend a day over every label (the org's default for its
+    # apps, or the app's own); None: no cap of its own, the org's quotas only.
+    app_daily_cap_usd_micros: int | None = None
 
     @property
     def total_quota(self) -> int:
@@ -59,6 +63,15 @@ class EffectiveConfig(NamedTuple):
         if self.total_quota_usd_micros is not None:
             return self.total_quota_usd_micros
         return sum(self.quota(label) for label in self.model_ordering)
+
+    @property
+    def app_counter(self) -> str | None:
+        """ORG scope: the key prefix (``ORG#{org}#APP#{app}``) of the app's own counters, which
+        every record of the app also adds to, so its share of the org's spend (and its daily
+        cap) is known; None for the org itself and in APP scope (the scope is the app's)."""
+        if self.quota_scope != "ORG" or self.app_id is None:
+            return None
+        return keys.scope_key(self.org_id, self.app_id, "APP")
 
     @property
     def scope(self) -> str:
@@ -103,6 +116,9 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
             source.get("refresh_interval_tight_secs", defaults.refresh_interval_tight_secs)
         ),
         total_quota_usd_micros=int(total) if total is not None else None,
+        app_daily_cap_usd_micros=(
+            int(source["app_daily_cap_usd_micros"]) if source.get("app_daily_cap_usd_micros") is not None else None
+        ),
         alert_thresholds_pct=(
             tuple(sorted({int(pct) for pct in org["alert_thresholds_pct"]}))
             if org.get("alert_thresholds_pct")

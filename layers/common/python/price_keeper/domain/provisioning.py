@@ -56,6 +56,7 @@ APP_ATTRIBUTES = {
     "model_ordering": "model_ordering",
     "quotas": "quotas",
     "total_quota_usd_micros": "total_quota_usd_micros",
+    "app_daily_cap_usd_micros": "app_daily_cap_usd_micros",
     "tight_mode_threshold_pct": "tight_mode_threshold_pct",
     "refresh_interval_secs": "refresh_interval_normal_secs",
 }
@@ -67,6 +68,10 @@ QuotaAmount = Annotated[int, Field(ge=0, le=MAX_QUOTA_USD_MICROS)]
 Quotas = Annotated[dict[Label, QuotaAmount], Field(max_length=MAX_LABELS)]
 TOTAL_QUOTA_DESCRIPTION = (
     "Daily cap over every label, in the ordering or not, in micro-USD; default: the sum of the ordering's label quotas"
+)
+APP_CAP_DESCRIPTION = (
+    "ORG scope: the most one app may spend a day over every label, in micro-USD (model selection answers "
+    "429 to that app once it is reached); default: no cap of its own"
 )
 ThresholdPct = Annotated[int, Field(ge=50, le=100)]
 AlertThresholds = Annotated[list[Annotated[int, Field(ge=1, le=100)]], Field(min_length=1, max_length=10)]
@@ -111,6 +116,9 @@ class OrgRequest(StrictBody):
     model_ordering: Ordering
     quotas: Quotas = Field(description="Daily quota per label in micro-USD; one for every label in model_ordering")
     total_quota_usd_micros: QuotaAmount | None = Field(None, description=TOTAL_QUOTA_DESCRIPTION)
+    app_daily_cap_usd_micros: QuotaAmount | None = Field(
+        None, description=APP_CAP_DESCRIPTION + "; the default of every app of the org"
+    )
     overrides: OrgOverrides = Field(default_factory=OrgOverrides)
 
 
@@ -136,6 +144,9 @@ class AppRequest(StrictBody):
     quotas: Quotas | None = Field(None, description="Only when the org's quota_scope is APP")
     total_quota_usd_micros: QuotaAmount | None = Field(
         None, description=TOTAL_QUOTA_DESCRIPTION + "; only when the org's quota_scope is APP"
+    )
+    app_daily_cap_usd_micros: QuotaAmount | None = Field(
+        None, description=APP_CAP_DESCRIPTION + "; default: the org's app_daily_cap_usd_micros"
     )
     overrides: AppOverrides = Field(default_factory=AppOverrides)
 
@@ -284,6 +295,11 @@ def _org_values(request: OrgRequest) -> dict:
         ),
         **(
             {}
+            if request.app_daily_cap_usd_micros is None
+            else {"app_daily_cap_usd_micros": request.app_daily_cap_usd_micros}
+        ),
+        **(
+            {}
             if overrides.alert_thresholds_pct is None
             else {"alert_thresholds_pct": sorted(set(overrides.alert_thresholds_pct))}
         ),
@@ -342,7 +358,9 @@ def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tu
         auth.Principal(org_id, None),
         values,
         remove=[
-            name for name in ("total_quota_usd_micros", "alert_thresholds_pct", "rate_limits") if name not in values
+            name
+            for name in ("total_quota_usd_micros", "app_daily_cap_usd_micros", "alert_thresholds_pct", "rate_limits")
+            if name not in values
         ],
         create_only={"agg_shard_count": shards or get_config().metering.usage_agg_shard_count},
         must_match={"agg_shard_count": shards} if shards else None,
@@ -369,6 +387,7 @@ def _app_overrides(request: AppRequest) -> dict:
         "model_ordering": request.model_ordering,
         "quotas": request.quotas,
         "total_quota_usd_micros": request.total_quota_usd_micros,
+        "app_daily_cap_usd_micros": request.app_daily_cap_usd_micros,
         "tight_mode_threshold_pct": request.overrides.tight_mode_threshold_pct,
         "refresh_interval_secs": request.overrides.refresh_interval_secs,
     }

@@ -2,17 +2,22 @@
 EXCEEDED) and the selection decision. Model selection, the usage reply, aggregates and
 alerts all apply these, so they can never disagree about what "spent" means.
 
-- The choice is the first label in ``model_ordering`` whose spend is under its quota,
-  at or after the day's sticky label (sticky fallback: the choice only moves forward
-  during an org day; ``STICKY_FALLBACK`` when an earlier label would be available again).
+- The choice is the first label in ``model_ordering`` whose spend is under its quota and
+  that the scope has not fallen back past today (sticky fallback: the day's sticky state is
+  the *set* of labels passed, each spent when it was added, so the choice never goes back to
+  one during an org day; ``STICKY_FALLBACK`` when the label before the choice would be
+  available again). A set, not a
+  position: the apps of an ORG scope share it whatever their orderings, and it moves an app
+  only past labels that were spent, never past one its own ordering put first and nobody spent.
 - Tight mode: the chosen label's spend, or the scope's total, is at or above
   ``tight_mode_threshold_pct`` of its quota.
-- Every label spent, or the scope's total cap reached: no label (429 ``QUOTA_EXCEEDED``).
+- Every label spent, the scope's total cap reached, or (ORG scope) the app's own daily cap
+  reached: no label (429 ``QUOTA_EXCEEDED``). Tight mode counts the app's cap too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
 NORMAL, TIGHT, EXCEEDED = "NORMAL", "TIGHT", "EXCEEDED"
@@ -20,6 +25,7 @@ REASON_NORMAL = "NORMAL"
 REASON_STICKY = "STICKY_FALLBACK"
 REASON_ALL_EXCEEDED = "ALL_QUOTAS_EXCEEDED"
 REASON_TOTAL_EXCEEDED = "TOTAL_QUOTA_EXCEEDED"
+REASON_APP_EXCEEDED = "APP_QUOTA_EXCEEDED"
 
 
 def exceeded_reason(label: str) -> str:
@@ -48,8 +54,13 @@ def quota_status(spend: int, quota: int, threshold_pct: int) -> str:
 
 
 class Sticky(NamedTuple):
-    label: str
-    index: int
+    """A scope's sticky state of one org day: the labels it fell back past."""
+
+    passed: frozenset[str]
+
+    def applies_to(self, ordering: Sequence[str]) -> bool:
+        """Whether it skips any label of ``ordering``."""
+        return any(label in self.passed for label in ordering)
 
 
 class Decision(NamedTuple):
@@ -58,7 +69,7 @@ class Decision(NamedTuple):
     reason: str
     mode: str  # NORMAL | TIGHT of the chosen label
     sticky_active: bool
-    flip_to: int | None  # StickyState index to write (the choice moved forward)
+    newly_passed: frozenset[str]  # labels to add to the sticky state (spent, passed, not in it yet)
 
 
 class Total(NamedTuple):
@@ -68,20 +79,18 @@ class Total(NamedTuple):
     quota: int
 
 
-def sticky_floor(ordering: Sequence[str], sticky_label: str | None) -> int:
-    """Where the day's choice stands at least: the sticky label's position (0 without one,
-    or when the label has left the ordering)."""
-    return list(ordering).index(sticky_label) if sticky_label in ordering else 0
-
-
 def first_unspent(
-    ordering: Sequence[str], quotas: Mapping[str, int], spends: Mapping[str, int], floor: int = 0
+    ordering: Sequence[str], quotas: Mapping[str, int], spends: Mapping[str, int], passed: Collection[str] = ()
 ) -> int | None:
-    """Position of the first label at or after ``floor`` still under its quota (a label
-    without a quota is always spent); None when every one is spent. Every label before it,
-    from ``floor`` on, has fallen back to its successor."""
+    """Position of the first label still under its quota and not ``passed`` (a label without
+    a quota is always spent); None when every one is spent or passed. Every label before it
+    has fallen back to its successor."""
     return next(
-        (i for i in range(floor, len(ordering)) if int(spends.get(ordering[i], 0)) < int(quotas.get(ordering[i], 0))),
+        (
+            i
+            for i, label in enumerate(ordering)
+            if label not in passed and int(spends.get(label, 0)) < int(quotas.get(label, 0))
+        ),
         None,
     )
 
@@ -94,28 +103,32 @@ def decide(
     sticky_enabled: bool,
     sticky: Sticky | None,
     total: Total | None = None,
+    app_total: Total | None = None,
 ) -> Decision:
-    """The selection rules (pure). ``spends`` may omit labels with no spend yet."""
+    """The selection rules (pure). ``spends`` may omit labels with no spend yet; ``app_total``
+    is the app's spend against its own daily cap in an ORG scope."""
 
     def spend(label: str) -> int:
         return spends.get(label, 0)
 
-    floor = sticky_floor(ordering, sticky.label if sticky_enabled and sticky else None)
-    chosen = first_unspent(ordering, quotas, spends, floor)
+    passed = sticky.passed if sticky_enabled and sticky else frozenset()
+    sticky_applies = sticky_enabled and sticky is not None and sticky.applies_to(ordering)
+    chosen = first_unspent(ordering, quotas, spends, passed)
     if chosen is None:
-        return Decision(None, None, REASON_ALL_EXCEEDED, EXCEEDED, sticky_enabled and floor > 0, None)
-    if total is not None and total.spend >= total.quota:
-        return Decision(None, None, REASON_TOTAL_EXCEEDED, EXCEEDED, sticky_enabled and floor > 0, None)
+        return Decision(None, None, REASON_ALL_EXCEEDED, EXCEEDED, sticky_applies, frozenset())
+    for cap, reason in ((total, REASON_TOTAL_EXCEEDED), (app_total, REASON_APP_EXCEEDED)):
+        if cap is not None and cap.spend >= cap.quota:
+            return Decision(None, None, reason, EXCEEDED, sticky_applies, frozenset())
     label = ordering[chosen]
     if chosen == 0:
         reason = REASON_NORMAL
-    elif chosen == floor and first_unspent(ordering, quotas, spends) < floor:  # not None: chosen is unspent
-        reason = REASON_STICKY  # an earlier label is available again, but the day stays
+    elif spend(ordering[chosen - 1]) < quotas.get(ordering[chosen - 1], 0):
+        reason = REASON_STICKY  # the label before is available again, but the day stays past it
     else:
         reason = exceeded_reason(ordering[chosen - 1])
-    flip_to = chosen if sticky_enabled and chosen > floor else None
-    tight = quota_status(spend(label), quotas.get(label, 0), threshold_pct) == TIGHT or (
-        total is not None and quota_status(total.spend, total.quota, threshold_pct) == TIGHT
+    newly_passed = frozenset(ordering[:chosen]) - passed if sticky_enabled else frozenset()
+    tight = quota_status(spend(label), quotas.get(label, 0), threshold_pct) == TIGHT or any(
+        cap is not None and quota_status(cap.spend, cap.quota, threshold_pct) == TIGHT for cap in (total, app_total)
     )
     mode = TIGHT if tight else NORMAL
-    return Decision(chosen, label, reason, mode, sticky_enabled and chosen > 0, flip_to)
+    return Decision(chosen, label, reason, mode, sticky_enabled and chosen > 0, newly_passed)

@@ -25,6 +25,7 @@ from . import boosts, orgs, pricing, profiles
 from .aggregation import DailyRead
 from .orgs import EffectiveConfig
 from .quota import (
+    REASON_APP_EXCEEDED,
     REASON_NORMAL,
     REASON_STICKY,
     REASON_TOTAL_EXCEEDED,
@@ -56,32 +57,23 @@ def refresh_secs(config: EffectiveConfig, mode: str) -> int:
 
 
 def _sticky(item: dict | None) -> Sticky | None:
-    return Sticky(item["active_model_label"], int(item["active_model_index"])) if item else None
+    return Sticky(frozenset(item.get("passed_labels", ()))) if item else None
 
 
 def read_sticky(scope: str, day: str, consistent: bool = False) -> Sticky | None:
     return _sticky(sticky_store.read(scope, day, consistent))
 
 
-def write_sticky(config: EffectiveConfig, day: str, index: int, now: datetime) -> bool:
-    """Move the day's sticky state forward to ``index``; False when another writer already
-    moved it as far or further (the seed's conditional write)."""
+def write_sticky(config: EffectiveConfig, day: str, labels: frozenset[str], now: datetime) -> Sticky:
+    """Add ``labels`` (spent, fallen back past) to the day's sticky state; the whole state
+    after, other writers' labels included. Each label a call adds is one sticky flip."""
     next_midnight = day_start_utc(config.timezone, parse_day(day) + timedelta(days=1))
-    moved = sticky_store.advance(
-        config.scope,
-        day,
-        {
-            "active_model_label": config.model_ordering[index],
-            "active_model_index": index,
-            "reason": "QUOTA_EXCEEDED",
-            "previous_model_label": config.model_ordering[index - 1],
-            "activated_at_epoch": int(now.timestamp()),
-        },
-        int(next_midnight.timestamp()) + STICKY_GRACE_SECS,
+    passed, added = sticky_store.add_passed(
+        config.scope, day, set(labels), int(now.timestamp()), int(next_midnight.timestamp()) + STICKY_GRACE_SECS
     )
-    if moved:
+    for _ in added:
         count(STICKY_FLIPS)
-    return moved
+    return Sticky(frozenset(passed))
 
 
 class Snapshot(NamedTuple):
@@ -91,6 +83,7 @@ class Snapshot(NamedTuple):
     day: str
     spends: dict[str, int]
     total: Total
+    app_total: Total | None  # ORG scope, an app with a daily cap: its own spend against it
     decision: Decision
 
 
@@ -104,12 +97,17 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
     In tight mode the DailyTotals (up to one aggregation interval old) are not trusted:
     the live shards are read too (one BatchGetItem) and the larger spend counts, which
     bounds a burst's overshoot past the quota (``benchmarks/overshoot.py``).
-    When the conditional write loses a race, the state is re-read and the decision made
-    again over the winner's state.
+    When the choice passes labels the sticky state does not hold yet, they are added, and
+    the decision made again over the whole state the write returns (another app's labels).
     """
     usage_keys = [keys.usage_key(config.scope, label) for label in config.model_ordering]
     total_key = keys.scope_total_key(config.scope)
-    reads = [daily_totals.day_read([*usage_keys, total_key], day)]
+    app_key = (
+        keys.scope_total_key(config.app_counter)
+        if config.app_counter and config.app_daily_cap_usd_micros is not None
+        else None
+    )
+    reads = [daily_totals.day_read([*usage_keys, total_key, *filter(None, [app_key])], day)]
     if config.sticky_fallback_enabled:
         reads.append(sticky_store.day_read(config.scope, day))
     found = batch_get_many(reads, consistent=consistent)  # one round trip for both tables
@@ -120,6 +118,7 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
     }
     # The scope total folds every label; never below the ordering's own sum (it may lag it).
     total = Total(max(totals.of(total_key).cost_usd_micros, sum(spends.values())), config.total_quota)
+    app_total = Total(totals.of(app_key).cost_usd_micros, config.app_daily_cap_usd_micros) if app_key else None
 
     def decide_now(state: Sticky | None) -> Decision:
         return decide(
@@ -130,6 +129,7 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
             config.sticky_fallback_enabled,
             state,
             total,
+            app_total,
         )
 
     decision = decide_now(sticky)
@@ -140,10 +140,10 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
         total = total._replace(spend=total.spend + unfolded)
         decision = decide_now(sticky)
     for _ in range(MAX_STICKY_RACES):
-        if decision.flip_to is None or write_sticky(config, day, decision.flip_to, now):
+        if not decision.newly_passed:
             break
-        decision = decide_now(read_sticky(config.scope, day, consistent=True))
-    return Snapshot(config, day, spends, total, decision)
+        decision = decide_now(write_sticky(config, day, decision.newly_passed, now))
+    return Snapshot(config, day, spends, total, app_total, decision)
 
 
 def models_status(config: EffectiveConfig, spends: dict[str, int]) -> dict:
@@ -171,7 +171,9 @@ def _pricing(config: EffectiveConfig, label: str, day: str) -> dict:
         return {"version": version, "source": "UNAVAILABLE"}
 
 
-def _total_status(total: Total) -> dict:
+def _total_status(total: Total | None) -> dict | None:
+    if total is None:
+        return None
     return {
         "spend_usd_micros": total.spend,
         "quota_usd_micros": total.quota,
@@ -183,11 +185,10 @@ def _total_status(total: Total) -> dict:
 def all_exceeded(config: EffectiveConfig, snapshot: Snapshot, now: datetime) -> ApiError:
     retry_at = next_midnight_utc(config.timezone, now)
     spends, total = snapshot.spends, snapshot.total
-    message = (
-        "Daily total quota exceeded for today"
-        if snapshot.decision.reason == REASON_TOTAL_EXCEEDED
-        else "All model quotas exceeded for today"
-    )
+    message = {
+        REASON_TOTAL_EXCEEDED: "Daily total quota exceeded for today",
+        REASON_APP_EXCEEDED: "Daily app quota exceeded for today",
+    }.get(snapshot.decision.reason, "All model quotas exceeded for today")
     return ApiError(
         429,
         "QUOTA_EXCEEDED",
@@ -207,6 +208,7 @@ def all_exceeded(config: EffectiveConfig, snapshot: Snapshot, now: datetime) -> 
                 max(0, spends.get(label, 0) - config.quota(label)) for label in config.model_ordering
             ),
             "total": _total_status(total),
+            "app_total": _total_status(snapshot.app_total),
         },
         headers={"Retry-After": str(max(1, math.ceil((retry_at - now) / timedelta(seconds=1))))},
         retry_after=iso_utc(retry_at),
@@ -247,6 +249,7 @@ def select_model(org_id: str, app_id: str, force_check: bool = False, now: datet
             "sticky_fallback_active": decision.sticky_active,
             "models_status": models_status(config, snapshot.spends),
             "total": _total_status(snapshot.total),
+            "app_total": _total_status(snapshot.app_total),
         },
         "pricing": _pricing(config, label, day),
         "client_guidance": {
@@ -264,6 +267,16 @@ def select_model(org_id: str, app_id: str, force_check: bool = False, now: datet
     }
     headers = {
         "Cache-Control": f"max-age={secs}, private",
-        "ETag": etag(org_id, app_id, day, label, decision.reason, decision.mode, snapshot.spends, snapshot.total),
+        "ETag": etag(
+            org_id,
+            app_id,
+            day,
+            label,
+            decision.reason,
+            decision.mode,
+            snapshot.spends,
+            snapshot.total,
+            snapshot.app_total,
+        ),
     }
     return body, headers

@@ -1,6 +1,6 @@
 """The audit trail: one structured log line per provisioning request, whatever its outcome.
 
-Every route with ``Route.audit`` (org and app PUT, rotation, revoke-tokens, boosts) logs,
+Every route with ``Route.audit`` (org and app PUT, rotation, revoke-tokens, boosts, voids) logs,
 after its response is built (``api.lambda_entry``)::
 
     {"message": "audit", "action": "app.put", "outcome": "succeeded|refused|failed",

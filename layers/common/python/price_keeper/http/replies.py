@@ -50,6 +50,17 @@ class DailyStatus(Reply):
     aggregated_at: str | None
 
 
+class ScopeTotal(Reply):
+    """The scope's spend of today over every label, as of the last aggregation, against its
+    total daily cap: a usage reply's sign that the cap is near (TIGHT) or passed (EXCEEDED)."""
+
+    org_day: str = Field(description="yyyymmdd: today in the org's timezone")
+    spend_usd_micros: int
+    quota_usd_micros: int = Field(description="The total cap (total_quota_usd_micros, or the sum of the quotas)")
+    quota_pct: float | None
+    status: Status
+
+
 class UsageReceipt(Reply):
     """202 of POST .../usage."""
 
@@ -61,6 +72,7 @@ class UsageReceipt(Reply):
     pricing: UsagePricing
     timestamp: str
     daily_total: DailyStatus
+    scope_total: ScopeTotal
 
 
 class BatchResult(Reply):
@@ -80,6 +92,7 @@ class BatchReceipt(Reply):
     failed: int
     results: list[BatchResult]
     daily_totals: list[DailyStatus] = Field(description="The quota position of each label the batch counted")
+    scope_total: ScopeTotal
     timestamp: str
 
 
@@ -116,6 +129,9 @@ class QuotaStatus(Reply):
     sticky_fallback_active: bool
     models_status: dict[str, ModelStatus]
     total: TotalStatus
+    app_total: TotalStatus | None = Field(
+        None, description="ORG scope, an app with a daily cap (app_daily_cap_usd_micros): its own spend against it"
+    )
 
 
 class SelectionPricing(Reply):

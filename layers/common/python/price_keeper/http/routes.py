@@ -38,6 +38,7 @@ INFERENCE_PROFILES = f"{APP}/inference-profiles"
 USAGE = f"{APP}/usage"
 USAGE_BATCH = f"{APP}/usage/batch"
 QUOTA_BOOSTS = f"{ORG}/quota-boosts"
+USAGE_VOID = f"{ORG}/usage/void"
 SPEND_REPORT = f"{ORG}/reports/spend"
 ALERTS = f"{ORG}/alerts"
 RECONCILIATION = f"{API}/reconciliation"
@@ -90,6 +91,7 @@ ROUTES: tuple[Route, ...] = (
     _admin("POST", ORG_REVOKE_TOKENS, "revoke_tokens", "revoke_tokens", "org.revoke_tokens"),
     _admin("POST", APP_REVOKE_TOKENS, "revoke_tokens", "revoke_tokens", "app.revoke_tokens"),
     _admin("POST", QUOTA_BOOSTS, "quota_boosts", "quota_boosts", "quota_boost.create"),
+    _admin("POST", USAGE_VOID, "void_usage", "void_usage", "usage.void"),
     _bearer("GET", ORG_AGGREGATES_TODAY, "aggregates", "aggregates"),
     _bearer("GET", ORG_AGGREGATES_DATE, "aggregates", "aggregates"),
     _bearer("GET", APP_AGGREGATES_TODAY, "aggregates", "aggregates"),

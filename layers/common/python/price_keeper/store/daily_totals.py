@@ -8,13 +8,13 @@ from datetime import date
 from typing import NamedTuple
 
 from . import keys, tables
-from .dynamo import Read, query_all, query_many, table, transact
-from .usage import CORRECTIONS, COUNTERS
+from .dynamo import Read, batch_get, query_all, query_many, table, transact
+from .usage import CORRECTIONS, COUNTERS, VOIDS
 
-# How far a total has folded its shards: both only grow (``requests`` with every record, a
-# re-priced record's correction adds to ``repriced`` and changes the cost alone), so a fold
-# moves a total only to a greater progress and only from the one it read.
-PROGRESS = ("requests", CORRECTIONS)
+# What a fold compares (``progress``) and conditions its write on: ``requests`` grows with
+# every record; a void takes one request back and adds one to ``voids``; a re-priced
+# record's correction adds to ``repriced`` and changes the cost alone.
+PROGRESS = ("requests", VOIDS, CORRECTIONS)
 
 READ_ATTRIBUTES = (*COUNTERS, "updated_at_epoch", "last_run_epoch", "labels")
 
@@ -32,17 +32,24 @@ def fold_read(total_keys: Iterable[dict]) -> Read:
     """The read of the totals a fold moves (label and scope totals) or evaluates alerts on:
     their counters, how far they have folded the shards (``source_updated_at_epoch``) and a
     scope total's labels; for ``dynamo.batch_get_many`` beside the shards."""
-    return Read(tables.DAILY_TOTAL, list(total_keys), [*COUNTERS, CORRECTIONS, "source_updated_at_epoch", "labels"])
+    return Read(tables.DAILY_TOTAL, list(total_keys), [*COUNTERS, *PROGRESS[1:], "source_updated_at_epoch", "labels"])
 
 
-def progress(item: dict) -> tuple[int, ...]:
-    """A total's (or a sum of shards') ``PROGRESS``, in order."""
+def progress(item: dict) -> tuple[int, int]:
+    """How far a total (or a sum of shards) has come, in an order every write raises: the
+    generation (``requests`` + 2 x ``voids``: +1 for a record, +1 for a void), then the
+    corrections."""
+    return int(item.get("requests", 0)) + 2 * int(item.get(VOIDS, 0)), int(item.get(CORRECTIONS, 0))
+
+
+def progress_fields(item: dict) -> tuple[int, ...]:
+    """A stored total's ``PROGRESS`` fields (what a fold's write is conditional on)."""
     return tuple(int(item.get(name, 0)) for name in PROGRESS)
 
 
 class LabelFold(NamedTuple):
-    """One label total's move: the sums to SET and the ``progress`` the fold read (None: no
-    total yet). The write only lands if the stored total is still the one read."""
+    """One label total's move: the sums to SET and the ``progress_fields`` the fold read
+    (None: no total yet). The write only lands if the stored total is still the one read."""
 
     usage_key: str
     date_key: str
@@ -103,7 +110,9 @@ def _label_update(table_name: str, move: LabelFold) -> dict:
         "Key": {"usage_key": move.usage_key, "date_key": move.date_key},
         "UpdateExpression": "SET " + ", ".join(f"#{field} = :{field}" for field in move.values),
         "ConditionExpression": condition,
-        "ExpressionAttributeNames": {f"#{field}": field for field in {*move.values, *PROGRESS}},
+        "ExpressionAttributeNames": {
+            f"#{field}": field for field in {*move.values, "requests", *(PROGRESS if move.read_progress else ())}
+        },
         "ExpressionAttributeValues": bound,
     }
 
@@ -119,16 +128,15 @@ def put_heartbeat(now_epoch: int, lag_seconds: int) -> None:
     )
 
 
-def label_total(usage_key: str, day: str) -> dict | None:
-    """One label's total of a day: cost, requests and when it was written."""
-    return (
-        table(tables.DAILY_TOTAL)
-        .get_item(
-            Key={"usage_key": usage_key, "date_key": keys.day_key(day)},
-            ProjectionExpression="cost_usd_micros, requests, updated_at_epoch",
-        )
-        .get("Item")
+def read_days(wanted: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+    """The totals of (usage_key, day) pairs, by pair (absent: no spend yet), with when each
+    was written, in one BatchGetItem: the labels and the scope total a usage reply shows."""
+    found = batch_get(
+        tables.DAILY_TOTAL,
+        [{"usage_key": usage_key, "date_key": keys.day_key(day)} for usage_key, day in dict.fromkeys(wanted)],
+        attributes=["cost_usd_micros", "requests", "updated_at_epoch"],
     )
+    return {(item["usage_key"], keys.day_of_key(item["date_key"])): item for item in found}
 
 
 def days_between(usage_keys: list[str], first: date, last: date) -> list[list[dict]]:

@@ -1,17 +1,22 @@
-"""StickyState, sticky choice: the model a scope fell back to for the rest of its org day."""
+"""StickyState, sticky choice: the labels a scope fell back past for the rest of its org day.
+
+One item per scope and day holding ``passed_labels``, a string set that only grows (ADD):
+concurrent writers never lose each other's labels, and the apps of an ORG scope, whatever
+their orderings, share which labels were spent rather than a position in one of them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from . import keys, tables
-from .dynamo import Read, table, written
+from .dynamo import Read, table
 
-ATTRIBUTES = ("active_model_label", "active_model_index")
+ATTRIBUTES = ("passed_labels",)
 
 
 def day_read(scope: str, day: str) -> Read:
-    """The read of the scope's choice, for ``dynamo.batch_get_many`` beside the totals."""
+    """The read of the scope's state, for ``dynamo.batch_get_many`` beside the totals."""
     return Read(tables.STICKY_STATE, [keys.sticky_key(scope, day)], ATTRIBUTES)
 
 
@@ -30,13 +35,15 @@ def read(scope: str, day: str, consistent: bool = False) -> dict | None:
     )
 
 
-def advance(scope: str, day: str, attributes: dict, expires_at: int) -> bool:
-    """Move the day's choice forward to ``attributes["active_model_index"]``; False when
-    another writer already moved it as far or further (the seed's conditional write)."""
-    item = {**keys.sticky_key(scope, day), **attributes, tables.TTL_ATTRIBUTE: expires_at}
-    return written(
-        table(tables.STICKY_STATE).put_item,
-        Item=item,
-        ConditionExpression="attribute_not_exists(active_model_label) OR active_model_index < :new_index",
-        ExpressionAttributeValues={":new_index": attributes["active_model_index"]},
+def add_passed(scope: str, day: str, labels: set[str], now_epoch: int, expires_at: int) -> tuple[set[str], set[str]]:
+    """ADD ``labels`` to the day's passed labels: (the whole set after, the ones this call
+    added). Commutative, so two writers racing both land, whatever order they arrive in."""
+    reply = table(tables.STICKY_STATE).update_item(
+        Key=keys.sticky_key(scope, day),
+        UpdateExpression=f"ADD passed_labels :labels SET updated_at_epoch = :now, {tables.TTL_ATTRIBUTE} = "
+        f"if_not_exists({tables.TTL_ATTRIBUTE}, :expires)",
+        ExpressionAttributeValues={":labels": set(labels), ":now": now_epoch, ":expires": expires_at},
+        ReturnValues="ALL_OLD",
     )
+    before = set(reply.get("Attributes", {}).get("passed_labels", ()))
+    return before | set(labels), set(labels) - before

@@ -21,8 +21,8 @@ from .dynamo import ConditionFailed, Read, batch_get, conditional, query_all, st
 # Re-pricings applied to a shard (and summed into its totals): a correction changes the
 # cost without a new request, and this counter growing is what makes the fold write it.
 CORRECTIONS = "repriced"
-# The counters a shard and a DailyTotal hold (they only ever grow, cost aside: a re-priced
-# record's correction lowers it, see ``reprice_once``).
+# The counters a shard and a DailyTotal hold (they only ever grow, but for a re-priced record's
+# correction, see ``reprice_once``, and a voided record's subtraction).
 COUNTERS = (
     "cost_usd_micros",
     "input_tokens",
@@ -33,15 +33,46 @@ COUNTERS = (
 )
 
 
+# Records voided (``domain.voids``), a shard's and a total's: it only grows, so with
+# ``requests`` it gives the aggregator a generation that grows on every write, a void too
+# (``daily_totals.write_if_grown``).
+VOIDS = "voids"
+
+
 class Conflict(Exception):
     """The write lost a race with a concurrent transaction on the same items: retry it."""
+
+
+def shard_update(
+    scope: str, label: str, shard_id: int, day: str, counters: dict[str, int], now_epoch: int, expires_at: int
+) -> dict:
+    """The ADD of ``counters`` (negative for a void) to one shard of a label, as a
+    TransactWriteItems action."""
+    return {
+        "Update": {
+            "TableName": tables.USAGE_AGG_SHARDED.physical_name,
+            "Key": {"shard_key": keys.shard_key(scope, label, shard_id), "date_key": keys.day_key(day)},
+            "UpdateExpression": (
+                "ADD "
+                + ", ".join(f"{counter} :{counter}" for counter in counters)
+                + " SET updated_at_epoch = :now, active_day = if_not_exists(active_day, :day), "
+                f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :expires)"
+            ),
+            "ExpressionAttributeValues": {
+                **{f":{counter}": value for counter, value in counters.items()},
+                ":now": now_epoch,
+                ":day": keys.day_key(day),
+                ":expires": expires_at,
+            },
+        }
+    }
 
 
 def record_items(
     *,
     dedup_key: str,
     marker: dict,
-    scope: str,
+    scopes: list[str],
     label: str,
     shard_id: int,
     day: str,
@@ -51,28 +82,11 @@ def record_items(
     marker_expires_at: int,
     estimated: dict | None = None,
 ) -> list[dict]:
-    """The actions of one record: its dedup ``marker`` (what a duplicate is answered
-    with) and the ADD of its ``counts`` (every name in ``COUNTERS`` but ``requests``); for a
+    """The actions of one record: its dedup ``marker`` (what a duplicate is answered with)
+    and the ADD of its ``counts`` (every name in ``COUNTERS`` but ``requests``) to the shard
+    of each of ``scopes`` (the quota scope, and in ORG scope the app's own counters); for a
     record counted at the estimate, also its ``estimated`` item (``model_id`` and what
     re-pricing needs), written once with the record since the marker is."""
-    name = tables.USAGE_AGG_SHARDED.physical_name
-    counters = {**counts, "requests": 1}
-    shard_update = {
-        "TableName": name,
-        "Key": {"shard_key": keys.shard_key(scope, label, shard_id), "date_key": keys.day_key(day)},
-        "UpdateExpression": (
-            "ADD "
-            + ", ".join(f"{counter} :{counter}" for counter in COUNTERS)
-            + " SET updated_at_epoch = :now, active_day = if_not_exists(active_day, :day), "
-            f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :expires)"
-        ),
-        "ExpressionAttributeValues": {
-            **{f":{counter}": counters[counter] for counter in COUNTERS},
-            ":now": now_epoch,
-            ":day": keys.day_key(day),
-            ":expires": expires_at,
-        },
-    }
     dedup = {
         "shard_key": dedup_key,
         "date_key": keys.DEDUP_SORT_KEY,
@@ -80,30 +94,31 @@ def record_items(
         "accepted_at_epoch": now_epoch,
         tables.TTL_ATTRIBUTE: marker_expires_at,
     }
+    counters = {counter: {**counts, "requests": 1}[counter] for counter in COUNTERS}
     items = [
         {
             "Put": {
-                "TableName": name,
+                "TableName": tables.USAGE_AGG_SHARDED.physical_name,
                 "Item": dedup,
                 "ConditionExpression": "attribute_not_exists(shard_key)",
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
         },
-        {"Update": shard_update},
+        *(shard_update(scope, label, shard_id, day, counters, now_epoch, expires_at) for scope in scopes),
     ]
     if estimated is not None:
         pending = {
             **estimated,
             "shard_key": keys.estimated_key(estimated["model_id"]),
             "date_key": dedup_key,
-            "scope": scope,
+            "scopes": scopes,
             "model_label": label,
             "shard_id": shard_id,
             "org_day": day,
             "cost_usd_micros": counts["cost_usd_micros"],
             tables.TTL_ATTRIBUTE: expires_at,
         }
-        items.append({"Put": {"TableName": name, "Item": pending}})
+        items.append({"Put": {"TableName": tables.USAGE_AGG_SHARDED.physical_name, "Item": pending}})
     return items
 
 
@@ -121,8 +136,44 @@ def write_once(items: list[dict], attempt: int) -> dict | None:
     if reasons is None:
         return None
     if reasons[0].get("Code") == "ConditionalCheckFailed":
-        return reasons[0]["Item"]
+        return reasons[0].get("Item", {})  # (none when a void's marker is gone)
     raise Conflict()
+
+
+def read_marker(dedup_key: str) -> dict | None:
+    """A record's dedup marker (strongly consistent): what it counted, where, and whether it was voided."""
+    return (
+        table(tables.USAGE_AGG_SHARDED)
+        .get_item(Key={"shard_key": dedup_key, "date_key": keys.DEDUP_SORT_KEY}, ConsistentRead=True)
+        .get("Item")
+    )
+
+
+def void_items(
+    *,
+    dedup_key: str,
+    marker: dict,
+    scopes: list[str],
+    counters: dict[str, int],
+    now_epoch: int,
+    expires_at: int,
+    reason: str,
+) -> list[dict]:
+    """The actions of one void, for ``write_once``: mark the record voided (only once: the
+    condition fails on a marker already voided or gone) and ADD ``counters`` (the record's,
+    negated, and ``voids`` 1) to the shard of each scope it was counted in."""
+    mark = {
+        "Update": {
+            "TableName": tables.USAGE_AGG_SHARDED.physical_name,
+            "Key": {"shard_key": dedup_key, "date_key": keys.DEDUP_SORT_KEY},
+            "UpdateExpression": "SET voided_at_epoch = :now, void_reason = :reason",
+            "ConditionExpression": "attribute_exists(shard_key) AND attribute_not_exists(voided_at_epoch)",
+            "ExpressionAttributeValues": {":now": now_epoch, ":reason": reason},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
+    label, shard_id, day = marker["model_label"], int(marker["shard_id"]), marker["org_day"]
+    return [mark, *(shard_update(scope, label, shard_id, day, counters, now_epoch, expires_at) for scope in scopes)]
 
 
 def org_has_spend(org_id: str, day: str) -> bool:
@@ -152,7 +203,9 @@ def active_shard_keys(day: str) -> list[dict]:
 def shards_read(shard_keys: Iterable[dict]) -> Read:
     """The read of shards to fold (and of label-days' shard count items), for
     ``dynamo.batch_get_many`` beside the totals."""
-    return Read(tables.USAGE_AGG_SHARDED, list(shard_keys), [*COUNTERS, CORRECTIONS, "updated_at_epoch", "shard_count"])
+    return Read(
+        tables.USAGE_AGG_SHARDED, list(shard_keys), [*COUNTERS, CORRECTIONS, VOIDS, "updated_at_epoch", "shard_count"]
+    )
 
 
 def raise_shard_count(count_key: dict, count: int, expires_at: int) -> int:
@@ -247,7 +300,8 @@ def reprice_once(pending: dict, delta_usd_micros: int, now_epoch: int, attempt: 
     """Correct one estimated record's shard by ``delta_usd_micros``, exactly once: one
     TransactWriteItems of a Delete of its ``estimated_records`` item, conditional on it
     still being there (the per-record marker: a re-run or an overlapping run that read it
-    too cancels here), and the ADD of the delta (and one ``CORRECTIONS``) to its shard.
+    too cancels here), and the ADD of the delta (and one ``CORRECTIONS``) to its shard in
+    each scope it was counted in.
     True when this call corrected it, False when it was corrected before; ``Conflict`` to retry."""
     name = tables.USAGE_AGG_SHARDED.physical_name
     items = [
@@ -258,17 +312,20 @@ def reprice_once(pending: dict, delta_usd_micros: int, now_epoch: int, attempt: 
                 "ConditionExpression": "attribute_exists(shard_key)",
             }
         },
-        {
-            "Update": {
-                "TableName": name,
-                "Key": {
-                    "shard_key": keys.shard_key(pending["scope"], pending["model_label"], int(pending["shard_id"])),
-                    "date_key": keys.day_key(pending["org_day"]),
-                },
-                "UpdateExpression": f"ADD cost_usd_micros :delta, {CORRECTIONS} :one SET updated_at_epoch = :now",
-                "ExpressionAttributeValues": {":delta": delta_usd_micros, ":one": 1, ":now": now_epoch},
+        *(
+            {
+                "Update": {
+                    "TableName": name,
+                    "Key": {
+                        "shard_key": keys.shard_key(scope, pending["model_label"], int(pending["shard_id"])),
+                        "date_key": keys.day_key(pending["org_day"]),
+                    },
+                    "UpdateExpression": f"ADD cost_usd_micros :delta, {CORRECTIONS} :one SET updated_at_epoch = :now",
+                    "ExpressionAttributeValues": {":delta": delta_usd_micros, ":one": 1, ":now": now_epoch},
+                }
             }
-        },
+            for scope in pending["scopes"]
+        ),
     ]
     reasons = transact(items, ClientRequestToken=request_token(items, attempt))
     if reasons is None:

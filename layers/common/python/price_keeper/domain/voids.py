@@ -1,0 +1,137 @@
+"""Voiding usage reported in error: an operator's ``POST .../usage/void`` (X-API-Key).
+
+A void takes a counted record back out, exactly once: one TransactWriteItems marks the
+record's dedup marker voided (only if it exists and is not voided yet) and ADDs the record's
+counters, negated, to the shard of every scope it was counted in (the marker says which
+shard, day and scopes), with ``voids`` + 1, so the aggregator's totals follow it
+(``daily_totals.write_if_grown``). The same pattern as the record itself
+(``usage.write_once``): a repeated void, concurrent or later, cancels on the marker and is
+answered ``already_voided``; the marker stays, so a retry of the voided ``request_id`` is
+still a duplicate and is not counted again. Records older than the dedup window (the
+marker's TTL, ``dedup_ttl_days``) are ``not_found``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints, field_validator
+
+from ..errors import service_unavailable
+from ..http import audit
+from ..store import keys, usage
+from ..timeutil import iso_utc, utc_now
+from ..validation import APP_ID_PATTERN, Schema, StrictBody, is_uuid
+from . import orgs
+from .aggregation import usage_expires_at
+
+MAX_REQUEST_IDS = 100
+TRANSACTION_ATTEMPTS = 5
+TOKEN_COUNTERS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_input_tokens")
+
+
+class VoidRequest(StrictBody):
+    app_id: Annotated[str, StringConstraints(pattern=APP_ID_PATTERN)] = Field(
+        description="The app that reported the records"
+    )
+    request_ids: Annotated[list[str], Field(min_length=1, max_length=MAX_REQUEST_IDS)] = Field(
+        description="The usage records' request_id values (UUIDs)"
+    )
+    reason: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)] = Field(
+        description="Why they are voided (kept on each record and in the audit line)"
+    )
+
+    @field_validator("request_ids")
+    @classmethod
+    def _canonical_uuids(cls, values: list[str]) -> list[str]:
+        if not all(is_uuid(value.lower()) for value in values):
+            raise ValueError("every request_id must be a UUID")
+        return list(dict.fromkeys(value.lower() for value in values))  # as usage stores them, once each
+
+
+class VoidResult(Schema):
+    request_id: str
+    status: Literal["voided", "already_voided", "not_found"]
+    model_label: str | None = None
+    org_day: str | None = Field(None, description="yyyymmdd the record was counted toward")
+    cost_usd_micros: int | None = Field(None, description="What the record counted (taken back when voided now)")
+
+
+class VoidReply(Schema):
+    """The 200 reply (OpenAPI document)."""
+
+    org_id: str
+    app_id: str
+    voided: int = Field(description="Records this request voided")
+    voided_cost_usd_micros: int
+    results: list[VoidResult]
+    timestamp: str
+
+
+def _result(request_id: str, status: str, marker: dict | None = None) -> dict:
+    marker = marker or {}
+    return {
+        "request_id": request_id,
+        "status": status,
+        "model_label": marker.get("model_label"),
+        "org_day": marker.get("org_day"),
+        "cost_usd_micros": int(marker["cost_usd_micros"]) if "cost_usd_micros" in marker else None,
+    }
+
+
+def _void_one(config: orgs.EffectiveConfig, request_id: str, reason: str, now_epoch: int) -> dict:
+    dedup_key = keys.dedup_key(config.org_id, config.app_id, request_id)
+    for attempt in range(TRANSACTION_ATTEMPTS):
+        marker = usage.read_marker(dedup_key)
+        if marker is None:
+            return _result(request_id, "not_found")
+        if "voided_at_epoch" in marker:
+            return _result(request_id, "already_voided", marker)
+        counters = {
+            "cost_usd_micros": -int(marker["cost_usd_micros"]),
+            # markers written before voids existed hold no token counts: only cost and the request go back
+            **{name: -int(marker.get(name, 0)) for name in TOKEN_COUNTERS},
+            "requests": -1,
+            usage.VOIDS: 1,
+        }
+        items = usage.void_items(
+            dedup_key=dedup_key,
+            marker=marker,
+            scopes=list(marker.get("scopes") or [config.scope]),  # (older markers: the scope of the day)
+            counters=counters,
+            now_epoch=now_epoch,
+            expires_at=usage_expires_at(marker["org_day"]),
+            reason=reason,
+        )
+        try:
+            first = usage.write_once(items, attempt)
+        except usage.Conflict:
+            time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
+            continue
+        if first is None:
+            return _result(request_id, "voided", marker)
+        return _result(request_id, "already_voided" if first else "not_found", first or None)
+    raise service_unavailable("Void kept conflicting with concurrent writes; retry")
+
+
+def void(org_id: str, request: VoidRequest, now: datetime | None = None) -> dict:
+    """``POST .../usage/void``: void each record once; 404 for an unknown org or app."""
+    now = now or utc_now()
+    config = orgs.effective_config(org_id, request.app_id)
+    audit.note(app_id=request.app_id, reason=request.reason, request_ids=len(request.request_ids))
+    results = [
+        _void_one(config, request_id, request.reason, int(now.timestamp())) for request_id in request.request_ids
+    ]
+    voided = [result for result in results if result["status"] == "voided"]
+    audit.note(voided=[result["request_id"] for result in voided])
+    return {
+        "org_id": org_id,
+        "app_id": request.app_id,
+        "voided": len(voided),
+        "voided_cost_usd_micros": sum(result["cost_usd_micros"] for result in voided),
+        "results": results,
+        "timestamp": iso_utc(now),
+    }
