@@ -29,7 +29,7 @@ from ..observability import logger
 from ..store import daily_totals, keys, usage
 from ..timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
 from ..validation import is_label
-from . import alerts, boosts, orgs, pricing, profiles
+from . import alerts, boosts, orgs, pricing, profiles, reservations
 from .aggregation import Totals, usage_expires_at
 from .models import UsageRequest
 from .orgs import EffectiveConfig
@@ -185,9 +185,10 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
 # --- the exactly-once write --------------------------------------------------------
 
 
-def record(submission: Submission, now: datetime) -> Outcome:
+def record(submission: Submission, now: datetime, settle: reservations.Settlement | None = None) -> Outcome:
     """Write a submission exactly once (``store.usage``); a duplicate answers with the
-    original's outcome."""
+    original's outcome. ``settle`` adds a reservation's settlement to the same transaction
+    (so the dedup marker makes it exactly once too)."""
     now_epoch = int(now.timestamp())
     tokens = submission.tokens
     items = usage.record_items(
@@ -217,7 +218,7 @@ def record(submission: Submission, now: datetime) -> Outcome:
     )
     for attempt in range(TRANSACTION_ATTEMPTS):
         try:
-            first = usage.write_once(items, attempt)
+            first = usage.write_once(items + (settle.actions(attempt) if settle else []), attempt)
         except usage.Conflict:
             time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
             continue
@@ -245,11 +246,13 @@ def record(submission: Submission, now: datetime) -> Outcome:
     raise service_unavailable("Usage write kept conflicting with concurrent writes; retry")
 
 
-def count(config: EffectiveConfig, submission: Submission, now: datetime) -> Outcome:
+def count(
+    config: EffectiveConfig, submission: Submission, now: datetime, settle: reservations.Settlement | None = None
+) -> Outcome:
     """``record``; a record newly counted at the estimate (a model with no known price)
     raises ``UNPRICED_MODEL`` for its scope, day and model. The alert never fails the
     record: a failure is logged and the next estimated record retries it."""
-    outcome = record(submission, now)
+    outcome = record(submission, now, settle)
     if outcome.price_source == pricing.ESTIMATE and not outcome.duplicate:
         try:
             alerts.fire_unpriced_model(
@@ -311,8 +314,11 @@ def submit(org_id: str, app_id: str, request: UsageRequest, now: datetime | None
     """``POST .../usage``: the 202 body (with the label's current DailyTotal)."""
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
-    outcome = count(config, prepare(config, request, now), now)
-    return {**_accepted_body(outcome, now), "daily_total": daily_status(config, outcome.label, outcome.day)}
+    submission = prepare(config, request, now)
+    settle = reservations.settlement(org_id, app_id, submission, request.reservation_id)
+    outcome = count(config, submission, now, settle)
+    body = {**_accepted_body(outcome, now), "daily_total": daily_status(config, outcome.label, outcome.day)}
+    return body | ({"reservation": settle.summary(outcome.duplicate)} if settle else {})
 
 
 def _failed(raw, code: str, message: str) -> dict:
@@ -328,7 +334,10 @@ def _failed(raw, code: str, message: str) -> dict:
 def _submit_one(config: EffectiveConfig, raw, now: datetime) -> tuple[dict, Outcome | None]:
     """The record's result, and its outcome when it was accepted."""
     try:
-        outcome = count(config, prepare(config, UsageRequest.model_validate(raw), now), now)
+        request = UsageRequest.model_validate(raw)
+        submission = prepare(config, request, now)
+        settle = reservations.settlement(config.org_id, config.app_id, submission, request.reservation_id)
+        outcome = count(config, submission, now, settle)
     except ValidationError:
         return _failed(raw, "INVALID_REQUEST", "Request validation failed"), None
     except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others (each is one transaction)

@@ -50,6 +50,25 @@ class DailyStatus(Reply):
     aggregated_at: str | None
 
 
+class ReservationSettlement(Reply):
+    """How a usage record carrying ``reservation_id`` settled it."""
+
+    reservation_id: str
+    settled: bool = Field(description="This record ended the live hold (False: already ended, or a duplicate)")
+    amount_usd_micros: int | None = Field(description="The hold this record settled")
+    over_reservation_usd_micros: int = Field(description="Actual cost above the hold (counted, and flagged)")
+
+
+class Reservation(Reply):
+    """201 of POST .../reservations."""
+
+    reservation_id: str
+    label: str
+    bedrock_model_id: str | None
+    amount_usd_micros: int = Field(description="The call's worst-case cost, held until settled or expired")
+    expires_at: str
+
+
 class UsageReceipt(Reply):
     """202 of POST .../usage."""
 
@@ -61,6 +80,7 @@ class UsageReceipt(Reply):
     pricing: UsagePricing
     timestamp: str
     daily_total: DailyStatus
+    reservation: ReservationSettlement | None = None
 
 
 class BatchResult(Reply):
@@ -92,6 +112,7 @@ class Recommendation(Reply):
 
 class ModelStatus(Reply):
     spend_usd_micros: int
+    reserved_usd_micros: int = Field(0, description="Held by live reservations (hard cap), beside spend")
     quota_usd_micros: int
     quota_pct: float | None
     status: Status
@@ -101,6 +122,7 @@ class TotalStatus(Reply):
     """The scope's spend over every label against its total daily cap."""
 
     spend_usd_micros: int
+    reserved_usd_micros: int = Field(0, description="Held by live reservations (hard cap), beside spend")
     quota_usd_micros: int
     quota_pct: float | None
     exceeded: bool
@@ -111,6 +133,7 @@ class QuotaStatus(Reply):
     mode: Mode
     current_model: str
     spend_usd_micros: int
+    reserved_usd_micros: int = Field(0, description="Held by live reservations (hard cap), beside spend")
     quota_usd_micros: int
     quota_pct: float | None
     sticky_fallback_active: bool
@@ -155,6 +178,7 @@ class ModelAggregate(Reply):
     label: str
     bedrock_model_id: str | None
     cost_usd_micros: int
+    reserved_usd_micros: int = Field(0, description="Held by live reservations (hard cap), beside spend")
     quota_usd_micros: int
     quota_pct: float | None
     quota_status: Status
@@ -177,6 +201,7 @@ class Aggregates(Reply):
     quota_scope: Literal["ORG", "APP"]
     models: dict[str, ModelAggregate]
     total_cost_usd_micros: int
+    total_reserved_usd_micros: int = Field(0, description="Held by live reservations of the scope")
     total_quota_usd_micros: int
     total_quota_pct: float | None
     sticky_fallback_active: bool

@@ -10,7 +10,7 @@ from . import keys, tables
 from .dynamo import Read, batch_get, query_all, query_many, table, written
 from .usage import COUNTERS
 
-READ_ATTRIBUTES = (*COUNTERS, "updated_at_epoch", "last_run_epoch", "labels")
+READ_ATTRIBUTES = (*COUNTERS, "updated_at_epoch", "last_run_epoch", "labels", "committed", "settled")
 
 
 def day_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = False) -> Read:

@@ -1,0 +1,115 @@
+"""Reservations (hard cap): the holds in StickyState and the quota ledgers on DailyTotal.
+
+A quota's *ledger* is two counters on the DailyTotal item it caps (the label's
+``{scope}#LABEL#{label}`` and the scope's ``{scope}#TOTAL`` of an org day): ``committed``
+(actual cost of every reserved call settled so far + the amount of every live hold) and
+``settled`` (the settled part alone). The aggregator SETs only its own counters on these
+items, so the two never overwrite each other, and the reads selection already makes carry
+the ledger at no extra cost.
+
+A hold is a StickyState item that lives exactly as long as the hold does: settle, release
+and expiry each *delete* it under ``attribute_exists`` in one transaction with the ledger
+update, so each happens at most once and a second attempt finds nothing to undo.
+"""
+
+from __future__ import annotations
+
+from boto3.dynamodb.conditions import Key
+
+from . import keys, tables
+from .dynamo import query_all, table, transact
+
+LEDGER_ATTRIBUTES = ("committed", "settled")
+
+
+class Refused(Exception):
+    """A ledger's condition failed: the quota (``index`` into the ledgers) cannot hold it."""
+
+    def __init__(self, index: int):
+        super().__init__("quota cannot hold the reservation")
+        self.index = index
+
+
+class Conflict(Exception):
+    """Lost a race with a concurrent transaction on the same items: retry."""
+
+
+def ledger_key(usage_key: str, day: str) -> dict:
+    return {"usage_key": usage_key, "date_key": keys.day_key(day)}
+
+
+def ledger_update(key: dict, committed: int, settled: int, expires_at: int) -> dict:
+    """ADD to a ledger (creating the DailyTotal item if needed, with the day's TTL)."""
+    return {
+        "Update": {
+            "TableName": tables.DAILY_TOTAL.physical_name,
+            "Key": key,
+            "UpdateExpression": f"ADD committed :c, settled :s SET {tables.TTL_ATTRIBUTE} = "
+            f"if_not_exists({tables.TTL_ATTRIBUTE}, :expires)",
+            "ExpressionAttributeValues": {":c": committed, ":s": settled, ":expires": expires_at},
+        }
+    }
+
+
+def hold(item: dict, ledgers: list[tuple[dict, int]], expires_at: int) -> None:
+    """Put the hold ``item`` and ADD its ``amount`` to each ledger whose ``committed`` is at
+    most the given room (quota − unreserved spend − amount): one TransactWriteItems, so the
+    check and the hold are one atomic step. ``Refused`` names the ledger that had no room."""
+    amount = item["amount_usd_micros"]
+    actions = [
+        {
+            "Put": {
+                "TableName": tables.STICKY_STATE.physical_name,
+                "Item": item,
+                "ConditionExpression": "attribute_not_exists(scope_key)",
+            }
+        }
+    ]
+    for key, room in ledgers:
+        update = ledger_update(key, amount, 0, expires_at)
+        update["Update"]["ConditionExpression"] = "attribute_not_exists(committed) OR committed <= :room"
+        update["Update"]["ExpressionAttributeValues"][":room"] = room
+        actions.append(update)
+    reasons = transact(actions)
+    if reasons is None:
+        return
+    for index, reason in enumerate(reasons[1:]):
+        if reason.get("Code") == "ConditionalCheckFailed":
+            raise Refused(index)
+    raise Conflict()
+
+
+def delete_hold(key: dict, condition: str = "", values: dict | None = None) -> dict:
+    """The action that ends a live hold: Delete it only if it still exists (and ``condition``)."""
+    delete = {
+        "TableName": tables.STICKY_STATE.physical_name,
+        "Key": key,
+        "ConditionExpression": "attribute_exists(scope_key)" + (f" AND {condition}" if condition else ""),
+    }
+    if values:
+        delete["ExpressionAttributeValues"] = values
+    return {"Delete": delete}
+
+
+def end(actions: list[dict]) -> bool:
+    """Run actions whose first is a ``delete_hold``: True when this call ended the hold,
+    False when it was already gone (or its condition false); ``Conflict`` to retry."""
+    reasons = transact(actions)
+    if reasons is None:
+        return True
+    if reasons[0].get("Code") == "ConditionalCheckFailed":
+        return False
+    raise Conflict()
+
+
+def read(key: dict) -> dict | None:
+    return table(tables.STICKY_STATE).get_item(Key=key, ConsistentRead=True).get("Item")
+
+
+def expired(scope: str, day: str, now_epoch: int) -> list[dict]:
+    """The live holds of a scope and day whose expiry has passed (one key-range Query)."""
+    return query_all(
+        table(tables.STICKY_STATE).query,
+        KeyConditionExpression=Key("scope_key").eq(keys.reservations_partition(scope, day))
+        & Key("date_key").lt(keys.reservation_expired_bound(now_epoch)),
+    )
