@@ -100,6 +100,7 @@ class UsageRecord:
     calling_region: str | None = None
     cache_read_input_tokens: int = 0
     cache_write_input_tokens: int = 0
+    reservation_id: str | None = None  # settles this reservation (hard cap)
 
     def to_json(self) -> dict:
         body = {
@@ -118,6 +119,8 @@ class UsageRecord:
             body["cache_read_input_tokens"] = self.cache_read_input_tokens
         if self.cache_write_input_tokens:
             body["cache_write_input_tokens"] = self.cache_write_input_tokens
+        if self.reservation_id:
+            body["reservation_id"] = self.reservation_id
         return body
 
 
@@ -241,6 +244,7 @@ class LabelSpend:
     cache_read_input_tokens: int = 0
     cache_write_input_tokens: int = 0
     average_cost_per_request: int = 0
+    reserved_usd_micros: int = 0  # held by live reservations (hard cap), beside the spend
 
     @classmethod
     def from_json(cls, label: str, body: dict) -> LabelSpend:
@@ -257,6 +261,7 @@ class LabelSpend:
             cache_read_input_tokens=int(body.get("cache_read_input_tokens", 0)),
             cache_write_input_tokens=int(body.get("cache_write_input_tokens", 0)),
             average_cost_per_request=int(body.get("average_cost_per_request", 0)),
+            reserved_usd_micros=int(body.get("reserved_usd_micros", 0)),
         )
 
 
@@ -278,6 +283,7 @@ class DailySpend:
     current_active_model: str | None
     updated_at: datetime | None
     raw: dict = field(repr=False, compare=False)
+    total_reserved_usd_micros: int = 0
 
     @classmethod
     def from_json(cls, body: dict) -> DailySpend:
@@ -297,6 +303,7 @@ class DailySpend:
             current_active_model=body.get("current_active_model"),
             updated_at=_time(body.get("updated_at")),
             raw=body,
+            total_reserved_usd_micros=int(body.get("total_reserved_usd_micros", 0)),
         )
 
     @property
