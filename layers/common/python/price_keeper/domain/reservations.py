@@ -119,9 +119,16 @@ def _candidates(config: EffectiveConfig, request: ReservationRequest, day: str) 
     return [(label, amount) for label, amount in priced if amount is not None]
 
 
-def _try_hold(config: EffectiveConfig, day: str, label: str, amount: int, ttl_secs: int, app_id: str, now: datetime):
-    """Hold ``amount`` on ``label`` if its quota and the scope's total cap both have room;
-    the reservation id, or None when either has none."""
+class Attempt(NamedTuple):
+    reservation: ReservationId | None  # None: refused
+    label_reserved: int  # what the label's and the scope's ledgers held when read, before the hold
+    total_reserved: int
+
+
+def _try_hold(
+    config: EffectiveConfig, day: str, label: str, amount: int, ttl_secs: int, app_id: str, now: datetime
+) -> Attempt:
+    """Hold ``amount`` on ``label`` if its quota and the scope's total cap both have room."""
     ledgers = _ledger_keys(config.scope, label, day)
     read = read_daily_totals([ledger["usage_key"] for ledger in ledgers], day, consistent=True)
     label_totals, scope_totals = (read.of(ledger["usage_key"]) for ledger in ledgers)
@@ -129,8 +136,9 @@ def _try_hold(config: EffectiveConfig, day: str, label: str, amount: int, ttl_se
         config.quota(label) - label_totals.unreserved - amount,
         config.total_quota - scope_totals.unreserved - amount,
     ]
+    refused = Attempt(None, label_totals.reserved, scope_totals.reserved)
     if min(rooms) < 0:
-        return None
+        return refused
     kind = "o" if config.scope == keys.org_key(config.org_id) else "a"
     expires_epoch = int(now.timestamp()) + ttl_secs
     rid = ReservationId(day, kind, expires_epoch, secrets.token_hex(16))
@@ -146,9 +154,9 @@ def _try_hold(config: EffectiveConfig, day: str, label: str, amount: int, ttl_se
     for _ in range(CONFLICT_ATTEMPTS):
         try:
             store.hold(item, list(zip(ledgers, rooms, strict=True)), usage_expires_at(day))
-            return rid
+            return refused._replace(reservation=rid)
         except store.Refused:
-            return None
+            return refused
         except store.Conflict:
             continue
     raise service_unavailable("Reservation kept conflicting with concurrent writes; retry")
@@ -177,14 +185,20 @@ def sweep(scope: str, day: str, now: datetime) -> int:
 def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime | None = None) -> dict:
     """``POST .../reservations``: the 201 body; 429 ``QUOTA_EXCEEDED`` when no label (the
     first in the ordering, or the given one) and the scope's total cap can hold the call's
-    worst case. A refusal first ends the holds that have expired, then tries once more."""
+    worst case. A refusal first ends the holds that have expired, then tries once more.
+
+    The 429 tells what was held when each label was read (before its refused hold): with
+    nothing held, a refusal is final until a quota changes; otherwise a hold may yet
+    settle below its amount and free headroom."""
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
     day = org_day(config.timezone, now)
     candidates = _candidates(config, request, day)
+    seen: dict[str, Attempt] = {}
     for attempt in range(2):
         for label, amount in candidates:
-            rid = _try_hold(config, day, label, amount, request.ttl_secs, app_id, now)
+            seen[label] = _try_hold(config, day, label, amount, request.ttl_secs, app_id, now)
+            rid = seen[label].reservation
             if rid is not None:
                 return {
                     "reservation_id": str(rid),
@@ -204,6 +218,8 @@ def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime
             "app_id": app_id,
             "date": parse_day(day).isoformat(),
             "worst_case_usd_micros": {label: amount for label, amount in candidates},
+            "reserved_usd_micros": {label: tried.label_reserved for label, tried in seen.items()},
+            "total_reserved_usd_micros": max((tried.total_reserved for tried in seen.values()), default=0),
         },
         headers={"Retry-After": "1"},
     )
