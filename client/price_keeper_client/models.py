@@ -125,6 +125,46 @@ class UsageRecord:
 
 
 @dataclass(frozen=True)
+class Reservation:
+    """``POST .../reservations`` (hard cap): the label to call and the worst-case cost held
+    for it until a usage record with ``reservation_id`` settles it, a release, or ``expires_at``."""
+
+    reservation_id: str
+    label: str
+    bedrock_model_id: str | None
+    amount_usd_micros: int
+    expires_at: datetime | None
+    raw: dict = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: dict) -> Reservation:
+        return cls(
+            reservation_id=body["reservation_id"],
+            label=body["label"],
+            bedrock_model_id=body.get("bedrock_model_id"),
+            amount_usd_micros=int(body.get("amount_usd_micros", 0)),
+            expires_at=_time(body.get("expires_at")),
+            raw=body,
+        )
+
+    def as_choice(self) -> ModelChoice:
+        """The reserved label as the model to call (a reservation replaces model selection)."""
+        return ModelChoice(
+            label=self.label,
+            bedrock_model_id=self.bedrock_model_id or self.label,
+            reason="RESERVED",
+            mode="NORMAL",
+            quota_pct=None,
+            cache_duration_secs=0,
+            check_frequency=None,
+            pricing=None,
+            org_day=None,
+            checked_at=None,
+            raw=self.raw,
+        )
+
+
+@dataclass(frozen=True)
 class LabelQuota:
     """The quota position of one label as a usage answer reports it (when the server includes it)."""
 

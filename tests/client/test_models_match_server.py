@@ -33,6 +33,7 @@ from price_keeper_client.models import (
     ModelChoice,
     Pricing,
     Provisioned,
+    Reservation,
     Rotation,
     UsageReceipt,
     UsageRecord,
@@ -176,6 +177,7 @@ WIRE = {
     LabelSpend: Wire("aggregates", "models.*"),
     Credentials: Wire("provisioned", "credentials"),
     Provisioned: Wire("provisioned"),
+    Reservation: Wire("schema:Reservation"),
     Rotation: Wire(
         "rotation",
         paths={
