@@ -11,7 +11,7 @@ import pytest
 
 from price_keeper.domain import reservations
 from price_keeper.store import keys, tables
-from price_keeper.store.dynamo import table
+from price_keeper.store.dynamo import ddb_client, item_size, table
 from price_keeper.timeutil import org_day
 from tests.conftest import assert_error
 from tests.factories import seed_app, token_for
@@ -205,3 +205,40 @@ def test_bad_reservation_bodies_are_400(api, body):
 def test_an_unknown_label_is_400(api):
     t = tenant()
     assert_error(reserve(api, t, {"model_label": "nope"}), 400, "INVALID_MODEL_LABEL")
+
+
+def test_write_units_of_a_reserved_call(api):
+    """What docs/performance.md states: a reservation is one transaction of 3 items, its
+    settlement adds 3 items to the usage write's 2, and every item stays under 1 KB (1 unit,
+    doubled in a transaction). Selection without reservations makes no extra call."""
+    t = tenant()
+    seen: list[tuple[str, dict]] = []
+
+    def record(params, model, **_):
+        seen.append((model.name, params))
+
+    events = ddb_client().meta.events
+    events.register("provide-client-params.dynamodb.*", record)
+    try:
+        held = reserve(api, t).json()
+        hold_key = reservations.ReservationId.parse(held["reservation_id"]).key(t.org_id, t.app_id)
+        hold_size = item_size(table(tables.STICKY_STATE).get_item(Key=hold_key)["Item"])
+        reserve_writes = [p for name, p in seen if name == "TransactWriteItems"]
+        seen.clear()
+        api.post(f"{t.app_path}/usage", usage_body(reservation_id=held["reservation_id"]), token=t.token)
+        settle_writes = [p for name, p in seen if name == "TransactWriteItems"]
+        seen.clear()
+        api.get(f"{t.app_path}/model-selection", token=t.token)
+        selection_calls = [name for name, _ in seen]
+    finally:
+        events.unregister("provide-client-params.dynamodb.*", record)
+    assert [len(p["TransactItems"]) for p in reserve_writes] == [3]
+    assert [len(p["TransactItems"]) for p in settle_writes] == [5]
+    day = org_day("America/New_York", datetime.now(UTC))
+    stored = [
+        table(tables.DAILY_TOTAL).get_item(Key={"usage_key": key, "date_key": keys.day_key(day)})["Item"]
+        for key in (keys.usage_key(t.scope, "premium"), keys.scope_total_key(t.scope))
+    ]
+    assert max(hold_size, *(item_size(item) for item in stored)) < 1024
+    print(f"reserve: {2 * 3} WCU, settlement: {2 * 5} WCU (usage alone: 4); hold item {hold_size} B")
+    assert selection_calls == ["BatchGetItem"]  # the ledgers ride on the DailyTotal items it reads anyway
