@@ -111,6 +111,8 @@ def test_actual_cost_above_the_hold_is_counted_and_flagged(api):
     reply = api.post(f"{t.app_path}/usage", body, token=t.token)
     assert reply.json()["reservation"]["over_reservation_usd_micros"] == 7200 - WORST
     assert ledger(t, "premium") == {"committed": 7200, "settled": 7200}
+    listed = api.get(f"{t.org_path}/alerts", token=t.org_token).json()["alerts"]
+    assert [(a["type"], a["label"]) for a in listed] == [("OVER_RESERVATION", "premium")]
 
 
 def test_a_usage_label_other_than_the_reservations_is_400_and_writes_nothing(api):

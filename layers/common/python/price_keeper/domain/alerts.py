@@ -13,6 +13,8 @@ Alert kinds, for one quota scope (``ORG#{org}`` or ``ORG#{org}#APP#{app}``) and 
 - ``UNPRICED_MODEL`` (label, model): usage was counted at the configured estimate because
   its model (a profile routing outside config.yaml) has no known price. Raised by the usage
   path, not the aggregator; its event also makes the pricing fetcher look the model up.
+- ``OVER_RESERVATION`` (label): a usage record settling a reservation cost more than the
+  reservation held (the hard cap's worst case was not one). Raised by the usage path.
 
 Thresholds are config.yaml ``alerts.thresholds_pct`` unless the org sets its own
 (``overrides.alert_thresholds_pct``).
@@ -63,6 +65,7 @@ from .quota import first_unspent, quota_pct, reached, sticky_floor
 from .selection import read_sticky
 
 THRESHOLD, FALLBACK, ALL_EXHAUSTED, UNPRICED_MODEL = "THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL"
+OVER_RESERVATION = "OVER_RESERVATION"
 EVENT_SOURCE = "price-keeper"
 DETAIL_TYPE = "SpendAlert"
 DEFAULT_EVENT_BUS = "price-keeper-events"
@@ -288,6 +291,12 @@ def fire_unpriced_model(
     return _fire(config.scope, config, day, [Alert(UNPRICED_MODEL, label, model_id=model_id, region=region)], now)
 
 
+def fire_over_reservation(config: EffectiveConfig, day: str, label: str, now: datetime) -> list[Alert]:
+    """``OVER_RESERVATION`` for the scope, day and label (once): for the usage path, after a
+    record settled a reservation with more than it held."""
+    return _fire(config.scope, config, day, [Alert(OVER_RESERVATION, label)], now)
+
+
 def _fire(scope: str, config: EffectiveConfig, day: str, candidates: Sequence[Alert], now: datetime) -> list[Alert]:
     """Record and publish each alert not yet published for the scope and day; the ones
     this call published."""
@@ -357,7 +366,7 @@ def spend_pcts(report: RunReport, now: datetime) -> list[float]:
 
 
 class AlertEntry(Schema):
-    type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL"]
+    type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL", "OVER_RESERVATION"]
     label: str | None = Field(description="null for ALL_EXHAUSTED, and for THRESHOLD of the scope's total cap")
     threshold_pct: int | None = Field(description="THRESHOLD only")
     model_id: str | None = Field(description="UNPRICED_MODEL only: the Bedrock model counted at the estimate")

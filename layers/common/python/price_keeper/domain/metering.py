@@ -253,6 +253,8 @@ def count(
     raises ``UNPRICED_MODEL`` for its scope, day and model. The alert never fails the
     record: a failure is logged and the next estimated record retries it."""
     outcome = record(submission, now, settle)
+    if settle is not None:
+        settle.counted(config, outcome.duplicate, now)
     if outcome.price_source == pricing.ESTIMATE and not outcome.duplicate:
         try:
             alerts.fire_unpriced_model(
@@ -315,7 +317,7 @@ def submit(org_id: str, app_id: str, request: UsageRequest, now: datetime | None
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
     submission = prepare(config, request, now)
-    settle = reservations.settlement(org_id, app_id, submission, request.reservation_id)
+    settle = reservations.settlement(config, submission, request.reservation_id)
     outcome = count(config, submission, now, settle)
     body = {**_accepted_body(outcome, now), "daily_total": daily_status(config, outcome.label, outcome.day)}
     return body | ({"reservation": settle.summary(outcome.duplicate)} if settle else {})
@@ -336,7 +338,7 @@ def _submit_one(config: EffectiveConfig, raw, now: datetime) -> tuple[dict, Outc
     try:
         request = UsageRequest.model_validate(raw)
         submission = prepare(config, request, now)
-        settle = reservations.settlement(config.org_id, config.app_id, submission, request.reservation_id)
+        settle = reservations.settlement(config, submission, request.reservation_id)
         outcome = count(config, submission, now, settle)
     except ValidationError:
         return _failed(raw, "INVALID_REQUEST", "Request validation failed"), None

@@ -30,7 +30,7 @@ from ..store import keys
 from ..store import reservations as store
 from ..timeutil import iso_utc, org_day, parse_day, utc_now
 from ..validation import APP_ID_PATTERN, StrictBody
-from . import boosts, pricing, profiles
+from . import alerts, boosts, pricing, profiles
 from .aggregation import read_daily_totals, usage_expires_at
 from .models import TokenCount
 from .orgs import EffectiveConfig
@@ -261,13 +261,13 @@ class Settlement:
     (``committed`` and ``settled``); a hold still live is deleted and its amount taken back.
     """
 
-    def __init__(self, org_id: str, app_id: str, submission, reservation_id: str):
+    def __init__(self, config: EffectiveConfig, submission, reservation_id: str):
         self.rid = ReservationId.parse(reservation_id)
         if self.rid is None:
             raise invalid_request("reservation_id is not one this service issued", reservation_id=reservation_id[:80])
         self.reservation_id = reservation_id
-        self.org_id, self.app_id, self.submission = org_id, app_id, submission
-        self.key = self.rid.key(org_id, app_id)
+        self.org_id, self.app_id, self.submission = config.org_id, config.app_id, submission
+        self.key = self.rid.key(self.org_id, self.app_id)
         self.item = self._read()
         if self.item is not None and self.item["label"] != submission.label:
             raise invalid_request(
@@ -300,22 +300,33 @@ class Settlement:
             actions.append(store.ledger_update(ledger, committed, settled, usage_expires_at(keys.day_of_key(date_key))))
         return actions
 
-    def summary(self, duplicate: bool) -> dict:
-        """The usage reply's ``reservation`` field; flags actual cost above the hold."""
+    def over(self, duplicate: bool) -> int:
+        """Actual cost above the hold this record's write ended (0 when it ended none)."""
         held = None if duplicate else self.settled_amount
-        over = max(0, self.submission.cost_usd_micros - held) if held is not None else 0
-        if over:
-            logger.warning(
-                "usage above its reservation",
-                extra={"reservation_id": self.reservation_id, "held": held, "over": over},
-            )
+        return max(0, self.submission.cost_usd_micros - held) if held is not None else 0
+
+    def counted(self, config: EffectiveConfig, duplicate: bool, now: datetime) -> None:
+        """After the write: actual cost above the hold raises ``OVER_RESERVATION`` (never
+        failing the record: it is counted; a failed alert is logged)."""
+        over = self.over(duplicate)
+        if not over:
+            return
+        logger.warning("usage above its reservation", extra={"reservation_id": self.reservation_id, "over": over})
+        try:
+            alerts.fire_over_reservation(config, self.submission.day, self.submission.label, now)
+        except Exception:  # noqa: BLE001 - the usage is counted; only its alert is late
+            logger.exception("OVER_RESERVATION alert failed", extra={"reservation_id": self.reservation_id})
+
+    def summary(self, duplicate: bool) -> dict:
+        """The usage reply's ``reservation`` field."""
+        held = None if duplicate else self.settled_amount
         return {
             "reservation_id": self.reservation_id,
             "settled": held is not None,
             "amount_usd_micros": held,
-            "over_reservation_usd_micros": over,
+            "over_reservation_usd_micros": self.over(duplicate),
         }
 
 
-def settlement(org_id: str, app_id: str, submission, reservation_id: str | None) -> Settlement | None:
-    return Settlement(org_id, app_id, submission, reservation_id) if reservation_id else None
+def settlement(config: EffectiveConfig, submission, reservation_id: str | None) -> Settlement | None:
+    return Settlement(config, submission, reservation_id) if reservation_id else None
