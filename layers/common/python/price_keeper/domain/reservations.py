@@ -142,24 +142,26 @@ def _try_hold(
     kind = "o" if config.scope == keys.org_key(config.org_id) else "a"
     expires_epoch = int(now.timestamp()) + ttl_secs
     rid = ReservationId(day, kind, expires_epoch, secrets.token_hex(16))
-    item = {
-        **rid.key(config.org_id, app_id),
+    attributes = {
         "reservation_id": str(rid),
         "app_id": app_id,
         "label": label,
         "amount_usd_micros": amount,
         "expires_epoch": expires_epoch,
-        "expires_at_epoch": expires_epoch + HOLD_RETENTION_SECS,
     }
-    for _ in range(CONFLICT_ATTEMPTS):
-        try:
-            store.hold(item, list(zip(ledgers, rooms, strict=True)), usage_expires_at(day))
-            return refused._replace(reservation=rid)
-        except store.Refused:
-            return refused
-        except store.Conflict:
-            continue
-    raise service_unavailable("Reservation kept conflicting with concurrent writes; retry")
+    try:
+        store.hold(
+            rid.key(config.org_id, app_id),
+            attributes,
+            expires_epoch + HOLD_RETENTION_SECS,
+            list(zip(ledgers, rooms, strict=True)),
+            usage_expires_at(day),
+        )
+    except store.Refused:
+        return refused
+    except store.Conflict:
+        raise service_unavailable("Reservation kept conflicting with concurrent writes; retry") from None
+    return refused._replace(reservation=rid)
 
 
 def sweep(scope: str, day: str, now: datetime) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from boto3.dynamodb.conditions import Key
 
 from . import keys, tables
-from .dynamo import query_all, table, transact
+from .dynamo import _backoff, query_all, table, transact
 
 LEDGER_ATTRIBUTES = ("committed", "settled")
 
@@ -51,10 +51,16 @@ def ledger_update(key: dict, committed: int, settled: int, expires_at: int) -> d
     }
 
 
-def hold(item: dict, ledgers: list[tuple[dict, int]], expires_at: int) -> None:
-    """Put the hold ``item`` and ADD its ``amount`` to each ledger whose ``committed`` is at
-    most the given room (quota − unreserved spend − amount): one TransactWriteItems, so the
-    check and the hold are one atomic step. ``Refused`` names the ledger that had no room."""
+CONFLICT_ATTEMPTS = 5
+
+
+def hold(key: dict, attributes: dict, hold_ttl: int, ledgers: list[tuple[dict, int]], expires_at: int) -> None:
+    """Put the hold (``attributes`` with ``amount_usd_micros``, kept until ``hold_ttl``) and
+    ADD its amount to each ledger whose ``committed`` is at most the given room (quota −
+    unreserved spend − amount): one TransactWriteItems, so the check and the hold are one
+    atomic step. ``Refused`` names the ledger that had no room; ``Conflict`` after
+    ``CONFLICT_ATTEMPTS`` lost races (jittered backoff between them)."""
+    item = {**key, **attributes, tables.TTL_ATTRIBUTE: hold_ttl}
     amount = item["amount_usd_micros"]
     actions = [
         {
@@ -70,12 +76,14 @@ def hold(item: dict, ledgers: list[tuple[dict, int]], expires_at: int) -> None:
         update["Update"]["ConditionExpression"] = "attribute_not_exists(committed) OR committed <= :room"
         update["Update"]["ExpressionAttributeValues"][":room"] = room
         actions.append(update)
-    reasons = transact(actions)
-    if reasons is None:
-        return
-    for index, reason in enumerate(reasons[1:]):
-        if reason.get("Code") == "ConditionalCheckFailed":
-            raise Refused(index)
+    for attempt in range(CONFLICT_ATTEMPTS):
+        reasons = transact(actions)
+        if reasons is None:
+            return
+        for index, reason in enumerate(reasons[1:]):
+            if reason.get("Code") == "ConditionalCheckFailed":
+                raise Refused(index)
+        _backoff(attempt)
     raise Conflict()
 
 
