@@ -164,21 +164,29 @@ def _try_hold(
     return refused._replace(reservation=rid)
 
 
-def sweep(scope: str, day: str, now: datetime) -> int:
-    """Give back the amount of every hold of ``scope`` and ``day`` that expired by ``now``
-    and is still held (each exactly once: the delete is conditional); how many this call ended."""
-    now_epoch = int(now.timestamp())
-    ended = 0
-    for item in store.expired(scope, day, now_epoch):
-        actions = [
-            store.delete_hold({"scope_key": item["scope_key"], "date_key": item["date_key"]}),
+def _end_hold(scope: str, day: str, item: dict) -> bool:
+    """Delete a live hold and give its amount back to its ledgers, at most once (the delete
+    is conditional): True when this call ended it; ``store.Conflict`` to retry."""
+    key = {"scope_key": item["scope_key"], "date_key": item["date_key"]}
+    amount = int(item["amount_usd_micros"])
+    return store.end(
+        [
+            store.delete_hold(key),
             *(
-                store.ledger_update(ledger, -int(item["amount_usd_micros"]), 0, usage_expires_at(day))
+                store.ledger_update(ledger, -amount, 0, usage_expires_at(day))
                 for ledger in _ledger_keys(scope, item["label"], day)
             ),
         ]
+    )
+
+
+def sweep(scope: str, day: str, now: datetime) -> int:
+    """Give back the amount of every hold of ``scope`` and ``day`` that expired by ``now``
+    and is still held (each exactly once); how many this call ended."""
+    ended = 0
+    for item in store.expired(scope, day, int(now.timestamp())):
         try:
-            ended += store.end(actions)
+            ended += _end_hold(scope, day, item)
         except store.Conflict:
             logger.info("expired hold raced; the next sweep ends it", extra={"hold": item["reservation_id"]})
     return ended
@@ -227,7 +235,7 @@ def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime
     )
 
 
-def release(org_id: str, app_id: str, reservation_id: str, now: datetime | None = None) -> None:
+def release(org_id: str, app_id: str, reservation_id: str) -> None:
     """``DELETE .../reservations/{id}``: give a live hold back (idempotent: a hold already
     settled, released or expired, or an unknown id, is a no-op)."""
     rid = ReservationId.parse(reservation_id)
@@ -238,16 +246,8 @@ def release(org_id: str, app_id: str, reservation_id: str, now: datetime | None 
         item = store.read(key)
         if item is None or item["app_id"] != app_id:
             return
-        scope = rid.scope(org_id, app_id)
-        actions = [
-            store.delete_hold(key),
-            *(
-                store.ledger_update(ledger, -int(item["amount_usd_micros"]), 0, usage_expires_at(rid.day))
-                for ledger in _ledger_keys(scope, item["label"], rid.day)
-            ),
-        ]
         try:
-            store.end(actions)
+            _end_hold(rid.scope(org_id, app_id), rid.day, item)
             return
         except store.Conflict:
             continue

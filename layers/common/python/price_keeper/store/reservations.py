@@ -19,15 +19,9 @@ from boto3.dynamodb.conditions import Key
 from . import keys, tables
 from .dynamo import _backoff, query_all, table, transact
 
-LEDGER_ATTRIBUTES = ("committed", "settled")
-
 
 class Refused(Exception):
-    """A ledger's condition failed: the quota (``index`` into the ledgers) cannot hold it."""
-
-    def __init__(self, index: int):
-        super().__init__("quota cannot hold the reservation")
-        self.index = index
+    """A ledger's condition failed: its quota cannot hold the reservation."""
 
 
 class Conflict(Exception):
@@ -58,7 +52,7 @@ def hold(key: dict, attributes: dict, hold_ttl: int, ledgers: list[tuple[dict, i
     """Put the hold (``attributes`` with ``amount_usd_micros``, kept until ``hold_ttl``) and
     ADD its amount to each ledger whose ``committed`` is at most the given room (quota −
     unreserved spend − amount): one TransactWriteItems, so the check and the hold are one
-    atomic step. ``Refused`` names the ledger that had no room; ``Conflict`` after
+    atomic step. ``Refused`` when a ledger had no room; ``Conflict`` after
     ``CONFLICT_ATTEMPTS`` lost races (jittered backoff between them)."""
     item = {**key, **attributes, tables.TTL_ATTRIBUTE: hold_ttl}
     amount = item["amount_usd_micros"]
@@ -80,28 +74,26 @@ def hold(key: dict, attributes: dict, hold_ttl: int, ledgers: list[tuple[dict, i
         reasons = transact(actions)
         if reasons is None:
             return
-        for index, reason in enumerate(reasons[1:]):
-            if reason.get("Code") == "ConditionalCheckFailed":
-                raise Refused(index)
+        if any(reason.get("Code") == "ConditionalCheckFailed" for reason in reasons[1:]):
+            raise Refused()
         _backoff(attempt)
     raise Conflict()
 
 
-def delete_hold(key: dict, condition: str = "", values: dict | None = None) -> dict:
-    """The action that ends a live hold: Delete it only if it still exists (and ``condition``)."""
-    delete = {
-        "TableName": tables.STICKY_STATE.physical_name,
-        "Key": key,
-        "ConditionExpression": "attribute_exists(scope_key)" + (f" AND {condition}" if condition else ""),
+def delete_hold(key: dict) -> dict:
+    """The action that ends a live hold: Delete it only if it still exists."""
+    return {
+        "Delete": {
+            "TableName": tables.STICKY_STATE.physical_name,
+            "Key": key,
+            "ConditionExpression": "attribute_exists(scope_key)",
+        }
     }
-    if values:
-        delete["ExpressionAttributeValues"] = values
-    return {"Delete": delete}
 
 
 def end(actions: list[dict]) -> bool:
     """Run actions whose first is a ``delete_hold``: True when this call ended the hold,
-    False when it was already gone (or its condition false); ``Conflict`` to retry."""
+    False when it was already gone; ``Conflict`` to retry."""
     reasons = transact(actions)
     if reasons is None:
         return True
