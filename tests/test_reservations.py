@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from price_keeper.domain import reservations
+from price_keeper.domain import metering, orgs, reservations
+from price_keeper.domain.models import UsageRequest
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import ddb_client, item_size, table
 from price_keeper.timeutil import org_day
@@ -244,3 +245,31 @@ def test_write_units_of_a_reserved_call(api):
     assert max(hold_size, *(item_size(item) for item in stored)) < 1024
     print(f"reserve: {2 * 3} WCU, settlement: {2 * 5} WCU (usage alone: 4); hold item {hold_size} B")
     assert selection_calls == ["BatchGetItem"]  # the ledgers ride on the DailyTotal items it reads anyway
+
+
+def test_a_hold_released_while_its_settlement_is_in_flight_is_given_back_once(api):
+    """The settlement read the live hold, then a release ended it before the usage write: the
+    write's conditional Delete cancels it, the retry reads the hold gone and counts the record
+    as spend of an ended hold (the amount is not given back twice)."""
+    t = tenant()
+    held = reserve(api, t).json()
+    config = orgs.effective_config(t.org_id, t.app_id)
+    now = datetime.now(UTC)
+    request = UsageRequest.model_validate(usage_body(reservation_id=held["reservation_id"]))
+    submission = metering.prepare(config, request, now)
+    settle = reservations.settlement(config, submission, request.reservation_id)
+    assert settle.item is not None  # read while live
+    reservations.release(t.org_id, t.app_id, held["reservation_id"])
+    outcome = metering.count(config, submission, now, settle)
+    assert outcome.duplicate is False and settle.summary(False)["settled"] is False
+    cost = submission.cost_usd_micros
+    assert ledger(t, "premium") == {"committed": cost, "settled": cost}
+
+
+def test_a_batch_record_settles_its_reservation(api):
+    t = tenant()
+    held = reserve(api, t).json()
+    body = {"requests": [usage_body(input_tokens=500, output_tokens=500, reservation_id=held["reservation_id"])]}
+    reply = api.post(f"{t.app_path}/usage/batch", body, token=t.token)
+    assert reply.status == 207 and reply.json()["accepted"] == 1
+    assert ledger(t, "premium") == {"committed": 2000, "settled": 2000}
