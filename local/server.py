@@ -166,6 +166,9 @@ class LocalHttpServer(ThreadingHTTPServer):
     """The API on ``127.0.0.1:port``, and Bedrock's inference-profile and runtime calls for ``bedrock``."""
 
     daemon_threads = True
+    # listen() backlog: socketserver's default of 5 resets connections of a burst of
+    # concurrent clients (a fleet of 64 reserving at once) before a thread can accept them.
+    request_queue_size = 128
 
     def __init__(self, port: int, bedrock: InferenceProfiles, runtime: Runtime | None = None):
         super().__init__(("127.0.0.1", port), _Handler)

@@ -89,6 +89,12 @@ DAY_SPEND_CHECK = {(USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,)}  # usage.org_ha
 ALERT_LIST = {STICKY_STATE: (QUERY,)}  # alert_records.of_day / of_day_many
 # alerts.evaluate_and_fire: alert_records.of_day, create, claim, mark_published (boosts: ORG_CHILDREN)
 ALERT_FIRE = {STICKY_STATE: (QUERY, PUT, UPDATE)}
+# reservations.hold (a transaction of a Put and ledger Updates), read, expired (the sweep),
+# end (a conditional Delete and ledger Updates); DailyTotals read before the hold
+RESERVE = {STICKY_STATE: (PUT, GET, QUERY, DELETE), DAILY_TOTAL: (BATCH_GET, UPDATE)}
+# metering.record with a reservation_id: read the hold, Delete it and ADD to the ledgers in
+# the usage write's transaction
+SETTLE = {STICKY_STATE: (GET, DELETE), DAILY_TOTAL: (UPDATE,)}
 RATE_LIMIT = {STICKY_STATE: (UPDATE,)}  # rate_windows.lease / give_back (routes with a rate_limit)
 RECONCILIATION_READ = {DAILY_TOTAL: (GET,)}  # reconciliation.get_result
 RECONCILE = {  # reconciliation.label_totals (the active-by-day index, then the totals), put_result / put_bill
@@ -126,11 +132,28 @@ _TABLES: dict[str, Grants] = {
     "inference_profiles": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_REGISTER),
     # metering.count: UNPRICED_MODEL alerts (alerts.fire_unpriced_model)
     "usage": merge(
-        AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS, ALERT_FIRE
+        AUTH_DECODE,
+        EFFECTIVE_CONFIG,
+        ORG_CHILDREN,
+        PROFILE_LOOKUP,
+        PRICE_QUOTE,
+        USAGE_RECORD,
+        DAILY_STATUS,
+        ALERT_FIRE,
+        SETTLE,
     ),
     "usage_batch": merge(
-        AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, USAGE_RECORD, DAILY_STATUS, ALERT_FIRE
+        AUTH_DECODE,
+        EFFECTIVE_CONFIG,
+        ORG_CHILDREN,
+        PROFILE_LOOKUP,
+        PRICE_QUOTE,
+        USAGE_RECORD,
+        DAILY_STATUS,
+        ALERT_FIRE,
+        SETTLE,
     ),
+    "reservations": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, RESERVE),
     "spend_report": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, DAILY_RANGE),
     "alerts": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, ALERT_LIST),
     # (+ the usage table's stream: DescribeStream, GetRecords, GetShardIterator, which its
@@ -164,6 +187,7 @@ JWT_READERS = frozenset(
         "inference_profiles",
         "usage",
         "usage_batch",
+        "reservations",
         "spend_report",
         "alerts",
     }
@@ -175,7 +199,9 @@ PROVISIONING_READERS = frozenset(
 # Functions that resolve inference profiles to models (GetInferenceProfile): registration
 # (profiles.register refuses what it cannot resolve), metering (profiles.priced_model), and
 # the price shown by model selection.
-INFERENCE_PROFILE_READERS = frozenset({"inference_profiles", "usage", "usage_batch", "model_selection", "reconciler"})
+INFERENCE_PROFILE_READERS = frozenset(
+    {"inference_profiles", "usage", "usage_batch", "model_selection", "reconciler", "reservations"}
+)
 # Functions that read AWS Price List prices (pricing.fetch_price_list → GetProducts).
 PRICE_LIST_READERS = frozenset({"pricing_fetcher"})
 # Functions that look up a foundation model's name (pricing.price_list_name → GetFoundationModel).

@@ -41,6 +41,7 @@ def test_app_today_has_the_spec_shape(api):
         "label": "premium",
         "bedrock_model_id": "amazon.nova-pro-v1:0",
         "cost_usd_micros": 9_600_000,
+        "reserved_usd_micros": 0,
         "quota_usd_micros": 10_000_000,
         "quota_pct": 96.0,
         "quota_status": "TIGHT",

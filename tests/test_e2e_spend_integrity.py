@@ -217,6 +217,7 @@ def test_an_apps_daily_cap_stops_it_and_leaves_its_org_scope_siblings_their_quot
         "quota_usd_micros": 10_000,
         "quota_pct": 112.8,
         "exceeded": True,
+        "reserved_usd_micros": 0,
     }
     assert meek.recommended() == ("premium", "NORMAL")
     body = meek.selection().json()["quota_status"]
@@ -226,6 +227,7 @@ def test_an_apps_daily_cap_stops_it_and_leaves_its_org_scope_siblings_their_quot
         "quota_usd_micros": 500_000,
         "quota_pct": 0.0,
         "exceeded": False,
+        "reserved_usd_micros": 0,
     }
     assert greedy.usage().status_code == 202  # a call made is still counted
 

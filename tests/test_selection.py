@@ -252,6 +252,7 @@ def test_response_has_the_spec_shape(api):
     assert set(status["models_status"]) == {"premium", "standard"}
     assert status["models_status"]["standard"] == {
         "spend_usd_micros": 0,
+        "reserved_usd_micros": 0,
         "quota_usd_micros": 20_000_000,
         "quota_pct": 0.0,
         "status": "NORMAL",

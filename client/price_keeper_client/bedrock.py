@@ -21,7 +21,7 @@ from typing import Any
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError, ResponseStreamingError
 
 from .errors import PriceKeeperError
-from .models import ModelChoice, UsageReceipt, UsageRecord
+from .models import ModelChoice, Reservation, UsageReceipt, UsageRecord
 
 log = logging.getLogger("price_keeper_client")
 
@@ -30,10 +30,43 @@ log = logging.getLogger("price_keeper_client")
 SENT_ERRORS = (ClientError, ReadTimeoutError, ConnectionClosedError, ResponseStreamingError)
 
 
+# The hard cap's bound of a prompt's size (``max_input_tokens``), without a tokenizer.
+TOKENS_PER_MESSAGE = 16  # role markers and the chat template's separators
+PROMPT_OVERHEAD_TOKENS = 256  # the template's own text and tool-use scaffolding
+PROMPT_FIELDS = ("system", "toolConfig")
+
+
+def _bytes(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, (bytes, bytearray)):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_bytes(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_bytes(item) for item in value)
+    return len(str(value))
+
+
+def max_input_tokens(messages: list[dict], kwargs: dict) -> int:
+    """An upper bound of a Converse request's input tokens: one token per byte of every value
+    in ``messages``, ``system`` and ``toolConfig`` (a token of a subword tokenizer covers at
+    least one byte of text), plus ``TOKENS_PER_MESSAGE`` a message and ``PROMPT_OVERHEAD_TOKENS``.
+    Image and document bytes count their length, far above what Bedrock bills for them:
+    pass ``max_input_tokens=`` to ``converse`` for a tighter bound of such prompts."""
+    content = _bytes(messages) + sum(_bytes(kwargs.get(name)) for name in PROMPT_FIELDS if name in kwargs)
+    return content + TOKENS_PER_MESSAGE * len(messages) + PROMPT_OVERHEAD_TOKENS
+
+
 def usage_record(
-    choice: ModelChoice, usage: dict | None, calling_region: str | None, status: str = "OK"
+    choice: ModelChoice,
+    usage: dict | None,
+    calling_region: str | None,
+    status: str = "OK",
+    reservation_id: str | None = None,
 ) -> UsageRecord:
-    """A record of Bedrock's ``usage`` (Converse's, or a stream's ``metadata``), under a fresh ``request_id``."""
+    """A record of Bedrock's ``usage`` (Converse's, or a stream's ``metadata``), under a fresh
+    ``request_id``; with ``reservation_id`` it settles that reservation."""
     usage = usage or {}
     return UsageRecord(
         request_id=str(uuid.uuid4()),
@@ -46,6 +79,7 @@ def usage_record(
         timestamp=datetime.now(UTC),
         calling_region=calling_region,
         status=status,
+        reservation_id=reservation_id,
     )
 
 
@@ -89,8 +123,10 @@ class ConverseStream:
         choice: ModelChoice,
         calling_region: str | None,
         record_usage: Callable[[UsageRecord], UsageReceipt | None],
+        reservation_id: str | None = None,
     ):
         self.response = response
+        self.reservation_id = reservation_id
         self.choice = choice
         self.usage: UsageRecord | None = None
         self.receipt: UsageReceipt | None = None
@@ -128,7 +164,7 @@ class ConverseStream:
     def _report(self, usage: dict, status: str, quietly: bool = False) -> None:
         if self.usage is not None:
             return
-        self.usage = usage_record(self.choice, usage, self._region, status)
+        self.usage = usage_record(self.choice, usage, self._region, status, self.reservation_id)
         if quietly:
             self.receipt = report_quietly(self._record_usage, self.usage)
         else:
@@ -153,6 +189,12 @@ class GuardedBedrock:
 
     ``select()`` gives the current :class:`ModelChoice` (raising ``QuotaExceeded`` when all
     quotas are spent); ``record_usage(record)`` reports and returns the receipt or None.
+
+    Hard cap (``reserve`` given): each call first reserves its worst case,
+    ``reserve(max_input_tokens, max_output_tokens)`` (``QuotaExceeded`` when no label can
+    hold it), calls the reserved label, and its usage record settles the reservation (a call
+    that failed after it was sent settles what it used); a call that never left the machine
+    is released (``release(reservation_id)``).
     """
 
     def __init__(
@@ -160,28 +202,53 @@ class GuardedBedrock:
         bedrock_client: Any,
         select: Callable[[], ModelChoice],
         record_usage: Callable[[UsageRecord], UsageReceipt | None],
+        reserve: Callable[[int, int], Reservation] | None = None,
+        release: Callable[[str], None] | None = None,
     ):
         self.client = bedrock_client
         self._select = select
         self._record_usage = record_usage
+        self._reserve = reserve
+        self._release = release
 
-    def _call(self, operation: Callable[..., dict], messages: list[dict], kwargs: dict) -> tuple[ModelChoice, dict]:
-        """The recommended model and Bedrock's response; a call that failed after it was
-        sent is reported (``ERROR``, no tokens known) before its error is re-raised."""
+    def _hold(self, messages: list[dict], kwargs: dict) -> Reservation:
+        """Reserve the call's worst case: ``inferenceConfig.maxTokens`` (required: without it
+        the output has no bound) and ``max_input_tokens`` (a caller's bound, else ours)."""
+        max_output = (kwargs.get("inferenceConfig") or {}).get("maxTokens")
+        if not max_output:
+            raise ValueError("hard_cap needs inferenceConfig.maxTokens: the reservation holds its worst case")
+        bound = kwargs.pop("max_input_tokens", None) or max_input_tokens(messages, kwargs)
+        return self._reserve(int(bound), int(max_output))
+
+    def _call(
+        self, operation: Callable[..., dict], messages: list[dict], kwargs: dict
+    ) -> tuple[ModelChoice, str | None, dict]:
+        """The model to call, its reservation id (hard cap) and Bedrock's response; a call
+        that failed after it was sent is reported (``ERROR``, no tokens known) before its
+        error is re-raised, one that was never sent releases its reservation."""
         if "modelId" in kwargs:
             raise TypeError("the keeper picks the model itself; do not pass modelId")
-        choice = self._select()
+        held = self._hold(messages, kwargs) if self._reserve else None
+        choice, reservation_id = (held.as_choice(), held.reservation_id) if held else (self._select(), None)
+        region = self.client.meta.region_name
         try:
-            return choice, operation(modelId=choice.bedrock_model_id, messages=messages, **kwargs)
+            return choice, reservation_id, operation(modelId=choice.bedrock_model_id, messages=messages, **kwargs)
         except SENT_ERRORS:
-            report_quietly(self._record_usage, usage_record(choice, None, self.client.meta.region_name, "ERROR"))
+            report_quietly(self._record_usage, usage_record(choice, None, region, "ERROR", reservation_id))
+            raise
+        except BaseException:
+            if reservation_id and self._release:
+                try:
+                    self._release(reservation_id)
+                except PriceKeeperError as error:  # the hold ends at its expiry anyway
+                    log.error("release of %s refused: %s", reservation_id, error.code)
             raise
 
     def converse(self, messages: list[dict], **kwargs: Any) -> ConverseResult:
-        choice, response = self._call(self.client.converse, messages, kwargs)
-        record = usage_record(choice, response.get("usage"), self.client.meta.region_name)
+        choice, reservation_id, response = self._call(self.client.converse, messages, kwargs)
+        record = usage_record(choice, response.get("usage"), self.client.meta.region_name, "OK", reservation_id)
         return ConverseResult(response, choice, record, self._record_usage(record))
 
     def converse_stream(self, messages: list[dict], **kwargs: Any) -> ConverseStream:
-        choice, response = self._call(self.client.converse_stream, messages, kwargs)
-        return ConverseStream(response, choice, self.client.meta.region_name, self._record_usage)
+        choice, reservation_id, response = self._call(self.client.converse_stream, messages, kwargs)
+        return ConverseStream(response, choice, self.client.meta.region_name, self._record_usage, reservation_id)

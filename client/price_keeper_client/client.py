@@ -14,7 +14,7 @@ import requests
 from .auth import Principal, TokenManager
 from .bedrock import ConverseResult, ConverseStream, GuardedBedrock
 from .errors import PriceKeeperError, Unauthorized
-from .models import BatchResult, DailySpend, ModelChoice, UsageReceipt, UsageRecord
+from .models import BatchResult, DailySpend, ModelChoice, Reservation, UsageReceipt, UsageRecord
 from .reporter import UsageReporter
 from .retry import RetryPolicy
 from .selection import ModelSelector
@@ -36,6 +36,8 @@ class PriceKeeper:
     ``report_in_background=True`` usage goes through a queue sent in batches (call
     ``flush()``/``close()`` before exit); otherwise each call reports before returning and
     hands the record to the queue only if the service stays unreachable after retries.
+    With ``hard_cap=True`` every ``converse``/``converse_stream`` reserves its worst case
+    first (``reserve``) and calls the label the reservation names; see ``GuardedBedrock``.
     """
 
     def __init__(
@@ -53,6 +55,8 @@ class PriceKeeper:
         bedrock_client: Any = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        hard_cap: bool = False,
+        reservation_ttl_secs: int | None = None,
     ):
         if not client_id or not client_secret:
             raise ValueError("client_id and client_secret are required")
@@ -71,6 +75,8 @@ class PriceKeeper:
         )
         self.report_in_background = report_in_background
         self._bedrock_client = bedrock_client
+        self.hard_cap = hard_cap
+        self.reservation_ttl_secs = reservation_ttl_secs
         self._bedrock: GuardedBedrock | None = None
 
     @classmethod
@@ -151,6 +157,32 @@ class PriceKeeper:
     def flush(self, timeout: float | None = None) -> bool:
         return self.reporter.flush(timeout)
 
+    # -- reservations (hard cap) -----------------------------------------------------------------
+
+    def reserve(
+        self,
+        max_input_tokens: int,
+        max_output_tokens: int,
+        *,
+        model_label: str | None = None,
+        max_cache_write_input_tokens: int = 0,
+        ttl_secs: int | None = None,
+    ) -> Reservation:
+        """Hold a call's worst-case cost on the first label (or ``model_label``) whose quota,
+        and the scope's total cap, can hold it. Raises ``QuotaExceeded`` when none can."""
+        body: dict[str, Any] = {"max_input_tokens": max_input_tokens, "max_output_tokens": max_output_tokens}
+        if model_label:
+            body["model_label"] = model_label
+        if max_cache_write_input_tokens:
+            body["max_cache_write_input_tokens"] = max_cache_write_input_tokens
+        if ttl_secs or self.reservation_ttl_secs:
+            body["ttl_secs"] = ttl_secs or self.reservation_ttl_secs
+        return Reservation.from_json(self._call("POST", self._app_path("reservations"), json=body).body)
+
+    def release(self, reservation_id: str) -> None:
+        """Give a hold back when its call never happened (idempotent)."""
+        self._call("DELETE", self._app_path(f"reservations/{reservation_id}"))
+
     # -- Bedrock ---------------------------------------------------------------------------------
 
     @property
@@ -161,7 +193,16 @@ class PriceKeeper:
                 import boto3
 
                 client = boto3.client("bedrock-runtime")
-            self._bedrock = GuardedBedrock(client, self.select_model, self.record_usage)
+            if self.hard_cap:
+                self._bedrock = GuardedBedrock(
+                    client,
+                    self.select_model,
+                    self.record_usage,
+                    self.reserve,
+                    self.release,
+                )
+            else:
+                self._bedrock = GuardedBedrock(client, self.select_model, self.record_usage)
         return self._bedrock
 
     def converse(self, messages: list[dict], **kwargs: Any) -> ConverseResult:

@@ -100,6 +100,7 @@ class UsageRecord:
     calling_region: str | None = None
     cache_read_input_tokens: int = 0
     cache_write_input_tokens: int = 0
+    reservation_id: str | None = None  # settles this reservation (hard cap)
 
     def to_json(self) -> dict:
         body = {
@@ -118,7 +119,49 @@ class UsageRecord:
             body["cache_read_input_tokens"] = self.cache_read_input_tokens
         if self.cache_write_input_tokens:
             body["cache_write_input_tokens"] = self.cache_write_input_tokens
+        if self.reservation_id:
+            body["reservation_id"] = self.reservation_id
         return body
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """``POST .../reservations`` (hard cap): the label to call and the worst-case cost held
+    for it until a usage record with ``reservation_id`` settles it, a release, or ``expires_at``."""
+
+    reservation_id: str
+    label: str
+    bedrock_model_id: str | None
+    amount_usd_micros: int
+    expires_at: datetime | None
+    raw: dict = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, body: dict) -> Reservation:
+        return cls(
+            reservation_id=body["reservation_id"],
+            label=body["label"],
+            bedrock_model_id=body.get("bedrock_model_id"),
+            amount_usd_micros=int(body.get("amount_usd_micros", 0)),
+            expires_at=_time(body.get("expires_at")),
+            raw=body,
+        )
+
+    def as_choice(self) -> ModelChoice:
+        """The reserved label as the model to call (a reservation replaces model selection)."""
+        return ModelChoice(
+            label=self.label,
+            bedrock_model_id=self.bedrock_model_id or self.label,
+            reason="RESERVED",
+            mode="NORMAL",
+            quota_pct=None,
+            cache_duration_secs=0,
+            check_frequency=None,
+            pricing=None,
+            org_day=None,
+            checked_at=None,
+            raw=self.raw,
+        )
 
 
 @dataclass(frozen=True)
@@ -277,6 +320,7 @@ class LabelSpend:
     cache_read_input_tokens: int = 0
     cache_write_input_tokens: int = 0
     average_cost_per_request: int = 0
+    reserved_usd_micros: int = 0  # held by live reservations (hard cap), beside the spend
 
     @classmethod
     def from_json(cls, label: str, body: dict) -> LabelSpend:
@@ -293,6 +337,7 @@ class LabelSpend:
             cache_read_input_tokens=int(body.get("cache_read_input_tokens", 0)),
             cache_write_input_tokens=int(body.get("cache_write_input_tokens", 0)),
             average_cost_per_request=int(body.get("average_cost_per_request", 0)),
+            reserved_usd_micros=int(body.get("reserved_usd_micros", 0)),
         )
 
 
@@ -314,6 +359,7 @@ class DailySpend:
     current_active_model: str | None
     updated_at: datetime | None
     raw: dict = field(repr=False, compare=False)
+    total_reserved_usd_micros: int = 0
 
     @classmethod
     def from_json(cls, body: dict) -> DailySpend:
@@ -333,6 +379,7 @@ class DailySpend:
             current_active_model=body.get("current_active_model"),
             updated_at=_time(body.get("updated_at")),
             raw=body,
+            total_reserved_usd_micros=int(body.get("total_reserved_usd_micros", 0)),
         )
 
     @property

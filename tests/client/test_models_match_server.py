@@ -33,6 +33,7 @@ from price_keeper_client.models import (
     ModelChoice,
     Pricing,
     Provisioned,
+    Reservation,
     Rotation,
     ScopeTotal,
     UsageReceipt,
@@ -181,6 +182,7 @@ WIRE = {
     LabelSpend: Wire("aggregates", "models.*"),
     Credentials: Wire("provisioned", "credentials"),
     Provisioned: Wire("provisioned"),
+    Reservation: Wire("schema:Reservation"),
     Rotation: Wire(
         "rotation",
         paths={

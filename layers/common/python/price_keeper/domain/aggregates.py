@@ -58,6 +58,7 @@ def _model_entry(config: EffectiveConfig, label: str, totals: Totals) -> dict:
         "label": label,
         "bedrock_model_id": profiles.bedrock_id(config, label),
         "cost_usd_micros": totals.cost_usd_micros,
+        "reserved_usd_micros": totals.reserved,
         "quota_usd_micros": quota,
         "quota_pct": quota_pct(totals.cost_usd_micros, quota),
         "quota_status": quota_status(totals.cost_usd_micros, quota, config.tight_mode_threshold_pct),
@@ -77,6 +78,8 @@ def _sum(totals: list[Totals]) -> Totals:
     return Totals(
         *(sum(getattr(t, name) for t in totals) for name in SUM_FIELDS),
         updated_at_epoch=max(updated) if updated else None,
+        committed=sum(t.committed for t in totals),
+        settled=sum(t.settled for t in totals),
     )
 
 
@@ -141,6 +144,7 @@ def daily_aggregates(
             "quota_scope": config.quota_scope,
             "models": models,
             "total_cost_usd_micros": total_cost,
+            "total_reserved_usd_micros": sum(read.of(key).reserved for key in total_keys),
             "total_quota_usd_micros": total_quota,
             "total_quota_pct": quota_pct(total_cost, total_quota),
             "sticky_fallback_active": sticky is not None and sticky.applies_to(config.model_ordering),

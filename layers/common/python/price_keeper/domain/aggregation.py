@@ -94,6 +94,10 @@ class Totals(NamedTuple):
     repriced: int = 0  # usage.CORRECTIONS
     voids: int = 0  # usage.VOIDS
     updated_at_epoch: int | None = None
+    # The reservation ledger on the same item (``domain.reservations``): settled reserved
+    # spend plus live holds, and the settled part.
+    committed: int = 0
+    settled: int = 0
 
     @classmethod
     def from_item(cls, item: dict | None) -> Totals:
@@ -103,7 +107,19 @@ class Totals(NamedTuple):
         return cls(
             *(int(item.get(name, 0)) for name in SUM_FIELDS),
             updated_at_epoch=int(updated) if updated is not None else None,
+            committed=int(item.get("committed", 0)),
+            settled=int(item.get("settled", 0)),
         )
+
+    @property
+    def reserved(self) -> int:
+        """Micro-USD held by live reservations (expired ones until a sweep ends them)."""
+        return max(0, self.committed - self.settled)
+
+    @property
+    def unreserved(self) -> int:
+        """Spend counted without a reservation, as far as the aggregation has folded it."""
+        return max(0, self.cost_usd_micros - self.settled)
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name in SUM_FIELDS}

@@ -16,6 +16,8 @@ Alert kinds, for one quota scope (``ORG#{org}`` or ``ORG#{org}#APP#{app}``) and 
 - ``UNREPORTED_USAGE`` (model): Bedrock counted spend on a model, on a UTC day, that was
   never metered (``domain.reconciliation``). Raised by the reconciler, on the scope of the
   org whose application inference profile it is, else on ``OPERATOR_SCOPE``.
+- ``OVER_RESERVATION`` (label): a usage record settling a reservation cost more than the
+  reservation held (the hard cap's worst case was not one). Raised by the usage path.
 
 Thresholds are config.yaml ``alerts.thresholds_pct`` unless the org sets its own
 (``overrides.alert_thresholds_pct``).
@@ -68,6 +70,7 @@ from .selection import read_sticky
 THRESHOLD, FALLBACK, ALL_EXHAUSTED, UNPRICED_MODEL = "THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL"
 UNREPORTED_USAGE = "UNREPORTED_USAGE"
 OPERATOR_SCOPE = "#OPERATOR"  # alerts of no org (no scope key starts with '#')
+OVER_RESERVATION = "OVER_RESERVATION"
 EVENT_SOURCE = "price-keeper"
 DETAIL_TYPE = "SpendAlert"
 DEFAULT_EVENT_BUS = "price-keeper-events"
@@ -319,6 +322,12 @@ def fire_unreported_usage(
     return _fire(config.scope if config else OPERATOR_SCOPE, config, day, [alert], now)
 
 
+def fire_over_reservation(config: EffectiveConfig, day: str, label: str, now: datetime) -> list[Alert]:
+    """``OVER_RESERVATION`` for the scope, day and label (once): for the usage path, after a
+    record settled a reservation with more than it held."""
+    return _fire(config.scope, config, day, [Alert(OVER_RESERVATION, label)], now)
+
+
 def _fire(
     scope: str, config: EffectiveConfig | None, day: str, candidates: Sequence[Alert], now: datetime
 ) -> list[Alert]:
@@ -400,7 +409,7 @@ def spend_pcts(report: RunReport, now: datetime) -> list[float]:
 
 
 class AlertEntry(Schema):
-    type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL", "UNREPORTED_USAGE"]
+    type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL", "UNREPORTED_USAGE", "OVER_RESERVATION"]
     label: str | None = Field(description="null for ALL_EXHAUSTED, and for THRESHOLD of the scope's total cap")
     threshold_pct: int | None = Field(description="THRESHOLD only")
     model_id: str | None = Field(

@@ -29,7 +29,7 @@ from ..observability import logger
 from ..store import daily_totals, keys, usage
 from ..timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
 from ..validation import is_label
-from . import alerts, boosts, hot_labels, pricing, profiles
+from . import alerts, boosts, hot_labels, pricing, profiles, reservations
 from .aggregation import Totals, usage_expires_at
 from .models import UsageRequest
 from .orgs import EffectiveConfig
@@ -54,6 +54,11 @@ class Submission(NamedTuple):
     cost_usd_micros: int
     quote: pricing.PriceQuote
     shard_count: int  # the label-day's shard count the shard was chosen among (hot labels raise it)
+
+    @property
+    def scope(self) -> str:
+        """The quota scope (``scopes[0]``)."""
+        return self.scopes[0]
 
 
 class Outcome(NamedTuple):
@@ -209,12 +214,13 @@ def _estimated(submission: Submission) -> dict | None:
     }
 
 
-def record(submission: Submission, now: datetime) -> Outcome:
+def record(submission: Submission, now: datetime, settle: reservations.Settlement | None = None) -> Outcome:
     """Write a submission exactly once (``store.usage``); a duplicate answers with the
-    original's outcome."""
+    original's outcome. ``settle`` adds a reservation's settlement to the same transaction
+    (so the dedup marker makes it exactly once too)."""
     for attempt in range(TRANSACTION_ATTEMPTS):
         try:
-            first = usage.write_once(_items(submission, now), attempt)
+            first = usage.write_once(_items(submission, now) + (settle.actions(attempt) if settle else []), attempt)
         except usage.Conflict:  # a hot shard: spread the label-day over more (the dedup item is the same)
             count = min(
                 hot_labels.raise_after_conflict(
@@ -288,11 +294,15 @@ def _items(submission: Submission, now: datetime) -> list[dict]:
     )
 
 
-def count(config: EffectiveConfig, submission: Submission, now: datetime) -> Outcome:
+def count(
+    config: EffectiveConfig, submission: Submission, now: datetime, settle: reservations.Settlement | None = None
+) -> Outcome:
     """``record``; a record newly counted at the estimate (a model with no known price)
     raises ``UNPRICED_MODEL`` for its scope, day and model. The alert never fails the
     record: a failure is logged and the next estimated record retries it."""
-    outcome = record(submission, now)
+    outcome = record(submission, now, settle)
+    if settle is not None:
+        settle.counted(config, outcome.duplicate, now)
     if outcome.price_source == pricing.ESTIMATE and not outcome.duplicate:
         try:
             alerts.fire_unpriced_model(
@@ -384,9 +394,12 @@ def submit(org_id: str, app_id: str, request: UsageRequest, now: datetime | None
     """``POST .../usage``: the 202 body (with the label's current DailyTotal)."""
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
-    outcome = count(config, prepare(config, request, now), now)
+    submission = prepare(config, request, now)
+    settle = reservations.settlement(config, submission, request.reservation_id)
+    outcome = count(config, submission, now, settle)
     (label,), total = quota_position(config, [(outcome.label, outcome.day)], now)
-    return {**_accepted_body(outcome, now), "daily_total": label, "scope_total": total}
+    body = {**_accepted_body(outcome, now), "daily_total": label, "scope_total": total}
+    return body | ({"reservation": settle.summary(outcome.duplicate)} if settle else {})
 
 
 def _failed(raw, code: str, message: str) -> dict:
@@ -402,7 +415,10 @@ def _failed(raw, code: str, message: str) -> dict:
 def _submit_one(config: EffectiveConfig, raw, now: datetime) -> tuple[dict, Outcome | None]:
     """The record's result, and its outcome when it was accepted."""
     try:
-        outcome = count(config, prepare(config, UsageRequest.model_validate(raw), now), now)
+        request = UsageRequest.model_validate(raw)
+        submission = prepare(config, request, now)
+        settle = reservations.settlement(config, submission, request.reservation_id)
+        outcome = count(config, submission, now, settle)
     except ValidationError:
         return _failed(raw, "INVALID_REQUEST", "Request validation failed"), None
     except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others (each is one transaction)

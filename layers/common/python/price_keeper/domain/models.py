@@ -32,6 +32,9 @@ class UsageRequest(StrictBody):
     timestamp: Annotated[
         str, Field(description="ISO 8601 time of the call, e.g. 2026-01-23T15:30:45Z", min_length=16, max_length=40)
     ]
+    reservation_id: Annotated[
+        str | None, Field(description="Settles this reservation (hard cap), exactly once", max_length=80)
+    ] = None
 
     @field_validator("request_id")
     @classmethod

@@ -85,6 +85,8 @@ class Snapshot(NamedTuple):
     total: Total
     app_total: Total | None  # ORG scope, an app with a daily cap: its own spend against it
     decision: Decision
+    reserved: dict[str, int] = {}  # live holds by label (``domain.reservations``), for display
+    total_reserved: int = 0
 
 
 MAX_STICKY_RACES = 3
@@ -143,13 +145,15 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
         if not decision.newly_passed:
             break
         decision = decide_now(write_sticky(config, day, decision.newly_passed, now))
-    return Snapshot(config, day, spends, total, app_total, decision)
+    reserved = {label: totals.of(key).reserved for label, key in zip(config.model_ordering, usage_keys, strict=True)}
+    return Snapshot(config, day, spends, total, app_total, decision, reserved, totals.of(total_key).reserved)
 
 
-def models_status(config: EffectiveConfig, spends: dict[str, int]) -> dict:
+def models_status(config: EffectiveConfig, spends: dict[str, int], reserved: dict[str, int]) -> dict:
     return {
         label: {
             "spend_usd_micros": spends.get(label, 0),
+            "reserved_usd_micros": reserved.get(label, 0),
             "quota_usd_micros": config.quota(label),
             "quota_pct": quota_pct(spends.get(label, 0), config.quota(label)),
             "status": quota_status(spends.get(label, 0), config.quota(label), config.tight_mode_threshold_pct),
@@ -171,11 +175,13 @@ def _pricing(config: EffectiveConfig, label: str, day: str) -> dict:
         return {"version": version, "source": "UNAVAILABLE"}
 
 
-def _total_status(total: Total | None) -> dict | None:
+def _total_status(total: Total | None, reserved: int = 0) -> dict | None:
+    """A cap's status; ``reserved`` what live reservations hold of it (the app caps: none)."""
     if total is None:
         return None
     return {
         "spend_usd_micros": total.spend,
+        "reserved_usd_micros": reserved,
         "quota_usd_micros": total.quota,
         "quota_pct": quota_pct(total.spend, total.quota),
         "exceeded": total.spend >= total.quota,
@@ -207,7 +213,7 @@ def all_exceeded(config: EffectiveConfig, snapshot: Snapshot, now: datetime) -> 
             "total_overage_usd_micros": sum(
                 max(0, spends.get(label, 0) - config.quota(label)) for label in config.model_ordering
             ),
-            "total": _total_status(total),
+            "total": _total_status(total, snapshot.total_reserved),
             "app_total": _total_status(snapshot.app_total),
         },
         headers={"Retry-After": str(max(1, math.ceil((retry_at - now) / timedelta(seconds=1))))},
@@ -244,11 +250,12 @@ def select_model(org_id: str, app_id: str, force_check: bool = False, now: datet
             "mode": decision.mode,
             "current_model": label,
             "spend_usd_micros": spend,
+            "reserved_usd_micros": snapshot.reserved.get(label, 0),
             "quota_usd_micros": quota,
             "quota_pct": quota_pct(spend, quota),
             "sticky_fallback_active": decision.sticky_active,
-            "models_status": models_status(config, snapshot.spends),
-            "total": _total_status(snapshot.total),
+            "models_status": models_status(config, snapshot.spends, snapshot.reserved),
+            "total": _total_status(snapshot.total, snapshot.total_reserved),
             "app_total": _total_status(snapshot.app_total),
         },
         "pricing": _pricing(config, label, day),

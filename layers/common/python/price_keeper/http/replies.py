@@ -61,6 +61,25 @@ class ScopeTotal(Reply):
     status: Status
 
 
+class ReservationSettlement(Reply):
+    """How a usage record carrying ``reservation_id`` settled it."""
+
+    reservation_id: str
+    settled: bool = Field(description="This record ended the live hold (False: already ended, or a duplicate)")
+    amount_usd_micros: int | None = Field(description="The hold this record settled")
+    over_reservation_usd_micros: int = Field(description="Actual cost above the hold (counted, and flagged)")
+
+
+class Reservation(Reply):
+    """201 of POST .../reservations."""
+
+    reservation_id: str
+    label: str
+    bedrock_model_id: str | None
+    amount_usd_micros: int = Field(description="The call's worst-case cost, held until settled or expired")
+    expires_at: str
+
+
 class UsageReceipt(Reply):
     """202 of POST .../usage."""
 
@@ -73,6 +92,7 @@ class UsageReceipt(Reply):
     timestamp: str
     daily_total: DailyStatus
     scope_total: ScopeTotal
+    reservation: ReservationSettlement | None = None
 
 
 class BatchResult(Reply):
@@ -105,6 +125,7 @@ class Recommendation(Reply):
 
 class ModelStatus(Reply):
     spend_usd_micros: int
+    reserved_usd_micros: int = Field(0, description="Held by live reservations (hard cap), beside spend")
     quota_usd_micros: int
     quota_pct: float | None
     status: Status
@@ -114,6 +135,7 @@ class TotalStatus(Reply):
     """The scope's spend over every label against its total daily cap."""
 
     spend_usd_micros: int
+    reserved_usd_micros: int = Field(0, description="Held by live reservations (hard cap), beside spend")
     quota_usd_micros: int
     quota_pct: float | None
     exceeded: bool
@@ -124,6 +146,7 @@ class QuotaStatus(Reply):
     mode: Mode
     current_model: str
     spend_usd_micros: int
+    reserved_usd_micros: int = Field(0, description="Held by live reservations (hard cap), beside spend")
     quota_usd_micros: int
     quota_pct: float | None
     sticky_fallback_active: bool
@@ -171,6 +194,7 @@ class ModelAggregate(Reply):
     label: str
     bedrock_model_id: str | None
     cost_usd_micros: int
+    reserved_usd_micros: int = Field(0, description="Held by live reservations (hard cap), beside spend")
     quota_usd_micros: int
     quota_pct: float | None
     quota_status: Status
@@ -193,6 +217,7 @@ class Aggregates(Reply):
     quota_scope: Literal["ORG", "APP"]
     models: dict[str, ModelAggregate]
     total_cost_usd_micros: int
+    total_reserved_usd_micros: int = Field(0, description="Held by live reservations of the scope")
     total_quota_usd_micros: int
     total_quota_pct: float | None
     sticky_fallback_active: bool

@@ -37,6 +37,8 @@ MODEL_SELECTION = f"{APP}/model-selection"
 INFERENCE_PROFILES = f"{APP}/inference-profiles"
 USAGE = f"{APP}/usage"
 USAGE_BATCH = f"{APP}/usage/batch"
+RESERVATIONS = f"{APP}/reservations"
+RESERVATION = f"{RESERVATIONS}/{{reservation_id}}"
 QUOTA_BOOSTS = f"{ORG}/quota-boosts"
 USAGE_VOID = f"{ORG}/usage/void"
 SPEND_REPORT = f"{ORG}/reports/spend"
@@ -100,6 +102,8 @@ ROUTES: tuple[Route, ...] = (
     _bearer("POST", INFERENCE_PROFILES, "inference_profiles", "profiles"),
     _bearer("POST", USAGE, "usage", "usage"),
     _bearer("POST", USAGE_BATCH, "usage_batch", "usage_batch"),
+    _bearer("POST", RESERVATIONS, "reservations", "reservations"),
+    _bearer("DELETE", RESERVATION, "reservations", "reservations"),
     _bearer("GET", SPEND_REPORT, "spend_report", "aggregates", app_in_query=True),
     _bearer("GET", ALERTS, "alerts", "aggregates"),
     Route("GET", RECONCILIATION, "reconciliation", Auth.PROVISIONING_KEY, "reconciliation"),

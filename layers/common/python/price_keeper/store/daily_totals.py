@@ -16,7 +16,7 @@ from .usage import CORRECTIONS, COUNTERS, VOIDS
 # record's correction adds to ``repriced`` and changes the cost alone.
 PROGRESS = ("requests", VOIDS, CORRECTIONS)
 
-READ_ATTRIBUTES = (*COUNTERS, "updated_at_epoch", "last_run_epoch", "labels")
+READ_ATTRIBUTES = (*COUNTERS, "updated_at_epoch", "last_run_epoch", "labels", "committed", "settled")
 
 
 def day_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = False) -> Read:

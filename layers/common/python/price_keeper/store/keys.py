@@ -222,3 +222,22 @@ def estimated_key(model_id: str) -> str:
     key and no ``active_day``, so neither the aggregator's stream filter nor its index sees
     them; no usage scope starts with ``#``)."""
     return f"#ESTIMATED#{model_id}"
+
+
+# --- StickyState: reservations (hard cap) ---------------------------------------------
+
+
+def reservations_partition(scope: str, day: str) -> str:
+    """StickyState ``scope_key`` of a quota scope's live holds of an org day."""
+    return f"{scope}#RESERVATION#{day}"
+
+
+def reservation_key(scope: str, day: str, expires_epoch: int, token: str) -> dict:
+    """One live hold. The sort key starts with its expiry (``{epoch:010d}#{token}``), so
+    the holds that have expired are one key-range Query (``reservation_expired_bound``)."""
+    return {"scope_key": reservations_partition(scope, day), "date_key": f"{expires_epoch:010d}#{token}"}
+
+
+def reservation_expired_bound(now_epoch: int) -> str:
+    """Sort keys below this are holds that expired by ``now_epoch``."""
+    return f"{now_epoch + 1:010d}#"

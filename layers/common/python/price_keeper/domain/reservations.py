@@ -1,0 +1,334 @@
+"""Reservations: a hard daily cap. Hold a call's worst-case cost before the call, settle
+the actual cost after it (docs/metering.md, "Reservations").
+
+The quota check and the hold are one atomic step: a TransactWriteItems that puts the hold
+and ADDs its amount to the label's and the scope total's ledgers (``committed``), each
+under the condition ``committed <= quota − unreserved spend − amount``. Two reservations
+racing for the last headroom are serialised by DynamoDB on the ledger items: one commits,
+the other's condition is evaluated on the new value. Settlement moves the hold to actual
+spend in the same transaction as the usage write (the dedup marker makes it exactly once);
+release and expiry give the amount back by deleting the hold under ``attribute_exists``.
+
+``unreserved spend`` is what the label's (and scope's) DailyTotal counts beyond the ledger's
+``settled``: calls reported without a reservation. It is read just before the hold, so it is
+as fresh as the aggregation; the guarantee is exact for calls that reserve.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import UTC, datetime
+from typing import Annotated, NamedTuple
+
+from pydantic import Field, StringConstraints
+
+from ..config import get_config
+from ..errors import ApiError, invalid_request, service_unavailable
+from ..observability import logger
+from ..store import keys
+from ..store import reservations as store
+from ..timeutil import iso_utc, org_day, parse_day, utc_now
+from ..validation import APP_ID_PATTERN, StrictBody
+from . import alerts, boosts, pricing, profiles
+from .aggregation import read_daily_totals, usage_expires_at
+from .models import TokenCount
+from .orgs import EffectiveConfig
+
+DEFAULT_TTL_SECS = 600
+HOLD_RETENTION_SECS = 2 * 86400  # a hold's item outlives its expiry (TTL), so a sweep can still release it
+CONFLICT_ATTEMPTS = 5
+_ID = re.compile(r"^(\d{8})-([oa])-(\d{10})-([0-9a-f]{32})$")
+
+
+class ReservationRequest(StrictBody):
+    max_input_tokens: TokenCount = Field(description="Upper bound of the prompt's input tokens")
+    max_output_tokens: TokenCount = Field(description="The call's maxTokens")
+    max_cache_write_input_tokens: TokenCount = 0
+    model_label: Annotated[str | None, StringConstraints(pattern=APP_ID_PATTERN, max_length=64)] = None
+    ttl_secs: Annotated[int, Field(ge=10, le=3600)] = DEFAULT_TTL_SECS
+
+
+class ReservationId(NamedTuple):
+    """What a reservation id encodes: the hold's key (org day, scope kind, expiry, token)."""
+
+    day: str
+    kind: str  # "o": the org's scope, "a": the app's
+    expires_epoch: int
+    token: str
+
+    def __str__(self) -> str:
+        return f"{self.day}-{self.kind}-{self.expires_epoch:010d}-{self.token}"
+
+    @classmethod
+    def parse(cls, text: str) -> ReservationId | None:
+        found = _ID.match(text) if isinstance(text, str) else None
+        return cls(found[1], found[2], int(found[3]), found[4]) if found else None
+
+    def scope(self, org_id: str, app_id: str) -> str:
+        return keys.scope_key(org_id, app_id, "ORG" if self.kind == "o" else "APP")
+
+    def key(self, org_id: str, app_id: str) -> dict:
+        return keys.reservation_key(self.scope(org_id, app_id), self.day, self.expires_epoch, self.token)
+
+
+def _ledger_keys(scope: str, label: str, day: str) -> list[dict]:
+    """The label's ledger and the scope total's (in this order)."""
+    return [
+        store.ledger_key(keys.usage_key(scope, label), day),
+        store.ledger_key(keys.scope_total_key(scope), day),
+    ]
+
+
+def worst_case(config: EffectiveConfig, label: str, request: ReservationRequest, day: str) -> int | None:
+    """The most the call can cost on ``label`` (priced as model selection prices it), or
+    None when the label cannot be priced now or the request is over its token caps."""
+    max_input, max_output = get_config().token_caps(label)
+    if max(request.max_input_tokens, request.max_cache_write_input_tokens) > max_input:
+        return None
+    if request.max_output_tokens > max_output or profiles.known_label(config, label) is None:
+        return None
+    try:
+        quote = pricing.price_of(profiles.priced_model(config, label, None), parse_day(day))
+    except ApiError:
+        return None
+    tokens = pricing.Tokens(
+        request.max_input_tokens, request.max_output_tokens, 0, request.max_cache_write_input_tokens
+    )
+    return pricing.cost_usd_micros(tokens, quote.prices)
+
+
+def _candidates(config: EffectiveConfig, request: ReservationRequest, day: str) -> list[tuple[str, int]]:
+    if request.model_label is None:
+        labels = list(config.model_ordering)
+    elif profiles.known_label(config, request.model_label) is None:
+        raise ApiError(
+            400,
+            "INVALID_MODEL_LABEL",
+            "Model label not defined in config",
+            {"model_label": request.model_label, "valid_labels": sorted(get_config().labels)},
+        )
+    else:
+        labels = [request.model_label]
+    priced = [(label, worst_case(config, label, request, day)) for label in labels]
+    if request.model_label is not None and priced[0][1] is None:
+        raise invalid_request(
+            "The reservation exceeds the label's token caps or the label cannot be priced",
+            model_label=request.model_label,
+        )
+    return [(label, amount) for label, amount in priced if amount is not None]
+
+
+class Attempt(NamedTuple):
+    reservation: ReservationId | None  # None: refused
+    label_reserved: int  # what the label's and the scope's ledgers held when read, before the hold
+    total_reserved: int
+
+
+def _try_hold(
+    config: EffectiveConfig, day: str, label: str, amount: int, ttl_secs: int, app_id: str, now: datetime
+) -> Attempt:
+    """Hold ``amount`` on ``label`` if its quota and the scope's total cap both have room."""
+    ledgers = _ledger_keys(config.scope, label, day)
+    read = read_daily_totals([ledger["usage_key"] for ledger in ledgers], day, consistent=True)
+    label_totals, scope_totals = (read.of(ledger["usage_key"]) for ledger in ledgers)
+    rooms = [
+        config.quota(label) - label_totals.unreserved - amount,
+        config.total_quota - scope_totals.unreserved - amount,
+    ]
+    refused = Attempt(None, label_totals.reserved, scope_totals.reserved)
+    if min(rooms) < 0:
+        return refused
+    kind = "o" if config.scope == keys.org_key(config.org_id) else "a"
+    expires_epoch = int(now.timestamp()) + ttl_secs
+    rid = ReservationId(day, kind, expires_epoch, secrets.token_hex(16))
+    attributes = {
+        "reservation_id": str(rid),
+        "app_id": app_id,
+        "label": label,
+        "amount_usd_micros": amount,
+        "expires_epoch": expires_epoch,
+    }
+    try:
+        store.hold(
+            rid.key(config.org_id, app_id),
+            attributes,
+            expires_epoch + HOLD_RETENTION_SECS,
+            list(zip(ledgers, rooms, strict=True)),
+            usage_expires_at(day),
+        )
+    except store.Refused:
+        return refused
+    except store.Conflict:
+        raise service_unavailable("Reservation kept conflicting with concurrent writes; retry") from None
+    return refused._replace(reservation=rid)
+
+
+def _end_hold(scope: str, day: str, item: dict) -> bool:
+    """Delete a live hold and give its amount back to its ledgers, at most once (the delete
+    is conditional): True when this call ended it; ``store.Conflict`` to retry."""
+    key = {"scope_key": item["scope_key"], "date_key": item["date_key"]}
+    amount = int(item["amount_usd_micros"])
+    return store.end(
+        [
+            store.delete_hold(key),
+            *(
+                store.ledger_update(ledger, -amount, 0, usage_expires_at(day))
+                for ledger in _ledger_keys(scope, item["label"], day)
+            ),
+        ]
+    )
+
+
+def sweep(scope: str, day: str, now: datetime) -> int:
+    """Give back the amount of every hold of ``scope`` and ``day`` that expired by ``now``
+    and is still held (each exactly once); how many this call ended."""
+    ended = 0
+    for item in store.expired(scope, day, int(now.timestamp())):
+        try:
+            ended += _end_hold(scope, day, item)
+        except store.Conflict:
+            logger.info("expired hold raced; the next sweep ends it", extra={"hold": item["reservation_id"]})
+    return ended
+
+
+def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime | None = None) -> dict:
+    """``POST .../reservations``: the 201 body; 429 ``QUOTA_EXCEEDED`` when no label (the
+    first in the ordering, or the given one) and the scope's total cap can hold the call's
+    worst case. A refusal first ends the holds that have expired, then tries once more.
+
+    The 429 tells what was held when each label was read (before its refused hold): with
+    nothing held, a refusal is final until a quota changes; otherwise a hold may yet
+    settle below its amount and free headroom."""
+    now = now or utc_now()
+    config = boosts.boosted_config(org_id, app_id, now)
+    day = org_day(config.timezone, now)
+    candidates = _candidates(config, request, day)
+    seen: dict[str, Attempt] = {}
+    for attempt in range(2):
+        for label, amount in candidates:
+            seen[label] = _try_hold(config, day, label, amount, request.ttl_secs, app_id, now)
+            rid = seen[label].reservation
+            if rid is not None:
+                return {
+                    "reservation_id": str(rid),
+                    "label": label,
+                    "bedrock_model_id": profiles.bedrock_id(config, label),
+                    "amount_usd_micros": amount,
+                    "expires_at": iso_utc(datetime.fromtimestamp(rid.expires_epoch, UTC)),
+                }
+        if attempt == 0 and not sweep(config.scope, day, now):
+            break
+    raise ApiError(
+        429,
+        "QUOTA_EXCEEDED",
+        "No label's remaining daily quota can hold the call's worst-case cost",
+        {
+            "org_id": org_id,
+            "app_id": app_id,
+            "date": parse_day(day).isoformat(),
+            "worst_case_usd_micros": {label: amount for label, amount in candidates},
+            "reserved_usd_micros": {label: tried.label_reserved for label, tried in seen.items()},
+            "total_reserved_usd_micros": max((tried.total_reserved for tried in seen.values()), default=0),
+        },
+        headers={"Retry-After": "1"},
+    )
+
+
+def release(org_id: str, app_id: str, reservation_id: str) -> None:
+    """``DELETE .../reservations/{id}``: give a live hold back (idempotent: a hold already
+    settled, released or expired, or an unknown id, is a no-op)."""
+    rid = ReservationId.parse(reservation_id)
+    if rid is None:
+        raise invalid_request("reservation_id is not one this service issued", reservation_id=reservation_id[:80])
+    key = rid.key(org_id, app_id)
+    for _ in range(CONFLICT_ATTEMPTS):
+        item = store.read(key)
+        if item is None or item["app_id"] != app_id:
+            return
+        try:
+            _end_hold(rid.scope(org_id, app_id), rid.day, item)
+            return
+        except store.Conflict:
+            continue
+    raise service_unavailable("Release kept conflicting with concurrent writes; retry")
+
+
+class Settlement:
+    """The settlement of one usage record carrying a ``reservation_id``: extra actions for
+    the usage write's transaction (``metering.record``), rebuilt on each attempt so a hold
+    ended meanwhile (released, expired) is then counted as plain reserved-path spend.
+
+    Whatever the hold's state, the record's actual cost is ADDed to its day's ledgers
+    (``committed`` and ``settled``); a hold still live is deleted and its amount taken back.
+    """
+
+    def __init__(self, config: EffectiveConfig, submission, reservation_id: str):
+        self.rid = ReservationId.parse(reservation_id)
+        if self.rid is None:
+            raise invalid_request("reservation_id is not one this service issued", reservation_id=reservation_id[:80])
+        self.reservation_id = reservation_id
+        self.org_id, self.app_id, self.submission = config.org_id, config.app_id, submission
+        self.key = self.rid.key(self.org_id, self.app_id)
+        self.item = self._read()
+        if self.item is not None and self.item["label"] != submission.label:
+            raise invalid_request(
+                "model_label differs from the reservation's label",
+                model_label=submission.label,
+                reservation_label=self.item["label"],
+            )
+        self.settled_amount: int | None = None  # the hold this record's write ended, when it did
+
+    def _read(self) -> dict | None:
+        item = store.read(self.key)
+        return item if item is not None and item["app_id"] == self.app_id else None
+
+    def actions(self, attempt: int) -> list[dict]:
+        if attempt:
+            self.item = self._read()
+        sub = self.submission
+        deltas: dict[tuple[str, str], list[int]] = {}
+        for ledger in _ledger_keys(sub.scope, sub.label, sub.day):
+            deltas[(ledger["usage_key"], ledger["date_key"])] = [sub.cost_usd_micros, sub.cost_usd_micros]
+        actions = []
+        if self.item is not None:
+            actions.append(store.delete_hold(self.key))
+            amount = int(self.item["amount_usd_micros"])
+            for ledger in _ledger_keys(self.rid.scope(self.org_id, self.app_id), self.item["label"], self.rid.day):
+                deltas.setdefault((ledger["usage_key"], ledger["date_key"]), [0, 0])[0] -= amount
+        self.settled_amount = int(self.item["amount_usd_micros"]) if self.item is not None else None
+        for (usage_key, date_key), (committed, settled) in deltas.items():
+            ledger = {"usage_key": usage_key, "date_key": date_key}
+            actions.append(store.ledger_update(ledger, committed, settled, usage_expires_at(keys.day_of_key(date_key))))
+        return actions
+
+    def over(self, duplicate: bool) -> int:
+        """Actual cost above the hold this record's write ended (0 when it ended none)."""
+        held = None if duplicate else self.settled_amount
+        return max(0, self.submission.cost_usd_micros - held) if held is not None else 0
+
+    def counted(self, config: EffectiveConfig, duplicate: bool, now: datetime) -> None:
+        """After the write: actual cost above the hold raises ``OVER_RESERVATION`` (never
+        failing the record: it is counted; a failed alert is logged)."""
+        over = self.over(duplicate)
+        if not over:
+            return
+        logger.warning("usage above its reservation", extra={"reservation_id": self.reservation_id, "over": over})
+        try:
+            alerts.fire_over_reservation(config, self.submission.day, self.submission.label, now)
+        except Exception:  # noqa: BLE001 - the usage is counted; only its alert is late
+            logger.exception("OVER_RESERVATION alert failed", extra={"reservation_id": self.reservation_id})
+
+    def summary(self, duplicate: bool) -> dict:
+        """The usage reply's ``reservation`` field."""
+        held = None if duplicate else self.settled_amount
+        return {
+            "reservation_id": self.reservation_id,
+            "settled": held is not None,
+            "amount_usd_micros": held,
+            "over_reservation_usd_micros": self.over(duplicate),
+        }
+
+
+def settlement(config: EffectiveConfig, submission, reservation_id: str | None) -> Settlement | None:
+    return Settlement(config, submission, reservation_id) if reservation_id else None

@@ -1,0 +1,115 @@
+"""Reservations (hard cap): the holds in StickyState and the quota ledgers on DailyTotal.
+
+A quota's *ledger* is two counters on the DailyTotal item it caps (the label's
+``{scope}#LABEL#{label}`` and the scope's ``{scope}#TOTAL`` of an org day): ``committed``
+(actual cost of every reserved call settled so far + the amount of every live hold) and
+``settled`` (the settled part alone). The aggregator SETs only its own counters on these
+items, so the two never overwrite each other, and the reads selection already makes carry
+the ledger at no extra cost.
+
+A hold is a StickyState item that lives exactly as long as the hold does: settle, release
+and expiry each *delete* it under ``attribute_exists`` in one transaction with the ledger
+update, so each happens at most once and a second attempt finds nothing to undo.
+"""
+
+from __future__ import annotations
+
+from boto3.dynamodb.conditions import Key
+
+from . import keys, tables
+from .dynamo import _backoff, query_all, table, transact
+
+
+class Refused(Exception):
+    """A ledger's condition failed: its quota cannot hold the reservation."""
+
+
+class Conflict(Exception):
+    """Lost a race with a concurrent transaction on the same items: retry."""
+
+
+def ledger_key(usage_key: str, day: str) -> dict:
+    return {"usage_key": usage_key, "date_key": keys.day_key(day)}
+
+
+def ledger_update(key: dict, committed: int, settled: int, expires_at: int) -> dict:
+    """ADD to a ledger (creating the DailyTotal item if needed, with the day's TTL)."""
+    return {
+        "Update": {
+            "TableName": tables.DAILY_TOTAL.physical_name,
+            "Key": key,
+            "UpdateExpression": f"ADD committed :c, settled :s SET {tables.TTL_ATTRIBUTE} = "
+            f"if_not_exists({tables.TTL_ATTRIBUTE}, :expires)",
+            "ExpressionAttributeValues": {":c": committed, ":s": settled, ":expires": expires_at},
+        }
+    }
+
+
+CONFLICT_ATTEMPTS = 5
+
+
+def hold(key: dict, attributes: dict, hold_ttl: int, ledgers: list[tuple[dict, int]], expires_at: int) -> None:
+    """Put the hold (``attributes`` with ``amount_usd_micros``, kept until ``hold_ttl``) and
+    ADD its amount to each ledger whose ``committed`` is at most the given room (quota −
+    unreserved spend − amount): one TransactWriteItems, so the check and the hold are one
+    atomic step. ``Refused`` when a ledger had no room; ``Conflict`` after
+    ``CONFLICT_ATTEMPTS`` lost races (jittered backoff between them)."""
+    item = {**key, **attributes, tables.TTL_ATTRIBUTE: hold_ttl}
+    amount = item["amount_usd_micros"]
+    actions = [
+        {
+            "Put": {
+                "TableName": tables.STICKY_STATE.physical_name,
+                "Item": item,
+                "ConditionExpression": "attribute_not_exists(scope_key)",
+            }
+        }
+    ]
+    for key, room in ledgers:
+        update = ledger_update(key, amount, 0, expires_at)
+        update["Update"]["ConditionExpression"] = "attribute_not_exists(committed) OR committed <= :room"
+        update["Update"]["ExpressionAttributeValues"][":room"] = room
+        actions.append(update)
+    for attempt in range(CONFLICT_ATTEMPTS):
+        reasons = transact(actions)
+        if reasons is None:
+            return
+        if any(reason.get("Code") == "ConditionalCheckFailed" for reason in reasons[1:]):
+            raise Refused()
+        _backoff(attempt)
+    raise Conflict()
+
+
+def delete_hold(key: dict) -> dict:
+    """The action that ends a live hold: Delete it only if it still exists."""
+    return {
+        "Delete": {
+            "TableName": tables.STICKY_STATE.physical_name,
+            "Key": key,
+            "ConditionExpression": "attribute_exists(scope_key)",
+        }
+    }
+
+
+def end(actions: list[dict]) -> bool:
+    """Run actions whose first is a ``delete_hold``: True when this call ended the hold,
+    False when it was already gone; ``Conflict`` to retry."""
+    reasons = transact(actions)
+    if reasons is None:
+        return True
+    if reasons[0].get("Code") == "ConditionalCheckFailed":
+        return False
+    raise Conflict()
+
+
+def read(key: dict) -> dict | None:
+    return table(tables.STICKY_STATE).get_item(Key=key, ConsistentRead=True).get("Item")
+
+
+def expired(scope: str, day: str, now_epoch: int) -> list[dict]:
+    """The live holds of a scope and day whose expiry has passed (one key-range Query)."""
+    return query_all(
+        table(tables.STICKY_STATE).query,
+        KeyConditionExpression=Key("scope_key").eq(keys.reservations_partition(scope, day))
+        & Key("date_key").lt(keys.reservation_expired_bound(now_epoch)),
+    )

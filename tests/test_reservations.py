@@ -1,0 +1,275 @@
+"""Reservations (hard cap) through the real handlers over moto: the hold and the quota
+check are one conditional transaction, settlement rides the usage write, release and expiry
+give the hold back exactly once, and selection and aggregates show what is held."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from price_keeper.domain import metering, orgs, reservations
+from price_keeper.domain.models import UsageRequest
+from price_keeper.store import keys, tables
+from price_keeper.store.dynamo import ddb_client, item_size, table
+from price_keeper.timeutil import org_day
+from tests.conftest import assert_error
+from tests.factories import seed_app, token_for
+from tests.usage_support import new_tenant, usage_body
+
+# 1000 input + 1000 output tokens of premium: 800 + 3200 = 4000 micro-USD.
+CALL = {"max_input_tokens": 1000, "max_output_tokens": 1000}
+WORST = 4000
+
+
+def tenant(**settings):
+    settings.setdefault("model_ordering", ("premium", "standard"))
+    settings.setdefault("quotas", {"premium": 10_000, "standard": 5_000})
+    return new_tenant(**settings)
+
+
+def set_total_cap(org_id: str, cap: int) -> None:
+    table(tables.CONFIG).update_item(
+        Key={"org_key": keys.org_key(org_id), "resource_key": keys.ROOT_RESOURCE},
+        UpdateExpression="SET total_quota_usd_micros = :cap",
+        ExpressionAttributeValues={":cap": cap},
+    )
+
+
+def reserve(api, t, body=None, token=None):
+    return api.post(f"{t.app_path}/reservations", {**CALL, **(body or {})}, token=token or t.token)
+
+
+def ledger(t, label: str | None = None) -> dict:
+    usage_key = keys.usage_key(t.scope, label) if label else keys.scope_total_key(t.scope)
+    day = org_day("America/New_York", datetime.now(UTC))
+    item = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": usage_key, "date_key": keys.day_key(day)}).get("Item")
+    return {name: int((item or {}).get(name, 0)) for name in ("committed", "settled")}
+
+
+def test_a_reservation_holds_the_worst_case_on_the_first_label(api):
+    t = tenant()
+    reply = reserve(api, t)
+    assert reply.status == 201, reply.json()
+    body = reply.json()
+    assert (body["label"], body["amount_usd_micros"], body["bedrock_model_id"]) == (
+        "premium",
+        WORST,
+        "amazon.nova-pro-v1:0",
+    )
+    assert re.fullmatch(r"\d{8}-a-\d{10}-[0-9a-f]{32}", body["reservation_id"])
+    expires = datetime.fromisoformat(body["expires_at"].replace("Z", "+00:00"))
+    assert timedelta(seconds=590) < expires - datetime.now(UTC) <= timedelta(seconds=600)
+    assert ledger(t, "premium") == {"committed": WORST, "settled": 0}
+    assert ledger(t) == {"committed": WORST, "settled": 0}
+
+
+def test_holds_never_pass_the_quota_then_fall_back_then_429(api):
+    t = tenant()
+    labels = [reserve(api, t).json().get("label") for _ in range(4)]
+    # premium (10 000) holds two worst cases of 4 000, standard (5 000) one of 2 090
+    assert labels[:2] == ["premium", "premium"] and labels[2] == "standard"
+    assert ledger(t, "premium")["committed"] == 2 * WORST
+    pinned = reserve(api, t, {"model_label": "premium"})
+    details = assert_error(pinned, 429, "QUOTA_EXCEEDED")
+    assert details["details"]["worst_case_usd_micros"] == {"premium": WORST}
+    assert ledger(t, "premium")["committed"] == 2 * WORST  # a refused hold writes nothing
+
+
+def test_the_total_cap_must_hold_the_reservation_too(api):
+    t = tenant()
+    set_total_cap(t.org_id, 6_000)
+    assert reserve(api, t).status == 201  # 4 000 of 6 000
+    assert_error(reserve(api, t, {"model_label": "premium"}), 429, "QUOTA_EXCEEDED")
+    assert ledger(t) == {"committed": WORST, "settled": 0}
+
+
+def test_settlement_moves_the_hold_to_actual_spend_exactly_once(api):
+    t = tenant()
+    held = reserve(api, t).json()
+    body = usage_body(input_tokens=500, output_tokens=500, reservation_id=held["reservation_id"])  # 2 000
+    first = api.post(f"{t.app_path}/usage", body, token=t.token)
+    assert first.status == 202, first.json()
+    assert first.json()["reservation"] == {
+        "reservation_id": held["reservation_id"],
+        "settled": True,
+        "amount_usd_micros": WORST,
+        "over_reservation_usd_micros": 0,
+    }
+    again = api.post(f"{t.app_path}/usage", body, token=t.token)
+    assert again.json()["duplicate"] is True and again.json()["reservation"]["settled"] is False
+    assert ledger(t, "premium") == {"committed": 2000, "settled": 2000}
+    assert ledger(t) == {"committed": 2000, "settled": 2000}
+    # the headroom came back: 2 000 spent, two more worst cases fit in 10 000
+    assert [reserve(api, t, {"model_label": "premium"}).status for _ in range(3)] == [201, 201, 429]
+
+
+def test_actual_cost_above_the_hold_is_counted_and_flagged(api):
+    t = tenant()
+    held = reserve(api, t).json()
+    body = usage_body(input_tokens=1000, output_tokens=2000, reservation_id=held["reservation_id"])  # 7 200
+    reply = api.post(f"{t.app_path}/usage", body, token=t.token)
+    assert reply.json()["reservation"]["over_reservation_usd_micros"] == 7200 - WORST
+    assert ledger(t, "premium") == {"committed": 7200, "settled": 7200}
+    listed = api.get(f"{t.org_path}/alerts", token=t.org_token).json()["alerts"]
+    assert [(a["type"], a["label"]) for a in listed] == [("OVER_RESERVATION", "premium")]
+
+
+def test_a_usage_label_other_than_the_reservations_is_400_and_writes_nothing(api):
+    t = tenant()
+    held = reserve(api, t).json()
+    body = usage_body(model_label="standard", bedrock_model_id="amazon.nova-2-lite-v1:0")
+    reply = api.post(f"{t.app_path}/usage", {**body, "reservation_id": held["reservation_id"]}, token=t.token)
+    assert_error(reply, 400, "INVALID_REQUEST")
+    assert ledger(t, "standard") == {"committed": 0, "settled": 0}
+    assert ledger(t, "premium") == {"committed": WORST, "settled": 0}
+    retry = api.post(f"{t.app_path}/usage", body, token=t.token)  # the same request id, now without it
+    assert retry.status == 202 and retry.json()["duplicate"] is False
+
+
+def test_a_malformed_reservation_id_is_400(api):
+    t = tenant()
+    reply = api.post(f"{t.app_path}/usage", usage_body(reservation_id="not-ours"), token=t.token)
+    assert_error(reply, 400, "INVALID_REQUEST")
+    assert_error(api.request("DELETE", f"{t.app_path}/reservations/not-ours", token=t.token), 400, "INVALID_REQUEST")
+
+
+def test_release_gives_the_hold_back_and_is_idempotent(api):
+    t = tenant()
+    held = reserve(api, t).json()
+    path = f"{t.app_path}/reservations/{held['reservation_id']}"
+    assert [api.request("DELETE", path, token=t.token).status for _ in range(2)] == [204, 204]
+    assert ledger(t, "premium") == {"committed": 0, "settled": 0}
+    # usage reported after the release still counts, against the ledger too
+    late = api.post(f"{t.app_path}/usage", usage_body(reservation_id=held["reservation_id"]), token=t.token)
+    assert late.json()["reservation"]["settled"] is False
+    cost = late.json()["processing"]["cost_usd_micros"]
+    assert ledger(t, "premium") == {"committed": cost, "settled": cost}
+
+
+def test_another_app_cannot_release_or_settle_a_hold(api):
+    t = tenant(quota_scope="ORG")
+    seed_app(t.org_id, "app-2")
+    other = token_for(t.org_id, "app-2")
+    held = reserve(api, t).json()
+    assert held["reservation_id"].split("-")[1] == "o"
+    path = f"/api/v1/orgs/{t.org_id}/apps/app-2/reservations/{held['reservation_id']}"
+    assert api.request("DELETE", path, token=other).status == 204
+    assert ledger(t, "premium")["committed"] == WORST  # still held: not app-2's
+
+
+def test_an_expired_hold_stops_holding_for_the_next_reservation(api):
+    t = tenant(model_ordering=("premium",), quotas={"premium": 10_000})
+    past = datetime.now(UTC) - timedelta(seconds=30)
+    request = reservations.ReservationRequest(**CALL, ttl_secs=10)
+    crashed = [reservations.reserve(t.org_id, t.app_id, request, now=past) for _ in range(2)]  # never reported
+    assert ledger(t, "premium")["committed"] == 2 * WORST
+    reply = reserve(api, t)  # refused at first, the sweep ends both expired holds, then held
+    assert reply.status == 201, reply.json()
+    assert ledger(t, "premium")["committed"] == WORST
+    # the crashed client's late report still counts (its hold is gone: the actual cost is added)
+    late = api.post(f"{t.app_path}/usage", usage_body(reservation_id=crashed[0]["reservation_id"]), token=t.token)
+    assert late.json()["reservation"]["settled"] is False
+    assert ledger(t, "premium")["committed"] == WORST + late.json()["processing"]["cost_usd_micros"]
+
+
+def test_selection_and_aggregates_show_the_reserved_amount(api):
+    t = tenant()
+    reserve(api, t)
+    selection = api.get(f"{t.app_path}/model-selection", token=t.token).json()
+    status = selection["quota_status"]
+    assert status["reserved_usd_micros"] == WORST
+    assert status["models_status"]["premium"]["reserved_usd_micros"] == WORST
+    assert status["total"]["reserved_usd_micros"] == WORST
+    aggregates = api.get(f"{t.app_path}/aggregates/today", token=t.token).json()
+    assert aggregates["models"]["premium"]["reserved_usd_micros"] == WORST
+    assert aggregates["total_reserved_usd_micros"] == WORST
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"max_input_tokens": -1, "max_output_tokens": 1},
+        {"max_input_tokens": 1, "max_output_tokens": 1, "ttl_secs": 5},
+        {"max_input_tokens": 1, "max_output_tokens": 1, "ttl_secs": 3601},
+        {"max_input_tokens": 1},
+        {"max_input_tokens": 1, "max_output_tokens": 1, "extra": 1},
+        {"max_input_tokens": 1, "max_output_tokens": 10**9, "model_label": "premium"},
+    ],
+)
+def test_bad_reservation_bodies_are_400(api, body):
+    t = tenant()
+    reply = api.post(f"{t.app_path}/reservations", body, token=t.token)
+    assert reply.status == 400, reply.json()
+    assert ledger(t, "premium") == {"committed": 0, "settled": 0}
+
+
+def test_an_unknown_label_is_400(api):
+    t = tenant()
+    assert_error(reserve(api, t, {"model_label": "nope"}), 400, "INVALID_MODEL_LABEL")
+
+
+def test_write_units_of_a_reserved_call(api):
+    """What docs/performance.md states: a reservation is one transaction of 3 items, its
+    settlement adds 3 items to the usage write's 2, and every item stays under 1 KB (1 unit,
+    doubled in a transaction). Selection without reservations makes no extra call."""
+    t = tenant()
+    seen: list[tuple[str, dict]] = []
+
+    def record(params, model, **_):
+        seen.append((model.name, params))
+
+    events = ddb_client().meta.events
+    events.register("provide-client-params.dynamodb.*", record)
+    try:
+        held = reserve(api, t).json()
+        hold_key = reservations.ReservationId.parse(held["reservation_id"]).key(t.org_id, t.app_id)
+        hold_size = item_size(table(tables.STICKY_STATE).get_item(Key=hold_key)["Item"])
+        reserve_writes = [p for name, p in seen if name == "TransactWriteItems"]
+        seen.clear()
+        api.post(f"{t.app_path}/usage", usage_body(reservation_id=held["reservation_id"]), token=t.token)
+        settle_writes = [p for name, p in seen if name == "TransactWriteItems"]
+        seen.clear()
+        api.get(f"{t.app_path}/model-selection", token=t.token)
+        selection_calls = [name for name, _ in seen]
+    finally:
+        events.unregister("provide-client-params.dynamodb.*", record)
+    assert [len(p["TransactItems"]) for p in reserve_writes] == [3]
+    assert [len(p["TransactItems"]) for p in settle_writes] == [5]
+    day = org_day("America/New_York", datetime.now(UTC))
+    stored = [
+        table(tables.DAILY_TOTAL).get_item(Key={"usage_key": key, "date_key": keys.day_key(day)})["Item"]
+        for key in (keys.usage_key(t.scope, "premium"), keys.scope_total_key(t.scope))
+    ]
+    assert max(hold_size, *(item_size(item) for item in stored)) < 1024
+    print(f"reserve: {2 * 3} WCU, settlement: {2 * 5} WCU (usage alone: 4); hold item {hold_size} B")
+    assert selection_calls == ["BatchGetItem"]  # the ledgers ride on the DailyTotal items it reads anyway
+
+
+def test_a_hold_released_while_its_settlement_is_in_flight_is_given_back_once(api):
+    """The settlement read the live hold, then a release ended it before the usage write: the
+    write's conditional Delete cancels it, the retry reads the hold gone and counts the record
+    as spend of an ended hold (the amount is not given back twice)."""
+    t = tenant()
+    held = reserve(api, t).json()
+    config = orgs.effective_config(t.org_id, t.app_id)
+    now = datetime.now(UTC)
+    request = UsageRequest.model_validate(usage_body(reservation_id=held["reservation_id"]))
+    submission = metering.prepare(config, request, now)
+    settle = reservations.settlement(config, submission, request.reservation_id)
+    assert settle.item is not None  # read while live
+    reservations.release(t.org_id, t.app_id, held["reservation_id"])
+    outcome = metering.count(config, submission, now, settle)
+    assert outcome.duplicate is False and settle.summary(False)["settled"] is False
+    cost = submission.cost_usd_micros
+    assert ledger(t, "premium") == {"committed": cost, "settled": cost}
+
+
+def test_a_batch_record_settles_its_reservation(api):
+    t = tenant()
+    held = reserve(api, t).json()
+    body = {"requests": [usage_body(input_tokens=500, output_tokens=500, reservation_id=held["reservation_id"])]}
+    reply = api.post(f"{t.app_path}/usage/batch", body, token=t.token)
+    assert reply.status == 207 and reply.json()["accepted"] == 1
+    assert ledger(t, "premium") == {"committed": 2000, "settled": 2000}
