@@ -226,7 +226,7 @@ class Aggregator:
     """The stream mapping and the aggregator function, in this process, counted."""
 
     def __init__(self):
-        from local.streams import StreamReader, StreamTrigger
+        from local.streams import RepairQueue, StreamReader, StreamTrigger
 
         self.meter = Meter()
         self.invocations = self.records = 0
@@ -240,7 +240,8 @@ class Aggregator:
                 with contextlib.redirect_stdout(io.StringIO()):  # its metrics (EMF lines)
                     super()._deliver(batch)
 
-        self.trigger = Counted("aggregator", StreamReader(tables.USAGE_AGG_SHARDED), self.stop_event)
+        reader = StreamReader(tables.USAGE_AGG_SHARDED)
+        self.trigger = Counted("aggregator", reader, self.stop_event, RepairQueue())
         self.trigger.start()
 
     def drain(self, quiet_seconds: float = 3.0) -> None:
@@ -364,7 +365,8 @@ def exactness(replies: list) -> list[str]:
         expected_cost = sum(cost if cost >= 0 else unit_cost[label] for cost in ids.values())
         scope = keys.scope_key(org_id, app_id, "APP")
         shards = usage.label_spends(scope, [label], day, 8)[label]
-        total = daily_totals.label_total(keys.usage_key(scope, label), day) or {}
+        usage_key = keys.usage_key(scope, label)
+        total = daily_totals.read_days([(usage_key, day)]).get((usage_key, day), {})
         seen = (shards, int(total.get("cost_usd_micros", 0)), int(total.get("requests", 0)))
         if seen != (expected_cost, expected_cost, len(ids)):
             problems.append(f"{org_id}/{label}: shards, total, requests {seen}; accepted {expected_cost}, {len(ids)}")

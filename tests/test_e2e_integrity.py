@@ -180,6 +180,7 @@ def test_spend_on_a_self_registered_profile_shows_and_the_total_cap_stops_select
         "quota_usd_micros": 1_000,
         "quota_pct": body["details"]["total"]["quota_pct"],
         "exceeded": True,
+        "reserved_usd_micros": 0,
     }
     today = tenant.today()
     assert today["models"]["my-lite"]["cost_usd_micros"] == cost and today["total_cost_usd_micros"] == cost

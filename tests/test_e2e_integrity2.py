@@ -9,7 +9,7 @@ import http.client
 import socket
 import time
 import uuid
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from urllib.parse import urlparse
 
 import pytest
@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.local_server import local_server
+from tests.usage_support import usage_body
 
 KEY = "e2e-integrity2-provisioning-key"
 WAIT_SECONDS = 30
@@ -77,15 +78,7 @@ class Org:
 
 
 def record(request_id: str | None = None) -> dict:
-    return {
-        "request_id": request_id or str(uuid.uuid4()),
-        "model_label": "standard",
-        "bedrock_model_id": "amazon.nova-lite-v1:0",
-        "input_tokens": 100,
-        "output_tokens": 10,
-        "status": "OK",
-        "timestamp": iso(datetime.now(UTC) - timedelta(seconds=2)),
-    }
+    return usage_body(request_id, model_label="standard", input_tokens=100, output_tokens=10)
 
 
 def assert_error(reply: requests.Response, status: int) -> dict:

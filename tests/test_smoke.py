@@ -15,12 +15,13 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 import requests
 
 from tests.local_server import local_server
+from tests.usage_support import usage_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.smoke]
 
@@ -64,15 +65,7 @@ class Stack:
 
 
 def _usage(label: str) -> dict:
-    return {
-        "request_id": str(uuid.uuid4()),
-        "model_label": label,
-        "bedrock_model_id": "amazon.nova-micro-v1:0",
-        "input_tokens": 10,
-        "output_tokens": 5,
-        "status": "OK",
-        "timestamp": (datetime.now(UTC) - timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
+    return usage_body(model_label=label, input_tokens=10, output_tokens=5)  # the label's own model
 
 
 def test_a_tenant_end_to_end(target):
