@@ -42,7 +42,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")  # st
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT)]
 
-from price_keeper.http import routes  # noqa: E402
+from price_keeper import routes  # noqa: E402
 from stacks.layer import bundle_layer, runtime_python  # noqa: E402
 
 BENCH_DIR = ROOT / ".bench"

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs
 
+from price_keeper import routes
 from price_keeper.errors import error_body  # the package put the layer on sys.path
-from price_keeper.http import routes
 from price_keeper.http.modules import load_handler_module
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """The CDK app of Bedrock Price Keeper.
 
 The stacks build the deployed system from the same definitions the runtime uses
-(``price_keeper.store.tables`` and ``price_keeper.http.routes``), so this package puts the shared
+(``price_keeper.store.tables`` and ``price_keeper.routes``), so this package puts the shared
 layer's source on ``sys.path`` before anything imports it.
 """
 

@@ -12,7 +12,7 @@ this map, that it covers every function, and that it never grants ``dynamodb:*``
 
 from __future__ import annotations
 
-from price_keeper.http import routes
+from price_keeper import routes
 from price_keeper.store.tables import (
     ACTIVE_BY_DAY,
     ALL_TABLES,

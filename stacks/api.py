@@ -1,4 +1,4 @@
-"""The gateway (``-c apiKind``): one route per ``price_keeper.http.routes.ROUTES`` entry, each a
+"""The gateway (``-c apiKind``): one route per ``price_keeper.routes.ROUTES`` entry, each a
 Lambda proxy integration with the function the route names.
 
 ``http`` (the default) is an HTTP API (API Gateway v2, payload format 2.0): $1.00 per million
@@ -21,7 +21,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from price_keeper.http import routes
+from price_keeper import routes
 from price_keeper.http.api import CORS_EXPOSED_HEADERS, CORS_HEADERS
 
 from .functions import RETENTION

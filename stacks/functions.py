@@ -1,4 +1,4 @@
-"""One Lambda function per HTTP function and job of ``price_keeper.http.routes``, each with its
+"""One Lambda function per HTTP function and job of ``price_keeper.routes``, each with its
 own role holding only what ``access.py`` grants it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from price_keeper.http import routes
+from price_keeper import routes
 
 from . import LAMBDAS_DIR, access
 from .layer import SharedLayers

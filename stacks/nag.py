@@ -14,8 +14,8 @@ from aws_cdk import Acknowledgment, App, Validations
 from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
-from price_keeper.http import routes
-from price_keeper.http.routes import Auth
+from price_keeper import routes
+from price_keeper.routes import Auth
 
 from . import access
 from .api import HttpApi, RestApi

@@ -23,9 +23,12 @@ from local import gateway, moto_patches  # noqa: E402
 from local.bedrock import InferenceProfiles  # noqa: E402
 from local.server import LocalHttpServer  # noqa: E402
 from local.stack import JWT_SECRET_NAME, PROVISIONING_SECRET_NAME  # noqa: E402
-from price_keeper import state  # noqa: E402
+from price_keeper import (  # noqa: E402
+    ratelimit,
+    routes,
+    state,  # noqa: E402
+)
 from price_keeper.domain import profiles  # noqa: E402
-from price_keeper.http import ratelimit, routes  # noqa: E402
 from price_keeper.store.tables import ALL_TABLES, TTL_ATTRIBUTE  # noqa: E402
 from tests.iam_check import only_granted  # noqa: E402
 

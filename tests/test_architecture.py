@@ -6,9 +6,8 @@ import ast
 from pathlib import Path
 
 import price_keeper
-from price_keeper import aws, state
+from price_keeper import aws, ratelimit, state
 from price_keeper.domain import auth
-from price_keeper.http import ratelimit
 from price_keeper.store import dynamo
 from tests.usage_support import new_tenant, usage_body
 
@@ -100,3 +99,38 @@ def _ttl_caches():
     from price_keeper.cache import TTLCache
 
     return [obj for obj in gc.get_objects() if isinstance(obj, TTLCache)]
+
+
+def _imported_packages(path: Path, tree: ast.AST) -> set[str]:
+    """The ``price_keeper`` subpackages a module imports (``http``, ``domain``, ``store``),
+    relative and absolute imports alike."""
+    package = path.relative_to(PACKAGE).parts[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(package[: len(package) - node.level + 1])
+                parts = [*base, *(node.module.split(".") if node.module else [])]
+            elif node.module and node.module.startswith("price_keeper"):
+                parts = node.module.split(".")[1:]
+            else:
+                continue
+            names = parts[:1] or [alias.name for alias in node.names]
+            found.update(names)
+    return found
+
+
+def test_layers_only_look_down():
+    """http above domain above store; the shared modules at the top below http and domain
+    (``ratelimit`` keeps its counters through ``store``)."""
+    below = {"store": set(), "domain": {"store"}, "http": {"domain", "store"}, None: {"store"}}
+    upper = {"http", "domain", "store"}
+    offences = []
+    for path, tree in _modules(PACKAGE):
+        parts = path.relative_to(PACKAGE).parts
+        layer = parts[0] if len(parts) > 1 else None
+        allowed = below[layer] | {layer}
+        for name in _imported_packages(path, tree) & upper:
+            if name not in allowed:
+                offences.append(f"{'/'.join(parts)} imports {name}")
+    assert offences == []

@@ -11,7 +11,8 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-from price_keeper.http import console, routes
+from price_keeper import routes
+from price_keeper.http import console
 
 PAGE_BUDGET_BYTES = 64_000  # one Lambda response, no build step: keep it small (measured: ~37 KB)
 

@@ -3,7 +3,7 @@
 import json
 import re
 
-from price_keeper.http import routes
+from price_keeper import routes
 from tests.provisioned import new_org, tokens
 
 

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from local import gateway
-from price_keeper.http import routes
+from price_keeper import routes
 from stacks.api import UNMATCHED_FUNCTION
 from tests.conftest import PROVISIONING_KEY, Api, Reply, assert_error, cold_handler
 from tests.provisioned import ORG_BODY, new_app, new_org, tokens

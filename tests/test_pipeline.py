@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from price_keeper.http import routes
-from price_keeper.http.routes import Auth
+from price_keeper import routes
+from price_keeper.routes import Auth
 from tests.conftest import assert_error
 from tests.factories import seed_app, seed_org, token_for
 

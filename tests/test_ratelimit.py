@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from price_keeper import ratelimit
 from price_keeper.config import get_config
 from price_keeper.errors import ApiError
-from price_keeper.http import ratelimit
 from price_keeper.store.dynamo import ddb_client
 from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.factories import seed_org

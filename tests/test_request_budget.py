@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from price_keeper.http import ratelimit
+from price_keeper import ratelimit
 from price_keeper.store.dynamo import ddb_client
 from tests.usage_support import new_tenant, usage_body
 

@@ -1,8 +1,9 @@
 """GET .../aggregates/today and .../aggregates/{date} (Bearer), for an org (org token) and
 for an app (its token or the org's): the day's spend per label against its quota."""
 
+from price_keeper import routes
 from price_keeper.domain import aggregates
-from price_keeper.http import replies, routes
+from price_keeper.http import replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()

@@ -10,8 +10,8 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
+from price_keeper import routes
 from price_keeper.domain import auth
-from price_keeper.http import routes
 from price_keeper.http.api import Router, build_app, lambda_entry, principal
 
 router = Router()

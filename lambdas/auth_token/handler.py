@@ -7,8 +7,9 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
+from price_keeper import routes
 from price_keeper.domain import auth
-from price_keeper.http import oauth, replies, routes
+from price_keeper.http import oauth, replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply, source_ip
 
 router = Router()

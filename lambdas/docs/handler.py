@@ -18,8 +18,9 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi import swagger_ui
 from aws_lambda_powertools.event_handler.openapi.swagger_ui import generate_swagger_html
 
+from price_keeper import routes
 from price_keeper.config import get_config
-from price_keeper.http import console, openapi, routes
+from price_keeper.http import console, openapi
 from price_keeper.http.api import Router, build_app, dumps, lambda_entry
 from price_keeper.http.modules import load_handler_module
 

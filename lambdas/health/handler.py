@@ -1,7 +1,7 @@
 """GET / and GET /health (public)."""
 
+from price_keeper import routes
 from price_keeper.domain import service
-from price_keeper.http import routes
 from price_keeper.http.api import Router, build_app, json_response, lambda_entry
 
 router = Router()

@@ -5,8 +5,8 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
+from price_keeper import routes
 from price_keeper.domain import boosts
-from price_keeper.http import routes
 from price_keeper.http.api import Router, build_app, json_response, lambda_entry
 
 router = Router()

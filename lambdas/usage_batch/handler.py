@@ -7,9 +7,10 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
+from price_keeper import routes
 from price_keeper.domain import metering
 from price_keeper.domain.models import UsageBatchRequest
-from price_keeper.http import replies, routes
+from price_keeper.http import replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()

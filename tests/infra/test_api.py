@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from price_keeper.http import routes
+from price_keeper import routes
 from stacks.api import UNMATCHED_FUNCTION
 
 from .cfn import api_paths, logical_id, of_type, referenced_ids

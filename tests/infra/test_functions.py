@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from price_keeper.http import routes
+from price_keeper import routes
 from price_keeper.store.tables import ALL_TABLES
 from stacks import LAMBDAS_DIR, REPO_ROOT, access
 from stacks.functions import FUNCTIONS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from price_keeper.http import routes
+from price_keeper import routes
 from price_keeper.store.tables import ALL_TABLES, REVOKED_TOKENS, STICKY_STATE
 from stacks import access
 from stacks.functions import FUNCTIONS

@@ -34,10 +34,9 @@ import jwt
 from aws_lambda_powertools.utilities import parameters
 from pydantic import ConfigDict, Field, StringConstraints
 
-from .. import aws, state
+from .. import audit, aws, ratelimit, state
 from ..cache import TTLCache
 from ..errors import ApiError, forbidden, unauthorized
-from ..http import audit, ratelimit
 from ..metric_names import TOKENS_REVOKED
 from ..observability import count
 from ..store import config_items, revocations

@@ -25,10 +25,10 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
+from .. import audit
 from ..cache import TTLCache
 from ..config import get_config
 from ..errors import ApiError, invalid_request, not_found
-from ..http import audit
 from ..store import boosts as boost_store
 from ..store import config_items, keys, tables
 from ..timeutil import iso_utc

@@ -30,9 +30,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
+from .. import audit, ratelimit
 from ..config import get_config
 from ..errors import ApiError, invalid_config, not_found
-from ..http import audit, ratelimit
 from ..metric_names import CLIENT_TOKENS_REVOKED
 from ..observability import count
 from ..store import config_items, usage

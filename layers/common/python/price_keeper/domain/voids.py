@@ -20,8 +20,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator
 
+from .. import audit
 from ..errors import service_unavailable
-from ..http import audit
 from ..store import keys, usage
 from ..timeutil import iso_utc, utc_now
 from ..validation import APP_ID_PATTERN, Schema, StrictBody, is_uuid

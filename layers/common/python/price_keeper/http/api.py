@@ -25,9 +25,10 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent, APIGatewayProxyEventV2
 from pydantic import BaseModel
 
+from .. import audit, ratelimit, routes
 from ..errors import ApiError, as_api_error, error_body, invalid_request, validation_details
 from ..observability import logger, metrics, tracer
-from . import audit, oauth, pipeline, ratelimit, routes
+from . import oauth, pipeline
 
 
 def _json_default(value: Any):

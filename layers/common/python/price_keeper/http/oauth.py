@@ -35,10 +35,10 @@ from urllib.parse import parse_qsl, unquote
 from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from pydantic import ValidationError
 
+from .. import ratelimit, routes
 from ..domain import auth
 from ..errors import ApiError, validation_details
-from . import ratelimit, routes
-from .routes import Route
+from ..routes import Route
 
 CONTENT_TYPE = "application/x-www-form-urlencoded"
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}  # RFC 6749 §5.1: token replies

@@ -18,8 +18,8 @@ import json
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn, HTTPBase, HTTPBearer, Server
 
+from ..routes import ROUTES, Auth
 from . import oauth
-from .routes import ROUTES, Auth
 
 TITLE = "Bedrock Price Keeper"
 SECURITY_SCHEMES = {

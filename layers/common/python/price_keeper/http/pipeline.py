@@ -18,10 +18,10 @@ do not come here: ``oauth.py`` authenticates their client by its credentials (``
 
 from __future__ import annotations
 
+from .. import ratelimit
 from ..domain import auth, orgs
 from ..domain.auth import Principal
-from . import ratelimit
-from .routes import Auth, Route
+from ..routes import Auth, Route
 
 PROVISIONING_CLIENT = "provisioning-key"  # the rate-limit counter of the provisioning key
 

@@ -23,8 +23,8 @@ from contextvars import ContextVar
 
 from aws_lambda_powertools import Logger
 
-from .. import state
-from ..observability import SERVICE
+from . import state
+from .observability import SERVICE
 
 KEY_ID_CHARS = 8
 ID_MAX_CHARS = 100  # path ids are logged before or without validation: cut short

@@ -39,11 +39,10 @@ import time
 from contextvars import ContextVar
 from typing import NamedTuple
 
-from .. import state
-from ..config import RateLimit, get_config
-from ..errors import ApiError
-from ..store import rate_windows
-from . import routes
+from . import routes, state
+from .config import RateLimit, get_config
+from .errors import ApiError
+from .store import rate_windows
 
 LEASE_FRACTION = 20  # the largest lease: this fraction of the limit
 MAX_ORG_REQUESTS = 1_000_000  # the most requests per window an org may set for its clients
