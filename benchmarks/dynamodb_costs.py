@@ -25,6 +25,7 @@ import argparse
 import math
 import os
 import sys
+import threading
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
@@ -71,8 +72,8 @@ class Meter:
         self.inspect = boto3.resource("dynamodb").meta.client  # a second client: not counted
         self.calls: Counter = Counter()
         self.wcu = self.rcu = 0.0
-        self._params: dict = {}
-        self._before: list[int] = []
+        self._call = threading.local()  # the call in flight, per thread (the fold writes in parallel)
+        self._lock = threading.Lock()
         self.attach()
 
     def attach(self) -> None:
@@ -86,14 +87,14 @@ class Meter:
         self.wcu = self.rcu = 0.0
 
     def _remember(self, params, model, **_):
-        self._params = dict(params)
+        self._call.params, self._call.before = dict(params), []
         if model.name == "TransactWriteItems":  # item sizes before the update
-            self._before = [
+            self._call.before = [
                 self._size(body["TableName"], body["Key"]) if kind == "Update" else 0
                 for kind, body in (next(iter(a.items())) for a in params["TransactItems"])
             ]
         elif model.name == "UpdateItem":
-            self._before = [self._size(params["TableName"], params["Key"])]
+            self._call.before = [self._size(params["TableName"], params["Key"])]
 
     def _size(self, table_name: str, key: dict) -> int:
         item = self.inspect.get_item(TableName=table_name, Key=key).get("Item")
@@ -107,10 +108,13 @@ class Meter:
         return max(1, math.ceil(size / READ_UNIT)) * (1.0 if consistent else 0.5)
 
     def _account(self, model, parsed, **_):
-        operation, params = model.name, self._params
+        with self._lock:
+            self._add(model.name, self._call.params, self._call.before, parsed)
+
+    def _add(self, operation: str, params: dict, before_sizes: list[int], parsed: dict) -> None:
         self.calls[operation] += 1
         if operation == "TransactWriteItems":
-            for action, before in zip(params["TransactItems"], self._before, strict=True):
+            for action, before in zip(params["TransactItems"], before_sizes, strict=True):
                 kind, body = next(iter(action.items()))
                 size = item_size(body["Item"]) if kind == "Put" else self._size(body["TableName"], body["Key"])
                 self.wcu += 2 * max(1, math.ceil(max(size, before) / WRITE_UNIT))
@@ -118,7 +122,7 @@ class Meter:
                     self.wcu += 1  # the new shard's index entry
         elif operation == "UpdateItem":  # billed on the larger of before and after, failed or not
             after = self._size(params["TableName"], params["Key"])
-            self.wcu += max(1, math.ceil(max(after, self._before[0]) / WRITE_UNIT))
+            self.wcu += max(1, math.ceil(max(after, before_sizes[0]) / WRITE_UNIT))
         elif operation == "PutItem":
             self.wcu += max(1, math.ceil(item_size(params["Item"]) / WRITE_UNIT))
         elif operation == "GetItem":

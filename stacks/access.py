@@ -130,28 +130,20 @@ _TABLES: dict[str, Grants] = {
     ),
     # ORG_CHILDREN: profiles.labels, the app's count against MAX_PROFILES_PER_APP
     "inference_profiles": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_REGISTER),
-    # metering.count: UNPRICED_MODEL alerts (alerts.fire_unpriced_model)
-    "usage": merge(
-        AUTH_DECODE,
-        EFFECTIVE_CONFIG,
-        ORG_CHILDREN,
-        PROFILE_LOOKUP,
-        PRICE_QUOTE,
-        USAGE_RECORD,
-        DAILY_STATUS,
-        ALERT_FIRE,
-        SETTLE,
-    ),
-    "usage_batch": merge(
-        AUTH_DECODE,
-        EFFECTIVE_CONFIG,
-        ORG_CHILDREN,
-        PROFILE_LOOKUP,
-        PRICE_QUOTE,
-        USAGE_RECORD,
-        DAILY_STATUS,
-        ALERT_FIRE,
-        SETTLE,
+    # metering.count: UNPRICED_MODEL and OVER_RESERVATION alerts; reservations' settlement
+    **dict.fromkeys(
+        ("usage", "usage_batch"),
+        merge(
+            AUTH_DECODE,
+            EFFECTIVE_CONFIG,
+            ORG_CHILDREN,
+            PROFILE_LOOKUP,
+            PRICE_QUOTE,
+            USAGE_RECORD,
+            DAILY_STATUS,
+            ALERT_FIRE,
+            SETTLE,
+        ),
     ),
     "reservations": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, RESERVE),
     "spend_report": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, DAILY_RANGE),
