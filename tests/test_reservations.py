@@ -273,3 +273,48 @@ def test_a_batch_record_settles_its_reservation(api):
     reply = api.post(f"{t.app_path}/usage/batch", body, token=t.token)
     assert reply.status == 207 and reply.json()["accepted"] == 1
     assert ledger(t, "premium") == {"committed": 2000, "settled": 2000}
+
+
+def test_a_retried_batch_answers_each_records_settlement_and_settles_once(api):
+    t = tenant()
+    held = reserve(api, t).json()
+    body = {
+        "requests": [
+            usage_body(input_tokens=500, output_tokens=500, reservation_id=held["reservation_id"]),  # 2 000
+            usage_body(input_tokens=100, output_tokens=100),  # 400, no reservation
+        ]
+    }
+    first = api.post(f"{t.app_path}/usage/batch", body, token=t.token).json()
+    assert first["results"][0]["reservation"] == {
+        "reservation_id": held["reservation_id"],
+        "settled": True,
+        "amount_usd_micros": WORST,
+        "over_reservation_usd_micros": 0,
+    }
+    assert "reservation" not in first["results"][1]
+    again = api.post(f"{t.app_path}/usage/batch", body, token=t.token).json()
+    assert [result["duplicate"] for result in again["results"]] == [True, True]
+    assert again["results"][0]["reservation"] == {
+        "reservation_id": held["reservation_id"],
+        "settled": False,
+        "amount_usd_micros": None,
+        "over_reservation_usd_micros": 0,
+    }
+    assert ledger(t, "premium") == {"committed": 2000, "settled": 2000}  # the unreserved record holds nothing
+
+
+def test_a_batch_record_on_another_label_than_its_reservation_fails_alone(api):
+    t = tenant()
+    held = reserve(api, t).json()
+    wrong = usage_body(model_label="standard", bedrock_model_id="amazon.nova-2-lite-v1:0")
+    body = {"requests": [{**wrong, "reservation_id": held["reservation_id"]}, usage_body()]}
+    reply = api.post(f"{t.app_path}/usage/batch", body, token=t.token)
+    assert reply.status == 207
+    results = reply.json()["results"]
+    assert [(result["status"], result.get("error")) for result in results] == [
+        ("failed", "INVALID_REQUEST"),
+        ("accepted", None),
+    ]
+    assert "reservation" not in results[0]
+    assert ledger(t, "standard") == {"committed": 0, "settled": 0}
+    assert ledger(t, "premium") == {"committed": WORST, "settled": 0}  # the hold is untouched

@@ -221,6 +221,30 @@ class ScopeTotal:
 
 
 @dataclass(frozen=True)
+class ReservationSettlement:
+    """How a usage record carrying ``reservation_id`` settled it: ``settled`` when this record
+    ended the live hold (``amount_usd_micros``), not for a duplicate or a hold already ended;
+    ``over_reservation_usd_micros`` is the actual cost above the hold (counted, and flagged)."""
+
+    reservation_id: str
+    settled: bool
+    amount_usd_micros: int | None
+    over_reservation_usd_micros: int
+
+    @classmethod
+    def from_json(cls, value: Any) -> ReservationSettlement | None:
+        if not isinstance(value, dict):
+            return None
+        amount = value.get("amount_usd_micros")
+        return cls(
+            value.get("reservation_id", ""),
+            bool(value.get("settled", False)),
+            None if amount is None else int(amount),
+            int(value.get("over_reservation_usd_micros", 0)),
+        )
+
+
+@dataclass(frozen=True)
 class UsageReceipt:
     """``202`` answer to a usage report."""
 
@@ -231,6 +255,7 @@ class UsageReceipt:
     cost_usd_micros: int | None
     quota: LabelQuota | None
     total: ScopeTotal | None = None
+    reservation: ReservationSettlement | None = None  # the record carried ``reservation_id``
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -244,6 +269,7 @@ class UsageReceipt:
             processing.get("cost_usd_micros"),
             LabelQuota.find(body),
             ScopeTotal.from_json(body.get("scope_total")),
+            ReservationSettlement.from_json(body.get("reservation")),
             body,
         )
 
@@ -259,6 +285,7 @@ class BatchItemResult:
     shard_id: int | None
     cost_usd_micros: int | None
     duplicate: bool
+    reservation: ReservationSettlement | None = None  # an accepted record that carried ``reservation_id``
 
     @property
     def accepted(self) -> bool:
@@ -289,6 +316,7 @@ class BatchResult:
                 item.get("shard_id"),
                 item.get("cost_usd_micros"),
                 bool(item.get("duplicate", False)),
+                ReservationSettlement.from_json(item.get("reservation")),
             )
             for item in body.get("results") or ()
         )

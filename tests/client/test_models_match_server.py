@@ -34,6 +34,7 @@ from price_keeper_client.models import (
     Pricing,
     Provisioned,
     Reservation,
+    ReservationSettlement,
     Rotation,
     ScopeTotal,
     UsageReceipt,
@@ -174,6 +175,7 @@ WIRE = {
     ),
     LabelQuota: Wire("usage", "daily_total", partial=True, not_sent=frozenset({"reason"})),
     ScopeTotal: Wire("usage", "scope_total"),
+    ReservationSettlement: Wire("usage", "reservation"),
     BatchResult: Wire(
         "batch", paths={"quotas": "daily_totals", "total": "scope_total"}, left_in_raw=frozenset({"timestamp"})
     ),
@@ -240,7 +242,8 @@ def problems(model: type, wire: Wire, source: Shape) -> list[str]:
 def answers(server) -> dict[str, Shape]:
     """Shapes of the served OpenAPI schemas (``schema:<name>``) and of real answers: an org and
     an app provisioned then updated, a model selection, a usage report with cache tokens, a
-    batch with an accepted and a refused record, the day's aggregates once folded, a rotation."""
+    batch with an accepted and a refused record (both reports settling a reservation), the
+    day's aggregates once folded, a rotation."""
     admin = {"X-API-Key": server.api_key}
 
     def call(method: str, path: str, expected: int, **kwargs) -> dict:
@@ -254,6 +257,21 @@ def answers(server) -> dict[str, Shape]:
     updated = call("PUT", app.format(org_id), 200, headers=admin, json={"app_name": "models, renamed"})
     token = call("POST", "/auth/token", 200, json={**created["credentials"], "grant_type": "client_credentials"})
     bearer = {"Authorization": f"Bearer {token['access_token']}"}
+    held = [
+        call(
+            "POST",
+            f"{app.format(org_id)}/reservations",
+            201,
+            headers=bearer,
+            json={
+                "max_input_tokens": 2_000,
+                "max_output_tokens": 1_000,
+                "max_cache_write_input_tokens": 100,
+                "model_label": "premium",
+            },
+        )["reservation_id"]
+        for _ in range(2)
+    ]
     record = UsageRecord(
         str(uuid.uuid4()),
         "premium",
@@ -264,6 +282,7 @@ def answers(server) -> dict[str, Shape]:
         calling_region="us-east-1",
         cache_read_input_tokens=300,
         cache_write_input_tokens=100,
+        reservation_id=held[0],
     )
     recorded = {
         "provisioned": [org, created, updated],
@@ -277,7 +296,7 @@ def answers(server) -> dict[str, Shape]:
                 headers=bearer,
                 json={
                     "requests": [
-                        dataclasses.replace(record, request_id=str(uuid.uuid4())).to_json(),
+                        dataclasses.replace(record, request_id=str(uuid.uuid4()), reservation_id=held[1]).to_json(),
                         {"request_id": "not-a-uuid"},
                     ]
                 },

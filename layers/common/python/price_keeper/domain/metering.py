@@ -430,6 +430,7 @@ def _submit_one(config: EffectiveConfig, raw, now: datetime) -> tuple[dict, Outc
         "shard_id": outcome.shard_id,
         "cost_usd_micros": outcome.cost_usd_micros,
         "duplicate": outcome.duplicate,
+        **({"reservation": settle.summary(outcome.duplicate)} if settle else {}),
     }, outcome
 
 

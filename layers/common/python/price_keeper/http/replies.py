@@ -103,6 +103,9 @@ class BatchResult(Reply):
     duplicate: bool | None = None
     error: str | None = Field(None, description="The error code of a failed record")
     message: str | None = None
+    reservation: ReservationSettlement | None = Field(
+        None, description="An accepted record carrying reservation_id: how it settled (as in UsageReceipt)"
+    )
 
 
 class BatchReceipt(Reply):
