@@ -551,6 +551,15 @@ def test_operator_sees_the_reconciliation_with_the_provisioning_key(world, brows
     # No CSP violation, no script error: only the wrong key's refused request.
     assert [(e["source"], "status of 401" in e["message"]) for e in browser.errors()] == [("network", True)]
     browser.screenshot("console-reconciliation")
+    assert browser.js(CONTRAST_SCRIPT) == []
+    # At phone width the rows become cards: nothing overflows.
+    browser.driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": 375, "height": 812, "deviceScaleFactor": 2, "mobile": True}
+    )
+    WebDriverWait(browser.driver, WAIT_SECONDS).until(lambda _: browser.js("return window.innerWidth") == 375)
+    layout = browser.js(OVERFLOW_SCRIPT)
+    assert layout["scrollWidth"] <= layout["width"] == 375 and not layout["wide"], layout
+    browser.screenshot("console-reconciliation-phone")
 
     # Forgotten, the key is asked for again.
     browser.click("forget-key")
