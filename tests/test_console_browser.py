@@ -8,6 +8,11 @@ storage, cookies and URLs, and revokes them on sign-out. An operator signs in wi
 org's credentials at phone width and sees the app and today's alerts, with nothing
 overflowing. Every request the browser made went to the local server only.
 
+An operator enters the provisioning key and a UTC day and sees the reconciliation (issue 24.3):
+a wrong key is refused with the 401 in the alert region, an empty day says so, and after two
+calls the local Bedrock stand-in counted but nobody reported, the day's table is the API's reply
+row for row; the key never reaches a URL, storage or the document.
+
 The browser is ``tests/browser.py``'s, which skips these tests, saying why, without Chromium.
 """
 
@@ -18,6 +23,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import boto3
 import pytest
 import requests
 
@@ -28,7 +34,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.browser import WAIT_SECONDS, Browser
-from tests.local_server import local_server
+from tests.local_server import ROOT, local_server
 
 pytestmark = pytest.mark.e2e
 
@@ -153,7 +159,19 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    with local_server(tmp_path_factory.mktemp("console"), KEY, AGGREGATOR_INTERVAL_SECONDS="1") as base_url:
+    folder = tmp_path_factory.mktemp("console")
+    # The reconciler (every second) counts Bedrock's calls once the late-report tolerance has passed: 5 s here.
+    config = folder / "config.yaml"
+    text = (ROOT / "config.yaml").read_text()
+    assert "tolerance_seconds: 900" in text
+    config.write_text(text.replace("tolerance_seconds: 900", "tolerance_seconds: 5"))
+    with local_server(
+        folder,
+        KEY,
+        PRICE_KEEPER_CONFIG=str(config),
+        AGGREGATOR_INTERVAL_SECONDS="1",
+        RECONCILE_INTERVAL_SECONDS="1",
+    ) as base_url:
         spent = World(base_url)
         spent.provision_and_spend()
         yield spent
@@ -429,3 +447,127 @@ def test_operator_sees_apps_and_alerts_at_phone_width(world, browser):
     secrets = [world.org_credentials["client_secret"], org_tokens["access_token"], org_tokens["refresh_token"]]
     assert_tokens_only_in_memory(browser, secrets)
     assert_only_local_requests(browser, world.base_url, secrets)
+
+
+RECONCILED_MODEL = "amazon.nova-2-lite-v1:0"
+SETTLE_SECONDS = 60  # a deadline for the reconciler: the 5 s tolerance, then a run every second
+EMPTY_DAY = "2020-01-02"  # before this server existed: never reconciled
+
+
+def reconcile_in_page(browser: ConsoleBrowser, key: str, day: str) -> None:
+    """Type ``key`` (if any) into the key field, set the day, press Enter, and wait for an answer."""
+    field = browser.driver.find_element(By.ID, "provisioning_key")
+    field.clear()
+    if key:
+        field.send_keys(key)
+    browser.js("document.getElementById('recon_date').value = arguments[0]", day)
+    browser.js("document.getElementById('recon-meta').textContent = ''")
+    field.send_keys(Keys.ENTER)
+    WebDriverWait(browser.driver, WAIT_SECONDS).until(
+        lambda _: browser.text("recon-error") or browser.text("recon-meta") not in ("", "Loading…")
+    )
+
+
+def reconciliation_rows(browser: ConsoleBrowser) -> list[list[str]]:
+    return browser.js("""return [...document.querySelectorAll('#reconciliation tbody tr')].map(
+        tr => [tr.dataset.model, ...[...tr.querySelectorAll('th, td')].map(c => c.textContent)])""")
+
+
+def test_operator_sees_the_reconciliation_with_the_provisioning_key(world, browser):
+    browser.open(world.url("console"))
+    today = datetime.now(UTC).date().isoformat()
+    assert browser.js("return document.getElementById('recon_date').value") == today
+
+    # A wrong key: the service's 401, in the alert region, the field marked; nothing shown.
+    reconcile_in_page(browser, "not-the-key", today)
+    assert browser.text("recon-error") == (
+        "Wrong provisioning key. Could not load the reconciliation: "
+        + requests.get(world.url("api/v1/reconciliation"), headers={"X-API-Key": "x"}, timeout=10).json()["message"]
+        + " (UNAUTHORIZED, HTTP 401)"
+    )
+    assert browser.driver.find_element(By.ID, "provisioning_key").get_attribute("aria-invalid") == "true"
+    assert browser.driver.find_element(By.ID, "recon-result").get_attribute("hidden") is not None
+    assert [r["response"]["status"] for r in browser.responses("/api/v1/reconciliation")] == [401]
+
+    # An empty day: an empty table and a clear message.
+    reconcile_in_page(browser, KEY, EMPTY_DAY)
+    assert browser.text("recon-error") == ""
+    assert reconciliation_rows(browser) == []
+    assert browser.text("recon-empty").startswith(f"Nothing reconciled for {EMPTY_DAY}")
+    assert browser.text("recon-meta").startswith(f"{EMPTY_DAY} (UTC) in us-east-1 · 0 models")
+    assert browser.driver.find_element(By.ID, "provisioning_key").get_attribute("value") == ""
+
+    # Two calls Bedrock counted and nobody reported, once the reconciler (every second) saw them.
+    runtime = boto3.client(
+        "bedrock-runtime",
+        region_name="us-east-1",
+        endpoint_url=world.base_url,
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    messages = [{"role": "user", "content": [{"text": "Was this call reported? " * 10}]}]
+    for _ in range(2):
+        runtime.converse(modelId=RECONCILED_MODEL, messages=messages, inferenceConfig={"maxTokens": 40})
+
+    def counted():
+        models = requests.get(
+            world.url("api/v1/reconciliation"), params={"date": today}, headers={"X-API-Key": KEY}, timeout=10
+        ).json()["models"]
+        return any(m["model_id"] == RECONCILED_MODEL and m["bedrock"]["invocations"] >= 2 for m in models)
+
+    until("the reconciler to count the two calls", counted, seconds=SETTLE_SECONDS)
+    reconcile_in_page(browser, "", today)  # the key the page holds
+    assert browser.text("recon-error") == ""
+    replies = browser.responses("/api/v1/reconciliation")
+    assert [r["response"]["status"] for r in replies] == [401, 200, 200]
+    shown = json.loads(browser.body(replies[-1]["id"]))
+    assert shown["date"] == today and shown["models"]
+    rows = reconciliation_rows(browser)
+    assert rows == [
+        [
+            m["model_id"],
+            m["model_id"],
+            *(
+                f"{n:,}"
+                for n in (
+                    m["bedrock"]["invocations"],
+                    m["bedrock"]["input_tokens"],
+                    m["bedrock"]["output_tokens"],
+                    m["metered"]["invocations"],
+                    m["metered"]["input_tokens"],
+                    m["metered"]["output_tokens"],
+                    m["unmetered"]["input_tokens"],
+                    m["unmetered"]["output_tokens"],
+                )
+            ),
+            dollars(m["unmetered"]["estimated_cost_usd_micros"])
+            if m["unmetered"]["estimated_cost_usd_micros"] >= 5_000 or not m["unmetered"]["estimated_cost_usd_micros"]
+            else "<$0.01",
+        ]
+        for m in shown["models"]
+    ]
+    lite = next(row for row in rows if row[0] == RECONCILED_MODEL)
+    assert int(lite[2]) >= 2 and browser.text("recon-empty") == ""
+    # No CSP violation, no script error: only the wrong key's refused request.
+    assert [(e["source"], "status of 401" in e["message"]) for e in browser.errors()] == [("network", True)]
+    browser.screenshot("console-reconciliation")
+    assert browser.js(CONTRAST_SCRIPT) == []
+    # At phone width the rows become cards: nothing overflows.
+    browser.driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": 375, "height": 812, "deviceScaleFactor": 2, "mobile": True}
+    )
+    WebDriverWait(browser.driver, WAIT_SECONDS).until(lambda _: browser.js("return window.innerWidth") == 375)
+    layout = browser.js(OVERFLOW_SCRIPT)
+    assert layout["scrollWidth"] <= layout["width"] == 375 and not layout["wide"], layout
+    browser.screenshot("console-reconciliation-phone")
+
+    # Forgotten, the key is asked for again.
+    browser.click("forget-key")
+    reconcile_in_page(browser, "", today)
+    assert browser.text("recon-error") == "Enter the provisioning key."
+    assert len(browser.responses("/api/v1/reconciliation")) == 3
+
+    assert_tokens_only_in_memory(browser, [KEY])
+    assert_only_local_requests(browser, world.base_url, [KEY])
+    headers = [r["headers"] for r in browser.requests_sent() if "/api/v1/reconciliation" in r["url"]]
+    assert [h.get("X-API-Key") for h in headers] == ["not-the-key", KEY, KEY]

@@ -4,8 +4,9 @@
 ``<!-- console.js -->``; they are inlined here, so the page is one response with no other
 request but the API calls it makes to its own origin. The Content-Security-Policy allows
 exactly those two inline blocks (by their SHA-256), fetches to this origin only, and no
-form submission (the sign-in form is sent by the script as JSON, so a secret can never end
-up in a URL or a form post, even with the script blocked).
+form submission (the sign-in form is sent by the script as JSON, and the operator view's
+provisioning key as ``X-API-Key``, so a secret can never end up in a URL or a form post, even
+with the script blocked).
 """
 
 from __future__ import annotations

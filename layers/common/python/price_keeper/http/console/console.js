@@ -25,6 +25,7 @@
   let drawnWidth = 0;
   let loading = null;
   let autoReload = null;
+  let operatorKey = null; // the provisioning key, in this closure only (like the tokens)
 
   class SessionEnded extends Error {}
   class ApiProblem extends Error {
@@ -88,10 +89,13 @@
 
   // --- the API -----------------------------------------------------------------------
 
-  async function call(path, { method = 'GET', body = null, auth = true, retry = true, accept = 'application/json' } = {}) {
+  async function call(path, {
+    method = 'GET', body = null, auth = true, retry = true, accept = 'application/json', apiKey = null,
+  } = {}) {
     const s = session;
     if (auth && !s) throw new SessionEnded('signed out');
     const headers = { Accept: accept };
+    if (apiKey !== null) headers['X-API-Key'] = apiKey;
     if (body !== null) headers['Content-Type'] = 'application/json';
     if (auth) headers.Authorization = `Bearer ${s.access}`;
     const response = await fetch(API_ROOT + path, {
@@ -562,10 +566,92 @@
     $('alerts-note').hidden = alerts.length > 0;
   }
 
+  // --- operator: reconciliation (provisioning key) -------------------------------------
+
+  async function reconcile(event) {
+    event.preventDefault();
+    const keyInput = $('provisioning_key');
+    const dateInput = $('recon_date');
+    const button = $('reconcile-button');
+    const key = keyInput.value || operatorKey;
+    const day = dateInput.value;
+    $('recon-error').textContent = '';
+    setInvalid(keyInput, !key);
+    setInvalid(dateInput, !/^\d{4}-\d{2}-\d{2}$/.test(day));
+    if (!key) {
+      $('recon-error').textContent = 'Enter the provisioning key.';
+      keyInput.focus();
+      return;
+    }
+    if (dateInput.getAttribute('aria-invalid')) {
+      $('recon-error').textContent = 'Enter the day as YYYY-MM-DD.';
+      dateInput.focus();
+      return;
+    }
+    button.disabled = true;
+    $('recon-meta').textContent = 'Loading…';
+    let reply;
+    try {
+      reply = await call(`api/v1/reconciliation?date=${enc(day)}`, { auth: false, apiKey: key });
+    } catch (error) {
+      reply = null;
+    } finally {
+      button.disabled = false;
+    }
+    if (!reply || !reply.ok) {
+      if (reply && reply.status === 401) forgetKey();
+      setInvalid(keyInput, Boolean(reply && reply.status === 401));
+      $('recon-meta').textContent = '';
+      $('recon-result').hidden = true;
+      $('recon-error').textContent = !reply ? 'Could not reach the service.'
+        : `${reply.status === 401 ? 'Wrong provisioning key. ' : ''}${new ApiProblem(reply, 'the reconciliation').message}`;
+      return;
+    }
+    operatorKey = key;
+    keyInput.value = '';
+    $('forget-key').hidden = false;
+    renderReconciliation(reply.data);
+  }
+
+  function forgetKey() {
+    operatorKey = null;
+    $('forget-key').hidden = true;
+  }
+
+  function renderReconciliation(data) {
+    const count = (th, n) => el('td', { class: 'num', 'data-th': th }, INT.format(n));
+    $('reconciliation').tBodies[0].replaceChildren(...data.models.map((m) => el('tr', { 'data-model': m.model_id },
+      el('th', { scope: 'row', 'data-th': 'Model' }, m.model_id),
+      count('Bedrock calls', m.bedrock.invocations),
+      count('Bedrock input', m.bedrock.input_tokens),
+      count('Bedrock output', m.bedrock.output_tokens),
+      count('Metered calls', m.metered.invocations),
+      count('Metered input', m.metered.input_tokens),
+      count('Metered output', m.metered.output_tokens),
+      count('Unmetered input', m.unmetered.input_tokens),
+      count('Unmetered output', m.unmetered.output_tokens),
+      el('td', { class: 'num cost', 'data-th': 'Unmetered cost', title: exact(m.unmetered.estimated_cost_usd_micros) },
+        money(m.unmetered.estimated_cost_usd_micros)))));
+    const unmetered = data.models.reduce((sum, m) => sum + m.unmetered.estimated_cost_usd_micros, 0);
+    $('recon-meta').textContent = `${data.date} (UTC) in ${data.region} · ${data.models.length} model${data.models.length === 1 ? '' : 's'}`
+      + ` · unmetered ${money(unmetered)}`;
+    $('recon-empty').textContent = data.models.length ? ''
+      : `Nothing reconciled for ${data.date}: Bedrock counted no call and nothing was metered, or the reconciler has not run for that day yet.`;
+    $('recon-empty').hidden = data.models.length > 0;
+    $('reconciliation').hidden = data.models.length === 0;
+    $('recon-result').hidden = false;
+  }
+
   // --- wiring ------------------------------------------------------------------------
 
   $('sign-in-form').addEventListener('submit', signIn);
   $('sign-out').addEventListener('click', signOut);
+  $('reconciliation-form').addEventListener('submit', reconcile);
+  $('forget-key').addEventListener('click', () => {
+    forgetKey();
+    $('provisioning_key').focus();
+  });
+  $('recon_date').value = new Date().toISOString().slice(0, 10);
   $('reload').addEventListener('click', () => load());
   $('download-csv').addEventListener('click', downloadCsv);
   $('back-to-org').addEventListener('click', () => openApp(null));
