@@ -522,6 +522,38 @@ def rate_limit_run(fleet: Fleet, containers: int, limit: int, seed: int = 3) -> 
     return results
 
 
+def reservation_run(fleet: Fleet, containers: int, per_container: int = 8, quota: int = 300_000) -> tuple:
+    """The hard cap across containers: one client's reservations of its premium label, sent
+    by every container at once against a quota that binds (issue 23), then each granted hold
+    settled at its worst case. (reservations asked, granted, the quota, spend settled,
+    overshoot, one call's worst case)."""
+    import boto3
+
+    client = tenants(1)[0]
+    boto3.resource("dynamodb").Table(tables.CONFIG.physical_name).update_item(
+        Key={"org_key": keys.org_key(client.org_id), "resource_key": "#"},
+        UpdateExpression="SET quotas.premium = :quota",
+        ExpressionAttributeValues={":quota": quota},
+    )
+    call = _usage("premium")
+    hold = {
+        "max_input_tokens": call["input_tokens"],
+        "max_output_tokens": call["output_tokens"],
+        "model_label": "premium",
+    }
+    reserve = Request("reservations", "reserving", "POST", f"{client.path}/reservations", client.token, hold)
+    _, replies = fleet.run([[reserve] * per_container for _ in range(containers)])
+    granted = [body for _, status, _, body in replies if status == 201]
+    settle: list[list[Request]] = [[] for _ in range(containers)]
+    for n, held in enumerate(granted):
+        body = _usage(held["label"]) | {"reservation_id": held["reservation_id"]}
+        settle[n % containers].append(Request("usage", "reserving", "POST", f"{client.path}/usage", client.token, body))
+    _, settled = fleet.run(settle)
+    spend = sum(body["processing"]["cost_usd_micros"] for _, status, _, body in settled if status == 202)
+    worst = max((held["amount_usd_micros"] for held in granted), default=0)
+    return len(replies), len(granted), quota, spend, max(0, spend - quota), worst
+
+
 def _wait_for_a_fresh_window(seconds_needed: int) -> None:
     """Start a burst early in a minute, so it falls in one window (the check groups by
     window anyway: a burst split in two is only a weaker test)."""
@@ -566,6 +598,16 @@ def main() -> None:
         finally:
             fleet.stop()
         print_rate_limits(results, args.rate_containers, args.rate_limit)
+        fleet = Fleet(args.rate_containers)
+        try:
+            reserved = reservation_run(fleet, args.rate_containers)
+        finally:
+            fleet.stop()
+        print_table(
+            f"Hard cap: one client's premium label reserved from {args.rate_containers} containers at once",
+            ("reservations", "granted", "quota", "spend settled", "overshoot", "one call's worst case"),
+            [reserved],
+        )
     finally:
         endpoint.stop()
 

@@ -59,3 +59,17 @@ def test_24_containers_never_refuse_a_client_at_half_its_limit_nor_admit_more_th
     assert (sent, refused) == (120, 0)
     sent, refused, most, _ = results["150 %"]
     assert sent == 360 and refused > 0 and most <= 240
+
+
+def test_24_containers_reserving_one_label_never_overshoot_its_quota(fleet):
+    """The hard cap (issue 23) across container processes: every container reserves at once,
+    each granted hold is settled at its worst case; spend stays within the quota and leaves
+    less than one call's worst case unused."""
+    containers = fleet.Fleet(24)
+    try:
+        asked, granted, quota, spend, overshoot, worst = fleet.reservation_run(containers, 24, per_container=6)
+    finally:
+        containers.stop()
+    assert asked == 144 and 0 < granted < asked  # the quota binds
+    assert overshoot == 0 and spend <= quota
+    assert quota - spend < worst
