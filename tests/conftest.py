@@ -49,7 +49,8 @@ def _starts_a_server(item) -> bool:
             for definition in definitions
         ),
     ]
-    return any(getattr(module, "local_server", None) is not None for module in modules)
+    starters = ("local_server", "reconciling_server")
+    return any(getattr(module, starter, None) is not None for module in modules for starter in starters)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -81,6 +81,24 @@ def local_server(log_dir: Path, provisioning_key: str, **settings: str):
             process.wait()
 
 
+@contextlib.contextmanager
+def reconciling_server(log_dir: Path, provisioning_key: str):
+    """``local_server`` whose aggregator and reconciler run every second, with a late-report
+    tolerance of 5 s (config.yaml's is 900 s): Bedrock's calls are reconciled within seconds."""
+    config = log_dir / "config.yaml"
+    text = (ROOT / "config.yaml").read_text()
+    assert "tolerance_seconds: 900" in text
+    config.write_text(text.replace("tolerance_seconds: 900", "tolerance_seconds: 5"))
+    with local_server(
+        log_dir,
+        provisioning_key,
+        PRICE_KEEPER_CONFIG=str(config),
+        AGGREGATOR_INTERVAL_SECONDS="1",
+        RECONCILE_INTERVAL_SECONDS="1",
+    ) as base_url:
+        yield base_url
+
+
 def _wait_until_healthy(base_url: str, process: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + READY_DEADLINE_SECONDS
     while time.monotonic() < deadline:

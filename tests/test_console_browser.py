@@ -34,7 +34,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.browser import WAIT_SECONDS, Browser
-from tests.local_server import ROOT, local_server
+from tests.local_server import reconciling_server
 
 pytestmark = pytest.mark.e2e
 
@@ -161,17 +161,7 @@ class World:
 def world(tmp_path_factory):
     folder = tmp_path_factory.mktemp("console")
     # The reconciler (every second) counts Bedrock's calls once the late-report tolerance has passed: 5 s here.
-    config = folder / "config.yaml"
-    text = (ROOT / "config.yaml").read_text()
-    assert "tolerance_seconds: 900" in text
-    config.write_text(text.replace("tolerance_seconds: 900", "tolerance_seconds: 5"))
-    with local_server(
-        folder,
-        KEY,
-        PRICE_KEEPER_CONFIG=str(config),
-        AGGREGATOR_INTERVAL_SECONDS="1",
-        RECONCILE_INTERVAL_SECONDS="1",
-    ) as base_url:
+    with reconciling_server(folder, KEY) as base_url:
         spent = World(base_url)
         spent.provision_and_spend()
         yield spent

@@ -17,7 +17,7 @@ import requests
 
 from price_keeper_client import PriceKeeper
 from tests.client.conftest import Server, cli, wait_for
-from tests.local_server import ROOT, local_server
+from tests.local_server import reconciling_server
 
 KEY = "reconciliation-provisioning-key"
 ADMIN = {"X-API-Key": KEY}
@@ -36,17 +36,7 @@ def folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def base_url(folder):
-    config = folder / "config.yaml"
-    text = (ROOT / "config.yaml").read_text()
-    assert "tolerance_seconds: 900" in text
-    config.write_text(text.replace("tolerance_seconds: 900", "tolerance_seconds: 5"))
-    with local_server(
-        folder,
-        KEY,
-        PRICE_KEEPER_CONFIG=str(config),
-        AGGREGATOR_INTERVAL_SECONDS="1",
-        RECONCILE_INTERVAL_SECONDS="1",
-    ) as url:
+    with reconciling_server(folder, KEY) as url:
         yield url
 
 
