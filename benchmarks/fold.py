@@ -13,27 +13,14 @@ Time on moto (in process, no network) is the fold's own work and moto's; in a re
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT)]
-for name, value in {
-    "AWS_ACCESS_KEY_ID": "bench",
-    "AWS_SECRET_ACCESS_KEY": "bench",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "POWERTOOLS_TRACE_DISABLED": "true",
-    "POWERTOOLS_METRICS_DISABLED": "true",
-    "POWERTOOLS_LOG_LEVEL": "ERROR",
-}.items():
-    os.environ.setdefault(name, value)
-for name in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE"):
-    os.environ.pop(name, None)
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import boto3  # noqa: E402
+import dynamodb_costs  # noqa: E402, F401 (on import: the layer on sys.path and moto's environment)
 from moto import mock_aws  # noqa: E402
 
 from local import moto_patches  # noqa: E402
