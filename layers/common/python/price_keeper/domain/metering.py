@@ -258,7 +258,8 @@ def record(submission: Submission, now: datetime, settle: reservations.Settlemen
 
 
 def _items(submission: Submission, now: datetime) -> list[dict]:
-    """The record's two actions (``usage.record_items``) for its current shard."""
+    """The record's actions (``usage.record_items``) for its current shard: the dedup marker,
+    the shard of each of its scopes, and the estimate's item when priced at the estimate."""
     now_epoch = int(now.timestamp())
     tokens = submission.tokens
     return usage.record_items(
