@@ -8,7 +8,7 @@ from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
 
 from price_keeper import state
 from price_keeper.domain import aggregation
-from price_keeper.store import dynamo, keys, tables
+from price_keeper.store import dynamo, keys, tables, usage
 from price_keeper.store.dynamo import ddb_client
 from price_keeper.timeutil import org_day
 from tests.conftest import assert_error
@@ -126,11 +126,16 @@ def test_a_write_whose_reply_was_lost_is_503_and_the_retry_counts_once(api):
     assert_counted_once(tenant)
 
 
-def test_a_batch_throttled_part_way_fails_only_those_records_and_its_resubmission_counts_each_once(api):
+def test_a_batch_throttled_part_way_fails_only_those_records_and_its_resubmission_counts_each_once(
+    api, monkeypatch
+):
+    """A batch's records share transactions of up to 100 actions (here 3: two markers and
+    their shard's ADD); the one that meets a throttled store fails its records alone."""
+    monkeypatch.setattr(usage, "MAX_TRANSACTION_ACTIONS", 3)
     tenant = new_tenant()
     batch = {"requests": [usage_body() for _ in range(6)]}
     request_ids = [record["request_id"] for record in batch["requests"]]
-    fail_calls("TransactWriteItems", 2, after=2)  # records 3 and 4 of 6 meet a throttled store
+    fail_calls("TransactWriteItems", 1, after=1)  # records 3 and 4 of 6 meet a throttled store
     reply = api.post(f"{tenant.app_path}/usage/batch", batch, token=tenant.token)
     assert reply.status == 207, reply
     first = reply.json()

@@ -331,6 +331,83 @@ def test_a_full_batch_of_100_is_accepted(api, tenant):
     assert (total["requests"], total["cost_usd_micros"]) == (100, 376_000)
 
 
+def test_a_batch_shares_transactions_a_marker_per_record_and_one_add_per_shard(api, tenant):
+    """100 records over three labels: two transactions (103 actions do not fit in one),
+    holding the 100 markers and one ADD per label's shard each: a record's write units
+    are its marker's alone."""
+    transactions = []
+    ddb_client().meta.events.register_first(
+        "before-parameter-build.dynamodb.TransactWriteItems",
+        lambda params, **_: transactions.append(copy.deepcopy(params["TransactItems"])),
+    )
+    labels = ["premium", "standard", "premium", "economy"] * 25
+    body = post_batch(api, tenant, [usage_body(model_label=label) for label in labels]).json()
+    assert body["accepted"] == 100 and not any(result["duplicate"] for result in body["results"])
+    assert len(transactions) == 2 and all(len(actions) <= 100 for actions in transactions)
+    markers = [action for actions in transactions for action in actions if "Put" in action]
+    adds = [[a["Update"]["Key"]["shard_key"] for a in actions if "Update" in a] for actions in transactions]
+    assert len(markers) == 100 and all(len(shards) == len(set(shards)) <= 3 for shards in adds)
+    shard_of = {result["request_id"]: result["shard_id"] for result in body["results"]}
+    for actions in transactions:  # a label's records of one transaction are counted in one shard
+        by_label: dict[str, set[int]] = {}
+        for action in actions:
+            if "Put" in action:
+                item = action["Put"]["Item"]
+                by_label.setdefault(item["model_label"], set()).add(int(item["shard_id"]))
+        assert all(len(shards) == 1 for shards in by_label.values())
+    assert all(
+        shard_of[action["Put"]["Item"]["shard_key"].rsplit("#", 1)[-1]] == int(action["Put"]["Item"]["shard_id"])
+        for action in markers
+    )
+    aggregation.run()
+    day = org_day("America/New_York")
+    for label in ("premium", "standard", "economy"):
+        costs = [result["cost_usd_micros"] for result, of in zip(body["results"], labels, strict=True) if of == label]
+        total = daily_total(tenant.scope, label, day)
+        assert (total["requests"], total["cost_usd_micros"]) == (len(costs), sum(costs)), label
+
+
+def test_a_batch_part_counted_before_writes_the_rest_once(api, tenant):
+    """The shared transaction cancels on the markers of the records counted before: those
+    are answered as duplicates, the others written again (once)."""
+    records = [usage_body() for _ in range(20)]
+    post_batch(api, tenant, records[5:12])
+    body = post_batch(api, tenant, records).json()
+    assert body["accepted"] == 20
+    assert [result["duplicate"] for result in body["results"]] == [n in range(5, 12) for n in range(20)]
+    assert sum(int(item["requests"]) for item in shard_items()) == 20
+    assert len(dedup_items()) == 20
+
+
+def test_a_batch_that_meets_a_conflict_spreads_its_labels_and_retries(aws):
+    """A conflict on the shared transaction doubles each label-day's shard count (as for one
+    record) and writes the group again, with a new token, on the new shards."""
+    tenant = new_tenant()
+    config = orgs.effective_config(tenant.org_id, tenant.app_id)
+    now = datetime.now(UTC)
+    submissions = [metering.prepare(config, UsageRequest.model_validate(usage_body()), now) for _ in range(3)]
+    tokens = []
+    client = ddb_client()
+    client.meta.events.register_first(
+        "before-parameter-build.dynamodb.TransactWriteItems",
+        lambda params, **_: tokens.append(params["ClientRequestToken"]),
+    )
+    with Stubber(client) as stubber:
+        stubber.add_client_error(
+            "transact_write_items",
+            "TransactionCanceledException",
+            "conflict",
+            400,
+            modeled_fields={"CancellationReasons": [{"Code": "None"}] * 3 + [{"Code": "TransactionConflict"}]},
+        )
+        stubber.add_response("update_item", {})  # one label-day: its shard count doubled once
+        stubber.add_response("transact_write_items", {})
+        outcomes = metering.record_group(submissions, now)
+    assert [outcome.duplicate for outcome in outcomes] == [False] * 3
+    assert len(tokens) == 2 and tokens[0] != tokens[1]
+    assert {outcome.shard_id for outcome in outcomes} == {keys.stable_shard(submissions[0].request_id, 16)}
+
+
 # --- the write under conflicts, races and volume ----------------------------------------------
 
 

@@ -221,62 +221,178 @@ def record(submission: Submission, now: datetime, settle: reservations.Settlemen
     for attempt in range(TRANSACTION_ATTEMPTS):
         try:
             first = usage.write_once(_items(submission, now) + (settle.actions(attempt) if settle else []), attempt)
-        except usage.Conflict:  # a hot shard: spread the label-day over more (the dedup item is the same)
-            count = min(
-                hot_labels.raise_after_conflict(
-                    scope, submission.label, submission.day, submission.shard_count, usage_expires_at(submission.day)
+        except usage.Conflict as conflict:
+            if conflict.contended:  # a hot shard: spread the label-day over more (the dedup item is the same)
+                count = _spread(submission)
+                submission = submission._replace(
+                    shard_id=keys.stable_shard(submission.request_id, count), shard_count=count
                 )
-                for scope in submission.scopes
-            )
-            submission = submission._replace(
-                shard_id=keys.stable_shard(submission.request_id, count), shard_count=count
-            )
-            time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
+            _pause(attempt)
             continue
-        if first is None:
-            return Outcome(
-                submission.request_id,
-                submission.label,
-                submission.day,
-                submission.shard_id,
-                submission.cost_usd_micros,
-                submission.quote.source,
-                submission.quote.profile_kind,
-                duplicate=False,
-            )
-        return Outcome(
-            submission.request_id,
-            first["model_label"],
-            first["org_day"],
-            int(first["shard_id"]),
-            int(first["cost_usd_micros"]),
-            first.get("price_source", ""),
-            first.get("profile_kind", IN_REGION),
-            duplicate=True,
-        )
+        return _counted(submission) if first is None else _duplicate(submission, first)
     raise service_unavailable("Usage write kept conflicting with concurrent writes; retry")
+
+
+def _spread(submission: Submission) -> int:
+    """Raise the label-day's shard count after a conflict, in every scope the record
+    writes; the count to choose among now."""
+    return min(
+        hot_labels.raise_after_conflict(
+            scope, submission.label, submission.day, submission.shard_count, usage_expires_at(submission.day)
+        )
+        for scope in submission.scopes
+    )
+
+
+def _pause(attempt: int) -> None:
+    time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
+
+
+def _counted(submission: Submission) -> Outcome:
+    return Outcome(
+        submission.request_id,
+        submission.label,
+        submission.day,
+        submission.shard_id,
+        submission.cost_usd_micros,
+        submission.quote.source,
+        submission.quote.profile_kind,
+        duplicate=False,
+    )
+
+
+def _duplicate(submission: Submission, first: dict) -> Outcome:
+    """What the first acceptance of ``submission``'s request id counted (its marker)."""
+    return Outcome(
+        submission.request_id,
+        first["model_label"],
+        first["org_day"],
+        int(first["shard_id"]),
+        int(first["cost_usd_micros"]),
+        first.get("price_source", ""),
+        first.get("profile_kind", IN_REGION),
+        duplicate=True,
+    )
+
+
+def record_group(submissions: list[Submission], now: datetime) -> list[Outcome | ApiError]:
+    """Write distinct request ids exactly once, together (``usage.group_items``): the records
+    of a label-day share one shard, so a transaction holds each record's marker and one ADD
+    per shard, up to DynamoDB's 100 actions. A request id counted before is answered as
+    ``record`` answers it and the others are written again; after a conflict the label-days
+    are spread over more shards. A chunk that kept conflicting (or failed otherwise) answers
+    its records' error; the other chunks are written all the same."""
+    outcomes: dict[int, Outcome | ApiError] = {}
+    for chunk in _chunks(list(enumerate(submissions))):
+        try:
+            outcomes.update(_write_chunk(chunk, now))
+        except Exception as error:  # noqa: BLE001 - the other chunks' records are written all the same
+            outcomes.update((index, as_api_error(error)) for index, _ in chunk if index not in outcomes)
+    return [outcomes[index] for index in range(len(submissions))]
+
+
+def _write_chunk(chunk: list[tuple[int, Submission]], now: datetime) -> dict[int, Outcome]:
+    outcomes: dict[int, Outcome] = {}
+    attempt = 0
+    while chunk:
+        chunk = _on_shared_shards(chunk)
+        args = [_record_args(submission, now) for _, submission in chunk]
+        try:
+            counted_before = usage.write_group(usage.group_items(args), len(chunk), attempt)
+        except usage.Conflict as conflict:
+            attempt += 1
+            if attempt == TRANSACTION_ATTEMPTS:
+                raise service_unavailable("Usage write kept conflicting with concurrent writes; retry") from None
+            if conflict.contended:
+                chunk = _spread_group(chunk)
+            _pause(attempt)
+            continue
+        if not counted_before:
+            outcomes.update((index, _counted(submission)) for index, submission in chunk)
+            break
+        outcomes.update(
+            (chunk[position][0], _duplicate(chunk[position][1], first)) for position, first in counted_before.items()
+        )
+        chunk = [entry for position, entry in enumerate(chunk) if position not in counted_before]
+    return outcomes
+
+
+def _chunks(entries: list[tuple[int, Submission]]) -> list[list[tuple[int, Submission]]]:
+    """``entries`` cut into groups whose transactions stay within 100 actions."""
+    chunks: list[list[tuple[int, Submission]]] = [[]]
+    for entry in entries:
+        candidate = _on_shared_shards([*chunks[-1], entry])
+        if chunks[-1] and usage.group_size([_shape(s) for _, s in candidate]) > usage.MAX_TRANSACTION_ACTIONS:
+            chunks.append([entry])
+        else:
+            chunks[-1].append(entry)
+    return [chunk for chunk in chunks if chunk]
+
+
+def _shape(submission: Submission) -> dict:
+    """What ``usage.group_size`` counts of a record."""
+    return {
+        "scopes": submission.scopes,
+        "label": submission.label,
+        "shard_id": submission.shard_id,
+        "day": submission.day,
+        "estimated": submission.quote.source == pricing.ESTIMATE,
+    }
+
+
+def _on_shared_shards(chunk: list[tuple[int, Submission]]) -> list[tuple[int, Submission]]:
+    """Every record of a label-day on the shard of its first (by request id, as ``prepare``
+    chose it), among the largest shard count known for any of them."""
+    first: dict[tuple[str, str], Submission] = {}
+    for _, submission in chunk:
+        known = first.setdefault((submission.label, submission.day), submission)
+        if submission.shard_count > known.shard_count:
+            first[(submission.label, submission.day)] = submission
+    placed = []
+    for index, submission in chunk:
+        lead = first[(submission.label, submission.day)]
+        shard_id = keys.stable_shard(lead.request_id, lead.shard_count)
+        placed.append((index, submission._replace(shard_id=shard_id, shard_count=lead.shard_count)))
+    return placed
+
+
+def _spread_group(chunk: list[tuple[int, Submission]]) -> list[tuple[int, Submission]]:
+    """After a conflict: each label-day of the chunk on more shards (``_spread``)."""
+    raised = {}
+    for _, submission in chunk:
+        if (submission.label, submission.day) not in raised:
+            raised[(submission.label, submission.day)] = _spread(submission)
+    return [
+        (index, submission._replace(shard_count=raised[(submission.label, submission.day)]))
+        for index, submission in chunk
+    ]
 
 
 def _items(submission: Submission, now: datetime) -> list[dict]:
     """The record's actions (``usage.record_items``) for its current shard: the dedup marker,
     the shard of each of its scopes, and the estimate's item when priced at the estimate."""
+    return usage.record_items(**_record_args(submission, now))
+
+
+def _record_args(submission: Submission, now: datetime) -> dict:
+    """What ``usage.record_items`` and ``usage.group_items`` take of a record."""
     now_epoch = int(now.timestamp())
     tokens = submission.tokens
-    return usage.record_items(
-        dedup_key=submission.dedup_key,
-        scopes=list(submission.scopes),
-        label=submission.label,
-        shard_id=submission.shard_id,
-        day=submission.day,
-        now_epoch=now_epoch,
-        counts={
+    return {
+        "dedup_key": submission.dedup_key,
+        "scopes": list(submission.scopes),
+        "label": submission.label,
+        "shard_id": submission.shard_id,
+        "day": submission.day,
+        "now_epoch": now_epoch,
+        "counts": {
             "cost_usd_micros": submission.cost_usd_micros,
             "input_tokens": tokens.input,
             "output_tokens": tokens.output,
             "cache_read_input_tokens": tokens.cache_read,
             "cache_write_input_tokens": tokens.cache_write,
         },
-        marker={
+        "marker": {
             "model_label": submission.label,
             "org_day": submission.day,
             "shard_id": submission.shard_id,
@@ -289,10 +405,10 @@ def _items(submission: Submission, now: datetime) -> list[dict]:
             "price_source": submission.quote.source,
             "profile_kind": submission.quote.profile_kind,
         },
-        expires_at=usage_expires_at(submission.day),
-        marker_expires_at=now_epoch + get_config().metering.dedup_ttl_days * 86400,
-        estimated=_estimated(submission),
-    )
+        "expires_at": usage_expires_at(submission.day),
+        "marker_expires_at": now_epoch + get_config().metering.dedup_ttl_days * 86400,
+        "estimated": _estimated(submission),
+    }
 
 
 def count(
@@ -302,6 +418,18 @@ def count(
     raises ``UNPRICED_MODEL`` for its scope, day and model. The alert never fails the
     record: a failure is logged and the next estimated record retries it."""
     outcome = record(submission, now, settle)
+    _after_counting(config, submission, outcome, now, settle)
+    return outcome
+
+
+def _after_counting(
+    config: EffectiveConfig,
+    submission: Submission,
+    outcome: Outcome,
+    now: datetime,
+    settle: reservations.Settlement | None = None,
+) -> None:
+    """A reservation's settlement noted, and ``UNPRICED_MODEL`` for a record newly counted at the estimate."""
     if settle is not None:
         settle.counted(config, outcome.duplicate, now)
     if outcome.price_source == pricing.ESTIMATE and not outcome.duplicate:
@@ -311,7 +439,6 @@ def count(
             )
         except Exception:  # noqa: BLE001 - the usage is counted; only its alert is late
             logger.exception("UNPRICED_MODEL alert failed", extra={"model_id": submission.quote.model_id})
-    return outcome
 
 
 # --- the endpoints -----------------------------------------------------------------
@@ -413,18 +540,59 @@ def _failed(raw, code: str, message: str) -> dict:
     }
 
 
-def _submit_one(config: EffectiveConfig, raw, now: datetime) -> tuple[dict, Outcome | None]:
-    """The record's result, and its outcome when it was accepted."""
+class _Prepared(NamedTuple):
+    """A batch record ready to be written, and the reservation it settles."""
+
+    submission: Submission
+    settle: reservations.Settlement | None
+
+
+def _prepare_one(config: EffectiveConfig, raw, now: datetime) -> _Prepared | dict:
+    """The record validated and priced, or its failed result."""
     try:
         request = UsageRequest.model_validate(raw)
         submission = prepare(config, request, now)
-        settle = reservations.settlement(config, submission, request.reservation_id)
-        outcome = count(config, submission, now, settle)
+        return _Prepared(submission, reservations.settlement(config, submission, request.reservation_id))
     except ValidationError:
-        return _failed(raw, "INVALID_REQUEST", "Request validation failed"), None
-    except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others (each is one transaction)
+        return _failed(raw, "INVALID_REQUEST", "Request validation failed")
+    except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others
         failure = as_api_error(error)
-        return _failed(raw, failure.code, failure.message), None
+        return _failed(raw, failure.code, failure.message)
+
+
+def _count_batch(config: EffectiveConfig, prepared: list, now: datetime) -> dict[int, tuple[dict, Outcome | None]]:
+    """Each prepared record's result and outcome, by index: the records that only report
+    written together (``record_group``); one settling a reservation, or repeating a request
+    id of the batch, on its own after them (``count``)."""
+    seen: set[str] = set()
+    together, alone = [], []
+    for index, entry in enumerate(prepared):
+        if isinstance(entry, _Prepared):
+            fits = entry.settle is None and entry.submission.dedup_key not in seen
+            (together if fits else alone).append(index)
+            seen.add(entry.submission.dedup_key)
+    done: dict[int, tuple[dict, Outcome | None]] = {}
+    written = record_group([prepared[index].submission for index in together], now) if together else []
+    for index, outcome in zip(together, written, strict=True):
+        submission = prepared[index].submission
+        if isinstance(outcome, ApiError):
+            done[index] = _failed({"request_id": submission.request_id}, outcome.code, outcome.message), None
+        else:
+            _after_counting(config, submission, outcome, now)
+            done[index] = _accepted_result(outcome, None), outcome
+    for index in alone:
+        submission, settle = prepared[index]
+        try:
+            outcome = count(config, submission, now, settle)
+        except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others
+            failure = as_api_error(error)
+            done[index] = _failed({"request_id": submission.request_id}, failure.code, failure.message), None
+            continue
+        done[index] = _accepted_result(outcome, settle), outcome
+    return done
+
+
+def _accepted_result(outcome: Outcome, settle: reservations.Settlement | None) -> dict:
     return {
         "request_id": outcome.request_id,
         "status": "accepted",
@@ -432,22 +600,25 @@ def _submit_one(config: EffectiveConfig, raw, now: datetime) -> tuple[dict, Outc
         "cost_usd_micros": outcome.cost_usd_micros,
         "duplicate": outcome.duplicate,
         **({"reservation": settle.summary(outcome.duplicate)} if settle else {}),
-    }, outcome
+    }
 
 
 def submit_batch(org_id: str, app_id: str, records: list, now: datetime | None = None) -> dict:
-    """``POST .../usage/batch``: each record validated and written on its own (one
-    transaction each, in order), so one bad or duplicate record never affects another.
-    ``daily_totals`` gives the quota position of each label the batch counted, as the
-    single report's ``daily_total`` does, so a batching client learns a label is spent;
-    the quotas are today's boosted ones, as in selection and the single report."""
+    """``POST .../usage/batch``: each record validated on its own, so one bad or duplicate
+    record never affects another, and written exactly once (``_count_batch``: the records
+    share transactions, a record's write units are its marker's). ``daily_totals`` gives the
+    quota position of each label the batch counted, as the single report's ``daily_total``
+    does, so a batching client learns a label is spent; the quotas are today's boosted ones,
+    as in selection and the single report."""
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
-    done = [_submit_one(config, raw, now) for raw in records]
+    prepared = [_prepare_one(config, raw, now) for raw in records]
+    counted = _count_batch(config, prepared, now)
+    done = [counted.get(index, (entry, None)) for index, entry in enumerate(prepared)]
     results = [result for result, _ in done]
     accepted = sum(1 for result in results if result["status"] == "accepted")
-    counted = list(dict.fromkeys((outcome.label, outcome.day) for _, outcome in done if outcome is not None))
-    labels, total = quota_position(config, counted, now)
+    labels_counted = list(dict.fromkeys((outcome.label, outcome.day) for _, outcome in done if outcome is not None))
+    labels, total = quota_position(config, labels_counted, now)
     return {
         "accepted": accepted,
         "failed": len(results) - accepted,

@@ -5,6 +5,10 @@ A record is one TransactWriteItems of two actions: Put the dedup marker
 record's counters to its shard (``{scope}#LABEL#{label}#SH#{n}`` / ``DAY#{day}``). Both
 land or neither does; a duplicate cancels on the marker, whose ``ALL_OLD`` item tells
 the retry what the first acceptance counted.
+
+A batch's records share transactions (``group_items``): every record's marker, and one ADD
+per shard of the sums of the records counted in it. The same all-or-nothing argument, for
+a write unit pair per record (its marker) instead of two.
 """
 
 from __future__ import annotations
@@ -39,8 +43,19 @@ COUNTERS = (
 VOIDS = "voids"
 
 
+MAX_TRANSACTION_ACTIONS = 100  # TransactWriteItems' limit
+
+
 class Conflict(Exception):
-    """The write lost a race with a concurrent transaction on the same items: retry it."""
+    """The write was cancelled for a reason other than a counted request id: retry it.
+    ``contended``: it lost a race with a concurrent transaction on the same items (a hot
+    shard, which ``domain.hot_labels`` spreads); else it was throttled, or a condition of
+    an action appended to the record (a reservation's settlement) failed."""
+
+    def __init__(self, reasons: list[dict]):
+        codes = {reason.get("Code") for reason in reasons}
+        super().__init__(", ".join(sorted(code for code in codes if code and code != "None")))
+        self.contended = "TransactionConflict" in codes
 
 
 def shard_update(
@@ -87,39 +102,67 @@ def record_items(
     of each of ``scopes`` (the quota scope, and in ORG scope the app's own counters); for a
     record counted at the estimate, also its ``estimated`` item (``model_id`` and what
     re-pricing needs), written once with the record since the marker is."""
-    dedup = {
-        "shard_key": dedup_key,
-        "date_key": keys.DEDUP_SORT_KEY,
-        **marker,
-        "accepted_at_epoch": now_epoch,
-        tables.TTL_ATTRIBUTE: marker_expires_at,
-    }
-    counters = {counter: {**counts, "requests": 1}[counter] for counter in COUNTERS}
-    items = [
-        {
-            "Put": {
-                "TableName": tables.USAGE_AGG_SHARDED.physical_name,
-                "Item": dedup,
-                "ConditionExpression": "attribute_not_exists(shard_key)",
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-        },
-        *(shard_update(scope, label, shard_id, day, counters, now_epoch, expires_at) for scope in scopes),
+    return group_items([locals()])
+
+
+def group_items(records: list[dict]) -> list[dict]:
+    """The actions of several records (each ``record_items``' keyword arguments) as one
+    transaction: every record's marker (and estimate item) and, per shard, ONE ADD of the
+    sums of the records counted in it. The markers come first, in the order of ``records``,
+    so a cancellation reason's index names its record."""
+    sums: dict[tuple[str, str, int, str], dict[str, int]] = {}
+    for record in records:
+        for scope in record["scopes"]:
+            where = (scope, record["label"], record["shard_id"], record["day"])
+            shard = sums.setdefault(where, dict.fromkeys(COUNTERS, 0))
+            for counter in COUNTERS:
+                shard[counter] += 1 if counter == "requests" else record["counts"][counter]
+    now_epoch, expires_at = max(r["now_epoch"] for r in records), max(r["expires_at"] for r in records)
+    return [
+        *(_marker_put(record) for record in records),
+        *(shard_update(*where, counters, now_epoch, expires_at) for where, counters in sums.items()),
+        *(_estimated_put(record) for record in records if record.get("estimated")),
     ]
-    if estimated is not None:
-        pending = {
-            **estimated,
-            "shard_key": keys.estimated_key(estimated["model_id"]),
-            "date_key": dedup_key,
-            "scopes": scopes,
-            "model_label": label,
-            "shard_id": shard_id,
-            "org_day": day,
-            "cost_usd_micros": counts["cost_usd_micros"],
-            tables.TTL_ATTRIBUTE: expires_at,
+
+
+def group_size(records: list[dict]) -> int:
+    """How many actions ``group_items`` makes of ``records`` (a transaction takes 100)."""
+    shards = {(scope, r["label"], r["shard_id"], r["day"]) for r in records for scope in r["scopes"]}
+    return len(records) + len(shards) + sum(1 for r in records if r.get("estimated"))
+
+
+def _marker_put(record: dict) -> dict:
+    item = {
+        "shard_key": record["dedup_key"],
+        "date_key": keys.DEDUP_SORT_KEY,
+        **record["marker"],
+        "accepted_at_epoch": record["now_epoch"],
+        tables.TTL_ATTRIBUTE: record["marker_expires_at"],
+    }
+    return {
+        "Put": {
+            "TableName": tables.USAGE_AGG_SHARDED.physical_name,
+            "Item": item,
+            "ConditionExpression": "attribute_not_exists(shard_key)",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
-        items.append({"Put": {"TableName": tables.USAGE_AGG_SHARDED.physical_name, "Item": pending}})
-    return items
+    }
+
+
+def _estimated_put(record: dict) -> dict:
+    """The item re-pricing finds a record counted at the estimate by (``estimated_records``)."""
+    pending = {
+        **record["estimated"],
+        "shard_key": keys.estimated_key(record["estimated"]["model_id"]),
+        "date_key": record["dedup_key"],
+        "scopes": record["scopes"],
+        "model_label": record["label"],
+        "shard_id": record["shard_id"],
+        "org_day": record["day"],
+        "cost_usd_micros": record["counts"]["cost_usd_micros"],
+        tables.TTL_ATTRIBUTE: record["expires_at"],
+    }
+    return {"Put": {"TableName": tables.USAGE_AGG_SHARDED.physical_name, "Item": pending}}
 
 
 def request_token(items: list[dict], attempt: int) -> str:
@@ -137,7 +180,24 @@ def write_once(items: list[dict], attempt: int) -> dict | None:
         return None
     if reasons[0].get("Code") == "ConditionalCheckFailed":
         return reasons[0].get("Item", {})  # (none when a void's marker is gone)
-    raise Conflict()
+    raise Conflict(reasons)
+
+
+def write_group(items: list[dict], records: int, attempt: int) -> dict[int, dict]:
+    """Write ``group_items`` of ``records`` records: {} when it counted every one; else
+    nothing was written, and the records (by index) whose request id was counted before,
+    each with the first acceptance's marker: write the others again. ``Conflict`` to retry."""
+    reasons = transact(items, ClientRequestToken=request_token(items, attempt))
+    if reasons is None:
+        return {}
+    counted = {
+        index: reason.get("Item", {})
+        for index, reason in enumerate(reasons[:records])
+        if reason.get("Code") == "ConditionalCheckFailed"
+    }
+    if counted:
+        return counted
+    raise Conflict(reasons)
 
 
 def read_marker(dedup_key: str) -> dict | None:
@@ -332,4 +392,4 @@ def reprice_once(pending: dict, delta_usd_micros: int, now_epoch: int, attempt: 
         return True
     if reasons[0].get("Code") == "ConditionalCheckFailed":
         return False
-    raise Conflict()
+    raise Conflict(reasons)
