@@ -444,6 +444,27 @@ def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
     assert outcome.shard_id == keys.stable_shard(submission.request_id, 16)
 
 
+def test_a_throttled_transaction_is_retried_on_the_same_shard(aws):
+    """Only a conflict spreads a label-day over more shards: a throttled write is retried
+    as it was, without raising the shard count (no UpdateItem is stubbed: one would fail)."""
+    tenant = new_tenant()
+    config = orgs.effective_config(tenant.org_id, tenant.app_id)
+    now = datetime.now(UTC)
+    submission = metering.prepare(config, UsageRequest.model_validate(usage_body()), now)
+    with Stubber(ddb_client()) as stubber:
+        stubber.add_client_error(
+            "transact_write_items",
+            "TransactionCanceledException",
+            "throttled",
+            400,
+            modeled_fields={"CancellationReasons": [{"Code": "None"}, {"Code": "ThrottlingError"}]},
+        )
+        stubber.add_response("transact_write_items", {})
+        outcome = metering.record(submission, now)
+        stubber.assert_no_pending_responses()
+    assert (outcome.duplicate, outcome.shard_id) == (False, submission.shard_id)
+
+
 def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws):
     tenant = new_tenant()
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
