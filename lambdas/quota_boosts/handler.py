@@ -15,10 +15,10 @@ router = Router()
 
 @router.post(
     routes.rule(routes.QUOTA_BOOSTS),
-    responses=documented(201, replies.QuotaBoost, "Boost stored"),
+    responses=documented(201, replies.Boost, "Boost stored"),
 )
 def create_quota_boost(org_id: str, body: Annotated[boosts.BoostRequest, Body()]):
-    return reply(201, replies.QuotaBoost, boosts.create(org_id, body))
+    return reply(201, replies.Boost, boosts.create(org_id, body))
 
 
 app = build_app(router)

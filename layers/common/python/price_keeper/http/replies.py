@@ -403,7 +403,7 @@ class RotatedCredentials(Reply):
     rotation: RotationWindow
 
 
-class QuotaBoost(Reply):
+class Boost(Reply):
     """201 of POST .../quota-boosts: the stored boost."""
 
     boost_id: str
