@@ -7,20 +7,18 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from price_keeper import routes
 from price_keeper.domain import alerts
-from price_keeper.http.api import Router, build_app, json_response, lambda_entry
+from price_keeper.http import replies
+from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()
 
 
-@router.get(
-    routes.rule(routes.ALERTS),
-    responses={200: {"description": "Alerts of the day", "content": {"application/json": {"model": alerts.AlertList}}}},
-)
+@router.get(routes.rule(routes.ALERTS), responses=documented(200, replies.AlertList, "Alerts of the day"))
 def list_alerts(
     org_id: str,
     date: Annotated[str | None, Query(description="Org-local day, YYYY-MM-DD; default today")] = None,
 ):
-    return json_response(200, alerts.list_alerts(org_id, date))
+    return reply(200, replies.AlertList, alerts.list_alerts(org_id, date))
 
 
 app = build_app(router)

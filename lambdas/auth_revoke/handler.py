@@ -12,16 +12,14 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from price_keeper import routes
 from price_keeper.domain import auth
-from price_keeper.http.api import Router, build_app, lambda_entry, principal
+from price_keeper.http import replies
+from price_keeper.http.api import Router, build_app, documented, lambda_entry, principal
 
 router = Router()
 
 RESPONSES = {
     204: {"description": "Revoked (a JSON request), or already expired"},
-    200: {
-        "description": "Revoked (an OAuth2 form, RFC 7009), or no token of this service",
-        "content": {"application/json": {"schema": {"type": "object"}}},
-    },
+    **documented(200, replies.Revoked, "Revoked (an OAuth2 form, RFC 7009), or no token of this service"),
 }
 
 

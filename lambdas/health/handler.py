@@ -2,20 +2,25 @@
 
 from price_keeper import routes
 from price_keeper.domain import service
-from price_keeper.http.api import Router, build_app, json_response, lambda_entry
+from price_keeper.http import replies
+from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()
 
 
-@router.get(routes.rule(routes.ROOT))
+@router.get(routes.rule(routes.ROOT), responses=documented(200, replies.ServiceInfo, "Service information"))
 def root():
-    return json_response(200, service.info())
+    return reply(200, replies.ServiceInfo, service.info())
 
 
-@router.get(routes.rule(routes.HEALTH))
+@router.get(
+    routes.rule(routes.HEALTH),
+    responses=documented(200, replies.Health, "Healthy")
+    | documented(503, replies.Health, "Unhealthy: the store does not answer"),
+)
 def health():
     healthy, body = service.health()
-    return json_response(200 if healthy else 503, body)
+    return reply(200 if healthy else 503, replies.Health, body)
 
 
 app = build_app(router)

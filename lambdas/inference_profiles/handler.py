@@ -8,17 +8,19 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 from price_keeper import routes
 from price_keeper.domain import orgs, profiles
 from price_keeper.domain.models import InferenceProfileRequest
-from price_keeper.http.api import Router, build_app, json_response, lambda_entry
+from price_keeper.http import replies
+from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()
 
 
-@router.post(routes.rule(routes.INFERENCE_PROFILES), responses={201: {"description": "Profile registered"}})
+@router.post(
+    routes.rule(routes.INFERENCE_PROFILES), responses=documented(201, replies.ProfileRegistered, "Profile registered")
+)
 def register_profile(org_id: str, app_id: str, body: Annotated[InferenceProfileRequest, Body()]):
     config = orgs.effective_config(org_id, app_id)
-    return json_response(
-        201, profiles.register(config, body.profile_label, body.inference_profile_arn, body.description)
-    )
+    registered = profiles.register(config, body.profile_label, body.inference_profile_arn, body.description)
+    return reply(201, replies.ProfileRegistered, registered)
 
 
 app = build_app(router)

@@ -7,18 +7,20 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from price_keeper import routes
 from price_keeper.domain import provisioning
-from price_keeper.http.api import Router, build_app, json_response, lambda_entry
+from price_keeper.http import replies
+from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()
 
 
 @router.put(
     routes.rule(routes.APP_CONFIG),
-    responses={200: {"description": "Updated"}, 201: {"description": "Created, with the one-time client credentials"}},
+    responses=documented(200, replies.AppUpdated, "Updated")
+    | documented(201, replies.AppCreated, "Created, with the one-time client credentials"),
 )
 def put_app(org_id: str, app_id: str, body: Annotated[provisioning.AppRequest, Body()]):
-    created, reply = provisioning.put_app(org_id, app_id, body)
-    return json_response(201 if created else 200, reply)
+    created, body = provisioning.put_app(org_id, app_id, body)
+    return reply(201, replies.AppCreated, body) if created else reply(200, replies.AppUpdated, body)
 
 
 app = build_app(router)

@@ -6,18 +6,20 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from price_keeper import routes
 from price_keeper.domain import provisioning
-from price_keeper.http.api import Router, build_app, json_response, lambda_entry
+from price_keeper.http import replies
+from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()
 
 
 @router.put(
     routes.rule(routes.ORG_CONFIG),
-    responses={200: {"description": "Updated"}, 201: {"description": "Created, with the one-time client credentials"}},
+    responses=documented(200, replies.OrgUpdated, "Updated")
+    | documented(201, replies.OrgCreated, "Created, with the one-time client credentials"),
 )
 def put_org(org_id: str, body: Annotated[provisioning.OrgRequest, Body()]):
-    created, reply = provisioning.put_org(org_id, body)
-    return json_response(201 if created else 200, reply)
+    created, body = provisioning.put_org(org_id, body)
+    return reply(201, replies.OrgCreated, body) if created else reply(200, replies.OrgUpdated, body)
 
 
 app = build_app(router)

@@ -7,17 +7,18 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from price_keeper import routes
 from price_keeper.domain import boosts
-from price_keeper.http.api import Router, build_app, json_response, lambda_entry
+from price_keeper.http import replies
+from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()
 
 
 @router.post(
     routes.rule(routes.QUOTA_BOOSTS),
-    responses={201: {"description": "Boost stored", "content": {"application/json": {"model": boosts.Boost}}}},
+    responses=documented(201, replies.Boost, "Boost stored"),
 )
 def create_quota_boost(org_id: str, body: Annotated[boosts.BoostRequest, Body()]):
-    return json_response(201, boosts.create(org_id, body))
+    return reply(201, replies.Boost, boosts.create(org_id, body))
 
 
 app = build_app(router)

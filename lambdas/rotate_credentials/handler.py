@@ -8,23 +8,25 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from price_keeper import routes
 from price_keeper.domain import provisioning
-from price_keeper.http.api import Router, build_app, json_response, lambda_entry
+from price_keeper.http import replies
+from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()
+ANSWER = documented(200, replies.RotatedCredentials, "The new secret, and until when the old one works")
 RotateBody = Annotated[provisioning.RotateRequest | None, Body()]
 
 
 def _rotate(org_id: str, app_id: str | None, body: provisioning.RotateRequest | None):
     grace = (body or provisioning.RotateRequest()).grace_period_hours
-    return json_response(200, provisioning.rotate_credentials(org_id, app_id, grace))
+    return reply(200, replies.RotatedCredentials, provisioning.rotate_credentials(org_id, app_id, grace))
 
 
-@router.post(routes.rule(routes.ORG_ROTATE))
+@router.post(routes.rule(routes.ORG_ROTATE), responses=ANSWER)
 def rotate_org_credentials(org_id: str, body: RotateBody = None):
     return _rotate(org_id, None, body)
 
 
-@router.post(routes.rule(routes.APP_ROTATE))
+@router.post(routes.rule(routes.APP_ROTATE), responses=ANSWER)
 def rotate_app_credentials(org_id: str, app_id: str, body: RotateBody = None):
     return _rotate(org_id, app_id, body)
 

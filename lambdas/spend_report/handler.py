@@ -8,7 +8,8 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from price_keeper import routes
 from price_keeper.domain import reports
-from price_keeper.http.api import Router, build_app, json_response, lambda_entry
+from price_keeper.http import replies
+from price_keeper.http.api import Router, build_app, lambda_entry, reply
 
 router = Router()
 
@@ -18,7 +19,7 @@ router = Router()
     responses={
         200: {
             "description": "Rows per day x app x label (JSON, or CSV with format=csv)",
-            "content": {"application/json": {"model": reports.SpendReport}, "text/csv": {"schema": {"type": "string"}}},
+            "content": {"application/json": {"model": replies.SpendReport}, "text/csv": {"schema": {"type": "string"}}},
         }
     },
 )
@@ -38,7 +39,7 @@ def spend_report(
             body=reports.to_csv(rows),
             headers={"Content-Disposition": f'attachment; filename="{filename}"'},
         )
-    return json_response(200, {"rows": rows})
+    return reply(200, replies.SpendReport, {"rows": rows})
 
 
 app = build_app(router)

@@ -7,17 +7,18 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from price_keeper import routes
 from price_keeper.domain import voids
-from price_keeper.http.api import Router, build_app, json_response, lambda_entry
+from price_keeper.http import replies
+from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()
 
 
 @router.post(
     routes.rule(routes.USAGE_VOID),
-    responses={200: {"description": "Records voided", "content": {"application/json": {"model": voids.VoidReply}}}},
+    responses=documented(200, replies.VoidReply, "Records voided"),
 )
 def void_usage(org_id: str, body: Annotated[voids.VoidRequest, Body()]):
-    return json_response(200, voids.void(org_id, body))
+    return reply(200, replies.VoidReply, voids.void(org_id, body))
 
 
 app = build_app(router)

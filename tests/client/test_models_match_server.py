@@ -1,9 +1,10 @@
 """The client's models (``price_keeper_client.models``, written by hand) in step with the
 server: field names and JSON types, checked against what the local server publishes.
 
-Each model names its counterpart in ``WIRE``: a schema of the served ``/openapi.json``, or,
-where the document has no response schema (every answer a model reads, today), the real
-answers of the server, merged over a few calls. Every field must exist there with a JSON
+Each model names its counterpart in ``WIRE``: a schema of the served ``/openapi.json`` (every
+reply has one: tests/test_openapi_document.py checks the answers against them), or, where a
+model stands for a view over several replies or a part of one, the real answers of the
+server, merged over a few calls. Every field must exist there with a JSON
 type its annotation accepts, and every key of the object a model stands for must be a field
 of it, or be named in ``left_in_raw`` (the model keeps the whole answer in ``raw``), so a
 field the server adds, renames or retypes fails here until the client follows.
@@ -182,11 +183,11 @@ WIRE = {
     BatchItemResult: Wire("batch", "results.*"),
     DailySpend: Wire("aggregates", paths={"labels": "models"}),
     LabelSpend: Wire("aggregates", "models.*"),
-    Credentials: Wire("provisioned", "credentials"),
+    Credentials: Wire("schema:ClientCredentials"),
     Provisioned: Wire("provisioned"),
     Reservation: Wire("schema:Reservation"),
     Rotation: Wire(
-        "rotation",
+        "schema:RotatedCredentials",
         paths={
             "credentials": ("client_id", "client_secret"),
             "rotated_at": "rotation.rotated_at",
@@ -243,7 +244,7 @@ def answers(server) -> dict[str, Shape]:
     """Shapes of the served OpenAPI schemas (``schema:<name>``) and of real answers: an org and
     an app provisioned then updated, a model selection, a usage report with cache tokens, a
     batch with an accepted and a refused record (both reports settling a reservation), the
-    day's aggregates once folded, a rotation."""
+    day's aggregates once folded."""
     admin = {"X-API-Key": server.api_key}
 
     def call(method: str, path: str, expected: int, **kwargs) -> dict:
@@ -311,7 +312,6 @@ def answers(server) -> dict[str, Shape]:
         )
     ]
     assert recorded["aggregates"] != [None], "the aggregator never folded the usage"
-    recorded["rotation"] = [call("POST", f"{app.format(org_id)}/credentials/rotate", 200, headers=admin, json={})]
     shapes = {name: of_answers(values) for name, values in recorded.items()}
     document = call("GET", "/openapi.json", 200)
     shapes |= {

@@ -50,17 +50,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import Field
 
 from ..aws import client
 from ..cache import TTLCache
 from ..observability import logger
 from ..store import alert_records, config_items, keys, tables
 from ..timeutil import iso_utc, org_day, parse_day
-from ..validation import Schema
 from . import boosts, orgs, reports
 from .aggregation import RunReport
 from .orgs import EffectiveConfig
@@ -406,26 +403,6 @@ def spend_pcts(report: RunReport, now: datetime) -> list[float]:
         quotas.append((report.scope_cost(scope, day, spends), config.total_quota))
         pcts += [quota_pct(spend, quota) for spend, quota in quotas if quota > 0]
     return pcts
-
-
-class AlertEntry(Schema):
-    type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL", "UNREPORTED_USAGE", "OVER_RESERVATION"]
-    label: str | None = Field(description="null for ALL_EXHAUSTED, and for THRESHOLD of the scope's total cap")
-    threshold_pct: int | None = Field(description="THRESHOLD only")
-    model_id: str | None = Field(
-        description="UNPRICED_MODEL: the Bedrock model counted at the estimate; "
-        "UNREPORTED_USAGE: the model Bedrock counted beyond the metered usage"
-    )
-    scope: str = Field(description="Quota scope key: ORG#{org_id} or ORG#{org_id}#APP#{app_id}")
-    app_id: str | None
-    fired_at: str
-
-
-class AlertList(Schema):
-    """The 200 reply (OpenAPI document)."""
-
-    date: str = Field(description="The org-local day listed, YYYY-MM-DD")
-    alerts: list[AlertEntry]
 
 
 def _row(item: dict) -> dict:

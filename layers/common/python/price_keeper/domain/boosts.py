@@ -32,7 +32,7 @@ from ..errors import ApiError, invalid_request, not_found
 from ..store import boosts as boost_store
 from ..store import config_items, keys, tables
 from ..timeutil import iso_utc
-from ..validation import APP_ID_PATTERN, Schema, StrictBody
+from ..validation import APP_ID_PATTERN, StrictBody
 from . import orgs
 
 MAX_BOOST_DAYS = 7
@@ -53,18 +53,6 @@ class BoostRequest(StrictBody):
     app_id: Annotated[str, StringConstraints(pattern=APP_ID_PATTERN)] | None = Field(
         None, description="Required when the org's quota_scope is APP; not allowed when it is ORG"
     )
-
-
-class Boost(Schema):
-    """The 201 reply (OpenAPI document)."""
-
-    boost_id: str
-    org_id: str
-    app_id: str | None
-    model_label: str
-    amount_usd_micros: int
-    expires_at: str = Field(description="UTC, e.g. 2026-01-24T18:00:00Z")
-    created_at: str
 
 
 def parse_expiry(value: str, now: datetime) -> datetime:

@@ -26,12 +26,9 @@ import re
 from datetime import date
 from typing import NamedTuple
 
-from pydantic import Field
-
 from ..errors import invalid_request
 from ..store import config_items, daily_totals, keys, usage
 from ..timeutil import FIRST_DAY, LAST_DAY, in_calendar, parse_day
-from ..validation import Schema
 from . import orgs
 
 MAX_DAYS = 92
@@ -70,24 +67,6 @@ def check_range(first: date, last: date) -> None:
             f"The range covers {days} days; at most {MAX_DAYS} are allowed",
             **{"from": first.isoformat(), "to": last.isoformat(), "max_days": MAX_DAYS},
         )
-
-
-class SpendRow(Schema):
-    date: str = Field(description="Org-local day, YYYY-MM-DD")
-    app_id: str | None = Field(description="null in ORG-scoped orgs (spend is kept per org)")
-    label: str
-    cost_usd_micros: int
-    input_tokens: int
-    output_tokens: int
-    cache_read_input_tokens: int
-    cache_write_input_tokens: int
-    requests: int
-
-
-class SpendReport(Schema):
-    """The JSON reply (OpenAPI document); ``format=csv`` has the same columns."""
-
-    rows: list[SpendRow]
 
 
 class UsageKey(NamedTuple):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import time
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, StringConstraints, field_validator
 
@@ -24,7 +24,7 @@ from .. import audit
 from ..errors import service_unavailable
 from ..store import keys, usage
 from ..timeutil import iso_utc, utc_now
-from ..validation import APP_ID_PATTERN, Schema, StrictBody, is_uuid
+from ..validation import APP_ID_PATTERN, StrictBody, is_uuid
 from . import orgs
 from .aggregation import usage_expires_at
 
@@ -50,25 +50,6 @@ class VoidRequest(StrictBody):
         if not all(is_uuid(value.lower()) for value in values):
             raise ValueError("every request_id must be a UUID")
         return list(dict.fromkeys(value.lower() for value in values))  # as usage stores them, once each
-
-
-class VoidResult(Schema):
-    request_id: str
-    status: Literal["voided", "already_voided", "not_found"]
-    model_label: str | None = None
-    org_day: str | None = Field(None, description="yyyymmdd the record was counted toward")
-    cost_usd_micros: int | None = Field(None, description="What the record counted (taken back when voided now)")
-
-
-class VoidReply(Schema):
-    """The 200 reply (OpenAPI document)."""
-
-    org_id: str
-    app_id: str
-    voided: int = Field(description="Records this request voided")
-    voided_cost_usd_micros: int
-    results: list[VoidResult]
-    timestamp: str
 
 
 def _result(request_id: str, status: str, marker: dict | None = None) -> dict:

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from .. import audit, ratelimit, routes
 from ..errors import ApiError, as_api_error, error_body, invalid_request, validation_details
 from ..observability import logger, metrics, tracer
-from . import oauth, pipeline
+from . import oauth, pipeline, replies
 
 
 def _json_default(value: Any):
@@ -47,14 +47,14 @@ def json_response(status: int, body: Any, headers: dict | None = None) -> Respon
     return Response(status_code=status, content_type="application/json", body=dumps(body), headers=headers or {})
 
 
-def reply(status: int, model: type[BaseModel], body: dict, headers: dict | None = None) -> Response:
-    """``body`` answered as ``model`` publishes it: validated (a body that breaks its schema
-    is a bug, answered 500), with exactly the fields it has."""
-    return json_response(status, model.model_validate(body).model_dump(mode="json", exclude_unset=True), headers)
+def reply(status: int, model: type[replies.Reply], body: dict, headers: dict | None = None) -> Response:
+    """``body`` answered as ``model`` publishes it (``replies.published``)."""
+    return json_response(status, replies.published(model, body), headers)
 
 
 def documented(status: int, model: type[BaseModel], description: str) -> dict:
-    """The ``responses`` of a route decorator declaring its reply model for the OpenAPI document."""
+    """The ``responses`` of a route decorator declaring its reply model for the OpenAPI
+    document (``|`` joins those of a route with several statuses)."""
     return {status: {"description": description, "content": {"application/json": {"model": model}}}}
 
 

@@ -39,6 +39,7 @@ from .. import ratelimit, routes
 from ..domain import auth
 from ..errors import ApiError, validation_details
 from ..routes import Route
+from . import replies
 
 CONTENT_TYPE = "application/x-www-form-urlencoded"
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}  # RFC 6749 §5.1: token replies
@@ -169,12 +170,13 @@ def _revoke(route: Route, form: auth.RevokeForm, client: auth.Authenticated) -> 
 class Endpoint(NamedTuple):
     form: type[auth.FormBody]
     answer: Callable[[Route, auth.FormBody, auth.Authenticated], dict]
+    reply: type[replies.Reply]  # the 200's model: the JSON request's, or RFC 7009's empty one
 
 
 ENDPOINTS: dict[str, Endpoint] = {
-    routes.AUTH_TOKEN: Endpoint(auth.TokenForm, _issue),
-    routes.AUTH_REFRESH: Endpoint(auth.RefreshForm, _refresh),
-    routes.AUTH_REVOKE: Endpoint(auth.RevokeForm, _revoke),
+    routes.AUTH_TOKEN: Endpoint(auth.TokenForm, _issue, replies.Tokens),
+    routes.AUTH_REFRESH: Endpoint(auth.RefreshForm, _refresh, replies.RefreshedToken),
+    routes.AUTH_REVOKE: Endpoint(auth.RevokeForm, _revoke, replies.Revoked),
 }
 
 
@@ -194,4 +196,4 @@ def answer(route: Route, request: BaseProxyEvent, source_ip: str) -> tuple[int, 
     client_id, client_secret = client_credentials(request.get_header_value("Authorization"), form)
     with _refused_as(401, invalid_client):
         client = auth.authenticate_client(client_id, client_secret, source_ip=source_ip)
-    return 200, endpoint.answer(route, form, client), NO_STORE
+    return 200, replies.published(endpoint.reply, endpoint.answer(route, form, client)), NO_STORE

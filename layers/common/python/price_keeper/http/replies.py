@@ -1,6 +1,7 @@
-"""The reply bodies of the main endpoints, as pydantic models: the handlers answer through
-them (``api.reply``) and the OpenAPI document publishes them, so the document, typed
-clients generated from it and the wire cannot drift apart."""
+"""The reply body of every endpoint, as pydantic models: the handlers answer through them
+(``api.reply``; the OAuth2 forms through ``published``) and the OpenAPI document publishes
+them, so the document, typed clients generated from it and the wire cannot drift apart.
+A 204 has no body and no model."""
 
 from __future__ import annotations
 
@@ -16,6 +17,12 @@ class Reply(Schema):
     handler, a failing test), never silently published or dropped."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+def published(model: type[Reply], body: dict) -> dict:
+    """``body`` as ``model`` publishes it: validated (a body that breaks its schema is a bug,
+    answered 500), with exactly the fields it has (a field left out stays out)."""
+    return model.model_validate(body).model_dump(mode="json", exclude_unset=True)
 
 
 Status = Literal["NORMAL", "TIGHT", "EXCEEDED"]
@@ -274,3 +281,205 @@ class Reconciliation(Reply):
     date: str = Field(description="The UTC day, YYYY-MM-DD")
     region: str
     models: list[ReconciledModel]
+
+
+# --- service ------------------------------------------------------------------------------
+
+
+class ServiceEndpoints(Reply):
+    authentication: str
+    health: str
+    api: str
+
+
+class ServiceInfo(Reply):
+    """200 of GET /."""
+
+    service: str
+    version: str
+    description: str
+    documentation: str
+    endpoints: ServiceEndpoints
+
+
+class Database(Reply):
+    status: Literal["connected", "disconnected"]
+    latency_ms: int | None = Field(None, description="connected: the probe's round trip")
+    error: str | None = Field(None, description="disconnected: the kind of failure")
+
+
+class Health(Reply):
+    """200 (healthy) and 503 (unhealthy: the store does not answer) of GET /health."""
+
+    status: Literal["healthy", "unhealthy"]
+    service: str
+    version: str
+    timestamp: str
+    database: Database
+
+
+class Revoked(Reply):
+    """200 of POST /auth/revoke as an OAuth2 form (RFC 7009): an empty object."""
+
+
+# --- provisioning and credentials -----------------------------------------------------------
+
+
+class ClientCredentials(Reply):
+    client_id: str
+    client_secret: str = Field(description="Shown only here: store it securely")
+
+
+class OrgConfiguration(Reply):
+    timezone: str
+    quota_scope: Literal["ORG", "APP"]
+    model_ordering: list[str]
+    agg_shard_count: int
+    total_quota_usd_micros: int = Field(description="The total daily cap in force (set, or the sum of the quotas)")
+    ignored_app_quota_overrides: list[str] | None = Field(
+        None, description="An update of an ORG-scoped org: apps whose own quotas (set under APP scope) are ignored"
+    )
+
+
+class OrgCreated(Reply):
+    """201 of PUT /api/v1/orgs/{org_id}: the org's client credentials, shown only here."""
+
+    org_id: str
+    status: Literal["created"]
+    created_at: str
+    credentials: ClientCredentials
+    configuration: OrgConfiguration
+
+
+class OrgUpdated(Reply):
+    """200 of PUT /api/v1/orgs/{org_id}."""
+
+    org_id: str
+    status: Literal["updated"]
+    updated_at: str
+    configuration: OrgConfiguration
+
+
+class AppConfiguration(Reply):
+    app_name: str
+    model_ordering: list[str] = Field(description="The app's own, or its org's")
+    inherited_fields: list[str] = Field(description="Settings the app takes from its org")
+
+
+class AppCreated(Reply):
+    """201 of PUT .../apps/{app_id}: the app's client credentials, shown only here."""
+
+    org_id: str
+    app_id: str
+    status: Literal["created"]
+    created_at: str
+    credentials: ClientCredentials
+    configuration: AppConfiguration
+
+
+class AppUpdated(Reply):
+    """200 of PUT .../apps/{app_id}."""
+
+    org_id: str
+    app_id: str
+    status: Literal["updated"]
+    updated_at: str
+    configuration: AppConfiguration
+
+
+class RotationWindow(Reply):
+    rotated_at: str
+    old_secret_expires_at: str = Field(description="Until then the old secret obtains tokens too")
+    grace_period_hours: int
+
+
+class RotatedCredentials(Reply):
+    """200 of POST .../credentials/rotate (org or app): the new secret, shown only here."""
+
+    org_id: str
+    app_id: str | None = Field(None, description="An app's rotation only")
+    client_id: str
+    client_secret: str
+    rotation: RotationWindow
+
+
+class Boost(Reply):
+    """201 of POST .../quota-boosts: the stored boost."""
+
+    boost_id: str
+    org_id: str
+    app_id: str | None
+    model_label: str
+    amount_usd_micros: int
+    expires_at: str = Field(description="UTC, e.g. 2026-01-24T18:00:00Z")
+    created_at: str
+
+
+class VoidResult(Reply):
+    request_id: str
+    status: Literal["voided", "already_voided", "not_found"]
+    model_label: str | None = None
+    org_day: str | None = Field(None, description="yyyymmdd the record was counted toward")
+    cost_usd_micros: int | None = Field(None, description="What the record counted (taken back when voided now)")
+
+
+class VoidReply(Reply):
+    """200 of POST .../usage/void: one result per request id."""
+
+    org_id: str
+    app_id: str
+    voided: int = Field(description="Records this request voided")
+    voided_cost_usd_micros: int
+    results: list[VoidResult]
+    timestamp: str
+
+
+# --- apps, reports and alerts ---------------------------------------------------------------
+
+
+class ProfileRegistered(Reply):
+    """201 of POST .../inference-profiles."""
+
+    profile_label: str
+    inference_profile_arn: str
+    status: Literal["registered"]
+    description: str | None = Field(None, description="When the request gave one")
+    created_at: str
+
+
+class SpendRow(Reply):
+    date: str = Field(description="Org-local day, YYYY-MM-DD")
+    app_id: str | None = Field(description="null in ORG-scoped orgs (spend is kept per org)")
+    label: str
+    cost_usd_micros: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_write_input_tokens: int
+    requests: int
+
+
+class SpendReport(Reply):
+    """200 of GET .../reports/spend as JSON; ``format=csv`` has the same columns."""
+
+    rows: list[SpendRow]
+
+
+class AlertEntry(Reply):
+    type: Literal["THRESHOLD", "FALLBACK", "ALL_EXHAUSTED", "UNPRICED_MODEL", "UNREPORTED_USAGE", "OVER_RESERVATION"]
+    label: str | None = Field(description="null for ALL_EXHAUSTED, and for THRESHOLD of the scope's total cap")
+    threshold_pct: int | None = Field(description="THRESHOLD only")
+    model_id: str | None = Field(
+        description="UNPRICED_MODEL: the Bedrock model counted at the estimate; "
+        "UNREPORTED_USAGE: the model Bedrock counted beyond the metered usage"
+    )
+    scope: str = Field(description="Quota scope key: ORG#{org_id} or ORG#{org_id}#APP#{app_id}")
+    app_id: str | None
+    fired_at: str
+
+
+class AlertList(Reply):
+    """200 of GET .../alerts."""
+
+    date: str = Field(description="The org-local day listed, YYYY-MM-DD")
+    alerts: list[AlertEntry]
