@@ -364,11 +364,25 @@ def test_a_lone_reports_fold_is_one_read_and_one_write(stream, api, calls):
     event = stream()
     seen.clear()
     keys_read.clear()
+    consistency = {}
+    ddb_client().meta.events.register(
+        "before-parameter-build.dynamodb.BatchGetItem",
+        lambda params, **_: consistency.update(
+            {name: request["ConsistentRead"] for name, request in params["RequestItems"].items()}
+        ),
+    )
     report = fold(event)
     assert report["totals_written"] == 2
     assert dict(seen) == {"BatchGetItem": 1, "TransactWriteItems": 1}
     # 8 shards and the label-day's shard count; its total, the scope's, the ordering's 2 others; sticky
     assert len(keys_read) == 8 + 1 + 1 + 1 + 2 + 1
+    # the shards strongly consistent (the write that triggered the run must be seen); the totals
+    # and sticky state at half the units (a stale total only fails the conditional write)
+    assert consistency == {
+        tables.USAGE_AGG_SHARDED.physical_name: True,
+        tables.DAILY_TOTAL.physical_name: False,
+        tables.STICKY_STATE.physical_name: False,
+    }
     day = org_day("America/New_York")
     assert (total(tenant.scope, "premium", day)["requests"], scope_total(tenant.scope, day)["requests"]) == (2, 2)
 

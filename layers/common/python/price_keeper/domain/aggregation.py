@@ -286,10 +286,17 @@ class _ScopeDay(NamedTuple):
         return [(keys.usage_key(self.scope, label), self.date_key) for label in ordering]
 
 
-def _read(label_shards: dict[LabelDay, list[dict]], scope_days: list[_ScopeDay], consistent: bool) -> _Snapshot:
+def _read(
+    label_shards: dict[LabelDay, list[dict]], scope_days: list[_ScopeDay], consistent: bool, fresh_totals: bool = False
+) -> _Snapshot:
     """One BatchGetItem (per 100 keys, over three tables) of everything a fold of
     ``scope_days`` needs: the shards, the label and scope totals, the ordering's totals and
-    the sticky labels that alerts evaluate."""
+    the sticky labels that alerts evaluate.
+
+    Only the shards are read as ``consistent`` says (a stream run must see the writes that
+    triggered it). Totals and sticky labels are read eventually consistent, at half the
+    units, unless ``fresh_totals``: a stale total only makes the fold's conditional write
+    fail, and the retry reads them fresh (alerts may see the ordering a second late)."""
     total_keys = {
         (usage_key, date_key)
         for scope_day in scope_days
@@ -304,8 +311,8 @@ def _read(label_shards: dict[LabelDay, list[dict]], scope_days: list[_ScopeDay],
     shards, totals, sticky_items = batch_get_many(
         [
             usage.shards_read([*(key for label_day in label_shards.values() for key in label_day), *count_keys]),
-            daily_totals.fold_read({"usage_key": u, "date_key": d} for u, d in total_keys),
-            sticky.days_read(sticky_days),
+            daily_totals.fold_read(({"usage_key": u, "date_key": d} for u, d in total_keys), fresh_totals),
+            sticky.days_read(sticky_days)._replace(consistent=fresh_totals),
         ],
         consistent=consistent,
     )
@@ -355,7 +362,9 @@ def _fold_scope_day(
     for attempt in range(FOLD_ATTEMPTS):
         if attempt:
             dynamo._backoff(attempt)  # (the store's jittered backoff)
-            snapshot = _read({ld: label_shards[ld] for ld in scope_day.label_days}, [scope_day], consistent=True)
+            snapshot = _read(
+                {ld: label_shards[ld] for ld in scope_day.label_days}, [scope_day], consistent=True, fresh_totals=True
+            )
         report, moves, delta = _moves(scope_day, snapshot, now)
         if not moves:
             return report

@@ -171,9 +171,10 @@ class Read(NamedTuple):
     spec: TableSpec
     keys: Sequence[dict]
     attributes: Sequence[str] | None = None
+    consistent: bool | None = None  # None: as the call says (``batch_get_many``)
 
     def request(self, consistent: bool) -> dict:
-        request: dict = {"ConsistentRead": consistent}
+        request: dict = {"ConsistentRead": consistent if self.consistent is None else self.consistent}
         if self.attributes is not None:
             spec = self.spec
             request.update(
