@@ -14,10 +14,13 @@ stream and invokes the aggregator function with Lambda-shaped batches (``local/s
 Two runs:
 
 - **metering**: tenants (orgs with one app, three labels) of two shapes, half each: *single*
-  clients report every call alone and ask model selection before each call; *batched*
-  clients report in batches and select once per ``--select-every`` calls (the client
-  library's cached selection). Requests go to random containers (cold caches first, warm
-  after); a share of reports is retried on another container (same ``request_id``). Per
+  clients report every call alone and select once per ``--single-select-every`` calls;
+  *batched* clients report in batches and select once per ``--select-every`` calls. Both
+  are the client library's cached selection (300 s in normal mode): at fleet shape an app
+  calls every ~86 s (1,000 calls a day), so a single client selects on every 4th call. The
+  table also prints what a single client pays when it selects before every call. Requests
+  go to random containers (cold caches first, warm after); a share of reports is retried
+  on another container (same ``request_id``). Per
   metered record and per selection: DynamoDB calls, write and read units
   (``dynamodb_costs.Meter``: computed from item sizes, transactions double), Lambda
   invocations (the aggregator's included) and dollars per million metered calls beside
@@ -297,13 +300,26 @@ def tenants(count: int, rate_limits: dict[str, int] | None = None) -> list[Tenan
     return made
 
 
-def metering_work(
-    clients: list[Tenant], records: int, containers: int, batch: int, select_every: int, retries: float, seed: int
-) -> list[list[Request]]:
+@dataclass
+class Shape:
+    """How the clients of a run call: batch size and calls per selection of each shape."""
+
+    batch: int = 100
+    select_every: int = 300
+    single_select_every: int = 4
+    retries: float = 0.05
+
+    @classmethod
+    def of(cls, args) -> Shape:
+        return cls(args.batch, args.select_every, args.single_select_every, args.retries)
+
+
+def metering_work(clients: list[Tenant], records: int, containers: int, shape: Shape, seed: int) -> list[list[Request]]:
     """``records`` metered calls over the clients, each request on a random container."""
     rng = random.Random(seed)
     work: list[list[Request]] = [[] for _ in range(containers)]
     per_client = max(1, records // len(clients))
+    batch, select_every, retries = shape.batch, shape.select_every, shape.retries
     for tenant in clients:
         sent = 0
         while sent < per_client:
@@ -311,9 +327,12 @@ def metering_work(
                 label = rng.choice(LABELS)
                 request_id = str(uuid.uuid4())
                 requests = [
-                    Request("model_selection", "single", "GET", f"{tenant.path}/model-selection", tenant.token),
                     Request("usage", "single", "POST", f"{tenant.path}/usage", tenant.token, _usage(label, request_id)),
                 ]
+                if sent % shape.single_select_every == 0:
+                    requests.insert(
+                        0, Request("model_selection", "single", "GET", f"{tenant.path}/model-selection", tenant.token)
+                    )
                 if rng.random() < retries:  # the client did not see the answer and retries elsewhere
                     requests.append(requests[-1])
                 sent += 1
@@ -383,6 +402,42 @@ def dollars(calls_per_record: dict[str, float], wcu: float, rcu: float, invocati
     ) * 1e6
 
 
+@dataclass
+class Spent:
+    """What a shape's records took, the aggregator's share included: requests (each one
+    API Gateway and one Lambda request), DynamoDB calls and units."""
+
+    http: float
+    calls: float
+    wcu: float
+    rcu: float
+    fold_invocations: float
+    fold_calls: float
+
+    def row(self, client: str, n: int, floor: float) -> tuple:
+        """The all-in table's row for ``n`` records."""
+        request_calls = self.calls - self.fold_calls
+        gb_s = (request_calls * MS_PER_CALL + self.http * MS_BASE) / 1000 * HTTP_GB + (
+            self.fold_calls * MS_PER_CALL + self.fold_invocations * MS_BASE
+        ) / 1000 * AGGREGATOR_GB
+        per = {"http": self.http / n}
+        invocations = (self.http + self.fold_invocations) / n
+        http_api = dollars(per, self.wcu / n, self.rcu / n, invocations, gb_s / n, "http_api")
+        rest_api = dollars(per, self.wcu / n, self.rcu / n, invocations, gb_s / n, "rest_api")
+        return (
+            client,
+            n,
+            f"{self.calls / n:.2f}",
+            f"{self.wcu / n:.2f}",
+            f"{self.rcu / n:.2f}",
+            f"{invocations:.3f}",
+            f"${rest_api:.2f}",
+            f"${http_api:.2f}",
+            f"${floor:.3f}",
+            f"{http_api / floor:.1f}x",
+        )
+
+
 def report(tallies: dict[tuple[str, str], Tally], aggregator: Aggregator, replies: list) -> list[tuple]:
     """Per metered record and per selection, for each client shape: the table rows."""
     records = Counter()
@@ -425,32 +480,27 @@ def report(tallies: dict[tuple[str, str], Tally], aggregator: Aggregator, replie
             continue
         n = records[shape]
         share = n / all_records  # of the aggregator's work
-        http = sum(t.requests for t in mine.values())
-        calls = sum(sum(t.calls.values()) for t in mine.values())
-        wcu = sum(t.wcu for t in mine.values()) + aggregator.meter.wcu * share
-        rcu = sum(t.rcu for t in mine.values()) + aggregator.meter.rcu * share
-        invocations = http + aggregator.invocations * share
-        gb_s = (calls * MS_PER_CALL + http * MS_BASE) / 1000 * HTTP_GB + (
-            fold_calls * MS_PER_CALL + aggregator.invocations * MS_BASE
-        ) / 1000 * AGGREGATOR_GB * share
-        per = {"http": http / n}
-        floor = FLOOR_SINGLE if shape == "single" else FLOOR_BATCHED
-        http_api = dollars(per, wcu / n, rcu / n, invocations / n, gb_s / n, "http_api")
-        rest_api = dollars(per, wcu / n, rcu / n, invocations / n, gb_s / n, "rest_api")
-        costs.append(
-            (
-                shape,
-                n,
-                f"{(calls + fold_calls * share) / n:.2f}",
-                f"{wcu / n:.2f}",
-                f"{rcu / n:.2f}",
-                f"{invocations / n:.3f}",
-                f"${rest_api:.2f}",
-                f"${http_api:.2f}",
-                f"${floor:.3f}",
-                f"{http_api / floor:.1f}x",
-            )
+        spent = Spent(
+            http=sum(t.requests for t in mine.values()),
+            calls=sum(sum(t.calls.values()) for t in mine.values()) + fold_calls * share,
+            wcu=sum(t.wcu for t in mine.values()) + aggregator.meter.wcu * share,
+            rcu=sum(t.rcu for t in mine.values()) + aggregator.meter.rcu * share,
+            fold_invocations=aggregator.invocations * share,
+            fold_calls=fold_calls * share,
         )
+        costs.append(spent.row(shape, n, FLOOR_SINGLE if shape == "single" else FLOOR_BATCHED))
+        selections = mine.get("model_selection")
+        if shape == "single" and selections:  # the same clients, selecting before every call
+            extra = (n - selections.requests) / selections.requests
+            every_call = Spent(
+                http=spent.http + extra * selections.requests,
+                calls=spent.calls + extra * sum(selections.calls.values()),
+                wcu=spent.wcu + extra * selections.wcu,
+                rcu=spent.rcu + extra * selections.rcu,
+                fold_invocations=spent.fold_invocations,
+                fold_calls=spent.fold_calls,
+            )
+            costs.append(every_call.row("single, selecting before every call", n, FLOOR_SINGLE))
     print_table(
         "Per request (DynamoDB units computed from item sizes)",
         ("request", "count", "calls", "WRU", "RRU", "statuses"),
@@ -465,7 +515,7 @@ def report(tallies: dict[tuple[str, str], Tally], aggregator: Aggregator, replie
 
 
 # The metering run's tenants are fleet-sized: their orgs raise the per-client limits (the
-# single clients select before every call, faster than the configured 120 a minute).
+# harness sends a client's calls faster than the configured 120 a minute).
 FLEET_TENANT_LIMITS = {"usage": 100_000, "usage_batch": 10_000, "model_selection": 100_000}
 
 
@@ -474,16 +524,12 @@ def metering_run(fleet: Fleet, args) -> tuple[list[tuple], list[str]]:
     aggregator = Aggregator()
     aggregator.meter.reset()
     # cold: every container's first requests (config, prices, token checks), then warm
-    cold, cold_replies = fleet.run(
-        metering_work(clients, args.records // 10, args.containers, args.batch, args.select_every, args.retries, 1)
-    )
+    cold, cold_replies = fleet.run(metering_work(clients, args.records // 10, args.containers, Shape.of(args), 1))
     aggregator.drain()
     cold_batches = aggregator.invocations
     aggregator.meter.reset()
     aggregator.invocations = aggregator.records = 0
-    tallies, replies = fleet.run(
-        metering_work(clients, args.records, args.containers, args.batch, args.select_every, args.retries, 2)
-    )
+    tallies, replies = fleet.run(metering_work(clients, args.records, args.containers, Shape.of(args), 2))
     aggregator.drain()
     aggregator.stop()
     print(f"cold phase: {sum(t.requests for t in cold.values())} requests, {cold_batches} stream batches; warm below")
@@ -577,6 +623,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1600, help="metered calls in the warm phase")
     parser.add_argument("--batch", type=int, default=100, help="records per batch of the batched clients")
     parser.add_argument("--select-every", type=int, default=300, help="calls per selection of the batched clients")
+    parser.add_argument(
+        "--single-select-every", type=int, default=4, help="calls per selection of the single clients (1: every call)"
+    )
     parser.add_argument("--retries", type=float, default=0.05, help="share of single reports sent twice")
     parser.add_argument("--rate-containers", type=int, default=24)
     parser.add_argument("--rate-limit", type=int, default=600, help="the client's limit a minute (its org's)")

@@ -126,9 +126,7 @@ def test_a_write_whose_reply_was_lost_is_503_and_the_retry_counts_once(api):
     assert_counted_once(tenant)
 
 
-def test_a_batch_throttled_part_way_fails_only_those_records_and_its_resubmission_counts_each_once(
-    api, monkeypatch
-):
+def test_a_batch_throttled_part_way_fails_only_those_records_and_its_resubmission_counts_each_once(api, monkeypatch):
     """A batch's records share transactions of up to 100 actions (here 3: two markers and
     their shard's ADD); the one that meets a throttled store fails its records alone."""
     monkeypatch.setattr(usage, "MAX_TRANSACTION_ACTIONS", 3)

@@ -41,12 +41,14 @@ def test_a_fleet_counts_every_accepted_record_once(fleet):
     with retried reports landing on other containers; the aggregator folds the stream."""
     containers = fleet.Fleet(4)
     try:
-        args = SimpleNamespace(tenants=6, records=240, containers=4, batch=20, select_every=60, retries=0.2)
+        args = SimpleNamespace(
+            tenants=6, records=240, containers=4, batch=20, select_every=60, single_select_every=2, retries=0.2
+        )
         costs, problems = fleet.metering_run(containers, args)
     finally:
         containers.stop()
     assert problems == []
-    assert {row[0] for row in costs} == {"single", "batched"}
+    assert {row[0] for row in costs} == {"single", "batched", "single, selecting before every call"}
 
 
 def test_24_containers_never_refuse_a_client_at_half_its_limit_nor_admit_more_than_it(fleet):
