@@ -32,8 +32,6 @@ Two runs:
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import logging
 import multiprocessing as mp
 import os
@@ -232,25 +230,32 @@ class Aggregator:
         from local.streams import RepairQueue, StreamReader, StreamTrigger
 
         self.meter = Meter()
-        self.invocations = self.records = 0
+        self.invocations = self.records = self.polls = 0
         self.stop_event = threading.Event()
+        # its metrics' EMF lines off (redirecting stdout from this thread would swallow the
+        # main thread's prints too: sys.stdout is the process's)
+        os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
         aggregator = self
 
         class Counted(StreamTrigger):
+            def _poll(self):
+                super()._poll()  # (delivers what is due, retries included)
+                aggregator.polls += 1
+
             def _deliver(self, batch):
                 aggregator.invocations += 1
                 aggregator.records += len(batch)
-                with contextlib.redirect_stdout(io.StringIO()):  # its metrics (EMF lines)
-                    super()._deliver(batch)
+                super()._deliver(batch)
 
         reader = StreamReader(tables.USAGE_AGG_SHARDED)
         self.trigger = Counted("aggregator", reader, self.stop_event, RepairQueue())
         self.trigger.start()
 
     def drain(self, quiet_seconds: float = 3.0) -> None:
-        """Wait until the stream has been folded (nothing new for ``quiet_seconds``)."""
-        seen, since = -1, time.monotonic()
-        while time.monotonic() - since < quiet_seconds or self.trigger.pending:
+        """Wait until the stream has been folded: nothing new for ``quiet_seconds``, nothing
+        pending, and two whole polls since (the second began after every write was made)."""
+        seen, since, first_poll = -1, time.monotonic(), self.polls
+        while time.monotonic() - since < quiet_seconds or self.trigger.pending or self.polls < first_poll + 2:
             if self.records != seen:
                 seen, since = self.records, time.monotonic()
             time.sleep(0.2)
@@ -630,6 +635,7 @@ def main() -> None:
     parser.add_argument("--rate-containers", type=int, default=24)
     parser.add_argument("--rate-limit", type=int, default=600, help="the client's limit a minute (its org's)")
     parser.add_argument("--rate-limits-only", action="store_true")
+    parser.add_argument("--metering-only", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
     endpoint = Endpoint()
@@ -641,6 +647,8 @@ def main() -> None:
             finally:
                 fleet.stop()
             print("\nexactness:", "every accepted record counted once" if not problems else problems)
+        if args.metering_only:
+            return
         fleet = Fleet(args.rate_containers)
         try:
             results = rate_limit_run(fleet, args.rate_containers, args.rate_limit)

@@ -379,13 +379,31 @@ def test_a_batch_part_counted_before_writes_the_rest_once(api, tenant):
     assert len(dedup_items()) == 20
 
 
-def test_a_batch_that_meets_a_conflict_spreads_its_labels_and_retries(aws):
-    """A conflict on the shared transaction doubles each label-day's shard count (as for one
-    record) and writes the group again, with a new token, on the new shards."""
+def prepared(count: int = 1) -> tuple[list[metering.Submission], datetime]:
+    """``count`` records of a new tenant, validated and priced (not written), and the time."""
     tenant = new_tenant()
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
     now = datetime.now(UTC)
-    submissions = [metering.prepare(config, UsageRequest.model_validate(usage_body()), now) for _ in range(3)]
+    return [metering.prepare(config, UsageRequest.model_validate(usage_body()), now) for _ in range(count)], now
+
+
+def conflict_then(stubber: Stubber, reasons: list[dict], *responses: str) -> None:
+    """Stub a transaction cancelled for ``reasons``, then the ``responses`` (operation names) that follow."""
+    stubber.add_client_error(
+        "transact_write_items",
+        "TransactionCanceledException",
+        "cancelled",
+        400,
+        modeled_fields={"CancellationReasons": reasons},
+    )
+    for operation in responses:
+        stubber.add_response(operation, {})
+
+
+def test_a_batch_that_meets_a_conflict_spreads_its_labels_and_retries(aws):
+    """A conflict on the shared transaction doubles each label-day's shard count (as for one
+    record) and writes the group again, with a new token, on the new shards."""
+    submissions, now = prepared(3)
     tokens = []
     client = ddb_client()
     client.meta.events.register_first(
@@ -393,15 +411,10 @@ def test_a_batch_that_meets_a_conflict_spreads_its_labels_and_retries(aws):
         lambda params, **_: tokens.append(params["ClientRequestToken"]),
     )
     with Stubber(client) as stubber:
-        stubber.add_client_error(
-            "transact_write_items",
-            "TransactionCanceledException",
-            "conflict",
-            400,
-            modeled_fields={"CancellationReasons": [{"Code": "None"}] * 3 + [{"Code": "TransactionConflict"}]},
+        # one label-day: its shard count doubled once (UpdateItem), then the group written
+        conflict_then(
+            stubber, [{"Code": "None"}] * 3 + [{"Code": "TransactionConflict"}], "update_item", "transact_write_items"
         )
-        stubber.add_response("update_item", {})  # one label-day: its shard count doubled once
-        stubber.add_response("transact_write_items", {})
         outcomes = metering.record_group(submissions, now)
     assert [outcome.duplicate for outcome in outcomes] == [False] * 3
     assert len(tokens) == 2 and tokens[0] != tokens[1]
@@ -412,10 +425,7 @@ def test_a_batch_that_meets_a_conflict_spreads_its_labels_and_retries(aws):
 
 
 def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
-    tenant = new_tenant()
-    config = orgs.effective_config(tenant.org_id, tenant.app_id)
-    now = datetime.now(UTC)
-    submission = metering.prepare(config, UsageRequest.model_validate(usage_body()), now)
+    (submission,), now = prepared()
     tokens, items = [], []
 
     def seen(params, **_):
@@ -424,16 +434,10 @@ def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
 
     client = ddb_client()
     client.meta.events.register_first("before-parameter-build.dynamodb.TransactWriteItems", seen)
-    with Stubber(client) as stubber:
-        stubber.add_client_error(
-            "transact_write_items",
-            "TransactionCanceledException",
-            "conflict",
-            400,
-            modeled_fields={"CancellationReasons": [{"Code": "None"}, {"Code": "TransactionConflict"}]},
+    with Stubber(client) as stubber:  # the conflict doubles the label-day's shard count (UpdateItem)
+        conflict_then(
+            stubber, [{"Code": "None"}, {"Code": "TransactionConflict"}], "update_item", "transact_write_items"
         )
-        stubber.add_response("update_item", {})  # the conflict doubles the label-day's shard count
-        stubber.add_response("transact_write_items", {})
         outcome = metering.record(submission, now)
     assert outcome.duplicate is False and outcome.cost_usd_micros == 3760
     assert len(tokens) == 2 and tokens[0] != tokens[1]
@@ -447,19 +451,9 @@ def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
 def test_a_throttled_transaction_is_retried_on_the_same_shard(aws):
     """Only a conflict spreads a label-day over more shards: a throttled write is retried
     as it was, without raising the shard count (no UpdateItem is stubbed: one would fail)."""
-    tenant = new_tenant()
-    config = orgs.effective_config(tenant.org_id, tenant.app_id)
-    now = datetime.now(UTC)
-    submission = metering.prepare(config, UsageRequest.model_validate(usage_body()), now)
+    (submission,), now = prepared()
     with Stubber(ddb_client()) as stubber:
-        stubber.add_client_error(
-            "transact_write_items",
-            "TransactionCanceledException",
-            "throttled",
-            400,
-            modeled_fields={"CancellationReasons": [{"Code": "None"}, {"Code": "ThrottlingError"}]},
-        )
-        stubber.add_response("transact_write_items", {})
+        conflict_then(stubber, [{"Code": "None"}, {"Code": "ThrottlingError"}], "transact_write_items")
         outcome = metering.record(submission, now)
         stubber.assert_no_pending_responses()
     assert (outcome.duplicate, outcome.shard_id) == (False, submission.shard_id)

@@ -283,7 +283,7 @@ def record_group(submissions: list[Submission], now: datetime) -> list[Outcome |
     are spread over more shards. A chunk that kept conflicting (or failed otherwise) answers
     its records' error; the other chunks are written all the same."""
     outcomes: dict[int, Outcome | ApiError] = {}
-    for chunk in _chunks(list(enumerate(submissions))):
+    for chunk in _chunks(list(enumerate(submissions)), now):
         try:
             outcomes.update(_write_chunk(chunk, now))
         except Exception as error:  # noqa: BLE001 - the other chunks' records are written all the same
@@ -317,27 +317,16 @@ def _write_chunk(chunk: list[tuple[int, Submission]], now: datetime) -> dict[int
     return outcomes
 
 
-def _chunks(entries: list[tuple[int, Submission]]) -> list[list[tuple[int, Submission]]]:
+def _chunks(entries: list[tuple[int, Submission]], now: datetime) -> list[list[tuple[int, Submission]]]:
     """``entries`` cut into groups whose transactions stay within 100 actions."""
     chunks: list[list[tuple[int, Submission]]] = [[]]
     for entry in entries:
-        candidate = _on_shared_shards([*chunks[-1], entry])
-        if chunks[-1] and usage.group_size([_shape(s) for _, s in candidate]) > usage.MAX_TRANSACTION_ACTIONS:
+        candidate = [_record_args(submission, now) for _, submission in _on_shared_shards([*chunks[-1], entry])]
+        if chunks[-1] and usage.group_size(candidate) > usage.MAX_TRANSACTION_ACTIONS:
             chunks.append([entry])
         else:
             chunks[-1].append(entry)
     return [chunk for chunk in chunks if chunk]
-
-
-def _shape(submission: Submission) -> dict:
-    """What ``usage.group_size`` counts of a record."""
-    return {
-        "scopes": submission.scopes,
-        "label": submission.label,
-        "shard_id": submission.shard_id,
-        "day": submission.day,
-        "estimated": submission.quote.source == pricing.ESTIMATE,
-    }
 
 
 def _on_shared_shards(chunk: list[tuple[int, Submission]]) -> list[tuple[int, Submission]]:
