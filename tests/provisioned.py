@@ -1,5 +1,5 @@
-"""Orgs and apps created through the real provisioning endpoints (shared by the auth,
-provisioning and rotation tests)."""
+"""Orgs and apps created through the real provisioning endpoints of the in-process handlers
+(shared by the auth, provisioning and rotation tests); over HTTP, ``tests/tenants.py``."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ import uuid
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import table
 from tests.conftest import PROVISIONING_KEY
+from tests.tenants import ORG
 
 ORG_BODY = {
+    **ORG,
     "org_name": "sample_corp",
     "timezone": "America/New_York",
-    "quota_scope": "APP",
-    "model_ordering": ["premium", "standard", "economy"],
-    "quotas": {"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000},
     "overrides": {"tight_mode_threshold_pct": 95, "agg_shard_count": 8},
 }
 APP_BODY = {

@@ -35,6 +35,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.browser import WAIT_SECONDS, Browser
 from tests.local_server import reconciling_server
+from tests.tenants import new_tenant, tokens
 
 pytestmark = pytest.mark.e2e
 
@@ -77,52 +78,34 @@ def until(what: str, probe, seconds: float = WAIT_SECONDS):
 class World:
     def __init__(self, base_url: str):
         self.base_url = base_url
-        self.org_id = str(uuid.uuid4())
-        self.org_credentials: dict = {}
-        self.app_credentials: dict = {}
+        self.tenant = new_tenant(
+            base_url,
+            KEY,
+            {
+                APP_ID: {
+                    "app_name": "Checkout",
+                    "model_ordering": ["premium", "standard", "economy"],
+                    "quotas": APP_QUOTAS,
+                    "overrides": {"tight_mode_threshold_pct": 90},
+                }
+            },
+            org_name="Console e2e",
+            timezone="Europe/Paris",
+            quotas=ORG_QUOTAS,
+        )
+        self.org_id = self.tenant.org_id
+        self.org_credentials, self.app_credentials = self.tenant.credentials[None], self.tenant.credentials[APP_ID]
 
     def url(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
 
     def tokens(self, credentials: dict) -> dict:
-        reply = requests.post(
-            self.url("auth/token"), json={**credentials, "grant_type": "client_credentials"}, timeout=10
-        )
-        assert reply.status_code == 200, reply.text
-        return reply.json()
+        return tokens(self.base_url, credentials)
 
     def get(self, path: str, access: str, **params) -> requests.Response:
         return requests.get(self.url(path), params=params, headers={"Authorization": f"Bearer {access}"}, timeout=10)
 
-    def provision_and_spend(self) -> None:
-        admin = {"X-API-Key": KEY}
-        org = requests.put(
-            self.url(f"api/v1/orgs/{self.org_id}"),
-            headers=admin,
-            timeout=10,
-            json={
-                "org_name": "Console e2e",
-                "timezone": "Europe/Paris",
-                "quota_scope": "APP",
-                "model_ordering": ["premium", "standard", "economy"],
-                "quotas": ORG_QUOTAS,
-            },
-        )
-        assert org.status_code == 201, org.text
-        self.org_credentials = org.json()["credentials"]
-        app = requests.put(
-            self.url(f"api/v1/orgs/{self.org_id}/apps/{APP_ID}"),
-            headers=admin,
-            timeout=10,
-            json={
-                "app_name": "Checkout",
-                "model_ordering": ["premium", "standard", "economy"],
-                "quotas": APP_QUOTAS,
-                "overrides": {"tight_mode_threshold_pct": 90},
-            },
-        )
-        assert app.status_code == 201, app.text
-        self.app_credentials = app.json()["credentials"]
+    def spend(self) -> None:
         access = self.tokens(self.app_credentials)["access_token"]
         stamp = (datetime.now(UTC) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
         for label, model, input_tokens, output_tokens, cost in USAGE:
@@ -163,7 +146,7 @@ def world(tmp_path_factory):
     # The reconciler (every second) counts Bedrock's calls once the late-report tolerance has passed: 5 s here.
     with reconciling_server(folder, KEY) as base_url:
         spent = World(base_url)
-        spent.provision_and_spend()
+        spent.spend()
         yield spent
 
 

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from tests.local_server import local_server
+from tests.tenants import new_tenant
 
 KEY = "e2e-reservations-provisioning-key"
 CLIENTS = 64
@@ -34,26 +35,8 @@ def base_url(tmp_path_factory):
 
 def provision(base_url: str, apps: list[str], **org) -> tuple[str, dict[str, dict]]:
     """A new org with ``apps``; (org id, each app's Authorization header)."""
-    org_id = str(uuid.uuid4())
-    body = {"org_name": "hard cap e2e", "timezone": "UTC", "quota_scope": "APP", **org}
-    reply = requests.put(f"{base_url}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, json=body, timeout=10)
-    assert reply.status_code == 201, reply.text
-    headers = {}
-    for app in apps:
-        made = requests.put(
-            f"{base_url}/api/v1/orgs/{org_id}/apps/{app}",
-            headers={"X-API-Key": KEY},
-            json={"app_name": app},
-            timeout=10,
-        )
-        assert made.status_code == 201, made.text
-        tokens = requests.post(
-            f"{base_url}/auth/token",
-            json={**made.json()["credentials"], "grant_type": "client_credentials"},
-            timeout=10,
-        )
-        headers[app] = {"Authorization": f"Bearer {tokens.json()['access_token']}"}
-    return org_id, headers
+    tenant = new_tenant(base_url, KEY, apps, **org)
+    return tenant.org_id, {app: tenant.bearer(app) for app in apps}
 
 
 def run_clients(base_url: str, org_id: str, headers: dict[str, dict], clients: int = CLIENTS) -> list[int]:
