@@ -19,7 +19,6 @@ The browser is ``tests/browser.py``'s, which skips these tests, saying why, with
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -34,7 +33,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.browser import WAIT_SECONDS, Browser
-from tests.local_server import reconciling_server
+from tests.local_server import eventually, reconciling_server
 from tests.tenants import new_tenant, tokens
 
 pytestmark = pytest.mark.e2e
@@ -59,17 +58,6 @@ def dollars(micros: int) -> str:
     """The page's rendering: cents rounded half up."""
     cents = (micros + 5_000) // 10_000
     return f"${cents // 100:,}.{cents % 100:02d}"
-
-
-def until(what: str, probe, seconds: float = WAIT_SECONDS):
-    """Poll ``probe`` until it returns something truthy (a wait with a deadline, not a timing check)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        result = probe()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.25)
 
 
 # --- the service, provisioned and spent on --------------------------------------------
@@ -133,10 +121,10 @@ class World:
             costs = {label: model["cost_usd_micros"] for label, model in today["models"].items()}
             return costs == {"premium": PREMIUM_MICROS, "standard": 550_000, "economy": 140_000}
 
-        until("the aggregator to fold the usage", folded)
-        until(
-            "the two threshold alerts",
+        eventually(folded, "the aggregator to fold the usage")
+        eventually(
             lambda: len(self.get(f"api/v1/orgs/{self.org_id}/alerts", org_access).json()["alerts"]) == 2,
+            "the two threshold alerts",
         )
 
 
@@ -329,7 +317,7 @@ def test_app_owner_sees_todays_spend_history_csv_and_signs_out(world, browser, t
     # CSV: the download is the API's own CSV for the same range.
     browser.click("download-csv")
     name = f"spend-{world.org_id}-{start}-{day}.csv"
-    downloaded = until("the CSV download", lambda: (tmp_path / name).is_file() and (tmp_path / name).read_bytes())
+    downloaded = eventually(lambda: (tmp_path / name).is_file() and (tmp_path / name).read_bytes(), "the CSV download")
     expected = world.get(
         f"api/v1/orgs/{world.org_id}/reports/spend",
         access,
@@ -488,7 +476,7 @@ def test_operator_sees_the_reconciliation_with_the_provisioning_key(world, brows
         ).json()["models"]
         return any(m["model_id"] == RECONCILED_MODEL and m["bedrock"]["invocations"] >= 2 for m in models)
 
-    until("the reconciler to count the two calls", counted, seconds=SETTLE_SECONDS)
+    eventually(counted, "the reconciler to count the two calls", seconds=SETTLE_SECONDS)
     reconcile_in_page(browser, "", today)  # the key the page holds
     assert browser.text("recon-error") == ""
     replies = browser.responses("/api/v1/reconciliation")

@@ -5,7 +5,6 @@ used to work, and now does not (docs/metering.md "Integrity rules", docs/securit
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import timedelta
 
@@ -13,22 +12,18 @@ import pytest
 import requests
 
 from price_keeper.timeutil import day_start_utc, org_date
-from tests.local_server import local_server
+from tests.local_server import eventually, module_server
 from tests.tenants import ORG, new_tenant
 from tests.usage_support import PREMIUM_DOLLAR, iso, usage_body, zone_away_from_midnight
 
 KEY = "e2e-integrity-provisioning-key"
-WAIT_SECONDS = 30
 QUOTAS = {"premium": 1_000_000, "standard": 5_000_000, "economy": 5_000_000}  # premium: $1 a day
 LOCAL_PROFILE = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-2-lite-v1:0"
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
-    with local_server(tmp_path_factory.mktemp("integrity"), KEY, AGGREGATOR_INTERVAL_SECONDS="1") as url:
-        yield url
+base_url = module_server(KEY, AGGREGATOR_INTERVAL_SECONDS="1")
 
 
 class Tenant:
@@ -72,17 +67,6 @@ class Tenant:
 
     def yesterday_noon(self) -> str:
         return iso(day_start_utc(self.zone, org_date(self.zone) - timedelta(days=1)) + timedelta(hours=12))
-
-
-def eventually(check, what: str):
-    """Poll ``check()`` until it returns a truthy value (the aggregator runs every second)."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.5)
 
 
 def recommended(tenant: Tenant) -> str | None:

@@ -17,7 +17,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.local_server import local_server
+from tests.local_server import local_server, module_server
 from tests.tenants import new_tenant
 from tests.usage_support import usage_body
 
@@ -29,10 +29,7 @@ ERROR_KEYS = {"error", "message", "timestamp"}
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
-    with local_server(tmp_path_factory.mktemp("integrity2"), KEY, AGGREGATOR_INTERVAL_SECONDS="1") as url:
-        yield url
+base_url = module_server(KEY, AGGREGATOR_INTERVAL_SECONDS="1")
 
 
 class Org:

@@ -9,7 +9,7 @@ import uuid
 import pytest
 import requests
 
-from tests.local_server import local_server
+from tests.local_server import module_server
 from tests.tenants import new_tenant
 from tests.usage_support import usage_body
 
@@ -20,10 +20,7 @@ LOCAL_PROFILE = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.ama
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
-    with local_server(tmp_path_factory.mktemp("pricing"), KEY) as url:
-        yield url
+base_url = module_server(KEY)
 
 
 class Tenant:

@@ -19,7 +19,7 @@ import boto3
 import pytest
 import requests
 
-from tests.local_server import local_server
+from tests.local_server import local_server, module_server
 from tests.tenants import new_tenant
 from tests.usage_support import usage_body
 
@@ -33,10 +33,7 @@ NOVA_2_LITE_COST = 330 + 1375  # 1,000 input x 0.33 + 500 output x 2.75 USD per 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
-    with local_server(tmp_path_factory.mktemp("profiles"), KEY) as url:
-        yield url
+base_url = module_server(KEY)
 
 
 class App(NamedTuple):

@@ -10,12 +10,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 
-from tests.local_server import local_server
+from tests.local_server import eventually, local_server
 from tests.tenants import new_tenant
 from tests.usage_support import iso, usage_body, zone_away_from_midnight
 
 KEY = "e2e-spend-integrity-provisioning-key"
-WAIT_SECONDS = 30
 QUOTAS = {"premium": 1_000_000, "standard": 1_000_000, "economy": 1_000_000}
 PREMIUM_COST = 3760  # 1,500 input and 800 output tokens of premium (config.yaml)
 
@@ -35,19 +34,6 @@ def base_url(tmp_path_factory):
 
 def record(label: str = "premium", **fields) -> dict:
     return usage_body(**{"model_label": label, **fields})
-
-
-def eventually(check, what: str):
-    """Poll ``check()`` until it returns something truthy (the aggregator runs every second)."""
-    import time
-
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.5)
 
 
 class Org:
