@@ -16,15 +16,15 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT), str(ROOT / "client")]
 
 from tests.local_server import local_server  # noqa: E402
+from tests.tenants import new_tenant  # noqa: E402
 from tests.usage_support import usage_body  # noqa: E402
 
 KEY = "bench-provisioning-key"
@@ -40,31 +40,10 @@ def main() -> None:
         tempfile.TemporaryDirectory() as logs,
         local_server(Path(logs), KEY, AGGREGATOR_INTERVAL_SECONDS="3600") as base,
     ):
-        org_id, app_id = str(uuid.uuid4()), "fresh"
-        requests.put(
-            f"{base}/api/v1/orgs/{org_id}",
-            headers={"X-API-Key": KEY},
-            timeout=10,
-            json={
-                "org_name": "fresh",
-                "timezone": "UTC",
-                "quota_scope": "APP",
-                "model_ordering": ["premium"],
-                "quotas": {"premium": 10**12},
-            },
-        ).raise_for_status()
-        credentials = requests.put(
-            f"{base}/api/v1/orgs/{org_id}/apps/{app_id}",
-            headers={"X-API-Key": KEY},
-            timeout=10,
-            json={"app_name": "fresh"},
-        ).json()["credentials"]
-        token = requests.post(
-            f"{base}/auth/token", timeout=10, json={**credentials, "grant_type": "client_credentials"}
-        ).json()["access_token"]
+        tenant = new_tenant(base, KEY, ["fresh"], model_ordering=["premium"], quotas={"premium": 10**12})
         session = requests.Session()
-        session.headers["Authorization"] = f"Bearer {token}"
-        app = f"{base}/api/v1/orgs/{org_id}/apps/{app_id}"
+        session.headers.update(tenant.bearer("fresh"))
+        app = tenant.app_path("fresh")
 
         def shown() -> int:
             return session.get(f"{app}/aggregates/today", timeout=10).json()["models"]["premium"]["requests"]

@@ -44,21 +44,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT), str(ROOT / "client")]
-for name, value in {
-    "AWS_ACCESS_KEY_ID": "bench",
-    "AWS_SECRET_ACCESS_KEY": "bench",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "POWERTOOLS_TRACE_DISABLED": "true",
-    "POWERTOOLS_METRICS_DISABLED": "true",
-    "POWERTOOLS_LOG_LEVEL": "ERROR",
-    "RATE_LIMITS": "off",
-    "BCRYPT_ROUNDS": "4",
-}.items():
-    os.environ[name] = value
-for name in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE"):
-    os.environ.pop(name, None)
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "client")]
+import dynamodb_costs  # noqa: E402, F401 (on import: the layer on sys.path and moto's environment)
+
+os.environ["RATE_LIMITS"] = "off"
 
 import boto3  # noqa: E402
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent  # noqa: E402

@@ -23,19 +23,19 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT), str(ROOT / "client")]
 
 import cold_start  # noqa: E402
 
+from tests import usage_support  # noqa: E402
 from tests.local_server import local_server  # noqa: E402
+from tests.tenants import new_tenant  # noqa: E402
 
 KEY = "bench-provisioning-key"
 PRICES = {  # USD, us-east-1 on-demand list prices (DynamoDB on-demand since 1 November 2024)
@@ -58,15 +58,7 @@ SELECTION_EVERY_SECONDS = 300
 
 
 def usage_body() -> dict:
-    return {
-        "request_id": str(uuid.uuid4()),
-        "model_label": "premium",
-        "bedrock_model_id": "amazon.nova-pro-v1:0",
-        "input_tokens": 1000,
-        "output_tokens": 500,
-        "status": "OK",
-        "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
+    return usage_support.usage_body(input_tokens=1000, output_tokens=500)
 
 
 def batch_body() -> dict:
@@ -207,31 +199,10 @@ def main() -> None:
     cold_start.print_times(*cold_start.measure(args.runs), args.runs)
 
     with tempfile.TemporaryDirectory() as logs, local_server(Path(logs), KEY) as base:
-        org_id, app_id = str(uuid.uuid4()), "bench"
         big = {"premium": 10**12, "standard": 10**12, "economy": 10**12}
-        requests.put(
-            f"{base}/api/v1/orgs/{org_id}",
-            headers={"X-API-Key": KEY},
-            timeout=30,
-            json={
-                "org_name": "bench",
-                "timezone": "UTC",
-                "quota_scope": "APP",
-                "model_ordering": ["premium", "standard", "economy"],
-                "quotas": big,
-            },
-        ).raise_for_status()
-        secret = requests.put(
-            f"{base}/api/v1/orgs/{org_id}/apps/{app_id}",
-            headers={"X-API-Key": KEY},
-            timeout=30,
-            json={"app_name": "bench"},
-        ).json()["credentials"]
-        token = requests.post(
-            f"{base}/auth/token", json={**secret, "grant_type": "client_credentials"}, timeout=30
-        ).json()["access_token"]
-        headers = {"Authorization": f"Bearer {token}"}
-        app = f"/api/v1/orgs/{org_id}/apps/{app_id}"
+        tenant = new_tenant(base, KEY, ["bench"], quotas=big)
+        headers = tenant.bearer("bench")
+        app = tenant.app_path("bench").removeprefix(base)
 
         print(
             f"\nLocal server (loopback, moto): {args.requests} requests on {args.threads} threads; "

@@ -100,6 +100,13 @@ def gateway(scope: Construct, id: str, *, settings: Settings, functions: dict[st
     return kind(scope, id, settings=settings, functions=functions)
 
 
+def _log_group(api: Construct, id: str, settings: Settings, **props) -> logs.LogGroup:
+    """A log group of the API's, kept for the configured days and removed with the stack."""
+    return logs.LogGroup(
+        api, id, retention=RETENTION[settings.log_retention_days], removal_policy=RemovalPolicy.DESTROY, **props
+    )
+
+
 @jsii.implements(apigwv2.IAccessLogSettings)
 class _AccessLogs:
     """The HTTP API stage's access logs: ``group``, one ``HTTP_ACCESS_LOG_FORMAT`` line per request."""
@@ -119,12 +126,7 @@ class _AccessLogs:
 class HttpApi(Construct):
     def __init__(self, scope: Construct, id: str, *, settings: Settings, functions: dict[str, lambda_.IFunction]):
         super().__init__(scope, id)
-        self.access_logs = logs.LogGroup(
-            self,
-            "AccessLogs",
-            retention=RETENTION[settings.log_retention_days],
-            removal_policy=RemovalPolicy.DESTROY,
-        )
+        self.access_logs = _log_group(self, "AccessLogs", settings)
         cors = (
             apigwv2.CorsPreflightOptions(
                 allow_origins=list(settings.cors_origins),
@@ -187,12 +189,6 @@ def _cors_headers(origins: tuple[str, ...]) -> dict[str, str] | None:
 class RestApi(Construct):
     def __init__(self, scope: Construct, id: str, *, settings: Settings, functions: dict[str, lambda_.IFunction]):
         super().__init__(scope, id)
-        self.access_logs = logs.LogGroup(
-            self,
-            "AccessLogs",
-            retention=RETENTION[settings.log_retention_days],
-            removal_policy=RemovalPolicy.DESTROY,
-        )
         cors = (
             apigw.CorsOptions(
                 allow_origins=list(settings.cors_origins),
@@ -202,6 +198,7 @@ class RestApi(Construct):
             if settings.cors_origins
             else None
         )
+        self.access_logs = _log_group(self, "AccessLogs", settings)
         self.api = apigw.RestApi(
             self,
             "Api",
@@ -228,12 +225,11 @@ class RestApi(Construct):
         # API Gateway writes execution logs to a group of this fixed name, creating it
         # without retention when it is missing; created here first, it has ours and goes
         # with the stack.
-        self.execution_logs = logs.LogGroup(
+        self.execution_logs = _log_group(
             self,
             "ExecutionLogs",
+            settings,
             log_group_name=f"API-Gateway-Execution-Logs_{self.api.rest_api_id}/{settings.stage}",
-            retention=RETENTION[settings.log_retention_days],
-            removal_policy=RemovalPolicy.DESTROY,
         )
         self.api.deployment_stage.node.add_dependency(self.execution_logs)
         for response_id, response_type, status, code, message_json in GATEWAY_RESPONSES:

@@ -193,10 +193,7 @@ class Monitoring(Construct):
             cloudwatch.GraphWidget(
                 title="API latency",
                 width=8,
-                left=[
-                    api.metric_latency(period=FIVE_MINUTES, statistic="p50", label="p50"),
-                    api.metric_latency(period=FIVE_MINUTES, statistic="p99", label="p99"),
-                ],
+                left=[api.metric_latency(period=FIVE_MINUTES, statistic=p, label=p) for p in ("p50", "p99")],
             ),
         )
         self.dashboard.add_widgets(

@@ -19,6 +19,7 @@ from local.stack import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 READY_DEADLINE_SECONDS = 90
+EVENTUALLY_SECONDS = 30
 # Settings of the test process (moto endpoints, secret names) must not leak into the server.
 _NOT_INHERITED = ("AWS_", "DYNAMODB_", "MOTO_", "JWT_SECRET_NAME", "PROVISIONING_SECRET_NAME")
 
@@ -81,6 +82,18 @@ def local_server(log_dir: Path, provisioning_key: str, **settings: str):
             process.wait()
 
 
+def module_server(provisioning_key: str, **settings: str):
+    """A module-scoped fixture: the base URL of one ``local_server`` for all of a module's
+    tests (``base_url = module_server(KEY, ...)`` in the module)."""
+
+    @pytest.fixture(scope="module")
+    def base_url(tmp_path_factory):
+        with local_server(tmp_path_factory.mktemp("server"), provisioning_key, **settings) as url:
+            yield url
+
+    return base_url
+
+
 @contextlib.contextmanager
 def reconciling_server(log_dir: Path, provisioning_key: str):
     """``local_server`` whose aggregator and reconciler run every second, with a late-report
@@ -97,6 +110,18 @@ def reconciling_server(log_dir: Path, provisioning_key: str):
         RECONCILE_INTERVAL_SECONDS="1",
     ) as base_url:
         yield base_url
+
+
+def eventually(check, what: str, seconds: float = EVENTUALLY_SECONDS):
+    """``check()``'s first truthy result, polled while the server's timers (aggregator,
+    reconciler) work: a wait with a deadline, not a timing check."""
+    deadline = time.monotonic() + seconds
+    while True:
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"never happened within {seconds} s: {what}"
+        time.sleep(0.25)
 
 
 def _wait_until_healthy(base_url: str, process: subprocess.Popen, log: Path) -> None:

@@ -1,21 +1,24 @@
-"""Orgs and apps created through the real provisioning endpoints (shared by the auth,
-provisioning and rotation tests)."""
+"""Orgs and apps created through the real provisioning endpoints of the in-process handlers
+(shared by the auth, provisioning and rotation tests); over HTTP, ``tests/tenants.py``."""
 
 from __future__ import annotations
 
 import copy
 import uuid
 
+import jwt
+
+from price_keeper.domain import auth
+from price_keeper.errors import ApiError
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import table
 from tests.conftest import PROVISIONING_KEY
+from tests.tenants import ORG
 
 ORG_BODY = {
+    **ORG,
     "org_name": "sample_corp",
     "timezone": "America/New_York",
-    "quota_scope": "APP",
-    "model_ordering": ["premium", "standard", "economy"],
-    "quotas": {"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000},
     "overrides": {"tight_mode_threshold_pct": 95, "agg_shard_count": 8},
 }
 APP_BODY = {
@@ -70,6 +73,24 @@ def tokens(api, credentials: dict) -> dict:
     reply = get_tokens(api, credentials)
     assert reply.status == 200, reply
     return reply.json()
+
+
+def refresh(api, refresh_token: str):
+    return api.post("/auth/refresh", {"refresh_token": refresh_token, "grant_type": "refresh_token"})
+
+
+def accepted(access_token: str, org_id: str, app_id: str | None = None) -> bool:
+    """Does the authorizer step of the runtime endpoints accept the token here?"""
+    try:
+        auth.authorize(f"Bearer {access_token}", org_id, app_id)
+        return True
+    except ApiError as error:
+        assert error.status == 401, error.status
+        return False
+
+
+def claims_of(token: str) -> dict:
+    return jwt.decode(token, auth.signing_key(), algorithms=["HS256"], issuer=auth.ISSUER)
 
 
 def config_item(org_id: str, app_id: str | None = None) -> dict | None:

@@ -282,6 +282,19 @@ def get_alerts(api, org_id, token, date=None):
     return api.get(f"/api/v1/orgs/{org_id}/alerts", token=token, query=f"date={date}" if date else "")
 
 
+def listed(kind: str, threshold_pct: int | None, app_id: str, scope: str, fired_at: str) -> dict:
+    """An alert of premium as GET .../alerts lists it."""
+    return {
+        "type": kind,
+        "label": "premium",
+        "threshold_pct": threshold_pct,
+        "model_id": None,
+        "scope": scope,
+        "app_id": app_id,
+        "fired_at": fired_at,
+    }
+
+
 def test_get_alerts_of_a_day_from_every_scope_of_an_app_org(api, bus):
     org_id = seed_org(quota_scope="APP", model_ordering=ORDERING, quotas=QUOTAS)
     seed_app(org_id, "app-1")
@@ -294,43 +307,12 @@ def test_get_alerts_of_a_day_from_every_scope_of_an_app_org(api, bus):
     assert reply.status == 200, reply
     body = reply.json()
     assert body["date"] == "2026-10-01"
+    first, second = "2026-10-01T15:00:00Z", "2026-10-01T15:01:00Z"
     assert body["alerts"] == [
-        {
-            "type": THRESHOLD,
-            "label": "premium",
-            "threshold_pct": 80,
-            "model_id": None,
-            "scope": app1.scope,
-            "app_id": "app-1",
-            "fired_at": "2026-10-01T15:00:00Z",
-        },
-        {
-            "type": FALLBACK,
-            "label": "premium",
-            "threshold_pct": None,
-            "model_id": None,
-            "scope": app2.scope,
-            "app_id": "app-2",
-            "fired_at": "2026-10-01T15:01:00Z",
-        },
-        {
-            "type": THRESHOLD,
-            "label": "premium",
-            "threshold_pct": 80,
-            "model_id": None,
-            "scope": app2.scope,
-            "app_id": "app-2",
-            "fired_at": "2026-10-01T15:01:00Z",
-        },
-        {
-            "type": THRESHOLD,
-            "label": "premium",
-            "threshold_pct": 95,
-            "model_id": None,
-            "scope": app2.scope,
-            "app_id": "app-2",
-            "fired_at": "2026-10-01T15:01:00Z",
-        },
+        listed(THRESHOLD, 80, "app-1", app1.scope, first),
+        listed(FALLBACK, None, "app-2", app2.scope, second),
+        listed(THRESHOLD, 80, "app-2", app2.scope, second),
+        listed(THRESHOLD, 95, "app-2", app2.scope, second),
     ]
     assert [a["scope"] for a in get_alerts(api, org_id, token_for(org_id), "2026-10-02").json()["alerts"]] == [
         app1.scope

@@ -18,7 +18,7 @@ from price_keeper.metric_names import CLIENT_TOKENS_REVOKED, TOKENS_REVOKED
 from price_keeper.store import dynamo, tables
 from price_keeper.store.dynamo import ddb_client, table
 from tests.conftest import PROVISIONING_KEY, assert_error, cold_handler
-from tests.provisioned import ORG_BODY, get_tokens, new_app, new_org, tokens
+from tests.provisioned import ORG_BODY, accepted, claims_of, get_tokens, new_app, new_org, refresh, tokens
 
 
 @pytest.fixture
@@ -33,27 +33,9 @@ def app_client(api, org):
     return org_id, new_app(api, org_id, "app-production-api")
 
 
-def claims_of(token: str) -> dict:
-    return jwt.decode(token, auth.signing_key(), algorithms=["HS256"], issuer=auth.ISSUER)
-
-
-def refresh(api, refresh_token: str):
-    return api.post("/auth/refresh", {"refresh_token": refresh_token, "grant_type": "refresh_token"})
-
-
 def revoke(api, token: str, bearer: str, hint: str | None = None):
     body = {"token": token} | ({"token_type_hint": hint} if hint else {})
     return api.post("/auth/revoke", body, token=bearer)
-
-
-def accepted(access_token: str, org_id: str, app_id: str | None = None) -> bool:
-    """Does the authorizer step of the runtime endpoints accept the token here?"""
-    try:
-        auth.authorize(f"Bearer {access_token}", org_id, app_id)
-        return True
-    except ApiError as error:
-        assert error.status == 401, error.status
-        return False
 
 
 def forge(claims: dict, key: str | None = None, algorithm: str = "HS256") -> str:
@@ -74,6 +56,12 @@ def access_claims(org_id: str, app_id: str | None, **changes) -> dict:
         "jti": str(uuid.uuid4()),
         **changes,
     }
+
+
+def expired_access_token(org_id: str) -> str:
+    """A well-signed access token of the app "app-production-api" that expired an hour ago."""
+    past = int(time.time()) - 7200
+    return forge(access_claims(org_id, "app-production-api", iat=past, exp=past + 3600))
 
 
 # --- POST /auth/token ------------------------------------------------------------------
@@ -128,9 +116,8 @@ def test_an_app_secret_does_not_open_the_org_client(api, org, app_client):
     assert_error(get_tokens(api, mixed), 401, "UNAUTHORIZED")
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
+MALFORMED = {
+    "/auth/token": [
         {"client_id": "x", "client_secret": "y", "grant_type": "password"},
         {"client_id": "x", "client_secret": "y"},
         {"client_secret": "y", "grant_type": "client_credentials"},
@@ -140,9 +127,19 @@ def test_an_app_secret_does_not_open_the_org_client(api, org, app_client):
         "{broken",
         "",
     ],
-)
-def test_malformed_token_requests_are_400(api, body):
-    assert_error(api.post("/auth/token", body), 400, "INVALID_REQUEST")
+    "/auth/refresh": [
+        {"refresh_token": "x", "grant_type": "client_credentials"},
+        {"grant_type": "refresh_token"},
+        {"refresh_token": ["x"], "grant_type": "refresh_token"},
+        {"refresh_token": "x" * 5000, "grant_type": "refresh_token"},
+        "nope",
+    ],
+}
+
+
+@pytest.mark.parametrize("path,body", [(path, body) for path, bodies in MALFORMED.items() for body in bodies])
+def test_malformed_token_and_refresh_requests_are_400(api, path, body):
+    assert_error(api.post(path, body), 400, "INVALID_REQUEST")
 
 
 # --- POST /auth/refresh ------------------------------------------------------------------
@@ -173,20 +170,6 @@ def test_access_token_used_as_refresh_token_is_401(api, app_client):
     assert_error(refresh(api, tokens(api, credentials)["access_token"]), 401, "UNAUTHORIZED")
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
-        {"refresh_token": "x", "grant_type": "client_credentials"},
-        {"grant_type": "refresh_token"},
-        {"refresh_token": ["x"], "grant_type": "refresh_token"},
-        {"refresh_token": "x" * 5000, "grant_type": "refresh_token"},
-        "nope",
-    ],
-)
-def test_malformed_refresh_requests_are_400(api, body):
-    assert_error(api.post("/auth/refresh", body), 400, "INVALID_REQUEST")
-
-
 # --- tokens the authorizer refuses --------------------------------------------------------
 
 
@@ -199,8 +182,7 @@ def test_refresh_token_used_as_access_token_is_401(api, app_client):
 
 def test_expired_token_is_401(api, app_client):
     org_id, _ = app_client
-    past = int(time.time()) - 7200
-    expired = forge(access_claims(org_id, "app-production-api", iat=past, exp=past + 3600))
+    expired = expired_access_token(org_id)
     assert not accepted(expired, org_id, "app-production-api")
     assert_error(revoke(api, expired, bearer=expired), 401, "UNAUTHORIZED")
 
@@ -340,26 +322,25 @@ def test_revocation_reaches_a_process_with_empty_caches(api, app_client):
     assert_error(refresh(api, issued["refresh_token"]), 401, "UNAUTHORIZED")
 
 
-def test_revoking_twice_or_an_expired_token_is_204(api, app_client):
+@pytest.fixture
+def revoker(api, app_client) -> tuple[str, dict, str]:
+    """(org id, a token pair of the app, another access token of the app to revoke it with)."""
     org_id, credentials = app_client
-    issued = tokens(api, credentials)
-    other = tokens(api, credentials)["access_token"]
-    assert revoke(api, issued["refresh_token"], bearer=other).status == 204
-    assert revoke(api, issued["refresh_token"], bearer=other).status == 204
-    past = int(time.time()) - 7200
-    expired = forge(access_claims(org_id, "app-production-api", iat=past, exp=past + 3600))
-    assert revoke(api, expired, bearer=other).status == 204
+    return org_id, tokens(api, credentials), tokens(api, credentials)["access_token"]
 
 
-def test_each_stored_revocation_is_counted(api, app_client, emitted_metrics):
-    org_id, credentials = app_client
-    issued = tokens(api, credentials)
-    other = tokens(api, credentials)["access_token"]
-    assert revoke(api, issued["refresh_token"], bearer=other).status == 204
-    assert revoke(api, issued["access_token"], bearer=other).status == 204
-    past = int(time.time()) - 7200
-    expired = forge(access_claims(org_id, "app-production-api", iat=past, exp=past + 3600))
-    assert revoke(api, expired, bearer=other).status == 204  # nothing to store, nothing counted
+def test_revoking_twice_or_an_expired_token_is_204(api, revoker):
+    org_id, issued, other = revoker
+    for _ in range(2):
+        assert revoke(api, issued["refresh_token"], bearer=other).status == 204
+    assert revoke(api, expired_access_token(org_id), bearer=other).status == 204
+
+
+def test_each_stored_revocation_is_counted(api, revoker, emitted_metrics):
+    org_id, issued, other = revoker
+    for token in (issued["refresh_token"], issued["access_token"]):
+        assert revoke(api, token, bearer=other).status == 204
+    assert revoke(api, expired_access_token(org_id), bearer=other).status == 204  # nothing to store, nothing counted
     assert emitted_metrics() == {TOKENS_REVOKED: [1.0, 1.0]}
 
 

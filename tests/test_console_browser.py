@@ -19,7 +19,6 @@ The browser is ``tests/browser.py``'s, which skips these tests, saying why, with
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -34,7 +33,8 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.browser import WAIT_SECONDS, Browser
-from tests.local_server import reconciling_server
+from tests.local_server import eventually, reconciling_server
+from tests.tenants import new_tenant, tokens
 
 pytestmark = pytest.mark.e2e
 
@@ -60,69 +60,40 @@ def dollars(micros: int) -> str:
     return f"${cents // 100:,}.{cents % 100:02d}"
 
 
-def until(what: str, probe, seconds: float = WAIT_SECONDS):
-    """Poll ``probe`` until it returns something truthy (a wait with a deadline, not a timing check)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        result = probe()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.25)
-
-
 # --- the service, provisioned and spent on --------------------------------------------
 
 
 class World:
     def __init__(self, base_url: str):
         self.base_url = base_url
-        self.org_id = str(uuid.uuid4())
-        self.org_credentials: dict = {}
-        self.app_credentials: dict = {}
+        self.tenant = new_tenant(
+            base_url,
+            KEY,
+            {
+                APP_ID: {
+                    "app_name": "Checkout",
+                    "model_ordering": ["premium", "standard", "economy"],
+                    "quotas": APP_QUOTAS,
+                    "overrides": {"tight_mode_threshold_pct": 90},
+                }
+            },
+            org_name="Console e2e",
+            timezone="Europe/Paris",
+            quotas=ORG_QUOTAS,
+        )
+        self.org_id = self.tenant.org_id
+        self.org_credentials, self.app_credentials = self.tenant.credentials[None], self.tenant.credentials[APP_ID]
 
     def url(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
 
     def tokens(self, credentials: dict) -> dict:
-        reply = requests.post(
-            self.url("auth/token"), json={**credentials, "grant_type": "client_credentials"}, timeout=10
-        )
-        assert reply.status_code == 200, reply.text
-        return reply.json()
+        return tokens(self.base_url, credentials)
 
     def get(self, path: str, access: str, **params) -> requests.Response:
         return requests.get(self.url(path), params=params, headers={"Authorization": f"Bearer {access}"}, timeout=10)
 
-    def provision_and_spend(self) -> None:
-        admin = {"X-API-Key": KEY}
-        org = requests.put(
-            self.url(f"api/v1/orgs/{self.org_id}"),
-            headers=admin,
-            timeout=10,
-            json={
-                "org_name": "Console e2e",
-                "timezone": "Europe/Paris",
-                "quota_scope": "APP",
-                "model_ordering": ["premium", "standard", "economy"],
-                "quotas": ORG_QUOTAS,
-            },
-        )
-        assert org.status_code == 201, org.text
-        self.org_credentials = org.json()["credentials"]
-        app = requests.put(
-            self.url(f"api/v1/orgs/{self.org_id}/apps/{APP_ID}"),
-            headers=admin,
-            timeout=10,
-            json={
-                "app_name": "Checkout",
-                "model_ordering": ["premium", "standard", "economy"],
-                "quotas": APP_QUOTAS,
-                "overrides": {"tight_mode_threshold_pct": 90},
-            },
-        )
-        assert app.status_code == 201, app.text
-        self.app_credentials = app.json()["credentials"]
+    def spend(self) -> None:
         access = self.tokens(self.app_credentials)["access_token"]
         stamp = (datetime.now(UTC) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
         for label, model, input_tokens, output_tokens, cost in USAGE:
@@ -150,10 +121,10 @@ class World:
             costs = {label: model["cost_usd_micros"] for label, model in today["models"].items()}
             return costs == {"premium": PREMIUM_MICROS, "standard": 550_000, "economy": 140_000}
 
-        until("the aggregator to fold the usage", folded)
-        until(
-            "the two threshold alerts",
+        eventually(folded, "the aggregator to fold the usage")
+        eventually(
             lambda: len(self.get(f"api/v1/orgs/{self.org_id}/alerts", org_access).json()["alerts"]) == 2,
+            "the two threshold alerts",
         )
 
 
@@ -163,7 +134,7 @@ def world(tmp_path_factory):
     # The reconciler (every second) counts Bedrock's calls once the late-report tolerance has passed: 5 s here.
     with reconciling_server(folder, KEY) as base_url:
         spent = World(base_url)
-        spent.provision_and_spend()
+        spent.spend()
         yield spent
 
 
@@ -346,7 +317,7 @@ def test_app_owner_sees_todays_spend_history_csv_and_signs_out(world, browser, t
     # CSV: the download is the API's own CSV for the same range.
     browser.click("download-csv")
     name = f"spend-{world.org_id}-{start}-{day}.csv"
-    downloaded = until("the CSV download", lambda: (tmp_path / name).is_file() and (tmp_path / name).read_bytes())
+    downloaded = eventually(lambda: (tmp_path / name).is_file() and (tmp_path / name).read_bytes(), "the CSV download")
     expected = world.get(
         f"api/v1/orgs/{world.org_id}/reports/spend",
         access,
@@ -505,7 +476,7 @@ def test_operator_sees_the_reconciliation_with_the_provisioning_key(world, brows
         ).json()["models"]
         return any(m["model_id"] == RECONCILED_MODEL and m["bedrock"]["invocations"] >= 2 for m in models)
 
-    until("the reconciler to count the two calls", counted, seconds=SETTLE_SECONDS)
+    eventually(counted, "the reconciler to count the two calls", seconds=SETTLE_SECONDS)
     reconcile_in_page(browser, "", today)  # the key the page holds
     assert browser.text("recon-error") == ""
     replies = browser.responses("/api/v1/reconciliation")

@@ -6,47 +6,25 @@ Speed is measured in ``benchmarks/freshness.py``; here the deadline only bounds 
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 import requests
 
 from tests.local_server import local_server
+from tests.tenants import bearer, new_tenant
 from tests.usage_support import usage_body
 
 KEY = "e2e-freshness-provisioning-key"
 DEADLINE_SECONDS = 30
+QUOTAS = {"premium": 10**9, "standard": 10**9}
 
 pytestmark = pytest.mark.e2e
 
 
 def provision(base: str) -> tuple[str, dict]:
     """(app URL, app credentials) of a new org and app."""
-    org_id, app_id = str(uuid.uuid4()), "fresh"
-    reply = requests.put(
-        f"{base}/api/v1/orgs/{org_id}",
-        headers={"X-API-Key": KEY},
-        timeout=10,
-        json={
-            "org_name": "fresh",
-            "timezone": "UTC",
-            "quota_scope": "APP",
-            "model_ordering": ["premium", "standard"],
-            "quotas": {"premium": 10**9, "standard": 10**9},
-        },
-    )
-    assert reply.status_code == 201, reply.text
-    reply = requests.put(
-        f"{base}/api/v1/orgs/{org_id}/apps/{app_id}", headers={"X-API-Key": KEY}, timeout=10, json={"app_name": "fresh"}
-    )
-    assert reply.status_code == 201, reply.text
-    return f"{base}/api/v1/orgs/{org_id}/apps/{app_id}", reply.json()["credentials"]
-
-
-def bearer(base: str, credentials: dict) -> dict:
-    tokens = requests.post(f"{base}/auth/token", timeout=10, json={**credentials, "grant_type": "client_credentials"})
-    assert tokens.status_code == 200, tokens.text
-    return {"Authorization": f"Bearer {tokens.json()['access_token']}"}
+    tenant = new_tenant(base, KEY, ["fresh"], model_ordering=["premium", "standard"], quotas=QUOTAS)
+    return tenant.app_path("fresh"), tenant.credentials["fresh"]
 
 
 @pytest.fixture(scope="module")

@@ -5,81 +5,49 @@ used to work, and now does not (docs/metering.md "Integrity rules", docs/securit
 
 from __future__ import annotations
 
-import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 import requests
 
 from price_keeper.timeutil import day_start_utc, org_date
-from tests.local_server import local_server
-from tests.usage_support import PREMIUM_DOLLAR, zone_away_from_midnight
+from tests.local_server import eventually, module_server
+from tests.tenants import ORG, new_tenant
+from tests.usage_support import PREMIUM_DOLLAR, iso, usage_body, zone_away_from_midnight
 
 KEY = "e2e-integrity-provisioning-key"
-WAIT_SECONDS = 30
 QUOTAS = {"premium": 1_000_000, "standard": 5_000_000, "economy": 5_000_000}  # premium: $1 a day
 LOCAL_PROFILE = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-2-lite-v1:0"
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
-    with local_server(tmp_path_factory.mktemp("integrity"), KEY, AGGREGATOR_INTERVAL_SECONDS="1") as url:
-        yield url
-
-
-def iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+base_url = module_server(KEY, AGGREGATOR_INTERVAL_SECONDS="1")
 
 
 class Tenant:
     """An org (in a timezone far from midnight now) and its app "web", over HTTP."""
 
     def __init__(self, base_url: str, quota_scope: str = "APP", **org_fields):
-        self.base_url, self.org_id, self.zone = base_url, str(uuid.uuid4()), zone_away_from_midnight()
-        self.org_body = {
-            "org_name": "integrity e2e",
+        self.zone = zone_away_from_midnight()
+        self.org_fields = {
             "timezone": self.zone,
             "quota_scope": quota_scope,
             "model_ordering": list(QUOTAS),
             "quotas": QUOTAS,
             **org_fields,
         }
-        assert self.put_org().status_code == 201
-        app = requests.put(
-            f"{self.org_path}/apps/web", headers={"X-API-Key": KEY}, timeout=10, json={"app_name": "Web"}
-        )
-        assert app.status_code == 201, app.text
-        token = requests.post(
-            f"{base_url}/auth/token", timeout=10, json={**app.json()["credentials"], "grant_type": "client_credentials"}
-        )
-        assert token.status_code == 200, token.text
-        self.bearer = {"Authorization": f"Bearer {token.json()['access_token']}"}
-
-    @property
-    def org_path(self) -> str:
-        return f"{self.base_url}/api/v1/orgs/{self.org_id}"
-
-    @property
-    def app_path(self) -> str:
-        return f"{self.org_path}/apps/web"
+        tenant = new_tenant(base_url, KEY, {"web": {"app_name": "Web"}}, **self.org_fields)
+        self.org_id, self.org_path, self.app_path = tenant.org_id, tenant.org_path, tenant.app_path("web")
+        self.bearer = tenant.bearer("web")
 
     def put_org(self, **changes) -> requests.Response:
-        return requests.put(self.org_path, headers={"X-API-Key": KEY}, json={**self.org_body, **changes}, timeout=10)
+        body = {**ORG, **self.org_fields, **changes}
+        return requests.put(self.org_path, headers={"X-API-Key": KEY}, json=body, timeout=10)
 
     def usage(self, request_id: str | None = None, **fields) -> requests.Response:
-        body = {
-            "request_id": request_id or str(uuid.uuid4()),
-            "model_label": "premium",
-            "bedrock_model_id": "amazon.nova-pro-v1:0",
-            "input_tokens": 1000,
-            "output_tokens": 500,
-            "status": "OK",
-            "timestamp": iso(datetime.now(UTC) - timedelta(seconds=2)),
-            **fields,
-        }
+        body = usage_body(request_id, **{"input_tokens": 1000, "output_tokens": 500, **fields})
         return requests.post(f"{self.app_path}/usage", json=body, headers=self.bearer, timeout=10)
 
     def batch(self, records: list[dict]) -> requests.Response:
@@ -99,17 +67,6 @@ class Tenant:
 
     def yesterday_noon(self) -> str:
         return iso(day_start_utc(self.zone, org_date(self.zone) - timedelta(days=1)) + timedelta(hours=12))
-
-
-def eventually(check, what: str):
-    """Poll ``check()`` until it returns a truthy value (the aggregator runs every second)."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.5)
 
 
 def recommended(tenant: Tenant) -> str | None:
@@ -191,18 +148,7 @@ def test_edge_of_calendar_timestamps_are_400_and_a_batch_isolates_them(base_url,
     tenant = Tenant(base_url)
     reply = tenant.usage(timestamp=stamp)
     assert reply.status_code == 400 and reply.json()["error"] == "INVALID_REQUEST", reply.text
-    good = [
-        {
-            "request_id": str(uuid.uuid4()),
-            "model_label": "standard",
-            "bedrock_model_id": "amazon.nova-2-lite-v1:0",
-            "input_tokens": 10,
-            "output_tokens": 10,
-            "status": "OK",
-            "timestamp": iso(datetime.now(UTC) - timedelta(seconds=2)),
-        }
-        for _ in range(3)
-    ]
+    good = [usage_body(model_label="standard", input_tokens=10, output_tokens=10) for _ in range(3)]
     bad = {**good[0], "request_id": str(uuid.uuid4()), "timestamp": stamp}
     batch = tenant.batch([good[0], bad, good[1], good[2]])
     assert batch.status_code == 207, batch.text

@@ -9,7 +9,7 @@ import http.client
 import socket
 import time
 import uuid
-from datetime import UTC, date, datetime
+from datetime import date
 from urllib.parse import urlparse
 
 import pytest
@@ -17,7 +17,8 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.local_server import local_server
+from tests.local_server import local_server, module_server
+from tests.tenants import new_tenant
 from tests.usage_support import usage_body
 
 KEY = "e2e-integrity2-provisioning-key"
@@ -28,50 +29,16 @@ ERROR_KEYS = {"error", "message", "timestamp"}
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
-    with local_server(tmp_path_factory.mktemp("integrity2"), KEY, AGGREGATOR_INTERVAL_SECONDS="1") as url:
-        yield url
-
-
-def iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def token(base_url: str, credentials: dict) -> dict:
-    reply = requests.post(
-        f"{base_url}/auth/token", json={**credentials, "grant_type": "client_credentials"}, timeout=10
-    )
-    assert reply.status_code == 200, reply.text
-    return {"Authorization": f"Bearer {reply.json()['access_token']}"}
+base_url = module_server(KEY, AGGREGATOR_INTERVAL_SECONDS="1")
 
 
 class Org:
     """An APP-scoped org with the apps "web" and "batch", their tokens and the org's, over HTTP."""
 
     def __init__(self, base_url: str):
-        self.base_url, self.org_id = base_url, str(uuid.uuid4())
-        body = {
-            "org_name": "integrity2 e2e",
-            "timezone": "UTC",
-            "quota_scope": "APP",
-            "model_ordering": list(QUOTAS),
-            "quotas": QUOTAS,
-        }
-        created = requests.put(self.path, headers={"X-API-Key": KEY}, json=body, timeout=10)
-        assert created.status_code == 201, created.text
-        self.credentials = {None: created.json()["credentials"]}
-        for app_id in ("web", "batch"):
-            app = requests.put(
-                f"{self.path}/apps/{app_id}", headers={"X-API-Key": KEY}, json={"app_name": app_id}, timeout=10
-            )
-            assert app.status_code == 201, app.text
-            self.credentials[app_id] = app.json()["credentials"]
-        self.bearer = {app_id: token(base_url, credentials) for app_id, credentials in self.credentials.items()}
-
-    @property
-    def path(self) -> str:
-        return f"{self.base_url}/api/v1/orgs/{self.org_id}"
+        tenant = new_tenant(base_url, KEY, ["web", "batch"], model_ordering=list(QUOTAS), quotas=QUOTAS)
+        self.org_id, self.path, self.credentials = tenant.org_id, tenant.org_path, tenant.credentials
+        self.bearer = {app_id: tenant.bearer(app_id) for app_id in self.credentials}
 
     def get(self, path: str, as_app: str | None = None, **params) -> requests.Response:
         return requests.get(f"{self.path}/{path}", params=params, headers=self.bearer[as_app], timeout=10)

@@ -6,7 +6,6 @@ at /auth/refresh, and Authlib's ``revoke_token`` revokes a refresh token (RFC 70
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 import requests
@@ -17,15 +16,9 @@ from requests.auth import HTTPBasicAuth
 from requests_oauthlib import OAuth2Session
 
 from tests.local_server import local_server
+from tests.tenants import new_tenant
 
 KEY = "e2e-oauth-provisioning-key"
-ORG_BODY = {
-    "org_name": "oauth corp",
-    "timezone": "UTC",
-    "quota_scope": "ORG",
-    "model_ordering": ["standard"],
-    "quotas": {"standard": 5_000_000},
-}
 
 pytestmark = pytest.mark.e2e
 
@@ -43,10 +36,8 @@ def base_url(tmp_path_factory):
 @pytest.fixture
 def org(base_url) -> tuple[str, dict]:
     """(org_id, credentials) of an org provisioned over HTTP."""
-    org_id = str(uuid.uuid4())
-    reply = requests.put(f"{base_url}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, json=ORG_BODY, timeout=10)
-    assert reply.status_code == 201, reply.text
-    return org_id, reply.json()["credentials"]
+    tenant = new_tenant(base_url, KEY, apps=())
+    return tenant.org_id, tenant.credentials[None]
 
 
 def works(base_url: str, org_id: str, access_token: str) -> bool:

@@ -5,65 +5,37 @@ or a calling region (item 6), a record naming another model than its label's (it
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
 
-from tests.local_server import local_server
+from tests.local_server import module_server
+from tests.tenants import new_tenant
+from tests.usage_support import usage_body
 
 KEY = "e2e-pricing-provisioning-key"
-ORG = {
-    "org_name": "pricing e2e",
-    "timezone": "UTC",
-    "quota_scope": "APP",
-    "model_ordering": ["premium", "standard", "economy"],
-    "quotas": {"premium": 5_000_000, "standard": 5_000_000, "economy": 5_000_000},
-}
+QUOTAS = {"premium": 5_000_000, "standard": 5_000_000, "economy": 5_000_000}
 LOCAL_PROFILE = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-2-lite-v1:0"
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
-    with local_server(tmp_path_factory.mktemp("pricing"), KEY) as url:
-        yield url
+base_url = module_server(KEY)
 
 
 class Tenant:
     """An org with one app "web" and its token, over HTTP."""
 
     def __init__(self, base_url: str):
-        self.org_path = f"{base_url}/api/v1/orgs/{uuid.uuid4()}"
-        assert requests.put(self.org_path, headers={"X-API-Key": KEY}, json=ORG, timeout=10).status_code == 201
-        app = requests.put(f"{self.app_path}", headers={"X-API-Key": KEY}, json={"app_name": "Web"}, timeout=10)
-        assert app.status_code == 201, app.text
-        token = requests.post(
-            f"{base_url}/auth/token", json={**app.json()["credentials"], "grant_type": "client_credentials"}, timeout=10
-        )
-        assert token.status_code == 200, token.text
-        self.bearer = {"Authorization": f"Bearer {token.json()['access_token']}"}
-
-    @property
-    def app_path(self) -> str:
-        return f"{self.org_path}/apps/web"
+        tenant = new_tenant(base_url, KEY, {"web": {"app_name": "Web"}}, quotas=QUOTAS)
+        self.app_path, self.bearer = tenant.app_path("web"), tenant.bearer("web")
 
     def register(self, label: str, arn: str) -> requests.Response:
         body = {"profile_label": label, "inference_profile_arn": arn}
         return requests.post(f"{self.app_path}/inference-profiles", headers=self.bearer, json=body, timeout=10)
 
     def usage(self, **fields) -> requests.Response:
-        body = {
-            "request_id": str(uuid.uuid4()),
-            "model_label": "premium",
-            "bedrock_model_id": "amazon.nova-pro-v1:0",
-            "input_tokens": 1000,
-            "output_tokens": 500,
-            "status": "OK",
-            "timestamp": (datetime.now(UTC) - timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            **fields,
-        }
+        body = usage_body(**{"input_tokens": 1000, "output_tokens": 500, **fields})
         return requests.post(f"{self.app_path}/usage", headers=self.bearer, json=body, timeout=10)
 
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import io
 import re
-import uuid
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
@@ -21,21 +19,21 @@ import boto3
 import pytest
 import requests
 
-from tests.local_server import local_server
+from tests.local_server import local_server, module_server
+from tests.tenants import new_tenant
+from tests.usage_support import usage_body
 
 KEY = "e2e-profiles-provisioning-key"
 US_NOVA_2_LITE = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-2-lite-v1:0"
 GLOBAL_NOVA_2_LITE = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/global.amazon.nova-2-lite-v1:0"
 US_LLAMA = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.meta.llama3-3-70b-instruct-v1:0"
+QUOTAS = {"standard": 1_000_000}
 NOVA_2_LITE_COST = 330 + 1375  # 1,000 input x 0.33 + 500 output x 2.75 USD per 1M (config.yaml "standard")
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
-    with local_server(tmp_path_factory.mktemp("profiles"), KEY) as url:
-        yield url
+base_url = module_server(KEY)
 
 
 class App(NamedTuple):
@@ -59,38 +57,9 @@ def app(base_url) -> App:
 
 def provision(base_url: str) -> App:
     """A new org and its app "web", with the app's access token."""
-    org_id, admin = str(uuid.uuid4()), {"X-API-Key": KEY}
-    org = requests.put(
-        f"{base_url}/api/v1/orgs/{org_id}",
-        headers=admin,
-        timeout=10,
-        json={
-            "org_name": "profiles e2e",
-            "timezone": "UTC",
-            "quota_scope": "APP",
-            "model_ordering": ["standard"],
-            "quotas": {"standard": 1_000_000},
-        },
-    )
-    assert org.status_code == 201, org.text
-    created = requests.put(
-        f"{base_url}/api/v1/orgs/{org_id}/apps/web", headers=admin, timeout=10, json={"app_name": "Web"}
-    )
-    assert created.status_code == 201, created.text
-    return App(
-        base_url,
-        f"/api/v1/orgs/{org_id}/apps/web",
-        bearer_of(base_url, created.json()["credentials"]),
-        bearer_of(base_url, org.json()["credentials"]),
-    )
-
-
-def bearer_of(base_url: str, credentials: dict) -> dict:
-    tokens = requests.post(
-        f"{base_url}/auth/token", timeout=10, json={**credentials, "grant_type": "client_credentials"}
-    )
-    assert tokens.status_code == 200, tokens.text
-    return {"Authorization": f"Bearer {tokens.json()['access_token']}"}
+    tenant = new_tenant(base_url, KEY, {"web": {"app_name": "Web"}}, model_ordering=["standard"], quotas=QUOTAS)
+    path = tenant.app_path("web").removeprefix(base_url)
+    return App(base_url, path, tenant.bearer("web"), tenant.bearer())
 
 
 def register(app: App, label: str, arn: str) -> requests.Response:
@@ -98,19 +67,8 @@ def register(app: App, label: str, arn: str) -> requests.Response:
 
 
 def report(app: App, label: str, arn: str, region: str) -> requests.Response:
-    return app.post(
-        "usage",
-        {
-            "request_id": str(uuid.uuid4()),
-            "model_label": label,
-            "bedrock_model_id": arn,
-            "calling_region": region,
-            "input_tokens": 1000,
-            "output_tokens": 500,
-            "status": "OK",
-            "timestamp": (datetime.now(UTC) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        },
-    )
+    fields = {"model_label": label, "bedrock_model_id": arn, "calling_region": region}
+    return app.post("usage", usage_body(**fields, input_tokens=1000, output_tokens=500))
 
 
 def bedrock(base_url: str):

@@ -14,6 +14,7 @@ import requests
 
 from price_keeper.config import get_config
 from tests.local_server import local_server
+from tests.tenants import new_tenant
 from tests.usage_support import output_chunks
 
 KEY = "e2e-quota-provisioning-key"
@@ -34,37 +35,25 @@ QUOTAS = {"premium": 1_000_000, "standard": 1_000_000, "economy": 1_000_000}  # 
 class Client:
     def __init__(self, base_url: str):
         self.base_url = base_url
-        self.org_id = str(uuid.uuid4())
         self.app_id = "checkout"
-        self.app_path = f"{base_url}/api/v1/orgs/{self.org_id}/apps/{self.app_id}"
         self.headers: dict = {}
 
     def provision(self) -> None:
-        org = requests.put(
-            f"{self.base_url}/api/v1/orgs/{self.org_id}",
-            headers={"X-API-Key": KEY},
-            timeout=10,
-            json={
-                "org_name": "quota e2e",
-                "timezone": "Asia/Kolkata",
-                "quota_scope": "APP",
-                "model_ordering": ["premium", "standard", "economy"],
-                "quotas": QUOTAS,
-            },
+        tenant = new_tenant(
+            self.base_url,
+            KEY,
+            {self.app_id: {"app_name": "Checkout", "quotas": QUOTAS}},
+            timezone="Asia/Kolkata",
+            quotas=QUOTAS,
         )
-        assert org.status_code == 201, org.text
-        credentials = self.put_app(QUOTAS, expected=201).json()["credentials"]
-        tokens = requests.post(
-            f"{self.base_url}/auth/token", timeout=10, json={**credentials, "grant_type": "client_credentials"}
-        )
-        assert tokens.status_code == 200, tokens.text
-        self.headers = {"Authorization": f"Bearer {tokens.json()['access_token']}"}
+        self.org_id, self.app_path = tenant.org_id, tenant.app_path(self.app_id)
+        self.headers = tenant.bearer(self.app_id)
 
-    def put_app(self, quotas: dict, expected: int = 200) -> requests.Response:
+    def put_app(self, quotas: dict) -> requests.Response:
         reply = requests.put(
             self.app_path, headers={"X-API-Key": KEY}, timeout=10, json={"app_name": "Checkout", "quotas": quotas}
         )
-        assert reply.status_code == expected, reply.text
+        assert reply.status_code == 200, reply.text
         return reply
 
     def spend(self, label: str, output_tokens: int) -> int:

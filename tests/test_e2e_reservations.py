@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 import pytest
 import requests
 
-from tests.local_server import local_server
+from tests.local_server import module_server
+from tests.tenants import new_tenant
 
 KEY = "e2e-reservations-provisioning-key"
 CLIENTS = 64
@@ -26,34 +27,13 @@ WORST = {"premium": 4000, "standard": 3080}  # 1000 in + 1000 out at config.yaml
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
-    with local_server(tmp_path_factory.mktemp("reservations"), KEY, AGGREGATOR_INTERVAL_SECONDS="1") as url:
-        yield url
+base_url = module_server(KEY, AGGREGATOR_INTERVAL_SECONDS="1")
 
 
 def provision(base_url: str, apps: list[str], **org) -> tuple[str, dict[str, dict]]:
     """A new org with ``apps``; (org id, each app's Authorization header)."""
-    org_id = str(uuid.uuid4())
-    body = {"org_name": "hard cap e2e", "timezone": "UTC", "quota_scope": "APP", **org}
-    reply = requests.put(f"{base_url}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, json=body, timeout=10)
-    assert reply.status_code == 201, reply.text
-    headers = {}
-    for app in apps:
-        made = requests.put(
-            f"{base_url}/api/v1/orgs/{org_id}/apps/{app}",
-            headers={"X-API-Key": KEY},
-            json={"app_name": app},
-            timeout=10,
-        )
-        assert made.status_code == 201, made.text
-        tokens = requests.post(
-            f"{base_url}/auth/token",
-            json={**made.json()["credentials"], "grant_type": "client_credentials"},
-            timeout=10,
-        )
-        headers[app] = {"Authorization": f"Bearer {tokens.json()['access_token']}"}
-    return org_id, headers
+    tenant = new_tenant(base_url, KEY, apps, **org)
+    return tenant.org_id, {app: tenant.bearer(app) for app in apps}
 
 
 def run_clients(base_url: str, org_id: str, headers: dict[str, dict], clients: int = CLIENTS) -> list[int]:
@@ -118,32 +98,40 @@ def folded_total(base_url: str, org_id: str, headers: dict, app: str, expected: 
         time.sleep(0.5)
 
 
-def test_64_clients_on_one_label_never_overshoot_and_leave_less_than_one_call(base_url):
-    quota = 300_000
-    org_id, headers = provision(base_url, ["app-1"], model_ordering=["premium"], quotas={"premium": quota})
+def hard_capped(base_url: str, name: str, apps: list[str], cap: int, worst: int, **org) -> tuple[int, dict]:
+    """``run_clients`` on a new org with ``apps``: what they spent, which must be at most
+    ``cap`` and leave less than ``worst`` (one call's worst case) unused, and the first app's
+    folded totals once they show it."""
+    org_id, headers = provision(base_url, apps, **org)
     costs = run_clients(base_url, org_id, headers)
     spent = sum(costs)
-    print(f"one label: {len(costs)} calls, spent {spent} of {quota}")
-    assert quota - WORST["premium"] < spent <= quota
-    body = folded_total(base_url, org_id, headers["app-1"], "app-1", spent)
+    print(f"{name}: {len(costs)} calls, spent {spent} of {cap}")
+    assert cap - worst < spent <= cap
+    return spent, folded_total(base_url, org_id, headers[apps[0]], apps[0], spent)
+
+
+def test_64_clients_on_one_label_never_overshoot_and_leave_less_than_one_call(base_url):
+    quota = 300_000
+    spent, body = hard_capped(
+        base_url, "one label", ["app-1"], quota, WORST["premium"], model_ordering=["premium"], quotas={"premium": quota}
+    )
     assert body["total_cost_usd_micros"] == spent
     assert body["models"]["premium"]["reserved_usd_micros"] == 0  # every hold settled
 
 
 def test_64_clients_with_the_total_cap_binding(base_url):
     cap = 250_000
-    org_id, headers = provision(
+    quotas = {"premium": 200_000, "standard": 200_000}
+    spent, body = hard_capped(
         base_url,
+        "total cap",
         ["app-1"],
-        model_ordering=["premium", "standard"],
-        quotas={"premium": 200_000, "standard": 200_000},
+        cap,
+        max(WORST.values()),
+        model_ordering=list(quotas),
+        quotas=quotas,
         total_quota_usd_micros=cap,
     )
-    costs = run_clients(base_url, org_id, headers)
-    spent = sum(costs)
-    print(f"total cap: {len(costs)} calls, spent {spent} of {cap}")
-    assert cap - max(WORST.values()) < spent <= cap
-    body = folded_total(base_url, org_id, headers["app-1"], "app-1", spent)
     assert body["models"]["premium"]["cost_usd_micros"] <= 200_000  # the label quota held too
     assert body["models"]["standard"]["cost_usd_micros"] > 0  # fell back once premium was held full
 
@@ -151,14 +139,16 @@ def test_64_clients_with_the_total_cap_binding(base_url):
 def test_64_clients_of_three_apps_sharing_an_org_scope(base_url):
     quota = 300_000
     apps = ["app-a", "app-b", "app-c"]
-    org_id, headers = provision(
-        base_url, apps, quota_scope="ORG", model_ordering=["premium"], quotas={"premium": quota}
+    spent, body = hard_capped(
+        base_url,
+        "org scope",
+        apps,
+        quota,
+        WORST["premium"],
+        quota_scope="ORG",
+        model_ordering=["premium"],
+        quotas={"premium": quota},
     )
-    costs = run_clients(base_url, org_id, headers)
-    spent = sum(costs)
-    print(f"org scope: {len(costs)} calls, spent {spent} of {quota}")
-    assert quota - WORST["premium"] < spent <= quota
-    body = folded_total(base_url, org_id, headers["app-a"], "app-a", spent)
     assert body["total_cost_usd_micros"] == spent
 
 

@@ -8,7 +8,6 @@ import csv
 import io
 import os
 import time
-import uuid
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -17,6 +16,8 @@ import requests
 
 from local.server import LocalStack
 from price_keeper import state
+from tests.tenants import new_tenant
+from tests.usage_support import iso, usage_body
 
 KEY = "e2e-spend-controls-key"
 AGGREGATION_DEADLINE_SECONDS = 30
@@ -54,27 +55,12 @@ def _ok(reply: requests.Response, status: int) -> dict | str:
 
 
 def test_boost_usage_report_and_alerts_over_http(base_url):
-    org_id, tz = str(uuid.uuid4()), "America/New_York"
-    admin = {"X-API-Key": KEY}
-    org = _ok(
-        requests.put(
-            f"{base_url}/api/v1/orgs/{org_id}",
-            headers=admin,
-            timeout=10,
-            json={
-                "org_name": "e2e",
-                "timezone": tz,
-                "quota_scope": "APP",
-                "model_ordering": ["premium", "standard"],
-                "quotas": {"premium": 3_000, "standard": 1_000_000},
-            },
-        ),
-        201,
-    )["credentials"]
-    app = _ok(
-        requests.put(f"{base_url}/api/v1/orgs/{org_id}/apps/web", headers=admin, timeout=10, json={"app_name": "Web"}),
-        201,
-    )["credentials"]
+    tz = "America/New_York"
+    quotas = {"premium": 3_000, "standard": 1_000_000}
+    tenant = new_tenant(
+        base_url, KEY, {"web": {"app_name": "Web"}}, timezone=tz, model_ordering=list(quotas), quotas=quotas
+    )
+    org_id, admin = tenant.org_id, {"X-API-Key": KEY}
 
     # 3,000 + 1,000 boost: the 3,280 spent below is 82 % of the boosted quota (80 % alert, no fallback)
     boost = {
@@ -88,29 +74,12 @@ def test_boost_usage_report_and_alerts_over_http(base_url):
     created = _ok(requests.post(boosts_url, json=boost, headers=admin, timeout=10), 201)
     assert created["amount_usd_micros"] == 1_000 and created["app_id"] == "web"
 
-    token = _ok(
-        requests.post(f"{base_url}/auth/token", json={**app, "grant_type": "client_credentials"}, timeout=10), 200
-    )["access_token"]
-    bearer = {"Authorization": f"Bearer {token}"}
+    bearer = tenant.bearer("web")
     now = datetime.now(UTC)
+    cached = {"cache_read_input_tokens": 4000, "cache_write_input_tokens": 100}
+    body = usage_body(input_tokens=1000, output_tokens=500, timestamp=iso(now), **cached)
     accepted = _ok(
-        requests.post(
-            f"{base_url}/api/v1/orgs/{org_id}/apps/web/usage",
-            headers=bearer,
-            timeout=10,
-            json={
-                "request_id": str(uuid.uuid4()),
-                "model_label": "premium",
-                "bedrock_model_id": "amazon.nova-pro-v1:0",
-                "input_tokens": 1000,
-                "output_tokens": 500,
-                "cache_read_input_tokens": 4000,
-                "cache_write_input_tokens": 100,
-                "status": "OK",
-                "timestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            },
-        ),
-        202,
+        requests.post(f"{base_url}/api/v1/orgs/{org_id}/apps/web/usage", headers=bearer, json=body, timeout=10), 202
     )
     cost = accepted["processing"]["cost_usd_micros"]
     assert cost == 800 + 1600 + 800 + 80  # input, output, cache read, cache write at config prices
@@ -144,11 +113,8 @@ def test_boost_usage_report_and_alerts_over_http(base_url):
         requests.get(report_url, params={"from": today, "to": today}, headers=bearer, timeout=10).status_code == 403
     )  # an app token must name its app
 
-    org_token = _ok(
-        requests.post(f"{base_url}/auth/token", json={**org, "grant_type": "client_credentials"}, timeout=10), 200
-    )["access_token"]
     alerts_url = f"{base_url}/api/v1/orgs/{org_id}/alerts"
-    org_bearer = {"Authorization": f"Bearer {org_token}"}
+    org_bearer = tenant.bearer()
     listed = _ok(requests.get(alerts_url, headers=org_bearer, timeout=10), 200)
     while not listed["alerts"] and time.monotonic() < deadline:  # alerts follow the totals in the same run
         time.sleep(0.2)

@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 
-from tests.local_server import local_server
+from tests.local_server import eventually, local_server
+from tests.tenants import new_tenant
 from tests.usage_support import iso, usage_body, zone_away_from_midnight
 
 KEY = "e2e-spend-integrity-provisioning-key"
-WAIT_SECONDS = 30
 QUOTAS = {"premium": 1_000_000, "standard": 1_000_000, "economy": 1_000_000}
 PREMIUM_COST = 3760  # 1,500 input and 800 output tokens of premium (config.yaml)
 
@@ -36,53 +36,17 @@ def record(label: str = "premium", **fields) -> dict:
     return usage_body(**{"model_label": label, **fields})
 
 
-def eventually(check, what: str):
-    """Poll ``check()`` until it returns something truthy (the aggregator runs every second)."""
-    import time
-
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.5)
-
-
 class Org:
-    """An org (in a timezone far from midnight now), created over HTTP, and its apps."""
+    """An org (in a timezone far from midnight now) and its ``apps``, created over HTTP."""
 
-    def __init__(self, base_url: str, quota_scope: str = "APP", **fields):
-        self.base_url, self.org_id = base_url, str(uuid.uuid4())
+    def __init__(self, base_url: str, apps: dict | tuple = ("web",), quota_scope: str = "APP", **fields):
         self.admin = {"X-API-Key": KEY}
-        body = {
-            "org_name": "spend integrity e2e",
-            "timezone": zone_away_from_midnight(),
-            "quota_scope": quota_scope,
-            "model_ordering": list(QUOTAS),
-            "quotas": QUOTAS,
-            **fields,
-        }
-        reply = requests.put(self.path, headers=self.admin, json=body, timeout=10)
-        assert reply.status_code == 201, reply.text
-        self.bearer: dict[str, dict] = {}
+        org = {"timezone": zone_away_from_midnight(), "model_ordering": list(QUOTAS), "quotas": QUOTAS, **fields}
+        self.tenant = new_tenant(base_url, KEY, apps, quota_scope=quota_scope, **org)
+        self.path = self.tenant.org_path
 
-    @property
-    def path(self) -> str:
-        return f"{self.base_url}/api/v1/orgs/{self.org_id}"
-
-    def app(self, app_id: str, **fields) -> App:
-        reply = requests.put(
-            f"{self.path}/apps/{app_id}", headers=self.admin, json={"app_name": app_id, **fields}, timeout=10
-        )
-        assert reply.status_code == 201, reply.text
-        token = requests.post(
-            f"{self.base_url}/auth/token",
-            json={**reply.json()["credentials"], "grant_type": "client_credentials"},
-            timeout=10,
-        )
-        assert token.status_code == 200, token.text
-        return App(self, app_id, {"Authorization": f"Bearer {token.json()['access_token']}"})
+    def app(self, app_id: str) -> App:
+        return App(self, app_id, self.tenant.bearer(app_id))
 
     def boost(self, label: str, amount: int, app_id: str | None = None) -> None:
         body = {
@@ -187,9 +151,10 @@ def spend_past(app: App, label: str, quota: int) -> None:
 
 def test_an_app_is_never_sticky_past_a_label_its_own_ordering_has_not_spent(base_url):
     quotas = {"premium": 100_000, "standard": 10_000, "economy": 1_000_000}
-    org = Org(base_url, quota_scope="ORG", quotas=quotas)
-    h1 = org.app("h1", model_ordering=["premium", "standard", "economy"])
-    h2 = org.app("h2", model_ordering=["standard", "economy"])
+    orderings = {"h1": ["premium", "standard", "economy"], "h2": ["standard", "economy"]}
+    apps = {app_id: {"model_ordering": ordering} for app_id, ordering in orderings.items()}
+    org = Org(base_url, apps, quota_scope="ORG", quotas=quotas)
+    h1, h2 = org.app("h1"), org.app("h2")
     assert h1.recommended() == ("premium", "NORMAL")
     spend_past(h2, "standard", quotas["standard"])  # the org's standard is spent, premium untouched
     assert eventually(lambda: h2.recommended() == ("economy", "QUOTA_EXCEEDED_STANDARD"), "h2 falls back")
@@ -204,9 +169,9 @@ def test_an_app_is_never_sticky_past_a_label_its_own_ordering_has_not_spent(base
 
 
 def test_an_apps_daily_cap_stops_it_and_leaves_its_org_scope_siblings_their_quota(base_url):
-    org = Org(base_url, quota_scope="ORG", app_daily_cap_usd_micros=500_000)  # the default of every app
-    greedy = org.app("greedy", app_daily_cap_usd_micros=10_000)  # its own, lower
-    meek = org.app("meek")
+    apps = {"greedy": {"app_daily_cap_usd_micros": 10_000}, "meek": {}}  # greedy's own cap, lower
+    org = Org(base_url, apps, quota_scope="ORG", app_daily_cap_usd_micros=500_000)  # the default of every app
+    greedy, meek = org.app("greedy"), org.app("meek")
     spend_past(greedy, "premium", 10_000)  # 11,280 of the org's 1,000,000 premium
     refused = eventually(
         lambda: [r.json()] if (r := greedy.selection()).status_code == 429 else None, "greedy's cap is reached"

@@ -10,13 +10,12 @@ provisioning key only."""
 import json
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
-import requests
 
 from tests.local_server import local_server
+from tests.tenants import new_tenant
 
 KEY = "fuzz-provisioning-key"
 ST = Path(sys.executable).parent / "st"
@@ -28,29 +27,8 @@ pytestmark = pytest.mark.e2e
 def provisioned_tenant(base: str) -> tuple[str, str, str]:
     """(org_id, app_id, org access token) of an org and app created over the API; an org
     token may act on the org and on every app in it."""
-    org_id, app_id = str(uuid.uuid4()), "fuzz-app"
-    headers = {"X-API-Key": KEY}
-    org = requests.put(
-        f"{base}/api/v1/orgs/{org_id}",
-        headers=headers,
-        timeout=30,
-        json={
-            "org_name": "fuzz",
-            "timezone": "America/New_York",
-            "quota_scope": "APP",
-            "model_ordering": ["premium", "standard", "economy"],
-            "quotas": {"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000},
-        },
-    )
-    org.raise_for_status()
-    requests.put(
-        f"{base}/api/v1/orgs/{org_id}/apps/{app_id}", headers=headers, timeout=30, json={"app_name": "fuzz"}
-    ).raise_for_status()
-    token = requests.post(
-        f"{base}/auth/token", timeout=30, json={**org.json()["credentials"], "grant_type": "client_credentials"}
-    )
-    token.raise_for_status()
-    return org_id, app_id, token.json()["access_token"]
+    tenant = new_tenant(base, KEY, ["fuzz-app"], org_name="fuzz", timezone="America/New_York")
+    return tenant.org_id, "fuzz-app", tenant.tokens()["access_token"]
 
 
 def schemathesis_run(

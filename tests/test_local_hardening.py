@@ -8,14 +8,13 @@ import json
 import os
 import signal
 import stat
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import requests
 
 from tests.local_server import launch
+from tests.tenants import new_tenant
 
 pytestmark = pytest.mark.e2e
 
@@ -61,16 +60,7 @@ def mode(path: Path) -> int:
 def test_the_state_folder_is_0700_and_the_journal_0600_from_the_first_start(tmp_path):
     state = tmp_path / "state"
     with persisted_server(tmp_path, state) as base_url:
-        org_id = str(uuid.uuid4())
-        body = {
-            "org_name": "private",
-            "timezone": "UTC",
-            "quota_scope": "ORG",
-            "model_ordering": ["premium"],
-            "quotas": {"premium": 1_000_000},
-        }
-        created = requests.put(f"{base_url}/api/v1/orgs/{org_id}", headers={"X-API-Key": KEY}, json=body, timeout=10)
-        assert created.status_code == 201, created.text
+        new_tenant(base_url, KEY, apps=())  # a first org, as a newcomer makes
         journal = state / "moto-journal.jsonl"
         assert any(KEY in request for request in journaled(journal))  # what there is to protect
         assert (mode(state), mode(journal)) == (0o700, 0o600)

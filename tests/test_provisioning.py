@@ -502,18 +502,9 @@ def test_apps_of_two_orgs_with_the_same_id_are_separate(api):
 
 
 def test_org_id_must_be_lower_case_so_one_org_has_one_key(api):
-    from tests.conftest import PROVISIONING_KEY, assert_error
-
     org_id = "550E8400-E29B-41D4-A716-446655440000"
-    body = {
-        "org_name": "x",
-        "timezone": "UTC",
-        "quota_scope": "ORG",
-        "model_ordering": ["premium"],
-        "quotas": {"premium": 1},
-    }
-    assert_error(api.put(f"/api/v1/orgs/{org_id}", body, api_key=PROVISIONING_KEY), 400, "INVALID_REQUEST")
-    assert api.put(f"/api/v1/orgs/{org_id.lower()}", body, api_key=PROVISIONING_KEY).status == 201
+    assert_error(put_org(api, org_id), 400, "INVALID_REQUEST")
+    assert put_org(api, org_id.lower()).status == 201
 
 
 # --- changes that move the day or the counters (docs/metering.md "Integrity rules") ----------

@@ -4,18 +4,16 @@ metering and aggregator, with explicit clocks. The HTTP path is tests/client/tes
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, date, datetime, timedelta
 
 import boto3
 import pytest
 
 from price_keeper.config import get_config
-from price_keeper.domain import aggregation, alerts, metering, reconciliation
-from price_keeper.domain.models import UsageRequest
+from price_keeper.domain import alerts, reconciliation
 from price_keeper.store import alert_records, keys
 from tests.factories import seed_app, seed_org
-from tests.usage_support import daily_total, iso
+from tests.usage_support import daily_total, iso, submit_and_fold
 
 DAY = date(2026, 11, 20)
 NOON = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -46,17 +44,8 @@ def bedrock_call(model: str, at: datetime, input_tokens: int, output_tokens: int
 def report(org_id: str, label: str, model: str, call: datetime, arrives: datetime, inp: int, out: int) -> None:
     """A usage record of a call at ``call`` that reaches the service at ``arrives`` and is
     folded by the aggregator a second later."""
-    request = UsageRequest(
-        request_id=str(uuid.uuid4()),
-        model_label=label,
-        bedrock_model_id=model,
-        input_tokens=inp,
-        output_tokens=out,
-        status="OK",
-        timestamp=iso(call),
-    )
-    metering.submit(org_id, "app-1", request, arrives)
-    aggregation.run(arrives + timedelta(seconds=1))
+    fields = {"model_label": label, "bedrock_model_id": model, "input_tokens": inp, "output_tokens": out}
+    submit_and_fold(org_id, "app-1", arrives, timestamp=iso(call), **fields)
 
 
 def row(result: dict, model: str) -> dict:

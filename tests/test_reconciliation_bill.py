@@ -5,8 +5,7 @@ aggregator on moto, for an application inference profile an org registered."""
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -15,12 +14,11 @@ from botocore.stub import Stubber
 from price_keeper import state
 from price_keeper.aws import client as aws_client
 from price_keeper.config import Reconciliation, config_path, get_config
-from price_keeper.domain import aggregation, bill, metering, orgs, profiles
-from price_keeper.domain.models import UsageRequest
+from price_keeper.domain import bill, orgs, profiles
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import table
 from tests.factories import seed_app, seed_org
-from tests.usage_support import iso
+from tests.usage_support import iso, submit_and_fold
 
 TAG = "price-keeper-profile"
 
@@ -72,18 +70,9 @@ def tagged(aws, monkeypatch, bedrock_endpoint, tmp_path):
 
 
 def report(org_id: str, arn: str, at: datetime, input_tokens: int, output_tokens: int) -> None:
-    request = UsageRequest(
-        request_id=str(uuid.uuid4()),
-        model_label="micro",
-        bedrock_model_id=arn,
-        calling_region="us-east-1",
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        status="OK",
-        timestamp=iso(at),
-    )
-    metering.submit(org_id, "app-1", request, at)
-    aggregation.run(at + timedelta(seconds=1))
+    profile = {"model_label": "micro", "bedrock_model_id": arn, "calling_region": "us-east-1"}
+    tokens = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+    submit_and_fold(org_id, "app-1", at, timestamp=iso(at), **profile, **tokens)
 
 
 def test_billed_spend_beyond_the_metered_is_shown_per_profile(tagged):

@@ -18,6 +18,8 @@ import requests
 from price_keeper_client import PriceKeeper
 from tests.client.conftest import Server, cli, wait_for
 from tests.local_server import reconciling_server
+from tests.tenants import Tenant, new_tenant
+from tests.usage_support import iso, usage_body
 
 KEY = "reconciliation-provisioning-key"
 ADMIN = {"X-API-Key": KEY}
@@ -50,33 +52,9 @@ def aws(service: str, base_url: str):
     )
 
 
-def provision(base_url: str, label: str) -> tuple[str, dict, dict]:
-    """A new org (UTC) with one app "web"; (org id, the app's credentials, the org's)."""
-    org_id = str(uuid.uuid4())
-    org = requests.put(
-        f"{base_url}/api/v1/orgs/{org_id}",
-        headers=ADMIN,
-        timeout=10,
-        json={
-            "org_name": "reconciliation",
-            "timezone": "UTC",
-            "quota_scope": "APP",
-            "model_ordering": [label],
-            "quotas": {label: 50_000_000},
-        },
-    )
-    assert org.status_code == 201, org.text
-    app = requests.put(f"{base_url}/api/v1/orgs/{org_id}/apps/web", headers=ADMIN, timeout=10, json={"app_name": "W"})
-    assert app.status_code == 201, app.text
-    return org_id, app.json()["credentials"], org.json()["credentials"]
-
-
-def bearer(base_url: str, credentials: dict) -> dict:
-    tokens = requests.post(
-        f"{base_url}/auth/token", timeout=10, json={**credentials, "grant_type": "client_credentials"}
-    )
-    assert tokens.status_code == 200, tokens.text
-    return {"Authorization": f"Bearer {tokens.json()['access_token']}"}
+def provision(base_url: str, label: str) -> Tenant:
+    """A new org (UTC) with one app "web" whose only label is ``label``."""
+    return new_tenant(base_url, KEY, {"web": {"app_name": "W"}}, model_ordering=[label], quotas={label: 50_000_000})
 
 
 def reconciled(base_url: str, model_id: str, invocations: int) -> dict | None:
@@ -90,12 +68,11 @@ def reconciled(base_url: str, model_id: str, invocations: int) -> dict | None:
 
 
 def test_an_app_that_reports_one_call_of_three_shows_two_unmetered_and_its_org_is_alerted(base_url, folder):
-    org_id, app_credentials, org_credentials = provision(base_url, "economy")
+    tenant = provision(base_url, "economy")
     profile = aws("bedrock", base_url).create_inference_profile(
         inferenceProfileName=f"web-{uuid.uuid4().hex[:8]}", modelSource={"copyFrom": MICRO}
     )["inferenceProfileArn"]
-    app = bearer(base_url, app_credentials)
-    path = f"{base_url}/api/v1/orgs/{org_id}/apps/web"
+    app, path = tenant.bearer("web"), tenant.app_path("web")
     registered = requests.post(
         f"{path}/inference-profiles",
         headers=app,
@@ -109,21 +86,9 @@ def test_an_app_that_reports_one_call_of_three_shows_two_unmetered_and_its_org_i
         for _ in range(3)
     ]
     assert usages == [{"inputTokens": 60, "outputTokens": 40, "totalTokens": 100}] * 3
-    reported = requests.post(
-        f"{path}/usage",
-        headers=app,
-        timeout=10,
-        json={
-            "request_id": str(uuid.uuid4()),
-            "model_label": "micro",
-            "bedrock_model_id": profile,
-            "calling_region": "us-east-1",
-            "input_tokens": 60,
-            "output_tokens": 40,
-            "status": "OK",
-            "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        },
-    )
+    record = {"model_label": "micro", "bedrock_model_id": profile, "calling_region": "us-east-1"}
+    body = usage_body(**record, input_tokens=60, output_tokens=40, timestamp=iso(datetime.now(UTC)))
+    reported = requests.post(f"{path}/usage", headers=app, timeout=10, json=body)
     assert reported.status_code == 202, reported.text
     profile_id = profile.rsplit("/", 1)[1]
     row = wait_for(lambda: reconciled(base_url, profile_id, 3), timeout=SETTLE_SECONDS)
@@ -136,7 +101,7 @@ def test_an_app_that_reports_one_call_of_three_shows_two_unmetered_and_its_org_i
     }
 
     def unreported_alerts():
-        found = requests.get(f"{base_url}/api/v1/orgs/{org_id}/alerts", headers=bearer(base_url, org_credentials))
+        found = requests.get(f"{tenant.org_path}/alerts", headers=tenant.bearer())
         assert found.status_code == 200, found.text
         return [alert for alert in found.json()["alerts"] if alert["type"] == "UNREPORTED_USAGE"]
 
@@ -147,7 +112,8 @@ def test_an_app_that_reports_one_call_of_three_shows_two_unmetered_and_its_org_i
 
 
 def test_an_app_that_reports_everything_through_price_keeper_shows_nothing_unmetered(base_url, folder):
-    org_id, credentials, org_credentials = provision(base_url, "standard")
+    tenant = provision(base_url, "standard")
+    credentials = tenant.credentials["web"]
     keeper = PriceKeeper(
         base_url,
         credentials["client_id"],
@@ -166,7 +132,7 @@ def test_an_app_that_reports_everything_through_price_keeper_shows_nothing_unmet
     row = wait_for(lambda: reconciled(base_url, LITE, 3), timeout=SETTLE_SECONDS)
     assert row["bedrock"] == row["metered"] == {"invocations": 3, "input_tokens": 180, "output_tokens": 120}
     assert row["unmetered"] == {"input_tokens": 0, "output_tokens": 0, "estimated_cost_usd_micros": 0}
-    alerts = requests.get(f"{base_url}/api/v1/orgs/{org_id}/alerts", headers=bearer(base_url, org_credentials))
+    alerts = requests.get(f"{tenant.org_path}/alerts", headers=tenant.bearer())
     assert alerts.json()["alerts"] == []
     # nor an operator-level one (the bus's alerts are also logged by the server)
     (log,) = folder.glob("server-*.log")

@@ -13,19 +13,11 @@ import pytest
 from price_keeper.domain import aggregation, reports
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import ddb_client, table
+from price_keeper.store.usage import COUNTERS  # the counters a DailyTotal holds
 from price_keeper.timeutil import day_start_utc, org_date, org_day
 from tests.conftest import assert_error
 from tests.factories import seed_app, seed_org, token_for
 from tests.usage_support import usage_body
-
-COUNTERS = (
-    "cost_usd_micros",
-    "input_tokens",
-    "output_tokens",
-    "cache_read_input_tokens",
-    "cache_write_input_tokens",
-    "requests",
-)
 
 
 def seed_total(scope: str, label: str, day: str, **values) -> dict:

@@ -17,7 +17,7 @@ from price_keeper.errors import ApiError
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import table
 from tests.conftest import PROVISIONING_KEY, assert_error
-from tests.provisioned import config_item, get_tokens, new_app, new_org, tokens
+from tests.provisioned import accepted, claims_of, config_item, get_tokens, new_app, new_org, refresh, tokens
 
 HOUR = 3600
 ADDRESS = "192.0.2.1"
@@ -249,23 +249,6 @@ def test_a_new_secret_never_has_the_current_secrets_fingerprint(api, monkeypatch
 
 
 # --- tokens already issued end with the secret that obtained them --------------------------
-
-
-def refresh(api, refresh_token: str):
-    return api.post("/auth/refresh", {"refresh_token": refresh_token, "grant_type": "refresh_token"})
-
-
-def accepted(access_token: str, org_id: str, app_id: str | None = None) -> bool:
-    try:
-        auth.authorize(f"Bearer {access_token}", org_id, app_id)
-        return True
-    except ApiError as error:
-        assert error.status == 401, error.status
-        return False
-
-
-def claims_of(token: str) -> dict:
-    return jwt.decode(token, auth.signing_key(), algorithms=["HS256"], issuer=auth.ISSUER)
 
 
 class Later:

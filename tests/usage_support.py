@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from price_keeper.config import get_config
+from price_keeper.domain import aggregation, metering
+from price_keeper.domain.models import UsageRequest
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import query_all, table
 from tests.factories import seed_app, seed_org, token_for
@@ -69,6 +71,13 @@ def usage_body(request_id: str | None = None, **fields) -> dict:
     if "bedrock_model_id" not in fields and body["model_label"] in get_config().labels:
         body["bedrock_model_id"] = get_config().labels[body["model_label"]].id  # what its label names
     return body
+
+
+def submit_and_fold(org_id: str, app_id: str, arrives: datetime, **fields) -> None:
+    """A usage record (``usage_body`` with ``fields``) that reaches the service at ``arrives``
+    and is folded by the aggregator a second later."""
+    metering.submit(org_id, app_id, UsageRequest(**usage_body(**fields)), arrives)
+    aggregation.run(arrives + timedelta(seconds=1))
 
 
 # One record of exactly $1.00 of premium (0.80 input + 0.20 output), inside the per-record token caps.

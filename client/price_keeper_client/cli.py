@@ -282,86 +282,77 @@ def _parser() -> argparse.ArgumentParser:
         dest="command", required=True, metavar="{org,app,revoke,spend,model,reconciliation}"
     )
 
-    def rotate_options(sub: argparse.ArgumentParser, app_required: bool) -> None:
-        sub.add_argument("--org", required=True, help="org id")
-        sub.add_argument("--app", required=app_required, help="app id (rotate the app's secret)")
-        sub.add_argument(
+    def command(under, name: str, handler, help: str, description: str | None = None) -> argparse.ArgumentParser:
+        """A subcommand that takes the common options and runs ``handler``."""
+        sub = under.add_parser(name, parents=[common], help=help, description=description)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    for kind, handler, fields in (("org", cmd_org_apply, ORG_FIELDS), ("app", cmd_app_apply, APP_FIELDS)):
+        group = commands.add_parser(kind, help=f"provision {kind}s (needs $PRICE_KEEPER_API_KEY)")
+        actions = group.add_subparsers(dest="action", required=True)
+        apply = command(
+            actions,
+            "apply",
+            handler,
+            f"create or update the {kind} a YAML file describes",
+            f"Fields: {', '.join(sorted(fields))}.",
+        )
+        apply.add_argument("file", help="YAML file")
+        apply.add_argument("--secret-file", help="write a new secret to this file (mode 600) instead of printing it")
+        rotate = command(actions, "rotate", cmd_rotate, "rotate the client secret")
+        rotate.add_argument("--org", required=True, help="org id")
+        rotate.add_argument("--app", required=kind == "app", help="app id (rotate the app's secret)")
+        rotate.add_argument(
             "--grace-hours",
             type=int,
             required=True,
             help="hours the old secret keeps working (0-168; 0 ends it at once)",
         )
-        sub.add_argument("--secret-file", help="write the new secret to this file (mode 600) instead of printing it")
-        sub.set_defaults(handler=cmd_rotate)
-
-    for kind, handler, fields in (("org", cmd_org_apply, ORG_FIELDS), ("app", cmd_app_apply, APP_FIELDS)):
-        group = commands.add_parser(kind, help=f"provision {kind}s (needs $PRICE_KEEPER_API_KEY)")
-        actions = group.add_subparsers(dest="action", required=True)
-        apply = actions.add_parser(
-            "apply",
-            parents=[common],
-            help=f"create or update the {kind} a YAML file describes",
-            description=f"Fields: {', '.join(sorted(fields))}.",
-        )
-        apply.add_argument("file", help="YAML file")
-        apply.add_argument("--secret-file", help="write a new secret to this file (mode 600) instead of printing it")
-        apply.set_defaults(handler=handler)
-        rotate_options(
-            actions.add_parser("rotate", parents=[common], help="rotate the client secret"), app_required=kind == "app"
-        )
-        revoke_tokens = actions.add_parser(
+        rotate.add_argument("--secret-file", help="write the new secret to this file (mode 600) instead of printing it")
+        revoke_tokens = command(
+            actions,
             "revoke-tokens",
-            parents=[common],
-            help=f"end every token issued to the {kind}'s client until now",
-            description="Refresh tokens stop at once, access tokens within 30 s; the client secret keeps working.",
+            cmd_revoke_tokens,
+            f"end every token issued to the {kind}'s client until now",
+            "Refresh tokens stop at once, access tokens within 30 s; the client secret keeps working.",
         )
         revoke_tokens.add_argument("--org", required=True, help="org id")
         if kind == "app":
             revoke_tokens.add_argument("--app", required=True, help="app id")
-        revoke_tokens.set_defaults(handler=cmd_revoke_tokens)
 
-    revoke = commands.add_parser(
-        "revoke",
-        parents=[common],
-        help="revoke an access or refresh token",
-        description="Authenticates with $PRICE_KEEPER_CLIENT_ID/SECRET (the token's client).",
+    as_client = "Authenticates with $PRICE_KEEPER_CLIENT_ID/SECRET"
+    revoke = command(
+        commands, "revoke", cmd_revoke, "revoke an access or refresh token", f"{as_client} (the token's client)."
     )
     revoke.add_argument("token", help="the token, or - to read it from stdin")
     revoke.add_argument("--hint", choices=("access_token", "refresh_token"), help="token type hint")
-    revoke.set_defaults(handler=cmd_revoke)
 
-    spend = commands.add_parser(
+    spend = command(
+        commands,
         "spend",
-        parents=[common],
-        help="spend vs quota per label for a day",
-        description="Authenticates with $PRICE_KEEPER_CLIENT_ID/SECRET; org and app default "
-        "to the ones the client id names.",
+        cmd_spend,
+        "spend vs quota per label for a day",
+        f"{as_client}; org and app default to the ones the client id names.",
     )
     spend.add_argument("day", help="today or YYYY-MM-DD (org-local day)")
     spend.add_argument("--org", help="org id")
     spend.add_argument("--app", help="app id (omit for the org's totals with org credentials)")
-    spend.set_defaults(handler=cmd_spend)
 
-    model = commands.add_parser(
-        "model",
-        parents=[common],
-        help="the model an app should call now",
-        description="Authenticates with $PRICE_KEEPER_CLIENT_ID/SECRET (an app client).",
-    )
+    model = command(commands, "model", cmd_model, "the model an app should call now", f"{as_client} (an app client).")
     model.add_argument("--org", help="org id")
     model.add_argument("--app", help="app id")
     model.add_argument("--force", action="store_true", help="ask for a real-time quota check")
-    model.set_defaults(handler=cmd_model)
 
-    reconciliation = commands.add_parser(
+    reconciliation = command(
+        commands,
         "reconciliation",
-        parents=[common],
-        help="Bedrock's own counts vs metered usage per model (needs $PRICE_KEEPER_API_KEY)",
-        description="The latest hourly reconciliation of a UTC day: calls and tokens CloudWatch "
+        cmd_reconciliation,
+        "Bedrock's own counts vs metered usage per model (needs $PRICE_KEEPER_API_KEY)",
+        "The latest hourly reconciliation of a UTC day: calls and tokens CloudWatch "
         "counted per model, what was metered, and the unmetered remainder at the model's price.",
     )
     reconciliation.add_argument("day", nargs="?", default="today", help="today or YYYY-MM-DD (UTC day)")
-    reconciliation.set_defaults(handler=cmd_reconciliation)
     return parser
 
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+ERRORS_BY_CODE: dict[str, type[PriceKeeperError]] = {}  # every error code of the API -> its class
+
 
 class PriceKeeperError(Exception):
     """Base of every error the client raises for an answer from the service."""
@@ -20,6 +22,15 @@ class PriceKeeperError(Exception):
     code = "ERROR"
     status = 0
     retryable = False
+
+    def __init_subclass__(cls, *, code: str | None = None, status: int = 0, retryable: bool = False, **kwargs):
+        """``class NotFound(PriceKeeperError, code="NOT_FOUND", status=404)``: the class of an
+        error code, registered in ``ERRORS_BY_CODE`` when the service answers with it (a status)."""
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code, cls.status, cls.retryable = code, status, retryable
+            if status:
+                ERRORS_BY_CODE[code] = cls
 
     def __init__(
         self,
@@ -47,45 +58,33 @@ class PriceKeeperError(Exception):
         return f"{self.code} ({self.status}): {self.message}" if self.status else f"{self.code}: {self.message}"
 
 
-class ConnectionFailed(PriceKeeperError):
+class ConnectionFailed(PriceKeeperError, code="CONNECTION_FAILED", retryable=True):
     """The service could not be reached or did not answer in time (no HTTP status)."""
 
-    code = "CONNECTION_FAILED"
-    retryable = True
+
+class InvalidRequest(PriceKeeperError, code="INVALID_REQUEST", status=400): ...
 
 
-class InvalidRequest(PriceKeeperError):
-    code, status = "INVALID_REQUEST", 400
+class InvalidConfig(PriceKeeperError, code="INVALID_CONFIG", status=400): ...
 
 
-class InvalidConfig(PriceKeeperError):
-    code, status = "INVALID_CONFIG", 400
+class InvalidModelLabel(PriceKeeperError, code="INVALID_MODEL_LABEL", status=400): ...
 
 
-class InvalidModelLabel(PriceKeeperError):
-    code, status = "INVALID_MODEL_LABEL", 400
+class Unauthorized(PriceKeeperError, code="UNAUTHORIZED", status=401): ...
 
 
-class Unauthorized(PriceKeeperError):
-    code, status = "UNAUTHORIZED", 401
+class Forbidden(PriceKeeperError, code="FORBIDDEN", status=403): ...
 
 
-class Forbidden(PriceKeeperError):
-    code, status = "FORBIDDEN", 403
+class NotFound(PriceKeeperError, code="NOT_FOUND", status=404): ...
 
 
-class NotFound(PriceKeeperError):
-    code, status = "NOT_FOUND", 404
+class AlreadyExists(PriceKeeperError, code="ALREADY_EXISTS", status=409): ...
 
 
-class AlreadyExists(PriceKeeperError):
-    code, status = "ALREADY_EXISTS", 409
-
-
-class QuotaExceeded(PriceKeeperError):
+class QuotaExceeded(PriceKeeperError, code="QUOTA_EXCEEDED", status=429):
     """Every model's daily quota is spent; ``retry_after`` is when the org's next day starts (UTC)."""
-
-    code, status = "QUOTA_EXCEEDED", 429
 
     def __init__(self, message: str, *, retry_after: datetime | None = None, **kwargs):
         super().__init__(message, **kwargs)
@@ -94,37 +93,14 @@ class QuotaExceeded(PriceKeeperError):
         self.retry_after = retry_after
 
 
-class RateLimitExceeded(PriceKeeperError):
-    code, status = "RATE_LIMIT_EXCEEDED", 429
-    retryable = True
+class RateLimitExceeded(PriceKeeperError, code="RATE_LIMIT_EXCEEDED", status=429, retryable=True): ...
 
 
-class InternalError(PriceKeeperError):
-    code, status = "INTERNAL_ERROR", 500
-    retryable = True
+class InternalError(PriceKeeperError, code="INTERNAL_ERROR", status=500, retryable=True): ...
 
 
-class ServiceUnavailable(PriceKeeperError):
-    code, status = "SERVICE_UNAVAILABLE", 503
-    retryable = True
+class ServiceUnavailable(PriceKeeperError, code="SERVICE_UNAVAILABLE", status=503, retryable=True): ...
 
-
-ERRORS_BY_CODE: dict[str, type[PriceKeeperError]] = {
-    cls.code: cls
-    for cls in (
-        InvalidRequest,
-        InvalidConfig,
-        InvalidModelLabel,
-        Unauthorized,
-        Forbidden,
-        NotFound,
-        AlreadyExists,
-        QuotaExceeded,
-        RateLimitExceeded,
-        InternalError,
-        ServiceUnavailable,
-    )
-}
 
 _ERRORS_BY_STATUS: dict[int, type[PriceKeeperError]] = {
     400: InvalidRequest,

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -21,6 +20,7 @@ from botocore.stub import Stubber
 from local.bedrock import event_message, stream_event
 from price_keeper_client import Credentials, Provisioning
 from tests.local_server import local_server
+from tests.tenants import ORG, new_tenant
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVISIONING_KEY = "client-tests-provisioning-key"
@@ -45,22 +45,13 @@ def server(tmp_path_factory) -> Server:
         yield Server(url, PROVISIONING_KEY, next(log_dir.glob("server-*.log")))
 
 
-ORG_DEFAULTS = dict(
-    org_name="client tests",
-    timezone="Europe/Paris",
-    quota_scope="APP",
-    model_ordering=["premium", "standard", "economy"],
-    quotas={"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000},
-)
+ORG_DEFAULTS = {**ORG, "org_name": "client tests", "timezone": "Europe/Paris"}
 
 
 def provision(server: Server, app_id: str = "app-1", **org_fields) -> tuple[str, Credentials]:
     """A new org with one app; returns the org id and the app's one-time credentials."""
-    org_id = str(uuid.uuid4())
-    admin = server.provisioning()
-    admin.put_org(org_id, {**ORG_DEFAULTS, **org_fields})
-    app = admin.put_app(org_id, app_id, {"app_name": app_id})
-    return org_id, app.credentials
+    tenant = new_tenant(server.url, server.api_key, [app_id], **{**ORG_DEFAULTS, **org_fields})
+    return tenant.org_id, Credentials(**tenant.credentials[app_id])
 
 
 class CallLog:

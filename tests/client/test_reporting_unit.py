@@ -59,6 +59,12 @@ def accepted(request_id: str) -> dict:
     return {"request_id": request_id, "status": "accepted", "processing": {"shard_id": 1, "cost_usd_micros": 24}}
 
 
+def accepted_batch(request_id: str, **fields) -> dict:
+    """A usage batch's 207 answer accepting its one record (``fields``: the rest of the answer)."""
+    result = {"request_id": request_id, "status": "accepted", "shard_id": 2}
+    return {"accepted": 1, "failed": 0, "results": [result], **fields}
+
+
 def usage_bodies(http) -> list[dict]:
     return [json.loads(call.request.body) for call in http.calls if call.request.url == USAGE]
 
@@ -118,15 +124,7 @@ def test_record_usage_queues_what_the_service_cannot_take_now(http):
     item = record()
     for _ in range(4):
         http.post(USAGE, body=requests.ConnectionError("down"))
-    http.post(
-        f"{USAGE}/batch",
-        status=207,
-        json={
-            "accepted": 1,
-            "failed": 0,
-            "results": [{"request_id": item.request_id, "status": "accepted", "shard_id": 2}],
-        },
-    )
+    http.post(f"{USAGE}/batch", status=207, json=accepted_batch(item.request_id))
     client = keeper(sleeps)
     assert client.record_usage(item) is None
     assert client.flush(timeout=10)
@@ -205,16 +203,7 @@ def test_a_usage_answer_saying_the_label_is_spent_makes_the_next_call_select_aga
     http.get(SELECTION, json=selection_answer("standard"), headers={"Cache-Control": "max-age=300, private"})
     item = record()
     if batch:
-        http.post(
-            f"{USAGE}/batch",
-            status=207,
-            json={
-                "accepted": 1,
-                "failed": 0,
-                "results": [{"request_id": item.request_id, "status": "accepted"}],
-                "daily_totals": [spent("premium")],
-            },
-        )
+        http.post(f"{USAGE}/batch", status=207, json=accepted_batch(item.request_id, daily_totals=[spent("premium")]))
     else:
         http.post(USAGE, status=202, json={**accepted(item.request_id), "daily_total": spent("premium")})
     client = keeper([])
@@ -232,16 +221,8 @@ def test_background_batches_feed_the_selection_too(http):
     http.get(SELECTION, json=selection_answer("premium"))
     http.get(SELECTION, json=selection_answer("premium", mode="TIGHT"))
     item = record()
-    http.post(
-        f"{USAGE}/batch",
-        status=207,
-        json={
-            "accepted": 1,
-            "failed": 0,
-            "results": [{"request_id": item.request_id, "status": "accepted"}],
-            "daily_totals": [{"label": "premium", "quota_pct": 96.0, "status": "TIGHT", "mode": "TIGHT"}],
-        },
-    )
+    tight = {"label": "premium", "quota_pct": 96.0, "status": "TIGHT", "mode": "TIGHT"}
+    http.post(f"{USAGE}/batch", status=207, json=accepted_batch(item.request_id, daily_totals=[tight]))
     client = keeper([], report_in_background=True)
     assert client.select_model().mode == "NORMAL"
     client.record_usage(item)

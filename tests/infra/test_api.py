@@ -57,7 +57,9 @@ def test_every_route_is_an_http_api_route_to_its_function(synth):
         assert (props["IntegrationType"], props["PayloadFormatVersion"]) == ("AWS_PROXY", "2.0")
 
 
-def test_http_api_may_invoke_each_http_function_only_from_its_routes(synth):
+def _assert_invoked_only_from_routes(synth, per_function: dict[str, int]) -> None:
+    """The API may invoke exactly the HTTP functions, each from one source ARN per route
+    (``per_function``: those beyond the routes)."""
     function_ids = synth.function_ids()
     invoked = {}
     for permission in synth.resources("AWS::Lambda::Permission").values():
@@ -65,11 +67,14 @@ def test_http_api_may_invoke_each_http_function_only_from_its_routes(synth):
         if props["Principal"] == "apigateway.amazonaws.com":
             invoked.setdefault(logical_id(props["FunctionName"]), []).append(props["SourceArn"])
     assert set(invoked) == {function_ids[name] for name in routes.HTTP_FUNCTIONS}
-    per_function = {UNMATCHED_FUNCTION: 1}
     for route in routes.ROUTES:
         per_function[route.function] = per_function.get(route.function, 0) + 1
     for name, count in per_function.items():
         assert len(invoked[function_ids[name]]) == count
+
+
+def test_http_api_may_invoke_each_http_function_only_from_its_routes(synth):
+    _assert_invoked_only_from_routes(synth, {UNMATCHED_FUNCTION: 1})
 
 
 def _http_stage(synth) -> dict:
@@ -127,19 +132,7 @@ def test_every_route_is_a_rest_proxy_method_of_its_function(synth_rest):
 
 
 def test_rest_api_may_invoke_each_http_function_only_from_its_methods(synth_rest):
-    synth = synth_rest
-    function_ids = synth.function_ids()
-    invoked = {}
-    for permission in synth.resources("AWS::Lambda::Permission").values():
-        props = permission["Properties"]
-        if props["Principal"] == "apigateway.amazonaws.com":
-            invoked.setdefault(logical_id(props["FunctionName"]), []).append(props["SourceArn"])
-    assert set(invoked) == {function_ids[name] for name in routes.HTTP_FUNCTIONS}
-    per_function = {}
-    for route in routes.ROUTES:
-        per_function[route.function] = per_function.get(route.function, 0) + 1
-    for name, count in per_function.items():
-        assert len(invoked[function_ids[name]]) == count  # scoped per method, no test-invoke extras
+    _assert_invoked_only_from_routes(synth_rest, {})  # scoped per method, no test-invoke extras
 
 
 def test_rest_stage_throttling_tracing_and_json_access_logs(synth_rest):

@@ -172,15 +172,21 @@ def test_only_the_bill_comparison_reads_cost_explorer(synth):
     assert readers == {"bill": ({"ce:GetCostAndUsage"}, True)}
 
 
+def _granted_alone(synth, action: str) -> dict[str, list]:
+    """The resources of each function's statement granting ``action``, which grants nothing else."""
+    granted = {}
+    for name, statements in _function_statements(synth).items():
+        for statement in statements:
+            if action in statement.actions:
+                assert statement.actions == (action,), name
+                granted[name] = statement.resources
+    return granted
+
+
 def test_only_the_pricing_fetcher_reads_foundation_models(synth):
     """It asks a model's name (GetFoundationModel) to find it in the Price List; foundation
     models are AWS's, so the ARN has no account."""
-    readers = {}
-    for name, statements in _function_statements(synth).items():
-        for statement in statements:
-            if "bedrock:GetFoundationModel" in statement.actions:
-                assert statement.actions == ("bedrock:GetFoundationModel",), name
-                readers[name] = statement.resources
+    readers = _granted_alone(synth, "bedrock:GetFoundationModel")
     assert set(readers) == {"pricing_fetcher"}
     (resource,) = readers["pricing_fetcher"]
     assert resource["Fn::Join"][1][-1] == ":bedrock:*::foundation-model/*"
@@ -189,12 +195,7 @@ def test_only_the_pricing_fetcher_reads_foundation_models(synth):
 def test_profile_resolving_functions_read_inference_profiles_of_their_own_account_only(synth):
     """Registration and usage resolve profiles (GetInferenceProfile); a profile of another
     account is AccessDenied, which the service answers as 400 (docs/metering.md)."""
-    readers = {}
-    for name, statements in _function_statements(synth).items():
-        for statement in statements:
-            if "bedrock:GetInferenceProfile" in statement.actions:
-                assert statement.actions == ("bedrock:GetInferenceProfile",), name
-                readers[name] = statement.resources
+    readers = _granted_alone(synth, "bedrock:GetInferenceProfile")
     assert set(readers) == access.INFERENCE_PROFILE_READERS
     assert {"inference_profiles", "usage", "usage_batch", "model_selection"} <= set(readers)
     for resources in readers.values():

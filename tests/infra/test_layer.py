@@ -30,6 +30,16 @@ def _elf_machine(path) -> int:
     return int.from_bytes(header[18:20], "little")
 
 
+def run_python(code: str, python_path: Path, *, cwd: Path | None = None, python: str = sys.executable, **env) -> str:
+    """What ``python -c code`` prints with ``python_path`` as its PYTHONPATH (and no
+    PRICE_KEEPER_CONFIG, as in Lambda); ``env`` adds variables."""
+    environment = {k: v for k, v in os.environ.items() if k != "PRICE_KEEPER_CONFIG"}
+    environment.update(PYTHONPATH=str(python_path), **env)
+    result = subprocess.run([python, "-c", code], cwd=cwd, env=environment, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 def test_hash_follows_config_and_is_stable(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_bytes((REPO_ROOT / "config.yaml").read_bytes())
@@ -72,16 +82,8 @@ def test_bundle_ships_the_console_page_and_the_hash_covers_it(bundle):
     assert {"console.html", "console.css", "console.js"} <= set(files)
     assert sorted(p.name for p in (bundle / "price_keeper" / "http" / "console").iterdir() if p.is_file()) == files
     assert {source / name for name in files} <= set(_package_files())  # a page change redeploys the layer
-    env = {k: v for k, v in os.environ.items() if k != "PRICE_KEEPER_CONFIG"}
-    env["PYTHONPATH"] = str(bundle)
-    result = subprocess.run(
-        [sys.executable, "-c", "from price_keeper.http import console; print(console.page().html[:15])"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert result.stdout.strip() == "<!doctype html>"
+    printed = run_python("from price_keeper.http import console; print(console.page().html[:15])", bundle)
+    assert printed.strip() == "<!doctype html>"
 
 
 @pytest.mark.skipif(runtime_python() is None, reason=f"no Python {PYTHON_VERSION} on this machine to precompile with")
@@ -97,22 +99,13 @@ def test_every_module_is_precompiled_for_the_runtime(bundle):
 
 
 def test_bundled_package_reads_its_own_config(bundle, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "PRICE_KEEPER_CONFIG"}
-    env["PYTHONPATH"] = str(bundle)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from price_keeper import config; config.get_config();"
-            "print(config.config_path(), 'yaml' in sys.modules)",
-        ],
+    printed = run_python(
+        "import sys; from price_keeper import config; config.get_config();"
+        "print(config.config_path(), 'yaml' in sys.modules)",
+        bundle,
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
     )
-    assert result.stdout.split() == [str(bundle / "price_keeper" / "config.json"), "False"]
+    assert printed.split() == [str(bundle / "price_keeper" / "config.json"), "False"]
 
 
 def test_bundled_package_imports_where_lambda_mounts_layers(bundle):
@@ -122,21 +115,13 @@ def test_bundled_package_imports_where_lambda_mounts_layers(bundle):
     root = Path(tempfile.mkdtemp(prefix="pk-opt-", dir="/"))
     try:
         shutil.copytree(bundle / "price_keeper", root / "python" / "price_keeper")
-        env = {k: v for k, v in os.environ.items() if k != "PRICE_KEEPER_CONFIG"}
-        env["PYTHONPATH"] = str(root / "python")
-        result = subprocess.run(  # with the runtime's Python where there is one: its byte code loads
-            [
-                runtime_python() or sys.executable,
-                "-c",
-                "from price_keeper import config; print(config.get_config().service_name)",
-            ],
+        printed = run_python(  # with the runtime's Python where there is one: its byte code loads
+            "from price_keeper import config; print(config.get_config().service_name)",
+            root / "python",
             cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
+            python=runtime_python() or sys.executable,
         )
-        assert result.returncode == 0, result.stderr
-        assert result.stdout.strip() == "bedrock-price-keeper"
+        assert printed.strip() == "bedrock-price-keeper"
     finally:
         shutil.rmtree(root)
 
@@ -144,13 +129,10 @@ def test_bundled_package_imports_where_lambda_mounts_layers(bundle):
 def test_bundle_ships_the_time_zone_database(bundle, tmp_path):
     """Orgs' days begin at their own midnight (timeutil, zoneinfo): the layer brings tzdata, so
     no runtime image without /usr/share/zoneinfo can fail an org's time zone."""
-    env = {**os.environ, "PYTHONPATH": str(bundle), "PYTHONTZPATH": str(tmp_path)}  # no system database
-    result = subprocess.run(
-        [sys.executable, "-c", "import zoneinfo; print(zoneinfo.ZoneInfo('America/New_York').key)"],
+    printed = run_python(
+        "import zoneinfo; print(zoneinfo.ZoneInfo('America/New_York').key)",
+        bundle,
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+        PYTHONTZPATH=str(tmp_path),  # no system database
     )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "America/New_York"
+    assert printed.strip() == "America/New_York"
