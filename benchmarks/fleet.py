@@ -232,9 +232,6 @@ class Aggregator:
         self.meter = Meter()
         self.invocations = self.records = self.polls = 0
         self.stop_event = threading.Event()
-        # its metrics' EMF lines off (redirecting stdout from this thread would swallow the
-        # main thread's prints too: sys.stdout is the process's)
-        os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
         aggregator = self
 
         class Counted(StreamTrigger):
@@ -249,6 +246,7 @@ class Aggregator:
 
         reader = StreamReader(tables.USAGE_AGG_SHARDED)
         self.trigger = Counted("aggregator", reader, self.stop_event, RepairQueue())
+        sys.stdout = _Unless(self.trigger, sys.stdout)  # its metrics (EMF lines) not printed
         self.trigger.start()
 
     def drain(self, quiet_seconds: float = 3.0) -> None:
@@ -263,6 +261,22 @@ class Aggregator:
     def stop(self) -> None:
         self.stop_event.set()
         self.trigger.join(10)
+        if isinstance(sys.stdout, _Unless):
+            sys.stdout = sys.stdout.stream
+
+
+class _Unless(io.TextIOBase):
+    """``stream``, but what ``thread`` writes is dropped (``sys.stdout`` is the process's:
+    redirecting it from one thread would swallow the others' prints too)."""
+
+    def __init__(self, thread: threading.Thread, stream):
+        self.thread, self.stream = thread, stream
+
+    def write(self, text: str) -> int:
+        return len(text) if threading.current_thread() is self.thread else self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 # --- the metering run -----------------------------------------------------------------
