@@ -32,6 +32,7 @@ Two runs:
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import multiprocessing as mp
 import os
