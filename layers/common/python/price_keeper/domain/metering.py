@@ -319,9 +319,10 @@ def _write_chunk(chunk: list[tuple[int, Submission]], now: datetime) -> dict[int
 
 def _chunks(entries: list[tuple[int, Submission]], now: datetime) -> list[list[tuple[int, Submission]]]:
     """``entries`` cut into groups whose transactions stay within 100 actions."""
+    args = {index: _record_args(submission, now) for index, submission in entries}
     chunks: list[list[tuple[int, Submission]]] = [[]]
     for entry in entries:
-        candidate = [_record_args(submission, now) for _, submission in _on_shared_shards([*chunks[-1], entry])]
+        candidate = [args[index] for index, _ in [*chunks[-1], entry]]
         if chunks[-1] and usage.group_size(candidate) > usage.MAX_TRANSACTION_ACTIONS:
             chunks.append([entry])
         else:

@@ -126,9 +126,10 @@ def group_items(records: list[dict]) -> list[dict]:
 
 
 def group_size(records: list[dict]) -> int:
-    """How many actions ``group_items`` makes of ``records`` (a transaction takes 100)."""
-    shards = {(scope, r["label"], r["shard_id"], r["day"]) for r in records for scope in r["scopes"]}
-    return len(records) + len(shards) + sum(1 for r in records if r.get("estimated"))
+    """How many actions ``group_items`` makes of ``records`` once the records of each
+    label-day share one shard, as ``domain.metering`` places them (a transaction takes 100)."""
+    label_days = {(scope, r["label"], r["day"]) for r in records for scope in r["scopes"]}
+    return len(records) + len(label_days) + sum(1 for r in records if r.get("estimated"))
 
 
 def _marker_put(record: dict) -> dict:
