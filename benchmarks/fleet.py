@@ -458,6 +458,12 @@ class Spent:
         )
 
 
+def _per(calls: Counter, requests: int) -> str:
+    """Calls per request by operation, initials (``TWI 1.00, BGI 2.10``)."""
+    initials = {name: "".join(c for c in name if c.isupper()) for name in calls}
+    return ", ".join(f"{initials[name]} {count / requests:.2f}" for name, count in calls.most_common())
+
+
 def report(tallies: dict[tuple[str, str], Tally], aggregator: Aggregator, replies: list) -> list[tuple]:
     """Per metered record and per selection, for each client shape: the table rows."""
     records = Counter()
@@ -480,16 +486,19 @@ def report(tallies: dict[tuple[str, str], Tally], aggregator: Aggregator, replie
                 f"{calls / tally.requests:.2f}",
                 f"{tally.wcu / tally.requests:.2f}",
                 f"{tally.rcu / tally.requests:.2f}",
+                _per(tally.calls, tally.requests),
                 dict(tally.statuses),
             )
         )
+    batches = max(1, aggregator.invocations)
     rows.append(
         (
-            f"aggregator: stream batch ({aggregator.records / max(1, aggregator.invocations):.1f} records)",
+            f"aggregator: stream batch ({aggregator.records / batches:.1f} records)",
             aggregator.invocations,
-            f"{fold_calls / max(1, aggregator.invocations):.2f}",
-            f"{aggregator.meter.wcu / max(1, aggregator.invocations):.2f}",
-            f"{aggregator.meter.rcu / max(1, aggregator.invocations):.2f}",
+            f"{fold_calls / batches:.2f}",
+            f"{aggregator.meter.wcu / batches:.2f}",
+            f"{aggregator.meter.rcu / batches:.2f}",
+            _per(aggregator.meter.calls, batches),
             "",
         )
     )
@@ -523,7 +532,7 @@ def report(tallies: dict[tuple[str, str], Tally], aggregator: Aggregator, replie
             costs.append(every_call.row("single, selecting before every call", n, FLOOR_SINGLE))
     print_table(
         "Per request (DynamoDB units computed from item sizes)",
-        ("request", "count", "calls", "WRU", "RRU", "statuses"),
+        ("request", "count", "calls", "WRU", "RRU", "calls by operation", "statuses"),
         rows,
     )
     print_table(
