@@ -309,6 +309,23 @@ def test_records_counted_at_the_estimate_are_repriced_once_the_price_is_known(ap
     assert scope_cost(tenant, "llama", day) == (3 * real, 3)
 
 
+def test_records_of_a_batch_counted_at_the_estimate_are_repriced_once(api, tenant, bus, monkeypatch):
+    """A batch's records share a transaction; each still leaves its estimate's item, naming
+    the shard it was counted in, so each is corrected once."""
+    assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
+    record = {"model_label": "llama", "calling_region": "us-east-1", "bedrock_model_id": LLAMA}
+    body = {"requests": [usage_body(**record, input_tokens=1000, output_tokens=1000) for _ in range(3)]}
+    reply = api.post(tenant.app_path + "/usage/batch", body, token=tenant.token).json()
+    assert reply["accepted"] == 3
+    day = reply["daily_totals"][0]["org_day"]
+    assert len(usage_store.estimated_records(LLAMA)) == 3
+    (event,) = bus()
+    assert fetch_on(event, monkeypatch, LLAMA_PRODUCTS)["repriced"] == 3
+    assert fetch_on({"detail": {}}, monkeypatch, LLAMA_PRODUCTS)["repriced"] == 0
+    aggregation.run()
+    assert scope_cost(tenant, "llama", day) == (3 * 1440, 3)  # 1000 + 1000 tokens at $0.72 per 1M each
+
+
 def test_a_record_is_repriced_once_when_runs_overlap(api, tenant, bus):
     assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
     reply = report(api, tenant, "llama", input_tokens=1000, output_tokens=1000).json()
