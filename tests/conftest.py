@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.util
 import json
@@ -78,6 +79,31 @@ def _shared_session():
     return boto3.Session()
 
 
+_created_tables: dict = {}
+
+
+def _create_tables() -> None:
+    """The seven tables, with their TTL, in the moto account just started. The first test
+    of a process creates them through the API; every later one gets deep copies of those
+    (fresh, empty tables: 0.4 ms instead of about 35 ms of create and TTL calls)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    tables = dynamodb_backends[DEFAULT_ACCOUNT_ID][os.environ["AWS_DEFAULT_REGION"]].tables
+    if _created_tables:
+        tables.update(copy.deepcopy(_created_tables))
+        return
+    import boto3
+
+    ddb = boto3.client("dynamodb")
+    for spec in ALL_TABLES:
+        ddb.create_table(**spec.create_table_kwargs())
+        ddb.update_time_to_live(
+            TableName=spec.physical_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
+        )
+    _created_tables.update(copy.deepcopy(tables))
+
+
 @pytest.fixture
 def aws(monkeypatch):
     """A fresh moto DynamoDB + Secrets Manager with the seven tables and both secrets."""
@@ -98,12 +124,7 @@ def aws(monkeypatch):
         boto3.DEFAULT_SESSION = _shared_session()  # moto clears it; a new one reloads every service model
         state.reset()
 
-        ddb = boto3.client("dynamodb")
-        for spec in ALL_TABLES:
-            ddb.create_table(**spec.create_table_kwargs())
-            ddb.update_time_to_live(
-                TableName=spec.physical_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
-            )
+        _create_tables()
         sm = boto3.client("secretsmanager")
         sm.create_secret(Name=JWT_SECRET_NAME, SecretString="test-signing-key-" + uuid.uuid4().hex)
         sm.create_secret(Name=PROVISIONING_SECRET_NAME, SecretString=PROVISIONING_KEY)
@@ -235,7 +256,8 @@ def bedrock_endpoint(monkeypatch) -> str:
     """URL of the local stack's Bedrock stand-in (moto has no inference profiles), fresh
     and in memory; the functions reach it through ``AWS_ENDPOINT_URL_BEDROCK``."""
     httpd = LocalHttpServer(0, InferenceProfiles())
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    # shutdown() waits for the loop's next poll: 0.5 s by default, at every test's end
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}"
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK", url)
     clients = profiles.bedrock_client  # a test may replace it (botocore Stubber)
