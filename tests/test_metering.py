@@ -367,6 +367,7 @@ def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
     assert outcome.shard_id == keys.stable_shard(submission.request_id, 16)
 
 
+@pytest.mark.slow  # 400 submissions from 8 threads on moto; make test runs it
 def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws):
     tenant = new_tenant()
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
