@@ -79,6 +79,13 @@ def _shared_session():
     return boto3.Session()
 
 
+@functools.cache
+def _setup_client(service: str):
+    """The fixture's own client of ``service``, made once per process (about 4 ms a client):
+    moto's hook is on every client and intercepts whenever a mock is on."""
+    return _shared_session().client(service)
+
+
 _created_tables: dict = {}
 
 
@@ -93,9 +100,7 @@ def _create_tables() -> None:
     if _created_tables:
         tables.update(copy.deepcopy(_created_tables))
         return
-    import boto3
-
-    ddb = boto3.client("dynamodb")
+    ddb = _setup_client("dynamodb")
     for spec in ALL_TABLES:
         ddb.create_table(**spec.create_table_kwargs())
         ddb.update_time_to_live(
@@ -125,7 +130,7 @@ def aws(monkeypatch):
         state.reset()
 
         _create_tables()
-        sm = boto3.client("secretsmanager")
+        sm = _setup_client("secretsmanager")
         sm.create_secret(Name=JWT_SECRET_NAME, SecretString="test-signing-key-" + uuid.uuid4().hex)
         sm.create_secret(Name=PROVISIONING_SECRET_NAME, SecretString=PROVISIONING_KEY)
         yield
