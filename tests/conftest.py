@@ -70,7 +70,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.unit)
 
 
-def pytest_collection_finish(session):
+def pytest_configure(config):
     """The cyclic garbage collector less often (Python's default: every 700 allocations, a
     full collection every 70,000): the modules and test items, moto's backends and botocore's
     models live as long as the process, and walking them again and again cost about a fifth
