@@ -19,7 +19,8 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -n 2
 
-# The fast kinds only (unit and handler tests; no server, no synth, nothing slow): seconds, not minutes.
+# The fast kinds only (unit and handler tests; no server, no synth, nothing slow): about 45 s on
+# a 2-core VM (docs/architecture.md, "The inner loop").
 check: $(STAMP)
 	$(PY) -m pytest -n 2 -m "(unit or handler) and not slow"
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import functools
+import gc
 import importlib.util
 import json
 import os
@@ -68,6 +70,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.unit)
 
 
+def pytest_configure(config):
+    """The cyclic garbage collector less often (Python's default: every 700 allocations, a
+    full collection every 70,000): the modules and test items, moto's backends and botocore's
+    models live as long as the process, and walking them again and again cost about a fifth
+    of the CPU of ``make check``. Garbage is still collected, and ``gc.get_objects()`` still
+    sees everything (``gc.freeze()`` would hide what it froze)."""
+    gc.set_threshold(10_000, 10, 10)
+
+
 @functools.cache
 def _shared_session():
     """One boto3 session for every test: clients built on it reuse its loaded service models
@@ -76,6 +87,36 @@ def _shared_session():
     import boto3
 
     return boto3.Session()
+
+
+@functools.cache
+def _setup_client(service: str):
+    """The fixture's own client of ``service``, made once per process (about 4 ms a client):
+    moto's hook is on every client and intercepts whenever a mock is on."""
+    return _shared_session().client(service)
+
+
+_created_tables: dict = {}
+
+
+def _create_tables() -> None:
+    """The seven tables, with their TTL, in the moto account just started. The first test
+    of a process creates them through the API; every later one gets deep copies of those
+    (fresh, empty tables: 0.4 ms instead of about 35 ms of create and TTL calls)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    tables = dynamodb_backends[DEFAULT_ACCOUNT_ID][os.environ["AWS_DEFAULT_REGION"]].tables
+    if _created_tables:
+        tables.update(copy.deepcopy(_created_tables))
+        return
+    ddb = _setup_client("dynamodb")
+    for spec in ALL_TABLES:
+        ddb.create_table(**spec.create_table_kwargs())
+        ddb.update_time_to_live(
+            TableName=spec.physical_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
+        )
+    _created_tables.update(copy.deepcopy(tables))
 
 
 @pytest.fixture
@@ -98,13 +139,8 @@ def aws(monkeypatch):
         boto3.DEFAULT_SESSION = _shared_session()  # moto clears it; a new one reloads every service model
         state.reset()
 
-        ddb = boto3.client("dynamodb")
-        for spec in ALL_TABLES:
-            ddb.create_table(**spec.create_table_kwargs())
-            ddb.update_time_to_live(
-                TableName=spec.physical_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
-            )
-        sm = boto3.client("secretsmanager")
+        _create_tables()
+        sm = _setup_client("secretsmanager")
         sm.create_secret(Name=JWT_SECRET_NAME, SecretString="test-signing-key-" + uuid.uuid4().hex)
         sm.create_secret(Name=PROVISIONING_SECRET_NAME, SecretString=PROVISIONING_KEY)
         yield
@@ -235,7 +271,8 @@ def bedrock_endpoint(monkeypatch) -> str:
     """URL of the local stack's Bedrock stand-in (moto has no inference profiles), fresh
     and in memory; the functions reach it through ``AWS_ENDPOINT_URL_BEDROCK``."""
     httpd = LocalHttpServer(0, InferenceProfiles())
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    # shutdown() waits for the loop's next poll: 0.5 s by default, at every test's end
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}"
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK", url)
     clients = profiles.bedrock_client  # a test may replace it (botocore Stubber)

@@ -13,7 +13,7 @@ import boto3
 import pytest
 
 from local.gateway import LambdaContext, load_handler
-from price_keeper.domain import aggregation, alerts
+from price_keeper.domain import aggregation, alerts, repair
 from price_keeper.errors import ApiError
 from price_keeper.store import daily_totals, dynamo, keys, tables, usage
 from price_keeper.store.dynamo import ddb_client, streams, table
@@ -387,7 +387,7 @@ def test_a_lone_reports_fold_is_one_read_and_one_write(stream, api, calls):
     assert (total(tenant.scope, "premium", day)["requests"], scope_total(tenant.scope, day)["requests"]) == (2, 2)
 
 
-@pytest.mark.parametrize("labels", [20, 100])
+@pytest.mark.parametrize("labels", [20, pytest.param(100, marks=pytest.mark.slow)])  # 100: volume, make test
 def test_a_batch_costs_at_most_two_calls_per_label_it_changed(stream, calls, labels):
     """The worst case: every label in a scope of its own (one transaction each)."""
     seen, _ = calls
@@ -579,21 +579,25 @@ def repair_queue(aws, monkeypatch):
     return drain
 
 
-def test_the_audit_fans_out_over_the_repair_queue_in_chunks(repair_queue, calls):
+@pytest.mark.parametrize("chunk", [10, pytest.param(repair.AUDIT_CHUNK, marks=pytest.mark.slow)])
+def test_the_audit_fans_out_over_the_repair_queue_in_chunks(repair_queue, calls, monkeypatch, chunk):
+    """2.6 chunks of label-days: 3 messages. Chunks of 10 in every run; the deployed 100
+    (260 label-days, ~13 s on moto) in ``make test``."""
+    monkeypatch.setattr(repair, "AUDIT_CHUNK", chunk)
     seen, _ = calls
     today = utc_now().strftime("%Y%m%d")
     yesterday = (utc_now() - timedelta(days=1)).strftime("%Y%m%d")  # still open somewhere
-    scopes = [keys.scope_key(seed_org(), "app-1", "APP") for _ in range(130)]
+    scopes = [keys.scope_key(seed_org(), "app-1", "APP") for _ in range(chunk * 13 // 10)]
     for n, scope in enumerate(scopes):
         put_shard(scope, "premium", n % 8, day=today, cost=n)
         put_shard(scope, "standard", 0, day=yesterday, cost=1)
     seen.clear()
     planned = fold({"source": "aws.events"})  # the schedule: only the plan
-    assert (planned["label_days"], planned["messages"]) == (260, 3)
+    assert (planned["label_days"], planned["messages"]) == (2 * len(scopes), 3)
     assert set(seen) == {"Query", "PutItem"}  # the index, one page a day here; the heartbeat
     seen.clear()
     assert repair_queue() == 1  # 3 messages, one invocation of up to 10
-    assert seen["TransactWriteItems"] == 2 * 130  # a scope-day's label and total each
+    assert seen["TransactWriteItems"] == 2 * len(scopes)  # a scope-day's label and total each
     assert all(scope_total(scope, today)["cost_usd_micros"] == n for n, scope in enumerate(scopes))
     assert all(scope_total(scope, yesterday)["cost_usd_micros"] == 1 for scope in scopes)
     assert fold({"source": "aws.events"})["messages"] == 3

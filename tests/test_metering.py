@@ -459,6 +459,7 @@ def test_a_throttled_transaction_is_retried_on_the_same_shard(aws):
     assert (outcome.duplicate, outcome.shard_id) == (False, submission.shard_id)
 
 
+@pytest.mark.slow  # 400 submissions from 8 threads on moto; make test runs it
 def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws):
     tenant = new_tenant()
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
