@@ -76,3 +76,16 @@ def test_a_new_token_is_checked_against_the_revocation_list_once(api, calls):
     for _ in range(10):
         assert api.get(path, token=tenant.org_token).status == 200
     assert calls["BatchGetItem"] == 10  # the token's "not revoked" answer is cached
+
+
+def test_a_cold_containers_report_on_a_config_label_reads_no_profile(api, calls):
+    """At fleet shape a container rarely serves an app twice, so its first report is the
+    common case: the token check, the config, the boosts, a lease, the write and the
+    receipt's totals. A config.yaml label needs no profile lookup (registration refuses
+    config labels), so no GetItem."""
+    warm = new_tenant()
+    assert api.post(f"{warm.app_path}/usage", usage_body(), token=warm.token).status == 202  # prices cached
+    tenant = new_tenant()
+    calls.clear()
+    assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
+    assert dict(calls) == {"BatchGetItem": 3, "Query": 1, "UpdateItem": 1, "TransactWriteItems": 1}

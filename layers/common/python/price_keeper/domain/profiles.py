@@ -251,11 +251,13 @@ class PricedModel(NamedTuple):
 
 
 def known_label(config: EffectiveConfig, label: str) -> Profile | str | None:
-    """The registered profile for ``label``, else ``"config"`` for a config.yaml label, else None."""
-    profile = find(config.org_id, config.app_id, label)
-    if profile:
-        return profile
-    return "config" if label in get_config().labels else None
+    """``"config"`` for a config.yaml label, else the app's registered profile for ``label``,
+    else None. Registration refuses config labels (``register``), so a config label is
+    answered without a read: a cold container's report or selection saves a GetItem per
+    label. (A profile registered under a label config.yaml gained later is shadowed by it.)"""
+    if label in get_config().labels:
+        return "config"
+    return find(config.org_id, config.app_id, label)
 
 
 def bedrock_id(config: EffectiveConfig, label: str) -> str | None:
