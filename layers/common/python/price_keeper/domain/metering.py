@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
@@ -215,22 +216,10 @@ def _estimated(submission: Submission) -> dict | None:
 
 
 def record(submission: Submission, now: datetime, settle: reservations.Settlement | None = None) -> Outcome:
-    """Write a submission exactly once (``store.usage``); a duplicate answers with the
-    original's outcome. ``settle`` adds a reservation's settlement to the same transaction
-    (so the dedup marker makes it exactly once too)."""
-    for attempt in range(TRANSACTION_ATTEMPTS):
-        try:
-            first = usage.write_once(_items(submission, now) + (settle.actions(attempt) if settle else []), attempt)
-        except usage.Conflict as conflict:
-            if conflict.contended:  # a hot shard: spread the label-day over more (the dedup item is the same)
-                count = _spread(submission)
-                submission = submission._replace(
-                    shard_id=keys.stable_shard(submission.request_id, count), shard_count=count
-                )
-            _pause(attempt)
-            continue
-        return _counted(submission) if first is None else _duplicate(submission, first)
-    raise service_unavailable("Usage write kept conflicting with concurrent writes; retry")
+    """Write a submission exactly once (``store.usage``): a group of one (``_write_chunk``);
+    a duplicate answers with the original's outcome. ``settle`` adds a reservation's
+    settlement to the same transaction (so the dedup marker makes it exactly once too)."""
+    return _write_chunk([(0, submission)], now, settle.actions if settle else None)[0]
 
 
 def _spread(submission: Submission) -> int:
@@ -291,14 +280,20 @@ def record_group(submissions: list[Submission], now: datetime) -> list[Outcome |
     return [outcomes[index] for index in range(len(submissions))]
 
 
-def _write_chunk(chunk: list[tuple[int, Submission]], now: datetime) -> dict[int, Outcome]:
+def _write_chunk(
+    chunk: list[tuple[int, Submission]], now: datetime, extra: Callable[[int], list[dict]] | None = None
+) -> dict[int, Outcome]:
+    """Write ``chunk``'s records in one transaction (with ``extra(attempt)``'s actions: a
+    settlement), until each is counted or found counted before; conflicts retried with the
+    label-days spread over more shards (the dedup items stay the same), up to
+    ``TRANSACTION_ATTEMPTS``."""
     outcomes: dict[int, Outcome] = {}
     attempt = 0
     while chunk:
         chunk = _on_shared_shards(chunk)
-        args = [_record_args(submission, now) for _, submission in chunk]
+        items = usage.group_items([_record_args(submission, now) for _, submission in chunk])
         try:
-            counted_before = usage.write_group(usage.group_items(args), len(chunk), attempt)
+            counted_before = usage.write_group(items + (extra(attempt) if extra else []), len(chunk), attempt)
         except usage.Conflict as conflict:
             attempt += 1
             if attempt == TRANSACTION_ATTEMPTS:
@@ -358,14 +353,8 @@ def _spread_group(chunk: list[tuple[int, Submission]]) -> list[tuple[int, Submis
     ]
 
 
-def _items(submission: Submission, now: datetime) -> list[dict]:
-    """The record's actions (``usage.record_items``) for its current shard: the dedup marker,
-    the shard of each of its scopes, and the estimate's item when priced at the estimate."""
-    return usage.record_items(**_record_args(submission, now))
-
-
 def _record_args(submission: Submission, now: datetime) -> dict:
-    """What ``usage.record_items`` and ``usage.group_items`` take of a record."""
+    """What ``usage.group_items`` takes of a record."""
     now_epoch = int(now.timestamp())
     tokens = submission.tokens
     return {

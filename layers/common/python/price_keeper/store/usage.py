@@ -83,33 +83,15 @@ def shard_update(
     }
 
 
-def record_items(
-    *,
-    dedup_key: str,
-    marker: dict,
-    scopes: list[str],
-    label: str,
-    shard_id: int,
-    day: str,
-    counts: dict[str, int],
-    now_epoch: int,
-    expires_at: int,
-    marker_expires_at: int,
-    estimated: dict | None = None,
-) -> list[dict]:
-    """The actions of one record: its dedup ``marker`` (what a duplicate is answered with)
-    and the ADD of its ``counts`` (every name in ``COUNTERS`` but ``requests``) to the shard
-    of each of ``scopes`` (the quota scope, and in ORG scope the app's own counters); for a
-    record counted at the estimate, also its ``estimated`` item (``model_id`` and what
-    re-pricing needs), written once with the record since the marker is."""
-    return group_items([locals()])
-
-
 def group_items(records: list[dict]) -> list[dict]:
-    """The actions of several records (each ``record_items``' keyword arguments) as one
-    transaction: every record's marker (and estimate item) and, per shard, ONE ADD of the
-    sums of the records counted in it. The markers come first, in the order of ``records``,
-    so a cancellation reason's index names its record."""
+    """The actions of records written in one transaction (one, or a batch's). Per record:
+    its dedup ``marker`` (what a duplicate is answered with; ``dedup_key``, ``now_epoch``,
+    ``marker_expires_at``) and, for one counted at the estimate, its ``estimated`` item
+    (``model_id`` and what re-pricing needs, written once with the record since the marker
+    is). Per shard (``scopes`` x ``label``, ``shard_id``, ``day``: the quota scope, and in
+    ORG scope the app's own counters), ONE ADD of the ``counts`` of the records counted in
+    it (``COUNTERS`` but ``requests``, which is one a record). The markers come first, in
+    the order of ``records``, so a cancellation reason's index names its record."""
     sums: dict[tuple[str, str, int, str], dict[str, int]] = {}
     for record in records:
         for scope in record["scopes"]:
@@ -174,18 +156,15 @@ def request_token(items: list[dict], attempt: int) -> str:
 
 
 def write_once(items: list[dict], attempt: int) -> dict | None:
-    """Write one record's ``record_items``: None when this write counted it, the first
-    acceptance's marker when its request id was counted before; ``Conflict`` to retry."""
-    reasons = transact(items, ClientRequestToken=request_token(items, attempt))
-    if reasons is None:
-        return None
-    if reasons[0].get("Code") == "ConditionalCheckFailed":
-        return reasons[0].get("Item", {})  # (none when a void's marker is gone)
-    raise Conflict(reasons)
+    """``write_group`` of one record whose marker is ``items[0]`` (a void's): None when this
+    write applied it, else the marker as it was (empty when it is gone); ``Conflict`` to retry."""
+    counted_before = write_group(items, 1, attempt)
+    return counted_before[0] if counted_before else None
 
 
 def write_group(items: list[dict], records: int, attempt: int) -> dict[int, dict]:
-    """Write ``group_items`` of ``records`` records: {} when it counted every one; else
+    """Write ``items`` whose first ``records`` actions are markers (``group_items``, then
+    any others, e.g. a settlement's): {} when it counted every record; else
     nothing was written, and the records (by index) whose request id was counted before,
     each with the first acceptance's marker: write the others again. ``Conflict`` to retry."""
     reasons = transact(items, ClientRequestToken=request_token(items, attempt))
