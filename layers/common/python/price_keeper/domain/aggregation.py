@@ -311,7 +311,9 @@ def _read(
     shards, totals, sticky_items = batch_get_many(
         [
             usage.shards_read([*(key for label_day in label_shards.values() for key in label_day), *count_keys]),
-            daily_totals.fold_read(({"usage_key": u, "date_key": d} for u, d in total_keys), fresh_totals),
+            daily_totals.fold_read({"usage_key": u, "date_key": d} for u, d in total_keys)._replace(
+                consistent=fresh_totals
+            ),
             sticky.days_read(sticky_days)._replace(consistent=fresh_totals),
         ],
         consistent=consistent,

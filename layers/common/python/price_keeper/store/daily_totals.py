@@ -28,16 +28,11 @@ def day_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = F
     return Read(tables.DAILY_TOTAL, wanted, READ_ATTRIBUTES)
 
 
-def fold_read(total_keys: Iterable[dict], consistent: bool) -> Read:
+def fold_read(total_keys: Iterable[dict]) -> Read:
     """The read of the totals a fold moves (label and scope totals) or evaluates alerts on:
     their counters, how far they have folded the shards (``source_updated_at_epoch``) and a
     scope total's labels; for ``dynamo.batch_get_many`` beside the shards."""
-    return Read(
-        tables.DAILY_TOTAL,
-        list(total_keys),
-        [*COUNTERS, *PROGRESS[1:], "source_updated_at_epoch", "labels"],
-        consistent,
-    )
+    return Read(tables.DAILY_TOTAL, list(total_keys), [*COUNTERS, *PROGRESS[1:], "source_updated_at_epoch", "labels"])
 
 
 def progress(item: dict) -> tuple[int, int]:
