@@ -6,6 +6,7 @@ used to work, and now does not (docs/metering.md "Integrity rules", docs/securit
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -156,6 +157,29 @@ def test_edge_of_calendar_timestamps_are_400_and_a_batch_isolates_them(base_url,
     again = tenant.batch(good)  # every good record was written, exactly once
     assert [r["duplicate"] for r in again.json()["results"]] == [True, True, True]
     assert eventually(lambda: tenant.today()["models"]["standard"]["requests"] == 3, "three records counted")
+
+
+def test_a_batch_cannot_count_a_request_id_twice(base_url):
+    """A batch's records share transactions: a client repeating a request id inside one
+    batch, resending ids counted before beside new ones, or sending the same batch twice at
+    once still has each id counted once, over HTTP."""
+    tenant = Tenant(base_url)
+    a, b, c, d, e = [usage_body(model_label="standard", input_tokens=10, output_tokens=10) for _ in range(5)]
+    assert [r["duplicate"] for r in tenant.batch([a]).json()["results"]] == [False]
+    mixed = tenant.batch([a, b, b, c, a])
+    assert mixed.status_code == 207, mixed.text
+    assert [(r["status"], r["duplicate"]) for r in mixed.json()["results"]] == [
+        ("accepted", True),
+        ("accepted", False),
+        ("accepted", True),
+        ("accepted", False),
+        ("accepted", True),
+    ]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        replies = list(pool.map(lambda _: tenant.batch([d, e]).json()["results"], range(2)))
+    counted = [r["request_id"] for results in replies for r in results if not r["duplicate"]]
+    assert sorted(counted) == sorted([d["request_id"], e["request_id"]])  # each once, whichever batch won
+    assert eventually(lambda: tenant.today()["models"]["standard"]["requests"] == 5, "five ids counted once each")
 
 
 def test_one_record_cannot_spend_a_day(base_url):
