@@ -143,6 +143,17 @@ def test_another_accounts_profile_is_refused_at_registration(app):
     assert refused.json()["error"] == "INVALID_REQUEST"
 
 
+def test_an_app_cannot_bill_a_config_label_at_a_cheaper_profiles_price(app):
+    """Config labels resolve without a profile lookup because no profile can take one: an
+    app registering a Nova Lite profile as "premium" (Nova Pro) is refused, and reporting
+    "premium" usage as Nova Lite calls is refused as the wrong model, not priced as Lite."""
+    refused = register(app, "premium", US_NOVA_2_LITE)
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["details"]["reason"] == "config_label"
+    mismatched = report(app, "premium", US_NOVA_2_LITE, "us-east-1")
+    assert mismatched.status_code == 400, mismatched.text
+
+
 def test_a_registered_application_profile_prices_usage_after_a_restart(tmp_path):
     settings = {"LOCAL_PERSIST": "on", "LOCAL_STATE_DIR": str(tmp_path / "state")}
     with local_server(tmp_path, KEY, **settings) as url:
