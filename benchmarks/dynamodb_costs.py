@@ -151,8 +151,10 @@ def create_tables() -> None:
         client.create_table(**spec.create_table_kwargs())
 
 
-def seed_scopes(count: int) -> list[tuple[str, str]]:
-    """``count`` orgs with one app each (APP scope), config items in the seed's shape."""
+def seed_scopes(count: int, first_shard_count: int | None = None) -> list[tuple[str, str]]:
+    """``count`` orgs with one app each (APP scope), config items in the seed's shape; their
+    label-days start on ``first_shard_count`` shards (None: on all 8, as orgs created before
+    adaptive shards do)."""
     config = boto3.resource("dynamodb").Table(tables.CONFIG.physical_name)
     tenants = []
     with config.batch_writer() as batch:
@@ -168,6 +170,7 @@ def seed_scopes(count: int) -> list[tuple[str, str]]:
                     "model_ordering": ["premium", "standard", "economy"],
                     "quotas": {"premium": 10**12, "standard": 10**12, "economy": 10**12},
                     "agg_shard_count": 8,
+                    **({"first_shard_count": first_shard_count} if first_shard_count else {}),
                     "sticky_fallback_enabled": True,
                 }
             )

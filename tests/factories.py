@@ -19,6 +19,7 @@ def seed_org(
     model_ordering=("premium", "standard", "economy"),
     quotas: dict | None = None,
     agg_shard_count: int = 8,
+    first_shard_count: int | None = None,  # None: an org created before adaptive shards
     tight_mode_threshold_pct: int = 95,
     sticky_fallback_enabled: bool = True,
     secret: str = "org-secret",
@@ -36,6 +37,7 @@ def seed_org(
             "quotas": quotas or {"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000},
             "sticky_fallback_enabled": sticky_fallback_enabled,
             "agg_shard_count": agg_shard_count,
+            **({"first_shard_count": first_shard_count} if first_shard_count is not None else {}),
             "tight_mode_threshold_pct": tight_mode_threshold_pct,
             "refresh_interval_normal_secs": 300,
             "refresh_interval_tight_secs": 60,

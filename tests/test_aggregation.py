@@ -353,11 +353,15 @@ def test_spend_of_an_org_no_longer_registered_is_left_to_the_sweep(stream):
 # --- cost per changed label ------------------------------------------------------------
 
 
-def test_a_lone_reports_fold_is_one_read_and_one_write(stream, api, calls):
+@pytest.mark.parametrize(
+    "first_shard_count, shards_read",
+    [(None, 8), (1, 1)],  # an org created before adaptive shards: all 8 of the org's; a new org's quiet label-day: 1
+)
+def test_a_lone_reports_fold_is_one_read_and_one_write(stream, api, calls, first_shard_count, shards_read):
     """Shards, totals and sticky state in one BatchGetItem; both totals in one transaction.
     (A container's first fold also reads the config and boosts and writes the heartbeat.)"""
     seen, keys_read = calls
-    tenant = new_tenant()
+    tenant = new_tenant(first_shard_count=first_shard_count)
     assert api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).status == 202
     fold(stream())
     assert api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).status == 202
@@ -374,8 +378,8 @@ def test_a_lone_reports_fold_is_one_read_and_one_write(stream, api, calls):
     report = fold(event)
     assert report["totals_written"] == 2
     assert dict(seen) == {"BatchGetItem": 1, "TransactWriteItems": 1}
-    # 8 shards and the label-day's shard count; its total, the scope's, the ordering's 2 others; sticky
-    assert len(keys_read) == 8 + 1 + 1 + 1 + 2 + 1
+    # the shards and the label-day's shard count; its total, the scope's, the ordering's 2 others; sticky
+    assert len(keys_read) == shards_read + 1 + 1 + 1 + 2 + 1
     # the shards strongly consistent (the write that triggered the run must be seen); the totals
     # and sticky state at half the units (a stale total only fails the conditional write)
     assert consistency == {
@@ -495,19 +499,23 @@ def shard_count_item(scope: str, label: str, day: str) -> dict | None:
     return table(tables.USAGE_AGG_SHARDED).get_item(Key=key, ConsistentRead=True).get("Item")
 
 
-def test_a_hot_label_spreads_over_more_shards_and_counts_every_record_once(stream, api, conflicts_like_dynamodb):
+@pytest.mark.parametrize("first_shard_count", [None, 1])  # the org's 8 from the start; a new org's quiet start
+def test_a_hot_label_spreads_over_more_shards_and_counts_every_record_once(
+    stream, api, conflicts_like_dynamodb, first_shard_count
+):
     from price_keeper.domain import hot_labels
     from price_keeper.domain.models import UsageRequest
 
-    tenant = new_tenant()
+    tenant = new_tenant(first_shard_count=first_shard_count)
     day = org_day("America/New_York")
     requests = [UsageRequest.model_validate(usage_body()) for _ in range(160)]
     answers = submit_concurrently(tenant, requests)
     assert conflicts_like_dynamodb["conflicts"] > 0
     raised = int(shard_count_item(tenant.scope, "premium", day)["shard_count"])
-    assert 8 < raised <= 64
+    start = first_shard_count or 8
+    assert 8 <= raised <= 64 and raised > start  # a quiet label-day's first conflict spreads it to the org's 8
     used = {answer["processing"]["shard_id"] for answer in answers}
-    assert max(used) >= 8  # records went to the new shards
+    assert max(used) >= start  # records went to the new shards
     fold(stream())
     assert total(tenant.scope, "premium", day)["requests"] == 160
     assert total(tenant.scope, "premium", day)["cost_usd_micros"] == 160 * 3760
@@ -530,8 +538,8 @@ def test_the_shard_count_stops_at_64_and_folds_read_every_shard_across_raises(st
     fold(stream())
     count = 8
     while count < hot_labels.MAX_SHARDS:
-        count = hot_labels.raise_after_conflict(scope, "premium", DAY, count, 2_000_000_000)
-    assert count == 64 and hot_labels.raise_after_conflict(scope, "premium", DAY, 64, 2_000_000_000) == 64
+        count = hot_labels.raise_after_conflict(scope, "premium", DAY, count, 8, 2_000_000_000)
+    assert count == 64 and hot_labels.raise_after_conflict(scope, "premium", DAY, 64, 8, 2_000_000_000) == 64
     assert shard_count_item(scope, "premium", DAY)["shard_count"] == 64
     put_shard(scope, "premium", 63, cost=10)  # this batch is lost
     stream()
@@ -541,12 +549,31 @@ def test_the_shard_count_stops_at_64_and_folds_read_every_shard_across_raises(st
     assert total(scope, "premium")["cost_usd_micros"] == 111 and scope_total(scope)["cost_usd_micros"] == 111
 
 
+def test_a_quiet_label_days_first_conflict_spreads_it_to_the_orgs_count_then_doubles(stream):
+    from price_keeper.domain import hot_labels
+
+    scope = keys.scope_key(seed_org(first_shard_count=1, agg_shard_count=16), "app-1", "APP")
+    put_shard(scope, "premium", 0, cost=1)
+    fold(stream())
+    assert total(scope, "premium")["cost_usd_micros"] == 1
+    assert hot_labels.raise_after_conflict(scope, "premium", DAY, 1, 16, 2_000_000_000) == 16  # not 2
+    assert hot_labels.raise_after_conflict(scope, "premium", DAY, 16, 16, 2_000_000_000) == 32
+    put_shard(scope, "premium", 31, cost=10)
+    hot_labels._known.clear()  # another container: it knows only that the org starts on one shard
+    put_shard(
+        scope, "premium", 0, cost=101, requests=2
+    )  # its second record, from a writer that never learned the raise
+    fold(stream())  # names shards 31 and 0; the count item says 32
+    assert total(scope, "premium")["cost_usd_micros"] == 111 and scope_total(scope)["cost_usd_micros"] == 111
+    assert total(scope, "premium")["requests"] == 3
+
+
 def test_live_spend_in_tight_mode_counts_the_shards_of_a_raised_count(aws):
     from price_keeper.domain import hot_labels
 
     scope = keys.scope_key(seed_org(), "app-1", "APP")
     put_shard(scope, "premium", 1, cost=5)
-    hot_labels.raise_after_conflict(scope, "premium", DAY, 8, 2_000_000_000)
+    hot_labels.raise_after_conflict(scope, "premium", DAY, 8, 8, 2_000_000_000)
     put_shard(scope, "premium", 12, cost=50)
     assert usage.label_spends(scope, ["premium", "standard"], DAY, 8) == {"premium": 55, "standard": 0}
 

@@ -42,7 +42,14 @@ def test_a_fleet_counts_every_accepted_record_once(fleet):
     containers = fleet.Fleet(4)
     try:
         args = SimpleNamespace(
-            tenants=6, records=240, containers=4, batch=20, select_every=60, single_select_every=2, retries=0.2
+            tenants=6,
+            records=240,
+            containers=4,
+            batch=20,
+            select_every=60,
+            single_select_every=2,
+            retries=0.2,
+            legacy_shards=False,
         )
         costs, problems = fleet.metering_run(containers, args)
     finally:

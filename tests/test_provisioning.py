@@ -45,8 +45,8 @@ def test_create_returns_201_with_one_time_credentials(api):
 def test_org_item_has_exactly_the_seed_shape(api):
     org_id, credentials = new_org(api)
     stored = config_item(org_id)
-    seeded = config_item(seed_org())
-    assert set(stored) == set(seeded)
+    seeded = config_item(seed_org(first_shard_count=1))  # the seed's, and where label-days start (hot_labels)
+    assert set(stored) == set(seeded) and stored["first_shard_count"] == 1
     for name, value in seeded.items():
         assert type(stored[name]) is type(value), name
     assert stored["org_key"] == f"ORG#{org_id}" and stored["resource_key"] == "#"
@@ -130,6 +130,22 @@ def test_shard_count_is_immutable_after_creation(api):
     assert body["details"]["agg_shard_count"] == {"stored": 8, "requested": 32}
     assert config_item(org_id) == before
     assert put_org(api, org_id, org_body(overrides={"agg_shard_count": 8})).status == 200
+
+
+def test_a_new_orgs_label_days_start_on_one_shard_and_an_older_orgs_keep_its_count(api):
+    """Where a label-day starts (``hot_labels``) is fixed when the org is created: an org
+    created before adaptive shards wrote its label-days over all of its shards, and its
+    folds must go on reading them, whatever it updates later."""
+    new_org_id, _ = new_org(api)
+    new_app(api, new_org_id, "app-1")
+    older = seed_org(agg_shard_count=16)
+    assert put_org(api, older, org_body(org_name="renamed", overrides={"agg_shard_count": 16})).status == 200
+    assert put_org(api, new_org_id, org_body(org_name="renamed")).status == 200
+    assert config_item(new_org_id)["first_shard_count"] == 1 and "first_shard_count" not in config_item(older)
+    starts = [orgs.effective_config(org_id, None).first_shard_count for org_id in (new_org_id, older)]
+    assert starts == [1, 16]
+    answers = [metering.submit(new_org_id, "app-1", UsageRequest.model_validate(usage_body())) for _ in range(12)]
+    assert {answer["processing"]["shard_id"] for answer in answers} == {0}  # a quiet label-day: one shard
 
 
 def test_shard_count_check_is_one_conditional_write_not_a_read_then_write(api):

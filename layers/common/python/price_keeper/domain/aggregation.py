@@ -4,9 +4,10 @@ Two triggers, one fold:
 
 - **The usage table's DynamoDB Stream** (``fold_stream``; Lambda's event source mapping,
   batches within ``USAGE_STREAM.batching_window_s``). A batch names the shards its usage
-  writes changed; the run sums every shard of just those labels (``0..agg_shard_count-1``,
-  strongly consistent) and folds them. Totals move a second or two after a write, and a
-  run's work is proportional to the labels it changed, not to the shards active that day.
+  writes changed; the run sums every shard of just those labels (``0..first_shard_count-1``
+  and those their count items add, ``hot_labels``; strongly consistent) and folds them.
+  Totals move a second or two after a write, and a run's work is proportional to the
+  labels it changed, not to the shards active that day.
 - **The sweep** (``run``; EventBridge every 10 minutes). It repairs whatever the stream
   missed (a batch dropped after its retries, usage written before the stream existed):
   one Query of the sparse GSI ``active-by-day`` per org day in play (UTC today-2 ..
@@ -552,7 +553,7 @@ def fold_label_days(changed: set[LabelDay], now: datetime | None = None) -> RunR
             continue
         # the org's, or what this container learned of the label-day's since (the fold reads the count item too)
         shard_count = hot_labels.shard_count(
-            scope, label, keys.day_of_key(date_key), org_configs[scope].agg_shard_count
+            scope, label, keys.day_of_key(date_key), org_configs[scope].first_shard_count
         )
         label_shards[(usage_key, date_key)] = keys.shard_item_keys(scope, label, date_key, shard_count)
     if not label_shards:

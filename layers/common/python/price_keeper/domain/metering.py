@@ -55,6 +55,7 @@ class Submission(NamedTuple):
     cost_usd_micros: int
     quote: pricing.PriceQuote
     shard_count: int  # the label-day's shard count the shard was chosen among (hot labels raise it)
+    busy_shard_count: int  # the org's agg_shard_count: what a quiet label-day's first conflict spreads it to
 
     @property
     def scope(self) -> str:
@@ -180,7 +181,7 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
     )
     # a shard every scope's fold is known to read (hot labels raise each scope's count)
     shard_count = min(
-        hot_labels.shard_count(scope, request.model_label, day, config.agg_shard_count) for scope in scopes
+        hot_labels.shard_count(scope, request.model_label, day, config.first_shard_count) for scope in scopes
     )
     tokens = pricing.Tokens(
         request.input_tokens, request.output_tokens, request.cache_read_input_tokens, request.cache_write_input_tokens
@@ -196,6 +197,7 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
         cost_usd_micros=pricing.cost_usd_micros(tokens, quote.prices),
         quote=quote,
         shard_count=shard_count,
+        busy_shard_count=config.agg_shard_count,
     )
 
 
@@ -227,7 +229,12 @@ def _spread(submission: Submission) -> int:
     writes; the count to choose among now."""
     return min(
         hot_labels.raise_after_conflict(
-            scope, submission.label, submission.day, submission.shard_count, usage_expires_at(submission.day)
+            scope,
+            submission.label,
+            submission.day,
+            submission.shard_count,
+            submission.busy_shard_count,
+            usage_expires_at(submission.day),
         )
         for scope in submission.scopes
     )

@@ -45,6 +45,10 @@ class EffectiveConfig(NamedTuple):
     quotas: dict
     sticky_fallback_enabled: bool
     agg_shard_count: int
+    # The shards a label-day starts on: 1 for orgs created since adaptive shards (its first
+    # write conflict spreads it to agg_shard_count, ``hot_labels``); agg_shard_count for
+    # orgs created before, whose label-days were written that way from the start.
+    first_shard_count: int
     tight_mode_threshold_pct: int
     refresh_interval_normal_secs: int
     refresh_interval_tight_secs: int
@@ -97,6 +101,7 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
     overridable = [k for k in APP_OVERRIDABLE if org["quota_scope"] == "APP" or k not in APP_QUOTA_SETTINGS]
     source = {**org, **{k: app[k] for k in overridable if app and k in app}}
     total = source.get("total_quota_usd_micros")
+    shards = int(org.get("agg_shard_count", defaults.usage_agg_shard_count))
     return EffectiveConfig(
         org_id=org_id,
         app_id=app_id,
@@ -107,7 +112,8 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
         model_ordering=tuple(source["model_ordering"]),
         quotas={label: int(value) for label, value in source["quotas"].items()},
         sticky_fallback_enabled=bool(org.get("sticky_fallback_enabled", defaults.sticky_fallback_enabled)),
-        agg_shard_count=int(org.get("agg_shard_count", defaults.usage_agg_shard_count)),
+        agg_shard_count=shards,
+        first_shard_count=int(org.get("first_shard_count", shards)),
         tight_mode_threshold_pct=int(source.get("tight_mode_threshold_pct", defaults.tight_mode_threshold_pct)),
         refresh_interval_normal_secs=int(
             source.get("refresh_interval_normal_secs", defaults.refresh_interval_normal_secs)

@@ -40,7 +40,7 @@ from ..store import profiles as profile_store
 from ..store.dynamo import ConditionFailed
 from ..timeutil import is_valid_timezone, iso_utc, next_midnight_utc, org_day, parse_day
 from ..validation import StrictBody
-from . import auth, orgs
+from . import auth, hot_labels, orgs
 
 NAME_MAX_CHARS = 200
 LABEL_MAX_CHARS = 64
@@ -362,7 +362,10 @@ def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tu
             for name in ("total_quota_usd_micros", "app_daily_cap_usd_micros", "alert_thresholds_pct", "rate_limits")
             if name not in values
         ],
-        create_only={"agg_shard_count": shards or get_config().metering.usage_agg_shard_count},
+        create_only={
+            "agg_shard_count": shards or get_config().metering.usage_agg_shard_count,
+            "first_shard_count": hot_labels.QUIET_SHARDS,
+        },
         must_match={"agg_shard_count": shards} if shards else None,
     )
     orgs.forget(org_id)
