@@ -7,11 +7,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from boto3.dynamodb.conditions import Key
 
-from price_keeper.domain import boosts
+from price_keeper.domain import boosts, orgs
+from price_keeper.store import boosts as boost_store
 from price_keeper.store import keys, tables
-from price_keeper.store.dynamo import table
+from price_keeper.store.dynamo import ddb_client, table
 from tests.conftest import PROVISIONING_KEY, assert_error
 from tests.factories import seed_app, seed_org
+from tests.provisioned import config_item, new_app, new_org
 
 
 def _iso(moment: datetime) -> str:
@@ -71,9 +73,10 @@ def test_org_boost_is_created_stored_with_ttl_and_counted(api, org_scoped):
     expiry = datetime.fromisoformat(expires_at)
     assert item[tables.TTL_ATTRIBUTE] == int(expiry.timestamp())
     now = datetime.now(UTC)
-    assert boosts.active_boosts(org_scoped, None, "ORG", now) == {"premium": 5_000_000}
+    assert boosts.active_boosts(orgs.effective_config(org_scoped), now) == {"premium": 5_000_000}
     # an ORG-scoped org has one quota: the app a caller asks for does not matter
-    assert boosts.active_boosts(org_scoped, "any-app", "ORG", now) == {"premium": 5_000_000}
+    seed_app(org_scoped, "any-app")
+    assert boosts.active_boosts(orgs.effective_config(org_scoped, "any-app"), now) == {"premium": 5_000_000}
 
 
 def test_boosts_of_one_label_add_up_and_apply_raises_quotas(api, org_scoped):
@@ -84,7 +87,7 @@ def test_boosts_of_one_label_add_up_and_apply_raises_quotas(api, org_scoped):
             ).status
             == 201
         )
-    active = boosts.active_boosts(org_scoped, None, "ORG", datetime.now(UTC))
+    active = boosts.active_boosts(orgs.effective_config(org_scoped), datetime.now(UTC))
     assert active == {"standard": 3_500_000}
     quotas = {"premium": 10_000_000, "standard": 5_000_000}
     assert boosts.apply(quotas, active) == {"premium": 10_000_000, "standard": 8_500_000}
@@ -103,9 +106,9 @@ def test_app_boost_applies_to_that_app_only(api, app_scoped):
     [item] = boost_items(app_scoped)
     assert item["resource_key"] == f"BOOST#APP#app-1#{reply.json()['boost_id']}"
     now = datetime.now(UTC)
-    assert boosts.active_boosts(app_scoped, "app-1", "APP", now) == {"economy": 42}
-    assert boosts.active_boosts(app_scoped, "app-10", "APP", now) == {}  # the prefix ends with '#'
-    assert boosts.active_boosts(app_scoped, None, "APP", now) == {}  # no org-wide quota in APP scope
+    assert boosts.active_boosts(orgs.effective_config(app_scoped, "app-1"), now) == {"economy": 42}
+    assert boosts.active_boosts(orgs.effective_config(app_scoped, "app-10"), now) == {}  # the prefix ends with '#'
+    assert boosts.active_boosts(orgs.effective_config(app_scoped), now) == {}  # no org-wide quota in APP scope
 
 
 def test_label_of_the_apps_ordering_is_accepted(api, app_scoped):
@@ -218,20 +221,20 @@ def test_expired_boost_no_longer_counts_while_its_item_still_exists(org_scoped):
     _store_boost(org_scoped, "premium", 111, now - timedelta(hours=1))  # TTL has not deleted it yet
     _store_boost(org_scoped, "premium", 222, now + timedelta(hours=1))
     assert len(boost_items(org_scoped)) == 2
-    assert boosts.active_boosts(org_scoped, None, "ORG", now) == {"premium": 222}
+    assert boosts.active_boosts(orgs.effective_config(org_scoped), now) == {"premium": 222}
 
 
 def test_cached_boost_stops_counting_exactly_at_its_expiry(org_scoped):
     now = datetime.now(UTC)
     expiry = now + timedelta(minutes=10)
     _store_boost(org_scoped, "economy", 500, expiry)
-    assert boosts.active_boosts(org_scoped, None, "ORG", now) == {"economy": 500}
+    assert boosts.active_boosts(orgs.effective_config(org_scoped), now) == {"economy": 500}
     table(tables.CONFIG).delete_item(
         Key={"org_key": keys.org_key(org_scoped), "resource_key": boost_items(org_scoped)[0]["resource_key"]}
     )
     # still cached (the item is gone), and still counted until the expiry, not after it
-    assert boosts.active_boosts(org_scoped, None, "ORG", expiry - timedelta(seconds=1)) == {"economy": 500}
-    assert boosts.active_boosts(org_scoped, None, "ORG", expiry) == {}
+    assert boosts.active_boosts(orgs.effective_config(org_scoped), expiry - timedelta(seconds=1)) == {"economy": 500}
+    assert boosts.active_boosts(orgs.effective_config(org_scoped), expiry) == {}
 
 
 def test_boost_keeps_a_spent_label_available_in_selection_and_aggregates(api):
@@ -259,3 +262,79 @@ def test_boost_keeps_a_spent_label_available_in_selection_and_aggregates(api):
     today = api.get(f"{tenant.app_path}/aggregates/today", token=tenant.token).json()
     assert today["models"]["premium"]["quota_usd_micros"] == 14_000
     assert today["models"]["premium"]["cost_usd_micros"] == 7_520
+
+
+# --- kept on the scope's item -------------------------------------------------------
+
+
+def _read_calls() -> list[str]:
+    calls: list[str] = []
+    ddb_client().meta.events.register("before-call.dynamodb", lambda model, **_: calls.append(model.name))
+    return calls
+
+
+def test_a_new_apps_boosts_come_with_its_config_and_cost_no_call_of_their_own(api):
+    org_id, _ = new_org(api)
+    new_app(api, org_id, "app-1")
+    body = {"model_label": "economy", "amount_usd_micros": 42, "expires_at": _in(hours=2), "app_id": "app-1"}
+    reply = post_boost(api, org_id, body)
+    assert reply.status == 201, reply
+    stored = config_item(org_id, "app-1")[boost_store.BOOSTS_ATTRIBUTE]
+    expires = int(datetime.fromisoformat(body["expires_at"]).timestamp())
+    assert stored == {reply.json()["boost_id"]: ["economy", 42, expires]}
+    assert [item["boost_id"] for item in boost_items(org_id)] == [reply.json()["boost_id"]]  # and its own item
+    orgs.forget(org_id)
+    calls = _read_calls()
+    config = boosts.boosted_config(org_id, "app-1", datetime.now(UTC))
+    assert calls == ["BatchGetItem"]  # the org and app items: no Query of boost items
+    assert config.quotas["economy"] == orgs.effective_config(org_id, "app-1").quotas.get("economy", 0) + 42
+
+
+def test_a_scope_made_before_the_map_gets_it_with_its_next_boost(api, org_scoped):
+    now = datetime.now(UTC)
+    _store_boost(org_scoped, "premium", 111, now - timedelta(hours=1))  # expired, TTL has not deleted it yet
+    _store_boost(org_scoped, "premium", 222, now + timedelta(hours=1))
+    assert boosts.active_boosts(orgs.effective_config(org_scoped), now) == {"premium": 222}  # from the items
+    assert post_boost(api, org_scoped, {"model_label": "premium", "amount_usd_micros": 5, "expires_at": _in(hours=3)})
+    entries = config_item(org_scoped)[boost_store.BOOSTS_ATTRIBUTE]
+    assert sorted(amount for _, amount, _ in entries.values()) == [5, 222]  # the expired one left behind
+    orgs.forget(org_scoped)
+    calls = _read_calls()
+    assert boosts.active_boosts(orgs.effective_config(org_scoped), now) == {"premium": 227}
+    assert calls == ["BatchGetItem"]
+
+
+def test_a_boost_racing_another_for_a_scope_without_the_map_retries_and_both_count(api, org_scoped, monkeypatch):
+    """Two boosts of a scope made before the map: both read no map, the other one creates
+    it first; this one's transaction is cancelled, reads again and adds its entry."""
+    read_items = boost_store.of_quota
+
+    def another_boost_first(*args):
+        monkeypatch.setattr(boost_store, "of_quota", read_items)
+        found = read_items(*args)
+        other = boosts.BoostRequest(model_label="standard", amount_usd_micros=7, expires_at=_in(hours=1))
+        boosts.create(org_scoped, other)  # another container's request, in between
+        return found
+
+    monkeypatch.setattr(boost_store, "of_quota", another_boost_first)
+    body = {"model_label": "premium", "amount_usd_micros": 9, "expires_at": _in(hours=1)}
+    assert post_boost(api, org_scoped, body).status == 201
+    entries = config_item(org_scoped)[boost_store.BOOSTS_ATTRIBUTE]
+    assert sorted((label, amount) for label, amount, _ in entries.values()) == [("premium", 9), ("standard", 7)]
+    assert len(boost_items(org_scoped)) == 2
+
+
+def test_a_quota_holds_at_most_20_active_boosts_and_expired_ones_leave_its_item(api, org_scoped, monkeypatch):
+    body = {"model_label": "premium", "amount_usd_micros": 1, "expires_at": _in(hours=1)}
+    for _ in range(boosts.MAX_ACTIVE_BOOSTS):
+        assert post_boost(api, org_scoped, body).status == 201
+    before = config_item(org_scoped)
+    refused = assert_error(post_boost(api, org_scoped, body), 400, "INVALID_REQUEST")
+    assert refused["details"] == {"limit": 20, "active": 20}
+    assert config_item(org_scoped) == before and len(boost_items(org_scoped)) == 20  # nothing written
+    later = datetime.now(UTC) + timedelta(hours=2)  # every one of them expired
+    monkeypatch.setattr(boosts, "datetime", type("Later", (datetime,), {"now": staticmethod(lambda tz=None: later)}))
+    body["expires_at"] = _iso(later + timedelta(hours=1))
+    reply = post_boost(api, org_scoped, body)
+    assert reply.status == 201, reply
+    assert list(config_item(org_scoped)[boost_store.BOOSTS_ATTRIBUTE]) == [reply.json()["boost_id"]]

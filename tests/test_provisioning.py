@@ -45,8 +45,10 @@ def test_create_returns_201_with_one_time_credentials(api):
 def test_org_item_has_exactly_the_seed_shape(api):
     org_id, credentials = new_org(api)
     stored = config_item(org_id)
-    seeded = config_item(seed_org(first_shard_count=1))  # the seed's, and where label-days start (hot_labels)
-    assert set(stored) == set(seeded) and stored["first_shard_count"] == 1
+    # the seed's, where label-days start (hot_labels) and the org quota's boosts (store.boosts)
+    seeded = config_item(seed_org(first_shard_count=1))
+    assert set(stored) == set(seeded) | {"quota_boosts"}
+    assert stored["first_shard_count"] == 1 and stored["quota_boosts"] == {}
     for name, value in seeded.items():
         assert type(stored[name]) is type(value), name
     assert stored["org_key"] == f"ORG#{org_id}" and stored["resource_key"] == "#"
@@ -348,8 +350,10 @@ def test_app_item_has_the_seed_shape_and_no_plaintext_secret(api):
         "client_secret_created_at_epoch",
         "created_at_epoch",
         "updated_at_epoch",
+        "quota_boosts",  # the app quota's boosts (store.boosts), none yet
     }
-    assert set(stored) - {"model_ordering", "quotas", "tight_mode_threshold_pct"} == set(
+    assert stored["quota_boosts"] == {}
+    assert set(stored) - {"model_ordering", "quotas", "tight_mode_threshold_pct", "quota_boosts"} == set(
         config_item(org_id, seed_app(org_id, "seeded"))
     )
     assert credentials["client_secret"] not in repr(stored)

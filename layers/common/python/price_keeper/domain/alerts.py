@@ -283,7 +283,7 @@ def evaluate_and_fire(
     candidates = due(config.quotas)
     if not candidates:
         return []  # boosts only raise quotas: nothing due without them means nothing due with them
-    extra = boosts.active_boosts(config.org_id, config.app_id, config.quota_scope, now)
+    extra = boosts.active_boosts(config, now)
     if extra:
         candidates = due(boosts.apply(config.quotas, extra))
     return _fire(scope, config, day, candidates, now)
@@ -387,8 +387,9 @@ def spend_pcts(report: RunReport, now: datetime) -> list[float]:
     scopes are to being cut off now. So are counters that are no longer a quota scope (the
     org changed ``quota_scope`` during the day) and, logged, scopes whose config cannot be
     read (the run's totals and alerts are done; a metric must not fail it). The config and
-    the boosts come from the caches ``fire_after_run`` filled; the boosts cost one Config
-    Query per scope when no alert was due, at most once per ``boosts.BOOST_CACHE_SECONDS``.
+    the boosts come from the caches ``fire_after_run`` filled (the boosts with the config,
+    or one Config Query per scope made before boosts were kept on its item, at most once per
+    ``boosts.BOOST_CACHE_SECONDS``).
     """
     pcts: list[float] = []
     for (scope, day), spends in report.changed_spends().items():

@@ -2,16 +2,20 @@
 
 A boost raises exactly one quota counter, the one the org's ``quota_scope`` uses: in an
 ORG-scoped org the org's quota (no ``app_id``), in an APP-scoped org one app's quota
-(``app_id`` required). Boosts are Config items beside the org's own items::
+(``app_id`` required). A boost is a Config item beside the org's own items::
 
     org_key      = ORG#{org_id}
     resource_key = BOOST#ORG#{boost_id}                 (ORG-scoped orgs)
                    BOOST#APP#{app_id}#{boost_id}        (APP-scoped orgs)
 
-so the boosts of one quota scope are one ``Query`` (``begins_with`` the scope's prefix;
-app ids cannot contain ``#``, so ``app-1`` never matches ``app-10``). ``expires_at_epoch``
-is the table's TTL attribute: DynamoDB deletes the item by itself after the expiry, but
-up to 48 h late, so every read also filters by expiry.
+(``expires_at_epoch`` is the table's TTL attribute) and an entry of the ``quota_boosts``
+map on the scope's own item, the org's or the app's (``store.boosts``), written together.
+Every reader takes the boosts from that map, which comes with the config it reads anyway:
+no call of their own. A scope item made before the map existed is read through its boost
+items (one ``Query``, ``begins_with`` the scope's prefix; app ids cannot contain ``#``, so
+``app-1`` never matches ``app-10``) until its next boost creates the map. DynamoDB's TTL
+deletes an item up to 48 h late and expired entries stay in the map until the next boost
+of the quota removes them, so every read filters by expiry.
 
 A boost applies to every day it overlaps, for as long as it has not expired: a boost
 expiring at 15:00 counts in selection and aggregates until 15:00 and not after.
@@ -28,7 +32,7 @@ from pydantic import Field, StringConstraints
 from .. import audit
 from ..cache import TTLCache
 from ..config import get_config
-from ..errors import ApiError, invalid_request, not_found
+from ..errors import ApiError, invalid_request, not_found, service_unavailable
 from ..store import boosts as boost_store
 from ..store import config_items, keys, tables
 from ..timeutil import iso_utc
@@ -36,11 +40,14 @@ from ..validation import APP_ID_PATTERN, StrictBody
 from . import orgs
 
 MAX_BOOST_DAYS = 7
+MAX_ACTIVE_BOOSTS = 20  # per quota: its item keeps them (~70 B each)
+CREATE_ATTEMPTS = 3  # a concurrent boost of the same quota changed its item first
 MAX_AMOUNT_USD_MICROS = 2**63 - 1  # CostAmount is a 64-bit integer
 BOOST_CACHE_SECONDS = 30
 
-# (org_id, app_id | None, quota_scope) -> [(label, amount, expires_at_epoch)], unfiltered:
-# expiry is checked at every call, so a cached boost stops counting exactly at its expiry.
+# (org_id, app_id | None, quota_scope) -> {boost_id: (label, amount, expires_at_epoch)} of a
+# scope item made before boosts were kept on it, unfiltered: expiry is checked at every call,
+# so a cached boost stops counting exactly at its expiry.
 _cache = TTLCache(BOOST_CACHE_SECONDS)
 
 
@@ -84,8 +91,9 @@ def parse_expiry(value: str, now: datetime) -> datetime:
     return moment
 
 
-def _check_target(org_id: str, request: BoostRequest) -> orgs.EffectiveConfig:
-    """The effective config of the boosted scope; 404/400 when the boost cannot apply."""
+def _check_target(org_id: str, request: BoostRequest) -> tuple[orgs.EffectiveConfig, dict]:
+    """The effective config of the boosted scope and the scope's own item (the org's or the
+    app's, which keeps the boosts); 404/400 when the boost cannot apply."""
     org, app = config_items.org_and_app(org_id, request.app_id)  # consistent reads: an admin write, no stale cache
     if org is None:
         raise not_found("Organization not registered", org_id=org_id)
@@ -108,31 +116,53 @@ def _check_target(org_id: str, request: BoostRequest) -> orgs.EffectiveConfig:
             f"Model label '{request.model_label}' is not configured",
             {"model_label": request.model_label, "valid_labels": known},
         )
-    return config
+    return config, app if request.app_id else org
 
 
 def create(org_id: str, request: BoostRequest, now: datetime | None = None) -> dict:
-    """Store a boost (one PutItem after every check passed) and return it as the API shows it."""
+    """Store a boost (its item and its entry on the scope's item, one transaction, after
+    every check passed) and return it as the API shows it. 400 when the scope already has
+    ``MAX_ACTIVE_BOOSTS`` boosts that have not expired."""
     now = now or datetime.now(UTC)
     audit.note(app_id=request.app_id, model_label=request.model_label, amount_usd_micros=request.amount_usd_micros)
     expires = parse_expiry(request.expires_at, now)
-    config = _check_target(org_id, request)
     boost_id = str(uuid.uuid4())
+    for _ in range(CREATE_ATTEMPTS):
+        config, scope_item = _check_target(org_id, request)
+        entries = boost_store.entries_of(scope_item)
+        stored = entries if entries is not None else boost_store.of_quota(org_id, request.app_id, config.quota_scope)
+        active = {key: entry for key, entry in stored.items() if entry[2] > now.timestamp()}
+        if len(active) >= MAX_ACTIVE_BOOSTS:
+            raise invalid_request(
+                f"At most {MAX_ACTIVE_BOOSTS} boosts of one quota may be active at once",
+                limit=MAX_ACTIVE_BOOSTS,
+                active=len(active),
+            )
+        item = {
+            "org_key": keys.org_key(org_id),
+            "resource_key": keys.boost_prefix(config.quota_scope, request.app_id) + boost_id,
+            "boost_id": boost_id,
+            "model_label": request.model_label,
+            "amount_usd_micros": request.amount_usd_micros,
+            "expires_at": iso_utc(expires),
+            tables.TTL_ATTRIBUTE: int(expires.timestamp()),
+            "created_at": iso_utc(now),
+            "created_at_epoch": int(now.timestamp()),
+        }
+        if request.app_id:
+            item["app_id"] = request.app_id
+        if boost_store.create(
+            item,
+            {"org_key": scope_item["org_key"], "resource_key": scope_item["resource_key"]},
+            migrated=active if entries is None else None,
+            expired=[key for key in stored if key not in active],
+            room=MAX_ACTIVE_BOOSTS + len(stored) - len(active),
+        ):
+            break
+    else:
+        raise service_unavailable("Concurrent boosts of this quota kept changing it; retry")
     audit.note(boost_id=boost_id, expires_at=iso_utc(expires))
-    item = {
-        "org_key": keys.org_key(org_id),
-        "resource_key": keys.boost_prefix(config.quota_scope, request.app_id) + boost_id,
-        "boost_id": boost_id,
-        "model_label": request.model_label,
-        "amount_usd_micros": request.amount_usd_micros,
-        "expires_at": iso_utc(expires),
-        tables.TTL_ATTRIBUTE: int(expires.timestamp()),
-        "created_at": iso_utc(now),
-        "created_at_epoch": int(now.timestamp()),
-    }
-    if request.app_id:
-        item["app_id"] = request.app_id
-    boost_store.create(item)
+    orgs.forget(org_id, request.app_id)
     _cache.discard((org_id, request.app_id, config.quota_scope))
     return {
         "boost_id": boost_id,
@@ -145,30 +175,24 @@ def create(org_id: str, request: BoostRequest, now: datetime | None = None) -> d
     }
 
 
-def _load(org_id: str, app_id: str | None, quota_scope: str) -> list[tuple[str, int, int]]:
-    return [
-        (item["model_label"], int(item["amount_usd_micros"]), int(item[tables.TTL_ATTRIBUTE]))
-        for item in boost_store.of_quota(org_id, app_id, quota_scope)
-    ]
-
-
-def active_boosts(org_id: str, app_id: str | None, quota_scope: str, now: datetime) -> dict[str, int]:
-    """Micro-USD to add to each label's daily quota at ``now``, for the quota of one scope.
-
-    For model selection and aggregates: pass the effective config's ``org_id``, ``app_id``
-    and ``quota_scope`` (an ORG-scoped org ignores ``app_id``; an APP-scoped org with
-    ``app_id=None`` has no org-wide quota to boost and gets ``{}``), then
-    ``apply(config.quotas, active_boosts(...))`` gives the quotas to compare spend with.
-    One Config Query per scope, cached in memory for ``BOOST_CACHE_SECONDS``: a new boost
-    reaches other warm containers within that; an expired one stops counting at once.
+def active_boosts(config: orgs.EffectiveConfig, now: datetime) -> dict[str, int]:
+    """Micro-USD to add to each label's daily quota at ``now``, for the quota of ``config``'s
+    scope; ``apply(config.quotas, active_boosts(config, now))`` gives the quotas to compare
+    spend with. The boosts come with the config (``EffectiveConfig.boosts``, cached for
+    ``orgs.CONFIG_CACHE_SECONDS``), but for a scope item made before boosts were kept there:
+    one Query of its boost items, cached for ``BOOST_CACHE_SECONDS``. A new boost reaches
+    other warm containers within that; an expired one stops counting at once.
     """
-    if quota_scope == "APP" and app_id is None:
-        return {}
-    scope_app = app_id if quota_scope == "APP" else None
-    boosts = _cache.get_or_load((org_id, scope_app, quota_scope), lambda: _load(org_id, scope_app, quota_scope))
+    entries = config.boosts
+    if entries is None:
+        scope_app = config.app_id if config.quota_scope == "APP" else None
+        entries = _cache.get_or_load(
+            (config.org_id, scope_app, config.quota_scope),
+            lambda: boost_store.of_quota(config.org_id, scope_app, config.quota_scope),
+        )
     cutoff = now.timestamp()
     totals: dict[str, int] = {}
-    for label, amount, expires_at_epoch in boosts:
+    for label, amount, expires_at_epoch in entries.values():
         if expires_at_epoch > cutoff:
             totals[label] = totals.get(label, 0) + amount
     return totals
@@ -189,5 +213,5 @@ def boosted_config(org_id: str, app_id: str | None, now: datetime) -> orgs.Effec
     """The effective config with the boosts active at ``now`` added to its quotas: what
     model selection, aggregates and the usage response compare spend against."""
     config = orgs.effective_config(org_id, app_id)
-    extra = active_boosts(config.org_id, config.app_id, config.quota_scope, now)
+    extra = active_boosts(config, now)
     return config._replace(quotas=apply(config.quotas, extra)) if extra else config

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from ..cache import TTLCache
 from ..config import get_config
 from ..errors import ApiError, not_found
+from ..store import boosts as boost_store
 from ..store import config_items, keys
 from ..validation import is_app_id, is_uuid
 
@@ -60,6 +61,10 @@ class EffectiveConfig(NamedTuple):
     # ORG scope: the most one app may spend a day over every label (the org's default for its
     # apps, or the app's own); None: no cap of its own, the org's quotas only.
     app_daily_cap_usd_micros: int | None = None
+    # The quota's boosts, from the scope's own item (``store.boosts``): id -> (label,
+    # micro-USD, expiry epoch), expired ones included; None: an item made before boosts were
+    # kept there, whose boost items ``domain.boosts`` reads.
+    boosts: dict[str, tuple[str, int, int]] | None = None
 
     @property
     def total_quota(self) -> int:
@@ -131,7 +136,16 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
             else get_config().alerts.thresholds_pct
         ),
         rate_limits={name: int(requests) for name, requests in (org.get("rate_limits") or {}).items()},
+        boosts=_boosts(org, app, app_id),
     )
+
+
+def _boosts(org: dict, app: dict | None, app_id: str | None) -> dict[str, tuple[str, int, int]] | None:
+    """The boosts kept on the quota scope's item: the org's in ORG scope, the app's in APP
+    scope (none for the org itself there: it has no quota of its own)."""
+    if org["quota_scope"] == "ORG":
+        return boost_store.entries_of(org)
+    return boost_store.entries_of(app) if app_id and app is not None else {}
 
 
 def effective_config(org_id: str, app_id: str | None = None) -> EffectiveConfig:

@@ -35,6 +35,7 @@ from ..config import get_config
 from ..errors import ApiError, invalid_config, not_found
 from ..metric_names import CLIENT_TOKENS_REVOKED
 from ..observability import count
+from ..store import boosts as boost_store
 from ..store import config_items, usage
 from ..store import profiles as profile_store
 from ..store.dynamo import ConditionFailed
@@ -365,6 +366,7 @@ def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tu
         create_only={
             "agg_shard_count": shards or get_config().metering.usage_agg_shard_count,
             "first_shard_count": hot_labels.QUIET_SHARDS,
+            boost_store.BOOSTS_ATTRIBUTE: {},
         },
         must_match={"agg_shard_count": shards} if shards else None,
     )
@@ -416,6 +418,7 @@ def put_app(org_id: str, app_id: str, request: AppRequest) -> tuple[bool, dict]:
         auth.Principal(org_id, app_id),
         {"app_name": request.app_name, **values, "updated_at_epoch": int(time.time())},
         remove=[APP_ATTRIBUTES[name] for name in inherited],
+        create_only={boost_store.BOOSTS_ATTRIBUTE: {}},
     )
     orgs.forget(org_id, app_id)
     return _reply(
