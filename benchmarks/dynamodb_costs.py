@@ -151,10 +151,11 @@ def create_tables() -> None:
         client.create_table(**spec.create_table_kwargs())
 
 
-def seed_scopes(count: int, first_shard_count: int | None = None) -> list[tuple[str, str]]:
-    """``count`` orgs with one app each (APP scope), config items in the seed's shape; their
-    label-days start on ``first_shard_count`` shards (None: on all 8, as orgs created before
-    adaptive shards do)."""
+def seed_scopes(count: int, made_now: bool = False) -> list[tuple[str, str]]:
+    """``count`` orgs with one app each (APP scope), config items in the seed's shape; with
+    ``made_now`` as provisioning makes them today (label-days start on one shard, boosts kept
+    on the items), else as orgs made before those were (all 8 shards, boosts read by a Query)."""
+    made_now_attributes = {"first_shard_count": 1, "quota_boosts": {}} if made_now else {}
     config = boto3.resource("dynamodb").Table(tables.CONFIG.physical_name)
     tenants = []
     with config.batch_writer() as batch:
@@ -170,12 +171,17 @@ def seed_scopes(count: int, first_shard_count: int | None = None) -> list[tuple[
                     "model_ordering": ["premium", "standard", "economy"],
                     "quotas": {"premium": 10**12, "standard": 10**12, "economy": 10**12},
                     "agg_shard_count": 8,
-                    **({"first_shard_count": first_shard_count} if first_shard_count else {}),
+                    **made_now_attributes,
                     "sticky_fallback_enabled": True,
                 }
             )
             batch.put_item(
-                Item={"org_key": keys.org_key(org_id), "resource_key": keys.app_resource(app_id), "app_name": "bench"}
+                Item={
+                    "org_key": keys.org_key(org_id),
+                    "resource_key": keys.app_resource(app_id),
+                    "app_name": "bench",
+                    **({"quota_boosts": {}} if made_now else {}),
+                }
             )
             tenants.append((org_id, app_id))
     return tenants

@@ -299,18 +299,17 @@ class Tenant:
         return f"/api/v1/orgs/{self.org_id}/apps/{self.app_id}"
 
 
-def tenants(count: int, rate_limits: dict[str, int] | None = None, first_shard_count: int | None = 1) -> list[Tenant]:
+def tenants(count: int, rate_limits: dict[str, int] | None = None, made_now: bool = True) -> list[Tenant]:
     """``count`` orgs with one app (half of them single clients, half batched), each with an
     access token, and the org's own ``rate_limits`` (``overrides.rate_limits``) if given;
-    label-days start on ``first_shard_count`` shards (1, as provisioning creates orgs; None:
-    all 8, as orgs created before adaptive shards)."""
+    ``made_now``: as provisioning makes orgs today (``dynamodb_costs.seed_scopes``)."""
     import boto3
 
     from price_keeper.domain import auth
 
     config = boto3.resource("dynamodb").Table(tables.CONFIG.physical_name)
     made = []
-    for n, (org_id, app_id) in enumerate(seed_scopes(count, first_shard_count)):
+    for n, (org_id, app_id) in enumerate(seed_scopes(count, made_now)):
         if rate_limits:
             config.update_item(
                 Key={"org_key": keys.org_key(org_id), "resource_key": "#"},
@@ -551,7 +550,7 @@ FLEET_TENANT_LIMITS = {"usage": 100_000, "usage_batch": 10_000, "model_selection
 
 
 def metering_run(fleet: Fleet, args) -> tuple[list[tuple], list[str]]:
-    clients = tenants(args.tenants, FLEET_TENANT_LIMITS, None if args.legacy_shards else 1)
+    clients = tenants(args.tenants, FLEET_TENANT_LIMITS, made_now=not args.orgs_made_before)
     aggregator = Aggregator()
     aggregator.meter.reset()
     # cold: every container's first requests (config, prices, token checks), then warm
@@ -663,7 +662,9 @@ def main() -> None:
     parser.add_argument("--rate-limits-only", action="store_true")
     parser.add_argument("--metering-only", action="store_true")
     parser.add_argument(
-        "--legacy-shards", action="store_true", help="orgs whose label-days start on all 8 shards (created before 1)"
+        "--orgs-made-before",
+        action="store_true",
+        help="orgs as made before adaptive shards and boosts on config items (8 shards, a boosts Query)",
     )
     args = parser.parse_args()
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")

@@ -49,7 +49,7 @@ def test_a_fleet_counts_every_accepted_record_once(fleet):
             select_every=60,
             single_select_every=2,
             retries=0.2,
-            legacy_shards=False,
+            orgs_made_before=False,
         )
         costs, problems = fleet.metering_run(containers, args)
     finally:

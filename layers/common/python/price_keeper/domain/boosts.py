@@ -121,58 +121,59 @@ def _check_target(org_id: str, request: BoostRequest) -> tuple[orgs.EffectiveCon
 
 def create(org_id: str, request: BoostRequest, now: datetime | None = None) -> dict:
     """Store a boost (its item and its entry on the scope's item, one transaction, after
-    every check passed) and return it as the API shows it. 400 when the scope already has
-    ``MAX_ACTIVE_BOOSTS`` boosts that have not expired."""
+    every check passed) and return it as the API shows it."""
     now = now or datetime.now(UTC)
     audit.note(app_id=request.app_id, model_label=request.model_label, amount_usd_micros=request.amount_usd_micros)
     expires = parse_expiry(request.expires_at, now)
     boost_id = str(uuid.uuid4())
-    for _ in range(CREATE_ATTEMPTS):
-        config, scope_item = _check_target(org_id, request)
-        entries = boost_store.entries_of(scope_item)
-        stored = entries if entries is not None else boost_store.of_quota(org_id, request.app_id, config.quota_scope)
-        active = {key: entry for key, entry in stored.items() if entry[2] > now.timestamp()}
-        if len(active) >= MAX_ACTIVE_BOOSTS:
-            raise invalid_request(
-                f"At most {MAX_ACTIVE_BOOSTS} boosts of one quota may be active at once",
-                limit=MAX_ACTIVE_BOOSTS,
-                active=len(active),
-            )
-        item = {
-            "org_key": keys.org_key(org_id),
-            "resource_key": keys.boost_prefix(config.quota_scope, request.app_id) + boost_id,
-            "boost_id": boost_id,
-            "model_label": request.model_label,
-            "amount_usd_micros": request.amount_usd_micros,
-            "expires_at": iso_utc(expires),
-            tables.TTL_ATTRIBUTE: int(expires.timestamp()),
-            "created_at": iso_utc(now),
-            "created_at_epoch": int(now.timestamp()),
-        }
-        if request.app_id:
-            item["app_id"] = request.app_id
-        if boost_store.create(
-            item,
-            {"org_key": scope_item["org_key"], "resource_key": scope_item["resource_key"]},
-            migrated=active if entries is None else None,
-            expired=[key for key in stored if key not in active],
-            room=MAX_ACTIVE_BOOSTS + len(stored) - len(active),
-        ):
-            break
-    else:
-        raise service_unavailable("Concurrent boosts of this quota kept changing it; retry")
     audit.note(boost_id=boost_id, expires_at=iso_utc(expires))
-    orgs.forget(org_id, request.app_id)
-    _cache.discard((org_id, request.app_id, config.quota_scope))
-    return {
+    item = {
+        "org_key": keys.org_key(org_id),
         "boost_id": boost_id,
-        "org_id": org_id,
-        "app_id": request.app_id,
         "model_label": request.model_label,
         "amount_usd_micros": request.amount_usd_micros,
-        "expires_at": item["expires_at"],
-        "created_at": item["created_at"],
+        "expires_at": iso_utc(expires),
+        tables.TTL_ATTRIBUTE: int(expires.timestamp()),
+        "created_at": iso_utc(now),
+        "created_at_epoch": int(now.timestamp()),
+        **({"app_id": request.app_id} if request.app_id else {}),
     }
+    for _ in range(CREATE_ATTEMPTS):
+        if _store(org_id, request, item, now):
+            orgs.forget(org_id, request.app_id)
+            return {
+                "boost_id": item["boost_id"],
+                "org_id": org_id,
+                "app_id": request.app_id,
+                "model_label": request.model_label,
+                "amount_usd_micros": request.amount_usd_micros,
+                "expires_at": item["expires_at"],
+                "created_at": item["created_at"],
+            }
+    raise service_unavailable("Concurrent boosts of this quota kept changing it; retry")
+
+
+def _store(org_id: str, request: BoostRequest, item: dict, now: datetime) -> bool:
+    """One attempt to write ``item`` and its entry on the quota scope's item (read afresh);
+    False when the scope item changed in between. 400 when the quota already has
+    ``MAX_ACTIVE_BOOSTS`` boosts that have not expired."""
+    config, scope_item = _check_target(org_id, request)
+    entries = boost_store.entries_of(scope_item)
+    stored = entries if entries is not None else boost_store.of_quota(org_id, request.app_id, config.quota_scope)
+    active = {boost_id: entry for boost_id, entry in stored.items() if entry[2] > now.timestamp()}
+    if len(active) >= MAX_ACTIVE_BOOSTS:
+        raise invalid_request(
+            f"At most {MAX_ACTIVE_BOOSTS} boosts of one quota may be active at once",
+            limit=MAX_ACTIVE_BOOSTS,
+            active=len(active),
+        )
+    return boost_store.create(
+        {**item, "resource_key": keys.boost_prefix(config.quota_scope, request.app_id) + item["boost_id"]},
+        {"org_key": scope_item["org_key"], "resource_key": scope_item["resource_key"]},
+        migrated=active if entries is None else None,
+        expired=[boost_id for boost_id in stored if boost_id not in active],
+        room=MAX_ACTIVE_BOOSTS + len(stored) - len(active),
+    )
 
 
 def active_boosts(config: orgs.EffectiveConfig, now: datetime) -> dict[str, int]:
