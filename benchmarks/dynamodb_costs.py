@@ -310,7 +310,7 @@ def activate(tenants, submissions_per_scope: int) -> None:
 
 
 def scenario(meter: Meter, scopes: int, submissions_per_scope: int) -> list[tuple[str, str, float, float]]:
-    tenants = seed_scopes(scopes)
+    tenants = seed_scopes(scopes, made_now=True)
     org_id, app_id = tenants[0]
     rows = []
     metering.submit(org_id, app_id, usage())  # warm: config, price and profile lookups cached

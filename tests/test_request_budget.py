@@ -94,3 +94,33 @@ def test_a_cold_containers_report_on_a_config_label_reads_no_profile(api, calls,
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
     expected = {"BatchGetItem": 3, "Query": boost_queries, "UpdateItem": 1, "TransactWriteItems": 1}
     assert dict(calls) == {name: count for name, count in expected.items() if count}
+
+
+def test_the_config_is_read_eventually_consistent_and_an_item_not_found_again_strongly(aws, monkeypatch):
+    """Half the read units on every cold config read (the cache lags changes by 30 s
+    anyway); an org or app created a moment ago, which a stale replica may not have yet, is
+    read again strongly instead of answered as not registered."""
+    from price_keeper.domain import orgs
+    from price_keeper.store import config_items, tables
+
+    tenant = new_tenant()
+    consistency = []
+    ddb_client().meta.events.register(
+        "before-parameter-build.dynamodb.BatchGetItem",
+        lambda params, **_: consistency.append(params["RequestItems"][tables.CONFIG.physical_name]["ConsistentRead"]),
+    )
+    orgs.forget(tenant.org_id)
+    assert orgs.effective_config(tenant.org_id, tenant.app_id).app_id == tenant.app_id
+    assert consistency == [False]
+
+    read = config_items.clients
+
+    def replica_without_the_new_app(pairs, *, consistent=True):
+        found = read(pairs, consistent=consistent)
+        return found if consistent else {pair: item for pair, item in found.items() if pair[1] is None}
+
+    monkeypatch.setattr(config_items, "clients", replica_without_the_new_app)
+    orgs.forget(tenant.org_id)
+    consistency.clear()
+    assert orgs.effective_config(tenant.org_id, tenant.app_id).app_id == tenant.app_id
+    assert consistency == [False, True]

@@ -154,7 +154,8 @@ def effective_config(org_id: str, app_id: str | None = None) -> EffectiveConfig:
     cached = _effective.get(cache_key)
     if cached is not None:
         return cached
-    org, app = config_items.org_and_app(org_id, app_id)
+    items = _client_items({(org_id, None), (org_id, app_id)})
+    org, app = items.get((org_id, None)), items.get((org_id, app_id)) if app_id else None
     if org is None:
         raise not_found("Organization not registered", org_id=org_id)
     if app_id and app is None:
@@ -172,13 +173,23 @@ def effective_configs(pairs: Iterable[tuple[str, str | None]]) -> dict[tuple[str
     configs = {pair: _effective.get(pair) for pair in pairs}
     missing = [pair for pair, config in configs.items() if config is None]
     if missing:
-        items = config_items.clients({*missing, *((org_id, None) for org_id, _ in missing)})
+        items = _client_items({*missing, *((org_id, None) for org_id, _ in missing)})
         for org_id, app_id in missing:
             org, app = items.get((org_id, None)), items.get((org_id, app_id)) if app_id else None
             if org is not None and (app_id is None or app is not None):
                 configs[(org_id, app_id)] = merge(org, app, org_id, app_id)
                 _effective.put((org_id, app_id), configs[(org_id, app_id)])
     return {pair: config for pair, config in configs.items() if config is not None}
+
+
+def _client_items(pairs: set[tuple[str, str | None]]) -> dict[tuple[str, str | None], dict]:
+    """The config items of ``pairs`` read eventually consistent, at half the units (what is
+    read is cached for ``CONFIG_CACHE_SECONDS`` anyway); the ones not found read again,
+    strongly, so an org or app created a moment ago is never answered as not registered."""
+    items = config_items.clients(pairs, consistent=False)
+    if missing := pairs - items.keys():
+        items |= config_items.clients(missing)
+    return items
 
 
 def forget(org_id: str, app_id: str | None = None) -> None:

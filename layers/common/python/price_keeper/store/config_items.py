@@ -32,12 +32,14 @@ def org_and_app(org_id: str, app_id: str | None) -> tuple[dict | None, dict | No
     return items.get(keys.ROOT_RESOURCE), (items.get(keys.app_resource(app_id)) if app_id else None)
 
 
-def clients(org_apps: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str | None], dict]:
-    """The org and app items of many (org, app or None) pairs in consistent BatchGetItems, by pair."""
+def clients(
+    org_apps: Iterable[tuple[str, str | None]], *, consistent: bool = True
+) -> dict[tuple[str, str | None], dict]:
+    """The org and app items of many (org, app or None) pairs in BatchGetItems, by pair."""
     wanted = {pair: client_key(*pair) for pair in org_apps}
     found = {
         (item["org_key"], item["resource_key"]): item
-        for item in batch_get(tables.CONFIG, wanted.values(), consistent=True)
+        for item in batch_get(tables.CONFIG, wanted.values(), consistent=consistent)
     }
     return {
         pair: found[(key["org_key"], key["resource_key"])]
