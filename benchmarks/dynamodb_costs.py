@@ -259,10 +259,10 @@ def through_handlers(
 def stream_folds(
     meter: Meter, records_per_batch: tuple[int, ...] = (1, 10, 100)
 ) -> list[tuple[str, str, float, float]]:
-    """The aggregator function on stream batches of one scope's usage (one label, 8 shards),
-    as the event source mapping invokes it, warm: the calls and units of one batch of each
-    size (alerts included; the heartbeat, written at most once per 10 s per container, is
-    not: see the first row)."""
+    """The aggregator function on stream batches of one scope's usage (one label on its one
+    shard: an org as provisioning makes it now), as the event source mapping invokes it,
+    warm: the calls and units of one batch of each size (alerts included; the heartbeat,
+    written at most once per 10 s per container, is not: see the first row)."""
     from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
     from local.streams import StreamReader, lambda_event
@@ -270,7 +270,7 @@ def stream_folds(
 
     state.reset()  # a fresh container: its first fold writes the heartbeat
     meter.attach()
-    org_id, app_id = seed_scopes(1)[0]
+    org_id, app_id = seed_scopes(1, made_now=True)[0]
     stream = StreamReader(tables.USAGE_AGG_SHARDED)
     stream.read()
     metering.submit(org_id, app_id, usage())
