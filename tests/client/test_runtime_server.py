@@ -80,17 +80,17 @@ def test_selection_is_cached_as_the_service_advises(server):
 
 
 def tight_from_half(server):
-    """(keeper on a fake clock, its calls, the clock) of an app whose premium quota is 10,000
-    micro-USD a day, tight from 50 %."""
+    """(keeper on a fake clock, its calls, the clock, the app's credentials) of an app whose
+    premium quota is 10,000 micro-USD a day, tight from 50 %."""
     quotas = {"premium": 10_000, "standard": 5_000_000, "economy": 2_000_000}
     _, creds = provision(server, overrides={"tight_mode_threshold_pct": 50}, quotas=quotas)
     clock = FakeClock()
     keeper, calls = make_keeper(server, creds, monotonic=clock)
-    return keeper, calls, clock
+    return keeper, calls, clock, creds
 
 
 def test_tight_mode_shortens_the_cache_to_a_minute(server):
-    keeper, calls, clock = tight_from_half(server)  # 7,500 input tokens at 0.8 micro-USD cost 6,000 (60 %)
+    keeper, calls, clock, _ = tight_from_half(server)  # 7,500 input tokens at 0.8 micro-USD cost 6,000 (60 %)
     keeper.report_usage(usage(input_tokens=7_500))
     tight = wait_for(lambda: (lambda c: c if c.mode == "TIGHT" else None)(keeper.select_model(force=True)))
     assert tight is not None, "model selection never reported TIGHT mode"
@@ -106,9 +106,12 @@ def test_tight_mode_shortens_the_cache_to_a_minute(server):
 
 
 def test_a_usage_answer_showing_the_label_tight_makes_the_client_ask_again(server):
-    keeper, calls, clock = tight_from_half(server)
+    keeper, calls, _, creds = tight_from_half(server)
     assert keeper.select_model().mode == "NORMAL"
-    keeper.report_usage(usage(input_tokens=7_500))  # 60 % of premium's quota
+    # another client of the app spends 60 % of premium's quota: this one's cached choice
+    # learns it from its own next usage answer, whenever the aggregator folds
+    other, _ = make_keeper(server, creds, monotonic=FakeClock())
+    other.report_usage(usage(input_tokens=7_500))
     assert spend_reaches(keeper, 1), "the aggregator never folded the usage"
     assert keeper.select_model().mode == "NORMAL"  # still the cached answer: no time has passed
     receipt = keeper.report_usage(usage(input_tokens=10))
@@ -116,7 +119,7 @@ def test_a_usage_answer_showing_the_label_tight_makes_the_client_ask_again(serve
     choice = keeper.select_model()
     assert choice.mode == "TIGHT" and choice.cache_duration_secs == 60
     assert calls.count("GET", "/model-selection") == 2
-    assert keeper.close()
+    assert keeper.close() and other.close()
 
 
 class LoseFirstUsageAnswer(HTTPAdapter):
