@@ -569,6 +569,27 @@ def test_a_quiet_label_days_first_conflict_spreads_it_to_the_orgs_count_then_dou
     assert total(scope, "premium")["requests"] == 3
 
 
+def test_an_older_org_starts_its_label_days_on_one_shard_from_the_configured_day(stream, monkeypatch):
+    """config.yaml's ``metering.one_shard_from`` moves orgs made before adaptive shards: their
+    label-days before that day stay on all of their shards, and the folds read them so."""
+    import dataclasses
+
+    from price_keeper.domain import orgs
+
+    real = orgs.get_config()
+    moved = dataclasses.replace(real, metering=real.metering._replace(one_shard_from=DAY))
+    monkeypatch.setattr(orgs, "get_config", lambda: moved)
+    org_id = seed_org(quota_scope="ORG")  # no first_shard_count on its item
+    config = orgs.effective_config(org_id)
+    assert [config.starting_shards(day) for day in ("20260122", DAY, "20260124")] == [8, 1, 1]
+    scope = keys.org_key(org_id)
+    put_shard(scope, "premium", 5, day="20260122", cost=7)  # the day before: written over 8 shards
+    put_shard(scope, "premium", 0, day=DAY, cost=11)  # from the day: on its one shard
+    fold(stream())
+    assert total(scope, "premium", "20260122")["cost_usd_micros"] == 7
+    assert total(scope, "premium", DAY)["cost_usd_micros"] == 11
+
+
 def test_live_spend_in_tight_mode_counts_the_shards_of_a_raised_count(aws):
     from price_keeper.domain import hot_labels
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
@@ -88,6 +89,26 @@ class Metering(NamedTuple):
     # input covers the cache read/write counts too, which are input tokens.
     max_input_tokens: int = 1_000_000
     max_output_tokens: int = 128_000
+    # Orgs made before adaptive shards (no ``first_shard_count`` on their item) start their
+    # label-days of this org day (yyyymmdd) and later on one shard too; empty: never. Only a
+    # day that has not begun anywhere when the setting is deployed (UTC today + 2 or later):
+    # a label-day written over all of its shards must go on being read that way.
+    one_shard_from: str = ""
+
+
+def _metering(raw: dict) -> Metering:
+    values = dict(raw)
+    if values.get("one_shard_from") is not None:  # YAML reads an unquoted 20261128 as a number
+        values["one_shard_from"] = str(values["one_shard_from"])
+    metering = Metering(**values)
+    if metering.one_shard_from:
+        try:
+            datetime.strptime(metering.one_shard_from, "%Y%m%d")
+        except ValueError:
+            raise ValueError(
+                f"metering.one_shard_from must be a day as yyyymmdd: {metering.one_shard_from!r}"
+            ) from None
+    return metering
 
 
 class Alerts(NamedTuple):
@@ -237,7 +258,7 @@ def parse_config(raw: dict) -> ServiceConfig:
     return ServiceConfig(
         service_name=service.get("name", "bedrock-price-keeper"),
         version=str(service.get("version", "1.0.0")),
-        metering=Metering(**(raw.get("metering") or {})),
+        metering=_metering(raw.get("metering") or {}),
         labels=labels,
         org_defaults=raw.get("org_defaults") or {},
         rate_limits={

@@ -553,7 +553,7 @@ def fold_label_days(changed: set[LabelDay], now: datetime | None = None) -> RunR
             continue
         # the org's, or what this container learned of the label-day's since (the fold reads the count item too)
         shard_count = hot_labels.shard_count(
-            scope, label, keys.day_of_key(date_key), org_configs[scope].first_shard_count
+            scope, label, keys.day_of_key(date_key), org_configs[scope].starting_shards(keys.day_of_key(date_key))
         )
         label_shards[(usage_key, date_key)] = keys.shard_item_keys(scope, label, date_key, shard_count)
     if not label_shards:

@@ -1,8 +1,8 @@
 """Hot labels: a label-day's shard count grows with its load.
 
-A label's usage of a day starts on one shard item (orgs created since adaptive shards,
-``EffectiveConfig.first_shard_count``; older orgs start on their ``agg_shard_count``, as
-their label-days always did). Concurrent transactions on one shard item cancel each other
+A label's usage of a day starts on one shard item (orgs created since adaptive shards, and
+older orgs from config.yaml's ``metering.one_shard_from``: ``EffectiveConfig.starting_shards``;
+older orgs start on their ``agg_shard_count`` before that day, as their label-days always did). Concurrent transactions on one shard item cancel each other
 (``TransactionConflict``). The writer that conflicts spreads the label-day: a quiet one
 (one shard) to the org's ``agg_shard_count`` (8 by default), and from there it doubles the
 count (up to ``MAX_SHARDS``), in a count item beside the shards (``keys.shard_count_key``,

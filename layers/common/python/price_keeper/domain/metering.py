@@ -181,7 +181,7 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
     )
     # a shard every scope's fold is known to read (hot labels raise each scope's count)
     shard_count = min(
-        hot_labels.shard_count(scope, request.model_label, day, config.first_shard_count) for scope in scopes
+        hot_labels.shard_count(scope, request.model_label, day, config.starting_shards(day)) for scope in scopes
     )
     tokens = pricing.Tokens(
         request.input_tokens, request.output_tokens, request.cache_read_input_tokens, request.cache_write_input_tokens

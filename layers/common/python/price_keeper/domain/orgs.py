@@ -18,6 +18,7 @@ from ..errors import ApiError, not_found
 from ..store import boosts as boost_store
 from ..store import config_items, keys
 from ..validation import is_app_id, is_uuid
+from . import hot_labels
 
 CONFIG_CACHE_SECONDS = 30
 _effective = TTLCache(CONFIG_CACHE_SECONDS)
@@ -46,10 +47,12 @@ class EffectiveConfig(NamedTuple):
     quotas: dict
     sticky_fallback_enabled: bool
     agg_shard_count: int
-    # The shards a label-day starts on: 1 for orgs created since adaptive shards (its first
-    # write conflict spreads it to agg_shard_count, ``hot_labels``); agg_shard_count for
-    # orgs created before, whose label-days were written that way from the start.
+    # The shards a label-day starts on from org day ``one_shard_from`` (yyyymmdd; "": every
+    # day): 1 for orgs created since adaptive shards, and for older orgs from config.yaml's
+    # ``metering.one_shard_from`` (its first write conflict spreads it to agg_shard_count,
+    # ``hot_labels``); else agg_shard_count, as older orgs' label-days were always written.
     first_shard_count: int
+    one_shard_from: str
     tight_mode_threshold_pct: int
     refresh_interval_normal_secs: int
     refresh_interval_tight_secs: int
@@ -90,6 +93,10 @@ class EffectiveConfig(NamedTuple):
     def quota(self, label: str) -> int:
         return int(self.quotas.get(label, 0))
 
+    def starting_shards(self, day: str) -> int:
+        """The shards a label-day of org day ``day`` (yyyymmdd) starts on."""
+        return self.first_shard_count if day >= self.one_shard_from else self.agg_shard_count
+
 
 def check_ids(org_id: str, app_id: str | None = None) -> None:
     """400 for path ids that cannot be keys (before anything touches the store)."""
@@ -118,7 +125,7 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
         quotas={label: int(value) for label, value in source["quotas"].items()},
         sticky_fallback_enabled=bool(org.get("sticky_fallback_enabled", defaults.sticky_fallback_enabled)),
         agg_shard_count=shards,
-        first_shard_count=int(org.get("first_shard_count", shards)),
+        **_shard_start(org, shards, defaults.one_shard_from),
         tight_mode_threshold_pct=int(source.get("tight_mode_threshold_pct", defaults.tight_mode_threshold_pct)),
         refresh_interval_normal_secs=int(
             source.get("refresh_interval_normal_secs", defaults.refresh_interval_normal_secs)
@@ -138,6 +145,16 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
         rate_limits={name: int(requests) for name, requests in (org.get("rate_limits") or {}).items()},
         boosts=_boosts(org, app, app_id),
     )
+
+
+def _shard_start(org: dict, shards: int, one_shard_from: str) -> dict:
+    """``first_shard_count`` and ``one_shard_from`` of an org: its own (made since adaptive
+    shards: every day), else config.yaml's day for older orgs, else its shard count always."""
+    if "first_shard_count" in org:
+        return {"first_shard_count": int(org["first_shard_count"]), "one_shard_from": ""}
+    if one_shard_from:
+        return {"first_shard_count": hot_labels.QUIET_SHARDS, "one_shard_from": one_shard_from}
+    return {"first_shard_count": shards, "one_shard_from": ""}
 
 
 def _boosts(org: dict, app: dict | None, app_id: str | None) -> dict[str, tuple[str, int, int]] | None:

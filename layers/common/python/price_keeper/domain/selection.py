@@ -136,7 +136,7 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
 
     decision = decide_now(sticky)
     if decision.mode == TIGHT:
-        live = usage.label_spends(config.scope, config.model_ordering, day, config.first_shard_count)
+        live = usage.label_spends(config.scope, config.model_ordering, day, config.starting_shards(day))
         unfolded = sum(max(0, live[label] - spend) for label, spend in spends.items())
         spends = {label: max(spend, live[label]) for label, spend in spends.items()}
         total = total._replace(spend=total.spend + unfolded)
