@@ -2,13 +2,14 @@
 
 A label's usage of a day starts on one shard item (orgs created since adaptive shards, and
 older orgs from config.yaml's ``metering.one_shard_from``: ``EffectiveConfig.starting_shards``;
-older orgs start on their ``agg_shard_count`` before that day, as their label-days always did). Concurrent transactions on one shard item cancel each other
-(``TransactionConflict``). The writer that conflicts spreads the label-day: a quiet one
-(one shard) to the org's ``agg_shard_count`` (8 by default), and from there it doubles the
-count (up to ``MAX_SHARDS``), in a count item beside the shards (``keys.shard_count_key``,
-one conditional UpdateItem), and retries on a shard chosen among the new count; the same
-request id, so the dedup item still makes it count once. The count only grows, and only
-for that label and day.
+before that day older orgs start on their ``agg_shard_count``, as their label-days always
+did). Concurrent transactions on one shard item cancel each other (``TransactionConflict``).
+The writer that conflicts spreads the label-day: a quiet one (one shard) to the org's
+``agg_shard_count`` (8 by default), and from there it doubles the count (up to
+``MAX_SHARDS``), in a count item beside the shards (``keys.shard_count_key``, one
+conditional UpdateItem), and retries on a shard chosen among the new count; the same request
+id, so the dedup item still makes it count once. The count only grows, and only for that
+label and day.
 
 So a quiet label-day (most of them, at fleet shape: a label reported every few minutes)
 costs its fold two strongly consistent reads (its one shard and the count item) instead
