@@ -123,3 +123,37 @@ def test_boost_usage_report_and_alerts_over_http(base_url):
     # 82 % of the boosted premium quota: the 80 % alert proves both the aggregator's alerting and the boost
     assert [(a["type"], a["label"], a["threshold_pct"]) for a in listed["alerts"]] == [("THRESHOLD", "premium", 80)]
     assert requests.get(alerts_url, headers=bearer, timeout=10).status_code == 403  # org token only
+
+
+def test_a_quota_takes_at_most_20_active_boosts_however_they_are_sent_over_http(base_url):
+    """An admin racing boosts at a quota near its limit gets no more than the limit: 18
+    boosts, then 5 sent at once, of which 2 are stored and 3 refused with the limit; the
+    quota model selection compares with is raised by exactly 20."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    quotas = {"premium": 3_000, "standard": 1_000_000}
+    tenant = new_tenant(base_url, KEY, {"web": {"app_name": "Web"}}, model_ordering=list(quotas), quotas=quotas)
+    boosts_url, admin = f"{base_url}/api/v1/orgs/{tenant.org_id}/quota-boosts", {"X-API-Key": KEY}
+    boost = {
+        "model_label": "premium",
+        "amount_usd_micros": 1,
+        "app_id": "web",
+        "expires_at": datetime.fromtimestamp(time.time() + 3600, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    for _ in range(18):
+        _ok(requests.post(boosts_url, json=boost, headers=admin, timeout=10), 201)
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        replies = list(pool.map(lambda _: requests.post(boosts_url, json=boost, headers=admin, timeout=10), range(5)))
+    assert sorted(reply.status_code for reply in replies) == [201, 201, 400, 400, 400]
+    for refused in (reply.json() for reply in replies if reply.status_code == 400):
+        assert (refused["error"], refused["details"]) == ("INVALID_REQUEST", {"limit": 20, "active": 20})
+    selection = _ok(
+        requests.get(
+            f"{base_url}/api/v1/orgs/{tenant.org_id}/apps/web/model-selection",
+            params={"force_check": "true"},
+            headers=tenant.bearer("web"),
+            timeout=10,
+        ),
+        200,
+    )
+    assert selection["quota_status"]["models_status"]["premium"]["quota_usd_micros"] == 3_000 + 20
