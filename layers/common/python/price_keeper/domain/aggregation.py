@@ -552,9 +552,8 @@ def fold_label_days(changed: set[LabelDay], now: datetime | None = None) -> RunR
             logger.warning("spend of an unregistered org left to the sweep", extra={"scope": scope})
             continue
         # the org's, or what this container learned of the label-day's since (the fold reads the count item too)
-        shard_count = hot_labels.shard_count(
-            scope, label, keys.day_of_key(date_key), org_configs[scope].starting_shards(keys.day_of_key(date_key))
-        )
+        day = keys.day_of_key(date_key)
+        shard_count = hot_labels.shard_count(scope, label, day, org_configs[scope].starting_shards(day))
         label_shards[(usage_key, date_key)] = keys.shard_item_keys(scope, label, date_key, shard_count)
     if not label_shards:
         return report
