@@ -171,8 +171,7 @@ def effective_config(org_id: str, app_id: str | None = None) -> EffectiveConfig:
     cached = _effective.get(cache_key)
     if cached is not None:
         return cached
-    items = _client_items({(org_id, None), (org_id, app_id)})
-    org, app = items.get((org_id, None)), items.get((org_id, app_id)) if app_id else None
+    org, app = _org_and_app(_client_items({(org_id, None), (org_id, app_id)}), org_id, app_id)
     if org is None:
         raise not_found("Organization not registered", org_id=org_id)
     if app_id and app is None:
@@ -192,7 +191,7 @@ def effective_configs(pairs: Iterable[tuple[str, str | None]]) -> dict[tuple[str
     if missing:
         items = _client_items({*missing, *((org_id, None) for org_id, _ in missing)})
         for org_id, app_id in missing:
-            org, app = items.get((org_id, None)), items.get((org_id, app_id)) if app_id else None
+            org, app = _org_and_app(items, org_id, app_id)
             if org is not None and (app_id is None or app is not None):
                 configs[(org_id, app_id)] = merge(org, app, org_id, app_id)
                 _effective.put((org_id, app_id), configs[(org_id, app_id)])
@@ -207,6 +206,11 @@ def _client_items(pairs: set[tuple[str, str | None]]) -> dict[tuple[str, str | N
     if missing := pairs - items.keys():
         items |= config_items.clients(missing)
     return items
+
+
+def _org_and_app(items: dict, org_id: str, app_id: str | None) -> tuple[dict | None, dict | None]:
+    """The org's item and (for an app) the app's among ``_client_items``' answer."""
+    return items.get((org_id, None)), items.get((org_id, app_id)) if app_id else None
 
 
 def forget(org_id: str, app_id: str | None = None) -> None:
