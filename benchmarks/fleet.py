@@ -231,32 +231,52 @@ class Aggregator:
         from local.streams import RepairQueue, StreamReader, StreamTrigger
 
         self.meter = Meter()
-        self.invocations = self.records = self.polls = 0
+        self.invocations = self.records = 0
+        self.polls_begun = 0
+        self.empty_poll = -1  # the number of the last poll that found nothing to read or deliver
+        self.given_up = 0  # batches sent to the repair queue after their retries
         self.stop_event = threading.Event()
         aggregator = self
 
         class Counted(StreamTrigger):
+            read_now = 0
+
             def _poll(self):
-                super()._poll()  # (delivers what is due, retries included)
-                aggregator.polls += 1
+                number, aggregator.polls_begun = aggregator.polls_begun, aggregator.polls_begun + 1
+                self.read_now = 0
+                super()._poll()  # reads, then delivers what is due (retries included) before returning
+                if not self.read_now and not self.pending:
+                    aggregator.empty_poll = number
 
             def _deliver(self, batch):
                 aggregator.invocations += 1
                 aggregator.records += len(batch)
                 super()._deliver(batch)
 
-        reader = StreamReader(tables.USAGE_AGG_SHARDED)
-        self.trigger = Counted("aggregator", reader, self.stop_event, RepairQueue())
+        class CountedReader(StreamReader):
+            def read(self):
+                records = super().read()
+                trigger.read_now += len(records)
+                return records
+
+        class CountedRepair(RepairQueue):
+            def send_failure(self, reader, batch):
+                aggregator.given_up += 1
+                super().send_failure(reader, batch)
+
+        trigger = Counted("aggregator", CountedReader(tables.USAGE_AGG_SHARDED), self.stop_event, CountedRepair())
+        self.trigger = trigger
         sys.stdout = _Unless(self.trigger, sys.stdout)  # its metrics (EMF lines) not printed
         self.trigger.start()
 
-    def drain(self, quiet_seconds: float = 3.0) -> None:
-        """Wait until the stream has been folded: nothing new for ``quiet_seconds``, nothing
-        pending, and two whole polls since (the second began after every write was made)."""
-        seen, since, first_poll = -1, time.monotonic(), self.polls
-        while time.monotonic() - since < quiet_seconds or self.trigger.pending or self.polls < first_poll + 2:
-            if self.records != seen:
-                seen, since = self.records, time.monotonic()
+    def drain(self, timeout_seconds: float = 900.0) -> None:
+        """Return once every write made before the call is folded: a poll that began after
+        the call read nothing new and left nothing pending. Deliveries happen inside a poll,
+        so by then every batch read before has been folded (or given up: ``given_up``)."""
+        first, deadline = self.polls_begun, time.monotonic() + timeout_seconds
+        while self.empty_poll < first:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the stream was not drained in {timeout_seconds:.0f} s")
             time.sleep(0.2)
 
     def stop(self) -> None:
@@ -564,7 +584,8 @@ def metering_run(fleet: Fleet, args) -> tuple[list[tuple], list[str]]:
     aggregator.stop()
     print(f"cold phase: {sum(t.requests for t in cold.values())} requests, {cold_batches} stream batches; warm below")
     costs = report(tallies, aggregator, replies)
-    return costs, exactness(cold_replies + replies)
+    given_up = [f"{aggregator.given_up} stream batches given up after their retries"] if aggregator.given_up else []
+    return costs, given_up + exactness(cold_replies + replies)
 
 
 # --- the rate-limit run ---------------------------------------------------------------
