@@ -79,7 +79,7 @@ def test_shards_fold_into_daily_totals(aws):
     report = aggregation.run(NOW)
     assert (report.active_shards, report.usage_keys, report.totals_written) == (4, 3, 5)  # 3 labels, 2 scopes
     scope_total = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": "ORG#a#TOTAL", "date_key": f"DAY#{DAY}"})["Item"]
-    assert (scope_total["cost_usd_micros"], scope_total["requests"], scope_total["labels"]) == (
+    assert (scope_total["cost_usd_micros"], scope_total["requests"], spent_labels("ORG#a")) == (
         357,
         5,
         {"premium", "standard"},
@@ -188,10 +188,10 @@ def test_one_scope_failing_never_stops_the_others_and_its_batch_is_retried(strea
     event = stream()
     real_fold = daily_totals.fold_scope
 
-    def refuse_poisoned(total_key, *args):
-        if total_key["usage_key"].startswith(poisoned):
+    def refuse_poisoned(scope, *args):
+        if scope == poisoned:
             raise RuntimeError("ValidationException: Item size has exceeded the maximum allowed size")
-        return real_fold(total_key, *args)
+        return real_fold(scope, *args)
 
     monkeypatch.setattr(daily_totals, "fold_scope", refuse_poisoned)
     with pytest.raises(aggregation.FoldFailed):
@@ -239,6 +239,12 @@ def scope_total(scope: str, day: str = DAY) -> dict | None:
     )
 
 
+def spent_labels(scope: str, day: str = DAY) -> set[str]:
+    """The labels the scope-day lists (what aggregates and reports show beside the ordering)."""
+    on = datetime.strptime(day, "%Y%m%d").date()
+    return daily_totals.spent_labels([scope], on, on)[0]
+
+
 def test_a_stream_batch_moves_only_the_scopes_it_names(stream, calls):
     seen, keys_read = calls
     other = keys.scope_key(seed_org(), "app-1", "APP")
@@ -249,7 +255,7 @@ def test_a_stream_batch_moves_only_the_scopes_it_names(stream, calls):
     seen.clear()
     report = fold(stream())
     assert "Scan" not in seen and "Query" not in seen  # no discovery: the stream names the shards
-    assert total(scope, "premium")["cost_usd_micros"] == 250 and scope_total(scope)["labels"] == {"premium"}
+    assert total(scope, "premium")["cost_usd_micros"] == 250 and spent_labels(scope) == {"premium"}
     assert total(other, "premium") is None and scope_total(other) is None
     assert all(other not in str(key) for key in keys_read)
     assert report["usage_keys"] == 1 and report["totals_written"] == 2  # the label and the scope total
@@ -302,7 +308,7 @@ def test_labels_folded_in_any_order_all_reach_the_scope_total(stream):
     second = stream()
     fold(second)  # the later batch lands first (another stream shard)
     fold(first)
-    assert (scope_total(scope)["cost_usd_micros"], scope_total(scope)["labels"]) == (
+    assert (scope_total(scope)["cost_usd_micros"], spent_labels(scope)) == (
         123,
         {"premium", "standard", "my-profile"},
     )
@@ -322,7 +328,7 @@ def test_a_scope_total_never_forgets_a_label(stream, monkeypatch):
         usage, "active_shard_keys", lambda day: [key for key in found(day) if "#LABEL#premium#" not in key["shard_key"]]
     )
     aggregation.run(NOW)
-    assert scope_total(scope)["labels"] == {"premium", "standard"}
+    assert spent_labels(scope) == {"premium", "standard"}
     monkeypatch.undo()
     put_shard(scope, "standard", 2, cost=1)
     fold(stream())
@@ -426,7 +432,7 @@ def test_concurrent_folds_of_one_scope_keep_its_total_the_sum_of_its_labels(stre
     for thread in threads:
         thread.join()
     assert scope_total(scope)["cost_usd_micros"] == sum(10 + n for n in range(6))
-    assert scope_total(scope)["requests"] == 6 and scope_total(scope)["labels"] == set(labels)
+    assert scope_total(scope)["requests"] == 6 and spent_labels(scope) == set(labels)
 
 
 # --- hot labels: the shard count grows with the load -------------------------------------
@@ -699,15 +705,38 @@ def test_the_local_stream_trigger_sends_a_batch_it_gives_up_on_to_the_repair_que
 # --- bounded growth ----------------------------------------------------------------------
 
 
-def test_a_scope_total_lists_at_most_400_labels_and_sums_every_one(stream, monkeypatch):
-    monkeypatch.setattr(aggregation, "MAX_SCOPE_LABELS", 5)  # 400 deployed: the same code path
+@pytest.mark.parametrize("fold_by", ["stream", "audit"])
+def test_a_scope_of_many_labels_folds_in_transactions_that_fit_and_its_total_stays_small(stream, calls, fold_by):
+    """150 labels of one scope changed at once (an app of many profiles): more than one
+    TransactWriteItems takes (100 actions at most), every label and the scope total are
+    exact, each label is listed once, and the scope total holds no list that grows."""
     scope = keys.scope_key(seed_org(), "app-1", "APP")
-    for n in range(8):
-        put_shard(scope, f"profile-{n}", 0, cost=10)
-    fold(stream())
+    for n in range(150):
+        put_shard(scope, f"profile-{n:03d}", 0, cost=10)
+    seen, _ = calls
+    seen.clear()
+    fold(stream()) if fold_by == "stream" else aggregation.run(NOW)
+    assert seen["TransactWriteItems"] == 4  # 150 first folds: a total and a listing each, 49 a transaction
+    assert [total(scope, f"profile-{n:03d}")["cost_usd_micros"] for n in (0, 99, 149)] == [10, 10, 10]
     stored = scope_total(scope)
-    assert len(stored["labels"]) == 5 and stored["cost_usd_micros"] == 80
-    assert dynamo.item_size(stored) < 1024
+    assert (stored["cost_usd_micros"], stored["requests"]) == (1500, 150) and "labels" not in stored
+    assert dynamo.item_size(stored) < 512
+    assert spent_labels(scope) == {f"profile-{n:03d}" for n in range(150)}
+    for n in range(150):
+        put_shard(scope, f"profile-{n:03d}", 1, cost=1)
+    seen.clear()
+    fold(stream()) if fold_by == "stream" else aggregation.run(NOW)
+    assert seen["TransactWriteItems"] == 2  # no listing again: 99 totals a transaction
+    assert (scope_total(scope)["cost_usd_micros"], len(spent_labels(scope))) == (1650, 150)
+
+
+def test_a_reader_lists_at_most_400_labels_of_a_scope(aws, monkeypatch):
+    monkeypatch.setattr(daily_totals, "MAX_LISTED_LABELS", 5)  # 400 deployed: the same code path
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    with table(tables.DAILY_TOTAL).batch_writer() as batch:
+        for n in range(8):
+            batch.put_item(Item=keys.spent_label_key(scope, f"DAY#{DAY}", f"profile-{n}"))
+    assert spent_labels(scope) == {f"profile-{n}" for n in range(5)}
 
 
 def test_an_app_registers_at_most_400_profiles(aws):

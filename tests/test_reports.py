@@ -11,7 +11,7 @@ from datetime import date, timedelta
 import pytest
 
 from price_keeper.domain import aggregation, reports
-from price_keeper.store import keys, tables
+from price_keeper.store import daily_totals, keys, tables
 from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.store.usage import COUNTERS  # the counters a DailyTotal holds
 from price_keeper.timeutil import day_start_utc, org_date, org_day
@@ -288,6 +288,31 @@ def test_missing_token_is_401(api, app_org):
 def test_unknown_org_is_404(api):
     org_id = str(uuid.uuid4())
     assert_error(report(api, org_id, token_for(org_id), **{"from": "2026-10-01", "to": "2026-10-01"}), 404, "NOT_FOUND")
+
+
+def test_a_label_listed_on_the_scope_total_as_before_spent_label_items_is_still_reported(api, app_org):
+    """Days folded by the version before kept a scope-day's labels in its total's ``labels``
+    set: reports and aggregates still list them (until those days' retention ends)."""
+    token = token_for(app_org, "app-2")
+    assert (
+        api.post(f"/api/v1/orgs/{app_org}/apps/app-2/usage", usage_body(model_label="premium"), token=token).status
+        == 202
+    )
+    aggregation.run()
+    today = org_date("America/New_York")
+    totals = table(tables.DAILY_TOTAL)
+    scope_key = scope(app_org, "app-2")
+    totals.delete_item(Key=keys.spent_label_key(scope_key, keys.day_key(today.strftime("%Y%m%d")), "premium"))
+    assert daily_totals.spent_labels([scope_key], today, today) == [set()]
+    totals.update_item(
+        Key={"usage_key": keys.scope_total_key(scope_key), "date_key": keys.day_key(today.strftime("%Y%m%d"))},
+        UpdateExpression="ADD labels :labels",
+        ExpressionAttributeValues={":labels": {"premium"}},
+    )
+    rows = report(api, app_org, token_for(app_org), **{"from": today.isoformat(), "to": today.isoformat()}).json()
+    assert [(r["app_id"], r["label"], r["cost_usd_micros"]) for r in rows["rows"]] == [("app-2", "premium", 3760)]
+    models = api.get(f"/api/v1/orgs/{app_org}/apps/app-2/aggregates/today", token=token).json()["models"]
+    assert {label: model["cost_usd_micros"] for label, model in models.items()} == {"standard": 0, "premium": 3760}
 
 
 def test_spend_on_a_label_outside_the_ordering_is_reported(api, app_org):

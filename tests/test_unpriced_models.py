@@ -355,14 +355,13 @@ def test_a_stale_fold_never_undoes_a_correction(aws):
     """A run that read the total before a correction was folded (same requests, fewer
     corrections) loses to the fold that wrote the correction."""
     key, day = "ORG#o#LABEL#llama", keys.day_key("20260123")
-    scope_total = {"usage_key": "ORG#o#TOTAL", "date_key": day}
     before = {"cost_usd_micros": 157_500, "requests": 3, "repriced": 0}
     after = {"cost_usd_micros": 4_320, "requests": 3, "repriced": 3}
 
     def fold(values: dict, read: tuple | None) -> bool:
         move = daily_totals.LabelFold(key, day, values, read)
         scope_values = {"updated_at_epoch": 1, tables.TTL_ATTRIBUTE: 2}
-        return daily_totals.fold_scope(scope_total, [move], {"cost_usd_micros": 0}, scope_values, set())
+        return daily_totals.fold_scope("ORG#o", day, [move], {"cost_usd_micros": 0}, scope_values, [])
 
     assert fold(before, None) is True
     assert fold(after, daily_totals.progress_fields(before)) is True  # the correction is written

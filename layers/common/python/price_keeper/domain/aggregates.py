@@ -15,7 +15,7 @@ from datetime import date, datetime
 
 from ..cache import etag
 from ..errors import invalid_request, not_found
-from ..store import config_items, keys
+from ..store import config_items, daily_totals, keys
 from ..timeutil import iso_utc, org_date, utc_now
 from . import boosts, profiles, reports
 from .aggregation import SUM_FIELDS, Totals, read_daily_totals
@@ -108,7 +108,10 @@ def daily_aggregates(
             reason="Data expired (TTL) or date predates org registration",
         )
     found = dict(read.totals)
-    spent_elsewhere = sorted({label for key in total_keys for label in read.labels.get(key, ())} - set(labels))
+    spending = [scope for scope, key in zip(scopes, total_keys, strict=True) if key in read.totals]
+    spent = {label for key in total_keys for label in read.labels.get(key, ())}
+    spent = spent.union(*daily_totals.spent_labels(spending, wanted, wanted))
+    spent_elsewhere = sorted(spent - set(labels))
     if spent_elsewhere:  # labels outside every ordering (self-registered profiles, dropped labels)
         found.update(
             read_daily_totals(

@@ -19,13 +19,15 @@ Folding (``_fold``), exactly once whatever runs overlap, repeat or arrive out of
 1. One read (BatchGetItem, 100 keys a call) of everything: the changed labels' shards,
    their totals, their scopes' ``{scope}#TOTAL``, the ordering's totals and the sticky
    label (what alerts evaluate). Configs come from the cache, the missing ones in one read.
-2. Per scope and day, one transaction: each label total whose shard sums grew is SET,
-   conditional on its stored progress (``daily_totals.PROGRESS``: ``requests``, and
-   ``repriced`` for a re-priced record's correction, which changes the cost alone) being
-   what step 1 read, and the scope total is ADDed the differences. So the scope total is
-   always the sum of its label totals, a move is added once, and a stale or repeated run
-   (Lambda delivers a stream batch at least once) writes nothing. Scope-days are written
-   in parallel; one that lost a race re-reads and folds again.
+2. Per scope and day, one transaction (several for a hundred labels or more): each label
+   total whose shard sums grew is SET, conditional on its stored progress
+   (``daily_totals.PROGRESS``: ``requests``, and ``repriced`` for a re-priced record's
+   correction, which changes the cost alone) being what step 1 read, and the scope total is
+   ADDed the differences. So the scope total is always the sum of its label totals, a move
+   is added once, and a stale or repeated run (Lambda delivers a stream batch at least
+   once) writes nothing. A label-day's first fold also lists the label for the scope-day
+   (``keys.spent_label_key``). Scope-days are written in parallel; one that lost a race
+   re-reads and folds again.
 3. A heartbeat (time of the run, lag) that the aggregates endpoint reports as
    ``X-Data-Lag-Secs``: every sweep, and a stream run at most every ``HEARTBEAT_SECONDS``
    per container.
@@ -129,7 +131,9 @@ class Totals(NamedTuple):
 class DailyRead(NamedTuple):
     totals: dict[str, Totals]  # by usage_key; absent keys have no spend
     last_run_epoch: int | None  # when the aggregator last ran (only when asked for)
-    labels: dict[str, frozenset[str]] = {}  # by scope total key: the labels it summed
+    # by scope total key: the labels listed on it (written so before the spent-label items,
+    # ``keys.spent_label_key``: read for those days until their retention ends)
+    labels: dict[str, frozenset[str]] = {}
 
     def of(self, usage_key: str) -> Totals:
         return self.totals.get(usage_key, Totals())
@@ -256,10 +260,8 @@ def usage_expires_at(day: str) -> int:
 
 
 FOLD_THREADS = 8  # scope-days whose transactions are written at once
-# Labels a scope total lists (aggregates and reports show them): its item stays bounded
-# (~400 x a label of up to 64 bytes); spend of further labels is summed all the same.
-MAX_SCOPE_LABELS = 400
 FOLD_ATTEMPTS = 6  # per scope-day, when a concurrent run moved its totals first
+MAX_TRANSACTION_ACTIONS = 100  # DynamoDB's limit on one TransactWriteItems
 
 LabelDay = tuple[str, str]  # (usage_key, date_key)
 
@@ -357,51 +359,97 @@ def _shards_above(label_shards: dict[LabelDay, list[dict]], count_items: list[di
     return usage.read_shards(extra, [*SUM_FIELDS, "updated_at_epoch"], consistent=True) if extra else []
 
 
+class _Move(NamedTuple):
+    """A label total a fold moves, by how much, and whether it is the label-day's first
+    (then the scope-day's list of spent labels gains the label: ``daily_totals.spent_labels``)."""
+
+    fold: daily_totals.LabelFold
+    difference: dict[str, int]
+    first: bool
+
+
+def _transactions(moves: list[_Move]) -> list[list[_Move]]:
+    """``moves`` in groups whose transaction fits one TransactWriteItems: a write per move,
+    a put per first move, and the scope total's."""
+    groups: list[list[_Move]] = [[]]
+    actions = 1
+    for move in moves:
+        need = 1 + move.first
+        if groups[-1] and actions + need > MAX_TRANSACTION_ACTIONS:
+            groups.append([])
+            actions = 1
+        groups[-1].append(move)
+        actions += need
+    return groups
+
+
 def _fold_scope_day(
     scope_day: _ScopeDay, label_shards: dict[LabelDay, list[dict]], snapshot: _Snapshot, consistent: bool, now: datetime
 ) -> RunReport:
     """Move the label totals of one scope-day whose shard sums grew, and its scope total by
-    their differences, in one transaction; on a lost race re-read this scope-day and fold again."""
+    their differences: one transaction per group of labels that fits one (a scope of a
+    hundred labels or more takes several), each all or nothing. On a lost race re-read this
+    scope-day and fold what is left."""
+    day = keys.day_of_key(scope_day.date_key)
+    folded: list[_Move] = []
+    written = lag = 0
     for attempt in range(FOLD_ATTEMPTS):
         if attempt:
             dynamo._backoff(attempt)  # (the store's jittered backoff)
             snapshot = _read(
                 {ld: label_shards[ld] for ld in scope_day.label_days}, [scope_day], consistent=True, fresh_totals=True
             )
-        report, moves, delta = _moves(scope_day, snapshot, now)
-        if not moves:
-            return report
-        day = keys.day_of_key(scope_day.date_key)
-        stored_total = snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {})
-        listed = set(stored_total.get("labels", ()))
-        new_labels = {keys.split_usage_key(move.usage_key)[1] for move in moves} - listed
-        if len(listed) + len(new_labels) > MAX_SCOPE_LABELS:  # counted in the sums all the same
-            logger.warning("scope label list full", extra={"scope": scope_day.scope, "limit": MAX_SCOPE_LABELS})
-            new_labels = set(sorted(new_labels)[: max(0, MAX_SCOPE_LABELS - len(listed))])
-        scope_values = {
-            "updated_at_epoch": int(now.timestamp()),
-            "source_updated_at_epoch": max(move.values["source_updated_at_epoch"] for move in moves),
-            tables.TTL_ATTRIBUTE: usage_expires_at(day),
-        }
-        if daily_totals.fold_scope(scope_day.total_key, moves, delta, scope_values, new_labels):
-            report.totals_written = len(moves) + 1
-            report.scope_costs[(scope_day.scope, day)] = (
-                int(stored_total.get("cost_usd_micros", 0)) + delta["cost_usd_micros"]
-            )
-            if (scope_day.scope, day) in snapshot.sticky:
-                report.sticky[(scope_day.scope, day)] = snapshot.sticky[(scope_day.scope, day)]
+        report, moves = _moves(scope_day, snapshot, now)
+        lag = max(lag, report.lag_seconds)
+        scope_cost = int(
+            snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {}).get("cost_usd_micros", 0)
+        )
+        for group in _transactions(moves) if moves else []:
+            delta = {name: sum(move.difference[name] for move in group) for name in SUM_FIELDS}
+            scope_values = {
+                "updated_at_epoch": int(now.timestamp()),
+                "source_updated_at_epoch": max(move.fold.values["source_updated_at_epoch"] for move in group),
+                tables.TTL_ATTRIBUTE: usage_expires_at(day),
+            }
+            firsts = [keys.split_usage_key(move.fold.usage_key)[1] for move in group if move.first]
+            if not daily_totals.fold_scope(
+                scope_day.scope, scope_day.date_key, [move.fold for move in group], delta, scope_values, firsts
+            ):
+                break
+            folded += group
+            written += len(group) + 1
+            scope_cost += delta["cost_usd_micros"]
+        else:
+            report.lag_seconds, report.totals_written = lag, written
+            if folded:
+                _report_moved(report, scope_day, snapshot, folded, scope_cost)
             return report
     raise service_unavailable()  # a stream batch is retried; the next sweep runs anyway
 
 
-def _moves(scope_day: _ScopeDay, snapshot: _Snapshot, now: datetime) -> tuple[RunReport, list, dict]:
-    """The label totals of a scope-day whose shards summed further than stored (``progress``), and
-    the sums of their differences; the report of what moving them would change."""
+def _report_moved(
+    report: RunReport, scope_day: _ScopeDay, snapshot: _Snapshot, folded: list[_Move], scope_cost: int
+) -> None:
+    """What alerts evaluate after a scope-day's fold: the labels moved, their costs and the
+    ordering's, the scope's cost, its sticky labels."""
+    day = keys.day_of_key(scope_day.date_key)
+    costs = {move.fold.usage_key: move.fold.values["cost_usd_micros"] for move in folded}
+    for usage_key, date_key in scope_day.alert_label_days():
+        costs.setdefault(usage_key, int((snapshot.totals.get((usage_key, date_key)) or {}).get("cost_usd_micros", 0)))
+    report.changed = [(move.fold.usage_key, day) for move in folded]
+    report.costs = [(usage_key, day, cost) for usage_key, cost in costs.items()]
+    report.scope_costs[(scope_day.scope, day)] = scope_cost
+    if (scope_day.scope, day) in snapshot.sticky:
+        report.sticky[(scope_day.scope, day)] = snapshot.sticky[(scope_day.scope, day)]
+
+
+def _moves(scope_day: _ScopeDay, snapshot: _Snapshot, now: datetime) -> tuple[RunReport, list[_Move]]:
+    """The label totals of a scope-day whose shards summed further than stored (``progress``),
+    with their differences; the report of the stale ones and of the lag."""
     now_epoch = int(now.timestamp())
     day = keys.day_of_key(scope_day.date_key)
     report = RunReport(days=[day])
-    moves, delta = [], dict.fromkeys(SUM_FIELDS, 0)
-    costs: dict[str, int] = {}
+    moves = []
     for label_day in scope_day.label_days:
         shards = snapshot.shards.get(label_day)
         if not shards:
@@ -425,21 +473,12 @@ def _moves(scope_day: _ScopeDay, snapshot: _Snapshot, now: datetime) -> tuple[Ru
             # its sums as of this UTC hour (domain.reconciliation)
             keys.hour_mark(now.astimezone(UTC).strftime("%Y%m%d%H")): reconciliation_store.mark_value(group.sums),
         }
-        moves.append(
-            daily_totals.LabelFold(
-                *label_day, values, daily_totals.progress_fields(stored) if stored_progress else None
-            )
+        fold = daily_totals.LabelFold(
+            *label_day, values, daily_totals.progress_fields(stored) if stored_progress else None
         )
-        for name in SUM_FIELDS:
-            delta[name] += group.sums[name] - int(stored.get(name, 0))
-        costs[label_day[0]] = group.sums["cost_usd_micros"]
-        report.changed.append((label_day[0], day))
-    if moves:
-        for usage_key, date_key in scope_day.alert_label_days():
-            stored = snapshot.totals.get((usage_key, date_key)) or {}
-            costs.setdefault(usage_key, int(stored.get("cost_usd_micros", 0)))
-        report.costs = [(usage_key, day, cost) for usage_key, cost in costs.items()]
-    return report, moves, delta
+        difference = {name: group.sums[name] - int(stored.get(name, 0)) for name in SUM_FIELDS}
+        moves.append(_Move(fold, difference, stored_progress is None))
+    return report, moves
 
 
 def _fold(

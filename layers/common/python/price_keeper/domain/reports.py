@@ -131,8 +131,19 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
 
     (*results,) = query([key.usage_key for key in usage_keys] + [keys.scope_total_key(s.scope) for s in scopes])
     scope_totals, results = results[len(usage_keys) :], results[: len(usage_keys)]
+    spending = [scope for scope, items in zip(scopes, scope_totals, strict=True) if items]
+    spent = dict(
+        zip(
+            (scope.scope for scope in spending),
+            daily_totals.spent_labels([scope.scope for scope in spending], first, last),
+            strict=True,
+        )
+    )
     outside = {
-        scope.scope: sorted({label for item in items for label in item.get("labels", ())} - set(scope.model_ordering))
+        scope.scope: sorted(
+            ({label for item in items for label in item.get("labels", ())} | spent.get(scope.scope, set()))
+            - set(scope.model_ordering)
+        )
         for scope, items in zip(scopes, scope_totals, strict=True)
     }
     extra_keys = _usage_keys(scopes, lambda scope: outside[scope.scope])

@@ -30,9 +30,9 @@ def day_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = F
 
 def fold_read(total_keys: Iterable[dict]) -> Read:
     """The read of the totals a fold moves (label and scope totals) or evaluates alerts on:
-    their counters, how far they have folded the shards (``source_updated_at_epoch``) and a
-    scope total's labels; for ``dynamo.batch_get_many`` beside the shards."""
-    return Read(tables.DAILY_TOTAL, list(total_keys), [*COUNTERS, *PROGRESS[1:], "source_updated_at_epoch", "labels"])
+    their counters and how far they have folded the shards (``source_updated_at_epoch``);
+    for ``dynamo.batch_get_many`` beside the shards."""
+    return Read(tables.DAILY_TOTAL, list(total_keys), [*COUNTERS, *PROGRESS[1:], "source_updated_at_epoch"])
 
 
 def progress(item: dict) -> tuple[int, int]:
@@ -57,40 +57,41 @@ class LabelFold(NamedTuple):
     read_progress: tuple[int, ...] | None
 
 
-def fold_scope(total_key: dict, moves: list[LabelFold], delta: dict, scope_values: dict, new_labels: set[str]) -> bool:
+def fold_scope(
+    scope: str, date_key: str, moves: list[LabelFold], delta: dict, scope_values: dict, first_labels: list[str]
+) -> bool:
     """One TransactWriteItems: SET each label total of ``moves`` (each conditional on its
-    stored ``progress`` being what the fold read), and ADD ``delta`` (the moves' differences)
-    to the scope total, SET ``scope_values`` on it, ADD ``new_labels`` to its set. All or
-    nothing, so the scope total stays the sum of its label totals and a move is added once
-    however runs overlap. False when a condition failed or the transaction conflicted:
-    re-read and fold again."""
+    stored ``progress`` being what the fold read), ADD ``delta`` (the moves' differences) to
+    the scope total and SET ``scope_values`` on it, and put a ``keys.spent_label_key`` item
+    for each of ``first_labels`` (the label-days folded for the first time). All or nothing,
+    so the scope total stays the sum of its label totals and a move is added once however
+    runs overlap. False when a condition failed or the transaction conflicted: re-read and
+    fold again."""
     name = tables.DAILY_TOTAL.physical_name
     actions = [{"Update": _label_update(name, move)} for move in moves]
-    update = "ADD " + ", ".join(f"#{counter} :{counter}" for counter in delta)
-    if new_labels:
-        update += ", #labels :labels"
-    update += " SET " + ", ".join(f"#{field} = :{field}" for field in scope_values if field != tables.TTL_ATTRIBUTE)
     ttl = tables.TTL_ATTRIBUTE
+    update = "ADD " + ", ".join(f"#{counter} :{counter}" for counter in delta)
+    update += " SET " + ", ".join(f"#{field} = :{field}" for field in scope_values if field != ttl)
     update += f", #{ttl} = if_not_exists(#{ttl}, :{ttl})"
     bound = {
         **{f":{counter}": value for counter, value in delta.items()},
         **{f":{field}": value for field, value in scope_values.items()},
     }
-    if new_labels:
-        bound[":labels"] = new_labels
     actions.append(
         {
             "Update": {
                 "TableName": name,
-                "Key": total_key,
+                "Key": {"usage_key": keys.scope_total_key(scope), "date_key": date_key},
                 "UpdateExpression": update,
-                "ExpressionAttributeNames": {
-                    f"#{n}": n for n in [*delta, *scope_values, *(["labels"] if new_labels else [])]
-                },
+                "ExpressionAttributeNames": {f"#{n}": n for n in [*delta, *scope_values]},
                 "ExpressionAttributeValues": bound,
             }
         }
     )
+    actions += [
+        {"Put": {"TableName": name, "Item": {**keys.spent_label_key(scope, date_key, label), ttl: scope_values[ttl]}}}
+        for label in first_labels
+    ]
     return transact(actions) is None
 
 
@@ -156,3 +157,36 @@ def _days_between(client, usage_key: str, first: date, last: date) -> list[dict]
             ":last": keys.day_key(last.strftime("%Y%m%d")),
         },
     )
+
+
+# Labels a scope lists in one aggregates answer or report, beside its ordering (the spend of
+# any further label is in the scope's total all the same).
+MAX_LISTED_LABELS = 400
+
+
+def spent_labels(scopes: list[str], first: date, last: date) -> list[set[str]]:
+    """The labels each of ``scopes`` spent on from ``first`` to ``last`` inclusive, from its
+    ``keys.spent_label_key`` items: a paginated Query a scope, concurrently, stopping at
+    ``MAX_LISTED_LABELS`` labels."""
+    return query_many(lambda client, scope: _spent_labels(client, scope, first, last), scopes)
+
+
+def _spent_labels(client, scope: str, first: date, last: date) -> set[str]:
+    query = {
+        "TableName": tables.DAILY_TOTAL.physical_name,
+        "KeyConditionExpression": "usage_key = :k AND date_key BETWEEN :first AND :last",
+        "ExpressionAttributeValues": {
+            ":k": keys.spent_labels_key(scope),
+            ":first": keys.day_key(first.strftime("%Y%m%d")) + "#",
+            ":last": keys.day_key(last.strftime("%Y%m%d")) + "$",  # after every "DAY#{last}#{label}"
+        },
+        "ProjectionExpression": "date_key",
+    }
+    labels: set[str] = set()
+    while len(labels) < MAX_LISTED_LABELS:
+        page = client.query(**query)
+        labels.update(keys.label_of_spent_key(item["date_key"]) for item in page["Items"])
+        if "LastEvaluatedKey" not in page:
+            break
+        query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return set(sorted(labels)[:MAX_LISTED_LABELS])

@@ -118,6 +118,22 @@ def scope_total_key(scope: str) -> str:
     return f"{scope}#TOTAL"
 
 
+def spent_labels_key(scope: str) -> str:
+    """DailyTotal ``usage_key`` of the labels a scope spent on: an item a label-day,
+    ``spent_label_key``, so the scope total stays a few hundred bytes however many there are."""
+    return f"{scope}#LABELS"
+
+
+def spent_label_key(scope: str, date_key: str, label: str) -> dict:
+    """The item saying ``scope`` spent on ``label`` on the org day of ``date_key``
+    (``DAY#yyyymmdd#{label}``: a scope-day's labels are one Query)."""
+    return {"usage_key": spent_labels_key(scope), "date_key": f"{date_key}#{label}"}
+
+
+def label_of_spent_key(date_key: str) -> str:
+    return date_key.split("#", 2)[2]
+
+
 # The aggregator's heartbeat in DailyTotal (no usage key starts with '#').
 HEARTBEAT_KEY = {"usage_key": "#AGGREGATOR", "date_key": "#HEARTBEAT"}
 
