@@ -295,6 +295,53 @@ def stream_folds(
     return rows
 
 
+def many_labels(meter: Meter, labels: int = 400) -> list[tuple[str, str, float, float]]:
+    """A scope that has spent on ``labels`` labels today (an app of a profile per customer,
+    labels of 40 characters): what one more record's stream fold (on a label folded before)
+    and a selection cost there. The labels are folded 90 at a time first (what a day of such
+    an app's batches would have done)."""
+    from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
+
+    from local.streams import StreamReader, lambda_event
+
+    org_id, app_id = seed_scopes(1, made_now=True)[0]
+    config = orgs.effective_config(org_id, app_id)
+    day = keys.day_key(org_day(TZ, datetime.now(UTC)))
+    shards = boto3.resource("dynamodb").Table(tables.USAGE_AGG_SHARDED.physical_name)
+    profile_labels = [f"customer-{uuid.UUID(int=n).hex[1:]}" for n in range(labels)]
+    with shards.batch_writer() as batch:
+        for label in profile_labels:
+            batch.put_item(
+                Item={
+                    "shard_key": keys.shard_key(config.scope, label, 0),
+                    "date_key": day,
+                    "cost_usd_micros": 10,
+                    "requests": 1,
+                    "updated_at_epoch": int(datetime.now(UTC).timestamp()),
+                }
+            )
+    names = [keys.usage_key(config.scope, label) for label in profile_labels]
+    for first in range(0, labels, 90):
+        aggregation.fold_label_days({(name, day) for name in names[first : first + 90]})
+    stream = StreamReader(tables.USAGE_AGG_SHARDED)
+    stream.read()
+    metering.submit(org_id, app_id, usage())
+    aggregation.fold_stream(DynamoDBStreamEvent(lambda_event(stream.read())).records)
+    metering.submit(org_id, app_id, usage())
+    event = lambda_event(stream.read())
+    selection.select_model(org_id, app_id)
+    return [
+        (
+            f"stream fold, 1 record, in a scope that spent on {labels} labels today",
+            *measure(meter, lambda: aggregation.fold_stream(DynamoDBStreamEvent(event).records)),
+        ),
+        (
+            f"model selection (force_check), in a scope that spent on {labels} labels today",
+            *measure(meter, lambda: selection.select_model(org_id, app_id, force_check=True)),
+        ),
+    ]
+
+
 def handler(event: dict):
     """The aggregator function itself (fold, alerts, metrics)."""
     from local.gateway import LambdaContext, load_handler
@@ -385,7 +432,7 @@ def main() -> None:
             meter = Meter()
             for name, calls, wcu, rcu in scenario(meter, scopes, args.submissions_per_scope):
                 results.append((name, scopes, calls, f"{wcu:g}", f"{rcu:g}"))
-            for name, calls, wcu, rcu in stream_folds(meter):
+            for name, calls, wcu, rcu in stream_folds(meter) + (many_labels(meter) if scopes == 1 else []):
                 results.append((name, scopes, calls, f"{wcu:g}", f"{rcu:g}"))
             if scopes == 1:
                 org_id, app_id = seed_scopes(1)[0]
