@@ -39,7 +39,7 @@ def put_shard(
         Item={
             "shard_key": keys.shard_key(scope, label, shard),
             "date_key": f"DAY#{day}",
-            "active_day": f"DAY#{day}",
+            "active_day": keys.active_day_key(day, keys.split_scope(scope)[0]),
             "cost_usd_micros": cost,
             "input_tokens": 10 * requests,
             "output_tokens": 5 * requests,
@@ -139,12 +139,36 @@ def test_work_grows_with_active_scopes_not_with_all_orgs(calls):
     seen.clear()
     aggregation.run(NOW)
     assert "Scan" not in seen
-    assert seen["Query"] == 4  # one per day in play
+    assert seen["Query"] == 4 * (keys.ACTIVE_DAY_BUCKETS + 1)  # per day in play: its index buckets, its bare key
     # the orgs' configs, read again strongly when not found (not registered here); shards and totals together
     assert seen["BatchGetItem"] == 3
     assert seen["TransactWriteItems"] == 2  # one per scope: its label totals and its scope total
     assert seen["PutItem"] == 1  # the heartbeat
     assert len(keys_read) == 2 * 2 + 3 + 2 + 2 + 2  # configs (twice), shards, shard counts, label totals, scope totals
+
+
+def test_a_days_shards_index_under_16_keys_by_org_and_the_audit_reads_them_and_the_bare_day_key(aws):
+    """New shards of many orgs at a day's start spread their index entries over the day's
+    16 partition keys (one org, one key); shards indexed under the bare ``DAY#`` key (made
+    before the buckets) are still found by the audit and by the spend check."""
+    scopes = [keys.org_key(str(uuid.uuid4())) for _ in range(64)]
+    for scope in scopes:
+        put_shard(scope, "premium", 0, cost=5)
+    legacy = keys.org_key(str(uuid.uuid4()))
+    put_shard(legacy, "premium", 0, cost=7)
+    table(tables.USAGE_AGG_SHARDED).update_item(
+        Key={"shard_key": keys.shard_key(legacy, "premium", 0), "date_key": keys.day_key(DAY)},
+        UpdateExpression="SET active_day = :day",
+        ExpressionAttributeValues={":day": keys.day_key(DAY)},
+    )
+    indexed = table(tables.USAGE_AGG_SHARDED).scan(ProjectionExpression="active_day")["Items"]
+    assert len({item["active_day"] for item in indexed}) >= 12  # 64 orgs over 16 keys, and the bare one
+    aggregation.run(NOW)
+    assert all(total(scope, "premium")["cost_usd_micros"] == 5 for scope in scopes)
+    assert total(legacy, "premium")["cost_usd_micros"] == 7
+    org_of = keys.split_scope
+    assert usage.org_has_spend(org_of(legacy)[0], DAY) and usage.org_has_spend(org_of(scopes[0])[0], DAY)
+    assert not usage.org_has_spend(str(uuid.uuid4()), DAY)
 
 
 def test_lag_is_the_age_of_the_oldest_unfolded_update(aws):

@@ -87,7 +87,7 @@ def test_the_transaction_writes_one_dedup_item_and_adds_to_one_shard(api, tenant
     assert (shard["input_tokens"], shard["output_tokens"], shard["requests"]) == (1500, 800, 1)
     assert (shard["cache_read_input_tokens"], shard["cache_write_input_tokens"]) == (2000, 1000)
     assert shard["cost_usd_micros"] == 3760 + 400 + 800  # cache read 0.20, cache write 0.80 USD per 1M
-    assert shard["active_day"] == f"DAY#{day}"
+    assert shard["active_day"] == keys.active_day_key(day, tenant.org_id)  # f"DAY#{day}#{the org's bucket}"
     assert int(shard["expires_at_epoch"]) > datetime.now(UTC).timestamp() + 399 * 86400
     [dedup] = dedup_items()
     assert dedup["shard_key"] == f"{tenant.scope}#REQ#{body['request_id']}"
@@ -513,7 +513,9 @@ def test_5000_submissions_for_one_label_and_day_keep_every_item_under_1_kb(aws):
         metering.record(metering.prepare(config, request, now), now)
     aggregation.run()
     items = all_items(tables.USAGE_AGG_SHARDED) + all_items(tables.DAILY_TOTAL)
-    assert len(items) == 5000 + 8 + 3  # dedup items, 8 shards, the label and scope totals, the heartbeat
+    assert (
+        len(items) == 5000 + 8 + 4
+    )  # dedup items, 8 shards, the label and scope totals, the label listed, the heartbeat
     sizes = [item_size(item) for item in items]
     assert max(sizes) < 1024
     shard_sizes = [item_size(item) for item in shard_items()]

@@ -10,8 +10,8 @@ Two triggers, one fold:
   labels it changed, not to the shards active that day.
 - **The sweep** (``run``; EventBridge every 10 minutes). It repairs whatever the stream
   missed (a batch dropped after its retries, usage written before the stream existed):
-  one Query of the sparse GSI ``active-by-day`` per org day in play (UTC today-2 ..
-  today+1) finds the shards written that day, and all are folded. When the stream kept up
+  a Query of each partition key of the sparse GSI ``active-by-day`` per org day in play
+  (UTC today-2 .. today+1) finds the shards written that day, and all are folded. When the stream kept up
   it writes nothing but its heartbeat.
 
 Folding (``_fold``), exactly once whatever runs overlap, repeat or arrive out of order:

@@ -7,8 +7,9 @@ Two producers, one worker (the aggregator, on the queue's event source mapping):
   first and last sequence number) to the repair queue. The worker reads those records again
   (``usage.stream_records``) and folds the labels they name. The regular repair costs what
   failed, nothing when nothing did.
-- **The audit** (``plan_audit``, the schedule): for each org day in play, one paginated Query
-  of the sparse ``active-by-day`` index lists the label-days written that day; they are
+- **The audit** (``plan_audit``, the schedule): for each org day in play, a paginated Query
+  of each of the day's partition keys of the sparse ``active-by-day`` index (at once) lists
+  the label-days written that day; they are
   enqueued in chunks of ``AUDIT_CHUNK`` (``SendMessageBatch``, 10 messages a call). Workers
   fold the chunks in parallel, each like a stream batch (``aggregation.fold_label_days``):
   the audit finishes in the time the planner pages the index plus one chunk's fold, however

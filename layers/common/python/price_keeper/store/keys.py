@@ -70,6 +70,23 @@ def day_of_key(date_key: str) -> str:
     return date_key.removeprefix(day_key(""))
 
 
+# The ``active-by-day`` index's partition keys per org day: an org's shards index under one
+# of 16 (by org), so the new shards of a day's start (every org of a timezone at once) spread
+# their index writes over 16 partitions instead of one, and the audit pages them at once.
+ACTIVE_DAY_BUCKETS = 16
+
+
+def active_day_key(day: str, org_id: str) -> str:
+    """``DAY#yyyymmdd#{bucket}``: what a shard of ``org_id`` on org day ``day`` is indexed under."""
+    return f"{day_key(day)}#{stable_shard(org_id, ACTIVE_DAY_BUCKETS):02d}"
+
+
+def active_day_keys(day: str) -> list[str]:
+    """Every index partition key of org day ``day``: the buckets, and the bare ``DAY#yyyymmdd``
+    that shards created before the buckets carry (for as long as such a day is in play)."""
+    return [day_key(day), *(f"{day_key(day)}#{bucket:02d}" for bucket in range(ACTIVE_DAY_BUCKETS))]
+
+
 def usage_key(scope: str, label: str) -> str:
     return f"{scope}#LABEL#{label}"
 

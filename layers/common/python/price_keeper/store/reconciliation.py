@@ -19,7 +19,7 @@ def mark_value(sums: dict) -> list[int]:
 
 def label_totals(org_days: Iterable[str]) -> list[dict]:
     """Every label total (whole items: counters and hour marks) of the org days ``yyyymmdd``:
-    the labels come from the shards' ``active-by-day`` index, one Query per day."""
+    the labels come from the shards' ``active-by-day`` index (``usage.active_shard_keys``)."""
     wanted = {
         (keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"])
         for day in org_days

@@ -76,8 +76,9 @@ class TableSpec:
 
 
 # Sparse index over usage shard items: a shard item carries ``active_day`` (its
-# ``DAY#yyyymmdd``) so the aggregator finds the scopes active on a day with one Query,
-# without scanning and without visiting orgs that sent nothing that day.
+# ``DAY#yyyymmdd#{bucket}``, ``keys.active_day_key``) so the aggregator finds the scopes
+# active on a day with a Query per bucket, without scanning and without visiting orgs that
+# sent nothing that day.
 ACTIVE_BY_DAY = Index(name="active-by-day", partition_key="active_day", sort_key="shard_key")
 
 CONFIG = TableSpec("config", "CONFIG_TABLE", "org_key", "resource_key", holds_money=True)

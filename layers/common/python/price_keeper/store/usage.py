@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from boto3.dynamodb.conditions import Key
 
 from . import keys, tables
-from .dynamo import ConditionFailed, Read, batch_get, conditional, query_all, streams, table, transact
+from .dynamo import ConditionFailed, Read, batch_get, conditional, query_all, query_many, streams, table, transact
 
 # Re-pricings applied to a shard (and summed into its totals): a correction changes the
 # cost without a new request, and this counter growing is what makes the fold write it.
@@ -76,7 +76,7 @@ def shard_update(
             "ExpressionAttributeValues": {
                 **{f":{counter}": value for counter, value in counters.items()},
                 ":now": now_epoch,
-                ":day": keys.day_key(day),
+                ":day": keys.active_day_key(day, keys.split_scope(scope)[0]),
                 ":expires": expires_at,
             },
         }
@@ -217,27 +217,42 @@ def void_items(
 
 
 def org_has_spend(org_id: str, day: str) -> bool:
-    """Whether any scope of the org (the org's or an app's) has a shard on ``day``: one
-    Query of the ``active-by-day`` index, ``begins_with ORG#{org}#``, at most one key."""
+    """Whether any scope of the org (the org's or an app's) has a shard on ``day``: a Query
+    of the ``active-by-day`` index, ``begins_with ORG#{org}#``, at most one key, under the
+    org's bucket (and under the bare day key, where shards made before the buckets are)."""
     index = tables.ACTIVE_BY_DAY
-    found = table(tables.USAGE_AGG_SHARDED).query(
-        IndexName=index.name,
-        Limit=1,
-        KeyConditionExpression=Key(index.partition_key).eq(keys.day_key(day))
-        & Key(index.sort_key).begins_with(keys.org_key(org_id) + "#"),
-    )
-    return bool(found["Items"])
+    for partition in (keys.active_day_key(day, org_id), keys.day_key(day)):
+        found = table(tables.USAGE_AGG_SHARDED).query(
+            IndexName=index.name,
+            Limit=1,
+            KeyConditionExpression=Key(index.partition_key).eq(partition)
+            & Key(index.sort_key).begins_with(keys.org_key(org_id) + "#"),
+        )
+        if found["Items"]:
+            return True
+    return False
 
 
 def active_shard_keys(day: str) -> list[dict]:
-    """Keys of the shards written for org day ``day`` (``yyyymmdd``), from the sparse GSI."""
+    """Keys of the shards written for org day ``day`` (``yyyymmdd``), from the sparse GSI:
+    a paginated Query of each of its partition keys, concurrently."""
     index = tables.ACTIVE_BY_DAY
-    items = query_all(
-        table(tables.USAGE_AGG_SHARDED).query,
-        IndexName=index.name,
-        KeyConditionExpression=Key(index.partition_key).eq(keys.day_key(day)),
-    )
-    return [{"shard_key": item["shard_key"], "date_key": item["date_key"]} for item in items]
+
+    def partition(client, active_day: str) -> list[dict]:
+        return query_all(
+            client.query,
+            TableName=tables.USAGE_AGG_SHARDED.physical_name,
+            IndexName=index.name,
+            KeyConditionExpression="#day = :day",
+            ExpressionAttributeNames={"#day": index.partition_key},
+            ExpressionAttributeValues={":day": active_day},
+        )
+
+    return [
+        {"shard_key": item["shard_key"], "date_key": item["date_key"]}
+        for items in query_many(partition, keys.active_day_keys(day))
+        for item in items
+    ]
 
 
 def shards_read(shard_keys: Iterable[dict]) -> Read:
