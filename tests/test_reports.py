@@ -290,6 +290,33 @@ def test_unknown_org_is_404(api):
     assert_error(report(api, org_id, token_for(org_id), **{"from": "2026-10-01", "to": "2026-10-01"}), 404, "NOT_FOUND")
 
 
+def test_labels_outside_the_ordering_are_looked_up_only_when_the_scope_total_counts_more(api, app_org):
+    """A scope total counts the labels listed for it; a report or aggregates answer whose
+    ordering accounts for that many folded labels skips the Query of the listed labels."""
+    lookups = []
+
+    def count(params, **_):
+        values = params.get("ExpressionAttributeValues", {})
+        lookups.extend(value for value in values.values() if isinstance(value, str) and value.endswith("#LABELS"))
+
+    ddb_client().meta.events.register("provide-client-params.dynamodb.Query", count)
+    token = token_for(app_org, "app-1")
+    path = f"/api/v1/orgs/{app_org}/apps/app-1"
+    today = org_date("America/New_York").isoformat()
+    for label in ("premium", "standard"):
+        assert api.post(f"{path}/usage", usage_body(model_label=label), token=token).status == 202
+    aggregation.run()
+    models = api.get(f"{path}/aggregates/today", token=token).json()["models"]
+    rows = report(api, app_org, token_for(app_org), **{"from": today, "to": today}).json()["rows"]
+    assert (len(models), len(rows), lookups) == (3, 2, [])
+    assert api.post(f"{path}/usage", usage_body(model_label="ultra_premium"), token=token).status == 202
+    aggregation.run()
+    models = api.get(f"{path}/aggregates/today", token=token).json()["models"]
+    rows = report(api, app_org, token_for(app_org), **{"from": today, "to": today}).json()["rows"]
+    assert "ultra_premium" in models and "ultra_premium" in {row["label"] for row in rows}
+    assert len(lookups) == 2  # one for each answer
+
+
 def test_a_label_listed_on_the_scope_total_as_before_spent_label_items_is_still_reported(api, app_org):
     """Days folded by the version before kept a scope-day's labels in its total's ``labels``
     set: reports and aggregates still list them (until those days' retention ends)."""

@@ -108,7 +108,7 @@ def daily_aggregates(
             reason="Data expired (TTL) or date predates org registration",
         )
     found = dict(read.totals)
-    spending = [scope for scope, key in zip(scopes, total_keys, strict=True) if key in read.totals]
+    spending = [scope for scope in scopes if read.spent_beyond(scope, labels)]
     spent = {label for key in total_keys for label in read.labels.get(key, ())}
     spent = spent.union(*daily_totals.spent_labels(spending, wanted, wanted))
     spent_elsewhere = sorted(spent - set(labels))

@@ -120,6 +120,11 @@ class Totals(NamedTuple):
         return max(0, self.committed - self.settled)
 
     @property
+    def folded(self) -> bool:
+        """The aggregator has folded records into it (not just a reservation ledger)."""
+        return self.requests + 2 * self.voids > 0
+
+    @property
     def unreserved(self) -> int:
         """Spend counted without a reservation, as far as the aggregation has folded it."""
         return max(0, self.cost_usd_micros - self.settled)
@@ -134,13 +139,20 @@ class DailyRead(NamedTuple):
     # by scope total key: the labels listed on it (written so before the spent-label items,
     # ``keys.spent_label_key``: read for those days until their retention ends)
     labels: dict[str, frozenset[str]] = {}
+    items: dict[str, dict] = {}  # by usage_key: the items read
 
     def of(self, usage_key: str) -> Totals:
         return self.totals.get(usage_key, Totals())
 
+    def spent_beyond(self, scope: str, labels: Iterable[str]) -> bool:
+        """Whether the scope spent on labels other than ``labels`` that day, as far as read."""
+        item = self.items.get(keys.scope_total_key(scope))
+        folded = sum(1 for label in labels if self.of(keys.usage_key(scope, label)).folded)
+        return item is not None and daily_totals.spent_beyond(item, folded)
+
     @classmethod
     def from_items(cls, items: Iterable[dict]) -> DailyRead:
-        totals, last_run, labels = {}, None, {}
+        totals, last_run, labels, read = {}, None, {}, {}
         for item in items:
             if item["usage_key"] == keys.HEARTBEAT_KEY["usage_key"]:
                 last_run = int(item["last_run_epoch"])
@@ -148,7 +160,8 @@ class DailyRead(NamedTuple):
                 totals[item["usage_key"]] = Totals.from_item(item)
                 if "labels" in item:
                     labels[item["usage_key"]] = frozenset(item["labels"])
-        return cls(totals, last_run, labels)
+                read[item["usage_key"]] = item
+        return cls(totals, last_run, labels, read)
 
 
 def read_daily_totals(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections import Counter
 from datetime import date
 from typing import NamedTuple
 
@@ -131,7 +132,17 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
 
     (*results,) = query([key.usage_key for key in usage_keys] + [keys.scope_total_key(s.scope) for s in scopes])
     scope_totals, results = results[len(usage_keys) :], results[: len(usage_keys)]
-    spending = [scope for scope, items in zip(scopes, scope_totals, strict=True) if items]
+    folded = Counter(
+        (keys.split_usage_key(key.usage_key)[0], item["date_key"])
+        for key, items in zip(usage_keys, results, strict=True)
+        for item in items
+        if daily_totals.progress(item)[0] > 0
+    )
+    spending = [
+        scope
+        for scope, items in zip(scopes, scope_totals, strict=True)
+        if any(daily_totals.spent_beyond(item, folded[(scope.scope, item["date_key"])]) for item in items)
+    ]
     spent = dict(
         zip(
             (scope.scope for scope in spending),

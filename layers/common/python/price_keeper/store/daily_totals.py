@@ -16,7 +16,9 @@ from .usage import CORRECTIONS, COUNTERS, VOIDS
 # record's correction adds to ``repriced`` and changes the cost alone.
 PROGRESS = ("requests", VOIDS, CORRECTIONS)
 
-READ_ATTRIBUTES = (*COUNTERS, "updated_at_epoch", "last_run_epoch", "labels", "committed", "settled")
+# On a scope total: how many labels its spent-label items list (``keys.spent_label_key``).
+LISTED = "labels_listed"
+READ_ATTRIBUTES = (*COUNTERS, VOIDS, "updated_at_epoch", "last_run_epoch", "labels", LISTED, "committed", "settled")
 
 
 def day_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = False) -> Read:
@@ -42,6 +44,14 @@ def progress(item: dict) -> tuple[int, int]:
     return int(item.get("requests", 0)) + 2 * int(item.get(VOIDS, 0)), int(item.get(CORRECTIONS, 0))
 
 
+def spent_beyond(scope_total: dict, folded_labels: int) -> bool:
+    """Whether a scope-day spent on labels besides the ``folded_labels`` label totals a
+    reader holds (those with a fold: ``progress`` past 0). Every label total is listed in the
+    transaction that first folds it, so a count no larger means no other label; a total
+    listing them in a set, as before the spent-label items, is read as maybe."""
+    return "labels" in scope_total or int(scope_total.get(LISTED, 0)) > folded_labels
+
+
 def progress_fields(item: dict) -> tuple[int, ...]:
     """A stored total's ``PROGRESS`` fields (what a fold's write is conditional on)."""
     return tuple(int(item.get(name, 0)) for name in PROGRESS)
@@ -63,13 +73,16 @@ def fold_scope(
     """One TransactWriteItems: SET each label total of ``moves`` (each conditional on its
     stored ``progress`` being what the fold read), ADD ``delta`` (the moves' differences) to
     the scope total and SET ``scope_values`` on it, and put a ``keys.spent_label_key`` item
-    for each of ``first_labels`` (the label-days folded for the first time). All or nothing,
+    for each of ``first_labels`` (the label-days folded for the first time; the scope total
+    counts them in ``LISTED``). All or nothing,
     so the scope total stays the sum of its label totals and a move is added once however
     runs overlap. False when a condition failed or the transaction conflicted: re-read and
     fold again."""
     name = tables.DAILY_TOTAL.physical_name
     actions = [{"Update": _label_update(name, move)} for move in moves]
     ttl = tables.TTL_ATTRIBUTE
+    if first_labels:
+        delta = {**delta, LISTED: len(first_labels)}
     update = "ADD " + ", ".join(f"#{counter} :{counter}" for counter in delta)
     update += " SET " + ", ".join(f"#{field} = :{field}" for field in scope_values if field != ttl)
     update += f", #{ttl} = if_not_exists(#{ttl}, :{ttl})"
