@@ -109,8 +109,7 @@ def daily_aggregates(
         )
     found = dict(read.totals)
     spending = [scope for scope in scopes if read.spent_beyond(scope, labels)]
-    spent = {label for key in total_keys for label in read.labels.get(key, ())}
-    spent = spent.union(*daily_totals.spent_labels(spending, wanted, wanted))
+    spent = set().union(*map(read.listed_before, scopes), *daily_totals.spent_labels(spending, wanted, wanted))
     spent_elsewhere = sorted(spent - set(labels))
     if spent_elsewhere:  # labels outside every ordering (self-registered profiles, dropped labels)
         found.update(

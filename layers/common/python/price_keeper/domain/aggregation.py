@@ -136,9 +136,6 @@ class Totals(NamedTuple):
 class DailyRead(NamedTuple):
     totals: dict[str, Totals]  # by usage_key; absent keys have no spend
     last_run_epoch: int | None  # when the aggregator last ran (only when asked for)
-    # by scope total key: the labels listed on it (written so before the spent-label items,
-    # ``keys.spent_label_key``: read for those days until their retention ends)
-    labels: dict[str, frozenset[str]] = {}
     items: dict[str, dict] = {}  # by usage_key: the items read
 
     def of(self, usage_key: str) -> Totals:
@@ -150,18 +147,21 @@ class DailyRead(NamedTuple):
         folded = sum(1 for label in labels if self.of(keys.usage_key(scope, label)).folded)
         return item is not None and daily_totals.spent_beyond(item, folded)
 
+    def listed_before(self, scope: str) -> set[str]:
+        """The labels a scope total lists in its ``labels`` set: days folded before the
+        spent-label items (``keys.spent_label_key``), read until their retention ends."""
+        return set(self.items.get(keys.scope_total_key(scope), {}).get("labels", ()))
+
     @classmethod
     def from_items(cls, items: Iterable[dict]) -> DailyRead:
-        totals, last_run, labels, read = {}, None, {}, {}
+        totals, last_run, read = {}, None, {}
         for item in items:
             if item["usage_key"] == keys.HEARTBEAT_KEY["usage_key"]:
                 last_run = int(item["last_run_epoch"])
             else:
                 totals[item["usage_key"]] = Totals.from_item(item)
-                if "labels" in item:
-                    labels[item["usage_key"]] = frozenset(item["labels"])
                 read[item["usage_key"]] = item
-        return cls(totals, last_run, labels, read)
+        return cls(totals, last_run, read)
 
 
 def read_daily_totals(
