@@ -8,6 +8,7 @@ import os
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import boto3
 import pytest
@@ -18,38 +19,15 @@ from price_keeper.errors import ApiError
 from price_keeper.store import daily_totals, dynamo, keys, tables, usage
 from price_keeper.store.dynamo import ddb_client, streams, table
 from price_keeper.timeutil import org_day, utc_now
+from tests import usage_support
 from tests.factories import seed_org
 from tests.usage_support import daily_total, new_tenant, usage_body
 
 NOW = datetime(2026, 1, 23, 15, 30, tzinfo=UTC)
 DAY = "20260123"
+put_shard = partial(usage_support.put_shard, day=DAY, updated_at=int(NOW.timestamp()) - 5)
 
-
-def put_shard(
-    scope: str,
-    label: str,
-    shard: int,
-    day: str = DAY,
-    cost: int = 100,
-    requests: int = 1,
-    updated_at: int | None = None,
-) -> None:
-    """A usage shard in the shape the metering writes it."""
-    table(tables.USAGE_AGG_SHARDED).put_item(
-        Item={
-            "shard_key": keys.shard_key(scope, label, shard),
-            "date_key": f"DAY#{day}",
-            "active_day": keys.active_day_key(day, keys.split_scope(scope)[0]),
-            "cost_usd_micros": cost,
-            "input_tokens": 10 * requests,
-            "output_tokens": 5 * requests,
-            "cache_read_input_tokens": 0,
-            "cache_write_input_tokens": 0,
-            "requests": requests,
-            "updated_at_epoch": updated_at or int(NOW.timestamp()) - 5,
-            "expires_at_epoch": 2_000_000_000,
-        }
-    )
+spent_labels = partial(usage_support.spent_labels, day=DAY)
 
 
 def total(scope: str, label: str, day: str = DAY) -> dict | None:
@@ -261,12 +239,6 @@ def scope_total(scope: str, day: str = DAY) -> dict | None:
         .get_item(Key={"usage_key": keys.scope_total_key(scope), "date_key": f"DAY#{day}"})
         .get("Item")
     )
-
-
-def spent_labels(scope: str, day: str = DAY) -> set[str]:
-    """The labels the scope-day lists (what aggregates and reports show beside the ordering)."""
-    on = datetime.strptime(day, "%Y%m%d").date()
-    return daily_totals.spent_labels([scope], on, on)[0]
 
 
 def test_a_stream_batch_moves_only_the_scopes_it_names(stream, calls):

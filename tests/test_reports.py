@@ -11,13 +11,13 @@ from datetime import date, timedelta
 import pytest
 
 from price_keeper.domain import aggregation, reports
-from price_keeper.store import daily_totals, keys, tables
+from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.store.usage import COUNTERS  # the counters a DailyTotal holds
 from price_keeper.timeutil import day_start_utc, org_date, org_day
 from tests.conftest import assert_error
 from tests.factories import seed_app, seed_org, token_for
-from tests.usage_support import usage_body
+from tests.usage_support import put_shard, usage_body
 
 
 def seed_total(scope: str, label: str, day: str, **values) -> dict:
@@ -290,9 +290,9 @@ def test_unknown_org_is_404(api):
     assert_error(report(api, org_id, token_for(org_id), **{"from": "2026-10-01", "to": "2026-10-01"}), 404, "NOT_FOUND")
 
 
-def test_labels_outside_the_ordering_are_looked_up_only_when_the_scope_total_counts_more(api, app_org):
-    """A scope total counts the labels listed for it; a report or aggregates answer whose
-    ordering accounts for that many folded labels skips the Query of the listed labels."""
+@pytest.fixture
+def label_lookups(aws) -> list[str]:
+    """The scopes whose spent-label items a request Queried."""
     lookups = []
 
     def count(params, **_):
@@ -300,46 +300,57 @@ def test_labels_outside_the_ordering_are_looked_up_only_when_the_scope_total_cou
         lookups.extend(value for value in values.values() if isinstance(value, str) and value.endswith("#LABELS"))
 
     ddb_client().meta.events.register("provide-client-params.dynamodb.Query", count)
-    token = token_for(app_org, "app-1")
-    path = f"/api/v1/orgs/{app_org}/apps/app-1"
+    return lookups
+
+
+def shown(api, org_id: str, app_id: str) -> tuple[set[str], set[str]]:
+    """The labels of today's aggregates of the app, and of today's spend report of the org."""
     today = org_date("America/New_York").isoformat()
-    for label in ("premium", "standard"):
+    models = api.get(f"/api/v1/orgs/{org_id}/apps/{app_id}/aggregates/today", token=token_for(org_id, app_id))
+    rows = report(api, org_id, token_for(org_id), **{"from": today, "to": today}).json()["rows"]
+    return set(models.json()["models"]), {row["label"] for row in rows if row["app_id"] == app_id}
+
+
+def test_a_profile_label_is_listed_apart_and_looked_up_only_when_the_ordering_does_not_account_for_it(
+    api, app_org, label_lookups
+):
+    """Config labels are listed in the scope total's set (bounded by config.yaml); any other
+    label (a profile) in an item of its own, which the scope total counts: a report or
+    aggregates answer Queries those items only when its ordering's folded labels fall short."""
+    token, path = token_for(app_org, "app-1"), f"/api/v1/orgs/{app_org}/apps/app-1"
+    for label in ("premium", "standard", "ultra_premium"):  # ultra_premium: in config.yaml, not in the ordering
         assert api.post(f"{path}/usage", usage_body(model_label=label), token=token).status == 202
     aggregation.run()
-    models = api.get(f"{path}/aggregates/today", token=token).json()["models"]
-    rows = report(api, app_org, token_for(app_org), **{"from": today, "to": today}).json()["rows"]
-    assert (len(models), len(rows), lookups) == (3, 2, [])
-    assert api.post(f"{path}/usage", usage_body(model_label="ultra_premium"), token=token).status == 202
-    aggregation.run()
-    models = api.get(f"{path}/aggregates/today", token=token).json()["models"]
-    rows = report(api, app_org, token_for(app_org), **{"from": today, "to": today}).json()["rows"]
-    assert "ultra_premium" in models and "ultra_premium" in {row["label"] for row in rows}
-    assert len(lookups) == 2  # one for each answer
-
-
-def test_a_label_listed_on_the_scope_total_as_before_spent_label_items_is_still_reported(api, app_org):
-    """Days folded by the version before kept a scope-day's labels in its total's ``labels``
-    set: reports and aggregates still list them (until those days' retention ends)."""
-    token = token_for(app_org, "app-2")
-    assert (
-        api.post(f"/api/v1/orgs/{app_org}/apps/app-2/usage", usage_body(model_label="premium"), token=token).status
-        == 202
+    models, rows = shown(api, app_org, "app-1")
+    assert ("ultra_premium" in models, {"premium", "standard", "ultra_premium"} <= rows, label_lookups) == (
+        True,
+        True,
+        [],
     )
+    day = org_day("America/New_York")
+    put_shard(scope(app_org, "app-1"), "my-profile", 0, day=day, updated_at=int(time.time()), cost=40)
     aggregation.run()
-    today = org_date("America/New_York")
-    totals = table(tables.DAILY_TOTAL)
-    scope_key = scope(app_org, "app-2")
-    totals.delete_item(Key=keys.spent_label_key(scope_key, keys.day_key(today.strftime("%Y%m%d")), "premium"))
-    assert daily_totals.spent_labels([scope_key], today, today) == [set()]
+    models, rows = shown(api, app_org, "app-1")
+    assert "my-profile" in models and "my-profile" in rows
+    assert label_lookups == [keys.spent_labels_key(scope(app_org, "app-1"))] * 2  # one for each answer
+
+
+def test_a_scope_total_that_lists_every_label_in_its_set_as_before_needs_no_lookup(api, app_org, label_lookups):
+    """Days folded before the spent-label items list every label, profiles included, in the
+    scope total's set (and count none apart): readers show them from it."""
+    day = org_day("America/New_York")
+    app_scope = scope(app_org, "app-2")
+    put_shard(app_scope, "my-profile", 0, day=day, updated_at=int(time.time()), cost=40)
+    aggregation.run()
+    totals, day_key = table(tables.DAILY_TOTAL), keys.day_key(day)
+    totals.delete_item(Key=keys.spent_label_key(app_scope, day_key, "my-profile"))
     totals.update_item(
-        Key={"usage_key": keys.scope_total_key(scope_key), "date_key": keys.day_key(today.strftime("%Y%m%d"))},
-        UpdateExpression="ADD labels :labels",
-        ExpressionAttributeValues={":labels": {"premium"}},
+        Key={"usage_key": keys.scope_total_key(app_scope), "date_key": day_key},
+        UpdateExpression="REMOVE labels_listed ADD labels :labels",
+        ExpressionAttributeValues={":labels": {"my-profile"}},
     )
-    rows = report(api, app_org, token_for(app_org), **{"from": today.isoformat(), "to": today.isoformat()}).json()
-    assert [(r["app_id"], r["label"], r["cost_usd_micros"]) for r in rows["rows"]] == [("app-2", "premium", 3760)]
-    models = api.get(f"/api/v1/orgs/{app_org}/apps/app-2/aggregates/today", token=token).json()["models"]
-    assert {label: model["cost_usd_micros"] for label, model in models.items()} == {"standard": 0, "premium": 3760}
+    models, rows = shown(api, app_org, "app-2")
+    assert ("my-profile" in models, "my-profile" in rows, label_lookups) == (True, True, [])
 
 
 def test_spend_on_a_label_outside_the_ordering_is_reported(api, app_org):

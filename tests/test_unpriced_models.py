@@ -361,7 +361,7 @@ def test_a_stale_fold_never_undoes_a_correction(aws):
     def fold(values: dict, read: tuple | None) -> bool:
         move = daily_totals.LabelFold(key, day, values, read)
         scope_values = {"updated_at_epoch": 1, tables.TTL_ATTRIBUTE: 2}
-        return daily_totals.fold_scope("ORG#o", day, [move], {"cost_usd_micros": 0}, scope_values, [])
+        return daily_totals.fold_scope("ORG#o", day, [move], {"cost_usd_micros": 0}, scope_values, [], [])
 
     assert fold(before, None) is True
     assert fold(after, daily_totals.progress_fields(before)) is True  # the correction is written

@@ -114,3 +114,38 @@ def daily_total(scope: str, label: str, day: str) -> dict | None:
         .get_item(Key={"usage_key": keys.usage_key(scope, label), "date_key": keys.day_key(day)})
         .get("Item")
     )
+
+
+def put_shard(
+    scope: str, label: str, shard: int, *, day: str, updated_at: int, cost: int = 100, requests: int = 1
+) -> None:
+    """A usage shard of org day ``day`` (``yyyymmdd``) in the shape the metering writes it."""
+    table(tables.USAGE_AGG_SHARDED).put_item(
+        Item={
+            "shard_key": keys.shard_key(scope, label, shard),
+            "date_key": keys.day_key(day),
+            "active_day": keys.active_day_key(day, keys.split_scope(scope)[0]),
+            "cost_usd_micros": cost,
+            "input_tokens": 10 * requests,
+            "output_tokens": 5 * requests,
+            "cache_read_input_tokens": 0,
+            "cache_write_input_tokens": 0,
+            "requests": requests,
+            "updated_at_epoch": updated_at,
+            "expires_at_epoch": 2_000_000_000,
+        }
+    )
+
+
+def spent_labels(scope: str, day: str) -> set[str]:
+    """Every label a scope-day lists (what aggregates and reports show beside the ordering):
+    those in its scope total's set and those in items of their own."""
+    from price_keeper.store import daily_totals
+
+    on = datetime.strptime(day, "%Y%m%d").date()
+    scope_total = (
+        table(tables.DAILY_TOTAL)
+        .get_item(Key={"usage_key": keys.scope_total_key(scope), "date_key": keys.day_key(day)})
+        .get("Item", {})
+    )
+    return set(scope_total.get(daily_totals.LABELS, ())) | daily_totals.spent_labels([scope], on, on)[0]

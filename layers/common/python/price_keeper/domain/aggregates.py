@@ -108,8 +108,8 @@ def daily_aggregates(
             reason="Data expired (TTL) or date predates org registration",
         )
     found = dict(read.totals)
-    spending = [scope for scope in scopes if read.spent_beyond(scope, labels)]
-    spent = set().union(*map(read.listed_before, scopes), *daily_totals.spent_labels(spending, wanted, wanted))
+    apart = [scope for scope in scopes if read.listed_apart(scope, labels)]
+    spent = set().union(*map(read.listed_in_set, scopes), *daily_totals.spent_labels(apart, wanted, wanted))
     spent_elsewhere = sorted(spent - set(labels))
     if spent_elsewhere:  # labels outside every ordering (self-registered profiles, dropped labels)
         found.update(

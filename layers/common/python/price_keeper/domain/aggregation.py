@@ -25,9 +25,10 @@ Folding (``_fold``), exactly once whatever runs overlap, repeat or arrive out of
    correction, which changes the cost alone) being what step 1 read, and the scope total is
    ADDed the differences. So the scope total is always the sum of its label totals, a move
    is added once, and a stale or repeated run (Lambda delivers a stream batch at least
-   once) writes nothing. A label-day's first fold also lists the label for the scope-day
-   (``keys.spent_label_key``). Scope-days are written in parallel; one that lost a race
-   re-reads and folds again.
+   once) writes nothing. A label-day's first fold also lists the label for the scope-day:
+   a config label in the scope total's ``labels`` set (bounded by config.yaml), any other
+   (a profile) in an item of its own (``keys.spent_label_key``), counted on the scope
+   total. Scope-days are written in parallel; one that lost a race re-reads and folds again.
 3. A heartbeat (time of the run, lag) that the aggregates endpoint reports as
    ``X-Data-Lag-Secs``: every sweep, and a stream run at most every ``HEARTBEAT_SECONDS``
    per container.
@@ -141,16 +142,18 @@ class DailyRead(NamedTuple):
     def of(self, usage_key: str) -> Totals:
         return self.totals.get(usage_key, Totals())
 
-    def spent_beyond(self, scope: str, labels: Iterable[str]) -> bool:
-        """Whether the scope spent on labels other than ``labels`` that day, as far as read."""
-        item = self.items.get(keys.scope_total_key(scope))
-        folded = sum(1 for label in labels if self.of(keys.usage_key(scope, label)).folded)
-        return item is not None and daily_totals.spent_beyond(item, folded)
-
-    def listed_before(self, scope: str) -> set[str]:
-        """The labels a scope total lists in its ``labels`` set: days folded before the
-        spent-label items (``keys.spent_label_key``), read until their retention ends."""
+    def listed_in_set(self, scope: str) -> set[str]:
+        """The labels the scope total lists in its ``labels`` set: its config labels (on
+        days folded before the spent-label items, every label)."""
         return set(self.items.get(keys.scope_total_key(scope), {}).get("labels", ()))
+
+    def listed_apart(self, scope: str, labels: Iterable[str]) -> bool:
+        """Whether the scope's spent-label items (``keys.spent_label_key``) name a label
+        other than ``labels`` that day (``daily_totals.lists_apart_beyond``)."""
+        item = self.items.get(keys.scope_total_key(scope))
+        in_set = self.listed_in_set(scope)
+        folded = sum(1 for label in labels if label not in in_set and self.of(keys.usage_key(scope, label)).folded)
+        return item is not None and daily_totals.lists_apart_beyond(item, folded)
 
     @classmethod
     def from_items(cls, items: Iterable[dict]) -> DailyRead:
@@ -373,21 +376,26 @@ def _shards_above(label_shards: dict[LabelDay, list[dict]], count_items: list[di
 
 
 class _Move(NamedTuple):
-    """A label total a fold moves, by how much, and whether it is the label-day's first
-    (then the scope-day's list of spent labels gains the label: ``daily_totals.spent_labels``)."""
+    """A label total a fold moves, by how much, and how its label is listed for the
+    scope-day when this is the label-day's first fold: ``"set"`` (a config label: the scope
+    total's ``labels``), ``"item"`` (any other: ``keys.spent_label_key``), else None."""
 
     fold: daily_totals.LabelFold
     difference: dict[str, int]
-    first: bool
+    listing: str | None
+
+    @property
+    def label(self) -> str:
+        return keys.split_usage_key(self.fold.usage_key)[1]
 
 
 def _transactions(moves: list[_Move]) -> list[list[_Move]]:
     """``moves`` in groups whose transaction fits one TransactWriteItems: a write per move,
-    a put per first move, and the scope total's."""
+    a put per label listed in an item, and the scope total's."""
     groups: list[list[_Move]] = [[]]
     actions = 1
     for move in moves:
-        need = 1 + move.first
+        need = 1 + (move.listing == "item")
         if groups[-1] and actions + need > MAX_TRANSACTION_ACTIONS:
             groups.append([])
             actions = 1
@@ -424,9 +432,15 @@ def _fold_scope_day(
                 "source_updated_at_epoch": max(move.fold.values["source_updated_at_epoch"] for move in group),
                 tables.TTL_ATTRIBUTE: usage_expires_at(day),
             }
-            firsts = [keys.split_usage_key(move.fold.usage_key)[1] for move in group if move.first]
+            listed = {listing: [move.label for move in group if move.listing == listing] for listing in ("set", "item")}
             if not daily_totals.fold_scope(
-                scope_day.scope, scope_day.date_key, [move.fold for move in group], delta, scope_values, firsts
+                scope_day.scope,
+                scope_day.date_key,
+                [move.fold for move in group],
+                delta,
+                scope_values,
+                listed["set"],
+                listed["item"],
             ):
                 break
             folded += group
@@ -490,7 +504,10 @@ def _moves(scope_day: _ScopeDay, snapshot: _Snapshot, now: datetime) -> tuple[Ru
             *label_day, values, daily_totals.progress_fields(stored) if stored_progress else None
         )
         difference = {name: group.sums[name] - int(stored.get(name, 0)) for name in SUM_FIELDS}
-        moves.append(_Move(fold, difference, stored_progress is None))
+        listing = None
+        if stored_progress is None:
+            listing = "set" if keys.split_usage_key(label_day[0])[1] in get_config().labels else "item"
+        moves.append(_Move(fold, difference, listing))
     return report, moves
 
 

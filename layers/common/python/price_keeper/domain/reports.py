@@ -132,27 +132,26 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
 
     (*results,) = query([key.usage_key for key in usage_keys] + [keys.scope_total_key(s.scope) for s in scopes])
     scope_totals, results = results[len(usage_keys) :], results[: len(usage_keys)]
-    folded = Counter(
-        (keys.split_usage_key(key.usage_key)[0], item["date_key"])
-        for key, items in zip(usage_keys, results, strict=True)
-        for item in items
-        if daily_totals.progress(item)[0] > 0
-    )
-    spending = [
-        scope
+    in_set = {  # (scope, date_key) -> the labels its scope total lists in its set
+        (scope.scope, item["date_key"]): set(item.get(daily_totals.LABELS, ()))
         for scope, items in zip(scopes, scope_totals, strict=True)
-        if any(daily_totals.spent_beyond(item, folded[(scope.scope, item["date_key"])]) for item in items)
+        for item in items
+    }
+    folded_apart: Counter = Counter()  # (scope, date_key) -> its folded label totals read, not in the set
+    for key, items in zip(usage_keys, results, strict=True):
+        scope_key = keys.split_usage_key(key.usage_key)[0]
+        for item in items:
+            if daily_totals.progress(item)[0] > 0 and key.label not in in_set.get((scope_key, item["date_key"]), ()):
+                folded_apart[(scope_key, item["date_key"])] += 1
+    apart = [
+        scope.scope
+        for scope, items in zip(scopes, scope_totals, strict=True)
+        if any(daily_totals.lists_apart_beyond(item, folded_apart[(scope.scope, item["date_key"])]) for item in items)
     ]
-    spent = dict(
-        zip(
-            (scope.scope for scope in spending),
-            daily_totals.spent_labels([scope.scope for scope in spending], first, last),
-            strict=True,
-        )
-    )
+    listed = dict(zip(apart, daily_totals.spent_labels(apart, first, last), strict=True))
     outside = {
         scope.scope: sorted(
-            ({label for item in items for label in item.get("labels", ())} | spent.get(scope.scope, set()))
+            ({label for item in items for label in item.get(daily_totals.LABELS, ())} | listed.get(scope.scope, set()))
             - set(scope.model_ordering)
         )
         for scope, items in zip(scopes, scope_totals, strict=True)

@@ -16,8 +16,9 @@ from .usage import CORRECTIONS, COUNTERS, VOIDS
 # record's correction adds to ``repriced`` and changes the cost alone.
 PROGRESS = ("requests", VOIDS, CORRECTIONS)
 
-# On a scope total: how many labels its spent-label items list (``keys.spent_label_key``).
-LISTED = "labels_listed"
+# On a scope total: its config labels spent on (a set bounded by config.yaml), and how many
+# other labels are listed in items of their own (``keys.spent_label_key``).
+LABELS, LISTED = "labels", "labels_listed"
 READ_ATTRIBUTES = (*COUNTERS, VOIDS, "updated_at_epoch", "last_run_epoch", "labels", LISTED, "committed", "settled")
 
 
@@ -44,12 +45,12 @@ def progress(item: dict) -> tuple[int, int]:
     return int(item.get("requests", 0)) + 2 * int(item.get(VOIDS, 0)), int(item.get(CORRECTIONS, 0))
 
 
-def spent_beyond(scope_total: dict, folded_labels: int) -> bool:
-    """Whether a scope-day spent on labels besides the ``folded_labels`` label totals a
-    reader holds (those with a fold: ``progress`` past 0). Every label total is listed in the
-    transaction that first folds it, so a count no larger means no other label; a total
-    listing them in a set, as before the spent-label items, is read as maybe."""
-    return "labels" in scope_total or int(scope_total.get(LISTED, 0)) > folded_labels
+def lists_apart_beyond(scope_total: dict, folded_apart: int) -> bool:
+    """Whether a scope-day's spent-label items name more labels than the ``folded_apart``
+    label totals a reader holds that have a fold (``progress`` past 0) and are not in the
+    scope total's set. Each folded label is listed once, in the set or in an item, in the
+    transaction that first folds it: a count no larger means the items name none other."""
+    return int(scope_total.get(LISTED, 0)) > folded_apart
 
 
 def progress_fields(item: dict) -> tuple[int, ...]:
@@ -68,21 +69,29 @@ class LabelFold(NamedTuple):
 
 
 def fold_scope(
-    scope: str, date_key: str, moves: list[LabelFold], delta: dict, scope_values: dict, first_labels: list[str]
+    scope: str,
+    date_key: str,
+    moves: list[LabelFold],
+    delta: dict,
+    scope_values: dict,
+    set_labels: list[str],
+    item_labels: list[str],
 ) -> bool:
     """One TransactWriteItems: SET each label total of ``moves`` (each conditional on its
     stored ``progress`` being what the fold read), ADD ``delta`` (the moves' differences) to
-    the scope total and SET ``scope_values`` on it, and put a ``keys.spent_label_key`` item
-    for each of ``first_labels`` (the label-days folded for the first time; the scope total
-    counts them in ``LISTED``). All or nothing,
+    the scope total and SET ``scope_values`` on it, and list the labels whose label-days are
+    folded for the first time: ``set_labels`` ADDed to its ``LABELS`` set, a
+    ``keys.spent_label_key`` item put for each of ``item_labels`` (counted in ``LISTED``). All or nothing,
     so the scope total stays the sum of its label totals and a move is added once however
     runs overlap. False when a condition failed or the transaction conflicted: re-read and
     fold again."""
     name = tables.DAILY_TOTAL.physical_name
     actions = [{"Update": _label_update(name, move)} for move in moves]
     ttl = tables.TTL_ATTRIBUTE
-    if first_labels:
-        delta = {**delta, LISTED: len(first_labels)}
+    if item_labels:
+        delta = {**delta, LISTED: len(item_labels)}
+    if set_labels:
+        delta = {**delta, LABELS: set(set_labels)}
     update = "ADD " + ", ".join(f"#{counter} :{counter}" for counter in delta)
     update += " SET " + ", ".join(f"#{field} = :{field}" for field in scope_values if field != ttl)
     update += f", #{ttl} = if_not_exists(#{ttl}, :{ttl})"
@@ -103,7 +112,7 @@ def fold_scope(
     )
     actions += [
         {"Put": {"TableName": name, "Item": {**keys.spent_label_key(scope, date_key, label), ttl: scope_values[ttl]}}}
-        for label in first_labels
+        for label in item_labels
     ]
     return transact(actions) is None
 
