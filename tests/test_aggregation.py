@@ -726,6 +726,28 @@ def test_a_scope_of_many_labels_folds_in_transactions_that_fit_and_its_total_sta
     assert (scope_total(scope)["cost_usd_micros"], len(spent_labels(scope))) == (1650, 150)
 
 
+def test_a_scope_day_whose_second_transaction_loses_a_race_folds_the_rest_once(aws, monkeypatch):
+    """The first of a scope-day's transactions commits, the second finds its totals moved
+    (here: refused once): the retry re-reads and folds only what is left, and the report
+    names every label moved, for alerts."""
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    for n in range(150):
+        put_shard(scope, f"profile-{n:03d}", 0, cost=10)
+    real_fold, calls = daily_totals.fold_scope, []
+
+    def second_loses(*args):
+        calls.append(len(args[2]))
+        return False if len(calls) == 2 else real_fold(*args)
+
+    monkeypatch.setattr(daily_totals, "fold_scope", second_loses)
+    report = aggregation.run(NOW)
+    # 49 first folds a transaction (with their listings): 49 committed, 49 refused; the retry: the 101 left
+    assert calls == [49, 49, 49, 49, 3]
+    stored = scope_total(scope)
+    assert (stored["cost_usd_micros"], stored["requests"], stored["labels_listed"]) == (1500, 150, 150)
+    assert len(spent_labels(scope)) == 150 and len({usage_key for usage_key, _ in report.changed}) == 150
+
+
 def test_a_reader_lists_at_most_400_labels_of_a_scope(aws, monkeypatch):
     monkeypatch.setattr(daily_totals, "MAX_LISTED_LABELS", 5)  # 400 deployed: the same code path
     scope = keys.scope_key(seed_org(), "app-1", "APP")
