@@ -82,6 +82,17 @@ def test_throttled_store_is_503_and_the_retry_counts_once(api):
     assert_counted_once(tenant)
 
 
+def test_a_transaction_still_in_progress_under_its_token_is_503_and_the_retry_counts_once(api):
+    """A slow usage transaction that the SDK sent again under the same ClientRequestToken
+    answers TransactionInProgressException until the first completes: retryable, not a 500."""
+    tenant = new_tenant()
+    body = usage_body()
+    fail_calls("TransactWriteItems", 1, code="TransactionInProgressException")
+    assert_retryable(api.post(f"{tenant.app_path}/usage", body, token=tenant.token))
+    assert api.post(f"{tenant.app_path}/usage", body, token=tenant.token).status == 202
+    assert_counted_once(tenant)
+
+
 def test_unreachable_store_is_503_on_usage_and_the_retry_counts_once(api):
     tenant = new_tenant()
     body = usage_body()

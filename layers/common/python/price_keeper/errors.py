@@ -17,6 +17,9 @@ RETRYABLE_CODES = frozenset(
         "InternalServerError",
         "ServiceUnavailable",
         "TransactionConflictException",
+        # the SDK sent a slow transaction again under its ClientRequestToken while the first
+        # was still being applied: a later retry gets the first one's outcome
+        "TransactionInProgressException",
     }
 )
 
