@@ -657,6 +657,32 @@ def test_the_audit_fans_out_over_the_repair_queue_in_chunks(repair_queue, calls,
     assert "TransactWriteItems" not in seen  # nothing new: the audit only reads
 
 
+def test_the_audit_sends_each_batch_of_messages_within_sqs_limits(repair_queue, monkeypatch):
+    """Chunks of hot label-days (64 shards) of the longest ids are ~45 KB a message: a
+    SendMessageBatch carries at most 256 KiB of them (and 10), and every chunk is enqueued."""
+    from price_keeper.aws import client
+
+    org_id, app_id = str(uuid.uuid4()), "a" * 64
+    scope = keys.scope_key(org_id, app_id, "APP")
+    label_days = {
+        (keys.usage_key(scope, f"{n:03d}".ljust(64, "x")), keys.day_key(DAY)): keys.shard_item_keys(
+            scope, f"{n:03d}".ljust(64, "x"), keys.day_key(DAY), 64
+        )
+        for n in range(2_000)
+    }
+    monkeypatch.setattr(aggregation, "active_label_shards", lambda day: label_days if day == DAY else {})
+    sizes = []
+
+    def measure(params, **_):
+        sizes.append((len(params["Entries"]), sum(len(entry["MessageBody"].encode()) for entry in params["Entries"])))
+
+    client("sqs").meta.events.register("provide-client-params.sqs.SendMessageBatch", measure)
+    planned = repair.plan_audit(NOW)
+    assert planned["messages"] == 20
+    assert all(count <= 10 and size <= 256 * 1024 for count, size in sizes) and len(sizes) > 2
+    assert sum(count for count, _ in sizes) == 20 and max(size for _, size in sizes) > 200 * 1024
+
+
 def test_a_stream_batch_given_up_on_is_refolded_from_its_failure_message(stream, repair_queue, calls):
     seen, keys_read = calls
     scope = keys.scope_key(seed_org(), "app-1", "APP")

@@ -36,6 +36,7 @@ from .aggregation import LabelDay, RunReport
 
 AUDIT_CHUNK = 100  # label-days per message: one fold of ~15 BatchGetItems and a transaction per scope-day
 SEND_BATCH = 10  # messages per SendMessageBatch (SQS's maximum)
+SEND_BATCH_BYTES = 256 * 1024  # SQS's maximum for the bodies of one SendMessageBatch together
 
 
 def queue_url() -> str | None:
@@ -54,18 +55,32 @@ def plan_audit(now: datetime | None = None) -> dict:
         for day in days
         for (usage_key, date_key), shard_keys in sorted(aggregation.active_label_shards(day).items())
     ]
-    chunks = [entries[start : start + AUDIT_CHUNK] for start in range(0, len(entries), AUDIT_CHUNK)]
+    bodies = [
+        json.dumps({"audit": entries[start : start + AUDIT_CHUNK]}) for start in range(0, len(entries), AUDIT_CHUNK)
+    ]
     sqs = client("sqs")
-    for start in range(0, len(chunks), SEND_BATCH):
-        batch = [
-            {"Id": str(n), "MessageBody": json.dumps({"audit": chunk})}
-            for n, chunk in enumerate(chunks[start : start + SEND_BATCH])
-        ]
-        failed = sqs.send_message_batch(QueueUrl=queue_url(), Entries=batch).get("Failed")
+    for batch in _send_batches(bodies):
+        entries_sent = [{"Id": str(n), "MessageBody": body} for n, body in enumerate(batch)]
+        failed = sqs.send_message_batch(QueueUrl=queue_url(), Entries=entries_sent).get("Failed")
         if failed:
             raise RuntimeError(f"{len(failed)} audit messages not enqueued")  # the schedule retries the plan
     aggregation.heartbeat(0, now)
-    return {"days": days, "label_days": len(entries), "messages": len(chunks)}
+    return {"days": days, "label_days": len(entries), "messages": len(bodies)}
+
+
+def _send_batches(bodies: list[str]) -> list[list[str]]:
+    """``bodies`` in SendMessageBatch calls of at most ``SEND_BATCH`` messages and
+    ``SEND_BATCH_BYTES`` together (a chunk of hot label-days of long ids is ~45 KB)."""
+    batches: list[list[str]] = []
+    size = 0
+    for body in bodies:
+        length = len(body.encode())
+        if not batches or len(batches[-1]) == SEND_BATCH or size + length > SEND_BATCH_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(body)
+        size += length
+    return batches
 
 
 def repair(bodies: Iterable[str], now: datetime | None = None) -> RunReport:
