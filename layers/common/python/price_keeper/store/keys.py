@@ -166,8 +166,13 @@ def reconciliation_key(day: str) -> dict:
 
 
 def bill_key(day: str) -> dict:
-    """DailyTotal item of the bill comparison of UTC day ``yyyymmdd``."""
+    """DailyTotal item of the bill comparison of UTC day ``yyyymmdd`` (its summary)."""
     return {"usage_key": RECONCILIATION_USAGE_KEY, "date_key": f"BILL#{day}"}
+
+
+def bill_page_key(day: str, page: int) -> dict:
+    """DailyTotal item of one page of the per-profile rows of that comparison."""
+    return {"usage_key": RECONCILIATION_USAGE_KEY, "date_key": f"BILL#{day}#{page:04d}"}
 
 
 def hour_mark(hour: str) -> str:

@@ -34,8 +34,29 @@ def put_result(day: str, result: dict, expires_at: int) -> None:
     )
 
 
+BILL_PAGE_PROFILES = 1_000  # profile rows an item (~130 KB; one item takes 400 KB)
+
+
 def put_bill(day: str, result: dict, expires_at: int) -> None:
-    table(tables.DAILY_TOTAL).put_item(Item={**keys.bill_key(day), **result, tables.TTL_ATTRIBUTE: expires_at})
+    """The bill comparison of a UTC day: its ``profiles`` rows in pages of
+    ``BILL_PAGE_PROFILES`` (a fleet's tagged profiles outgrow one item), then the rest of
+    ``result`` with how many rows and pages there are (written last: a summary read names
+    pages that are all there)."""
+    rows = result["profiles"]
+    pages = [rows[start : start + BILL_PAGE_PROFILES] for start in range(0, len(rows), BILL_PAGE_PROFILES)]
+    totals = table(tables.DAILY_TOTAL)
+    for number, page in enumerate(pages):
+        totals.put_item(Item={**keys.bill_page_key(day, number), "profiles": page, tables.TTL_ATTRIBUTE: expires_at})
+    summary = {name: value for name, value in result.items() if name != "profiles"}
+    totals.put_item(
+        Item={
+            **keys.bill_key(day),
+            **summary,
+            "profile_count": len(rows),
+            "pages": len(pages),
+            tables.TTL_ATTRIBUTE: expires_at,
+        }
+    )
 
 
 def get_result(day: str) -> dict | None:
