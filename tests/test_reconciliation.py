@@ -1,6 +1,6 @@
 """Reconciliation on moto: Bedrock's CloudWatch counts (``AWS/Bedrock`` datapoints put as the
 local stand-in puts them, at the time of each call) against usage metered through the real
-metering and aggregator, with explicit clocks. The HTTP path is tests/client/test_reconciliation_server.py."""
+metering and aggregator, with explicit clocks. The HTTP path is tests/test_reconciliation_e2e.py."""
 
 from __future__ import annotations
 
@@ -139,3 +139,28 @@ def test_profile_arns_and_their_ids_are_one_model():
         == "us.x.y-v1:0"
     )
     assert reconciliation.model_key(NOVA_PRO) == NOVA_PRO
+
+
+def test_a_fleets_models_of_a_day_are_kept_in_pages_and_answered_whole(aws):
+    """A day of 1,200 application profiles (~400 KB of model rows, past one item) is kept
+    in pages and answered whole, in order, as ``GET /api/v1/reconciliation`` answers it."""
+    from price_keeper.store import reconciliation as store
+    from price_keeper.store.dynamo import item_size, table
+    from price_keeper.store.tables import DAILY_TOTAL
+
+    side = {"invocations": 10, "input_tokens": 10_000, "output_tokens": 2_000}
+    models = [
+        {
+            "model_id": f"arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/{n:012d}",
+            "bedrock": side,
+            "metered": side,
+            "unmetered": {"input_tokens": 0, "output_tokens": 0, "estimated_cost_usd_micros": 0},
+        }
+        for n in range(1_200)
+    ]
+    store.put_result("20261120", {"date": "2026-11-20", "region": "us-east-1", "models": models}, 2_000_000_000)
+    assert reconciliation.stored("2026-11-20")["models"] == models
+    pages = [
+        table(DAILY_TOTAL).get_item(Key=keys.page_key(keys.reconciliation_key("20261120"), n))["Item"] for n in range(3)
+    ]
+    assert [len(page["models"]) for page in pages] == [500, 500, 200] and max(map(item_size, pages)) < 400_000

@@ -102,7 +102,7 @@ def test_billed_spend_beyond_the_metered_is_shown_per_profile(tagged):
                      "unmetered_usd_micros": 0},
     }  # fmt: skip
     summary, rows = kept_bill("20261120")
-    assert (summary["date"], summary["tag_key"], summary["profile_count"], rows) == (
+    assert (summary["date"], summary["tag_key"], summary["rows"], rows) == (
         "2026-11-20",
         TAG,
         2,
@@ -114,24 +114,24 @@ def kept_bill(day: str) -> tuple[dict, list[dict]]:
     """The comparison's summary item and its profile rows, page after page."""
     totals = table(tables.DAILY_TOTAL)
     summary = totals.get_item(Key=keys.bill_key(day))["Item"]
-    pages = [totals.get_item(Key=keys.bill_page_key(day, n))["Item"] for n in range(int(summary["pages"]))]
+    pages = [totals.get_item(Key=keys.page_key(keys.bill_key(day), n))["Item"] for n in range(int(summary["pages"]))]
     return summary, [row for page in pages for row in page["profiles"]]
 
 
 def test_a_fleets_tagged_profiles_are_kept_in_pages_under_the_item_size_limit(tagged):
     """5,000 tagged profiles (~650 KB of rows, past DynamoDB's 400 KB an item) are kept in
-    pages of 1,000 rows and a summary."""
+    pages of 500 rows and a summary."""
     billed = {f"profile{n:020d}": "1.5" for n in range(5_000)}
     with Stubber(aws_client("ce")) as stubber:
         stubber.add_response("get_cost_and_usage", cost_and_usage(billed))
         result = bill.run(datetime(2026, 11, 23, 6, tzinfo=UTC))
     summary, rows = kept_bill("20261120")
-    assert (summary["profile_count"], summary["pages"], len(rows)) == (5_000, 5, 5_000)
+    assert (summary["rows"], summary["pages"], len(rows)) == (5_000, 10, 5_000)
     assert rows == result["profiles"] and rows[0]["unmetered_usd_micros"] == 1_500_000
     assert (
         max(
-            item_size(table(tables.DAILY_TOTAL).get_item(Key=keys.bill_page_key("20261120", n))["Item"])
-            for n in range(5)
+            item_size(table(tables.DAILY_TOTAL).get_item(Key=keys.page_key(keys.bill_key("20261120"), n))["Item"])
+            for n in range(10)
         )
         < 400_000
     )

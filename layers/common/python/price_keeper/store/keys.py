@@ -166,13 +166,13 @@ def reconciliation_key(day: str) -> dict:
 
 
 def bill_key(day: str) -> dict:
-    """DailyTotal item of the bill comparison of UTC day ``yyyymmdd`` (its summary)."""
+    """DailyTotal item of the bill comparison of UTC day ``yyyymmdd``."""
     return {"usage_key": RECONCILIATION_USAGE_KEY, "date_key": f"BILL#{day}"}
 
 
-def bill_page_key(day: str, page: int) -> dict:
-    """DailyTotal item of one page of the per-profile rows of that comparison."""
-    return {"usage_key": RECONCILIATION_USAGE_KEY, "date_key": f"BILL#{day}#{page:04d}"}
+def page_key(key: dict, page: int) -> dict:
+    """DailyTotal item of one page of the rows of the result kept under ``key``."""
+    return {**key, "date_key": f"{key['date_key']}#{page:04d}"}
 
 
 def hour_mark(hour: str) -> str:

@@ -28,36 +28,41 @@ def label_totals(org_days: Iterable[str]) -> list[dict]:
     return batch_get(tables.DAILY_TOTAL, [{"usage_key": u, "date_key": d} for u, d in sorted(wanted)])
 
 
+# Rows an item of a kept result: a model's ~350 B, a tagged profile's ~130 B (one item takes
+# 400 KB, and a fleet's application profiles are thousands of rows a day).
+PAGE_ROWS = 500
+
+
 def put_result(day: str, result: dict, expires_at: int) -> None:
-    table(tables.DAILY_TOTAL).put_item(
-        Item={**keys.reconciliation_key(day), **result, tables.TTL_ATTRIBUTE: expires_at}
-    )
-
-
-BILL_PAGE_PROFILES = 1_000  # profile rows an item (~130 KB; one item takes 400 KB)
+    """A UTC day's reconciliation, its ``models`` rows in pages."""
+    _put_paged(keys.reconciliation_key(day), "models", result, expires_at)
 
 
 def put_bill(day: str, result: dict, expires_at: int) -> None:
-    """The bill comparison of a UTC day: its ``profiles`` rows in pages of
-    ``BILL_PAGE_PROFILES`` (a fleet's tagged profiles outgrow one item), then the rest of
-    ``result`` with how many rows and pages there are (written last: a summary read names
-    pages that are all there)."""
-    rows = result["profiles"]
-    pages = [rows[start : start + BILL_PAGE_PROFILES] for start in range(0, len(rows), BILL_PAGE_PROFILES)]
+    """A UTC day's bill comparison, its ``profiles`` rows in pages."""
+    _put_paged(keys.bill_key(day), "profiles", result, expires_at)
+
+
+def _put_paged(key: dict, rows_name: str, result: dict, expires_at: int) -> None:
+    """``result``'s ``rows_name`` rows in pages of ``PAGE_ROWS`` (``keys.page_key``), then
+    the rest of it under ``key`` with how many rows and pages there are (written last, so a
+    read of it names pages that are all there)."""
+    rows = result[rows_name]
+    pages = [rows[start : start + PAGE_ROWS] for start in range(0, len(rows), PAGE_ROWS)]
     totals = table(tables.DAILY_TOTAL)
     for number, page in enumerate(pages):
-        totals.put_item(Item={**keys.bill_page_key(day, number), "profiles": page, tables.TTL_ATTRIBUTE: expires_at})
-    summary = {name: value for name, value in result.items() if name != "profiles"}
+        totals.put_item(Item={**keys.page_key(key, number), rows_name: page, tables.TTL_ATTRIBUTE: expires_at})
+    summary = {name: value for name, value in result.items() if name != rows_name}
     totals.put_item(
-        Item={
-            **keys.bill_key(day),
-            **summary,
-            "profile_count": len(rows),
-            "pages": len(pages),
-            tables.TTL_ATTRIBUTE: expires_at,
-        }
+        Item={**key, **summary, "rows": len(rows), "pages": len(pages), tables.TTL_ATTRIBUTE: expires_at}
     )
 
 
 def get_result(day: str) -> dict | None:
-    return table(tables.DAILY_TOTAL).get_item(Key=keys.reconciliation_key(day)).get("Item")
+    """A UTC day's kept reconciliation, its pages joined (one kept whole, before pages, as is)."""
+    key = keys.reconciliation_key(day)
+    summary = table(tables.DAILY_TOTAL).get_item(Key=key).get("Item")
+    if summary is None or "pages" not in summary:
+        return summary
+    pages = batch_get(tables.DAILY_TOTAL, [keys.page_key(key, number) for number in range(int(summary["pages"]))])
+    return {**summary, "models": [row for page in sorted(pages, key=lambda item: item["date_key"]) for row in page["models"]]}
