@@ -65,4 +65,5 @@ def get_result(day: str) -> dict | None:
     if summary is None or "pages" not in summary:
         return summary
     pages = batch_get(tables.DAILY_TOTAL, [keys.page_key(key, number) for number in range(int(summary["pages"]))])
-    return {**summary, "models": [row for page in sorted(pages, key=lambda item: item["date_key"]) for row in page["models"]]}
+    pages.sort(key=lambda item: item["date_key"])
+    return {**summary, "models": [row for page in pages for row in page["models"]]}
