@@ -53,9 +53,7 @@ def _put_paged(key: dict, rows_name: str, result: dict, expires_at: int) -> None
     for number, page in enumerate(pages):
         totals.put_item(Item={**keys.page_key(key, number), rows_name: page, tables.TTL_ATTRIBUTE: expires_at})
     summary = {name: value for name, value in result.items() if name != rows_name}
-    totals.put_item(
-        Item={**key, **summary, "rows": len(rows), "pages": len(pages), tables.TTL_ATTRIBUTE: expires_at}
-    )
+    totals.put_item(Item={**key, **summary, "rows": len(rows), "pages": len(pages), tables.TTL_ATTRIBUTE: expires_at})
 
 
 def get_result(day: str) -> dict | None:
