@@ -67,6 +67,7 @@ BOOST_CREATE = {CONFIG: (PUT, UPDATE, QUERY)}
 DAILY_TOTALS = {DAILY_TOTAL: (BATCH_GET,)}  # daily_totals.day_read (aggregation.read_daily_totals)
 DAILY_STATUS = {DAILY_TOTAL: (BATCH_GET,)}  # daily_totals.read_days (metering.quota_position)
 DAILY_RANGE = {DAILY_TOTAL: (QUERY,)}  # daily_totals.days_between (reports)
+SPENT_LABELS = {DAILY_TOTAL: (QUERY,)}  # daily_totals.spent_labels (aggregates and reports)
 STICKY_READ = {STICKY_STATE: (GET,)}  # sticky.read
 # selection.current_decision: DailyTotals and StickyState in one call (dynamo.batch_get_many)
 SELECTION_READ = {DAILY_TOTAL: (BATCH_GET,), STICKY_STATE: (BATCH_GET,)}
@@ -120,7 +121,9 @@ _TABLES: dict[str, Grants] = {
     "revoke_tokens": merge({CONFIG: (CONDITION_CHECK,)}, CLIENT_CUTOFF),
     "quota_boosts": merge(EFFECTIVE_CONFIG, BOOST_CREATE),
     "void_usage": merge(EFFECTIVE_CONFIG, USAGE_VOID),
-    "aggregates": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, STICKY_READ),
+    "aggregates": merge(
+        AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, SPENT_LABELS, STICKY_READ
+    ),
     "model_selection": merge(
         AUTH_DECODE,
         EFFECTIVE_CONFIG,

@@ -4,15 +4,20 @@ moto does not check IAM, so a layer change that calls a new table or action pass
 test and fails only when deployed (AccessDenied). ``only_granted(function)`` records the
 DynamoDB calls made while a handler runs and fails the test on any call the function's role
 would be denied. ``tests.conftest.Api`` wraps every handler call in it, so each handler test
-is also a test of the access map. Calls made from worker threads inside a handler are not
-seen (the hook records the calling thread only).
+is also a test of the access map. The hook records the calling thread only, so while it is
+on, the layer's thread pools (the store's concurrent Queries, the fold's parallel
+transactions) run their work in that thread, one after the other.
 """
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from contextlib import contextmanager
+from unittest import mock
 
+from price_keeper.domain import aggregation
+from price_keeper.store import dynamo
 from price_keeper.store.dynamo import ddb_client
 from stacks.access import TABLE_ACCESS
 
@@ -47,6 +52,30 @@ def granted(function: str) -> set[tuple[str, str | None, str]]:
     return result
 
 
+class _InCallingThread:
+    """A ``ThreadPoolExecutor`` whose work runs in the thread that hands it over."""
+
+    def __init__(self, *_, **__):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        return False
+
+    def map(self, fn, *iterables):
+        return list(map(fn, *iterables))
+
+    def submit(self, fn, *args, **kwargs) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as error:  # noqa: BLE001 - delivered by result(), as a pool does
+            future.set_exception(error)
+        return future
+
+
 @contextmanager
 def only_granted(function: str | None):
     if function is None:
@@ -61,7 +90,11 @@ def only_granted(function: str | None):
     events = ddb_client().meta.events
     events.register("provide-client-params.dynamodb", record)
     try:
-        yield
+        with (
+            mock.patch.object(dynamo, "ThreadPoolExecutor", _InCallingThread),
+            mock.patch.object(aggregation, "ThreadPoolExecutor", _InCallingThread),
+        ):
+            yield
     finally:
         events.unregister("provide-client-params.dynamodb", record)
     denied = sorted(set(seen) - granted(function), key=str)
