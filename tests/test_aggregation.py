@@ -727,7 +727,7 @@ def test_the_local_stream_trigger_sends_a_batch_it_gives_up_on_to_the_repair_que
 # --- bounded growth ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fold_by", ["stream", "audit"])
+@pytest.mark.parametrize("fold_by", [pytest.param("stream", marks=pytest.mark.slow), "audit"])  # volume: make test
 def test_a_scope_of_many_labels_folds_in_transactions_that_fit_and_its_total_stays_small(stream, calls, fold_by):
     """150 labels of one scope changed at once (an app of many profiles): more than one
     TransactWriteItems takes (100 actions at most), every label and the scope total are

@@ -141,6 +141,7 @@ def test_profile_arns_and_their_ids_are_one_model():
     assert reconciliation.model_key(NOVA_PRO) == NOVA_PRO
 
 
+@pytest.mark.slow  # volume: make test
 def test_a_fleets_models_of_a_day_are_kept_in_pages_and_answered_whole(aws):
     """A day of 1,200 application profiles (~400 KB of model rows, past one item) is kept
     in pages and answered whole, in order, as ``GET /api/v1/reconciliation`` answers it."""

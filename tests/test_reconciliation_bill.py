@@ -118,6 +118,7 @@ def kept_bill(day: str) -> tuple[dict, list[dict]]:
     return summary, [row for page in pages for row in page["profiles"]]
 
 
+@pytest.mark.slow  # volume: make test
 def test_a_fleets_tagged_profiles_are_kept_in_pages_under_the_item_size_limit(tagged):
     """5,000 tagged profiles (~650 KB of rows, past DynamoDB's 400 KB an item) are kept in
     pages of 500 rows and a summary."""
