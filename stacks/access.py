@@ -100,7 +100,7 @@ RESERVE = {STICKY_STATE: (PUT, GET, QUERY, DELETE), DAILY_TOTAL: (BATCH_GET, UPD
 # the usage write's transaction
 SETTLE = {STICKY_STATE: (GET, DELETE), DAILY_TOTAL: (UPDATE,)}
 RATE_LIMIT = {STICKY_STATE: (UPDATE,)}  # rate_windows.lease / give_back (routes with a rate_limit)
-RECONCILIATION_READ = {DAILY_TOTAL: (GET, BATCH_GET)}  # reconciliation.get_result (its pages)
+RECONCILIATION_READ = {DAILY_TOTAL: (GET,)}  # reconciliation.get_result (and the page asked for)
 RECONCILE = {  # reconciliation.label_totals (the active-by-day index, then the totals), put_result / put_bill
     (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),
     DAILY_TOTAL: (BATCH_GET, PUT),

@@ -158,7 +158,8 @@ def test_operator_view_asks_for_the_key_as_a_secret_and_a_day():
     ]
     script = (console.HERE / "console.js").read_text()
     assert "headers['X-API-Key'] = apiKey" in script
-    assert "call(`api/v1/reconciliation?date=${enc(day)}`, { auth: false, apiKey: key })" in script
+    assert "call(`api/v1/reconciliation?date=${enc(day)}&page=${page}`, { auth: false, apiKey: key })" in script
+    assert "if (page + 1 >= reply.data.pages) break;" in script  # every page of the day, then one table
     assert "'data-model': m.model_id" in script
     # The key is read from the field, kept in the closure, and the field emptied once it worked.
     assert "operatorKey = key;\n    keyInput.value = '';" in script

@@ -11,6 +11,7 @@ import pytest
 
 from price_keeper.config import get_config
 from price_keeper.domain import alerts, reconciliation
+from price_keeper.errors import ApiError
 from price_keeper.store import alert_records, keys
 from tests.factories import seed_app, seed_org
 from tests.usage_support import daily_total, iso, submit_and_fold
@@ -70,7 +71,11 @@ def test_calls_never_reported_are_unmetered_and_raise_an_operator_alert(tenant):
         2880,
         True,
     )
-    assert reconciliation.stored("2026-11-20") == {k: result[k] for k in ("date", "region", "models")}
+    assert reconciliation.stored("2026-11-20") == {
+        **{k: result[k] for k in ("date", "region", "models")},
+        "page": 0,
+        "pages": 1,
+    }
 
 
 def test_an_app_that_reports_everything_shows_nothing_unmetered(tenant):
@@ -142,9 +147,10 @@ def test_profile_arns_and_their_ids_are_one_model():
 
 
 @pytest.mark.slow  # volume: make test
-def test_a_fleets_models_of_a_day_are_kept_in_pages_and_answered_whole(aws):
-    """A day of 1,200 application profiles (~400 KB of model rows, past one item) is kept
-    in pages and answered whole, in order, as ``GET /api/v1/reconciliation`` answers it."""
+def test_a_fleets_models_of_a_day_are_kept_and_answered_in_pages(aws):
+    """A day of 1,200 application profiles (~400 KB of model rows, past one item, and past
+    what one answer may carry at ~20,000) is kept in pages and answered a page at a time,
+    as ``GET /api/v1/reconciliation?page=`` answers it."""
     from price_keeper.store import reconciliation as store
     from price_keeper.store.dynamo import item_size, table
     from price_keeper.store.tables import DAILY_TOTAL
@@ -160,7 +166,12 @@ def test_a_fleets_models_of_a_day_are_kept_in_pages_and_answered_whole(aws):
         for n in range(1_200)
     ]
     store.put_result("20261120", {"date": "2026-11-20", "region": "us-east-1", "models": models}, 2_000_000_000)
-    assert reconciliation.stored("2026-11-20")["models"] == models
+    answers = [reconciliation.stored("2026-11-20", page) for page in range(3)]
+    assert [(answer["page"], answer["pages"]) for answer in answers] == [(0, 3), (1, 3), (2, 3)]
+    assert [model for answer in answers for model in answer["models"]] == models
+    with pytest.raises(ApiError) as past:
+        reconciliation.stored("2026-11-20", 3)
+    assert (past.value.status, past.value.details) == (400, {"page": 3, "pages": 3})
     pages = [
         table(DAILY_TOTAL).get_item(Key=keys.page_key(keys.reconciliation_key("20261120"), n))["Item"] for n in range(3)
     ]

@@ -144,7 +144,12 @@ def test_the_reconciliation_needs_the_provisioning_key_and_a_valid_date(base_url
     bad = requests.get(f"{base_url}/api/v1/reconciliation", params={"date": "2026-13-01"}, headers=ADMIN, timeout=10)
     assert bad.status_code == 400 and bad.json()["error"] == "INVALID_REQUEST"
     empty = requests.get(f"{base_url}/api/v1/reconciliation", params={"date": "2020-01-01"}, headers=ADMIN, timeout=10)
-    assert empty.json() == {"date": "2020-01-01", "region": "us-east-1", "models": []}
+    assert empty.json() == {"date": "2020-01-01", "region": "us-east-1", "models": [], "page": 0, "pages": 0}
+    for page in ("-1", "x", "1"):  # not a page number; past the last
+        past = requests.get(
+            f"{base_url}/api/v1/reconciliation", params={"date": "2020-01-01", "page": page}, headers=ADMIN, timeout=10
+        )
+        assert past.status_code == 400 and past.json()["error"] == "INVALID_REQUEST", (page, past.text)
 
 
 def test_the_cli_shows_the_days_reconciliation(base_url, tmp_path):

@@ -67,9 +67,17 @@ class Provisioning:
 
     def reconciliation(self, day: str | None = None) -> dict:
         """Bedrock's own counts against the metered ones per model for a UTC day (default
-        today): ``{"date", "region", "models": [{"model_id", "bedrock", "metered", "unmetered"}]}``."""
-        params = {"date": day} if day else None
-        return self.transport.request("GET", f"{API}/reconciliation", params=params, headers=self._headers).body
+        today): ``{"date", "region", "models": [{"model_id", "bedrock", "metered", "unmetered"}],
+        "page", "pages"}``, every page's models read and joined."""
+        params = {"date": day} if day else {}
+        first = self.transport.request("GET", f"{API}/reconciliation", params=params, headers=self._headers).body
+        models = list(first["models"])
+        for page in range(1, first["pages"]):
+            more = self.transport.request(
+                "GET", f"{API}/reconciliation", params={**params, "page": str(page)}, headers=self._headers
+            ).body
+            models += more["models"]
+        return {**first, "models": models}
 
     def close(self) -> None:
         self.transport.close()

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 from ..aws import client
 from ..config import GEOGRAPHIC, GLOBAL, IN_REGION, get_config
-from ..errors import ApiError
+from ..errors import ApiError, invalid_request
 from ..observability import logger
 from ..store import keys
 from ..store import reconciliation as store
@@ -316,12 +316,23 @@ def run(now: datetime | None = None) -> list[dict]:
     return [reconcile(day, now) for day in days]
 
 
-def stored(date_text: str | None) -> dict:
-    """The kept result of a UTC day (default today): what ``GET /api/v1/reconciliation`` answers."""
+def stored(date_text: str | None, page: int = 0) -> dict:
+    """One page of the kept result of a UTC day (default today): what ``GET
+    /api/v1/reconciliation`` answers. A day of a fleet's application profiles is thousands
+    of models, past what one answer may carry: ``store.PAGE_ROWS`` a page, 400 past the last."""
     day = reports.parse_date(date_text, "date") if date_text is not None else utc_now().date()
-    found = store.get_result(day.strftime("%Y%m%d"))
+    found = store.get_result(day.strftime("%Y%m%d"), page)
+    pages = int(found["pages"]) if found else 0
+    if page > 0 and page >= pages:
+        raise invalid_request("No such page of that day's reconciliation", page=page, pages=pages)
     if not found:
-        return {"date": day.isoformat(), "region": client("cloudwatch").meta.region_name, "models": []}
+        return {
+            "date": day.isoformat(),
+            "region": client("cloudwatch").meta.region_name,
+            "models": [],
+            "page": 0,
+            "pages": 0,
+        }
     return {
         "date": found["date"],
         "region": found["region"],
@@ -335,4 +346,6 @@ def stored(date_text: str | None) -> dict:
             }
             for row in found["models"]
         ],
+        "page": page,
+        "pages": pages,
     }

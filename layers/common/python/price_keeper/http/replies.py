@@ -280,7 +280,9 @@ class Reconciliation(Reply):
 
     date: str = Field(description="The UTC day, YYYY-MM-DD")
     region: str
-    models: list[ReconciledModel]
+    models: list[ReconciledModel] = Field(description="This page's models (500 a page, by model id)")
+    page: int = Field(description="Which page of the day's models this is, from 0")
+    pages: int = Field(description="How many pages the day's models take (0: nothing reconciled)")
 
 
 # --- service ------------------------------------------------------------------------------

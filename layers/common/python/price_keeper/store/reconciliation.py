@@ -56,12 +56,18 @@ def _put_paged(key: dict, rows_name: str, result: dict, expires_at: int) -> None
     totals.put_item(Item={**key, **summary, "rows": len(rows), "pages": len(pages), tables.TTL_ATTRIBUTE: expires_at})
 
 
-def get_result(day: str) -> dict | None:
-    """A UTC day's kept reconciliation, its pages joined (one kept whole, before pages, as is)."""
+def get_result(day: str, page: int) -> dict | None:
+    """A UTC day's kept reconciliation with the ``models`` of one of its ``pages`` (none
+    past the last; a result kept whole, before pages, is one page)."""
     key = keys.reconciliation_key(day)
     summary = table(tables.DAILY_TOTAL).get_item(Key=key).get("Item")
-    if summary is None or "pages" not in summary:
-        return summary
-    pages = batch_get(tables.DAILY_TOTAL, [keys.page_key(key, number) for number in range(int(summary["pages"]))])
-    pages.sort(key=lambda item: item["date_key"])
-    return {**summary, "models": [row for page in pages for row in page["models"]]}
+    if summary is None:
+        return None
+    if "pages" not in summary:
+        return {**summary, "pages": 1, "models": summary["models"] if page == 0 else []}
+    found = (
+        table(tables.DAILY_TOTAL).get_item(Key=keys.page_key(key, page)).get("Item")
+        if page < summary["pages"]
+        else None
+    )
+    return {**summary, "models": found["models"] if found else []}

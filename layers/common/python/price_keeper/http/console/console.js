@@ -591,8 +591,15 @@
     button.disabled = true;
     $('recon-meta').textContent = 'Loading…';
     let reply;
+    let models = [];
     try {
-      reply = await call(`api/v1/reconciliation?date=${enc(day)}`, { auth: false, apiKey: key });
+      // a page of 500 models at a time (a fleet's application profiles are thousands a day)
+      for (let page = 0; ; page += 1) {
+        reply = await call(`api/v1/reconciliation?date=${enc(day)}&page=${page}`, { auth: false, apiKey: key });
+        if (!reply.ok) break;
+        models = models.concat(reply.data.models);
+        if (page + 1 >= reply.data.pages) break;
+      }
     } catch (error) {
       reply = null;
     } finally {
@@ -610,7 +617,7 @@
     operatorKey = key;
     keyInput.value = '';
     $('forget-key').hidden = false;
-    renderReconciliation(reply.data);
+    renderReconciliation({ ...reply.data, models });
   }
 
   function forgetKey() {
