@@ -145,7 +145,7 @@ class DailyRead(NamedTuple):
     def listed_in_set(self, scope: str) -> set[str]:
         """The labels the scope total lists in its ``labels`` set: its config labels (on
         days folded before the spent-label items, every label)."""
-        return set(self.items.get(keys.scope_total_key(scope), {}).get("labels", ()))
+        return set(self.items.get(keys.scope_total_key(scope), {}).get(daily_totals.LABELS, ()))
 
     def listed_apart(self, scope: str, labels: Iterable[str]) -> bool:
         """Whether the scope's spent-label items (``keys.spent_label_key``) name a label

@@ -19,7 +19,7 @@ PROGRESS = ("requests", VOIDS, CORRECTIONS)
 # On a scope total: its config labels spent on (a set bounded by config.yaml), and how many
 # other labels are listed in items of their own (``keys.spent_label_key``).
 LABELS, LISTED = "labels", "labels_listed"
-READ_ATTRIBUTES = (*COUNTERS, VOIDS, "updated_at_epoch", "last_run_epoch", "labels", LISTED, "committed", "settled")
+READ_ATTRIBUTES = (*COUNTERS, VOIDS, "updated_at_epoch", "last_run_epoch", LABELS, LISTED, "committed", "settled")
 
 
 def day_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = False) -> Read:
