@@ -91,12 +91,17 @@ def test_every_process_cache_of_the_layer_is_bounded():
     assert unbounded == []
 
 
-def test_a_full_ttl_cache_keeps_its_bound():
+def test_a_full_ttl_cache_keeps_its_bound_and_its_newest_entries():
+    """A warm container serving more tenants than the bound evicts the entry put longest
+    ago, one at a time: the tenants it served lately stay warm (it used to drop them all)."""
     cache = TTLCache(60, max_entries=3)
     for key in range(10):
         cache.put(key, key)
         assert len(cache._data) <= 3
-    assert cache.get(9) == 9
+    assert [cache.get(key) for key in range(6, 10)] == [None, 7, 8, 9]
+    cache.put(7, "again")  # put again: the newest now
+    cache.put(10, 10)
+    assert [cache.get(key) for key in (7, 8, 9, 10)] == ["again", None, 9, 10]
 
 
 def test_known_region_clients_are_reused_within_the_bound():

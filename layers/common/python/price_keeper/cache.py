@@ -33,9 +33,12 @@ class TTLCache:
         return entry[1]
 
     def put(self, key: Any, value: Any, ttl_seconds: float | None = None) -> None:
+        """Keep ``value``; when full, the entry put longest ago makes room (a container that
+        serves more tenants than the bound keeps its recent ones warm, not none)."""
         with self._lock:
+            self._data.pop(key, None)
             if len(self._data) >= self.max_entries:
-                self._data.clear()
+                del self._data[next(iter(self._data))]
             self._data[key] = (time.monotonic() + (self.ttl if ttl_seconds is None else ttl_seconds), value)
 
     def get_or_load(self, key: Any, load: Callable[[], Any]) -> Any:
