@@ -12,7 +12,7 @@ import requests
 
 from tests.local_server import local_server
 from tests.tenants import bearer, new_tenant
-from tests.usage_support import usage_body
+from tests.usage_support import usage_body, zone_away_from_midnight
 
 KEY = "e2e-freshness-provisioning-key"
 DEADLINE_SECONDS = 30
@@ -22,8 +22,11 @@ pytestmark = pytest.mark.e2e
 
 
 def provision(base: str) -> tuple[str, dict]:
-    """(app URL, app credentials) of a new org and app."""
-    tenant = new_tenant(base, KEY, ["fresh"], model_ordering=["premium", "standard"], quotas=QUOTAS)
+    """(app URL, app credentials) of a new org and app, in a timezone whose day does not end
+    during the test (run across midnight, a restart's reports fell on another day)."""
+    tenant = new_tenant(
+        base, KEY, ["fresh"], model_ordering=["premium", "standard"], quotas=QUOTAS, timezone=zone_away_from_midnight()
+    )
     return tenant.app_path("fresh"), tenant.credentials["fresh"]
 
 
