@@ -121,11 +121,6 @@ class Totals(NamedTuple):
         return max(0, self.committed - self.settled)
 
     @property
-    def folded(self) -> bool:
-        """The aggregator has folded records into it (not just a reservation ledger)."""
-        return self.requests + 2 * self.voids > 0
-
-    @property
     def unreserved(self) -> int:
         """Spend counted without a reservation, as far as the aggregation has folded it."""
         return max(0, self.cost_usd_micros - self.settled)
@@ -151,9 +146,8 @@ class DailyRead(NamedTuple):
         """Whether the scope's spent-label items (``keys.spent_label_key``) name a label
         other than ``labels`` that day (``daily_totals.lists_apart_beyond``)."""
         item = self.items.get(keys.scope_total_key(scope))
-        in_set = self.listed_in_set(scope)
-        folded = sum(1 for label in labels if label not in in_set and self.of(keys.usage_key(scope, label)).folded)
-        return item is not None and daily_totals.lists_apart_beyond(item, folded)
+        held = {label: self.items[key] for label in labels if (key := keys.usage_key(scope, label)) in self.items}
+        return item is not None and daily_totals.lists_apart_beyond(item, held)
 
     @classmethod
     def from_items(cls, items: Iterable[dict]) -> DailyRead:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections import Counter
 from datetime import date
 from typing import NamedTuple
 
@@ -132,21 +131,14 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
 
     (*results,) = query([key.usage_key for key in usage_keys] + [keys.scope_total_key(s.scope) for s in scopes])
     scope_totals, results = results[len(usage_keys) :], results[: len(usage_keys)]
-    in_set = {  # (scope, date_key) -> the labels its scope total lists in its set
-        (scope.scope, item["date_key"]): set(item.get(daily_totals.LABELS, ()))
-        for scope, items in zip(scopes, scope_totals, strict=True)
-        for item in items
-    }
-    folded_apart: Counter = Counter()  # (scope, date_key) -> its folded label totals read, not in the set
+    held: dict[tuple[str, str], dict[str, dict]] = {}  # (scope, date_key) -> label -> its total
     for key, items in zip(usage_keys, results, strict=True):
-        scope_key = keys.split_usage_key(key.usage_key)[0]
         for item in items:
-            if daily_totals.progress(item)[0] > 0 and key.label not in in_set.get((scope_key, item["date_key"]), ()):
-                folded_apart[(scope_key, item["date_key"])] += 1
+            held.setdefault((keys.split_usage_key(key.usage_key)[0], item["date_key"]), {})[key.label] = item
     apart = [
         scope.scope
         for scope, items in zip(scopes, scope_totals, strict=True)
-        if any(daily_totals.lists_apart_beyond(item, folded_apart[(scope.scope, item["date_key"])]) for item in items)
+        if any(daily_totals.lists_apart_beyond(item, held.get((scope.scope, item["date_key"]), {})) for item in items)
     ]
     listed = dict(zip(apart, daily_totals.spent_labels(apart, first, last), strict=True))
     outside = {

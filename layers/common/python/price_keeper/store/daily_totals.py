@@ -45,11 +45,14 @@ def progress(item: dict) -> tuple[int, int]:
     return int(item.get("requests", 0)) + 2 * int(item.get(VOIDS, 0)), int(item.get(CORRECTIONS, 0))
 
 
-def lists_apart_beyond(scope_total: dict, folded_apart: int) -> bool:
-    """Whether a scope-day's spent-label items name more labels than the ``folded_apart``
-    label totals a reader holds that have a fold (``progress`` past 0) and are not in the
-    scope total's set. Each folded label is listed once, in the set or in an item, in the
-    transaction that first folds it: a count no larger means the items name none other."""
+def lists_apart_beyond(scope_total: dict, label_totals: dict[str, dict]) -> bool:
+    """Whether a scope-day's spent-label items name a label besides those of
+    ``label_totals`` (label -> its total of that day, as a reader holds them). Each folded
+    label is listed once, in the scope total's set or in an item, in the transaction that
+    first folds it: items counted no more than the held totals with a fold (``progress``
+    past 0) outside the set mean the items name none other."""
+    in_set = set(scope_total.get(LABELS, ()))
+    folded_apart = sum(1 for label, item in label_totals.items() if label not in in_set and progress(item)[0] > 0)
     return int(scope_total.get(LISTED, 0)) > folded_apart
 
 
