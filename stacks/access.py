@@ -78,6 +78,9 @@ PRICE_STORE = {PRICING_CACHE: (GET, UPDATE)}
 # usage.estimated_records, reprice_once: TransactWriteItems of a Delete and an Update (pricing.reprice)
 REPRICE = {USAGE_AGG_SHARDED: (QUERY, DELETE, UPDATE)}
 LIVE_SPEND = {USAGE_AGG_SHARDED: (BATCH_GET,)}  # usage.label_spends (selection in tight mode)
+# selection.recommend: the choice, moved forward, and the price of the chosen label (model
+# selection, and a usage answer asked for it: ?model_selection=true)
+SELECTION = merge(SELECTION_READ, STICKY_ADVANCE, LIVE_SPEND, PRICE_QUOTE, PROFILE_LOOKUP)
 USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # usage.write_once: TransactWriteItems of a Put and an Update
 # voids: usage.read_marker, then usage.write_once of Updates (marker and shards)
 USAGE_VOID = {USAGE_AGG_SHARDED: (GET, UPDATE)}
@@ -124,19 +127,11 @@ _TABLES: dict[str, Grants] = {
     "aggregates": merge(
         AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, DAILY_TOTALS, SPENT_LABELS, STICKY_READ
     ),
-    "model_selection": merge(
-        AUTH_DECODE,
-        EFFECTIVE_CONFIG,
-        ORG_CHILDREN,
-        PROFILE_LOOKUP,
-        SELECTION_READ,
-        STICKY_ADVANCE,
-        PRICE_QUOTE,
-        LIVE_SPEND,
-    ),
+    "model_selection": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, SELECTION),
     # ORG_CHILDREN: profiles.labels, the app's count against MAX_PROFILES_PER_APP
     "inference_profiles": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_REGISTER),
-    # metering.count: UNPRICED_MODEL and OVER_RESERVATION alerts; reservations' settlement
+    # metering.count: UNPRICED_MODEL and OVER_RESERVATION alerts; reservations' settlement;
+    # the selection a usage answer carries when asked
     **dict.fromkeys(
         ("usage", "usage_batch"),
         merge(
@@ -149,6 +144,7 @@ _TABLES: dict[str, Grants] = {
             DAILY_STATUS,
             ALERT_FIRE,
             SETTLE,
+            SELECTION,
         ),
     ),
     "reservations": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, RESERVE),

@@ -399,3 +399,75 @@ def test_tight_mode_reads_live_shards_so_a_stale_total_cannot_overspend(api):
     chosen = api.get(f"{tenant.app_path}/model-selection", token=tenant.token).json()["recommended_model"]
     assert (chosen["label"], chosen["reason"]) == ("standard", "QUOTA_EXCEEDED_PREMIUM")
     assert aggregation.run().totals_written == 2  # premium and the scope's total
+
+
+# --- the selection a usage answer carries (?model_selection=true) ------------------------
+
+VOLATILE = ("checked_at", "org_local_time")
+
+
+def report(api, tenant, query="model_selection=true", path="/usage", body=None, **fields):
+    return api.post(
+        tenant.app_path + path, body or usage_body(**fields), token=tenant.token, query=query
+    )
+
+
+def without_volatile(selection: dict) -> dict:
+    return {key: value for key, value in selection.items() if key not in VOLATILE}
+
+
+def test_a_usage_answer_asked_for_it_carries_the_selection_the_endpoint_answers(api):
+    tenant = new_tenant()
+    plain = report(api, tenant, query="")
+    assert plain.status == 202 and "model_selection" not in plain.json()
+    asked = report(api, tenant)
+    assert asked.status == 202, asked
+    carried = asked.json()["model_selection"]
+    assert carried["recommended_model"]["label"] == "premium"
+    assert without_volatile(carried) == without_volatile(select(api, tenant).json())
+    # a duplicate report is answered with the selection too, and counted once
+    again = report(api, tenant, request_id=asked.json()["request_id"])
+    assert again.json()["duplicate"] is True and again.json()["model_selection"] == carried | {
+        key: again.json()["model_selection"][key] for key in VOLATILE
+    }
+
+
+def test_a_usage_answer_carries_the_fallback_and_moves_sticky_state_as_the_endpoint_would(api):
+    tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
+    spend(api, tenant, "premium", 2_000)  # 7,500 µUSD at $3/$15: premium is spent
+    carried = report(api, tenant, model_label="standard").json()["model_selection"]
+    assert (carried["recommended_model"]["label"], carried["recommended_model"]["reason"]) == (
+        "standard",
+        "QUOTA_EXCEEDED_PREMIUM",
+    )
+    assert carried["quota_status"]["sticky_fallback_active"] is True
+    assert selection.read_sticky(tenant.scope, today()) == Sticky(frozenset({"premium"}))
+
+
+def test_a_usage_answer_when_every_label_is_spent_carries_no_selection(api):
+    tenant = new_tenant(quotas={"premium": 1_000, "standard": 1_000, "economy": 1_000})
+    for label in ORDER:
+        spend(api, tenant, label, 2_000)
+    reply = report(api, tenant, model_label="economy")
+    assert reply.status == 202 and reply.json()["model_selection"] is None
+    assert_error(select(api, tenant), 429, "QUOTA_EXCEEDED")
+
+
+def test_a_usage_batch_answer_asked_for_it_carries_the_selection(api):
+    tenant = new_tenant()
+    batch = {"requests": [usage_body(), usage_body(model_label="standard")]}
+    plain = report(api, tenant, query="", path="/usage/batch", body=batch)
+    assert plain.status == 207 and "model_selection" not in plain.json()
+    asked = report(api, tenant, path="/usage/batch", body={"requests": [usage_body()]})
+    assert asked.status == 207 and asked.json()["accepted"] == 1
+    assert without_volatile(asked.json()["model_selection"]) == without_volatile(select(api, tenant).json())
+
+
+@pytest.mark.parametrize("path", ["/usage", "/usage/batch"])
+def test_model_selection_of_a_report_is_a_boolean_and_a_bad_one_writes_nothing(api, path):
+    from tests.usage_support import dedup_items
+
+    tenant = new_tenant()
+    body = {"requests": [usage_body()]} if path == "/usage/batch" else usage_body()
+    assert_error(report(api, tenant, query="model_selection=maybe", path=path, body=body), 400, "INVALID_REQUEST")
+    assert dedup_items() == []

@@ -21,6 +21,7 @@ from .errors import (
 )
 from .models import (
     BatchResult,
+    CarriedSelection,
     Credentials,
     DailySpend,
     LabelSpend,
@@ -55,6 +56,7 @@ __all__ = [
     "InternalError",
     "ServiceUnavailable",
     "BatchResult",
+    "CarriedSelection",
     "Credentials",
     "DailySpend",
     "LabelSpend",

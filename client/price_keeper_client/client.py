@@ -14,7 +14,7 @@ import requests
 from .auth import Principal, TokenManager
 from .bedrock import ConverseResult, ConverseStream, GuardedBedrock
 from .errors import PriceKeeperError, Unauthorized
-from .models import BatchResult, DailySpend, ModelChoice, Reservation, UsageReceipt, UsageRecord
+from .models import BatchResult, CarriedSelection, DailySpend, ModelChoice, Reservation, UsageReceipt, UsageRecord
 from .reporter import UsageReporter
 from .retry import RetryPolicy
 from .selection import ModelSelector
@@ -121,12 +121,27 @@ class PriceKeeper:
 
     # -- usage -----------------------------------------------------------------------------------
 
+    def _report(self, suffix: str, body: dict) -> dict:
+        """POSTs a usage report; it asks for the model selection too when the cached choice is
+        due for renewal (``ModelSelector.ask_with_report``), and the carried one renews it."""
+        asked = self.selector.ask_with_report()
+        try:
+            answer = self._call(
+                "POST", self._app_path(suffix), json=body, params={"model_selection": "true"} if asked else None
+            ).body
+        except BaseException:
+            if asked:
+                self.selector.renew(None)
+            raise
+        if asked:
+            self.selector.renew(CarriedSelection.find(answer))
+        return answer
+
     def _send_usage(self, record: UsageRecord) -> UsageReceipt:
-        return UsageReceipt.from_json(self._call("POST", self._app_path("usage"), json=record.to_json()).body)
+        return UsageReceipt.from_json(self._report("usage", record.to_json()))
 
     def _send_usage_batch(self, records: Sequence[UsageRecord]) -> BatchResult:
-        body = {"requests": [record.to_json() for record in records]}
-        return BatchResult.from_json(self._call("POST", self._app_path("usage/batch"), json=body).body)
+        return BatchResult.from_json(self._report("usage/batch", {"requests": [record.to_json() for record in records]}))
 
     def report_usage(self, record: UsageRecord) -> UsageReceipt:
         """Reports one record now, retrying transient failures with the same ``request_id``."""

@@ -87,6 +87,23 @@ class ModelChoice:
 
 
 @dataclass(frozen=True)
+class CarriedSelection:
+    """The model selection a usage answer carried because the report asked for it
+    (``?model_selection=true``): ``choice`` is ``None`` when every label is spent (the
+    selection endpoint answers ``429 QUOTA_EXCEEDED`` then)."""
+
+    choice: ModelChoice | None
+
+    @classmethod
+    def find(cls, body: dict) -> CarriedSelection | None:
+        """``None`` when the answer carries no selection (none was asked for)."""
+        if "model_selection" not in body:
+            return None
+        value = body["model_selection"]
+        return cls(ModelChoice.from_json(value) if isinstance(value, dict) else None)
+
+
+@dataclass(frozen=True)
 class UsageRecord:
     """One Bedrock call's token usage. The service prices it; clients never send cost."""
 
@@ -256,6 +273,7 @@ class UsageReceipt:
     quota: LabelQuota | None
     total: ScopeTotal | None = None
     reservation: ReservationSettlement | None = None  # the record carried ``reservation_id``
+    selection: CarriedSelection | None = None  # asked for with the report
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -270,6 +288,7 @@ class UsageReceipt:
             LabelQuota.find(body),
             ScopeTotal.from_json(body.get("scope_total")),
             ReservationSettlement.from_json(body.get("reservation")),
+            CarriedSelection.find(body),
             body,
         )
 
@@ -303,6 +322,7 @@ class BatchResult:
     results: tuple[BatchItemResult, ...]
     quotas: tuple[LabelQuota, ...] = ()
     total: ScopeTotal | None = None
+    selection: CarriedSelection | None = None  # asked for with the batch
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -330,6 +350,7 @@ class BatchResult:
             results,
             quotas,
             ScopeTotal.from_json(body.get("scope_total")),
+            CarriedSelection.find(body),
             body,
         )
 

@@ -5,6 +5,10 @@ mode) and the ``Cache-Control: max-age`` header bound the cache; the shorter win
 cache is dropped at once when the service answers 429, and when a usage answer (single or
 batch) shows the label spent or turned tight, or a reason the cached choice does not know,
 or the scope's total (over every label, against its total cap) spent or turned tight.
+
+A client that reports usage keeps the cache fresh without selection requests of its own:
+once less than half of a choice's life is left, the next report asks for the selection
+with it (``?model_selection=true``) and the answer's selection replaces the cached one.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import time
 from collections.abc import Callable
 
 from .errors import PriceKeeperError
-from .models import LabelQuota, ModelChoice, ScopeTotal
+from .models import CarriedSelection, LabelQuota, ModelChoice, ScopeTotal
 
 _MAX_AGE = re.compile(r"(?:^|[,\s])max-age\s*=\s*(\d+)", re.IGNORECASE)
 _NO_STORE = re.compile(r"(?:^|[,\s])(no-store|no-cache)(?:$|[,\s])", re.IGNORECASE)
+RENEW_AT_SHARE_LEFT = 0.5  # a report asks for the selection once less than this share of the choice's life is left
+ASK_AGAIN_AFTER_SECS = 10.0  # an ask whose answer never came back (the report failed) is given up after this
 
 
 def cache_seconds(choice: ModelChoice, cache_control: str | None) -> float:
@@ -42,6 +48,8 @@ class ModelSelector:
         self.clock = clock
         self._choice: ModelChoice | None = None
         self._expires_at = 0.0
+        self._lifetime = 0.0
+        self._asked_at: float | None = None
         self._lock = threading.Lock()
 
     def current(self, force: bool = False) -> ModelChoice:
@@ -56,9 +64,37 @@ class ModelSelector:
                 if error.status == 429:
                     self._choice = None
                 raise
-            self._choice = choice
-            self._expires_at = self.clock() + cache_seconds(choice, cache_control)
+            self._keep(choice, cache_seconds(choice, cache_control))
             return choice
+
+    def _keep(self, choice: ModelChoice, seconds: float) -> None:
+        self._choice, self._lifetime = choice, seconds
+        self._expires_at = self.clock() + seconds
+
+    def ask_with_report(self) -> bool:
+        """Whether the report about to be sent should ask for the selection: a choice is
+        cached (the client selects) with less than half of its life left, and no other
+        report's ask is still unanswered. ``True`` counts as the ask: answer it with ``renew``."""
+        with self._lock:
+            now = self.clock()
+            if self._asked_at is not None and now - self._asked_at < ASK_AGAIN_AFTER_SECS:
+                return False
+            due = self._choice is not None and self._expires_at - now < self._lifetime * RENEW_AT_SHARE_LEFT
+            if due:
+                self._asked_at = now
+            return due
+
+    def renew(self, carried: CarriedSelection | None) -> None:
+        """Takes the selection a usage answer carried: the new cached choice, or, when every
+        label is spent, no choice (the next ``current`` asks and raises ``QuotaExceeded``)."""
+        with self._lock:
+            self._asked_at = None
+            if carried is None:
+                return
+            if carried.choice is None:
+                self._choice = None
+            else:
+                self._keep(carried.choice, cache_seconds(carried.choice, None))
 
     @property
     def cached(self) -> ModelChoice | None:

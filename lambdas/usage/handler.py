@@ -1,12 +1,13 @@
 """POST /api/v1/orgs/{org_id}/apps/{app_id}/usage (Bearer): meter one Bedrock call.
 
-202 with the shard, the server-computed cost and the label's current DailyTotal; the same
-``request_id`` again is a no-op answered with the original outcome.
+202 with the shard, the server-computed cost and the label's current DailyTotal (and, with
+``?model_selection=true``, the model selection of now); the same ``request_id`` again is a
+no-op answered with the original outcome.
 """
 
 from typing import Annotated
 
-from aws_lambda_powertools.event_handler.openapi.params import Body
+from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 
 from price_keeper import routes
 from price_keeper.domain import metering
@@ -18,8 +19,11 @@ router = Router()
 
 
 @router.post(routes.rule(routes.USAGE), responses=documented(202, replies.UsageReceipt, "Counted (or a duplicate)"))
-def submit_usage(org_id: str, app_id: str, body: Annotated[UsageRequest, Body()]):
-    return reply(202, replies.UsageReceipt, metering.submit(org_id, app_id, body))
+def submit_usage(
+    org_id: str, app_id: str, body: Annotated[UsageRequest, Body()], model_selection: Annotated[bool, Query()] = False
+):
+    receipt = metering.submit(org_id, app_id, body, with_selection=model_selection)
+    return reply(202, replies.UsageReceipt, receipt)
 
 
 app = build_app(router)

@@ -1,11 +1,12 @@
 """POST /api/v1/orgs/{org_id}/apps/{app_id}/usage/batch (Bearer): meter 1-100 calls.
 
-207 with a result per record; each record is validated and written on its own.
+207 with a result per record; each record is validated and written on its own (and, with
+``?model_selection=true``, the model selection of now).
 """
 
 from typing import Annotated
 
-from aws_lambda_powertools.event_handler.openapi.params import Body
+from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 
 from price_keeper import routes
 from price_keeper.domain import metering
@@ -19,8 +20,14 @@ router = Router()
 @router.post(
     routes.rule(routes.USAGE_BATCH), responses=documented(207, replies.BatchReceipt, "A result per record, in order")
 )
-def submit_usage_batch(org_id: str, app_id: str, body: Annotated[UsageBatchRequest, Body()]):
-    return reply(207, replies.BatchReceipt, metering.submit_batch(org_id, app_id, body.requests))
+def submit_usage_batch(
+    org_id: str,
+    app_id: str,
+    body: Annotated[UsageBatchRequest, Body()],
+    model_selection: Annotated[bool, Query()] = False,
+):
+    receipt = metering.submit_batch(org_id, app_id, body.requests, with_selection=model_selection)
+    return reply(207, replies.BatchReceipt, receipt)
 
 
 app = build_app(router)

@@ -122,6 +122,28 @@ def test_a_usage_answer_showing_the_label_tight_makes_the_client_ask_again(serve
     assert keeper.close() and other.close()
 
 
+def test_a_reporting_client_keeps_its_choice_fresh_with_its_reports_and_no_selection_requests(server):
+    """An app calling every ~86 s (fleet shape): one selection request at the start, then every
+    report that finds its cached choice past half its life asks for the selection with it."""
+    _, creds = provision(server)
+    clock = FakeClock()
+    keeper, calls = make_keeper(server, creds, monotonic=clock)
+    asked = []
+    for _ in range(12):
+        choice = keeper.select_model()
+        assert (choice.label, choice.bedrock_model_id) == ("premium", PREMIUM)
+        receipt = keeper.report_usage(usage())
+        asked.append(receipt.selection is not None)
+        if receipt.selection:
+            assert receipt.selection.choice.label == "premium"
+        clock.advance(86)
+    assert calls.count("GET", "/model-selection") == 1 and calls.count("POST", "/usage") == 12
+    # a 300 s choice: the reports at 0 s and 86 s find more than half of it left, the one at
+    # 172 s asks and renews it, and from there every other report does
+    assert asked == [False, False] + [True, False] * 5
+    assert keeper.close()
+
+
 class LoseFirstUsageAnswer(HTTPAdapter):
     """Delivers the first single usage report to the server, then drops the connection before
     the client reads the answer: the client cannot know whether it was counted."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from price_keeper_client import ModelChoice, QuotaExceeded
-from price_keeper_client.models import LabelQuota, ScopeTotal
+from price_keeper_client.models import CarriedSelection, LabelQuota, ScopeTotal
 from price_keeper_client.selection import ModelSelector, cache_seconds
 
 from .conftest import FakeClock
@@ -157,3 +157,56 @@ def test_a_usage_answers_scope_total_drops_the_cache_when_tight_or_passed(status
     selector.observe_total(ScopeTotal("20260123", 5_000_000, 5_000_000, 100.0, status))
     selector.current()
     assert service.asked == (2 if asks_again else 1)
+
+
+# --- the selection a usage report asks for (?model_selection=true) ---------------------------
+
+
+def test_a_report_asks_for_the_selection_once_half_the_choices_life_is_gone_and_its_answer_renews_it():
+    clock = FakeClock()
+    service = Answers((choice(cache=300), None))
+    selector = ModelSelector(service, clock=clock)
+    assert not selector.ask_with_report()  # a client that never selected: its reports never ask
+    selector.current()
+    clock.advance(149)
+    assert not selector.ask_with_report()
+    clock.advance(2)
+    assert selector.ask_with_report()
+    assert not selector.ask_with_report()  # one ask at a time
+    selector.renew(None)  # that report failed: nothing carried, the ask is over
+    assert selector.cached.label == "premium" and selector.ask_with_report()
+    selector.renew(CarriedSelection(choice(label="standard", cache=300)))
+    assert selector.cached.label == "standard"
+    assert not selector.ask_with_report()
+    clock.advance(290)  # 300 s from the renewal, not from the first answer
+    assert selector.current().label == "standard" and service.asked == 1
+
+
+def test_an_ask_whose_answer_never_came_is_given_up_after_ten_seconds():
+    clock = FakeClock()
+    selector = ModelSelector(Answers((choice(cache=60), None)), clock=clock)
+    selector.current()
+    clock.advance(31)
+    assert selector.ask_with_report()
+    clock.advance(9)
+    assert not selector.ask_with_report()
+    clock.advance(2)
+    assert selector.ask_with_report()
+
+
+def test_a_carried_selection_of_nothing_means_every_label_is_spent_and_the_next_call_asks():
+    spent = QuotaExceeded("All model quotas exceeded for today", status=429)
+    service = Answers((choice(), None), spent)
+    selector = ModelSelector(service, clock=FakeClock())
+    selector.current()
+    selector.renew(CarriedSelection(None))
+    assert selector.cached is None
+    with pytest.raises(QuotaExceeded):
+        selector.current()
+
+
+def test_a_carried_selection_is_found_only_when_the_answer_has_one():
+    assert CarriedSelection.find({"request_id": "r"}) is None
+    assert CarriedSelection.find({"model_selection": None}) == CarriedSelection(None)
+    body = choice(label="economy").raw
+    assert CarriedSelection.find({"model_selection": body}).choice.label == "economy"

@@ -30,7 +30,7 @@ from ..observability import logger
 from ..store import daily_totals, keys, usage
 from ..timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
 from ..validation import is_label
-from . import alerts, boosts, hot_labels, pricing, profiles, reservations
+from . import alerts, boosts, hot_labels, pricing, profiles, reservations, selection
 from .aggregation import Totals, usage_expires_at
 from .models import UsageRequest
 from .orgs import EffectiveConfig
@@ -504,8 +504,18 @@ def _accepted_body(outcome: Outcome, now: datetime) -> dict:
     }
 
 
-def submit(org_id: str, app_id: str, request: UsageRequest, now: datetime | None = None) -> dict:
-    """``POST .../usage``: the 202 body (with the label's current DailyTotal)."""
+def _with_selection(body: dict, config: EffectiveConfig, now: datetime, asked: bool) -> dict:
+    """``body`` with ``model_selection`` when the client asked for it: the selection it would
+    get from ``GET .../model-selection`` now, so a reporting client keeps its cached choice
+    fresh without a request of its own (docs/metering.md, "Selection with a report")."""
+    return (body | {"model_selection": selection.recommendation_or_none(config, now)}) if asked else body
+
+
+def submit(
+    org_id: str, app_id: str, request: UsageRequest, now: datetime | None = None, with_selection: bool = False
+) -> dict:
+    """``POST .../usage``: the 202 body (with the label's current DailyTotal, and the
+    selection of now when ``with_selection``)."""
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
     submission = prepare(config, request, now)
@@ -513,7 +523,8 @@ def submit(org_id: str, app_id: str, request: UsageRequest, now: datetime | None
     outcome = count(config, submission, now, settle)
     (label,), total = quota_position(config, [(outcome.label, outcome.day)], now)
     body = {**_accepted_body(outcome, now), "daily_total": label, "scope_total": total}
-    return body | ({"reservation": settle.summary(outcome.duplicate)} if settle else {})
+    body |= {"reservation": settle.summary(outcome.duplicate)} if settle else {}
+    return _with_selection(body, config, now, with_selection)
 
 
 def _failed(raw, code: str, message: str) -> dict:
@@ -589,7 +600,9 @@ def _accepted_result(outcome: Outcome, settle: reservations.Settlement | None) -
     }
 
 
-def submit_batch(org_id: str, app_id: str, records: list, now: datetime | None = None) -> dict:
+def submit_batch(
+    org_id: str, app_id: str, records: list, now: datetime | None = None, with_selection: bool = False
+) -> dict:
     """``POST .../usage/batch``: each record validated on its own, so one bad or duplicate
     record never affects another, and written exactly once (``_count_batch``: the records
     share transactions, a record's write units are its marker's). ``daily_totals`` gives the
@@ -605,7 +618,7 @@ def submit_batch(org_id: str, app_id: str, records: list, now: datetime | None =
     accepted = sum(1 for result in results if result["status"] == "accepted")
     labels_counted = list(dict.fromkeys((outcome.label, outcome.day) for _, outcome in done if outcome is not None))
     labels, total = quota_position(config, labels_counted, now)
-    return {
+    body = {
         "accepted": accepted,
         "failed": len(results) - accepted,
         "results": results,
@@ -613,3 +626,4 @@ def submit_batch(org_id: str, app_id: str, records: list, now: datetime | None =
         "scope_total": total,
         "timestamp": iso_utc(now),
     }
+    return _with_selection(body, config, now, with_selection)

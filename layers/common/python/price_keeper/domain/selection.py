@@ -227,9 +227,27 @@ def select_model(org_id: str, app_id: str, force_check: bool = False, now: datet
     now = now or utc_now()
     if force_check:
         orgs.forget(org_id, app_id)
-    config = boosts.boosted_config(org_id, app_id, now)
+    return recommend(boosts.boosted_config(org_id, app_id, now), now, consistent=force_check)
+
+
+def recommendation_or_none(config: EffectiveConfig, now: datetime) -> dict | None:
+    """The selection a usage answer carries when the client asks for it
+    (``?model_selection=true``): the body ``GET .../model-selection`` would answer now, or
+    ``None`` when every label is spent (that endpoint's 429 has the details)."""
+    try:
+        return recommend(config, now)[0]
+    except ApiError as error:
+        if error.code == "QUOTA_EXCEEDED":
+            return None
+        raise
+
+
+def recommend(config: EffectiveConfig, now: datetime, consistent: bool = False) -> tuple[dict, dict]:
+    """(body, headers) of a selection for ``config`` now; 429 ``QUOTA_EXCEEDED`` when every
+    label is spent."""
+    org_id, app_id = config.org_id, config.app_id
     day = org_day(config.timezone, now)
-    snapshot = current_decision(config, day, now, consistent=force_check)
+    snapshot = current_decision(config, day, now, consistent=consistent)
     decision = snapshot.decision
     if decision.index is None:
         raise all_exceeded(config, snapshot, now)

@@ -100,6 +100,11 @@ class UsageReceipt(Reply):
     daily_total: DailyStatus
     scope_total: ScopeTotal
     reservation: ReservationSettlement | None = None
+    model_selection: ModelSelection | None = Field(
+        None,
+        description="Only when asked (?model_selection=true): the selection GET .../model-selection answers now; "
+        "null when every label is spent (that endpoint answers 429 QUOTA_EXCEEDED with the details)",
+    )
 
 
 class BatchResult(Reply):
@@ -124,6 +129,11 @@ class BatchReceipt(Reply):
     daily_totals: list[DailyStatus] = Field(description="The quota position of each label the batch counted")
     scope_total: ScopeTotal
     timestamp: str
+    model_selection: ModelSelection | None = Field(
+        None,
+        description="Only when asked (?model_selection=true): the selection GET .../model-selection answers now; "
+        "null when every label is spent (that endpoint answers 429 QUOTA_EXCEEDED with the details)",
+    )
 
 
 class Recommendation(Reply):
