@@ -407,9 +407,7 @@ VOLATILE = ("checked_at", "org_local_time")
 
 
 def report(api, tenant, query="model_selection=true", path="/usage", body=None, **fields):
-    return api.post(
-        tenant.app_path + path, body or usage_body(**fields), token=tenant.token, query=query
-    )
+    return api.post(tenant.app_path + path, body or usage_body(**fields), token=tenant.token, query=query)
 
 
 def without_volatile(selection: dict) -> dict:

@@ -141,7 +141,8 @@ class PriceKeeper:
         return UsageReceipt.from_json(self._report("usage", record.to_json()))
 
     def _send_usage_batch(self, records: Sequence[UsageRecord]) -> BatchResult:
-        return BatchResult.from_json(self._report("usage/batch", {"requests": [record.to_json() for record in records]}))
+        body = {"requests": [record.to_json() for record in records]}
+        return BatchResult.from_json(self._report("usage/batch", body))
 
     def report_usage(self, record: UsageRecord) -> UsageReceipt:
         """Reports one record now, retrying transient failures with the same ``request_id``."""
