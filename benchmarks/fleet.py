@@ -14,11 +14,13 @@ stream and invokes the aggregator function with Lambda-shaped batches (``local/s
 Two runs:
 
 - **metering**: tenants (orgs with one app, three labels) of two shapes, half each: *single*
-  clients report every call alone and select once per ``--single-select-every`` calls;
-  *batched* clients report in batches and select once per ``--select-every`` calls. Both
-  are the client library's cached selection (300 s in normal mode): at fleet shape an app
-  calls every ~86 s (1,000 calls a day), so a single client selects on every 4th call. The
-  table also prints what a single client pays when it selects before every call. Requests
+  clients report every call alone; *batched* clients report in batches and select once per
+  ``--select-every`` calls. Both are the client library's cached selection (300 s in normal
+  mode): at fleet shape an app calls every ~86 s (1,000 calls a day), so a choice lives
+  ``--single-select-every`` (4) calls, and a single client renews it by asking with every
+  other report (``?model_selection=true``) after one selection request at its start;
+  ``--single-select-by-get``: by a selection request every 4th call, as before. The table
+  also prints what a single client pays when it selects by a request before every call. Requests
   go to random containers (cold caches first, warm after); a share of reports is retried
   on another container (same ``request_id``). Per
   metered record and per selection: DynamoDB calls, write and read units
@@ -131,6 +133,7 @@ class Request:
     path: str
     token: str
     body: dict | None = None
+    query: str = ""
 
 
 @dataclass
@@ -171,6 +174,7 @@ def _container(inbox, outbox) -> None:
                     request.path,
                     headers={"Authorization": f"Bearer {request.token}", "Content-Type": "application/json"},
                     body=request.body,
+                    query=request.query,
                 )
                 if reply["statusCode"] < 500:
                     break
@@ -349,10 +353,24 @@ class Shape:
     select_every: int = 300
     single_select_every: int = 4
     retries: float = 0.05
+    single_selects_by_get: bool = False  # as clients did before reports carried the selection
 
     @classmethod
     def of(cls, args) -> Shape:
-        return cls(args.batch, args.select_every, args.single_select_every, args.retries)
+        return cls(args.batch, args.select_every, args.single_select_every, args.retries, args.single_select_by_get)
+
+    def single_selection(self, sent: int) -> str | None:
+        """How a single client's ``sent``-th call selects: ``"get"`` (a selection request
+        before it), ``"report"`` (its report asks for the selection) or ``None``. The client
+        library GETs its first choice; from there a report asks once the choice is past half
+        its life: at a call every ~86 s and a 300 s choice, every other report after the second
+        (``tests/client/test_runtime_server.py``), ``single_select_every // 2`` calls apart."""
+        if self.single_selects_by_get:
+            return "get" if sent % self.single_select_every == 0 else None
+        every = max(1, self.single_select_every // 2)
+        if sent == 0:
+            return "get"
+        return "report" if sent >= every and sent % every == 0 else None
 
 
 def metering_work(clients: list[Tenant], records: int, containers: int, shape: Shape, seed: int) -> list[list[Request]]:
@@ -367,10 +385,19 @@ def metering_work(clients: list[Tenant], records: int, containers: int, shape: S
             if tenant.shape == "single":
                 label = rng.choice(LABELS)
                 request_id = str(uuid.uuid4())
+                selects = shape.single_selection(sent)
                 requests = [
-                    Request("usage", "single", "POST", f"{tenant.path}/usage", tenant.token, _usage(label, request_id)),
+                    Request(
+                        "usage",
+                        "single",
+                        "POST",
+                        f"{tenant.path}/usage",
+                        tenant.token,
+                        _usage(label, request_id),
+                        "model_selection=true" if selects == "report" else "",
+                    ),
                 ]
-                if sent % shape.single_select_every == 0:
+                if selects == "get":
                     requests.insert(
                         0, Request("model_selection", "single", "GET", f"{tenant.path}/model-selection", tenant.token)
                     )
@@ -407,6 +434,16 @@ def accepted_records(replies: list) -> dict[tuple[str, str, str], dict[str, int]
                 if result["status"] == "accepted":
                     accepted[org_id, app_id, record["model_label"]][record["request_id"]] = result["cost_usd_micros"]
     return accepted
+
+
+def carried_selections(replies: list) -> list[str]:
+    """Every report that asked for the selection (``?model_selection=true``) got one: the
+    reports that carried none (none: as the client library relies on)."""
+    return [
+        f"{request.path}: {status}, no selection carried"
+        for request, status, _, body in replies
+        if request.query and not (status == 202 and isinstance(body.get("model_selection"), dict))
+    ]
 
 
 def exactness(replies: list) -> list[str]:
@@ -585,7 +622,7 @@ def metering_run(fleet: Fleet, args) -> tuple[list[tuple], list[str]]:
     print(f"cold phase: {sum(t.requests for t in cold.values())} requests, {cold_batches} stream batches; warm below")
     costs = report(tallies, aggregator, replies)
     given_up = [f"{aggregator.given_up} stream batches given up after their retries"] if aggregator.given_up else []
-    return costs, given_up + exactness(cold_replies + replies)
+    return costs, given_up + exactness(cold_replies + replies) + carried_selections(cold_replies + replies)
 
 
 # --- the rate-limit run ---------------------------------------------------------------
@@ -675,7 +712,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="records per batch of the batched clients")
     parser.add_argument("--select-every", type=int, default=300, help="calls per selection of the batched clients")
     parser.add_argument(
-        "--single-select-every", type=int, default=4, help="calls per selection of the single clients (1: every call)"
+        "--single-select-every",
+        type=int,
+        default=4,
+        help="calls per lifetime of a single client's choice (1: it selects before every call)",
+    )
+    parser.add_argument(
+        "--single-select-by-get",
+        action="store_true",
+        help="single clients select by a request of their own, as before reports carried the selection",
     )
     parser.add_argument("--retries", type=float, default=0.05, help="share of single reports sent twice")
     parser.add_argument("--rate-containers", type=int, default=24)

@@ -38,7 +38,8 @@ def fleet():
 
 def test_a_fleet_counts_every_accepted_record_once(fleet):
     """Single and batched clients of many tenants and labels, on containers cold then warm,
-    with retried reports landing on other containers; the aggregator folds the stream."""
+    with retried reports landing on other containers, single reports asking for the selection
+    as the client library does; the aggregator folds the stream."""
     containers = fleet.Fleet(4)
     try:
         args = SimpleNamespace(
@@ -47,7 +48,8 @@ def test_a_fleet_counts_every_accepted_record_once(fleet):
             containers=4,
             batch=20,
             select_every=60,
-            single_select_every=2,
+            single_select_every=4,
+            single_select_by_get=False,
             retries=0.2,
             orgs_made_before=False,
         )

@@ -27,6 +27,7 @@ from price_keeper_client import models
 from price_keeper_client.models import (
     BatchItemResult,
     BatchResult,
+    CarriedSelection,
     Credentials,
     DailySpend,
     LabelQuota,
@@ -171,14 +172,18 @@ WIRE = {
             "cost_usd_micros": "processing.cost_usd_micros",
             "quota": "daily_total",
             "total": "scope_total",
+            "selection": "model_selection",
         },
         left_in_raw=frozenset({"message", "timestamp", "pricing"}),
     ),
+    CarriedSelection: Wire("usage", paths={"choice": "model_selection"}, partial=True),
     LabelQuota: Wire("usage", "daily_total", partial=True, not_sent=frozenset({"reason"})),
     ScopeTotal: Wire("usage", "scope_total"),
     ReservationSettlement: Wire("usage", "reservation"),
     BatchResult: Wire(
-        "batch", paths={"quotas": "daily_totals", "total": "scope_total"}, left_in_raw=frozenset({"timestamp"})
+        "batch",
+        paths={"quotas": "daily_totals", "total": "scope_total", "selection": "model_selection"},
+        left_in_raw=frozenset({"timestamp"}),
     ),
     BatchItemResult: Wire("batch", "results.*"),
     DailySpend: Wire("aggregates", paths={"labels": "models"}),
@@ -285,16 +290,18 @@ def answers(server) -> dict[str, Shape]:
         cache_write_input_tokens=100,
         reservation_id=held[0],
     )
+    asks = {"model_selection": "true"}  # the reports carry the selection (CarriedSelection)
     recorded = {
         "provisioned": [org, created, updated],
         "selection": [call("GET", f"{app.format(org_id)}/model-selection", 200, headers=bearer)],
-        "usage": [call("POST", f"{app.format(org_id)}/usage", 202, headers=bearer, json=record.to_json())],
+        "usage": [call("POST", f"{app.format(org_id)}/usage", 202, headers=bearer, json=record.to_json(), params=asks)],
         "batch": [
             call(
                 "POST",
                 f"{app.format(org_id)}/usage/batch",
                 207,
                 headers=bearer,
+                params=asks,
                 json={
                     "requests": [
                         dataclasses.replace(record, request_id=str(uuid.uuid4()), reservation_id=held[1]).to_json(),
