@@ -107,6 +107,20 @@ def test_unreachable_store_is_503_on_usage_and_the_retry_counts_once(api):
     assert_counted_once(tenant)
 
 
+def test_a_counted_report_whose_selection_the_store_cannot_read_is_answered_without_one(api):
+    """The selection a report asked for (``?model_selection=true``) is read after the record is
+    counted: a store too busy for that read leaves the selection out of the 202, and the record
+    counted, rather than answering a counted record 503."""
+    tenant = new_tenant()
+    assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202  # warm caches
+    store = fail_calls("BatchGetItem", FOREVER, after=1)  # the receipt's read passes, the selection's fails
+    reply = api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token, query="model_selection=true")
+    assert reply.status == 202 and reply.json()["duplicate"] is False
+    assert "model_selection" not in reply.json()
+    store["n"] = 0
+    assert_counted_once(tenant, records=2)
+
+
 def test_unreachable_store_is_503_on_model_selection(api):
     tenant = new_tenant()
     store = fail_calls("*", FOREVER, unreachable=True)

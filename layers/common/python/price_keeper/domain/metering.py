@@ -22,10 +22,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from ..config import IN_REGION, get_config
-from ..errors import ApiError, as_api_error, invalid_request, service_unavailable
+from ..errors import ApiError, as_api_error, error_code, invalid_request, is_retryable, service_unavailable
 from ..observability import logger
 from ..store import daily_totals, keys, usage
 from ..timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
@@ -507,8 +508,20 @@ def _accepted_body(outcome: Outcome, now: datetime) -> dict:
 def _with_selection(body: dict, config: EffectiveConfig, now: datetime, asked: bool) -> dict:
     """``body`` with ``model_selection`` when the client asked for it: the selection it would
     get from ``GET .../model-selection`` now, so a reporting client keeps its cached choice
-    fresh without a request of its own (docs/metering.md, "Selection with a report")."""
-    return (body | {"model_selection": selection.recommendation_or_none(config, now)}) if asked else body
+    fresh without a request of its own (docs/metering.md, "Selection with a report"). The
+    records are counted by now: a store too busy to read the selection leaves it out rather
+    than answering them 503."""
+    if not asked:
+        return body
+    try:
+        return body | {"model_selection": selection.recommendation_or_none(config, now)}
+    except (ClientError, BotoCoreError) as error:
+        if not is_retryable(error):
+            raise
+        logger.warning(
+            "selection left out of a usage answer: the store is busy", extra={"aws_error": error_code(error)}
+        )
+        return body
 
 
 def submit(

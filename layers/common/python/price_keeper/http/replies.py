@@ -103,7 +103,8 @@ class UsageReceipt(Reply):
     model_selection: ModelSelection | None = Field(
         None,
         description="Only when asked (?model_selection=true): the selection GET .../model-selection answers now; "
-        "null when every label is spent (that endpoint answers 429 QUOTA_EXCEEDED with the details)",
+        "null when every label is spent (that endpoint answers 429 QUOTA_EXCEEDED with the details); "
+        "left out when the store was too busy to read it (the usage is counted)",
     )
 
 
@@ -132,7 +133,8 @@ class BatchReceipt(Reply):
     model_selection: ModelSelection | None = Field(
         None,
         description="Only when asked (?model_selection=true): the selection GET .../model-selection answers now; "
-        "null when every label is spent (that endpoint answers 429 QUOTA_EXCEEDED with the details)",
+        "null when every label is spent (that endpoint answers 429 QUOTA_EXCEEDED with the details); "
+        "left out when the store was too busy to read it (the usage is counted)",
     )
 
 
