@@ -12,7 +12,8 @@ import pytest
 from price_keeper.config import get_config
 from price_keeper.domain import alerts, reconciliation
 from price_keeper.errors import ApiError
-from price_keeper.store import alert_records, keys
+from price_keeper.store import alert_records, dynamo, keys
+from price_keeper.store import reconciliation as reconciliation_store
 from tests.factories import seed_app, seed_org
 from tests.usage_support import daily_total, iso, submit_and_fold
 
@@ -132,9 +133,41 @@ def test_the_aggregator_marks_a_label_total_per_hour_without_another_write(tenan
     report(tenant, "premium", NOVA_PRO, NOON, NOON, 10, 1)
     report(tenant, "premium", NOVA_PRO, NOON + timedelta(hours=1), NOON + timedelta(hours=1), 20, 2)
     total = daily_total(scope, "premium", "20261120")
-    assert total["H2026112012"] == [1, 10, 1, 0, 0] and total["H2026112013"] == [2, 30, 3, 0, 0]
+    assert reconciliation_store.marks_of(total) == [
+        ("2026112012", [1, 10, 1, 0, 0]),
+        ("2026112013", [2, 30, 3, 0, 0]),
+    ]
     counts = reconciliation.arrived_between(total, NOON + timedelta(hours=1), None)
     assert (counts.requests, counts.input_tokens) == (1, 20)
+
+
+def test_a_label_total_folded_in_every_hour_of_its_day_stays_under_one_write_unit(aws):
+    """The 25 hour marks of a label folded in every hour of a day of 25 (New York's 1 November
+    2026, when clocks go back), of the longest app id: packed, the label total stays under
+    1 KB, so each fold writes it for 1 unit (2 in its transaction), where a mark an attribute
+    passed 1 KB after ~17 hours and doubled that."""
+    org_id, app_id = seed_org(timezone="America/New_York"), "a" * 64
+    seed_app(org_id, app_id)
+    start = datetime(2026, 11, 1, 4, 30, tzinfo=UTC)  # 00:30 EDT
+    fields = {"model_label": "premium", "bedrock_model_id": NOVA_PRO, "input_tokens": 90_000, "output_tokens": 9_000}
+    for hour in range(25):
+        at = start + timedelta(hours=hour)
+        for _ in range(2):
+            submit_and_fold(org_id, app_id, at, timestamp=iso(at), **fields)
+    total = daily_total(keys.scope_key(org_id, app_id, "APP"), "premium", "20261101")
+    marks = reconciliation_store.marks_of(total)
+    assert len(marks) == 25 and marks[-1] == ("2026110204", [50, 50 * 90_000, 50 * 9_000, 0, 0])
+    assert dynamo.item_size(total) < 1024
+    legacy = {**total, **{f"H{hour}": values for hour, values in marks}}
+    del legacy[keys.HOUR_MARKS]
+    assert dynamo.item_size(legacy) > 1024  # one attribute a mark, as before
+    assert reconciliation_store.marks_of(legacy) == marks  # and still read
+
+
+def test_marks_pack_and_unpack_exactly():
+    marks = {0: [0, 0, 0, 0, 0], 494_000: [1, 127, 128, 2**40, 3], 494_001: [2, 10**12, 1, 0, 0]}
+    assert reconciliation_store.unpack_marks(reconciliation_store.pack_marks(marks)) == marks
+    assert reconciliation_store.unpack_marks(None) == {}
 
 
 def test_profile_arns_and_their_ids_are_one_model():

@@ -491,8 +491,8 @@ def _moves(scope_day: _ScopeDay, snapshot: _Snapshot, now: datetime) -> tuple[Ru
             "updated_at_epoch": now_epoch,
             "source_updated_at_epoch": max(group.shard_updates),
             tables.TTL_ATTRIBUTE: usage_expires_at(day),
-            # its sums as of this UTC hour (domain.reconciliation)
-            keys.hour_mark(now.astimezone(UTC).strftime("%Y%m%d%H")): reconciliation_store.mark_value(group.sums),
+            # its sums as of this UTC hour, beside those of the hours before (domain.reconciliation)
+            keys.HOUR_MARKS: reconciliation_store.with_mark(stored, now, group.sums),
         }
         fold = daily_totals.LabelFold(
             *label_day, values, daily_totals.progress_fields(stored) if stored_progress else None

@@ -166,11 +166,7 @@ def _resolve(scope: str, label: str, cache: dict) -> Label | None:
 
 
 def _marks(item: dict) -> list[tuple[str, Counts]]:
-    return sorted(
-        (hour, Counts(*(int(value) for value in values)))
-        for name, values in item.items()
-        if (hour := keys.hour_of_mark(name))
-    )
+    return [(hour, Counts(*values)) for hour, values in store.marks_of(item)]
 
 
 def arrived_between(item: dict, start: datetime, end: datetime | None) -> Counts:

@@ -33,9 +33,12 @@ def day_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = F
 
 def fold_read(total_keys: Iterable[dict]) -> Read:
     """The read of the totals a fold moves (label and scope totals) or evaluates alerts on:
-    their counters and how far they have folded the shards (``source_updated_at_epoch``);
-    for ``dynamo.batch_get_many`` beside the shards."""
-    return Read(tables.DAILY_TOTAL, list(total_keys), [*COUNTERS, *PROGRESS[1:], "source_updated_at_epoch"])
+    their counters, how far they have folded the shards (``source_updated_at_epoch``) and a
+    label total's hour marks (the fold writes them back with this hour's); for
+    ``dynamo.batch_get_many`` beside the shards."""
+    return Read(
+        tables.DAILY_TOTAL, list(total_keys), [*COUNTERS, *PROGRESS[1:], "source_updated_at_epoch", keys.HOUR_MARKS]
+    )
 
 
 def progress(item: dict) -> tuple[int, int]:

@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 import boto3
-from boto3.dynamodb.types import TypeDeserializer
+from boto3.dynamodb.types import Binary, TypeDeserializer
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
@@ -245,6 +245,8 @@ def value_size(value) -> int:
         return len(value.encode())
     if isinstance(value, (bytes, bytearray)):
         return len(value)
+    if isinstance(value, Binary):
+        return len(value.value)
     if isinstance(value, (int, float, Decimal)):
         return _number_size(value)
     if isinstance(value, (set, frozenset)):

@@ -157,7 +157,11 @@ HEARTBEAT_KEY = {"usage_key": "#AGGREGATOR", "date_key": "#HEARTBEAT"}
 
 # Reconciliation (DailyTotal): the day's result, and the hour marks on label totals.
 RECONCILIATION_USAGE_KEY = "#RECONCILIATION"  # no usage key starts with '#'
-HOUR_MARK_PREFIX = "H"  # an attribute H{yyyymmddHH}: a label total's sums as of that UTC hour
+# A label total's hour marks (its sums as of each UTC hour it was folded in), packed in one
+# binary attribute (``store.reconciliation.pack_marks``); label totals folded before kept one
+# attribute a mark, H{yyyymmddHH}, which is still read.
+HOUR_MARKS = "hour_marks"
+HOUR_MARK_PREFIX = "H"
 
 
 def reconciliation_key(day: str) -> dict:
@@ -175,13 +179,9 @@ def page_key(key: dict, page: int) -> dict:
     return {**key, "date_key": f"{key['date_key']}#{page:04d}"}
 
 
-def hour_mark(hour: str) -> str:
-    """Attribute name of a label total's mark for UTC hour ``yyyymmddHH``."""
-    return f"{HOUR_MARK_PREFIX}{hour}"
-
-
 def hour_of_mark(attribute: str) -> str | None:
-    """``yyyymmddHH`` of an hour-mark attribute; None for any other attribute."""
+    """``yyyymmddHH`` of an hour-mark attribute of a label total folded before the marks were
+    packed; None for any other attribute."""
     hour = attribute.removeprefix(HOUR_MARK_PREFIX)
     return hour if attribute.startswith(HOUR_MARK_PREFIX) and len(hour) == 10 and hour.isdigit() else None
 
