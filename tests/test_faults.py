@@ -4,6 +4,7 @@ retryable failure of its own), and a retried record is still counted exactly onc
 import json
 from types import SimpleNamespace
 
+import pytest
 from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
 
 from price_keeper import state
@@ -107,13 +108,30 @@ def test_unreachable_store_is_503_on_usage_and_the_retry_counts_once(api):
     assert_counted_once(tenant)
 
 
-def test_a_counted_report_whose_selection_the_store_cannot_read_is_answered_without_one(api):
+@pytest.mark.parametrize("busy", ["throttled", "keys left unprocessed"])
+def test_a_counted_report_whose_selection_the_store_cannot_read_is_answered_without_one(api, monkeypatch, busy):
     """The selection a report asked for (``?model_selection=true``) is read after the record is
     counted: a store too busy for that read leaves the selection out of the 202, and the record
     counted, rather than answering a counted record 503."""
     tenant = new_tenant()
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202  # warm caches
-    store = fail_calls("BatchGetItem", FOREVER, after=1)  # the receipt's read passes, the selection's fails
+    if busy == "throttled":  # the receipt's read passes, the selection's fails
+        store = fail_calls("BatchGetItem", FOREVER, after=1)
+    else:  # the selection's read (the only one of StickyState) comes back unprocessed
+        monkeypatch.setattr(dynamo, "_backoff", lambda attempt: None)
+        store = {"n": 1}
+
+        def leave_sticky_keys_unprocessed(params, **_):
+            request = json.loads(params["body"])["RequestItems"]
+            if store["n"] and tables.STICKY_STATE.physical_name in request:
+                return SimpleNamespace(status_code=200), {
+                    "Responses": {},
+                    "UnprocessedKeys": request,
+                    "ResponseMetadata": {"HTTPStatusCode": 200},
+                }
+            return None
+
+        ddb_client().meta.events.register("before-call.dynamodb.BatchGetItem", leave_sticky_keys_unprocessed)
     reply = api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token, query="model_selection=true")
     assert reply.status == 202 and reply.json()["duplicate"] is False
     assert "model_selection" not in reply.json()

@@ -26,7 +26,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from ..config import IN_REGION, get_config
-from ..errors import ApiError, as_api_error, error_code, invalid_request, is_retryable, service_unavailable
+from ..errors import ApiError, as_api_error, invalid_request, service_unavailable
 from ..observability import logger
 from ..store import daily_totals, keys, usage
 from ..timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
@@ -515,12 +515,10 @@ def _with_selection(body: dict, config: EffectiveConfig, now: datetime, asked: b
         return body
     try:
         return body | {"model_selection": selection.recommendation_or_none(config, now)}
-    except (ClientError, BotoCoreError) as error:
-        if not is_retryable(error):
+    except (ApiError, ClientError, BotoCoreError) as error:
+        if as_api_error(error).status != 503:
             raise
-        logger.warning(
-            "selection left out of a usage answer: the store is busy", extra={"aws_error": error_code(error)}
-        )
+        logger.warning("selection left out of a usage answer: the store is busy")
         return body
 
 
