@@ -364,6 +364,12 @@ def scenario(meter: Meter, scopes: int, submissions_per_scope: int) -> list[tupl
     rows.append(
         ("usage submission (warm, new request_id)", *measure(meter, lambda: metering.submit(org_id, app_id, usage())))
     )
+    rows.append(
+        (
+            "usage submission (warm, asking for the selection)",
+            *measure(meter, lambda: metering.submit(org_id, app_id, usage(), with_selection=True)),
+        )
+    )
     repeated = usage()
     metering.submit(org_id, app_id, repeated)
     rows.append(
