@@ -78,6 +78,27 @@ class Client:
             cost += reply.json()["processing"]["cost_usd_micros"]
         return cost
 
+    def report_asking_for_the_selection(self, label: str) -> dict | None:
+        """A report of a call that cost nothing, asking for the selection with it
+        (``?model_selection=true``): the selection its 202 carries."""
+        reply = requests.post(
+            f"{self.app_path}/usage",
+            headers=self.headers,
+            params={"model_selection": "true"},
+            timeout=10,
+            json={
+                "request_id": str(uuid.uuid4()),
+                "model_label": label,
+                "bedrock_model_id": get_config().labels[label].id,
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "status": "OK",
+                "timestamp": (datetime.now(UTC) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+        )
+        assert reply.status_code == 202, reply.text
+        return reply.json()["model_selection"]
+
     def selection(self) -> requests.Response:
         return requests.get(
             f"{self.app_path}/model-selection", headers=self.headers, params={"force_check": "true"}, timeout=10
@@ -114,6 +135,9 @@ def test_fallback_sticky_and_exhaustion_over_http(base_url):
     fallback = client.wait_for_selection(recommends("standard")).json()
     assert fallback["recommended_model"]["reason"] == "QUOTA_EXCEEDED_PREMIUM"
     assert fallback["quota_status"]["sticky_fallback_active"] is True
+    carried = client.report_asking_for_the_selection("standard")  # a report learns the same
+    assert carried["recommended_model"] == fallback["recommended_model"]
+    assert carried["quota_status"]["sticky_fallback_active"] is True
     assert fallback["quota_status"]["models_status"]["premium"]["status"] == "EXCEEDED"
     aggregates = requests.get(f"{client.app_path}/aggregates/today", headers=client.headers, timeout=10).json()
     assert (aggregates["current_active_model"], aggregates["sticky_fallback_active"]) == ("standard", True)
@@ -136,6 +160,7 @@ def test_fallback_sticky_and_exhaustion_over_http(base_url):
     )
     body = exhausted.json()
     assert body["error"] == "QUOTA_EXCEEDED" and body["message"] == "All model quotas exceeded for today"
+    assert client.report_asking_for_the_selection("economy") is None  # every label spent
     retry_at = datetime.fromisoformat(body["retry_after"].replace("Z", "+00:00"))
     assert retry_at.astimezone(timezone(timedelta(hours=5, minutes=30))).strftime("%H:%M:%S") == "00:00:00"
     seconds = int(exhausted.headers["Retry-After"])
