@@ -37,7 +37,8 @@ class Sizing:
 
 # bcrypt (cost 12) hashes and checks secrets: give those functions a full vCPU.
 # The aggregator's audit plan pages the active-by-day index of the days in play; the pricing fetcher pages
-# through the Price List API once a day.
+# through the Price List API once a day; the reconciler and the bill read every label total of four org days
+# (a fleet's: ~1 M, in pages) with a full vCPU for their Python.
 SIZING: dict[str, Sizing] = {
     "auth_token": Sizing(memory_mb=1769),
     "put_org": Sizing(memory_mb=1769),
@@ -46,8 +47,8 @@ SIZING: dict[str, Sizing] = {
     "aggregator": Sizing(memory_mb=1024, timeout_s=50, reserved_concurrency=100),
     "model_selection": Sizing(reserved_concurrency=200),
     "pricing_fetcher": Sizing(memory_mb=512, timeout_s=300),
-    "reconciler": Sizing(memory_mb=512, timeout_s=120),
-    "bill": Sizing(memory_mb=512, timeout_s=60),
+    "reconciler": Sizing(memory_mb=1769, timeout_s=600),
+    "bill": Sizing(memory_mb=1769, timeout_s=600),
 }
 
 RETENTION = {

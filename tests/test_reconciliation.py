@@ -4,15 +4,17 @@ metering and aggregator, with explicit clocks. The HTTP path is tests/test_recon
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, date, datetime, timedelta
 
 import boto3
 import pytest
 
+from price_keeper import state
 from price_keeper.config import get_config
 from price_keeper.domain import alerts, reconciliation
 from price_keeper.errors import ApiError
-from price_keeper.store import alert_records, dynamo, keys
+from price_keeper.store import alert_records, dynamo, keys, tables
 from price_keeper.store import reconciliation as reconciliation_store
 from tests.factories import seed_app, seed_org
 from tests.usage_support import daily_total, iso, submit_and_fold
@@ -168,6 +170,35 @@ def test_marks_pack_and_unpack_exactly():
     marks = {0: [0, 0, 0, 0, 0], 494_000: [1, 127, 128, 2**40, 3], 494_001: [2, 10**12, 1, 0, 0]}
     assert reconciliation_store.unpack_marks(reconciliation_store.pack_marks(marks)) == marks
     assert reconciliation_store.unpack_marks(None) == {}
+
+
+def test_the_metered_side_reads_no_config_for_config_labels_and_the_totals_in_pages(aws, monkeypatch):
+    """A fleet's day has ~100,000 scopes and ~1 M label totals: the reconciler resolves
+    config.yaml labels without reading any org's config (a read a scope could not finish),
+    and reads the totals a few at a time (bounded memory); every arrival is counted."""
+    scopes = [seed_org(timezone="UTC") for _ in range(6)]
+    for org_id in scopes:
+        seed_app(org_id, "app-1")
+        for label, model in (("premium", NOVA_PRO), ("economy", NOVA_MICRO)):
+            report(org_id, label, model, NOON, NOON, 100, 10)
+    monkeypatch.setattr(reconciliation_store, "TOTALS_AT_ONCE", 2)
+    state.reset()  # a cold reconciler: no config cached
+    reads: list[tuple[str, str, int]] = []
+
+    def count(params, model, **_):
+        body = json.loads(params["body"])
+        if model.name == "BatchGetItem":
+            reads.extend((model.name, name, len(wanted["Keys"])) for name, wanted in body["RequestItems"].items())
+        elif model.name in ("GetItem", "Query"):
+            reads.append((model.name, body["TableName"], 1))
+
+    dynamo.ddb_client().meta.events.register("before-call.dynamodb", count)
+    counts, _ = reconciliation.metered_counts(DAY, NOON - timedelta(hours=1), None)
+    assert (counts[NOVA_PRO].requests, counts[NOVA_MICRO].requests) == (6, 6)
+    assert counts[NOVA_PRO].input_tokens == 600
+    assert not [read for read in reads if read[1] == tables.CONFIG.physical_name]
+    totals = [keys_read for _, name, keys_read in reads if name == tables.DAILY_TOTAL.physical_name]
+    assert sum(totals) == 12 and max(totals) <= 2
 
 
 def test_profile_arns_and_their_ids_are_one_model():

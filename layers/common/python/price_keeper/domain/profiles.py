@@ -286,16 +286,23 @@ def priced_model(config: EffectiveConfig, label: str, calling_region: str | None
     if resolved is None:
         raise ValueError(f"unknown label {label}")
     if isinstance(resolved, Profile):
-        profile, configured = resolved, None
-    else:
-        spec = get_config().labels[label]
-        if spec.type == "model":
-            return PricedModel(label, "model", spec.id, spec.id, calling_region, spec.configured_prices())
-        profile, configured = Profile(label, spec.id), spec.configured_prices()
+        return _priced_profile(resolved, None, calling_region)
+    return priced_config_label(label, calling_region)
+
+
+def priced_config_label(label: str, calling_region: str | None) -> PricedModel:
+    """``priced_model`` of a config.yaml label: the same in every org and app (no read)."""
+    spec = get_config().labels[label]
+    if spec.type == "model":
+        return PricedModel(label, "model", spec.id, spec.id, calling_region, spec.configured_prices())
+    return _priced_profile(Profile(label, spec.id), spec.configured_prices(), calling_region)
+
+
+def _priced_profile(profile: Profile, configured: dict[str, Prices] | None, calling_region: str | None) -> PricedModel:
     region = calling_region or profile.home_region
     model_id, kind = model_for_region(profile, region)
     return PricedModel(
-        label, "profile", profile.arn, model_id, region, configured or configured_for_model(model_id), kind
+        profile.label, "profile", profile.arn, model_id, region, configured or configured_for_model(model_id), kind
     )
 
 

@@ -85,6 +85,7 @@ class Label(NamedTuple):
     model_id: str
     priced: profiles.PricedModel | None
     owner: tuple[str, str | None] | None
+    called: str = ""  # what its clients pass to Bedrock: the model id or profile ARN
 
 
 def model_key(identifier: str) -> str:
@@ -145,24 +146,34 @@ def bedrock_counts(start: datetime, end: datetime) -> dict[str, Counts]:
 
 
 def _resolve(scope: str, label: str, cache: dict) -> Label | None:
-    """The model a scope's label bills (None: an org, app or label no longer known)."""
-    if (scope, label) not in cache:
-        org_id, app_id = keys.split_scope(scope)
-        try:
-            config = orgs.effective_config(org_id, app_id)
-            called = profiles.bedrock_id(config, label)
-        except ApiError:
-            called = None
-        if called is None:
-            cache[(scope, label)] = None
-        else:
+    """The model a scope's label bills (None: an org, app or label no longer known). A
+    config.yaml label bills the same model in every scope: resolved once, without reading
+    any org's config (a fleet's day has ~100,000 scopes; a read each would not finish)."""
+    org_id, app_id = keys.split_scope(scope)
+    if label in get_config().labels:
+        if label not in cache:
+            cache[label] = _label(get_config().labels[label].id, lambda: profiles.priced_config_label(label, None))
+        resolved = cache[label]
+    else:
+        if (scope, label) not in cache:
             try:
-                priced = profiles.priced_model(config, label, None)
-            except (ApiError, ValueError):
-                priced = None  # Bedrock did not answer for the profile: priced as the model key alone
-            owner = (org_id, app_id) if ":application-inference-profile/" in called else None
-            cache[(scope, label)] = Label(model_key(called), priced, owner)
-    return cache[(scope, label)]
+                config = orgs.effective_config(org_id, app_id)
+                called = profiles.bedrock_id(config, label)
+            except ApiError:
+                called = None
+            cache[(scope, label)] = called and _label(called, lambda: profiles.priced_model(config, label, None))
+        resolved = cache[(scope, label)]
+    if resolved is None or ":application-inference-profile/" not in resolved.called:
+        return resolved
+    return resolved._replace(owner=(org_id, app_id))
+
+
+def _label(called: str, price) -> Label:
+    try:
+        priced = price()
+    except (ApiError, ValueError):
+        priced = None  # Bedrock did not answer for the profile: priced as the model key alone
+    return Label(model_key(called), priced, None, called)
 
 
 def _marks(item: dict) -> list[tuple[str, Counts]]:
@@ -193,13 +204,14 @@ def metered_counts(day: date, start: datetime, end: datetime | None) -> tuple[di
     labels: dict[str, Label] = {}
     owners: dict[str, set] = defaultdict(set)
     resolved: dict = {}
-    for item in store.label_totals(org_days):
-        label = _resolve(*keys.split_usage_key(item["usage_key"]), resolved)
-        if label is None:
-            continue
-        counts[label.model_id] += arrived_between(item, start, end)
-        labels.setdefault(label.model_id, label)
-        owners[label.model_id].add(label.owner)
+    for chunk in store.label_totals(org_days):
+        for item in chunk:
+            label = _resolve(*keys.split_usage_key(item["usage_key"]), resolved)
+            if label is None:
+                continue
+            counts[label.model_id] += arrived_between(item, start, end)
+            labels.setdefault(label.model_id, label)
+            owners[label.model_id].add(label.owner)
     for model_id, found in owners.items():  # an owner only when every label of the model is one org's profile
         if len(found) != 1:
             labels[model_id] = labels[model_id]._replace(owner=None)

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 
 from . import keys, tables, usage
-from .dynamo import batch_get, table
+from .dynamo import BATCH_GET_LIMIT, batch_get, query_many, table
 
 # What a label total's hour mark holds, in this order: its sums as of the last fold of the hour.
 MARK_FIELDS = ("requests", "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_input_tokens")
@@ -67,15 +67,29 @@ def marks_of(item: dict) -> list[tuple[str, list[int]]]:
     return sorted(marks.items())
 
 
-def label_totals(org_days: Iterable[str]) -> list[dict]:
-    """Every label total (whole items: counters and hour marks) of the org days ``yyyymmdd``:
-    the labels come from the shards' ``active-by-day`` index (``usage.active_shard_keys``)."""
-    wanted = {
-        (keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"])
-        for day in org_days
-        for shard in usage.active_shard_keys(day)
-    }
-    return batch_get(tables.DAILY_TOTAL, [{"usage_key": u, "date_key": d} for u, d in sorted(wanted)])
+TOTALS_AT_ONCE = 800  # label totals read together: 8 BatchGetItem of 100, concurrently
+
+
+def label_totals(org_days: Iterable[str]) -> Iterator[list[dict]]:
+    """Every label total (whole items: counters and hour marks) of the org days ``yyyymmdd``,
+    a few hundred at a time: the labels come from the shards' ``active-by-day`` index, one
+    partition key and Query page at a time, so a fleet's days (~300,000 label-days each) are
+    read in bounded memory, with the totals' reads concurrent."""
+    for day in org_days:
+        for active_day in keys.active_day_keys(day):
+            seen: set[tuple[str, str]] = set()  # a label-day's shards share its org's key
+            for page in usage.active_shard_pages(active_day):
+                wanted = []
+                for shard in page:
+                    key = (keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"])
+                    if key not in seen:
+                        seen.add(key)
+                        wanted.append({"usage_key": key[0], "date_key": key[1]})
+                for start in range(0, len(wanted), TOTALS_AT_ONCE):
+                    chunk = wanted[start : start + TOTALS_AT_ONCE]
+                    parts = [chunk[first : first + BATCH_GET_LIMIT] for first in range(0, len(chunk), BATCH_GET_LIMIT)]
+                    read = query_many(lambda _, part: batch_get(tables.DAILY_TOTAL, part), parts)
+                    yield [item for items in read for item in items]
 
 
 # Rows an item of a kept result: a model's ~350 B, a tagged profile's ~130 B (one item takes

@@ -15,12 +15,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from boto3.dynamodb.conditions import Key
 
 from . import keys, tables
-from .dynamo import ConditionFailed, Read, batch_get, conditional, query_all, query_many, streams, table, transact
+from .dynamo import (
+    ConditionFailed,
+    Read,
+    batch_get,
+    conditional,
+    ddb_client,
+    query_all,
+    query_many,
+    streams,
+    table,
+    transact,
+)
 
 # Re-pricings applied to a shard (and summed into its totals): a correction changes the
 # cost without a new request, and this counter growing is what makes the fold write it.
@@ -233,26 +244,33 @@ def org_has_spend(org_id: str, day: str) -> bool:
     return False
 
 
+def active_shard_pages(active_day: str) -> Iterator[list[dict]]:
+    """Keys of the shards under one ``active-by-day`` partition key (``keys.active_day_keys``),
+    a Query page at a time."""
+    index = tables.ACTIVE_BY_DAY
+    arguments = {
+        "TableName": tables.USAGE_AGG_SHARDED.physical_name,
+        "IndexName": index.name,
+        "KeyConditionExpression": "#day = :day",
+        "ExpressionAttributeNames": {"#day": index.partition_key},
+        "ExpressionAttributeValues": {":day": active_day},
+    }
+    while True:
+        page = ddb_client().query(**arguments)
+        yield [{"shard_key": item["shard_key"], "date_key": item["date_key"]} for item in page["Items"]]
+        if "LastEvaluatedKey" not in page:
+            return
+        arguments["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
 def active_shard_keys(day: str) -> list[dict]:
     """Keys of the shards written for org day ``day`` (``yyyymmdd``), from the sparse GSI:
-    a paginated Query of each of its partition keys, concurrently."""
-    index = tables.ACTIVE_BY_DAY
-
-    def partition(client, active_day: str) -> list[dict]:
-        return query_all(
-            client.query,
-            TableName=tables.USAGE_AGG_SHARDED.physical_name,
-            IndexName=index.name,
-            KeyConditionExpression="#day = :day",
-            ExpressionAttributeNames={"#day": index.partition_key},
-            ExpressionAttributeValues={":day": active_day},
-        )
-
-    return [
-        {"shard_key": item["shard_key"], "date_key": item["date_key"]}
-        for items in query_many(partition, keys.active_day_keys(day))
-        for item in items
-    ]
+    every page of each of its partition keys, the keys concurrently."""
+    every_page = query_many(
+        lambda _, active_day: [key for page in active_shard_pages(active_day) for key in page],
+        keys.active_day_keys(day),
+    )
+    return [key for found in every_page for key in found]
 
 
 def shards_read(shard_keys: Iterable[dict]) -> Read:
