@@ -56,48 +56,34 @@ class Client:
         assert reply.status_code == 200, reply.text
         return reply
 
-    def spend(self, label: str, output_tokens: int) -> int:
-        """Report ``output_tokens`` in records within the per-record cap; their total cost."""
-        cost = 0
-        for chunk in output_chunks(output_tokens):
-            reply = requests.post(
-                f"{self.app_path}/usage",
-                headers=self.headers,
-                timeout=10,
-                json={
-                    "request_id": str(uuid.uuid4()),
-                    "model_label": label,
-                    "bedrock_model_id": get_config().labels[label].id,
-                    "input_tokens": 0,
-                    "output_tokens": chunk,
-                    "status": "OK",
-                    "timestamp": (datetime.now(UTC) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                },
-            )
-            assert reply.status_code == 202, reply.text
-            cost += reply.json()["processing"]["cost_usd_micros"]
-        return cost
-
-    def report_asking_for_the_selection(self, label: str) -> dict | None:
-        """A report of a call that cost nothing, asking for the selection with it
-        (``?model_selection=true``): the selection its 202 carries."""
+    def report(self, label: str, output_tokens: int, **params) -> dict:
+        """One usage record of ``output_tokens`` of ``label`` over HTTP: its 202 body."""
         reply = requests.post(
             f"{self.app_path}/usage",
             headers=self.headers,
-            params={"model_selection": "true"},
+            params=params,
             timeout=10,
             json={
                 "request_id": str(uuid.uuid4()),
                 "model_label": label,
                 "bedrock_model_id": get_config().labels[label].id,
                 "input_tokens": 0,
-                "output_tokens": 0,
+                "output_tokens": output_tokens,
                 "status": "OK",
                 "timestamp": (datetime.now(UTC) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
             },
         )
         assert reply.status_code == 202, reply.text
-        return reply.json()["model_selection"]
+        return reply.json()
+
+    def spend(self, label: str, output_tokens: int) -> int:
+        """Report ``output_tokens`` in records within the per-record cap; their total cost."""
+        return sum(self.report(label, chunk)["processing"]["cost_usd_micros"] for chunk in output_chunks(output_tokens))
+
+    def report_asking_for_the_selection(self, label: str) -> dict | None:
+        """A report of a call that cost nothing, asking for the selection with it
+        (``?model_selection=true``): the selection its 202 carries."""
+        return self.report(label, 0, model_selection="true")["model_selection"]
 
     def selection(self) -> requests.Response:
         return requests.get(
