@@ -2,6 +2,7 @@
 retryable failure of its own), and a retried record is still counted exactly once."""
 
 import json
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -241,3 +242,33 @@ def test_a_config_read_left_unprocessed_is_503_never_not_registered(api, monkeyp
     throttled["on"] = False
     assert api.post(f"{tenant.app_path}/usage", body, token=tenant.token).status == 202
     assert_counted_once(tenant)
+
+
+def test_a_read_of_many_keys_in_concurrent_calls_retries_only_the_part_left_unprocessed(aws, monkeypatch):
+    """More than 100 keys are read by several BatchGetItem calls at once; one of them coming
+    back unprocessed is retried on its own, and every item is found once."""
+    monkeypatch.setattr(dynamo, "_backoff", lambda attempt: None)
+    totals = dynamo.table(tables.DAILY_TOTAL)
+    wanted = [{"usage_key": f"ORG#many#LABEL#l{n}", "date_key": "DAY#20260123"} for n in range(250)]
+    with totals.batch_writer() as batch:
+        for key in wanted:
+            batch.put_item(Item={**key, "cost_usd_micros": 1})
+    calls = {"n": 0, "left": 1}
+    lock = threading.Lock()  # the calls come from the read's threads
+
+    def leave_one_call_unprocessed(params, **_):
+        with lock:
+            calls["n"] += 1
+            unprocessed, calls["left"] = calls["left"] > 0, max(0, calls["left"] - 1)
+        if unprocessed:
+            return SimpleNamespace(status_code=200), {
+                "Responses": {},
+                "UnprocessedKeys": json.loads(params["body"])["RequestItems"],
+                "ResponseMetadata": {"HTTPStatusCode": 200},
+            }
+        return None
+
+    ddb_client().meta.events.register("before-call.dynamodb.BatchGetItem", leave_one_call_unprocessed)
+    found = dynamo.batch_get(tables.DAILY_TOTAL, wanted)
+    assert sorted(item["usage_key"] for item in found) == sorted(key["usage_key"] for key in wanted)
+    assert calls["n"] == 3 + 1  # 100 + 100 + 50 keys, and the retry of the one left unprocessed

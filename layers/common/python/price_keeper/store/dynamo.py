@@ -75,7 +75,7 @@ def forget_connections() -> None:
     _table.cache_clear()
 
 
-QUERY_THREADS = 8  # concurrent Queries of one request (a report over many usage keys)
+QUERY_THREADS = 8  # concurrent Queries or BatchGetItems of one request (a report over many usage keys)
 
 
 def query_many(run_query: Callable[..., list[dict]], arguments: Sequence) -> list[list[dict]]:
@@ -188,8 +188,9 @@ def batch_get_many(reads: Sequence[Read], *, consistent: bool = False) -> list[l
     one BatchGetItem for up to 100 keys over all tables, so a request that needs a few
     items of several tables pays one round trip.
 
-    Duplicate keys are read once; unprocessed keys are retried with jittered backoff, and
-    keys still unprocessed after that make the call a retryable 503.
+    Duplicate keys are read once; more than 100 keys are read by up to 8 calls at once;
+    unprocessed keys are retried with jittered backoff, and keys still unprocessed after
+    that make the call a retryable 503.
     """
     names = [read.spec.physical_name for read in reads]
     if len(set(names)) != len(names):
@@ -202,21 +203,34 @@ def batch_get_many(reads: Sequence[Read], *, consistent: bool = False) -> list[l
             for key in read.keys
         }.values()
     )
-    found: dict[str, list[dict]] = {name: [] for name in names}
-    for start in range(0, len(pairs), BATCH_GET_LIMIT):
+    client = ddb_client()
+
+    def read_chunk(chunk: list[tuple[str, dict]]) -> list[tuple[str, list[dict]]]:
         pending: dict = {}
-        for name, key in pairs[start : start + BATCH_GET_LIMIT]:
+        for name, key in chunk:
             pending.setdefault(name, {**requests[name], "Keys": []})["Keys"].append(key)
+        got = []
         for attempt in range(UNPROCESSED_RETRIES + 1):
-            reply = ddb_client().batch_get_item(RequestItems=pending)
-            for name, items in reply["Responses"].items():
-                found[name].extend(items)
+            reply = client.batch_get_item(RequestItems=pending)
+            got += reply["Responses"].items()
             pending = reply.get("UnprocessedKeys") or {}
             if not pending:
-                break
+                return got
             if attempt == UNPROCESSED_RETRIES:
                 raise service_unavailable()
             _backoff(attempt)
+        return got
+
+    chunks = [pairs[start : start + BATCH_GET_LIMIT] for start in range(0, len(pairs), BATCH_GET_LIMIT)]
+    if len(chunks) > 1:  # more than 100 keys: the calls at once (an org of many apps, a fold of many labels)
+        with ThreadPoolExecutor(max_workers=QUERY_THREADS) as pool:
+            replies = list(pool.map(read_chunk, chunks))
+    else:
+        replies = [read_chunk(chunk) for chunk in chunks]
+    found: dict[str, list[dict]] = {name: [] for name in names}
+    for got in replies:
+        for name, items in got:
+            found[name].extend(items)
     return [found[name] for name in names]
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 
 from . import keys, tables, usage
-from .dynamo import BATCH_GET_LIMIT, batch_get, query_many, table
+from .dynamo import batch_get, table
 
 # What a label total's hour mark holds, in this order: its sums as of the last fold of the hour.
 MARK_FIELDS = ("requests", "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_input_tokens")
@@ -74,7 +74,7 @@ def label_totals(org_days: Iterable[str]) -> Iterator[list[dict]]:
     """Every label total (whole items: counters and hour marks) of the org days ``yyyymmdd``,
     a few hundred at a time: the labels come from the shards' ``active-by-day`` index, one
     partition key and Query page at a time, so a fleet's days (~300,000 label-days each) are
-    read in bounded memory, with the totals' reads concurrent (``query_many`` runs them)."""
+    read in bounded memory, with the totals' reads concurrent (``dynamo.batch_get_many``)."""
     for day in org_days:
         # a label-day's shards share its org's key, but shards made before the keys were
         # bucketed are under the bare day key: one set for the day (~75 MB at fleet shape)
@@ -88,10 +88,7 @@ def label_totals(org_days: Iterable[str]) -> Iterator[list[dict]]:
                         seen.add(key)
                         wanted.append({"usage_key": key[0], "date_key": key[1]})
                 for start in range(0, len(wanted), TOTALS_AT_ONCE):
-                    chunk = wanted[start : start + TOTALS_AT_ONCE]
-                    parts = [chunk[first : first + BATCH_GET_LIMIT] for first in range(0, len(chunk), BATCH_GET_LIMIT)]
-                    read = query_many(lambda _, part: batch_get(tables.DAILY_TOTAL, part), parts)
-                    yield [item for items in read for item in items]
+                    yield batch_get(tables.DAILY_TOTAL, wanted[start : start + TOTALS_AT_ONCE])
 
 
 # Rows an item of a kept result: a model's ~350 B, a tagged profile's ~130 B (one item takes
