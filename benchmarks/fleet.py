@@ -236,6 +236,8 @@ class Aggregator:
 
         self.meter = Meter()
         self.invocations = self.records = 0
+        self.shape_of: dict[str, str] = {}  # org id -> its tenant's shape
+        self.by_shape: dict[str, Tally] = defaultdict(Tally)  # the fold's work, by the shapes it folded
         self.polls_begun = 0
         self.empty_poll = -1  # the number of the last poll that found nothing to read or deliver
         self.given_up = 0  # batches sent to the repair queue after their retries
@@ -255,7 +257,9 @@ class Aggregator:
             def _deliver(self, batch):
                 aggregator.invocations += 1
                 aggregator.records += len(batch)
+                before = (Counter(aggregator.meter.calls), aggregator.meter.wcu, aggregator.meter.rcu)
                 super()._deliver(batch)
+                aggregator.attribute(batch, *before)
 
         class CountedReader(StreamReader):
             def read(self):
@@ -273,6 +277,27 @@ class Aggregator:
         sys.stdout = _Unless(self.trigger, sys.stdout)  # its metrics (EMF lines) not printed
         self.trigger.start()
 
+    def attribute(self, batch: list[dict], calls: Counter, wcu: float, rcu: float) -> None:
+        """Share what folding ``batch`` cost among the tenant shapes by the label-days each
+        had in it (a fold's work is per changed label-day, whatever its records): a batched
+        client's 100 records of a label fold at the price of one, a single client's record
+        alone at the price of one too."""
+        label_days = {
+            (keys.usage_key_of_shard(_plain_key(record, "shard_key")), _plain_key(record, "date_key"))
+            for record in batch
+            if _plain_key(record, "shard_key").startswith("ORG#")
+        }
+        shapes = Counter(self.shape_of.get(keys.split_scope(usage_key)[0], "other") for usage_key, _ in label_days)
+        spent = Counter(self.meter.calls)
+        spent.subtract(calls)
+        for shape, count in shapes.items():
+            share = count / sum(shapes.values())
+            tally = self.by_shape[shape]
+            tally.requests += share  # the shape's share of this invocation
+            tally.calls.update({name: n * share for name, n in spent.items()})
+            tally.wcu += (self.meter.wcu - wcu) * share
+            tally.rcu += (self.meter.rcu - rcu) * share
+
     def drain(self, timeout_seconds: float = 900.0) -> None:
         """Return once every write made before the call is folded: a poll that began after
         the call read nothing new and left nothing pending. Deliveries happen inside a poll,
@@ -288,6 +313,12 @@ class Aggregator:
         self.trigger.join(10)
         if isinstance(sys.stdout, _Unless):
             sys.stdout = sys.stdout.stream
+
+
+def _plain_key(record: dict, name: str) -> str:
+    """A key attribute of a stream record (DynamoDB JSON from the streams client)."""
+    value = record["dynamodb"]["Keys"][name]
+    return value["S"] if isinstance(value, dict) else value
 
 
 class _Unless(io.TextIOBase):
@@ -537,7 +568,6 @@ def report(
             records[request.shape] += sum(
                 1 for r in body["results"] if r["status"] == "accepted" and not r["duplicate"]
             )
-    all_records = sum(records.values())
     fold_calls = sum(aggregator.meter.calls.values())
     rows = []
     for (shape, kind), tally in sorted(tallies.items()):
@@ -571,14 +601,14 @@ def report(
         if not records[shape]:
             continue
         n = records[shape]
-        share = n / all_records  # of the aggregator's work
+        folds = aggregator.by_shape[shape]  # the aggregator's work, by the label-days it folded
         spent = Spent(
             http=sum(t.requests for t in mine.values()),
-            calls=sum(sum(t.calls.values()) for t in mine.values()) + fold_calls * share,
-            wcu=sum(t.wcu for t in mine.values()) + aggregator.meter.wcu * share,
-            rcu=sum(t.rcu for t in mine.values()) + aggregator.meter.rcu * share,
-            fold_invocations=aggregator.invocations * share,
-            fold_calls=fold_calls * share,
+            calls=sum(sum(t.calls.values()) for t in mine.values()) + sum(folds.calls.values()),
+            wcu=sum(t.wcu for t in mine.values()) + folds.wcu,
+            rcu=sum(t.rcu for t in mine.values()) + folds.rcu,
+            fold_invocations=folds.requests,
+            fold_calls=sum(folds.calls.values()),
         )
         costs.append(spent.row(shape, n, FLOOR_SINGLE if shape == "single" else FLOOR_BATCHED))
         selections = mine.get("model_selection")
@@ -609,7 +639,7 @@ def report(
         rows,
     )
     print_table(
-        "All-in per metered record (the aggregator's share included), $ per million metered calls",
+        "All-in per metered record (the fold's work shared by the label-days folded), $ per million metered calls",
         ("client", "records", "calls", "WRU", "RRU", "Lambda inv.", "REST", "HTTP API", "floor", "HTTP/floor"),
         costs,
     )
@@ -624,12 +654,14 @@ FLEET_TENANT_LIMITS = {"usage": 100_000, "usage_batch": 10_000, "model_selection
 def metering_run(fleet: Fleet, args) -> tuple[list[tuple], list[str]]:
     clients = tenants(args.tenants, FLEET_TENANT_LIMITS, made_now=not args.orgs_made_before)
     aggregator = Aggregator()
+    aggregator.shape_of = {tenant.org_id: tenant.shape for tenant in clients}
     aggregator.meter.reset()
     # cold: every container's first requests (config, prices, token checks), then warm
     cold, cold_replies = fleet.run(metering_work(clients, args.records // 10, args.containers, Shape.of(args), 1))
     aggregator.drain()
     cold_batches = aggregator.invocations
     aggregator.meter.reset()
+    aggregator.by_shape.clear()
     aggregator.invocations = aggregator.records = 0
     tallies, replies = fleet.run(metering_work(clients, args.records, args.containers, Shape.of(args), 2))
     aggregator.drain()
