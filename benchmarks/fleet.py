@@ -281,17 +281,20 @@ class Aggregator:
         """Share what folding ``batch`` cost among the tenant shapes by the label-days each
         had in it (a fold's work is per changed label-day, whatever its records): a batched
         client's 100 records of a label fold at the price of one, a single client's record
-        alone at the price of one too."""
-        label_days = {
-            (keys.usage_key_of_shard(_plain_key(record, "shard_key")), _plain_key(record, "date_key"))
-            for record in batch
-            if _plain_key(record, "shard_key").startswith("ORG#")
-        }
-        shapes = Counter(self.shape_of.get(keys.split_scope(usage_key)[0], "other") for usage_key, _ in label_days)
+        alone at the price of one too. The label-days are those the aggregator folds
+        (``aggregation.changed_labels``: shard writes; the markers this local stream also
+        delivers are filtered out on AWS)."""
+        from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
+
+        from price_keeper.domain import aggregation
+
+        changed = aggregation.changed_labels(DynamoDBStreamEvent({"Records": batch}).records)
+        shapes = Counter(self.shape_of.get(keys.split_scope(usage_key)[0], "other") for usage_key, _ in changed)
         spent = Counter(self.meter.calls)
         spent.subtract(calls)
+        label_days = sum(shapes.values())
         for shape, count in shapes.items():
-            share = count / sum(shapes.values())
+            share = count / label_days
             tally = self.by_shape[shape]
             tally.requests += share  # the shape's share of this invocation
             tally.calls.update({name: n * share for name, n in spent.items()})
@@ -313,12 +316,6 @@ class Aggregator:
         self.trigger.join(10)
         if isinstance(sys.stdout, _Unless):
             sys.stdout = sys.stdout.stream
-
-
-def _plain_key(record: dict, name: str) -> str:
-    """A key attribute of a stream record (DynamoDB JSON from the streams client)."""
-    value = record["dynamodb"]["Keys"][name]
-    return value["S"] if isinstance(value, dict) else value
 
 
 class _Unless(io.TextIOBase):
@@ -523,6 +520,17 @@ class Spent:
     fold_invocations: float
     fold_calls: float
 
+    def plus(self, requests: Tally, times: float) -> Spent:
+        """These records' spend with ``times`` more (or fewer) of ``requests``' requests."""
+        return Spent(
+            http=self.http + times * requests.requests,
+            calls=self.calls + times * sum(requests.calls.values()),
+            wcu=self.wcu + times * requests.wcu,
+            rcu=self.rcu + times * requests.rcu,
+            fold_invocations=self.fold_invocations,
+            fold_calls=self.fold_calls,
+        )
+
     def row(self, client: str, n: int, floor: float) -> tuple:
         """The all-in table's row for ``n`` records."""
         request_calls = self.calls - self.fold_calls
@@ -613,25 +621,10 @@ def report(
         costs.append(spent.row(shape, n, FLOOR_SINGLE if shape == "single" else FLOOR_BATCHED))
         selections = mine.get("model_selection")
         if shape == "single" and selections:  # the same clients, selecting before every call
-            extra = (n - selections.requests) / selections.requests
-            every_call = Spent(
-                http=spent.http + extra * selections.requests,
-                calls=spent.calls + extra * sum(selections.calls.values()),
-                wcu=spent.wcu + extra * selections.wcu,
-                rcu=spent.rcu + extra * selections.rcu,
-                fold_invocations=spent.fold_invocations,
-                fold_calls=spent.fold_calls,
-            )
+            every_call = spent.plus(selections, (n - selections.requests) / selections.requests)
             costs.append(every_call.row("single, selecting before every call", n, FLOOR_SINGLE))
         if shape == "single" and selections and not selects_by_get:  # an app calling all day
-            past_start = Spent(
-                http=spent.http - selections.requests,
-                calls=spent.calls - sum(selections.calls.values()),
-                wcu=spent.wcu - selections.wcu,
-                rcu=spent.rcu - selections.rcu,
-                fold_invocations=spent.fold_invocations,
-                fold_calls=spent.fold_calls,
-            )
+            past_start = spent.plus(selections, -1)
             costs.append(past_start.row("single, past each client's first selection", n, FLOOR_SINGLE))
     print_table(
         "Per request (DynamoDB units computed from item sizes)",
