@@ -24,6 +24,7 @@ from .models import CarriedSelection, LabelQuota, ModelChoice, ScopeTotal
 _MAX_AGE = re.compile(r"(?:^|[,\s])max-age\s*=\s*(\d+)", re.IGNORECASE)
 _NO_STORE = re.compile(r"(?:^|[,\s])(no-store|no-cache)(?:$|[,\s])", re.IGNORECASE)
 RENEW_AT_SHARE_LEFT = 0.5  # a report asks for the selection once less than this share of the choice's life is left
+RENEW_LEAD_SECS = 5.0  # ...and less than this, or two gaps between reports, is left (a busy client asks once a life)
 ASK_AGAIN_AFTER_SECS = 10.0  # an ask whose answer never came back (the report failed) is given up after this
 
 
@@ -50,6 +51,7 @@ class ModelSelector:
         self._expires_at = 0.0
         self._lifetime = 0.0
         self._asked_at: float | None = None
+        self._last_report_at: float | None = None
         self._lock = threading.Lock()
 
     def current(self, force: bool = False) -> ModelChoice:
@@ -73,13 +75,20 @@ class ModelSelector:
 
     def ask_with_report(self) -> bool:
         """Whether the report about to be sent should ask for the selection: a choice is
-        cached (the client selects) with less than half of its life left, and no other
-        report's ask is still unanswered. ``True`` counts as the ask: answer it with ``renew``."""
+        cached (the client selects) with less than half of its life left, and no more than
+        two gaps between reports (or ``RENEW_LEAD_SECS``, whichever is longer), so the next
+        report may come too late; and no other report's ask is still unanswered. A client
+        reporting every ~86 s asks with every other report; one reporting many times a
+        second asks once a life, as often as it used to select. ``True`` counts as the ask:
+        answer it with ``renew``."""
         with self._lock:
             now = self.clock()
+            gap = now - self._last_report_at if self._last_report_at is not None else self._lifetime
+            self._last_report_at = now
             if self._asked_at is not None and now - self._asked_at < ASK_AGAIN_AFTER_SECS:
                 return False
-            due = self._choice is not None and self._expires_at - now < self._lifetime * RENEW_AT_SHARE_LEFT
+            lead = min(self._lifetime * RENEW_AT_SHARE_LEFT, max(2 * gap, RENEW_LEAD_SECS))
+            due = self._choice is not None and self._expires_at - now < lead
             if due:
                 self._asked_at = now
             return due
