@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from functools import lru_cache
@@ -78,24 +78,29 @@ def forget_connections() -> None:
 QUERY_THREADS = 8  # concurrent Queries or BatchGetItems of one request (a report over many usage keys)
 
 
-def query_many(run_query: Callable[..., list[dict]], arguments: Sequence) -> list[list[dict]]:
-    """``run_query(client, argument)`` for every argument, concurrently, in order. The client
-    is built here, once, and shared (boto3 clients are thread-safe; building one is not)."""
+def query_many(run_query: Callable[..., list], arguments: Sequence) -> list[list]:
+    """``run_query(client, argument)`` for every argument, concurrently, in order (Queries,
+    or the BatchGetItems of a large read). The client is built here, once, and shared (boto3
+    clients are thread-safe; building one is not)."""
     client = ddb_client()
     with ThreadPoolExecutor(max_workers=QUERY_THREADS) as pool:
         return list(pool.map(lambda argument: run_query(client, argument), arguments))
 
 
-def query_all(query, **kwargs) -> list[dict]:
-    """Every item a Query returns, following ``LastEvaluatedKey`` (``query`` is a Table's or
-    a client's ``query`` method)."""
-    items: list[dict] = []
+def query_pages(query, **kwargs) -> Iterator[list[dict]]:
+    """The items of a Query a page at a time, following ``LastEvaluatedKey`` (``query`` is a
+    Table's or a client's ``query`` method)."""
     while True:
         page = query(**kwargs)
-        items.extend(page["Items"])
+        yield page["Items"]
         if "LastEvaluatedKey" not in page:
-            return items
+            return
         kwargs = {**kwargs, "ExclusiveStartKey": page["LastEvaluatedKey"]}
+
+
+def query_all(query, **kwargs) -> list[dict]:
+    """Every item a Query returns (``query_pages`` joined)."""
+    return [item for page in query_pages(query, **kwargs) for item in page]
 
 
 class ConditionFailed(Exception):
@@ -203,9 +208,8 @@ def batch_get_many(reads: Sequence[Read], *, consistent: bool = False) -> list[l
             for key in read.keys
         }.values()
     )
-    client = ddb_client()
 
-    def read_chunk(chunk: list[tuple[str, dict]]) -> list[tuple[str, list[dict]]]:
+    def read_chunk(client, chunk: list[tuple[str, dict]]) -> list[tuple[str, list[dict]]]:
         pending: dict = {}
         for name, key in chunk:
             pending.setdefault(name, {**requests[name], "Keys": []})["Keys"].append(key)
@@ -215,7 +219,7 @@ def batch_get_many(reads: Sequence[Read], *, consistent: bool = False) -> list[l
             got += reply["Responses"].items()
             pending = reply.get("UnprocessedKeys") or {}
             if not pending:
-                return got
+                break
             if attempt == UNPROCESSED_RETRIES:
                 raise service_unavailable()
             _backoff(attempt)
@@ -223,10 +227,9 @@ def batch_get_many(reads: Sequence[Read], *, consistent: bool = False) -> list[l
 
     chunks = [pairs[start : start + BATCH_GET_LIMIT] for start in range(0, len(pairs), BATCH_GET_LIMIT)]
     if len(chunks) > 1:  # more than 100 keys: the calls at once (an org of many apps, a fold of many labels)
-        with ThreadPoolExecutor(max_workers=QUERY_THREADS) as pool:
-            replies = list(pool.map(read_chunk, chunks))
-    else:
-        replies = [read_chunk(chunk) for chunk in chunks]
+        replies = query_many(read_chunk, chunks)
+    else:  # the usual request's read: no pool
+        replies = [read_chunk(ddb_client(), chunk) for chunk in chunks]
     found: dict[str, list[dict]] = {name: [] for name in names}
     for got in replies:
         for name, items in got:

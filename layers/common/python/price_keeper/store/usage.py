@@ -28,6 +28,7 @@ from .dynamo import (
     ddb_client,
     query_all,
     query_many,
+    query_pages,
     streams,
     table,
     transact,
@@ -244,30 +245,27 @@ def org_has_spend(org_id: str, day: str) -> bool:
     return False
 
 
-def active_shard_pages(active_day: str) -> Iterator[list[dict]]:
+def active_shard_pages(active_day: str, client=None) -> Iterator[list[dict]]:
     """Keys of the shards under one ``active-by-day`` partition key (``keys.active_day_keys``),
     a Query page at a time."""
     index = tables.ACTIVE_BY_DAY
-    arguments = {
-        "TableName": tables.USAGE_AGG_SHARDED.physical_name,
-        "IndexName": index.name,
-        "KeyConditionExpression": "#day = :day",
-        "ExpressionAttributeNames": {"#day": index.partition_key},
-        "ExpressionAttributeValues": {":day": active_day},
-    }
-    while True:
-        page = ddb_client().query(**arguments)
-        yield [{"shard_key": item["shard_key"], "date_key": item["date_key"]} for item in page["Items"]]
-        if "LastEvaluatedKey" not in page:
-            return
-        arguments["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    pages = query_pages(
+        (client or ddb_client()).query,
+        TableName=tables.USAGE_AGG_SHARDED.physical_name,
+        IndexName=index.name,
+        KeyConditionExpression="#day = :day",
+        ExpressionAttributeNames={"#day": index.partition_key},
+        ExpressionAttributeValues={":day": active_day},
+    )
+    for page in pages:
+        yield [{"shard_key": item["shard_key"], "date_key": item["date_key"]} for item in page]
 
 
 def active_shard_keys(day: str) -> list[dict]:
     """Keys of the shards written for org day ``day`` (``yyyymmdd``), from the sparse GSI:
     every page of each of its partition keys, the keys concurrently."""
     every_page = query_many(
-        lambda _, active_day: [key for page in active_shard_pages(active_day) for key in page],
+        lambda client, active_day: [key for page in active_shard_pages(active_day, client) for key in page],
         keys.active_day_keys(day),
     )
     return [key for found in every_page for key in found]
