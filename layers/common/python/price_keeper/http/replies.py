@@ -5,7 +5,7 @@ A 204 has no body and no model."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -100,12 +100,7 @@ class UsageReceipt(Reply):
     daily_total: DailyStatus
     scope_total: ScopeTotal
     reservation: ReservationSettlement | None = None
-    model_selection: ModelSelection | None = Field(
-        None,
-        description="Only when asked (?model_selection=true): the selection GET .../model-selection answers now; "
-        "null when every label is spent (that endpoint answers 429 QUOTA_EXCEEDED with the details); "
-        "left out when the store was too busy to read it (the usage is counted)",
-    )
+    model_selection: CarriedSelection = None
 
 
 class BatchResult(Reply):
@@ -130,12 +125,7 @@ class BatchReceipt(Reply):
     daily_totals: list[DailyStatus] = Field(description="The quota position of each label the batch counted")
     scope_total: ScopeTotal
     timestamp: str
-    model_selection: ModelSelection | None = Field(
-        None,
-        description="Only when asked (?model_selection=true): the selection GET .../model-selection answers now; "
-        "null when every label is spent (that endpoint answers 429 QUOTA_EXCEEDED with the details); "
-        "left out when the store was too busy to read it (the usage is counted)",
-    )
+    model_selection: CarriedSelection = None
 
 
 class Recommendation(Reply):
@@ -210,6 +200,17 @@ class ModelSelection(Reply):
     checked_at: str
     org_day: str
     org_local_time: str
+
+
+# What a usage answer (single or batch) carries when the report asked for it.
+CarriedSelection = Annotated[
+    ModelSelection | None,
+    Field(
+        description="Only when asked (?model_selection=true): the selection GET .../model-selection answers now; "
+        "null when every label is spent (that endpoint answers 429 QUOTA_EXCEEDED with the details); "
+        "left out when the store was too busy to read it (the usage is counted)"
+    ),
+]
 
 
 class ModelAggregate(Reply):
