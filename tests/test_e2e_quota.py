@@ -157,3 +157,30 @@ def test_fallback_sticky_and_exhaustion_over_http(base_url):
         "economy": {"quota_pct": 112.0, "exceeded": True},
     }
     assert body["details"]["total_overage_usd_micros"] == 280_000 + 100_000 + 120_000
+
+
+def test_a_report_cannot_ask_for_another_apps_selection_nor_count_with_a_bad_ask_over_http(base_url):
+    """The selection a report carries is guarded as the selection endpoint is: another org's
+    app token gets 403 and no selection; a ``model_selection`` that is not a boolean is a 400
+    in the error schema and counts nothing (the same ``request_id`` is new afterwards)."""
+    client, intruder = Client(base_url), Client(base_url)
+    client.provision()
+    intruder.provision()
+    record = {
+        "request_id": str(uuid.uuid4()),
+        "model_label": "premium",
+        "bedrock_model_id": get_config().labels["premium"].id,
+        "input_tokens": 10,
+        "output_tokens": 1,
+        "status": "OK",
+        "timestamp": (datetime.now(UTC) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    url = f"{client.app_path}/usage"
+    stolen = requests.post(url, headers=intruder.headers, params={"model_selection": "true"}, json=record, timeout=10)
+    assert stolen.status_code == 403 and stolen.json()["error"] == "FORBIDDEN"
+    assert "model_selection" not in stolen.json()
+    bad = requests.post(url, headers=client.headers, params={"model_selection": "maybe"}, json=record, timeout=10)
+    assert bad.status_code == 400 and bad.json()["error"] == "INVALID_REQUEST"
+    first = requests.post(url, headers=client.headers, params={"model_selection": "true"}, json=record, timeout=10)
+    assert first.status_code == 202 and first.json()["duplicate"] is False  # neither attempt above counted it
+    assert first.json()["model_selection"]["org_id"] == client.org_id
