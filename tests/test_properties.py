@@ -69,8 +69,16 @@ def test_a_moment_lies_inside_its_org_day(moment, zone):
 
 @settings(max_examples=300)
 @given(moments, zones)
-def test_org_days_last_22_to_26_hours(moment, zone):
+def test_org_days_last_22_to_27_hours(moment, zone):
     """Most DST shifts are an hour; Antarctica/Troll's is two (UTC+0 and UTC+2), so its
-    shortest and longest days are 22 and 26 hours."""
+    shortest and longest days are 22 and 26 hours; Antarctica/Casey went from UTC+11 to
+    UTC+8 on 8 March 2020, a 27-hour day (every zone's days of 2020-2035 lie within 22 and
+    27 hours in the IANA data)."""
     length = next_midnight_utc(zone, moment) - day_start_utc(zone, org_date(zone, moment))
-    assert timedelta(hours=22) <= length <= timedelta(hours=26)
+    assert timedelta(hours=22) <= length <= timedelta(hours=27)
+
+
+def test_casey_on_8_march_2020_lasted_27_hours():
+    moment = datetime(2020, 3, 8, 12, tzinfo=UTC)
+    start = day_start_utc("Antarctica/Casey", org_date("Antarctica/Casey", moment))
+    assert next_midnight_utc("Antarctica/Casey", moment) - start == timedelta(hours=27)
