@@ -65,6 +65,21 @@ def test_warm_usage_submission_is_one_write_and_one_read(api, calls):
     assert per_request <= 2 + leases(WARM_REQUESTS + 1, 1000) / WARM_REQUESTS
 
 
+def test_a_warm_report_asking_for_the_selection_reads_it_with_its_totals(api, calls):
+    """``?model_selection=true`` costs no read of its own: the selection's totals and sticky
+    state come in the one BatchGetItem that reads the answer's totals."""
+    tenant = new_tenant()
+    path = f"{tenant.app_path}/usage"
+    assert api.post(path, usage_body(), token=tenant.token).status == 202  # cold
+    calls.clear()
+    for _ in range(WARM_REQUESTS):
+        reply = api.post(path, usage_body(), token=tenant.token, query="model_selection=true")
+        assert reply.status == 202 and reply.json()["model_selection"]["recommended_model"]["label"] == "premium"
+    assert calls["TransactWriteItems"] == WARM_REQUESTS
+    assert calls["BatchGetItem"] == WARM_REQUESTS
+    assert set(calls) <= {"TransactWriteItems", "BatchGetItem", "UpdateItem"}
+
+
 def test_a_new_token_is_checked_against_the_revocation_list_once(api, calls):
     tenant = new_tenant()
     path = f"{tenant.app_path}/model-selection"

@@ -451,16 +451,31 @@ def _daily_status(config: EffectiveConfig, label: str, day: str, item: dict | No
     }
 
 
-def quota_position(config: EffectiveConfig, counted: list[tuple[str, str]], now: datetime) -> tuple[list[dict], dict]:
+def position_keys(config: EffectiveConfig, counted: list[tuple[str, str]], now: datetime) -> list[tuple[str, str]]:
+    """The (usage_key, yyyymmdd) totals ``quota_position`` shows: the counted label-days and
+    the scope's total of today."""
+    today = org_day(config.timezone, now)
+    return [
+        *((keys.usage_key(config.scope, label), day) for label, day in counted),
+        (keys.scope_total_key(config.scope), today),
+    ]
+
+
+def quota_position(
+    config: EffectiveConfig,
+    counted: list[tuple[str, str]],
+    now: datetime,
+    found: dict[tuple[str, str], dict] | None = None,
+) -> tuple[list[dict], dict]:
     """(each counted (label, day)'s ``_daily_status``, the scope's total of today against its
-    cap), as of the last aggregation, in one read: a client that caches its model choice
+    cap), as of the last aggregation, in one read (none when ``found`` holds the
+    ``position_keys`` items, read with the selection): a client that caches its model choice
     learns from any usage reply that the scope's total cap is near or passed, whichever
     label it spent (issue 21.4)."""
     today = org_day(config.timezone, now)
     total_key = keys.scope_total_key(config.scope)
-    found = daily_totals.read_days(
-        [*((keys.usage_key(config.scope, label), day) for label, day in counted), (total_key, today)]
-    )
+    if found is None:
+        found = daily_totals.read_days(position_keys(config, counted, now))
     labels = [
         _daily_status(config, label, day, found.get((keys.usage_key(config.scope, label), day)))
         for label, day in counted
@@ -505,21 +520,24 @@ def _accepted_body(outcome: Outcome, now: datetime) -> dict:
     }
 
 
-def _with_selection(body: dict, config: EffectiveConfig, now: datetime, asked: bool) -> dict:
-    """``body`` with ``model_selection`` when the client asked for it: the selection it would
-    get from ``GET .../model-selection`` now, so a reporting client keeps its cached choice
-    fresh without a request of its own (docs/metering.md, "Selection with a report"). The
-    records are counted by now: a store too busy to read the selection leaves it out rather
-    than answering them 503."""
-    if not asked:
-        return body
-    try:
-        return body | {"model_selection": selection.recommendation_or_none(config, now)}
-    except (ApiError, ClientError, BotoCoreError) as error:
-        if as_api_error(error).status != 503:
-            raise
-        logger.warning("selection left out of a usage answer: the store is busy")
-        return body
+def _position(
+    config: EffectiveConfig, counted: list[tuple[str, str]], now: datetime, asked: bool
+) -> tuple[list[dict], dict, dict]:
+    """(``quota_position``, and ``{"model_selection": ...}`` when the client asked for it):
+    the selection it would get from ``GET .../model-selection`` now, so a reporting client
+    keeps its cached choice fresh without a request of its own (docs/metering.md, "Selection
+    with a report"), read in one round trip with the totals the answer shows. The records
+    are counted by now: a store too busy to read the selection leaves it out rather than
+    answering them 503."""
+    if asked:
+        try:
+            carried = selection.carried(config, now, position_keys(config, counted, now))
+            return *quota_position(config, counted, now, carried.items), {"model_selection": carried.selection}
+        except (ApiError, ClientError, BotoCoreError) as error:
+            if as_api_error(error).status != 503:
+                raise
+            logger.warning("selection left out of a usage answer: the store is busy")
+    return *quota_position(config, counted, now), {}
 
 
 def submit(
@@ -532,10 +550,10 @@ def submit(
     submission = prepare(config, request, now)
     settle = reservations.settlement(config, submission, request.reservation_id)
     outcome = count(config, submission, now, settle)
-    (label,), total = quota_position(config, [(outcome.label, outcome.day)], now)
+    (label,), total, selected = _position(config, [(outcome.label, outcome.day)], now, with_selection)
     body = {**_accepted_body(outcome, now), "daily_total": label, "scope_total": total}
     body |= {"reservation": settle.summary(outcome.duplicate)} if settle else {}
-    return _with_selection(body, config, now, with_selection)
+    return body | selected
 
 
 def _failed(raw, code: str, message: str) -> dict:
@@ -628,13 +646,12 @@ def submit_batch(
     results = [result for result, _ in done]
     accepted = sum(1 for result in results if result["status"] == "accepted")
     labels_counted = list(dict.fromkeys((outcome.label, outcome.day) for _, outcome in done if outcome is not None))
-    labels, total = quota_position(config, labels_counted, now)
-    body = {
+    labels, total, selected = _position(config, labels_counted, now, with_selection)
+    return {
         "accepted": accepted,
         "failed": len(results) - accepted,
         "results": results,
         "daily_totals": labels,
         "scope_total": total,
         "timestamp": iso_utc(now),
-    }
-    return _with_selection(body, config, now, with_selection)
+    } | selected

@@ -9,6 +9,7 @@ write), and shapes the reply.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import NamedTuple
 from zoneinfo import ZoneInfo
@@ -87,14 +88,18 @@ class Snapshot(NamedTuple):
     decision: Decision
     reserved: dict[str, int] = {}  # live holds by label (``domain.reservations``), for display
     total_reserved: int = 0
+    items: dict[tuple[str, str], dict] = {}  # the DailyTotal items read, by (usage_key, yyyymmdd)
 
 
 MAX_STICKY_RACES = 3
 
 
-def current_decision(config: EffectiveConfig, day: str, now: datetime, consistent: bool = False) -> Snapshot:
-    """Read sticky state and totals (one BatchGetItem), decide, and move sticky state
-    forward when needed.
+def current_decision(
+    config: EffectiveConfig, day: str, now: datetime, consistent: bool = False, also: Iterable[tuple[str, str]] = ()
+) -> Snapshot:
+    """Read sticky state and totals (one BatchGetItem, with the totals of ``also``'s
+    (usage_key, yyyymmdd) pairs for the caller), decide, and move sticky state forward
+    when needed.
 
     In tight mode the DailyTotals (up to one aggregation interval old) are not trusted:
     the live shards are read too (one BatchGetItem) and the larger spend counts, which
@@ -109,11 +114,14 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
         if config.app_counter and config.app_daily_cap_usd_micros is not None
         else None
     )
-    reads = [daily_totals.day_read([*usage_keys, total_key, *filter(None, [app_key])], day)]
+    totals_read = daily_totals.day_read([*usage_keys, total_key, *filter(None, [app_key])], day)
+    extra = [{"usage_key": usage_key, "date_key": keys.day_key(other_day)} for usage_key, other_day in also]
+    reads = [totals_read._replace(keys=[*totals_read.keys, *extra])]
     if config.sticky_fallback_enabled:
         reads.append(sticky_store.day_read(config.scope, day))
     found = batch_get_many(reads, consistent=consistent)  # one round trip for both tables
-    totals = DailyRead.from_items(found[0])
+    items = {(item["usage_key"], keys.day_of_key(item["date_key"])): item for item in found[0]}
+    totals = DailyRead.from_items(item for (_, item_day), item in items.items() if item_day == day)
     sticky = _sticky(found[1][0]) if config.sticky_fallback_enabled and found[1] else None
     spends = {
         label: totals.of(key).cost_usd_micros for label, key in zip(config.model_ordering, usage_keys, strict=True)
@@ -146,7 +154,7 @@ def current_decision(config: EffectiveConfig, day: str, now: datetime, consisten
             break
         decision = decide_now(write_sticky(config, day, decision.newly_passed, now))
     reserved = {label: totals.of(key).reserved for label, key in zip(config.model_ordering, usage_keys, strict=True)}
-    return Snapshot(config, day, spends, total, app_total, decision, reserved, totals.of(total_key).reserved)
+    return Snapshot(config, day, spends, total, app_total, decision, reserved, totals.of(total_key).reserved, items)
 
 
 def models_status(config: EffectiveConfig, spends: dict[str, int], reserved: dict[str, int]) -> dict:
@@ -230,24 +238,38 @@ def select_model(org_id: str, app_id: str, force_check: bool = False, now: datet
     return recommend(boosts.boosted_config(org_id, app_id, now), now, consistent=force_check)
 
 
-def recommendation_or_none(config: EffectiveConfig, now: datetime) -> dict | None:
+class Carried(NamedTuple):
+    """The selection a usage answer carries, and the DailyTotal items read with it."""
+
+    selection: dict | None  # None: every label is spent (the endpoint's 429 has the details)
+    items: dict[tuple[str, str], dict]  # by (usage_key, yyyymmdd)
+
+
+def carried(config: EffectiveConfig, now: datetime, also: Iterable[tuple[str, str]]) -> Carried:
     """The selection a usage answer carries when the client asks for it
-    (``?model_selection=true``): the body ``GET .../model-selection`` would answer now, or
-    ``None`` when every label is spent (that endpoint's 429 has the details)."""
+    (``?model_selection=true``): the body ``GET .../model-selection`` would answer now;
+    read together with the totals of ``also`` (usage_key, yyyymmdd) that the answer shows,
+    so asking costs no read of its own."""
+    snapshot = current_decision(config, org_day(config.timezone, now), now, also=also)
     try:
-        return recommend(config, now)[0]
+        return Carried(answer(config, snapshot, now)[0], snapshot.items)
     except ApiError as error:
         if error.code == "QUOTA_EXCEEDED":
-            return None
+            return Carried(None, snapshot.items)
         raise
 
 
 def recommend(config: EffectiveConfig, now: datetime, consistent: bool = False) -> tuple[dict, dict]:
     """(body, headers) of a selection for ``config`` now; 429 ``QUOTA_EXCEEDED`` when every
     label is spent."""
+    return answer(config, current_decision(config, org_day(config.timezone, now), now, consistent=consistent), now)
+
+
+def answer(config: EffectiveConfig, snapshot: Snapshot, now: datetime) -> tuple[dict, dict]:
+    """(body, headers) of the selection ``snapshot`` decided; 429 ``QUOTA_EXCEEDED`` when
+    every label is spent."""
     org_id, app_id = config.org_id, config.app_id
-    day = org_day(config.timezone, now)
-    snapshot = current_decision(config, day, now, consistent=consistent)
+    day = snapshot.day
     decision = snapshot.decision
     if decision.index is None:
         raise all_exceeded(config, snapshot, now)
