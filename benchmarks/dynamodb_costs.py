@@ -154,8 +154,11 @@ def create_tables() -> None:
 def seed_scopes(count: int, made_now: bool = False) -> list[tuple[str, str]]:
     """``count`` orgs with one app each (APP scope), config items in the seed's shape; with
     ``made_now`` as provisioning makes them today (label-days start on one shard, boosts kept
-    on the items), else as orgs made before those were (all 8 shards, boosts read by a Query)."""
-    made_now_attributes = {"first_shard_count": 1, "quota_boosts": {}} if made_now else {}
+    on the items, config labels apart from the scope totals), else as orgs made before those
+    were (all 8 shards, boosts read by a Query, every label in the scope totals)."""
+    made_now_attributes = (
+        {"first_shard_count": 1, "quota_boosts": {}, orgs.CONFIG_LABELS_APART: True} if made_now else {}
+    )
     config = boto3.resource("dynamodb").Table(tables.CONFIG.physical_name)
     tenants = []
     with config.batch_writer() as batch:

@@ -394,6 +394,78 @@ def test_a_lone_reports_fold_is_one_read_and_one_write(stream, api, calls, first
     assert (total(tenant.scope, "premium", day)["requests"], scope_total(tenant.scope, day)["requests"]) == (2, 2)
 
 
+def test_a_lone_reports_fold_where_config_labels_are_apart_writes_its_label_total_alone(stream, api, calls):
+    """Where the scope total leaves the config labels apart (an org made now), a config
+    label's fold writes its label total alone: one conditional UpdateItem (1 WCU), not a
+    transaction with the scope total (4), its first too (nothing lists a config label: every
+    reader reads them all). The read adds the config labels outside the ordering, whose
+    totals are part of the scope's spend that alerts evaluate."""
+    seen, keys_read = calls
+    tenant = new_tenant(first_shard_count=1, labels_apart=True)
+    day = org_day("America/New_York")
+    assert api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).status == 202
+    fold(stream())  # the container's first: its config read, the heartbeat
+    assert api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).status == 202
+    event = stream()
+    seen.clear()
+    keys_read.clear()
+    report = fold(event)
+    assert report["totals_written"] == 1
+    assert dict(seen) == {"BatchGetItem": 1, "UpdateItem": 1}
+    # its shard and count item; its total, the scope's, the ordering's 2 others, ultra_premium; sticky
+    assert len(keys_read) == 1 + 1 + 1 + 1 + 2 + 1 + 1
+    assert total(tenant.scope, "premium", day)["requests"] == 2
+    assert scope_total(tenant.scope, day) is None and usage_support.spent_labels(tenant.scope, day) == set()
+    answer = api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).json()
+    assert answer["scope_total"]["spend_usd_micros"] == answer["daily_total"]["cost_usd_micros"] == 2 * 3760
+
+
+@pytest.mark.parametrize("labels_apart", [False, True])
+def test_every_reader_counts_every_label_in_the_scopes_spend(stream, api, labels_apart):
+    """A label of the ordering, a config label outside it and any other label (a profile's):
+    the scope's spend is their sum for the total cap in selection, the usage answer and
+    aggregates, whether the scope total counts the config labels or leaves them apart."""
+    tenant = new_tenant(first_shard_count=1, labels_apart=labels_apart)
+    day = org_day("America/New_York")
+    spends = {"premium": 100, "ultra_premium": 20, "my-profile": 3}
+    for label, cost in spends.items():
+        usage_support.put_shard(tenant.scope, label, 0, day=day, updated_at=int(utc_now().timestamp()), cost=cost)
+    fold(stream())
+    assert scope_total(tenant.scope, day)["cost_usd_micros"] == (3 if labels_apart else 123)
+    assert usage_support.spent_labels(tenant.scope, day) == ({"my-profile"} if labels_apart else set(spends))
+    selection = api.get(tenant.app_path + "/model-selection", token=tenant.token).json()
+    assert selection["quota_status"]["total"]["spend_usd_micros"] == 123
+    aggregates = api.get(tenant.app_path + "/aggregates/today", token=tenant.token).json()
+    assert aggregates["total_cost_usd_micros"] == 123
+    # every label spent on is shown (a config label outside the ordering is not listed on the
+    # scope total where it is apart; the profile's listing is found beside it)
+    assert {label: aggregates["models"][label]["cost_usd_micros"] for label in spends} == spends
+    on = f"{day[:4]}-{day[4:6]}-{day[6:]}"
+    rows = api.get(
+        f"/api/v1/orgs/{tenant.org_id}/reports/spend", token=tenant.org_token, query=f"from={on}&to={on}"
+    ).json()
+    assert {row["label"]: row["cost_usd_micros"] for row in rows["rows"]} == spends
+    answer = api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).json()
+    assert answer["scope_total"]["spend_usd_micros"] == 123
+
+
+def test_where_config_labels_are_apart_the_total_caps_alerts_count_them(stream):
+    """The fold's scope spend for alerts is its scope total's and every config label's: 80 %
+    of the total cap spent on a config label outside the ordering fires its threshold."""
+    tenant = new_tenant(first_shard_count=1, labels_apart=True)  # total cap: the quotas' 17,000,000
+    day = org_day("America/New_York")
+    now = int(utc_now().timestamp())
+    usage_support.put_shard(tenant.scope, "ultra_premium", 0, day=day, updated_at=now, cost=13_600_000)
+    fold(stream())
+    fired = table(tables.STICKY_STATE).query(
+        KeyConditionExpression="scope_key = :s AND begins_with(date_key, :p)",
+        ExpressionAttributeValues={":s": tenant.scope, ":p": "ALERT#"},
+        ConsistentRead=True,
+    )["Items"]
+    assert [item["date_key"] for item in fired] == [keys.alert_date_key(day, alerts.THRESHOLD, "-", "80")]
+    assert scope_total(tenant.scope, day) is None  # the config label's spend is not in it
+
+
 @pytest.mark.parametrize("labels", [20, pytest.param(100, marks=pytest.mark.slow)])  # 100: volume, make test
 def test_a_batch_costs_at_most_two_calls_per_label_it_changed(stream, calls, labels):
     """The worst case: every label in a scope of its own (one transaction each)."""

@@ -2,6 +2,7 @@
 rule, create vs update, the stored item shapes, and no write when a request is refused."""
 
 import base64
+import dataclasses
 import hashlib
 import json
 import logging
@@ -45,10 +46,11 @@ def test_create_returns_201_with_one_time_credentials(api):
 def test_org_item_has_exactly_the_seed_shape(api):
     org_id, credentials = new_org(api)
     stored = config_item(org_id)
-    # the seed's, where label-days start (hot_labels) and the org quota's boosts (store.boosts)
-    seeded = config_item(seed_org(first_shard_count=1))
+    # the seed's, where label-days start (hot_labels), the org quota's boosts (store.boosts), and
+    # that its scope totals keep config labels apart (orgs.CONFIG_LABELS_APART)
+    seeded = config_item(seed_org(first_shard_count=1, labels_apart=True))
     assert set(stored) == set(seeded) | {"quota_boosts"}
-    assert stored["first_shard_count"] == 1 and stored["quota_boosts"] == {}
+    assert stored["first_shard_count"] == 1 and stored["quota_boosts"] == {} and stored["config_labels_apart"] is True
     for name, value in seeded.items():
         assert type(stored[name]) is type(value), name
     assert stored["org_key"] == f"ORG#{org_id}" and stored["resource_key"] == "#"
@@ -148,6 +150,33 @@ def test_a_new_orgs_label_days_start_on_one_shard_and_an_older_orgs_keep_its_cou
     assert starts == [1, 16]
     answers = [metering.submit(new_org_id, "app-1", UsageRequest.model_validate(usage_body())) for _ in range(12)]
     assert {answer["processing"]["shard_id"] for answer in answers} == {0}  # a quiet label-day: one shard
+
+
+def test_a_new_orgs_scope_totals_keep_config_labels_apart_and_an_older_orgs_from_the_configured_day(api, monkeypatch):
+    """Whether a scope total counts the config labels (``EffectiveConfig.labels_apart``) is
+    fixed for an org day: every day for an org created now, whatever it updates later; for
+    an org created before, never, or from ``metering.config_labels_apart_from`` on."""
+    new_org_id, _ = new_org(api)
+    older = seed_org()
+    for org_id in (new_org_id, older):
+        assert put_org(api, org_id, org_body(org_name="renamed")).status == 200
+    assert "config_labels_apart" not in config_item(older)
+    new, old = (orgs.effective_config(org_id, None) for org_id in (new_org_id, older))
+    assert (new.labels_apart("20200101"), old.labels_apart("20200101"), old.labels_apart("29991231")) == (
+        True,
+        False,
+        False,
+    )
+    real = orgs.get_config()
+    moved = dataclasses.replace(real, metering=real.metering._replace(config_labels_apart_from="20261201"))
+    monkeypatch.setattr(orgs, "get_config", lambda: moved)
+    orgs.forget(older)
+    old = orgs.effective_config(older, None)
+    assert (old.labels_apart("20261130"), old.labels_apart("20261201"), old.labels_apart("20270101")) == (
+        False,
+        True,
+        True,
+    )
 
 
 def test_shard_count_check_is_one_conditional_write_not_a_read_then_write(api):

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from price_keeper.domain import metering, orgs, reservations
+from price_keeper.domain import aggregation, metering, orgs, reservations
 from price_keeper.domain.models import UsageRequest
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import ddb_client, item_size, table
@@ -83,6 +83,19 @@ def test_the_total_cap_must_hold_the_reservation_too(api):
     assert reserve(api, t).status == 201  # 4 000 of 6 000
     assert_error(reserve(api, t, {"model_label": "premium"}), 429, "QUOTA_EXCEEDED")
     assert ledger(t) == {"committed": WORST, "settled": 0}
+
+
+@pytest.mark.parametrize("labels_apart", [False, True])
+def test_spend_without_a_reservation_on_another_label_takes_room_from_the_total_cap(api, labels_apart):
+    """The scope's unreserved spend is over every label, whether its scope total counts the
+    config labels or leaves them apart (``EffectiveConfig.labels_apart``)."""
+    t = tenant(labels_apart=labels_apart, first_shard_count=1)
+    set_total_cap(t.org_id, 6_000)
+    standard = usage_body(model_label="standard", bedrock_model_id="amazon.nova-2-lite-v1:0", input_tokens=10_000)
+    assert api.post(f"{t.app_path}/usage", standard, token=t.token).status == 202
+    aggregation.run()
+    assert_error(reserve(api, t, {"model_label": "premium"}), 429, "QUOTA_EXCEEDED")  # 4 000 > 6 000 - 3 300+
+    assert ledger(t) == {"committed": 0, "settled": 0}
 
 
 def test_settlement_moves_the_hold_to_actual_spend_exactly_once(api):

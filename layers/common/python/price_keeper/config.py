@@ -94,20 +94,28 @@ class Metering(NamedTuple):
     # day that has not begun anywhere when the setting is deployed (UTC today + 2 or later):
     # a label-day written over all of its shards must go on being read that way.
     one_shard_from: str = ""
+    # Orgs made before config labels were kept apart from the scope total (no
+    # ``config_labels_apart`` on their item) keep them apart from this org day (yyyymmdd) on;
+    # empty: never (docs/metering.md, "Scope totals"). The same rule as ``one_shard_from``: a
+    # day that has not begun anywhere when the setting is deployed.
+    config_labels_apart_from: str = ""
+
+
+_DAY_SETTINGS = ("one_shard_from", "config_labels_apart_from")
 
 
 def _metering(raw: dict) -> Metering:
     values = dict(raw)
-    if values.get("one_shard_from") is not None:  # YAML reads an unquoted 20261128 as a number
-        values["one_shard_from"] = str(values["one_shard_from"])
+    for name in _DAY_SETTINGS:
+        if values.get(name) is not None:  # YAML reads an unquoted 20261128 as a number
+            values[name] = str(values[name])
     metering = Metering(**values)
-    if metering.one_shard_from:
-        try:
-            datetime.strptime(metering.one_shard_from, "%Y%m%d")
-        except ValueError:
-            raise ValueError(
-                f"metering.one_shard_from must be a day as yyyymmdd: {metering.one_shard_from!r}"
-            ) from None
+    for name in _DAY_SETTINGS:
+        if day := getattr(metering, name):
+            try:
+                datetime.strptime(day, "%Y%m%d")
+            except ValueError:
+                raise ValueError(f"metering.{name} must be a day as yyyymmdd: {day!r}") from None
     return metering
 
 

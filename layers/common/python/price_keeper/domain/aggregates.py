@@ -14,11 +14,12 @@ from __future__ import annotations
 from datetime import date, datetime
 
 from ..cache import etag
+from ..config import get_config
 from ..errors import invalid_request, not_found
 from ..store import config_items, daily_totals, keys
 from ..timeutil import iso_utc, org_date, utc_now
 from . import boosts, profiles, reports
-from .aggregation import SUM_FIELDS, Totals, read_daily_totals
+from .aggregation import SUM_FIELDS, Totals, read_daily_totals, scope_totals
 from .orgs import EffectiveConfig
 from .quota import Total, decide, quota_pct, quota_status
 from .selection import read_sticky
@@ -96,8 +97,10 @@ def daily_aggregates(
     whole_org_of_apps = app_id is None and config.quota_scope == "APP"
     labels, scopes = _labels_and_scopes(config, whole_org_of_apps)
     total_keys = [keys.scope_total_key(scope) for scope in scopes]
+    # config labels the scope totals leave apart are not listed on them: read, shown if spent on
+    apart = [label for label in get_config().labels if label not in labels] if config.labels_apart(day) else []
     read = read_daily_totals(
-        [*(keys.usage_key(scope, label) for scope in scopes for label in labels), *total_keys],
+        [*(keys.usage_key(scope, label) for scope in scopes for label in [*labels, *apart]), *total_keys],
         day,
         include_heartbeat=True,
     )
@@ -108,22 +111,26 @@ def daily_aggregates(
             reason="Data expired (TTL) or date predates org registration",
         )
     found = dict(read.totals)
-    apart = [scope for scope in scopes if read.listed_apart(scope, labels)]
-    spent = set().union(*map(read.listed_in_set, scopes), *daily_totals.spent_labels(apart, wanted, wanted))
+    listing_apart = [scope for scope in scopes if read.listed_apart(scope, labels)]
+    spent = set().union(*map(read.listed_in_set, scopes), *daily_totals.spent_labels(listing_apart, wanted, wanted))
+    spent |= {label for label in apart for scope in scopes if keys.usage_key(scope, label) in found}
     spent_elsewhere = sorted(spent - set(labels))
-    if spent_elsewhere:  # labels outside every ordering (self-registered profiles, dropped labels)
+    unread = [label for label in spent_elsewhere if label not in apart]
+    if unread:  # labels outside every ordering (self-registered profiles, dropped labels)
         found.update(
-            read_daily_totals(
-                [keys.usage_key(scope, label) for scope in scopes for label in spent_elsewhere], day
-            ).totals
+            read_daily_totals([keys.usage_key(scope, label) for scope in scopes for label in unread], day).totals
         )
-        labels += spent_elsewhere
+    labels += spent_elsewhere
     per_label = {
         label: _sum([found.get(keys.usage_key(scope, label), Totals()) for scope in scopes]) for label in labels
     }
     sticky = read_sticky(config.scope, day) if config.sticky_fallback_enabled and not whole_org_of_apps else None
     spends = {label: totals.cost_usd_micros for label, totals in per_label.items()}
-    total_cost = max(sum(spends.values()), sum(read.of(key).cost_usd_micros for key in total_keys))
+    # every label's spend, or the scopes' (the scope total may count labels beyond the listed ones)
+    total_cost = max(
+        sum(spends.values()),
+        sum(scope_totals(config, scope, day, lambda key: found.get(key, Totals())).cost_usd_micros for scope in scopes),
+    )
     total_quota = sum(config.quota(label) for label in labels) if whole_org_of_apps else config.total_quota
     decision = decide(
         config.model_ordering,

@@ -39,7 +39,7 @@ retried batch (or the next sweep) recomputes every sum from the shards.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
@@ -127,6 +127,31 @@ class Totals(NamedTuple):
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name in SUM_FIELDS}
+
+    def plus(self, others: Iterable[Totals]) -> Totals:
+        """These totals with the sums of ``others`` added (the ledger stays this one's)."""
+        others = list(others)
+        updated = [t.updated_at_epoch for t in [self, *others] if t.updated_at_epoch is not None]
+        return self._replace(
+            **{name: getattr(self, name) + sum(getattr(t, name) for t in others) for name in SUM_FIELDS},
+            updated_at_epoch=max(updated) if updated else None,
+        )
+
+
+def scope_usage_keys(config: EffectiveConfig, scope: str, day: str) -> list[str]:
+    """The DailyTotal keys whose sum is ``scope``'s spend on org day ``day`` (yyyymmdd): its
+    scope total and, where the org keeps config labels apart from it
+    (``EffectiveConfig.labels_apart``), each config.yaml label's total (a few: bounded by
+    config.yaml, never by the profiles an app registers)."""
+    apart = get_config().labels if config.labels_apart(day) else ()
+    return [keys.scope_total_key(scope), *(keys.usage_key(scope, label) for label in apart)]
+
+
+def scope_totals(config: EffectiveConfig, scope: str, day: str, of: Callable[[str], Totals]) -> Totals:
+    """``scope``'s totals over every label on ``day``, from the totals ``of`` each
+    ``scope_usage_keys`` key gives; the reservation ledger is its scope total's."""
+    total_key, *apart = scope_usage_keys(config, scope, day)
+    return of(total_key).plus(of(key) for key in apart)
 
 
 class DailyRead(NamedTuple):
@@ -294,9 +319,20 @@ class _ScopeDay(NamedTuple):
     def total_key(self) -> dict:
         return {"usage_key": keys.scope_total_key(self.scope), "date_key": self.date_key}
 
+    @property
+    def labels_apart(self) -> bool:
+        """Whether the scope total leaves the config labels out (``EffectiveConfig.labels_apart``)."""
+        return self.config is not None and self.config.labels_apart(keys.day_of_key(self.date_key))
+
+    def in_scope_total(self, label: str) -> bool:
+        return not (self.labels_apart and label in get_config().labels)
+
     def alert_label_days(self) -> list[LabelDay]:
+        """The label totals alerts evaluate beside the moved ones: the ordering's, and where
+        the scope total leaves them apart, every config label's (the scope's spend)."""
         ordering = self.config.model_ordering if self.config else ()
-        return [(keys.usage_key(self.scope, label), self.date_key) for label in ordering]
+        apart = get_config().labels if self.labels_apart else ()
+        return [(keys.usage_key(self.scope, label), self.date_key) for label in dict.fromkeys([*ordering, *apart])]
 
 
 def _read(
@@ -403,9 +439,9 @@ def _fold_scope_day(
 ) -> RunReport:
     """Move the label totals of one scope-day whose shard sums grew, and its scope total by
     their differences: one transaction per group of labels that fits one (a scope of a
-    hundred labels or more takes several), each all or nothing. On a lost race re-read this
-    scope-day and fold what is left."""
-    day = keys.day_of_key(scope_day.date_key)
+    hundred labels or more takes several), each all or nothing. A label the scope total
+    leaves apart (``_ScopeDay.in_scope_total``) moves on its own, one conditional write.
+    On a lost race re-read this scope-day and fold what is left."""
     folded: list[_Move] = []
     written = lag = 0
     for attempt in range(FOLD_ATTEMPTS):
@@ -419,28 +455,24 @@ def _fold_scope_day(
         scope_cost = int(
             snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {}).get("cost_usd_micros", 0)
         )
-        for group in _transactions(moves) if moves else []:
+        alone = [move for move in moves if not scope_day.in_scope_total(move.label)]
+        together = [move for move in moves if scope_day.in_scope_total(move.label)]
+        lost = False
+        for move in alone:
+            if not daily_totals.set_label_total(move.fold):
+                lost = True
+                break
+            folded.append(move)
+            written += 1
+        for group in [] if lost else _transactions(together) if together else []:
             delta = {name: sum(move.difference[name] for move in group) for name in SUM_FIELDS}
-            scope_values = {
-                "updated_at_epoch": int(now.timestamp()),
-                "source_updated_at_epoch": max(move.fold.values["source_updated_at_epoch"] for move in group),
-                tables.TTL_ATTRIBUTE: usage_expires_at(day),
-            }
-            listed = {listing: [move.label for move in group if move.listing == listing] for listing in ("set", "item")}
-            if not daily_totals.fold_scope(
-                scope_day.scope,
-                scope_day.date_key,
-                [move.fold for move in group],
-                delta,
-                scope_values,
-                listed["set"],
-                listed["item"],
-            ):
+            if not _fold_group(scope_day, group, delta, now):
+                lost = True
                 break
             folded += group
             written += len(group) + 1
             scope_cost += delta["cost_usd_micros"]
-        else:
+        if not lost:
             report.lag_seconds, report.totals_written = lag, written
             if folded:
                 _report_moved(report, scope_day, snapshot, folded, scope_cost)
@@ -448,18 +480,42 @@ def _fold_scope_day(
     raise service_unavailable()  # a stream batch is retried; the next sweep runs anyway
 
 
+def _fold_group(scope_day: _ScopeDay, group: list[_Move], delta: dict[str, int], now: datetime) -> bool:
+    """One transaction of ``group``'s label totals, ``delta`` added to the scope total, and
+    the labels folded for the first time listed; False when a race was lost."""
+    scope_values = {
+        "updated_at_epoch": int(now.timestamp()),
+        "source_updated_at_epoch": max(move.fold.values["source_updated_at_epoch"] for move in group),
+        tables.TTL_ATTRIBUTE: usage_expires_at(keys.day_of_key(scope_day.date_key)),
+    }
+    listed = {listing: [move.label for move in group if move.listing == listing] for listing in ("set", "item")}
+    return daily_totals.fold_scope(
+        scope_day.scope,
+        scope_day.date_key,
+        [move.fold for move in group],
+        delta,
+        scope_values,
+        listed["set"],
+        listed["item"],
+    )
+
+
 def _report_moved(
     report: RunReport, scope_day: _ScopeDay, snapshot: _Snapshot, folded: list[_Move], scope_cost: int
 ) -> None:
     """What alerts evaluate after a scope-day's fold: the labels moved, their costs and the
-    ordering's, the scope's cost, its sticky labels."""
+    ordering's, the scope's cost (``scope_cost``, its scope total's, and the config labels'
+    where it leaves them apart), its sticky labels."""
     day = keys.day_of_key(scope_day.date_key)
     costs = {move.fold.usage_key: move.fold.values["cost_usd_micros"] for move in folded}
     for usage_key, date_key in scope_day.alert_label_days():
         costs.setdefault(usage_key, int((snapshot.totals.get((usage_key, date_key)) or {}).get("cost_usd_micros", 0)))
     report.changed = [(move.fold.usage_key, day) for move in folded]
     report.costs = [(usage_key, day, cost) for usage_key, cost in costs.items()]
-    report.scope_costs[(scope_day.scope, day)] = scope_cost
+    apart = get_config().labels if scope_day.labels_apart else ()  # their costs are all in ``costs``
+    report.scope_costs[(scope_day.scope, day)] = scope_cost + sum(
+        costs[keys.usage_key(scope_day.scope, label)] for label in apart
+    )
     if (scope_day.scope, day) in snapshot.sticky:
         report.sticky[(scope_day.scope, day)] = snapshot.sticky[(scope_day.scope, day)]
 
@@ -498,9 +554,10 @@ def _moves(scope_day: _ScopeDay, snapshot: _Snapshot, now: datetime) -> tuple[Ru
             *label_day, values, daily_totals.progress_fields(stored) if stored_progress else None
         )
         difference = {name: group.sums[name] - int(stored.get(name, 0)) for name in SUM_FIELDS}
-        listing = None
-        if stored_progress is None:
-            listing = "set" if keys.split_usage_key(label_day[0])[1] in get_config().labels else "item"
+        label = keys.split_usage_key(label_day[0])[1]
+        listing = None  # a label the scope total leaves apart is never listed: readers read them all
+        if stored_progress is None and scope_day.in_scope_total(label):
+            listing = "set" if label in get_config().labels else "item"
         moves.append(_Move(fold, difference, listing))
     return report, moves
 

@@ -32,7 +32,7 @@ from ..store import daily_totals, keys, usage
 from ..timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
 from ..validation import is_label
 from . import alerts, boosts, hot_labels, pricing, profiles, reservations, selection
-from .aggregation import Totals, usage_expires_at
+from .aggregation import Totals, scope_totals, scope_usage_keys, usage_expires_at
 from .models import UsageRequest
 from .orgs import EffectiveConfig
 from .quota import EXCEEDED, NORMAL, TIGHT, quota_pct, quota_status
@@ -453,11 +453,11 @@ def _daily_status(config: EffectiveConfig, label: str, day: str, item: dict | No
 
 def position_keys(config: EffectiveConfig, counted: list[tuple[str, str]], now: datetime) -> list[tuple[str, str]]:
     """The (usage_key, yyyymmdd) totals ``quota_position`` shows: the counted label-days and
-    the scope's total of today."""
+    what the scope's spend of today sums (``aggregation.scope_usage_keys``)."""
     today = org_day(config.timezone, now)
     return [
         *((keys.usage_key(config.scope, label), day) for label, day in counted),
-        (keys.scope_total_key(config.scope), today),
+        *((usage_key, today) for usage_key in scope_usage_keys(config, config.scope, today)),
     ]
 
 
@@ -473,16 +473,17 @@ def quota_position(
     learns from any usage reply that the scope's total cap is near or passed, whichever
     label it spent (issue 21.4)."""
     today = org_day(config.timezone, now)
-    total_key = keys.scope_total_key(config.scope)
     if found is None:
         found = daily_totals.read_days(position_keys(config, counted, now))
     labels = [
         _daily_status(config, label, day, found.get((keys.usage_key(config.scope, label), day)))
         for label, day in counted
     ]
-    # The scope total folds every label; never below today's labels it was read with (it may lag them).
+    # The scope's spend over every label; never below today's labels it was read with (the scope total may lag them).
     spend = max(
-        Totals.from_item(found.get((total_key, today))).cost_usd_micros,
+        scope_totals(
+            config, config.scope, today, lambda usage_key: Totals.from_item(found.get((usage_key, today)))
+        ).cost_usd_micros,
         sum(status["cost_usd_micros"] for status in labels if status["org_day"] == today),
     )
     quota = config.total_quota

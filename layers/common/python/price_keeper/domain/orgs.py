@@ -36,6 +36,10 @@ APP_OVERRIDABLE = (
 APP_QUOTA_SETTINGS = ("quotas", "total_quota_usd_micros")
 
 
+# On an org item: created since config labels were kept apart from its scope totals.
+CONFIG_LABELS_APART = "config_labels_apart"
+
+
 class EffectiveConfig(NamedTuple):
     org_id: str
     app_id: str | None
@@ -53,6 +57,10 @@ class EffectiveConfig(NamedTuple):
     # ``hot_labels``); else agg_shard_count, as older orgs' label-days were always written.
     first_shard_count: int
     one_shard_from: str
+    # The org days (yyyymmdd and later; "": every day; None: none) on which its scope totals
+    # keep config.yaml labels apart (``labels_apart``): every day for orgs created since, from
+    # config.yaml's ``metering.config_labels_apart_from`` for older orgs.
+    config_labels_apart_from: str | None
     tight_mode_threshold_pct: int
     refresh_interval_normal_secs: int
     refresh_interval_tight_secs: int
@@ -93,6 +101,12 @@ class EffectiveConfig(NamedTuple):
     def quota(self, label: str) -> int:
         return int(self.quotas.get(label, 0))
 
+    def labels_apart(self, day: str) -> bool:
+        """Whether on org day ``day`` (yyyymmdd) the scope totals (``{scope}#TOTAL``) leave out
+        the config.yaml labels, whose own totals are added when read
+        (``aggregation.ScopeSpend``), so that folding one is a write of its label total alone."""
+        return self.config_labels_apart_from is not None and day >= self.config_labels_apart_from
+
     def starting_shards(self, day: str) -> int:
         """The shards a label-day of org day ``day`` (yyyymmdd) starts on."""
         return self.first_shard_count if day >= self.one_shard_from else self.agg_shard_count
@@ -126,6 +140,7 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
         sticky_fallback_enabled=bool(org.get("sticky_fallback_enabled", defaults.sticky_fallback_enabled)),
         agg_shard_count=shards,
         **_shard_start(org, shards, defaults.one_shard_from),
+        config_labels_apart_from=("" if org.get(CONFIG_LABELS_APART) else (defaults.config_labels_apart_from or None)),
         tight_mode_threshold_pct=int(source.get("tight_mode_threshold_pct", defaults.tight_mode_threshold_pct)),
         refresh_interval_normal_secs=int(
             source.get("refresh_interval_normal_secs", defaults.refresh_interval_normal_secs)

@@ -366,6 +366,7 @@ def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tu
         create_only={
             "agg_shard_count": shards or get_config().metering.usage_agg_shard_count,
             "first_shard_count": hot_labels.QUIET_SHARDS,
+            orgs.CONFIG_LABELS_APART: True,
             boost_store.BOOSTS_ATTRIBUTE: {},
         },
         must_match={"agg_shard_count": shards} if shards else None,

@@ -26,6 +26,7 @@ import re
 from datetime import date
 from typing import NamedTuple
 
+from ..config import get_config
 from ..errors import invalid_request
 from ..store import config_items, daily_totals, keys, usage
 from ..timeutil import FIRST_DAY, LAST_DAY, in_calendar, parse_day
@@ -143,7 +144,11 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
     listed = dict(zip(apart, daily_totals.spent_labels(apart, first, last), strict=True))
     outside = {
         scope.scope: sorted(
-            ({label for item in items for label in item.get(daily_totals.LABELS, ())} | listed.get(scope.scope, set()))
+            (
+                {label for item in items for label in item.get(daily_totals.LABELS, ())}
+                | listed.get(scope.scope, set())
+                | (set(get_config().labels) if scope.labels_apart(last.strftime("%Y%m%d")) else set())  # not listed
+            )
             - set(scope.model_ordering)
         )
         for scope, items in zip(scopes, scope_totals, strict=True)

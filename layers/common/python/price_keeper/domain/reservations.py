@@ -31,7 +31,7 @@ from ..store import reservations as store
 from ..timeutil import iso_utc, org_day, parse_day, utc_now
 from ..validation import APP_ID_PATTERN, StrictBody
 from . import alerts, boosts, pricing, profiles
-from .aggregation import read_daily_totals, usage_expires_at
+from .aggregation import read_daily_totals, scope_totals, scope_usage_keys, usage_expires_at
 from .models import TokenCount
 from .orgs import EffectiveConfig
 
@@ -130,13 +130,16 @@ def _try_hold(
 ) -> Attempt:
     """Hold ``amount`` on ``label`` if its quota and the scope's total cap both have room."""
     ledgers = _ledger_keys(config.scope, label, day)
-    read = read_daily_totals([ledger["usage_key"] for ledger in ledgers], day, consistent=True)
-    label_totals, scope_totals = (read.of(ledger["usage_key"]) for ledger in ledgers)
+    read = read_daily_totals(
+        [ledgers[0]["usage_key"], *scope_usage_keys(config, config.scope, day)], day, consistent=True
+    )
+    # the scope's unreserved spend is over every label (the config labels' too, where its total leaves them apart)
+    label_totals, scope_spend = read.of(ledgers[0]["usage_key"]), scope_totals(config, config.scope, day, read.of)
     rooms = [
         config.quota(label) - label_totals.unreserved - amount,
-        config.total_quota - scope_totals.unreserved - amount,
+        config.total_quota - scope_spend.unreserved - amount,
     ]
-    refused = Attempt(None, label_totals.reserved, scope_totals.reserved)
+    refused = Attempt(None, label_totals.reserved, scope_spend.reserved)
     if min(rooms) < 0:
         return refused
     kind = "o" if config.scope == keys.org_key(config.org_id) else "a"

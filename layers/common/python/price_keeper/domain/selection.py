@@ -23,7 +23,7 @@ from ..store import sticky as sticky_store
 from ..store.dynamo import batch_get_many
 from ..timeutil import day_start_utc, iso_utc, next_midnight_utc, org_day, parse_day, utc_now
 from . import boosts, orgs, pricing, profiles
-from .aggregation import DailyRead
+from .aggregation import DailyRead, scope_totals, scope_usage_keys
 from .orgs import EffectiveConfig
 from .quota import (
     REASON_APP_EXCEEDED,
@@ -109,12 +109,12 @@ def current_decision(
     """
     usage_keys = [keys.usage_key(config.scope, label) for label in config.model_ordering]
     total_key = keys.scope_total_key(config.scope)
-    app_key = (
-        keys.scope_total_key(config.app_counter)
-        if config.app_counter and config.app_daily_cap_usd_micros is not None
-        else None
-    )
-    totals_read = daily_totals.day_read([*usage_keys, total_key, *filter(None, [app_key])], day)
+    app_counter = config.app_counter if config.app_daily_cap_usd_micros is not None else None
+    scope_keys = [
+        *scope_usage_keys(config, config.scope, day),
+        *(scope_usage_keys(config, app_counter, day) if app_counter else ()),
+    ]
+    totals_read = daily_totals.day_read([*usage_keys, *scope_keys], day)
     extra = [{"usage_key": usage_key, "date_key": keys.day_key(other_day)} for usage_key, other_day in also]
     reads = [totals_read._replace(keys=[*totals_read.keys, *extra])]
     if config.sticky_fallback_enabled:
@@ -126,9 +126,14 @@ def current_decision(
     spends = {
         label: totals.of(key).cost_usd_micros for label, key in zip(config.model_ordering, usage_keys, strict=True)
     }
-    # The scope total folds every label; never below the ordering's own sum (it may lag it).
-    total = Total(max(totals.of(total_key).cost_usd_micros, sum(spends.values())), config.total_quota)
-    app_total = Total(totals.of(app_key).cost_usd_micros, config.app_daily_cap_usd_micros) if app_key else None
+    # The scope's spend over every label; never below the ordering's own sum (the scope total may lag it).
+    scope_spend = scope_totals(config, config.scope, day, totals.of).cost_usd_micros
+    total = Total(max(scope_spend, sum(spends.values())), config.total_quota)
+    app_total = (
+        Total(scope_totals(config, app_counter, day, totals.of).cost_usd_micros, config.app_daily_cap_usd_micros)
+        if app_counter
+        else None
+    )
 
     def decide_now(state: Sticky | None) -> Decision:
         return decide(

@@ -7,8 +7,9 @@ from collections.abc import Iterable
 from datetime import date
 from typing import NamedTuple
 
+from ..config import get_config
 from . import keys, tables
-from .dynamo import Read, batch_get, query_all, query_many, table, transact
+from .dynamo import Read, batch_get, ddb_client, query_all, query_many, table, transact, written
 from .usage import CORRECTIONS, COUNTERS, VOIDS
 
 # What a fold compares (``progress``) and conditions its write on: ``requests`` grows with
@@ -51,11 +52,16 @@ def progress(item: dict) -> tuple[int, int]:
 def lists_apart_beyond(scope_total: dict, label_totals: dict[str, dict]) -> bool:
     """Whether a scope-day's spent-label items name a label besides those of
     ``label_totals`` (label -> its total of that day, as a reader holds them). Each folded
-    label is listed once, in the scope total's set or in an item, in the transaction that
-    first folds it: items counted no more than the held totals with a fold (``progress``
-    past 0) outside the set mean the items name none other."""
+    label but a config label is listed once, in the scope total's set or in an item, in the
+    transaction that first folds it (a config label in the set, or nowhere where the scope
+    total leaves config labels apart): items counted no more than the held totals with a
+    fold (``progress`` past 0) of other labels outside the set mean the items name none other."""
     in_set = set(scope_total.get(LABELS, ()))
-    folded_apart = sum(1 for label, item in label_totals.items() if label not in in_set and progress(item)[0] > 0)
+    folded_apart = sum(
+        1
+        for label, item in label_totals.items()
+        if label not in in_set and label not in get_config().labels and progress(item)[0] > 0
+    )
     return int(scope_total.get(LISTED, 0)) > folded_apart
 
 
@@ -121,6 +127,14 @@ def fold_scope(
         for label in item_labels
     ]
     return transact(actions) is None
+
+
+def set_label_total(move: LabelFold) -> bool:
+    """One label total's move on its own: a conditional UpdateItem (1 WCU against the 4 of a
+    transaction with its scope total), for a label whose spend the scope total leaves apart
+    (``EffectiveConfig.labels_apart``). False when its stored progress is no longer the one
+    the fold read: re-read and fold again."""
+    return written(ddb_client().update_item, **_label_update(tables.DAILY_TOTAL.physical_name, move))
 
 
 def _label_update(table_name: str, move: LabelFold) -> dict:
