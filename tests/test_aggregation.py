@@ -664,6 +664,27 @@ def test_an_older_org_starts_its_label_days_on_one_shard_from_the_configured_day
     assert total(scope, "premium", DAY)["cost_usd_micros"] == 11
 
 
+def test_an_older_org_keeps_config_labels_apart_from_the_configured_day(stream, monkeypatch):
+    """config.yaml's ``metering.config_labels_apart_from`` moves orgs made before: their scope
+    totals of the days before still count every label, those from the day leave config
+    labels apart, and a fold of either day keeps to its day's layout."""
+    import dataclasses
+
+    from price_keeper.domain import orgs
+
+    real = orgs.get_config()
+    moved = dataclasses.replace(real, metering=real.metering._replace(config_labels_apart_from=DAY))
+    monkeypatch.setattr(orgs, "get_config", lambda: moved)
+    scope = keys.org_key(seed_org(quota_scope="ORG"))  # no config_labels_apart on its item
+    for day in ("20260122", DAY):
+        put_shard(scope, "premium", 0, day=day, cost=7)
+        put_shard(scope, "my-profile", 0, day=day, cost=2)
+    fold(stream())
+    assert scope_total(scope, "20260122")["cost_usd_micros"] == 9  # every label
+    assert scope_total(scope, DAY)["cost_usd_micros"] == 2  # the profile's alone
+    assert total(scope, "premium", DAY)["cost_usd_micros"] == 7
+
+
 def test_live_spend_in_tight_mode_counts_the_shards_of_a_raised_count(aws):
     from price_keeper.domain import hot_labels
 
