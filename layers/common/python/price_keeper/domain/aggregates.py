@@ -14,7 +14,6 @@ from __future__ import annotations
 from datetime import date, datetime
 
 from ..cache import etag
-from ..config import get_config
 from ..errors import invalid_request, not_found
 from ..store import config_items, daily_totals, keys
 from ..timeutil import iso_utc, org_date, utc_now
@@ -98,7 +97,7 @@ def daily_aggregates(
     labels, scopes = _labels_and_scopes(config, whole_org_of_apps)
     total_keys = [keys.scope_total_key(scope) for scope in scopes]
     # config labels the scope totals leave apart are not listed on them: read, shown if spent on
-    apart = [label for label in get_config().labels if label not in labels] if config.labels_apart(day) else []
+    apart = [label for label in config.apart_labels(day) if label not in labels]
     read = read_daily_totals(
         [*(keys.usage_key(scope, label) for scope in scopes for label in [*labels, *apart]), *total_keys],
         day,

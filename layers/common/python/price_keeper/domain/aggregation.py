@@ -143,8 +143,7 @@ def scope_usage_keys(config: EffectiveConfig, scope: str, day: str) -> list[str]
     scope total and, where the org keeps config labels apart from it
     (``EffectiveConfig.labels_apart``), each config.yaml label's total (a few: bounded by
     config.yaml, never by the profiles an app registers)."""
-    apart = get_config().labels if config.labels_apart(day) else ()
-    return [keys.scope_total_key(scope), *(keys.usage_key(scope, label) for label in apart)]
+    return [keys.scope_total_key(scope), *(keys.usage_key(scope, label) for label in config.apart_labels(day))]
 
 
 def scope_totals(config: EffectiveConfig, scope: str, day: str, of: Callable[[str], Totals]) -> Totals:
@@ -320,19 +319,19 @@ class _ScopeDay(NamedTuple):
         return {"usage_key": keys.scope_total_key(self.scope), "date_key": self.date_key}
 
     @property
-    def labels_apart(self) -> bool:
-        """Whether the scope total leaves the config labels out (``EffectiveConfig.labels_apart``)."""
-        return self.config is not None and self.config.labels_apart(keys.day_of_key(self.date_key))
+    def apart_labels(self) -> tuple[str, ...]:
+        """The labels the scope total leaves out (``EffectiveConfig.apart_labels``)."""
+        return self.config.apart_labels(keys.day_of_key(self.date_key)) if self.config else ()
 
     def in_scope_total(self, label: str) -> bool:
-        return not (self.labels_apart and label in get_config().labels)
+        return label not in self.apart_labels
 
     def alert_label_days(self) -> list[LabelDay]:
         """The label totals alerts evaluate beside the moved ones: the ordering's, and where
         the scope total leaves them apart, every config label's (the scope's spend)."""
         ordering = self.config.model_ordering if self.config else ()
-        apart = get_config().labels if self.labels_apart else ()
-        return [(keys.usage_key(self.scope, label), self.date_key) for label in dict.fromkeys([*ordering, *apart])]
+        labels = dict.fromkeys([*ordering, *self.apart_labels])
+        return [(keys.usage_key(self.scope, label), self.date_key) for label in labels]
 
 
 def _read(
@@ -512,9 +511,8 @@ def _report_moved(
         costs.setdefault(usage_key, int((snapshot.totals.get((usage_key, date_key)) or {}).get("cost_usd_micros", 0)))
     report.changed = [(move.fold.usage_key, day) for move in folded]
     report.costs = [(usage_key, day, cost) for usage_key, cost in costs.items()]
-    apart = get_config().labels if scope_day.labels_apart else ()  # their costs are all in ``costs``
-    report.scope_costs[(scope_day.scope, day)] = scope_cost + sum(
-        costs[keys.usage_key(scope_day.scope, label)] for label in apart
+    report.scope_costs[(scope_day.scope, day)] = scope_cost + sum(  # their costs are all in ``costs``
+        costs[keys.usage_key(scope_day.scope, label)] for label in scope_day.apart_labels
     )
     if (scope_day.scope, day) in snapshot.sticky:
         report.sticky[(scope_day.scope, day)] = snapshot.sticky[(scope_day.scope, day)]

@@ -104,8 +104,13 @@ class EffectiveConfig(NamedTuple):
     def labels_apart(self, day: str) -> bool:
         """Whether on org day ``day`` (yyyymmdd) the scope totals (``{scope}#TOTAL``) leave out
         the config.yaml labels, whose own totals are added when read
-        (``aggregation.ScopeSpend``), so that folding one is a write of its label total alone."""
+        (``aggregation.scope_totals``), so that folding one is a write of its label total alone."""
         return self.config_labels_apart_from is not None and day >= self.config_labels_apart_from
+
+    def apart_labels(self, day: str) -> tuple[str, ...]:
+        """The labels the scope totals of org day ``day`` leave out (``labels_apart``): every
+        config.yaml label, or none."""
+        return tuple(get_config().labels) if self.labels_apart(day) else ()
 
     def starting_shards(self, day: str) -> int:
         """The shards a label-day of org day ``day`` (yyyymmdd) starts on."""

@@ -26,7 +26,6 @@ import re
 from datetime import date
 from typing import NamedTuple
 
-from ..config import get_config
 from ..errors import invalid_request
 from ..store import config_items, daily_totals, keys, usage
 from ..timeutil import FIRST_DAY, LAST_DAY, in_calendar, parse_day
@@ -147,7 +146,7 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
             (
                 {label for item in items for label in item.get(daily_totals.LABELS, ())}
                 | listed.get(scope.scope, set())
-                | (set(get_config().labels) if scope.labels_apart(last.strftime("%Y%m%d")) else set())  # not listed
+                | set(scope.apart_labels(last.strftime("%Y%m%d")))  # not listed
             )
             - set(scope.model_ordering)
         )
