@@ -16,7 +16,7 @@ import pytest
 from local.gateway import LambdaContext, load_handler
 from price_keeper.domain import aggregation, alerts, repair
 from price_keeper.errors import ApiError
-from price_keeper.store import daily_totals, dynamo, keys, tables, usage
+from price_keeper.store import alert_records, daily_totals, dynamo, keys, tables, usage
 from price_keeper.store.dynamo import ddb_client, streams, table
 from price_keeper.timeutil import org_day, utc_now
 from tests import usage_support
@@ -457,12 +457,8 @@ def test_where_config_labels_are_apart_the_total_caps_alerts_count_them(stream):
     now = int(utc_now().timestamp())
     usage_support.put_shard(tenant.scope, "ultra_premium", 0, day=day, updated_at=now, cost=13_600_000)
     fold(stream())
-    fired = table(tables.STICKY_STATE).query(
-        KeyConditionExpression="scope_key = :s AND begins_with(date_key, :p)",
-        ExpressionAttributeValues={":s": tenant.scope, ":p": "ALERT#"},
-        ConsistentRead=True,
-    )["Items"]
-    assert [item["date_key"] for item in fired] == [keys.alert_date_key(day, alerts.THRESHOLD, "-", "80")]
+    fired = alert_records.of_day(tenant.scope, day)
+    assert [item["date_key"] for item in fired.values()] == [keys.alert_date_key(day, alerts.THRESHOLD, "-", "80")]
     assert scope_total(tenant.scope, day) is None  # the config label's spend is not in it
 
 
