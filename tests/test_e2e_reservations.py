@@ -164,3 +164,34 @@ def test_a_crashed_client_blocks_nobody_past_its_ttl(base_url):
     time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 1.0)
     after = requests.post(path, json=CALL, headers=headers["app-1"], timeout=10)
     assert after.status_code == 201, after.text
+
+
+def test_spend_reported_without_a_reservation_on_another_label_takes_room_from_the_total_cap(base_url):
+    """A reservation's room under the total cap counts what the scope spent on every label,
+    reserved or not. An org made now keeps config labels apart from its scope total, so the
+    room adds their totals when it is read: a call on ``standard`` reported without a hold
+    leaves ``premium`` less than its worst case under the cap."""
+    quotas = {"premium": 200_000, "standard": 200_000}
+    org_id, headers = provision(
+        base_url, ["app-1"], model_ordering=list(quotas), quotas=quotas, total_quota_usd_micros=6_000
+    )
+    app = f"{base_url}/api/v1/orgs/{org_id}/apps/app-1"
+    standard = {
+        "request_id": str(uuid.uuid4()),
+        "model_label": "standard",
+        "bedrock_model_id": "amazon.nova-2-lite-v1:0",
+        "input_tokens": 10_000,  # 3,300 micro-USD and more: 6,000 - that < premium's 4,000
+        "output_tokens": 0,
+        "status": "OK",
+        "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    reply = requests.post(f"{app}/usage", json=standard, headers=headers["app-1"], timeout=10)
+    assert reply.status_code == 202, reply.text
+    cost = reply.json()["processing"]["cost_usd_micros"]
+    assert 6_000 - cost < WORST["premium"]
+    assert folded_total(base_url, org_id, headers["app-1"], "app-1", cost)["total_cost_usd_micros"] == cost
+    pinned = requests.post(
+        f"{app}/reservations", json={**CALL, "model_label": "premium"}, headers=headers["app-1"], timeout=10
+    )
+    assert pinned.status_code == 429, pinned.text
+    assert pinned.json()["error"] == "QUOTA_EXCEEDED"
