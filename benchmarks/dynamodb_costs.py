@@ -71,6 +71,7 @@ class Meter:
     def __init__(self):
         self.inspect = boto3.resource("dynamodb").meta.client  # a second client: not counted
         self.calls: Counter = Counter()
+        self.by_thread: Counter = Counter()  # calls by the thread that made them (a run's critical path)
         self.wcu = self.rcu = 0.0
         self._call = threading.local()  # the call in flight, per thread (the fold writes in parallel)
         self._lock = threading.Lock()
@@ -84,6 +85,7 @@ class Meter:
 
     def reset(self) -> None:
         self.calls.clear()
+        self.by_thread.clear()
         self.wcu = self.rcu = 0.0
 
     def _remember(self, params, model, **_):
@@ -113,6 +115,7 @@ class Meter:
 
     def _add(self, operation: str, params: dict, before_sizes: list[int], parsed: dict) -> None:
         self.calls[operation] += 1
+        self.by_thread[threading.get_ident()] += 1
         if operation == "TransactWriteItems":
             for action, before in zip(params["TransactItems"], before_sizes, strict=True):
                 kind, body = next(iter(action.items()))

@@ -68,7 +68,8 @@ PRICE = {
 FLOOR_SINGLE = (1 * PRICE["wru"] + PRICE["http_api"] + PRICE["lambda_request"]) * 1e6  # $ per M calls
 FLOOR_BATCHED = (1 * PRICE["wru"] + (PRICE["http_api"] + PRICE["lambda_request"]) / 100) * 1e6
 # Lambda duration is not measurable on moto (its latency is not DynamoDB's): 10 ms per
-# DynamoDB call plus 5 ms, at the stack's memory sizes (docs/infrastructure.md).
+# DynamoDB call made one after another (the aggregator's fold threads write at once) plus
+# 5 ms, at the stack's memory sizes (docs/infrastructure.md).
 MS_PER_CALL, MS_BASE = 10, 5
 HTTP_GB, AGGREGATOR_GB = 0.5, 1.0
 LABELS = ("premium", "standard", "economy")
@@ -145,10 +146,13 @@ class Tally:
     wcu: float = 0.0
     rcu: float = 0.0
     statuses: Counter = field(default_factory=Counter)
+    # the calls one after another, what Lambda bills the duration of (the fold writes in parallel)
+    sequential_calls: float = 0.0
 
     def add(self, other: Tally) -> None:
         self.requests += other.requests
         self.calls.update(other.calls)
+        self.sequential_calls += other.sequential_calls
         self.wcu += other.wcu
         self.rcu += other.rcu
         self.statuses.update(other.statuses)
@@ -257,7 +261,8 @@ class Aggregator:
             def _deliver(self, batch):
                 aggregator.invocations += 1
                 aggregator.records += len(batch)
-                before = (Counter(aggregator.meter.calls), aggregator.meter.wcu, aggregator.meter.rcu)
+                meter = aggregator.meter
+                before = (Counter(meter.calls), meter.wcu, meter.rcu, Counter(meter.by_thread))
                 super()._deliver(batch)
                 aggregator.attribute(batch, *before)
 
@@ -277,7 +282,7 @@ class Aggregator:
         sys.stdout = _Unless(self.trigger, sys.stdout)  # its metrics (EMF lines) not printed
         self.trigger.start()
 
-    def attribute(self, batch: list[dict], calls: Counter, wcu: float, rcu: float) -> None:
+    def attribute(self, batch: list[dict], calls: Counter, wcu: float, rcu: float, by_thread: Counter) -> None:
         """Share what folding ``batch`` cost among the tenant shapes by the label-days each
         had in it (a fold's work is per changed label-day, whatever its records): a batched
         client's 100 records of a label fold at the price of one, a single client's record
@@ -292,14 +297,25 @@ class Aggregator:
         shapes = Counter(self.shape_of.get(keys.split_scope(usage_key)[0], "other") for usage_key, _ in changed)
         spent = Counter(self.meter.calls)
         spent.subtract(calls)
+        sequential = self.sequential_calls(by_thread)
         label_days = sum(shapes.values())
         for shape, count in shapes.items():
             share = count / label_days
             tally = self.by_shape[shape]
             tally.requests += share  # the shape's share of this invocation
             tally.calls.update({name: n * share for name, n in spent.items()})
+            tally.sequential_calls += sequential * share
             tally.wcu += (self.meter.wcu - wcu) * share
             tally.rcu += (self.meter.rcu - rcu) * share
+
+    def sequential_calls(self, before: Counter) -> int:
+        """The calls of the invocation that just ran, one after another: those of the invoking
+        thread and those of its busiest fold thread (``aggregation.FOLD_THREADS`` write
+        scope-days at once while it waits). Lambda bills the wall-clock time."""
+        made = Counter(self.meter.by_thread)
+        made.subtract(before)
+        invoking = made.pop(threading.get_ident(), 0)
+        return invoking + max(made.values(), default=0)
 
     def drain(self, timeout_seconds: float = 900.0) -> None:
         """Return once every write made before the call is folded: a poll that began after
@@ -519,6 +535,7 @@ class Spent:
     rcu: float
     fold_invocations: float
     fold_calls: float
+    fold_sequential_calls: float  # the fold's calls one after another (its duration)
 
     def plus(self, requests: Tally, times: float) -> Spent:
         """These records' spend with ``times`` more (or fewer) of ``requests``' requests."""
@@ -529,13 +546,14 @@ class Spent:
             rcu=self.rcu + times * requests.rcu,
             fold_invocations=self.fold_invocations,
             fold_calls=self.fold_calls,
+            fold_sequential_calls=self.fold_sequential_calls,
         )
 
     def row(self, client: str, n: int, floor: float) -> tuple:
         """The all-in table's row for ``n`` records."""
         request_calls = self.calls - self.fold_calls
         gb_s = (request_calls * MS_PER_CALL + self.http * MS_BASE) / 1000 * HTTP_GB + (
-            self.fold_calls * MS_PER_CALL + self.fold_invocations * MS_BASE
+            self.fold_sequential_calls * MS_PER_CALL + self.fold_invocations * MS_BASE
         ) / 1000 * AGGREGATOR_GB
         per = {"http": self.http / n}
         invocations = (self.http + self.fold_invocations) / n
@@ -617,6 +635,7 @@ def report(
             rcu=sum(t.rcu for t in mine.values()) + folds.rcu,
             fold_invocations=folds.requests,
             fold_calls=sum(folds.calls.values()),
+            fold_sequential_calls=folds.sequential_calls,
         )
         costs.append(spent.row(shape, n, FLOOR_SINGLE if shape == "single" else FLOOR_BATCHED))
         selections = mine.get("model_selection")
