@@ -465,6 +465,41 @@ def test_an_incomplete_revocation_read_is_not_cached_as_not_revoked(api, app_cli
     assert not accepted(issued["access_token"], org_id, "app-production-api")
 
 
+def test_a_cold_containers_token_check_carries_its_config_read_and_still_refuses_a_revoked_token(
+    api, app_client, monkeypatch
+):
+    """A container that knows neither the token nor the app reads the revocations and the
+    app's config in one BatchGetItem (``orgs.config_along``): a revoked token is still a
+    401 over HTTP, and revocation keys left unprocessed are still a 503, never a pass."""
+    org_id, credentials = app_client
+    issued = tokens(api, credentials)
+    path = f"/api/v1/orgs/{org_id}/apps/app-production-api/model-selection"
+    both = {tables.REVOKED_TOKENS.physical_name, tables.CONFIG.physical_name}
+
+    def cold_container() -> list[set[str]]:
+        """A container with nothing in memory; the tables each of its BatchGetItems reads."""
+        state.reset()
+        reads = []
+        ddb_client().meta.events.register(
+            "provide-client-params.dynamodb.BatchGetItem", lambda params, **_: reads.append(set(params["RequestItems"]))
+        )
+        return reads
+
+    reads = cold_container()
+    assert api.get(path, token=issued["access_token"]).status == 200
+    assert reads[0] == both
+
+    assert revoke(api, issued["access_token"], bearer=issued["access_token"]).status == 204
+    reads = cold_container()
+    assert_error(api.get(path, token=issued["access_token"]), 401, "UNAUTHORIZED")
+    assert reads == [both]
+
+    fresh = tokens(api, credentials)
+    state.reset()
+    leave_revocation_keys_unprocessed(monkeypatch, times=10**9)
+    assert_error(api.get(path, token=fresh["access_token"]), 503, "SERVICE_UNAVAILABLE")
+
+
 # --- POST .../credentials/revoke-tokens ----------------------------------------------------------
 
 

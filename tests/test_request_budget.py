@@ -99,15 +99,15 @@ def test_a_new_token_is_checked_against_the_revocation_list_once(api, calls):
 )
 def test_a_cold_containers_report_on_a_config_label_reads_no_profile(api, calls, app_item, boost_queries):
     """At fleet shape a container rarely serves an app twice, so its first report is the
-    common case: the token check, the config (with the boosts), a lease, the write and the
-    receipt's totals. A config.yaml label needs no profile lookup (registration refuses
-    config labels), so no GetItem."""
+    common case: the token check with the config (its boosts on its items) in one read, a
+    lease, the write and the receipt's totals. A config.yaml label needs no profile lookup
+    (registration refuses config labels), so no GetItem."""
     warm = new_tenant()
     assert api.post(f"{warm.app_path}/usage", usage_body(), token=warm.token).status == 202  # prices cached
     tenant = new_tenant(app_overrides=app_item)
     calls.clear()
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
-    expected = {"BatchGetItem": 3, "Query": boost_queries, "UpdateItem": 1, "TransactWriteItems": 1}
+    expected = {"BatchGetItem": 2, "Query": boost_queries, "UpdateItem": 1, "TransactWriteItems": 1}
     assert dict(calls) == {name: count for name, count in expected.items() if count}
 
 

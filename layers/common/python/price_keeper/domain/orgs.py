@@ -17,6 +17,7 @@ from ..config import get_config
 from ..errors import ApiError, not_found
 from ..store import boosts as boost_store
 from ..store import config_items, keys
+from ..store.dynamo import ReadAlong
 from ..validation import is_app_id, is_uuid
 from . import hot_labels
 
@@ -187,17 +188,16 @@ def _boosts(org: dict, app: dict | None, app_id: str | None) -> dict[str, tuple[
 
 def effective_config(org_id: str, app_id: str | None = None) -> EffectiveConfig:
     """Effective settings for an org (``app_id=None``) or an app; 404 when not registered."""
-    cache_key = (org_id, app_id)
-    cached = _effective.get(cache_key)
+    cached = _effective.get((org_id, app_id))
     if cached is not None:
         return cached
-    org, app = _org_and_app(_client_items({(org_id, None), (org_id, app_id)}), org_id, app_id)
-    if org is None:
-        raise not_found("Organization not registered", org_id=org_id)
-    if app_id and app is None:
+    items = _client_items({(org_id, None), (org_id, app_id)})
+    config = _cached(items, org_id, app_id)
+    if config is None:
+        org, _ = _org_and_app(items, org_id, app_id)
+        if org is None:
+            raise not_found("Organization not registered", org_id=org_id)
         raise not_found("Application not registered", org_id=org_id, app_id=app_id)
-    config = merge(org, app, org_id, app_id)
-    _effective.put(cache_key, config)
     return config
 
 
@@ -210,12 +210,35 @@ def effective_configs(pairs: Iterable[tuple[str, str | None]]) -> dict[tuple[str
     missing = [pair for pair, config in configs.items() if config is None]
     if missing:
         items = _client_items({*missing, *((org_id, None) for org_id, _ in missing)})
-        for org_id, app_id in missing:
-            org, app = _org_and_app(items, org_id, app_id)
-            if org is not None and (app_id is None or app is not None):
-                configs[(org_id, app_id)] = merge(org, app, org_id, app_id)
-                _effective.put((org_id, app_id), configs[(org_id, app_id)])
+        configs |= {pair: _cached(items, *pair) for pair in missing}
     return {pair: config for pair, config in configs.items() if config is not None}
+
+
+def config_along(org_id: str, app_id: str | None) -> ReadAlong | None:
+    """The read of an org's or app's config items when this container has not cached its
+    config, for a BatchGetItem made anyway (a cold request's token check,
+    ``auth.authenticate_bearer``): at fleet shape a container rarely serves a client twice,
+    so this saves a round trip on most requests. What it finds is cached as
+    ``effective_config`` would; an org or app it did not find is left to
+    ``effective_config``, which reads it again strongly (it may be a moment old) or 404s."""
+    if _effective.get((org_id, app_id)) is not None:
+        return None
+    pairs = {(org_id, None), (org_id, app_id)}
+    return ReadAlong(
+        config_items.clients_read(pairs, consistent=False),
+        lambda items: _cached(config_items.clients_found(pairs, items), org_id, app_id),
+    )
+
+
+def _cached(items: dict[tuple[str, str | None], dict], org_id: str, app_id: str | None) -> EffectiveConfig | None:
+    """The effective config of (org, app) from the config items read, cached; None when
+    either is not among them."""
+    org, app = _org_and_app(items, org_id, app_id)
+    if org is None or (app_id and app is None):
+        return None
+    config = merge(org, app, org_id, app_id)
+    _effective.put((org_id, app_id), config)
+    return config
 
 
 def _client_items(pairs: set[tuple[str, str | None]]) -> dict[tuple[str, str | None], dict]:

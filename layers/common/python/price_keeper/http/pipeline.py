@@ -31,16 +31,21 @@ def _header(event: dict, name: str) -> str | None:
     return next((value for key, value in (event.get("headers") or {}).items() if key.lower() == wanted), None)
 
 
-def _org_limit(claims: dict, limit_name: str | None, org_id: str | None, app_id: str | None) -> int | None:
-    """The requests the caller's org set for this limit, if any. Read from the org's cached
-    config: the path's org and app when the token may act on them (the entry the handler
-    reads next: no extra read), else the token's own."""
-    if limit_name not in ratelimit.ORG_ADJUSTABLE or not ratelimit.enabled():
-        return None
+def _config_owner(claims: dict, org_id: str | None, app_id: str | None) -> tuple[str, str | None]:
+    """Whose config a bearer request reads first: the path's org and app when the token may
+    act on them (the entry the handler reads next), else the token's own."""
     own_app = claims.get("app_id")
     if org_id != claims["org_id"] or (own_app is not None and app_id != own_app):
-        org_id, app_id = claims["org_id"], own_app
-    return orgs.effective_config(org_id, app_id).rate_limits.get(limit_name)
+        return claims["org_id"], own_app
+    return org_id, app_id
+
+
+def _org_limit(claims: dict, limit_name: str | None, org_id: str | None, app_id: str | None) -> int | None:
+    """The requests the caller's org set for this limit, if any, from the org's cached config
+    (``_config_owner``: read with the token check when the container had none)."""
+    if limit_name not in ratelimit.ORG_ADJUSTABLE or not ratelimit.enabled():
+        return None
+    return orgs.effective_config(*_config_owner(claims, org_id, app_id)).rate_limits.get(limit_name)
 
 
 def admit(route: Route | None, event: dict) -> Principal | None:
@@ -59,7 +64,9 @@ def admit(route: Route | None, event: dict) -> Principal | None:
         return None
     if route.auth not in (Auth.BEARER, Auth.BEARER_ANY):
         return None
-    claims = auth.authenticate_bearer(_header(event, "Authorization"))
+    # a cold container reads the config of the path's org, which it needs next, in the token check's BatchGetItem
+    along = (lambda claims: orgs.config_along(*_config_owner(claims, org_id, app_id))) if org_id is not None else None
+    claims = auth.authenticate_bearer(_header(event, "Authorization"), along=along)
     # before the 403: refusals count too
     limit = _org_limit(claims, route.rate_limit, org_id, app_id)
     ratelimit.consume(claims["sub"], limit_name=route.rate_limit, requests=limit)

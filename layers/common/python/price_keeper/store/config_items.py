@@ -8,7 +8,18 @@ from boto3.dynamodb.conditions import Key
 
 from ..errors import service_unavailable
 from . import keys, tables
-from .dynamo import ConditionFailed, batch_get, conditional, projection, query_all, table, transact, written
+from .dynamo import (
+    ConditionFailed,
+    Read,
+    batch_get,
+    batch_get_many,
+    conditional,
+    projection,
+    query_all,
+    table,
+    transact,
+    written,
+)
 
 MUST_EXIST = "attribute_exists(org_key)"
 
@@ -36,11 +47,22 @@ def clients(
     org_apps: Iterable[tuple[str, str | None]], *, consistent: bool = True
 ) -> dict[tuple[str, str | None], dict]:
     """The org and app items of many (org, app or None) pairs in BatchGetItems, by pair."""
+    org_apps = list(org_apps)
+    (items,) = batch_get_many([clients_read(org_apps, consistent=consistent)])
+    return clients_found(org_apps, items)
+
+
+def clients_read(org_apps: Iterable[tuple[str, str | None]], *, consistent: bool) -> Read:
+    """The read ``clients`` makes, for a BatchGetItem that carries other tables' keys too."""
+    return Read(tables.CONFIG, [client_key(*pair) for pair in org_apps], None, consistent)
+
+
+def clients_found(
+    org_apps: Iterable[tuple[str, str | None]], items: Iterable[dict]
+) -> dict[tuple[str, str | None], dict]:
+    """The items of ``clients_read(org_apps)`` by pair."""
+    found = {(item["org_key"], item["resource_key"]): item for item in items}
     wanted = {pair: client_key(*pair) for pair in org_apps}
-    found = {
-        (item["org_key"], item["resource_key"]): item
-        for item in batch_get(tables.CONFIG, wanted.values(), consistent=consistent)
-    }
     return {
         pair: found[(key["org_key"], key["resource_key"])]
         for pair, key in wanted.items()

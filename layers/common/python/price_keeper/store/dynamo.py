@@ -188,6 +188,14 @@ class Read(NamedTuple):
         return request
 
 
+class ReadAlong(NamedTuple):
+    """A read that another one carries in its BatchGetItem (a cold container's config, with
+    its token check), and what to do with the items it found."""
+
+    read: Read
+    found: Callable[[list[dict]], None]
+
+
 def batch_get_many(reads: Sequence[Read], *, consistent: bool = False) -> list[list[dict]]:
     """The existing items of each read (one list per read, in no order), fetched together:
     one BatchGetItem for up to 100 keys over all tables, so a request that needs a few

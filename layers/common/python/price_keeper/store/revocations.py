@@ -6,24 +6,27 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from . import keys, tables
-from .dynamo import batch_get, table
+from .dynamo import Read, table
 
 CUTOFF_ATTRIBUTES = ("cutoff_ms", "superseded_cutoff_ms", "pending_cutoff_ms", "pending_cutoff_at_epoch")
 
 
-def read(jtis: Iterable[str], client_id: str, *, consistent: bool) -> tuple[set[str], dict]:
-    """(the revoked ones among ``jtis``, the client's cutoff item or {}) in one BatchGetItem.
-    An incomplete read is retried and then a 503: it never passes for "not revoked"."""
-    cutoff_jti = keys.cutoff_key(client_id)["token_jti"]
-    found = batch_get(
+def lookup(jtis: Iterable[str], client_id: str, *, consistent: bool) -> Read:
+    """The read of ``jtis``' revocations and the client's cutoff item, for a BatchGetItem
+    that may carry other tables' keys too (``found`` reads its answer)."""
+    return Read(
         tables.REVOKED_TOKENS,
         [keys.revocation_key(jti) for jti in jtis] + [keys.cutoff_key(client_id)],
-        consistent=consistent,
-        attributes=CUTOFF_ATTRIBUTES,
+        CUTOFF_ATTRIBUTES,
+        consistent,
     )
-    items = {item["token_jti"]: item for item in found}
-    cutoff = items.pop(cutoff_jti, {})
-    return set(items), cutoff
+
+
+def found(items: Iterable[dict], client_id: str) -> tuple[set[str], dict]:
+    """(the revoked jtis, the client's cutoff item or {}) among the items ``lookup`` found."""
+    by_jti = {item["token_jti"]: item for item in items}
+    cutoff = by_jti.pop(keys.cutoff_key(client_id)["token_jti"], {})
+    return set(by_jti), cutoff
 
 
 def revoke(jti: str, attributes: dict, expires_at: int) -> None:
