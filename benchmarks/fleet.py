@@ -240,6 +240,7 @@ class Aggregator:
 
         self.meter = Meter()
         self.invocations = self.records = 0
+        self.sequential = 0  # the invocations' calls one after another (``sequential_calls``)
         self.shape_of: dict[str, str] = {}  # org id -> its tenant's shape
         self.by_shape: dict[str, Tally] = defaultdict(Tally)  # the fold's work, by the shapes it folded
         self.polls_begun = 0
@@ -298,6 +299,7 @@ class Aggregator:
         spent = Counter(self.meter.calls)
         spent.subtract(calls)
         sequential = self.sequential_calls(by_thread)
+        self.sequential += sequential
         label_days = sum(shapes.values())
         for shape, count in shapes.items():
             share = count / label_days
@@ -612,7 +614,8 @@ def report(
     batches = max(1, aggregator.invocations)
     rows.append(
         (
-            f"aggregator: stream batch ({aggregator.records / batches:.1f} records)",
+            f"aggregator: stream batch ({aggregator.records / batches:.1f} records,"
+            f" {aggregator.sequential / batches:.1f} calls in sequence)",
             aggregator.invocations,
             f"{fold_calls / batches:.2f}",
             f"{aggregator.meter.wcu / batches:.2f}",
