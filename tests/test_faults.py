@@ -217,6 +217,22 @@ def test_aggregator_resumes_after_a_failed_run_without_double_counting(api, monk
         assert total["requests"] == 1 and total["cost_usd_micros"] == 3_760
 
 
+def test_a_config_labels_fold_that_meets_a_reservations_transaction_folds_again_in_the_same_run(api, monkeypatch):
+    """Where config labels are apart from the scope total, a config label's fold is a single
+    UpdateItem of its label total, the item whose reservation ledger holds and settlements
+    move in transactions. DynamoDB refuses a single write to an item a transaction is
+    writing (``TransactionConflictException``; botocore does not retry it): the fold re-reads
+    and writes again, as a lost race, instead of failing the scope-day and its stream batch."""
+    monkeypatch.setattr(dynamo, "_backoff", lambda attempt: None)
+    tenant = new_tenant(labels_apart=True, first_shard_count=1)
+    assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
+    conflict = fail_calls("UpdateItem", 1, code="TransactionConflictException")
+    report = aggregation.run()
+    assert conflict["n"] == 0 and report.failed == []
+    total = daily_total(tenant.scope, "premium", org_day("America/New_York"))
+    assert total["requests"] == 1 and total["cost_usd_micros"] == RECORD_COST_USD_MICROS
+
+
 def test_a_config_read_left_unprocessed_is_503_never_not_registered(api, monkeypatch):
     """A throttled BatchGetItem answers 200 with the keys under ``UnprocessedKeys``. Read as
     "no item", the org looked unregistered (404, which a client treats as final and drops

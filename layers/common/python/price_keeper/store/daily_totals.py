@@ -7,7 +7,10 @@ from collections.abc import Iterable
 from datetime import date
 from typing import NamedTuple
 
+from botocore.exceptions import ClientError
+
 from ..config import get_config
+from ..errors import error_code
 from . import keys, tables
 from .dynamo import Read, batch_get, ddb_client, query_all, query_many, table, transact, written
 from .usage import CORRECTIONS, COUNTERS, VOIDS
@@ -133,8 +136,15 @@ def set_label_total(move: LabelFold) -> bool:
     """One label total's move on its own: a conditional UpdateItem (1 WCU against the 4 of a
     transaction with its scope total), for a label whose spend the scope total leaves apart
     (``EffectiveConfig.labels_apart``). False when its stored progress is no longer the one
-    the fold read: re-read and fold again."""
-    return written(ddb_client().update_item, **_label_update(tables.DAILY_TOTAL.physical_name, move))
+    the fold read, or when a transaction was writing the item (a reservation's hold or
+    settlement moves the ledger on it; DynamoDB refuses a single write to an item in a
+    transaction, and botocore does not retry that): re-read and fold again."""
+    try:
+        return written(ddb_client().update_item, **_label_update(tables.DAILY_TOTAL.physical_name, move))
+    except ClientError as error:
+        if error_code(error) != "TransactionConflictException":
+            raise
+        return False
 
 
 def _label_update(table_name: str, move: LabelFold) -> dict:
