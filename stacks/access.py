@@ -68,6 +68,7 @@ DAILY_TOTALS = {DAILY_TOTAL: (BATCH_GET,)}  # daily_totals.day_read (aggregation
 DAILY_STATUS = {DAILY_TOTAL: (BATCH_GET,)}  # daily_totals.read_days (metering.quota_position)
 DAILY_RANGE = {DAILY_TOTAL: (QUERY,)}  # daily_totals.days_between (reports)
 SPENT_LABELS = {DAILY_TOTAL: (QUERY,)}  # daily_totals.spent_labels (aggregates and reports)
+CONFIG_LABELS_EVER = {DAILY_TOTAL: (BATCH_GET,)}  # orgs.config_labels_ever (reports; the others read totals so)
 STICKY_READ = {STICKY_STATE: (GET,)}  # sticky.read
 # selection.current_decision: DailyTotals and StickyState in one call (dynamo.batch_get_many)
 SELECTION_READ = {DAILY_TOTAL: (BATCH_GET,), STICKY_STATE: (BATCH_GET,)}
@@ -148,7 +149,7 @@ _TABLES: dict[str, Grants] = {
         ),
     ),
     "reservations": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, RESERVE),
-    "spend_report": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, DAILY_RANGE),
+    "spend_report": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, DAILY_RANGE, CONFIG_LABELS_EVER),
     "alerts": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, ALERT_LIST),
     # (+ the usage table's stream: DescribeStream, GetRecords, GetShardIterator, which its
     # event source mapping grants, stacks/streams.py)

@@ -12,8 +12,11 @@ from functools import partial
 
 import boto3
 import pytest
+import yaml
 
 from local.gateway import LambdaContext, load_handler
+from price_keeper import state
+from price_keeper.config import config_path, get_config
 from price_keeper.domain import aggregation, alerts, repair
 from price_keeper.errors import ApiError
 from price_keeper.store import alert_records, daily_totals, dynamo, keys, tables, usage
@@ -447,6 +450,49 @@ def test_every_reader_counts_every_label_in_the_scopes_spend(stream, api, labels
     assert {row["label"]: row["cost_usd_micros"] for row in rows["rows"]} == spends
     answer = api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).json()
     assert answer["scope_total"]["spend_usd_micros"] == 123
+
+
+@pytest.mark.parametrize("labels_apart", [False, True])
+def test_a_label_removed_from_config_yaml_keeps_its_spend_in_the_scopes_spend(
+    stream, api, monkeypatch, tmp_path, labels_apart
+):
+    """An operator retires a config.yaml label during a day it was spent on. Where config
+    labels are apart, that spend is only in the label's own total: every reader still adds
+    it (``orgs.config_labels_ever``: the aggregator stored the label before folding it), so
+    the total cap and the hard cap still count it and the spend report still shows it."""
+    tenant = new_tenant(first_shard_count=1, labels_apart=labels_apart, model_ordering=("premium", "standard"))
+    table(tables.CONFIG).update_item(
+        Key={"org_key": keys.org_key(tenant.org_id), "resource_key": keys.ROOT_RESOURCE},
+        UpdateExpression="SET total_quota_usd_micros = :cap",
+        ExpressionAttributeValues={":cap": 30_000},
+    )
+    day = org_day("America/New_York")
+    now = int(utc_now().timestamp())
+    usage_support.put_shard(tenant.scope, "ultra_premium", 0, day=day, updated_at=now, cost=20_000)
+    fold(stream())
+
+    retired = tmp_path / "config.yaml"
+    raw = yaml.safe_load(config_path().read_text())
+    del raw["model_labels"]["ultra_premium"]
+    retired.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("PRICE_KEEPER_CONFIG", str(retired))
+    state.reset()  # the containers of the new deployment
+    assert "ultra_premium" not in get_config().labels
+
+    selection = api.get(tenant.app_path + "/model-selection", token=tenant.token).json()
+    assert selection["quota_status"]["total"]["spend_usd_micros"] == 20_000
+    aggregates = api.get(tenant.app_path + "/aggregates/today", token=tenant.token).json()
+    assert aggregates["total_cost_usd_micros"] == 20_000
+    on = f"{day[:4]}-{day[4:6]}-{day[6:]}"
+    rows = api.get(
+        f"/api/v1/orgs/{tenant.org_id}/reports/spend", token=tenant.org_token, query=f"from={on}&to={on}"
+    ).json()
+    assert {row["label"]: row["cost_usd_micros"] for row in rows["rows"] if row["cost_usd_micros"]} == {
+        "ultra_premium": 20_000
+    }
+    # premium's worst case (20,000 input tokens: 16,000 micro-USD) no longer fits the cap's 10,000 left
+    reservation = {"model_label": "premium", "max_input_tokens": 20_000, "max_output_tokens": 0}
+    assert api.post(tenant.app_path + "/reservations", reservation, token=tenant.token).status == 429
 
 
 def test_where_config_labels_are_apart_the_total_caps_alerts_count_them(stream):

@@ -171,7 +171,7 @@ class DailyRead(NamedTuple):
         other than ``labels`` that day (``daily_totals.lists_apart_beyond``)."""
         item = self.items.get(keys.scope_total_key(scope))
         held = {label: self.items[key] for label in labels if (key := keys.usage_key(scope, label)) in self.items}
-        return item is not None and daily_totals.lists_apart_beyond(item, held)
+        return item is not None and daily_totals.lists_apart_beyond(item, held, orgs.config_labels_ever())
 
     @classmethod
     def from_items(cls, items: Iterable[dict]) -> DailyRead:
@@ -578,6 +578,8 @@ def _fold(
         _ScopeDay(scope, date_key, label_days, configs.get(scope))
         for (scope, date_key), label_days in sorted(by_scope_day.items())
     ]
+    if any(scope_day.apart_labels for scope_day in scope_days):
+        orgs.record_config_labels()  # stored before any spend is kept apart under one of them
     snapshot = _read(label_shards, scope_days, consistent)
     report.active_shards += sum(len(shards) for shards in snapshot.shards.values())
     report.usage_keys += len(snapshot.shards)

@@ -16,13 +16,16 @@ from ..cache import TTLCache
 from ..config import get_config
 from ..errors import ApiError, not_found
 from ..store import boosts as boost_store
-from ..store import config_items, keys
+from ..store import config_items, daily_totals, keys
 from ..store.dynamo import ReadAlong
 from ..validation import is_app_id, is_uuid
 from . import hot_labels
 
 CONFIG_CACHE_SECONDS = 30
 _effective = TTLCache(CONFIG_CACHE_SECONDS)
+# The labels stored by ``record_config_labels`` (they only grow: a minute old at most is enough
+# for a container whose config.yaml lacks a label the store added since)
+_config_labels = TTLCache(60)
 
 APP_OVERRIDABLE = (
     "model_ordering",
@@ -110,8 +113,8 @@ class EffectiveConfig(NamedTuple):
 
     def apart_labels(self, day: str) -> tuple[str, ...]:
         """The labels the scope totals of org day ``day`` leave out (``labels_apart``): every
-        config.yaml label, or none."""
-        return tuple(get_config().labels) if self.labels_apart(day) else ()
+        label config.yaml has or had (``config_labels_ever``), or none."""
+        return config_labels_ever() if self.labels_apart(day) else ()
 
     def starting_shards(self, day: str) -> int:
         """The shards a label-day of org day ``day`` (yyyymmdd) starts on."""
@@ -184,6 +187,29 @@ def _boosts(org: dict, app: dict | None, app_id: str | None) -> dict[str, tuple[
     if org["quota_scope"] == "ORG":
         return boost_store.entries_of(org)
     return boost_store.entries_of(app) if app_id and app is not None else {}
+
+
+def config_labels_ever() -> tuple[str, ...]:
+    """config.yaml's labels, then every other label a config.yaml of this deployment had when
+    the aggregator folded with it (``record_config_labels``). Where config labels are kept
+    apart from the scope totals, a label's spend of a day is only in its own label total, so
+    a label removed from config.yaml must still be added by every reader of those days."""
+    labels = tuple(get_config().labels)
+    return labels + tuple(sorted(_stored_config_labels() - set(labels)))
+
+
+def record_config_labels() -> None:
+    """Add config.yaml's labels to the stored ones unless they are there: the aggregator
+    does it before it folds (once per container and config), so a label is stored before
+    any of its spend is kept apart from a scope total."""
+    stored = _stored_config_labels()
+    if missing := set(get_config().labels) - stored:
+        daily_totals.record_config_labels(missing)
+        _config_labels.put("stored", frozenset(stored | missing))
+
+
+def _stored_config_labels() -> frozenset[str]:
+    return _config_labels.get_or_load("stored", lambda: frozenset(daily_totals.config_labels_ever()))
 
 
 def effective_config(org_id: str, app_id: str | None = None) -> EffectiveConfig:

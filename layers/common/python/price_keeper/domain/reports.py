@@ -135,10 +135,14 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
     for key, items in zip(usage_keys, results, strict=True):
         for item in items:
             held.setdefault((keys.split_usage_key(key.usage_key)[0], item["date_key"]), {})[key.label] = item
+    config_labels = orgs.config_labels_ever()
     apart = [
         scope.scope
         for scope, items in zip(scopes, scope_totals, strict=True)
-        if any(daily_totals.lists_apart_beyond(item, held.get((scope.scope, item["date_key"]), {})) for item in items)
+        if any(
+            daily_totals.lists_apart_beyond(item, held.get((scope.scope, item["date_key"]), {}), config_labels)
+            for item in items
+        )
     ]
     listed = dict(zip(apart, daily_totals.spent_labels(apart, first, last), strict=True))
     outside = {

@@ -3,13 +3,12 @@ and the reads of selection, aggregates and reports."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import date
 from typing import NamedTuple
 
 from botocore.exceptions import ClientError
 
-from ..config import get_config
 from ..errors import error_code
 from . import keys, tables
 from .dynamo import Read, batch_get, ddb_client, query_all, query_many, table, transact, written
@@ -52,18 +51,19 @@ def progress(item: dict) -> tuple[int, int]:
     return int(item.get("requests", 0)) + 2 * int(item.get(VOIDS, 0)), int(item.get(CORRECTIONS, 0))
 
 
-def lists_apart_beyond(scope_total: dict, label_totals: dict[str, dict]) -> bool:
+def lists_apart_beyond(scope_total: dict, label_totals: dict[str, dict], config_labels: Collection[str]) -> bool:
     """Whether a scope-day's spent-label items name a label besides those of
     ``label_totals`` (label -> its total of that day, as a reader holds them). Each folded
-    label but a config label is listed once, in the scope total's set or in an item, in the
-    transaction that first folds it (a config label in the set, or nowhere where the scope
-    total leaves config labels apart): items counted no more than the held totals with a
-    fold (``progress`` past 0) of other labels outside the set mean the items name none other."""
+    label but a config label (``config_labels``: every label config.yaml has or had) is
+    listed once, in the scope total's set or in an item, in the transaction that first folds
+    it (a config label in the set, or nowhere where the scope total leaves config labels
+    apart): items counted no more than the held totals with a fold (``progress`` past 0) of
+    other labels outside the set mean the items name none other."""
     in_set = set(scope_total.get(LABELS, ()))
     folded_apart = sum(
         1
         for label, item in label_totals.items()
-        if label not in in_set and label not in get_config().labels and progress(item)[0] > 0
+        if label not in in_set and label not in config_labels and progress(item)[0] > 0
     )
     return int(scope_total.get(LISTED, 0)) > folded_apart
 
@@ -168,6 +168,23 @@ def _label_update(table_name: str, move: LabelFold) -> dict:
         },
         "ExpressionAttributeValues": bound,
     }
+
+
+def config_labels_ever() -> set[str]:
+    """Every label the aggregator has folded with a config.yaml that had it (the item's
+    ``labels``; none before it was first written)."""
+    found = batch_get(tables.DAILY_TOTAL, [keys.CONFIG_LABELS_KEY])  # what readers of totals are granted
+    return set(found[0].get(LABELS, ())) if found else set()
+
+
+def record_config_labels(labels: Iterable[str]) -> None:
+    """Add ``labels`` to ``config_labels_ever`` (a string set: it only grows)."""
+    table(tables.DAILY_TOTAL).update_item(
+        Key=keys.CONFIG_LABELS_KEY,
+        UpdateExpression="ADD #labels :labels",
+        ExpressionAttributeNames={"#labels": LABELS},
+        ExpressionAttributeValues={":labels": set(labels)},
+    )
 
 
 def put_heartbeat(now_epoch: int, lag_seconds: int) -> None:

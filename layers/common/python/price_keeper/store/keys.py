@@ -153,6 +153,8 @@ def label_of_spent_key(date_key: str) -> str:
 
 # The aggregator's heartbeat in DailyTotal (no usage key starts with '#').
 HEARTBEAT_KEY = {"usage_key": "#AGGREGATOR", "date_key": "#HEARTBEAT"}
+# Every label a config.yaml of this deployment has had (DailyTotal; ``store.daily_totals``).
+CONFIG_LABELS_KEY = {"usage_key": "#AGGREGATOR", "date_key": "#CONFIG_LABELS"}
 
 
 # Reconciliation (DailyTotal): the day's result, and the hour marks on label totals.
