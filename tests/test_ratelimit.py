@@ -11,7 +11,7 @@ from price_keeper.config import get_config
 from price_keeper.errors import ApiError
 from price_keeper.store.dynamo import ddb_client
 from tests.conftest import PROVISIONING_KEY, assert_error
-from tests.factories import seed_org
+from tests.factories import seed_app, seed_org, token_for
 from tests.provisioned import ORG_BODY, new_app, put_app, put_org, tokens
 
 NOW = 1_800_000_000.0  # a window start: 1_800_000_000 is a multiple of 60
@@ -121,6 +121,22 @@ def test_an_org_limit_replaces_the_configured_requests(limits_on):
     fleet = Fleet(3)
     assert sum(fleet.send("client-a", n % 3, "model_selection", requests=5000) for n in range(2000)) == 2000
     assert sum(fleet.send("client-b", n % 3, "model_selection", requests=3) for n in range(10)) == 3
+
+
+def test_requests_naming_an_app_the_org_does_not_have_count_against_the_limit(limits_on, api):
+    """Refusals count too: an org's token naming made-up apps is answered 404, and past its
+    limit 429, as on its real paths, so a client cannot send the store config reads without
+    end (red-team finding: the 404 came before the count)."""
+    org_id = seed_org()
+    seed_app(org_id, "app-1")
+    token = token_for(org_id)
+    limit = get_config().rate_limits["model_selection"].requests
+    replies = [
+        api.get(f"/api/v1/orgs/{org_id}/apps/ghost-{n % 3}/model-selection", token=token).status
+        for n in range(limit + 10)
+    ]
+    assert replies == [404] * limit + [429] * 10
+    assert api.get(f"/api/v1/orgs/{org_id}/apps/app-1/model-selection", token=token).status == 429  # one window
 
 
 def test_switched_off_by_environment(limits_on, monkeypatch):

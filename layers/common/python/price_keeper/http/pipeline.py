@@ -21,6 +21,7 @@ from __future__ import annotations
 from .. import ratelimit
 from ..domain import auth, orgs
 from ..domain.auth import Principal
+from ..errors import ApiError
 from ..routes import Auth, Route
 
 PROVISIONING_CLIENT = "provisioning-key"  # the rate-limit counter of the provisioning key
@@ -42,10 +43,18 @@ def _config_owner(claims: dict, org_id: str | None, app_id: str | None) -> tuple
 
 def _org_limit(claims: dict, limit_name: str | None, org_id: str | None, app_id: str | None) -> int | None:
     """The requests the caller's org set for this limit, if any, from the org's cached config
-    (``_config_owner``: read with the token check when the container had none)."""
+    (``_config_owner``: read with the token check when the container had none). A path
+    naming an app the org does not have is counted too (its handler answers 404 after): on
+    the token's own config, which holds the same org limits, else on the service's."""
     if limit_name not in ratelimit.ORG_ADJUSTABLE or not ratelimit.enabled():
         return None
-    return orgs.effective_config(*_config_owner(claims, org_id, app_id)).rate_limits.get(limit_name)
+    for owner in dict.fromkeys([_config_owner(claims, org_id, app_id), (claims["org_id"], claims.get("app_id"))]):
+        try:
+            return orgs.effective_config(*owner).rate_limits.get(limit_name)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+    return None
 
 
 def admit(route: Route | None, event: dict) -> Principal | None:
