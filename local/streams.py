@@ -158,8 +158,9 @@ class RepairQueue:
 
 class RepairTrigger(threading.Thread):
     """Delivers the repair queue to ``function`` as the queue's event source mapping does: up
-    to 10 messages an invocation, deleted when it succeeds, delivered again (after the
-    visibility timeout) when it fails."""
+    to 10 messages an invocation, deleted when it succeeds but for those its reply names
+    (``batchItemFailures``), which are delivered again (after the visibility timeout), as
+    all are when it fails."""
 
     def __init__(self, function: str, queue: RepairQueue, stop: threading.Event):
         super().__init__(name=f"repair-{function}", daemon=True)
@@ -178,9 +179,12 @@ class RepairTrigger(threading.Thread):
         messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
         if messages:
             records = [{"eventSource": "aws:sqs", "messageId": m["MessageId"], "body": m["Body"]} for m in messages]
-            invoke_job(self.function, {"Records": records})
-            sqs.delete_message_batch(
-                QueueUrl=url,
-                Entries=[{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(messages)],
-            )
+            reply = invoke_job(self.function, {"Records": records}) or {}
+            again = {failure["itemIdentifier"] for failure in reply.get("batchItemFailures") or ()}
+            done = [m for m in messages if m["MessageId"] not in again]
+            if done:
+                sqs.delete_message_batch(
+                    QueueUrl=url,
+                    Entries=[{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(done)],
+                )
         return len(messages)

@@ -56,7 +56,12 @@ class UsageStreamTrigger(Construct):
         aggregator.add_environment("REPAIR_QUEUE_URL", self.repair_queue.queue_url)
         self.repair_queue.grant_send_messages(aggregator)  # the audit's plan
         aggregator.add_event_source(
-            sources.SqsEventSource(self.repair_queue, batch_size=REPAIR_BATCH, max_concurrency=REPAIR_MAX_CONCURRENCY)
+            sources.SqsEventSource(
+                self.repair_queue,
+                batch_size=REPAIR_BATCH,
+                max_concurrency=REPAIR_MAX_CONCURRENCY,
+                report_batch_item_failures=True,  # a failed message comes back alone, not its batch
+            )
         )
         self.source = sources.DynamoEventSource(
             table,

@@ -847,6 +847,34 @@ def test_a_stream_batch_given_up_on_is_refolded_from_its_failure_message(stream,
     assert seen["TransactWriteItems"] == 1 and "Scan" not in seen  # no other scope, one write
 
 
+def test_a_repair_message_whose_fold_fails_comes_back_alone(repair_queue, monkeypatch):
+    """Two audit messages in one delivery, one naming a scope whose fold keeps failing: the
+    aggregator reports that message (``batchItemFailures``), so SQS delivers it again (and,
+    at last, to the dead-letter queue) while the other, folded, is deleted; before, the
+    run raised and both came back, the folded one to the dead-letter queue too."""
+    import local.streams
+    from tests.test_faults import FOREVER, fail_calls
+
+    monkeypatch.setattr(aggregation, "FOLD_THREADS", 1)  # the first scope's write succeeds, the second's fails
+    monkeypatch.setattr(dynamo, "_backoff", lambda attempt: None)
+    replies = []
+    invoke = local.streams.invoke_job
+    monkeypatch.setattr(local.streams, "invoke_job", lambda *args: replies.append(invoke(*args)) or replies[-1])
+    folded, failing = sorted(keys.scope_key(seed_org(), "app-1", "APP") for _ in range(2))
+    sqs, url = repair_queue.queue.sqs, repair_queue.queue.url
+    sent = {}
+    for scope in (folded, failing):
+        put_shard(scope, "premium", 0, cost=5)
+        body = {"audit": [[keys.usage_key(scope, "premium"), keys.day_key(DAY), [0]]]}
+        sent[scope] = sqs.send_message(QueueUrl=url, MessageBody=json.dumps(body))["MessageId"]
+    fail_calls("TransactWriteItems", FOREVER, code="InternalServerError", after=1)
+    assert repair_queue() == 1
+    assert total(folded, "premium")["cost_usd_micros"] == 5 and total(failing, "premium") is None
+    assert replies == [{"batchItemFailures": [{"itemIdentifier": sent[failing]}]}]
+    left = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (left["ApproximateNumberOfMessages"], left["ApproximateNumberOfMessagesNotVisible"]) == ("0", "1")
+
+
 def test_the_local_stream_trigger_sends_a_batch_it_gives_up_on_to_the_repair_queue(repair_queue):
     from local.streams import StreamReader
 

@@ -4,7 +4,9 @@ each changed scope is to its quotas. Two triggers, one fold (``price_keeper.doma
 the usage table's DynamoDB Stream (event source mapping: the labels a batch of usage writes
 changed, within seconds) and the repair queue (SQS: stream batches that failed for good, and
 the audit's chunks, which the EventBridge schedule plans; ``price_keeper.domain.repair``).
-A failed batch raises: Lambda retries it, and the fold is idempotent."""
+The fold is idempotent: a stream batch with a scope-day that failed raises, and Lambda
+retries it; from the repair queue, the messages naming one are reported
+(``batchItemFailures``) and delivered again, the others deleted."""
 
 from dataclasses import asdict
 
@@ -29,7 +31,7 @@ def lambda_handler(event: dict, context) -> dict:
     if trigger == "schedule":  # no repair queue (tests, tools): the audit in this invocation
         report = aggregation.run()
     elif trigger == "aws:sqs":
-        report = repair.repair(record["body"] for record in records)
+        report, failed_messages = repair.repair({record["messageId"]: record["body"] for record in records})
     else:
         report = aggregation.fold_stream(DynamoDBStreamEvent(event).records)
     now = utc_now()
@@ -49,5 +51,7 @@ def lambda_handler(event: dict, context) -> dict:
         "trigger": trigger,
     }
     logger.info("aggregation run", extra={"report": summary})
+    if trigger == "aws:sqs":  # the mapping's ReportBatchItemFailures: only these come back
+        return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed_messages]}
     report.raise_if_failed()  # the others are folded and alerted: retry the batch for the failed ones
     return summary

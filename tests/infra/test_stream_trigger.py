@@ -92,6 +92,7 @@ def test_failed_batches_go_to_the_repair_queue_which_the_aggregator_drains(synth
     assert logical_id(sqs_mapping["EventSourceArn"]) == repair_id
     assert logical_id(sqs_mapping["FunctionName"]) == synth.function_ids()["aggregator"]
     assert sqs_mapping["ScalingConfig"]["MaximumConcurrency"] == 50
+    assert sqs_mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]  # a failed message alone comes back
     env = synth.resources("AWS::Lambda::Function")[synth.function_ids()["aggregator"]]["Properties"]["Environment"]
     assert logical_id(env["Variables"]["REPAIR_QUEUE_URL"]) == repair_id
     role = synth.role_ids()["aggregator"]

@@ -15,16 +15,19 @@ Two producers, one worker (the aggregator, on the queue's event source mapping):
   the audit finishes in the time the planner pages the index plus one chunk's fold, however
   many scopes there are (docs/metering.md, "Repair").
 
-A message folded twice changes nothing (the fold is idempotent); a failed one is retried by
-SQS and then lands in the queue's dead-letter queue, which is alarmed.
+A message folded twice changes nothing (the fold is idempotent). The worker reports the
+messages that named a scope-day whose fold failed (the mapping's ``ReportBatchItemFailures``):
+SQS delivers those again and then moves them to the queue's dead-letter queue, which is
+alarmed; the other messages of the batch are done and deleted.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Mapping
 from datetime import datetime
+from typing import NamedTuple
 
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
@@ -83,13 +86,19 @@ def _send_batches(bodies: list[str]) -> list[list[str]]:
     return batches
 
 
-def repair(bodies: Iterable[str], now: datetime | None = None) -> RunReport:
-    """The worker: fold what a batch of repair messages names: an audit chunk's label-days
-    from the shards listed, and the labels a failed stream batch changed (its records read
-    again from the stream), all of their shards."""
+class Repaired(NamedTuple):
+    report: RunReport
+    failed_messages: list[str]  # ids of the messages naming a scope-day whose fold failed
+
+
+def repair(messages: Mapping[str, str], now: datetime | None = None) -> Repaired:
+    """The worker: fold what a batch of repair messages (id -> body) names: an audit chunk's
+    label-days from the shards listed, and the labels a failed stream batch changed (its
+    records read again from the stream), all of their shards."""
     audited: dict[LabelDay, list[dict]] = {}
     failed: set[LabelDay] = set()
-    for body in bodies:
+    named: dict[str, set[LabelDay]] = {}
+    for message_id, body in messages.items():
         message = json.loads(body)
         if "audit" in message:
             for usage_key, date_key, shards in message["audit"]:
@@ -97,12 +106,25 @@ def repair(bodies: Iterable[str], now: datetime | None = None) -> RunReport:
                 audited[(usage_key, date_key)] = [
                     {"shard_key": keys.shard_key(scope, label, shard), "date_key": date_key} for shard in shards
                 ]
+            named[message_id] = {(usage_key, date_key) for usage_key, date_key, _ in message["audit"]}
         elif "DDBStreamBatchInfo" in message:
             batch = message["DDBStreamBatchInfo"]
             records = usage.stream_records(
                 batch["streamArn"], batch["shardId"], batch["startSequenceNumber"], batch["endSequenceNumber"]
             )
-            failed |= aggregation.changed_labels(DynamoDBStreamEvent({"Records": records}).records)
+            named[message_id] = aggregation.changed_labels(DynamoDBStreamEvent({"Records": records}).records)
+            failed |= named[message_id]
     report = aggregation.fold_shards(audited, now)
     report.merge(aggregation.fold_label_days(failed, now))
-    return report
+    unfolded = set(report.failed)
+    return Repaired(
+        report,
+        [
+            message_id
+            for message_id, label_days in named.items()
+            if any(
+                (keys.split_usage_key(usage_key)[0], keys.day_of_key(date_key)) in unfolded
+                for usage_key, date_key in label_days
+            )
+        ],
+    )
