@@ -144,8 +144,13 @@ def _http_api_event(route, method, path, params, body, headers, query, source_ip
     }
 
 
-# One request at a time per function, as one Lambda container serves them: a Powertools
-# resolver keeps the current event on itself, so threads must not share one concurrently.
+# One API request at a time in this process: a Powertools resolver keeps the current event in
+# a class attribute (``BaseRouter.current_event``) that every resolver of the process shares.
+# Deployed, each function is a process of its own; here, two functions resolving at once could
+# read each other's request (seen: a reservation validated against a usage report's body).
+_resolver_lock = threading.Lock()
+# Jobs (the aggregator, the pricing fetcher): one run at a time per function, as one Lambda
+# container serves them.
 _function_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
 
 
@@ -179,12 +184,12 @@ def invoke(method: str, path: str, **kwargs) -> dict:
     event, function = built
     context = LambdaContext(function_name=function, aws_request_id=event["requestContext"]["requestId"])
     handler = load_handler(function)
-    with _function_locks[function]:
+    with _resolver_lock:
         return handler(event, context)
 
 
 def invoke_job(function: str, event: dict):
     """Call a job's handler (the aggregator, the pricing fetcher) as its trigger would: the
-    schedule's event, a stream batch. One run at a time per function, as in ``invoke``."""
+    schedule's event, a stream batch. One run at a time per function."""
     with _function_locks[function]:
         return load_handler(function)(event, LambdaContext(function_name=function))

@@ -32,6 +32,43 @@ def test_the_local_gateway_serves_the_stacks_default_kind():
     assert event["version"] == "2.0" and event["routeKey"] == f"GET {routes.HEALTH}"
 
 
+def test_the_local_gateway_runs_one_api_function_at_a_time(aws, monkeypatch):
+    """Powertools keeps a resolver's current event in a class attribute that every resolver
+    of a process shares (``BaseRouter.current_event``). Deployed, each function is a process
+    of its own; the local server runs them all in one, so two functions resolving at once
+    read each other's request (a reservation was once validated against a usage report's
+    body, under 64 concurrent e2e clients). Requests to different functions never overlap."""
+    import threading
+    import time
+
+    load = gateway.load_handler
+    running: set[str] = set()
+    overlaps = []
+
+    def watched(function: str):
+        handler = load(function)
+
+        def run(event, context):
+            running.add(function)
+            overlaps.extend(other for other in running if other != function)
+            time.sleep(0.005)
+            running.discard(function)
+            return handler(event, context)
+
+        return run
+
+    monkeypatch.setattr(gateway, "load_handler", watched)
+    threads = [
+        threading.Thread(target=lambda path=path: [gateway.invoke("GET", path) for _ in range(20)])
+        for path in (routes.HEALTH, routes.OPENAPI)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert overlaps == []
+
+
 def test_provisioning_tokens_and_a_bearer_call_with_path_ids(kind_api):
     org_id, _ = new_org(kind_api)
     credentials = new_app(kind_api, org_id, "app-1")
