@@ -5,8 +5,9 @@ with Lambda-shaped batches, so ``make run`` folds usage within seconds as AWS do
 
 Like the mapping: reading starts at ``TRIM_HORIZON`` (after a restart, the replayed journal's
 writes are folded again, which changes nothing), a batch is sent when ``batch_size`` records
-wait or the first has waited ``batching_window_s``, and a batch that keeps failing is
-given up after ``retries`` attempts: its description goes to the repair queue, as the
+wait or the first has waited ``batching_window_s``, a batch whose reply names a failed
+record (``batchItemFailures``) is delivered again from that record on, and a batch that
+keeps failing is given up after ``retries`` attempts: its description goes to the repair queue, as the
 mapping's on-failure destination sends it. ``RepairTrigger`` delivers that queue (moto's
 SQS) to the aggregator as the queue's mapping does: the same fan-out code as deployed
 (``price_keeper.domain.repair``), the audit's chunks included.
@@ -110,14 +111,19 @@ class StreamTrigger(threading.Thread):
     def _deliver(self, batch: list[dict]) -> None:
         for attempt in range(1, USAGE_STREAM.retries + 2):
             try:
-                invoke_job(self.function, lambda_event(batch))
-                return
+                failures = (invoke_job(self.function, lambda_event(batch)) or {}).get("batchItemFailures")
+                if not failures:
+                    return
+                # ReportBatchItemFailures: the mapping resumes at the first failed record
+                resume = min(int(failure["itemIdentifier"]) for failure in failures)
+                batch = [record for record in batch if int(record["dynamodb"]["SequenceNumber"]) >= resume]
+                log.warning("%s failed from record %d of a stream batch (attempt %d)", self.function, resume, attempt)
             except Exception:  # as Lambda retries a failed batch
                 log.exception(
                     "%s failed on a stream batch of %d records (attempt %d)", self.function, len(batch), attempt
                 )
-                if self.stop_event.wait(min(2.0, 0.1 * 2**attempt)):
-                    return
+            if self.stop_event.wait(min(2.0, 0.1 * 2**attempt)):
+                return
         log.error(
             "%s: a stream batch of %d records given up after %d retries; sent to the repair queue",
             self.function,

@@ -69,6 +69,7 @@ class UsageStreamTrigger(Construct):
             batch_size=USAGE_STREAM.batch_size,
             max_batching_window=Duration.seconds(USAGE_STREAM.batching_window_s),
             bisect_batch_on_error=True,
+            report_batch_item_failures=True,  # resume at the first record of a scope-day that failed
             retry_attempts=USAGE_STREAM.retries,
             max_record_age=Duration.seconds(USAGE_STREAM.max_record_age_s),
             on_failure=sources.SqsDlq(self.repair_queue),

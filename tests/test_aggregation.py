@@ -186,7 +186,8 @@ def test_a_run_that_fails_half_way_is_completed_by_the_next(aws, monkeypatch):
 
 def test_one_scope_failing_never_stops_the_others_and_its_batch_is_retried(stream, monkeypatch):
     """A tenant whose fold fails (here: its transaction is refused) is logged; the batch's
-    other scopes are folded and alerted, and the run fails so that Lambda retries it."""
+    other scopes are folded and alerted, and the run names the failed scope's first record
+    (``batchItemFailures``), from which Lambda delivers the batch again."""
     poisoned, healthy = (keys.scope_key(seed_org(), "app-1", "APP") for _ in range(2))
     put_shard(poisoned, "premium", 0, cost=5)
     put_shard(healthy, "premium", 0, cost=7)
@@ -199,11 +200,16 @@ def test_one_scope_failing_never_stops_the_others_and_its_batch_is_retried(strea
         return real_fold(scope, *args)
 
     monkeypatch.setattr(daily_totals, "fold_scope", refuse_poisoned)
-    with pytest.raises(aggregation.FoldFailed):
-        fold(event)
+    (failure,) = fold(event)["batchItemFailures"]
+    sequence_of = {
+        r["dynamodb"]["Keys"]["shard_key"]["S"].split("#LABEL#")[0]: r["dynamodb"]["SequenceNumber"]
+        for r in event["Records"]
+    }
+    assert failure == {"itemIdentifier": sequence_of[poisoned]}
     assert scope_total(healthy)["cost_usd_micros"] == 7 and scope_total(poisoned) is None
     monkeypatch.undo()
-    assert fold(event)["totals_written"] == 2  # Lambda's retry: the healthy scope has nothing left to write
+    resumed = [r for r in event["Records"] if int(r["dynamodb"]["SequenceNumber"]) >= int(sequence_of[poisoned])]
+    assert fold({"Records": resumed})["totals_written"] == 2  # Lambda's retry, from the failed record on
     assert scope_total(poisoned)["cost_usd_micros"] == 5
 
 
@@ -845,6 +851,45 @@ def test_a_stream_batch_given_up_on_is_refolded_from_its_failure_message(stream,
     assert scope_total(scope)["cost_usd_micros"] == 73 and total(other, "premium") is None
     assert all(other not in str(key) for key in keys_read)  # the repair costs what failed: no index,
     assert seen["TransactWriteItems"] == 1 and "Scan" not in seen  # no other scope, one write
+
+
+def test_a_stream_batch_resumes_at_the_first_record_of_a_scope_day_whose_fold_failed(stream, repair_queue, monkeypatch):
+    """Two scopes in one stream batch, the second's fold failing: the aggregator folds the
+    first and names the second's first record (``batchItemFailures``), where the mapping
+    delivers the batch again; the local trigger does so, and the retry folds the rest."""
+    import threading
+
+    import local.streams
+    from local.streams import StreamReader, StreamTrigger
+    from tests.test_faults import fail_calls
+
+    monkeypatch.setattr(aggregation, "FOLD_THREADS", 1)  # the first scope's write succeeds, the second's fails
+    monkeypatch.setattr(dynamo, "_backoff", lambda attempt: None)
+    reader = StreamReader(tables.USAGE_AGG_SHARDED)
+    folded, failing = sorted(keys.scope_key(seed_org(), "app-1", "APP") for _ in range(2))
+    for scope in (folded, failing):
+        put_shard(scope, "premium", 0, cost=5)
+    batch = reader.read()
+    first_of_failing = next(
+        r["dynamodb"]["SequenceNumber"] for r in batch if r["dynamodb"]["Keys"]["shard_key"]["S"].startswith(failing)
+    )
+    fail_calls("TransactWriteItems", 1, code="InternalServerError", after=1)
+    reply = fold(lambda_event_of(batch))
+    assert reply == {"batchItemFailures": [{"itemIdentifier": first_of_failing}]}
+    assert total(folded, "premium")["cost_usd_micros"] == 5 and total(failing, "premium") is None
+
+    delivered = []
+    invoke = local.streams.invoke_job
+    monkeypatch.setattr(local.streams, "invoke_job", lambda name, event: delivered.append(event) or invoke(name, event))
+    fail_calls("TransactWriteItems", 1, code="InternalServerError")  # the first delivery's fold of the failing scope
+    StreamTrigger("aggregator", reader, threading.Event(), repair_queue.queue)._deliver(batch)
+    resumed = [r["dynamodb"]["SequenceNumber"] for r in delivered[1]["Records"]]
+    assert resumed[0] == first_of_failing and len(resumed) < len(batch)
+    assert total(failing, "premium")["cost_usd_micros"] == 5
+
+
+def lambda_event_of(records: list[dict]) -> dict:
+    return {"Records": records}
 
 
 def test_a_repair_message_whose_fold_fails_comes_back_alone(repair_queue, monkeypatch):

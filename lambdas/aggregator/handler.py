@@ -4,9 +4,10 @@ each changed scope is to its quotas. Two triggers, one fold (``price_keeper.doma
 the usage table's DynamoDB Stream (event source mapping: the labels a batch of usage writes
 changed, within seconds) and the repair queue (SQS: stream batches that failed for good, and
 the audit's chunks, which the EventBridge schedule plans; ``price_keeper.domain.repair``).
-The fold is idempotent: a stream batch with a scope-day that failed raises, and Lambda
-retries it; from the repair queue, the messages naming one are reported
-(``batchItemFailures``) and delivered again, the others deleted."""
+The fold is idempotent. A scope-day whose fold failed is reported to the event source
+mapping (``batchItemFailures``, ``ReportBatchItemFailures``): for the stream, its first
+record, from which the batch is delivered again; for the repair queue, the messages naming
+it, delivered again while the others are deleted."""
 
 from dataclasses import asdict
 
@@ -28,12 +29,16 @@ def lambda_handler(event: dict, context) -> dict:
         planned = repair.plan_audit()
         logger.info("audit planned", extra={"plan": planned})
         return {**planned, "trigger": trigger}
+    failed_items: list[str] = []  # what the event source mapping delivers again (messages, or where a stream resumes)
     if trigger == "schedule":  # no repair queue (tests, tools): the audit in this invocation
         report = aggregation.run()
     elif trigger == "aws:sqs":
-        report, failed_messages = repair.repair({record["messageId"]: record["body"] for record in records})
+        report, failed_items = repair.repair({record["messageId"]: record["body"] for record in records})
     else:
-        report = aggregation.fold_stream(DynamoDBStreamEvent(event).records)
+        stream_records = list(DynamoDBStreamEvent(event).records)
+        report = aggregation.fold_stream(stream_records)
+        first = aggregation.first_unfolded(stream_records, report.failed)
+        failed_items = [first] if first else []
     now = utc_now()
     fired = alerts.fire_after_run(report, now)
     metrics.add_metric(name=AGGREGATOR_LAG_SECONDS, unit=MetricUnit.Seconds, value=report.lag_seconds)
@@ -51,7 +56,7 @@ def lambda_handler(event: dict, context) -> dict:
         "trigger": trigger,
     }
     logger.info("aggregation run", extra={"report": summary})
-    if trigger == "aws:sqs":  # the mapping's ReportBatchItemFailures: only these come back
-        return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed_messages]}
-    report.raise_if_failed()  # the others are folded and alerted: retry the batch for the failed ones
+    if report.failed and failed_items:  # the others are folded and alerted
+        return {"batchItemFailures": [{"itemIdentifier": item} for item in failed_items]}
+    report.raise_if_failed()  # the schedule's run, or failures no item names: retry it all
     return summary

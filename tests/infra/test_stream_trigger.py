@@ -54,6 +54,7 @@ def test_the_usage_stream_triggers_the_aggregator(request, which):
     assert 0 < props["MaximumBatchingWindowInSeconds"] <= 1
     assert props["BatchSize"] == aggregation.USAGE_STREAM.batch_size
     assert props["BisectBatchOnFunctionError"] is True
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]  # resumes at a failed scope-day's record
     assert props["MaximumRetryAttempts"] == aggregation.USAGE_STREAM.retries
     assert props["MaximumRecordAgeInSeconds"] == aggregation.USAGE_STREAM.max_record_age_s
     assert props["ParallelizationFactor"] == aggregation.USAGE_STREAM.parallelization_factor > 1

@@ -272,19 +272,34 @@ class _Group:
 def changed_labels(records: Iterable[DynamoDBRecord]) -> set[tuple[str, str]]:
     """(usage_key, date_key) of every label whose shards a stream batch wrote; the records
     ``USAGE_STREAM_FILTER`` lets through, whatever else the batch holds."""
-    changed = set()
+    return {label_day for record in records if (label_day := _label_day_written(record))}
+
+
+def first_unfolded(records: Iterable[DynamoDBRecord], failed: Iterable[tuple[str, str]]) -> str | None:
+    """The sequence number of the first record of a stream batch whose scope-day's fold
+    failed (``RunReport.failed``): where the mapping resumes (``ReportBatchItemFailures``),
+    so the records before it are not delivered again; None when no record names one."""
+    unfolded = set(failed)
     for record in records:
-        item_keys = record.dynamodb.keys if record.dynamodb else {}
-        date_key = item_keys.get("date_key")
-        if (
-            record.event_name
-            and record.event_name.name in SHARD_WRITES
-            and isinstance(date_key, str)
-            and date_key.startswith(keys.day_key(""))
-            and "shard_key" in item_keys
-        ):
-            changed.add((keys.usage_key_of_shard(item_keys["shard_key"]), date_key))
-    return changed
+        label_day = _label_day_written(record)
+        if label_day and (keys.split_usage_key(label_day[0])[0], keys.day_of_key(label_day[1])) in unfolded:
+            return record.dynamodb.sequence_number
+    return None
+
+
+def _label_day_written(record: DynamoDBRecord) -> LabelDay | None:
+    """The (usage_key, date_key) whose shard ``record`` wrote, if it is such a write."""
+    item_keys = record.dynamodb.keys if record.dynamodb else {}
+    date_key = item_keys.get("date_key")
+    if (
+        record.event_name
+        and record.event_name.name in SHARD_WRITES
+        and isinstance(date_key, str)
+        and date_key.startswith(keys.day_key(""))
+        and "shard_key" in item_keys
+    ):
+        return keys.usage_key_of_shard(item_keys["shard_key"]), date_key
+    return None
 
 
 def usage_expires_at(day: str) -> int:
