@@ -71,7 +71,7 @@ class Meter:
     def __init__(self):
         self.inspect = boto3.resource("dynamodb").meta.client  # a second client: not counted
         self.calls: Counter = Counter()
-        self.by_thread: Counter = Counter()  # calls by the thread that made them (a run's critical path)
+        self.by_thread: Counter = Counter()  # calls by the name of the thread that made them (a run's critical path)
         self.wcu = self.rcu = 0.0
         self._call = threading.local()  # the call in flight, per thread (the fold writes in parallel)
         self._lock = threading.Lock()
@@ -115,7 +115,7 @@ class Meter:
 
     def _add(self, operation: str, params: dict, before_sizes: list[int], parsed: dict) -> None:
         self.calls[operation] += 1
-        self.by_thread[threading.get_ident()] += 1
+        self.by_thread[threading.current_thread().name] += 1  # names, unlike ids, are not reused
         if operation == "TransactWriteItems":
             for action, before in zip(params["TransactItems"], before_sizes, strict=True):
                 kind, body = next(iter(action.items()))

@@ -259,11 +259,9 @@ class Aggregator:
                 if not self.read_now and not self.pending:
                     aggregator.empty_poll = number
 
-            def _deliver(self, batch):
-                aggregator.invocations += 1
-                aggregator.records += len(batch)
+            def _deliver(self, batch):  # one invocation, or more when a reply names failed records
                 meter = aggregator.meter
-                before = (Counter(meter.calls), meter.wcu, meter.rcu, Counter(meter.by_thread))
+                before = (Counter(meter.calls), meter.wcu, meter.rcu, Counter(meter.by_thread), aggregator.invocations)
                 super()._deliver(batch)
                 aggregator.attribute(batch, *before)
 
@@ -278,12 +276,24 @@ class Aggregator:
                 aggregator.given_up += 1
                 super().send_failure(reader, batch)
 
+        import local.streams
+
+        deliver = local.streams.invoke_job
+
+        def invoked(function: str, event: dict):
+            aggregator.invocations += 1
+            aggregator.records += len(event["Records"])
+            return deliver(function, event)
+
+        local.streams.invoke_job = invoked  # this process is the mapping: each invocation counted
         trigger = Counted("aggregator", CountedReader(tables.USAGE_AGG_SHARDED), self.stop_event, CountedRepair())
         self.trigger = trigger
         sys.stdout = _Unless(self.trigger, sys.stdout)  # its metrics (EMF lines) not printed
         self.trigger.start()
 
-    def attribute(self, batch: list[dict], calls: Counter, wcu: float, rcu: float, by_thread: Counter) -> None:
+    def attribute(
+        self, batch: list[dict], calls: Counter, wcu: float, rcu: float, by_thread: Counter, invocations: int
+    ) -> None:
         """Share what folding ``batch`` cost among the tenant shapes by the label-days each
         had in it (a fold's work is per changed label-day, whatever its records): a batched
         client's 100 records of a label fold at the price of one, a single client's record
@@ -304,20 +314,25 @@ class Aggregator:
         for shape, count in shapes.items():
             share = count / label_days
             tally = self.by_shape[shape]
-            tally.requests += share  # the shape's share of this invocation
+            tally.requests += share * (self.invocations - invocations)  # the shape's share of the invocations
             tally.calls.update({name: n * share for name, n in spent.items()})
             tally.sequential_calls += sequential * share
             tally.wcu += (self.meter.wcu - wcu) * share
             tally.rcu += (self.meter.rcu - rcu) * share
 
     def sequential_calls(self, before: Counter) -> int:
-        """The calls of the invocation that just ran, one after another: those of the invoking
-        thread and those of its busiest fold thread (``aggregation.FOLD_THREADS`` write
-        scope-days at once while it waits). Lambda bills the wall-clock time."""
+        """The calls of the invocations that just ran, one after another: those of the
+        invoking thread and, for each thread pool it waited on (a read of over 100 keys, the
+        fold's ``FOLD_THREADS`` writing scope-days at once), its busiest thread's. Lambda
+        bills the wall-clock time."""
         made = Counter(self.meter.by_thread)
         made.subtract(before)
-        invoking = made.pop(threading.get_ident(), 0)
-        return invoking + max(made.values(), default=0)
+        invoking = made.pop(threading.current_thread().name, 0)
+        busiest: dict[str, int] = {}
+        for thread, calls in made.items():  # a pool's threads are named "<pool>_<n>"
+            pool = thread.rpartition("_")[0] or thread
+            busiest[pool] = max(busiest.get(pool, 0), calls)
+        return invoking + sum(busiest.values())
 
     def drain(self, timeout_seconds: float = 900.0) -> None:
         """Return once every write made before the call is folded: a poll that began after

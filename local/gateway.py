@@ -190,6 +190,9 @@ def invoke(method: str, path: str, **kwargs) -> dict:
 
 def invoke_job(function: str, event: dict):
     """Call a job's handler (the aggregator, the pricing fetcher) as its trigger would: the
-    schedule's event, a stream batch. One run at a time per function."""
+    schedule's event, a stream batch. One run at a time per function. Its reply comes back
+    JSON-encoded and decoded, as the Lambda runtime marshals it (a reply it cannot encode
+    fails the invocation there, and here)."""
     with _function_locks[function]:
-        return load_handler(function)(event, LambdaContext(function_name=function))
+        reply = load_handler(function)(event, LambdaContext(function_name=function))
+    return json.loads(json.dumps(reply))

@@ -213,6 +213,24 @@ def test_one_scope_failing_never_stops_the_others_and_its_batch_is_retried(strea
     assert scope_total(poisoned)["cost_usd_micros"] == 5
 
 
+def test_a_stream_runs_reply_and_log_line_are_json(stream, caplog):
+    """The run's summary counts the report's maps, whose keys are tuples. As they were, the
+    Lambda runtime could not marshal the reply (``Runtime.MarshalError``: every invocation
+    that folded something failed and was retried; the local gateway now encodes replies as
+    the runtime does), and the logger could not serialise the line (the tests log warnings
+    only, so none showed it; a review found both)."""
+    from price_keeper.observability import logger
+
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(scope, "premium", 0, cost=5)
+    with caplog.at_level("INFO", logger=logger.name):  # as deployed
+        reply = fold(stream())
+    assert json.loads(json.dumps(reply))["scope_costs"] == 1
+    (record,) = [record for record in caplog.records if record.getMessage() == "aggregation run"]
+    line = json.loads(logger.registered_formatter.format(record))
+    assert line["report"]["totals_written"] == 2 and line["report"]["scope_costs"] == 1
+
+
 def test_the_scheduled_handler_reports_the_run(api):
     tenant = new_tenant()
     api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token)

@@ -99,7 +99,8 @@ def test_a_new_token_is_checked_against_the_revocation_list_once(api, calls):
 )
 def test_a_cold_containers_report_on_a_config_label_reads_no_profile(api, calls, app_item, boost_queries):
     """At fleet shape a container rarely serves an app twice, so its first report is the
-    common case: the token check with the config (its boosts on its items) in one read, a
+    common case (in a container warm for other tenants: prices and the stored config
+    labels cached): the token check with the config (its boosts on its items) in one read, a
     lease, the write and the receipt's totals. A config.yaml label needs no profile lookup
     (registration refuses config labels), so no GetItem."""
     warm = new_tenant()
@@ -109,6 +110,27 @@ def test_a_cold_containers_report_on_a_config_label_reads_no_profile(api, calls,
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
     expected = {"BatchGetItem": 2, "Query": boost_queries, "UpdateItem": 1, "TransactWriteItems": 1}
     assert dict(calls) == {name: count for name, count in expected.items() if count}
+
+
+def test_a_request_naming_an_app_the_org_does_not_have_reads_it_twice_and_no_more(api, calls):
+    """Counted and refused in the request pipeline (docs/auth.md, "Rate limits"): the app
+    read eventually consistent, then strongly (it may be a moment old), and the 404; the
+    org's own config for the limit comes from the token check's read, and the handler is
+    never run to read the app a third time (a review found 4 reads a request, 6 cold)."""
+    from price_keeper.store import tables
+
+    tenant = new_tenant()
+    config_reads = []
+    ddb_client().meta.events.register(
+        "provide-client-params.dynamodb.BatchGetItem",
+        lambda params, **_: config_reads.append(tables.CONFIG.physical_name in params["RequestItems"]),
+    )
+    path = f"/api/v1/orgs/{tenant.org_id}/apps/ghost-{{}}/model-selection"
+    assert api.get(path.format(0), token=tenant.org_token).status == 404  # cold: the token check carries the config
+    config_reads.clear()
+    for n in range(1, 6):
+        assert api.get(path.format(n), token=tenant.org_token).status == 404
+    assert sum(config_reads) == 2 * 5
 
 
 def test_the_config_is_read_eventually_consistent_and_an_item_not_found_again_strongly(aws, monkeypatch):

@@ -47,11 +47,13 @@ def lambda_handler(event: dict, context) -> dict:
     metrics.add_metric(name="AlertsFired", unit=MetricUnit.Count, value=len(fired))
     for pct in alerts.spend_pcts(report, now):  # one metric, a value per quota (Powertools flushes each 100)
         metrics.add_metric(name=SPEND_PCT, unit=MetricUnit.Percent, value=pct)
-    summary = {
+    summary = {  # counts of the report's lists and maps (their tuples are not JSON)
         **asdict(report),
         "failed": len(report.failed),
         "costs": len(report.costs),
         "changed": len(report.changed),
+        "scope_costs": len(report.scope_costs),
+        "sticky": len(report.sticky),
         "alerts_fired": len(fired),
         "trigger": trigger,
     }

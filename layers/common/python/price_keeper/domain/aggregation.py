@@ -220,8 +220,9 @@ class RunReport:
     # beside the totals when the scope uses sticky fallback), for the scopes changed
     scope_costs: dict[tuple[str, str], int] = field(default_factory=dict)
     sticky: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)  # labels passed
-    # (scope, yyyymmdd) whose fold failed: logged, the others folded; the run then fails so
-    # that its batch or message is delivered again (``raise_if_failed``)
+    # (scope, yyyymmdd) whose fold failed: logged, the others folded; the handler names the
+    # stream records or repair messages to deliver again (``first_unfolded``, ``repair``),
+    # else fails the run (``raise_if_failed``)
     failed: list[tuple[str, str]] = field(default_factory=list)
 
     def raise_if_failed(self) -> None:

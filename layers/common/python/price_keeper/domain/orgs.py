@@ -245,15 +245,19 @@ def config_along(org_id: str, app_id: str | None) -> ReadAlong | None:
     config, for a BatchGetItem made anyway (a cold request's token check,
     ``auth.authenticate_bearer``): at fleet shape a container rarely serves a client twice,
     so this saves a round trip on most requests. What it finds is cached as
-    ``effective_config`` would; an org or app it did not find is left to
-    ``effective_config``, which reads it again strongly (it may be a moment old) or 404s."""
+    ``effective_config`` would, the org's own config too; an org or app it did not find is
+    left to ``effective_config``, which reads it again strongly (it may be a moment old) or
+    404s."""
     if _effective.get((org_id, app_id)) is not None:
         return None
     pairs = {(org_id, None), (org_id, app_id)}
-    return ReadAlong(
-        config_items.clients_read(pairs, consistent=False),
-        lambda items: _cached(config_items.clients_found(pairs, items), org_id, app_id),
-    )
+
+    def found(items: list[dict]) -> None:
+        by_pair = config_items.clients_found(pairs, items)
+        for pair in pairs:
+            _cached(by_pair, *pair)
+
+    return ReadAlong(config_items.clients_read(pairs, consistent=False), found)
 
 
 def _cached(items: dict[tuple[str, str | None], dict], org_id: str, app_id: str | None) -> EffectiveConfig | None:

@@ -41,20 +41,26 @@ def _config_owner(claims: dict, org_id: str | None, app_id: str | None) -> tuple
     return org_id, app_id
 
 
-def _org_limit(claims: dict, limit_name: str | None, org_id: str | None, app_id: str | None) -> int | None:
-    """The requests the caller's org set for this limit, if any, from the org's cached config
-    (``_config_owner``: read with the token check when the container had none). A path
-    naming an app the org does not have is counted too (its handler answers 404 after): on
-    the token's own config, which holds the same org limits, else on the service's."""
+def _org_limit(
+    claims: dict, limit_name: str | None, org_id: str | None, app_id: str | None
+) -> tuple[int | None, ApiError | None]:
+    """(the requests the caller's org set for this limit, if any, from the org's cached
+    config: ``_config_owner``, read with the token check when the container had none; the
+    404 of a path naming an app or org that is not registered). Such a request is counted
+    too, on the token's own config (the same org limits), and refused once counted: the
+    404 comes from here, so the handler does not read the config again to find it missing."""
     if limit_name not in ratelimit.ORG_ADJUSTABLE or not ratelimit.enabled():
-        return None
-    for owner in dict.fromkeys([_config_owner(claims, org_id, app_id), (claims["org_id"], claims.get("app_id"))]):
+        return None, None
+    owner, own = _config_owner(claims, org_id, app_id), (claims["org_id"], claims.get("app_id"))
+    not_registered = None
+    for config_of in dict.fromkeys([owner, own]):
         try:
-            return orgs.effective_config(*owner).rate_limits.get(limit_name)
+            return orgs.effective_config(*config_of).rate_limits.get(limit_name), not_registered
         except ApiError as error:
             if error.status != 404:
                 raise
-    return None
+            not_registered = not_registered or error
+    return None, not_registered
 
 
 def admit(route: Route | None, event: dict) -> Principal | None:
@@ -76,9 +82,11 @@ def admit(route: Route | None, event: dict) -> Principal | None:
     # a cold container reads the config of the path's org, which it needs next, in the token check's BatchGetItem
     along = (lambda claims: orgs.config_along(*_config_owner(claims, org_id, app_id))) if org_id is not None else None
     claims = auth.authenticate_bearer(_header(event, "Authorization"), along=along)
-    # before the 403: refusals count too
-    limit = _org_limit(claims, route.rate_limit, org_id, app_id)
+    # before the 403 and the 404: refusals count too
+    limit, not_registered = _org_limit(claims, route.rate_limit, org_id, app_id)
     ratelimit.consume(claims["sub"], limit_name=route.rate_limit, requests=limit)
     if route.auth == Auth.BEARER:
         auth.check_access(claims, org_id, app_id)
+    if not_registered is not None:
+        raise not_registered
     return Principal(claims["org_id"], claims.get("app_id"))
