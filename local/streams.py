@@ -114,10 +114,13 @@ class StreamTrigger(threading.Thread):
                 failures = (invoke_job(self.function, lambda_event(batch)) or {}).get("batchItemFailures")
                 if not failures:
                     return
-                # ReportBatchItemFailures: the mapping resumes at the first failed record
-                resume = min(int(failure["itemIdentifier"]) for failure in failures)
-                batch = [record for record in batch if int(record["dynamodb"]["SequenceNumber"]) >= resume]
-                log.warning("%s failed from record %d of a stream batch (attempt %d)", self.function, resume, attempt)
+                # ReportBatchItemFailures: the mapping resumes at the first failed record. By its
+                # place in the batch: this poller's batches may mix stream shards, whose sequence
+                # numbers do not compare (the mapping's never do); a name not in it: all again.
+                named = {failure["itemIdentifier"] for failure in failures}
+                at = [n for n, record in enumerate(batch) if record["dynamodb"]["SequenceNumber"] in named]
+                batch = batch[min(at, default=0) :]
+                log.warning("%s: %d records of a stream batch again (attempt %d)", self.function, len(batch), attempt)
             except Exception:  # as Lambda retries a failed batch
                 log.exception(
                     "%s failed on a stream batch of %d records (attempt %d)", self.function, len(batch), attempt

@@ -906,6 +906,29 @@ def test_a_stream_batch_resumes_at_the_first_record_of_a_scope_day_whose_fold_fa
     assert total(failing, "premium")["cost_usd_micros"] == 5
 
 
+def test_the_local_trigger_resumes_by_place_in_a_batch_that_mixes_stream_shards(monkeypatch):
+    """The local poller's batches may mix stream shards, whose sequence numbers do not
+    compare: it delivers again from the named record's place, so a later record of another
+    shard with a smaller number is not skipped (the mapping's batches are of one shard)."""
+    import threading
+
+    import local.streams
+    from local.streams import StreamTrigger
+
+    batch = [{"dynamodb": {"SequenceNumber": number}} for number in ("500", "300", "100")]
+    delivered = []
+    replies = iter([{"batchItemFailures": [{"itemIdentifier": "300"}]}, {}])
+    monkeypatch.setattr(
+        local.streams,
+        "invoke_job",
+        lambda name, event: (
+            delivered.append([r["dynamodb"]["SequenceNumber"] for r in event["Records"]]) or next(replies)
+        ),
+    )
+    StreamTrigger("aggregator", None, threading.Event(), None)._deliver(batch)
+    assert delivered == [["500", "300", "100"], ["300", "100"]]
+
+
 def lambda_event_of(records: list[dict]) -> dict:
     return {"Records": records}
 
