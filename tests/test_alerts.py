@@ -381,6 +381,30 @@ def test_aggregator_run_fires_threshold_alert_once(api, bus):
     assert [(a["type"], a["label"], a["threshold_pct"]) for a in listed] == [("THRESHOLD", "premium", 80)]
 
 
+def test_the_audit_fires_an_alert_the_folds_that_crossed_it_missed(api, bus):
+    """Two concurrent folds of two labels of a scope each read the other's total eventually
+    consistent, and can each miss the sum that crosses a threshold; past the total cap
+    selection stops the clients, and no later fold comes to see it. The audit evaluates the
+    alerts of every scope-day it reads, moved or not, so such an alert fires within its
+    period. Here the folds' alerts are skipped (the domain fold, without the handler's
+    evaluation), and the scheduled run, which moves nothing, fires it."""
+    from local.gateway import LambdaContext, load_handler
+    from price_keeper.domain import aggregation
+    from tests.iam_check import only_granted
+    from tests.usage_support import new_tenant, usage_body
+
+    tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
+    assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202  # 3,760 µ$: 94 %
+    assert aggregation.run().totals_written == 2  # folded; no alert evaluated
+    assert bus() == []
+    with only_granted("aggregator"):
+        audit = load_handler("aggregator")({}, LambdaContext(function_name="aggregator"))
+    assert (audit["totals_written"], audit["alerts_fired"]) == (0, 1)
+    assert [(e["detail"]["type"], e["detail"]["label"], e["detail"]["threshold_pct"]) for e in bus()] == [
+        ("THRESHOLD", "premium", 80)
+    ]
+
+
 def test_a_scope_whose_alerting_fails_neither_fails_the_run_nor_stops_other_scopes(bus, org_config, caplog):
     """Spend of an org that is no longer registered (its config read is a 404) is folded and
     logged; the registered org in the same run still gets its alert."""
@@ -414,11 +438,13 @@ def test_a_scope_whose_alerting_fails_neither_fails_the_run_nor_stops_other_scop
 
 
 def changed(*totals: tuple[str, str, str, int]) -> RunReport:
-    """An aggregation run that changed these (scope, label, yyyymmdd, cost) totals."""
+    """An aggregation run that changed these (scope, label, yyyymmdd, cost) totals (and so
+    evaluates their scopes' alerts)."""
     return RunReport(
         days=[DAY],
         costs=[(keys.usage_key(scope, label), day, cost) for scope, label, day, cost in totals],
         changed=[(keys.usage_key(scope, label), day) for scope, label, day, _ in totals],
+        evaluated=list(dict.fromkeys((scope, day) for scope, _, day, _ in totals)),
     )
 
 

@@ -52,6 +52,7 @@ def lambda_handler(event: dict, context) -> dict:
         "failed": len(report.failed),
         "costs": len(report.costs),
         "changed": len(report.changed),
+        "evaluated": len(report.evaluated),
         "scope_costs": len(report.scope_costs),
         "sticky": len(report.sticky),
         "alerts_fired": len(fired),

@@ -216,6 +216,9 @@ class RunReport:
     # the ones moved) of every scope/day this run changed, and the labels this run changed
     costs: list[tuple[str, str, int]] = field(default_factory=list)
     changed: list[tuple[str, str]] = field(default_factory=list)
+    # (scope, yyyymmdd) whose alerts the run evaluates: those it moved; the audit, every one it
+    # read (level-triggered alerts that two concurrent folds of a scope both missed fire then)
+    evaluated: list[tuple[str, str]] = field(default_factory=list)
     # (scope, yyyymmdd) -> the scope's cost over every label, and its sticky label (read
     # beside the totals when the scope uses sticky fallback), for the scopes changed
     scope_costs: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -229,12 +232,10 @@ class RunReport:
         if self.failed:
             raise FoldFailed(self.failed)
 
-    def changed_spends(self) -> dict[tuple[str, str], dict[str, int]]:
-        """(scope, yyyymmdd) -> ``cost_usd_micros`` by label, for every scope/day with a
-        total this run changed, in the order they changed."""
-        spends: dict[tuple[str, str], dict[str, int]] = {
-            (keys.split_usage_key(usage_key)[0], day): {} for usage_key, day in self.changed
-        }
+    def evaluated_spends(self) -> dict[tuple[str, str], dict[str, int]]:
+        """(scope, yyyymmdd) -> ``cost_usd_micros`` by label, for every scope/day whose
+        alerts this run evaluates (``evaluated``), in the order it folded them."""
+        spends: dict[tuple[str, str], dict[str, int]] = {scope_day: {} for scope_day in self.evaluated}
         for usage_key, day, cost in self.costs:
             scope, label = keys.split_usage_key(usage_key)
             if (scope, day) in spends:
@@ -254,6 +255,7 @@ class RunReport:
         self.lag_seconds = max(self.lag_seconds, other.lag_seconds)
         self.costs += other.costs
         self.changed += other.changed
+        self.evaluated += other.evaluated
         self.scope_costs.update(other.scope_costs)
         self.sticky.update(other.sticky)
         self.failed += other.failed
@@ -450,13 +452,18 @@ def _transactions(moves: list[_Move]) -> list[list[_Move]]:
 
 
 def _fold_scope_day(
-    scope_day: _ScopeDay, label_shards: dict[LabelDay, list[dict]], snapshot: _Snapshot, consistent: bool, now: datetime
+    scope_day: _ScopeDay,
+    label_shards: dict[LabelDay, list[dict]],
+    snapshot: _Snapshot,
+    evaluate_unmoved: bool,
+    now: datetime,
 ) -> RunReport:
     """Move the label totals of one scope-day whose shard sums grew, and its scope total by
     their differences: one transaction per group of labels that fits one (a scope of a
     hundred labels or more takes several), each all or nothing. A label the scope total
     leaves apart (``_ScopeDay.in_scope_total``) moves on its own, one conditional write.
-    On a lost race re-read this scope-day and fold what is left."""
+    On a lost race re-read this scope-day and fold what is left. Its alerts are evaluated
+    when it moved, or always with ``evaluate_unmoved`` (the audit)."""
     folded: list[_Move] = []
     written = lag = 0
     for attempt in range(FOLD_ATTEMPTS):
@@ -489,7 +496,7 @@ def _fold_scope_day(
             scope_cost += delta["cost_usd_micros"]
         if not lost:
             report.lag_seconds, report.totals_written = lag, written
-            if folded:
+            if folded or evaluate_unmoved:
                 _report_moved(report, scope_day, snapshot, folded, scope_cost)
             return report
     raise service_unavailable()  # a stream batch is retried; the next sweep runs anyway
@@ -526,6 +533,7 @@ def _report_moved(
     for usage_key, date_key in scope_day.alert_label_days():
         costs.setdefault(usage_key, int((snapshot.totals.get((usage_key, date_key)) or {}).get("cost_usd_micros", 0)))
     report.changed = [(move.fold.usage_key, day) for move in folded]
+    report.evaluated = [(scope_day.scope, day)]
     report.costs = [(usage_key, day, cost) for usage_key, cost in costs.items()]
     report.scope_costs[(scope_day.scope, day)] = scope_cost + sum(  # their costs are all in ``costs``
         costs[keys.usage_key(scope_day.scope, label)] for label in scope_day.apart_labels
@@ -586,7 +594,8 @@ def _fold(
     """Fold every label-day of ``label_shards`` (its shards' keys: all of them on the stream)
     into its total and its scope's: one read for all, one transaction per scope-day, the
     transactions in parallel. Strongly consistent reads when the run must see the writes
-    that triggered it."""
+    that triggered it; a run that need not is the audit, which also evaluates the alerts of
+    the scope-days it did not move."""
     by_scope_day: dict[tuple[str, str], list[LabelDay]] = {}
     for usage_key, date_key in label_shards:
         by_scope_day.setdefault((keys.split_usage_key(usage_key)[0], date_key), []).append((usage_key, date_key))
@@ -601,7 +610,7 @@ def _fold(
     report.usage_keys += len(snapshot.shards)
     with ThreadPoolExecutor(max_workers=FOLD_THREADS) as pool:
         futures = [
-            (scope_day, pool.submit(_fold_scope_day, scope_day, label_shards, snapshot, consistent, now))
+            (scope_day, pool.submit(_fold_scope_day, scope_day, label_shards, snapshot, not consistent, now))
             for scope_day in scope_days
         ]
     for scope_day, future in futures:

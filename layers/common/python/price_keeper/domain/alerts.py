@@ -357,7 +357,7 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
     of all its labels in play); the alerts published. A scope whose evaluation fails is
     logged and retried by the next run that changes it, without failing the others."""
     fired: list[Alert] = []
-    changed = report.changed_spends()
+    changed = report.evaluated_spends()
     orgs.effective_configs({keys.split_scope(scope) for scope, _ in changed})  # the uncached in one read
     for (scope, day), spends in changed.items():
         try:
@@ -392,7 +392,7 @@ def spend_pcts(report: RunReport, now: datetime) -> list[float]:
     ``boosts.BOOST_CACHE_SECONDS``).
     """
     pcts: list[float] = []
-    for (scope, day), spends in report.changed_spends().items():
+    for (scope, day), spends in report.evaluated_spends().items():
         try:
             config = boosts.boosted_config(*keys.split_scope(scope), now)
         except Exception:  # noqa: BLE001 - see above: logged, and the other scopes still count
