@@ -353,9 +353,10 @@ def _fire(
 
 
 def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
-    """Evaluate every scope/day whose totals the aggregation run changed (with the totals
-    of all its labels in play); the alerts published. A scope whose evaluation fails is
-    logged and retried by the next run that changes it, without failing the others."""
+    """Evaluate every scope/day the aggregation run evaluates (``RunReport.evaluated``: those
+    whose totals it changed; the audit's, every one it read), with the totals of all its
+    labels in play; the alerts published. A scope whose evaluation fails is logged and
+    retried by the next run that evaluates it, without failing the others."""
     fired: list[Alert] = []
     changed = report.evaluated_spends()
     orgs.effective_configs({keys.split_scope(scope) for scope, _ in changed})  # the uncached in one read
@@ -379,9 +380,9 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
 
 def spend_pcts(report: RunReport, now: datetime) -> list[float]:
     """The share of each daily quota used (``quota.quota_pct``, boosts included), for
-    every scope whose totals of its current org-local day the run changed: one value per
-    label of the ordering with a quota, and one for the scope's total cap. The aggregator
-    publishes them as the ``SpendPct`` metric.
+    every scope of its current org-local day the run evaluates (``fire_after_run``): one
+    value per label of the ordering with a quota, and one for the scope's total cap. The
+    aggregator publishes them as the ``SpendPct`` metric.
 
     Scopes of another day (late usage of yesterday) are left out: the metric is how close
     scopes are to being cut off now. So are counters that are no longer a quota scope (the
