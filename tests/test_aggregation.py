@@ -892,7 +892,7 @@ def test_a_stream_batch_resumes_at_the_first_record_of_a_scope_day_whose_fold_fa
         r["dynamodb"]["SequenceNumber"] for r in batch if r["dynamodb"]["Keys"]["shard_key"]["S"].startswith(failing)
     )
     fail_calls("TransactWriteItems", 1, code="InternalServerError", after=1)
-    reply = fold(lambda_event_of(batch))
+    reply = fold(local.streams.lambda_event(batch))
     assert reply == {"batchItemFailures": [{"itemIdentifier": first_of_failing}]}
     assert total(folded, "premium")["cost_usd_micros"] == 5 and total(failing, "premium") is None
 
@@ -927,10 +927,6 @@ def test_the_local_trigger_resumes_by_place_in_a_batch_that_mixes_stream_shards(
     )
     StreamTrigger("aggregator", None, threading.Event(), None)._deliver(batch)
     assert delivered == [["500", "300", "100"], ["300", "100"]]
-
-
-def lambda_event_of(records: list[dict]) -> dict:
-    return {"Records": records}
 
 
 def test_a_repair_message_whose_fold_fails_comes_back_alone(repair_queue, monkeypatch):
