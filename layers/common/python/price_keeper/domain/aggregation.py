@@ -285,9 +285,15 @@ def first_unfolded(records: Iterable[DynamoDBRecord], failed: Iterable[tuple[str
     unfolded = set(failed)
     for record in records:
         label_day = _label_day_written(record)
-        if label_day and (keys.split_usage_key(label_day[0])[0], keys.day_of_key(label_day[1])) in unfolded:
+        if label_day and scope_day_of(label_day) in unfolded:
             return record.dynamodb.sequence_number
     return None
+
+
+def scope_day_of(label_day: LabelDay) -> tuple[str, str]:
+    """(scope, yyyymmdd) of a (usage_key, date_key): how ``RunReport`` names scope-days."""
+    usage_key, date_key = label_day
+    return keys.split_usage_key(usage_key)[0], keys.day_of_key(date_key)
 
 
 def _label_day_written(record: DynamoDBRecord) -> LabelDay | None:
@@ -587,15 +593,16 @@ def _moves(scope_day: _ScopeDay, snapshot: _Snapshot, now: datetime) -> tuple[Ru
 def _fold(
     label_shards: dict[LabelDay, list[dict]],
     configs: dict[str, EffectiveConfig],
-    consistent: bool,
     report: RunReport,
     now: datetime,
+    *,
+    audit: bool,
 ) -> None:
     """Fold every label-day of ``label_shards`` (its shards' keys: all of them on the stream)
     into its total and its scope's: one read for all, one transaction per scope-day, the
     transactions in parallel. Strongly consistent reads when the run must see the writes
-    that triggered it; a run that need not is the audit, which also evaluates the alerts of
-    the scope-days it did not move."""
+    that triggered it (the stream's, a repair of it); the ``audit`` reads eventually
+    consistent, and also evaluates the alerts of the scope-days it did not move."""
     by_scope_day: dict[tuple[str, str], list[LabelDay]] = {}
     for usage_key, date_key in label_shards:
         by_scope_day.setdefault((keys.split_usage_key(usage_key)[0], date_key), []).append((usage_key, date_key))
@@ -605,12 +612,12 @@ def _fold(
     ]
     if any(scope_day.apart_labels for scope_day in scope_days):
         orgs.record_config_labels()  # stored before any spend is kept apart under one of them
-    snapshot = _read(label_shards, scope_days, consistent)
+    snapshot = _read(label_shards, scope_days, consistent=not audit)
     report.active_shards += sum(len(shards) for shards in snapshot.shards.values())
     report.usage_keys += len(snapshot.shards)
     with ThreadPoolExecutor(max_workers=FOLD_THREADS) as pool:
         futures = [
-            (scope_day, pool.submit(_fold_scope_day, scope_day, label_shards, snapshot, not consistent, now))
+            (scope_day, pool.submit(_fold_scope_day, scope_day, label_shards, snapshot, audit, now))
             for scope_day in scope_days
         ]
     for scope_day, future in futures:
@@ -662,7 +669,7 @@ def fold_shards(label_shards: dict[LabelDay, list[dict]], now: datetime | None =
     report = RunReport(days=sorted({keys.day_of_key(date_key) for _, date_key in label_shards}))
     if label_shards:
         configs, _ = _configs({keys.split_usage_key(usage_key)[0] for usage_key, _ in label_shards})
-        _fold(label_shards, configs, False, report, now)
+        _fold(label_shards, configs, report, now, audit=True)
     return report
 
 
@@ -702,7 +709,7 @@ def fold_label_days(changed: set[LabelDay], now: datetime | None = None) -> RunR
         label_shards[(usage_key, date_key)] = keys.shard_item_keys(scope, label, date_key, shard_count)
     if not label_shards:
         return report
-    _fold(label_shards, configs, True, report, now)
+    _fold(label_shards, configs, report, now, audit=False)
     if not _recent_heartbeat.get("written"):
         heartbeat(report.lag_seconds, now)
         _recent_heartbeat.put("written", True)

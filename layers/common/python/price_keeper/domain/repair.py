@@ -122,9 +122,6 @@ def repair(messages: Mapping[str, str], now: datetime | None = None) -> Repaired
         [
             message_id
             for message_id, label_days in named.items()
-            if any(
-                (keys.split_usage_key(usage_key)[0], keys.day_of_key(date_key)) in unfolded
-                for usage_key, date_key in label_days
-            )
+            if any(aggregation.scope_day_of(label_day) in unfolded for label_day in label_days)
         ],
     )
