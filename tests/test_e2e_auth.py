@@ -155,3 +155,24 @@ def test_wrong_secrets_from_another_address_do_not_lock_out_the_client_and_revok
         again = get_tokens(base_url, credentials)
         assert again.status_code == 200, again.text
         assert refresh(base_url, again.json()["refresh_token"]).status_code == 200
+
+
+def test_requests_naming_apps_the_org_does_not_have_count_against_the_clients_limit_over_http(tmp_path):
+    """Rate limits on, the org's selection limit set to 3 a minute. Its token, naming app
+    ids the org does not have, gets 404s, and past the limit 429s, and then 429 on its real
+    app too: a client cannot make the service read config without end by naming made-up
+    apps (a red team found those 404s uncounted)."""
+    from tests.tenants import new_tenant
+
+    with local_server(tmp_path, KEY, RATE_LIMITS="on") as base_url:
+        tenant = new_tenant(base_url, KEY, ["app-1"], overrides={"rate_limits": {"model_selection": 3}})
+        bearer = tenant.bearer()
+        ghosts = [
+            requests.get(f"{tenant.app_path(f'ghost-{n}')}/model-selection", headers=bearer, timeout=10)
+            for n in range(4)
+        ]
+        assert [(r.status_code, r.json()["error"]) for r in ghosts] == [(404, "NOT_FOUND")] * 3 + [
+            (429, "RATE_LIMIT_EXCEEDED")
+        ]
+        real = requests.get(f"{tenant.app_path('app-1')}/model-selection", headers=bearer, timeout=10)
+        assert real.status_code == 429, real.text
