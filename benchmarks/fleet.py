@@ -48,6 +48,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from boto3.dynamodb.conditions import Attr
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dynamodb_costs  # noqa: E402  (sets the layer's path and a test environment)
 from dynamodb_costs import Meter, print_table, seed_scopes  # noqa: E402
@@ -74,20 +76,25 @@ MS_PER_CALL, MS_BASE = 10, 5
 HTTP_GB, AGGREGATOR_GB = 0.5, 1.0
 LABELS = ("premium", "standard", "economy")
 RETRIES_5XX = 3
+# How long a transaction holds its items on the benchmark's endpoint (``moto_patches``): about
+# a TransactWriteItems' own latency on DynamoDB, so concurrent reports of one label conflict
+# as they would there, and hot label-days spread.
+TRANSACTION_HOLD_MS = 10.0
 
 
 # --- the DynamoDB endpoint ------------------------------------------------------------
 
 
-def _serve(port: int, ready) -> None:
+def _serve(port: int, ready, transaction_hold_ms: float) -> None:
     """The moto server process, patched as the local stack runs it (``local/moto_patches.py``:
-    one DynamoDB request at a time, per-item transaction rollback)."""
+    one DynamoDB request at a time, per-item transaction rollback), and with DynamoDB's
+    transaction conflicts modelled (an item a transaction touched is held that long)."""
     from moto.server import ThreadedMotoServer
 
     from local import moto_patches
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-    moto_patches.apply()
+    moto_patches.apply(transaction_hold_ms)
     ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False).start()
     ready.set()
     threading.Event().wait()  # until terminated
@@ -96,12 +103,12 @@ def _serve(port: int, ready) -> None:
 class Endpoint:
     """A moto server in a child process, its tables, the JWT secret and the alert bus."""
 
-    def __init__(self):
+    def __init__(self, transaction_hold_ms: float = TRANSACTION_HOLD_MS):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         context = mp.get_context("fork")
         ready = context.Event()
-        self.process = context.Process(target=_serve, args=(self.port, ready), daemon=True)
+        self.process = context.Process(target=_serve, args=(self.port, ready, transaction_hold_ms), daemon=True)
         self.process.start()
         if not ready.wait(60):
             raise RuntimeError("the moto server did not start")
@@ -285,6 +292,7 @@ class Aggregator:
             aggregator.records += len(event["Records"])
             return deliver(function, event)
 
+        self.uncounted = deliver
         local.streams.invoke_job = invoked  # this process is the mapping: each invocation counted
         trigger = Counted("aggregator", CountedReader(tables.USAGE_AGG_SHARDED), self.stop_event, CountedRepair())
         self.trigger = trigger
@@ -345,8 +353,11 @@ class Aggregator:
             time.sleep(0.2)
 
     def stop(self) -> None:
+        import local.streams
+
         self.stop_event.set()
         self.trigger.join(10)
+        local.streams.invoke_job = self.uncounted
         if isinstance(sys.stdout, _Unless):
             sys.stdout = sys.stdout.stream
 
@@ -529,6 +540,20 @@ def exactness(replies: list) -> list[str]:
         if seen != (expected_cost, expected_cost, len(ids)):
             problems.append(f"{org_id}/{label}: shards, total, requests {seen}; accepted {expected_cost}, {len(ids)}")
     return problems
+
+
+def spread_label_days() -> Counter:
+    """How many label-days a conflict spread, by the shard count they reached (``hot_labels``)."""
+    from price_keeper.store.dynamo import table
+
+    counts: Counter = Counter()
+    pages = {"FilterExpression": Attr("date_key").begins_with(keys.SHARD_COUNT_PREFIX)}
+    while True:
+        page = table(tables.USAGE_AGG_SHARDED).scan(**pages)
+        counts.update(int(item["shard_count"]) for item in page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return counts
+        pages["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
 def dollars(calls_per_record: dict[str, float], wcu: float, rcu: float, invocations: float, gb_s: float, api: str):
@@ -765,6 +790,48 @@ def reservation_run(fleet: Fleet, containers: int, per_container: int = 8, quota
     return len(replies), len(granted), quota, spend, max(0, spend - quota), worst
 
 
+def hot_label_run(fleet: Fleet, containers: int, per_container: int) -> tuple:
+    """One client's one label reported singly from every container at once: a hot label-day.
+    Its transactions conflict (on this endpoint as on DynamoDB), writers spread it over more
+    shards (``hot_labels``), and every record is still counted once, the fold reading every
+    shard. (reports, accepted, TransactWriteItems a report, the shard count reached, the
+    exactness problems.)"""
+    from datetime import UTC, datetime
+
+    from price_keeper.store import usage
+    from price_keeper.timeutil import org_day
+
+    client = tenants(1, FLEET_TENANT_LIMITS)[0]
+    path, token = client.path, client.token
+    aggregator = Aggregator()
+    # a batch record first: ``exactness`` takes a single report's cost from one of its label
+    _, priced = fleet.run(
+        [[Request("usage_batch", "hot", "POST", f"{path}/usage/batch", token, {"requests": [_usage("premium")]})]]
+        + [[] for _ in range(containers - 1)]
+    )
+    reports = [
+        [
+            Request("usage", "hot", "POST", f"{path}/usage", token, _usage("premium", str(uuid.uuid4())))
+            for _ in range(per_container)
+        ]
+        for _ in range(containers)
+    ]
+    tallies, replies = fleet.run(reports)
+    aggregator.drain()
+    aggregator.stop()
+    tally = tallies["hot", "usage"]
+    scope = keys.scope_key(client.org_id, client.app_id, "APP")
+    day = org_day(dynamodb_costs.TZ, datetime.now(UTC))
+    count = usage.read_shards([keys.shard_count_key(scope, "premium", keys.day_key(day))], ["shard_count"])
+    return (
+        tally.requests,
+        tally.statuses[202],
+        round(tally.calls["TransactWriteItems"] / tally.requests, 2),
+        int(count[0]["shard_count"]) if count else 1,
+        exactness(priced + replies),
+    )
+
+
 def _wait_for_a_fresh_window(seconds_needed: int) -> None:
     """Start a burst early in a minute, so it falls in one window (the check groups by
     window anyway: a burst split in two is only a weaker test)."""
@@ -809,9 +876,15 @@ def main() -> None:
         action="store_true",
         help="orgs as made before adaptive shards and boosts on config items (8 shards, a boosts Query)",
     )
+    parser.add_argument(
+        "--transaction-ms",
+        type=float,
+        default=TRANSACTION_HOLD_MS,
+        help="how long a transaction holds its items, for conflicts (0: moto's serial order, none)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
-    endpoint = Endpoint()
+    endpoint = Endpoint(args.transaction_ms)
     try:
         if not args.rate_limits_only:
             fleet = Fleet(args.containers)
@@ -820,6 +893,11 @@ def main() -> None:
             finally:
                 fleet.stop()
             print("\nexactness:", "every accepted record counted once" if not problems else problems)
+            spread = spread_label_days()
+            print(
+                f"label-days spread by transaction conflicts ({args.transaction_ms:g} ms held):",
+                ", ".join(f"{n} to {count} shards" for count, n in sorted(spread.items())) or "none",
+            )
         if args.metering_only:
             return
         fleet = Fleet(args.rate_containers)
@@ -837,6 +915,16 @@ def main() -> None:
             f"Hard cap: one client's premium label reserved from {args.rate_containers} containers at once",
             ("reservations", "granted", "quota", "spend settled", "overshoot", "one call's worst case"),
             [reserved],
+        )
+        fleet = Fleet(args.rate_containers)
+        try:
+            *hot, problems = hot_label_run(fleet, args.rate_containers, per_container=25)
+        finally:
+            fleet.stop()
+        print_table(
+            f"Hot label: one client's premium label reported singly from {args.rate_containers} containers at once",
+            ("reports", "accepted", "TransactWriteItems a report", "shards reached", "exactness"),
+            [(*hot, "every accepted record counted once" if not problems else problems)],
         )
     finally:
         endpoint.stop()

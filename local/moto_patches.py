@@ -15,38 +15,54 @@ moto 5.2.5 answers every call correctly one at a time, but:
    touches and restores them when it is cancelled, which is all a rollback needs; the
    table, and its stream, stay the same objects. What a cancelled transaction leaves in
    the stream (its writes and their undoing) only makes the aggregator fold a label
-   again, which changes nothing.
+   again, which changes nothing;
+3. it never cancels a transaction for a conflict: writes to one item are simply served in
+   turn, so a hot label never spreads past its first shard and the code that handles
+   ``TransactionConflict`` never runs under load. ``apply(transaction_hold_ms=...)`` models
+   DynamoDB's rule instead (the fleet benchmark and its test use it): a transaction that
+   succeeds holds every item it touched for that long after it is served; another
+   transaction touching a held item is cancelled with ``TransactionConflict`` for it, and a
+   single PutItem, UpdateItem or DeleteItem of one fails with
+   ``TransactionConflictException``. Off (0) by default: the local stack and the other
+   tests see moto's serial order.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import threading
+import time
 import types
 
 _LOCK = threading.RLock()
 _applied = False
+_conflicts_modelled = False
 
 
-def apply() -> None:
-    """Patch moto in this process (idempotent)."""
-    global _applied
-    if _applied:
-        return
-    from moto.dynamodb import models as dynamodb_models
-    from moto.dynamodb.models import DynamoDBBackend
-    from moto.dynamodb.models.table import Table
+def apply(transaction_hold_ms: float = 0) -> None:
+    """Patch moto in this process (idempotent); ``transaction_hold_ms`` > 0 also models
+    transaction conflicts (3. above), once."""
+    global _applied, _conflicts_modelled
     from moto.dynamodb.responses import DynamoHandler
-    from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
 
-    for handler in (DynamoHandler, DynamoDBStreamsHandler):
-        handler.call_action = _serialized(handler.call_action)
-    DynamoDBBackend.transact_write_items = _rolled_back_per_item(DynamoDBBackend.transact_write_items)
-    # moto's own whole-table snapshot becomes the table itself (restoring it is a no-op).
-    dynamodb_models.copy = types.SimpleNamespace(
-        deepcopy=lambda value, *args: value if isinstance(value, Table) else copy.deepcopy(value, *args)
-    )
-    _applied = True
+    if not _applied:
+        from moto.dynamodb import models as dynamodb_models
+        from moto.dynamodb.models import DynamoDBBackend
+        from moto.dynamodb.models.table import Table
+        from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
+
+        for handler in (DynamoHandler, DynamoDBStreamsHandler):
+            handler.call_action = _serialized(handler.call_action)
+        DynamoDBBackend.transact_write_items = _rolled_back_per_item(DynamoDBBackend.transact_write_items)
+        # moto's own whole-table snapshot becomes the table itself (restoring it is a no-op).
+        dynamodb_models.copy = types.SimpleNamespace(
+            deepcopy=lambda value, *args: value if isinstance(value, Table) else copy.deepcopy(value, *args)
+        )
+        _applied = True
+    if transaction_hold_ms > 0 and not _conflicts_modelled:
+        model_conflicts(DynamoHandler, transaction_hold_ms / 1000)
+        _conflicts_modelled = True
 
 
 def _serialized(call_action):
@@ -95,3 +111,60 @@ def _rolled_back_per_item(transact_write_items):
             raise
 
     return rolled_back
+
+
+def model_conflicts(handler, hold_seconds: float) -> None:
+    """Cancel what DynamoDB would cancel for touching an item a transaction still holds
+    (3. in the module docstring). Runs inside the request lock, so ``held`` needs none."""
+    from moto.dynamodb.exceptions import DynamodbException, TransactionCanceledException
+
+    class TransactionConflictException(DynamodbException):
+        def __init__(self):
+            super().__init__(
+                "com.amazonaws.dynamodb.v20120810#TransactionConflictException",
+                "Transaction is ongoing for the item",
+            )
+
+    held: dict[str, float] = {}  # item -> when the transaction that last touched it is over
+
+    def item_id(request, operation: dict) -> str:
+        key = operation.get("Key")
+        if key is None:
+            table = request.dynamodb_backend.get_table(operation["TableName"])
+            names = [table.hash_key_attr] + ([table.range_key_attr] if table.range_key_attr else [])
+            key = {name: operation["Item"].get(name) for name in names}
+        return operation["TableName"] + json.dumps(key, sort_keys=True)
+
+    def transact(original):
+        def holding(self):
+            items = [item_id(self, next(iter(entry.values()))) for entry in self.body["TransactItems"]]
+            now = time.monotonic()
+            if any(held.get(item, 0) > now for item in items):
+                raise TransactionCanceledException(
+                    [
+                        ("TransactionConflict", "Transaction is ongoing for the item", None)
+                        if held.get(item, 0) > now
+                        else (None, None, None)
+                        for item in items
+                    ]
+                )
+            response = original(self)
+            if len(held) > 100_000:
+                for item in [item for item, until in held.items() if until <= now]:
+                    del held[item]
+            held.update(dict.fromkeys(items, now + hold_seconds))
+            return response
+
+        return holding
+
+    def single(original):
+        def refused_while_held(self):
+            if held.get(item_id(self, self.body), 0) > time.monotonic():
+                raise TransactionConflictException()
+            return original(self)
+
+        return refused_while_held
+
+    handler.transact_write_items = transact(handler.transact_write_items)
+    for name in ("put_item", "update_item", "delete_item"):
+        setattr(handler, name, single(getattr(handler, name)))

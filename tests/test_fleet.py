@@ -89,3 +89,16 @@ def test_24_containers_reserving_one_label_never_overshoot_its_quota(fleet):
     assert asked == 144 and 0 < granted < asked  # the quota binds
     assert overshoot == 0 and spend <= quota
     assert quota - spend < worst
+
+
+def test_a_hot_label_reported_from_many_containers_spreads_and_still_counts_every_record_once(fleet):
+    """The endpoint holds a transaction's items as DynamoDB does (``moto_patches``), so
+    concurrent reports of one label conflict; the label-day spreads over more shards and the
+    fold reads them all."""
+    containers = fleet.Fleet(6)
+    try:
+        reports, accepted, transactions, shards, problems = fleet.hot_label_run(containers, 6, per_container=20)
+    finally:
+        containers.stop()
+    assert (reports, accepted, problems) == (120, 120, [])
+    assert shards >= 8 and transactions > 1
