@@ -957,6 +957,36 @@ def test_a_repair_message_whose_fold_fails_comes_back_alone(repair_queue, monkey
     assert (left["ApproximateNumberOfMessages"], left["ApproximateNumberOfMessagesNotVisible"]) == ("0", "1")
 
 
+def test_an_unreadable_repair_message_comes_back_alone_and_the_others_are_folded(aws):
+    """A repair delivery with an audit chunk, a failed stream batch of a stream that no longer
+    exists (its records are gone for good: dropped, the audit repairs) and a malformed body:
+    the audit chunk is folded and only the malformed message is named failed (red-team note:
+    reading the gone stream raised out of the worker, so the whole delivery came back and,
+    after its receives, went to the dead-letter queue, folded chunks too)."""
+    from price_keeper.domain import repair
+
+    scope = keys.scope_key(seed_org(), "app-1", "APP")
+    put_shard(scope, "premium", 0, cost=5)
+    gone = {
+        "streamArn": "arn:aws:dynamodb:us-east-1:123456789012:table/old-usage/stream/2020-01-01T00:00:00.000",
+        "shardId": "shardId-00000001700000000000-abcdef12",
+        "startSequenceNumber": "100000000000000000001",
+        "endSequenceNumber": "100000000000000000009",
+        "batchSize": 1,
+    }
+    repaired = repair.repair(
+        {
+            "audit": json.dumps({"audit": [[keys.usage_key(scope, "premium"), keys.day_key(DAY), [0]]]}),
+            "gone stream": json.dumps(
+                {"requestContext": {"condition": "RetryAttemptsExhausted"}, "DDBStreamBatchInfo": gone}
+            ),
+            "malformed": "{not json",
+        }
+    )
+    assert repaired.failed_messages == ["malformed"]
+    assert total(scope, "premium")["cost_usd_micros"] == 5
+
+
 def test_the_local_stream_trigger_sends_a_batch_it_gives_up_on_to_the_repair_queue(repair_queue):
     from local.streams import StreamReader
 

@@ -405,6 +405,33 @@ def test_the_audit_fires_an_alert_the_folds_that_crossed_it_missed(api, bus):
     ]
 
 
+def test_the_audit_raises_no_alert_for_a_past_day_on_quotas_that_are_todays(api, bus):
+    """The audit evaluates an unmoved scope-day only on the scope's today: yesterday's spend,
+    below yesterday's quota, is not alerted on because the quota was lowered since (red-team
+    note: it fired a THRESHOLD 80 % for yesterday on today's quota)."""
+    from price_keeper.domain import aggregation
+    from price_keeper.timeutil import utc_now
+    from tests.usage_support import new_tenant, usage_body
+
+    tenant = new_tenant(quotas={"premium": 100_000, "standard": 5_000_000, "economy": 2_000_000})
+    assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202  # 3,760 µ$: 4 %
+    assert aggregation.run().totals_written == 2
+    table(tables.CONFIG).update_item(
+        Key={"org_key": keys.org_key(tenant.org_id), "resource_key": keys.ROOT_RESOURCE},
+        UpdateExpression="SET quotas.premium = :lowered",
+        ExpressionAttributeValues={":lowered": 4_000},
+    )
+    orgs.forget(tenant.org_id)
+    tomorrow = utc_now() + timedelta(days=1)
+    audit = aggregation.run(tomorrow)  # yesterday is still in play; nothing moves
+    assert audit.totals_written == 0
+    assert alerts.fire_after_run(audit, tomorrow) == [] and bus() == []
+    today = aggregation.run()  # the same spend on its own day, against the lowered quota: 94 %
+    assert [(alert.type, alert.label, alert.threshold_pct) for alert in alerts.fire_after_run(today, utc_now())] == [
+        (alerts.THRESHOLD, "premium", 80)
+    ]
+
+
 def test_a_scope_whose_alerting_fails_neither_fails_the_run_nor_stops_other_scopes(bus, org_config, caplog):
     """Spend of an org that is no longer registered (its config read is a 404) is folded and
     logged; the registered org in the same run still gets its alert."""

@@ -52,7 +52,7 @@ from ..observability import logger
 from ..store import daily_totals, dynamo, keys, sticky, tables, usage
 from ..store import reconciliation as reconciliation_store
 from ..store.dynamo import batch_get_many
-from ..timeutil import org_days_in_play, parse_day, utc_now
+from ..timeutil import org_day, org_days_in_play, parse_day, utc_now
 from . import hot_labels, orgs
 from .orgs import EffectiveConfig
 
@@ -350,6 +350,10 @@ class _ScopeDay(NamedTuple):
     def in_scope_total(self, label: str) -> bool:
         return label not in self.apart_labels
 
+    def is_today(self, now: datetime) -> bool:
+        """The scope's org-local day is this scope-day's (the day its config's quotas are for)."""
+        return self.config is not None and org_day(self.config.timezone, now) == keys.day_of_key(self.date_key)
+
     def alert_label_days(self) -> list[LabelDay]:
         """The label totals alerts evaluate beside the moved ones: the ordering's, and where
         the scope total leaves them apart, every config label's (the scope's spend)."""
@@ -469,7 +473,8 @@ def _fold_scope_day(
     hundred labels or more takes several), each all or nothing. A label the scope total
     leaves apart (``_ScopeDay.in_scope_total``) moves on its own, one conditional write.
     On a lost race re-read this scope-day and fold what is left. Its alerts are evaluated
-    when it moved, or always with ``evaluate_unmoved`` (the audit)."""
+    when it moved, or with ``evaluate_unmoved`` (the audit) when it is the scope's today:
+    a past day's are not raised late against quotas and boosts that are today's."""
     folded: list[_Move] = []
     written = lag = 0
     for attempt in range(FOLD_ATTEMPTS):
@@ -502,7 +507,7 @@ def _fold_scope_day(
             scope_cost += delta["cost_usd_micros"]
         if not lost:
             report.lag_seconds, report.totals_written = lag, written
-            if folded or evaluate_unmoved:
+            if folded or (evaluate_unmoved and scope_day.is_today(now)):
                 _report_moved(report, scope_day, snapshot, folded, scope_cost)
             return report
     raise service_unavailable()  # a stream batch is retried; the next sweep runs anyway

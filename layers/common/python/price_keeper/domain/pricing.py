@@ -504,8 +504,8 @@ REPRICE_ATTEMPTS = 5
 
 def reprice(pending: dict, now: datetime) -> bool:
     """Correct one record counted at the estimate (``store.usage.estimated_records``) to its
-    day's price, exactly once; False when its price is still unknown or it was corrected
-    before (by a re-run, an overlapping run, or a retry)."""
+    day's price, exactly once; False when its price is still unknown, it was corrected
+    before (by a re-run, an overlapping run, or a retry) or it was voided."""
     tokens = Tokens(*(int(pending[name]) for name in Tokens._fields))
     day = datetime.strptime(pending["org_day"], "%Y%m%d").date()
     known = quote(pending["model_id"], day, pending.get("region"), pending.get("profile_kind", IN_REGION))
@@ -514,7 +514,7 @@ def reprice(pending: dict, now: datetime) -> bool:
     delta = cost_usd_micros(tokens, known.prices) - int(pending["cost_usd_micros"])
     for attempt in range(REPRICE_ATTEMPTS):
         try:
-            return usage_store.reprice_once(pending, delta, int(now.timestamp()), attempt)
+            return usage_store.reprice_once(pending, delta, known.source, int(now.timestamp()), attempt)
         except usage_store.Conflict:
             time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
     raise RuntimeError("re-pricing kept conflicting with concurrent usage writes")  # the next run retries

@@ -30,8 +30,10 @@ from datetime import datetime
 from typing import NamedTuple
 
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
+from botocore.exceptions import BotoCoreError, ClientError
 
 from ..aws import client
+from ..observability import logger
 from ..store import keys, usage
 from ..timeutil import utc_now
 from . import aggregation
@@ -88,38 +90,46 @@ def _send_batches(bodies: list[str]) -> list[list[str]]:
 
 class Repaired(NamedTuple):
     report: RunReport
-    failed_messages: list[str]  # ids of the messages naming a scope-day whose fold failed
+    failed_messages: list[str]  # ids of the messages naming a scope-day whose fold failed, or unreadable
 
 
 def repair(messages: Mapping[str, str], now: datetime | None = None) -> Repaired:
     """The worker: fold what a batch of repair messages (id -> body) names: an audit chunk's
     label-days from the shards listed, and the labels a failed stream batch changed (its
-    records read again from the stream), all of their shards."""
+    records read again from the stream), all of their shards. A message that cannot be
+    read (a malformed body, a stream read that fails) is named failed on its own: it comes
+    back alone, and the others are folded all the same."""
     audited: dict[LabelDay, list[dict]] = {}
     failed: set[LabelDay] = set()
     named: dict[str, set[LabelDay]] = {}
+    unreadable: list[str] = []
     for message_id, body in messages.items():
-        message = json.loads(body)
-        if "audit" in message:
-            for usage_key, date_key, shards in message["audit"]:
-                scope, label = keys.split_usage_key(usage_key)
-                audited[(usage_key, date_key)] = [
-                    {"shard_key": keys.shard_key(scope, label, shard), "date_key": date_key} for shard in shards
-                ]
-            named[message_id] = {(usage_key, date_key) for usage_key, date_key, _ in message["audit"]}
-        elif "DDBStreamBatchInfo" in message:
-            batch = message["DDBStreamBatchInfo"]
-            records = usage.stream_records(
-                batch["streamArn"], batch["shardId"], batch["startSequenceNumber"], batch["endSequenceNumber"]
-            )
-            named[message_id] = aggregation.changed_labels(DynamoDBStreamEvent({"Records": records}).records)
-            failed |= named[message_id]
+        try:
+            message = json.loads(body)
+            if "audit" in message:
+                for usage_key, date_key, shards in message["audit"]:
+                    scope, label = keys.split_usage_key(usage_key)
+                    audited[(usage_key, date_key)] = [
+                        {"shard_key": keys.shard_key(scope, label, shard), "date_key": date_key} for shard in shards
+                    ]
+                named[message_id] = {(usage_key, date_key) for usage_key, date_key, _ in message["audit"]}
+            elif "DDBStreamBatchInfo" in message:
+                batch = message["DDBStreamBatchInfo"]
+                records = usage.stream_records(
+                    batch["streamArn"], batch["shardId"], batch["startSequenceNumber"], batch["endSequenceNumber"]
+                )
+                named[message_id] = aggregation.changed_labels(DynamoDBStreamEvent({"Records": records}).records)
+                failed |= named[message_id]
+        except (ValueError, KeyError, TypeError, BotoCoreError, ClientError):
+            logger.exception("repair message not readable", extra={"message_id": message_id})
+            unreadable.append(message_id)
     report = aggregation.fold_shards(audited, now)
     report.merge(aggregation.fold_label_days(failed, now))
     unfolded = set(report.failed)
     return Repaired(
         report,
-        [
+        unreadable
+        + [
             message_id
             for message_id, label_days in named.items()
             if any(aggregation.scope_day_of(label_day) in unfolded for label_day in label_days)

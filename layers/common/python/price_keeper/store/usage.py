@@ -299,7 +299,8 @@ def raise_shard_count(count_key: dict, count: int, expires_at: int) -> int:
 def stream_records(stream_arn: str, shard_id: str, first_sequence: str, last_sequence: str) -> list[dict]:
     """The records of one stream shard from ``first_sequence`` to ``last_sequence`` (a batch
     the event source mapping gave up on, named by its on-failure message), in the shape
-    Lambda delivers them. Empty when the stream no longer holds them (24 h)."""
+    Lambda delivers them. Empty when the stream no longer holds them (24 h) or is gone (the
+    table or its stream made again): only the audit can repair those."""
     client = streams()
     try:
         iterator = client.get_shard_iterator(
@@ -308,7 +309,7 @@ def stream_records(stream_arn: str, shard_id: str, first_sequence: str, last_seq
             ShardIteratorType="AT_SEQUENCE_NUMBER",
             SequenceNumber=first_sequence,
         )["ShardIterator"]
-    except client.exceptions.TrimmedDataAccessException:
+    except (client.exceptions.TrimmedDataAccessException, client.exceptions.ResourceNotFoundException):
         return []
     records: list[dict] = []
     while iterator:
@@ -367,40 +368,64 @@ def estimated_records(model_id: str) -> list[dict]:
     )
 
 
-def reprice_once(pending: dict, delta_usd_micros: int, now_epoch: int, attempt: int) -> bool:
+def reprice_once(pending: dict, delta_usd_micros: int, source: str, now_epoch: int, attempt: int) -> bool:
     """Correct one estimated record's shard by ``delta_usd_micros``, exactly once: one
     TransactWriteItems of a Delete of its ``estimated_records`` item, conditional on it
     still being there (the per-record marker: a re-run or an overlapping run that read it
-    too cancels here), and the ADD of the delta (and one ``CORRECTIONS``) to its shard in
-    each scope it was counted in.
-    True when this call corrected it, False when it was corrected before; ``Conflict`` to retry."""
+    too cancels here), the record's dedup marker set to the corrected cost (so a later void
+    takes back what is counted, and a duplicate is answered with it), conditional on the
+    record not being voided, and the ADD of the delta (and one ``CORRECTIONS``) to its shard
+    in each scope it was counted in. A voided record is not corrected: the void took back
+    what it counted, and its estimated item is dropped. A record whose marker is gone
+    (past the dedup window, so no void can find it) is corrected without it.
+    True when this call corrected it, False when it was corrected or voided before;
+    ``Conflict`` to retry."""
     name = tables.USAGE_AGG_SHARDED.physical_name
-    items = [
+    estimated = {"shard_key": pending["shard_key"], "date_key": pending["date_key"]}
+    marker = {"shard_key": pending["date_key"], "date_key": keys.DEDUP_SORT_KEY}  # (keyed by the record's dedup key)
+    marker_update = {
+        "Update": {
+            "TableName": name,
+            "Key": marker,
+            "UpdateExpression": "SET cost_usd_micros = :counted, price_source = :source, repriced_at_epoch = :now",
+            "ConditionExpression": "attribute_exists(shard_key) AND attribute_not_exists(voided_at_epoch)",
+            "ExpressionAttributeValues": {
+                ":counted": int(pending["cost_usd_micros"]) + delta_usd_micros,
+                ":source": source,
+                ":now": now_epoch,
+            },
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
+    shard_adds = [
         {
-            "Delete": {
+            "Update": {
                 "TableName": name,
-                "Key": {"shard_key": pending["shard_key"], "date_key": pending["date_key"]},
-                "ConditionExpression": "attribute_exists(shard_key)",
+                "Key": {
+                    "shard_key": keys.shard_key(scope, pending["model_label"], int(pending["shard_id"])),
+                    "date_key": keys.day_key(pending["org_day"]),
+                },
+                "UpdateExpression": f"ADD cost_usd_micros :delta, {CORRECTIONS} :one SET updated_at_epoch = :now",
+                "ExpressionAttributeValues": {":delta": delta_usd_micros, ":one": 1, ":now": now_epoch},
             }
-        },
-        *(
-            {
-                "Update": {
-                    "TableName": name,
-                    "Key": {
-                        "shard_key": keys.shard_key(scope, pending["model_label"], int(pending["shard_id"])),
-                        "date_key": keys.day_key(pending["org_day"]),
-                    },
-                    "UpdateExpression": f"ADD cost_usd_micros :delta, {CORRECTIONS} :one SET updated_at_epoch = :now",
-                    "ExpressionAttributeValues": {":delta": delta_usd_micros, ":one": 1, ":now": now_epoch},
-                }
-            }
-            for scope in pending["scopes"]
-        ),
+        }
+        for scope in pending["scopes"]
     ]
-    reasons = transact(items, ClientRequestToken=request_token(items, attempt))
-    if reasons is None:
-        return True
-    if reasons[0].get("Code") == "ConditionalCheckFailed":
-        return False
-    raise Conflict(reasons)
+    with_marker = True
+    while True:
+        items = [
+            {"Delete": {"TableName": name, "Key": estimated, "ConditionExpression": "attribute_exists(shard_key)"}},
+            *([marker_update] if with_marker else []),
+            *shard_adds,
+        ]
+        reasons = transact(items, ClientRequestToken=request_token(items, attempt))
+        if reasons is None:
+            return True
+        if reasons[0].get("Code") == "ConditionalCheckFailed":
+            return False
+        if not (with_marker and reasons[1].get("Code") == "ConditionalCheckFailed"):
+            raise Conflict(reasons)
+        if reasons[1].get("Item"):  # voided
+            table(tables.USAGE_AGG_SHARDED).delete_item(Key=estimated)
+            return False
+        with_marker = False
