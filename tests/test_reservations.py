@@ -118,6 +118,36 @@ def test_settlement_moves_the_hold_to_actual_spend_exactly_once(api):
     assert [reserve(api, t, {"model_label": "premium"}).status for _ in range(3)] == [201, 201, 429]
 
 
+
+def test_a_settlement_the_fold_has_not_counted_yet_never_hides_spend_it_has(api):
+    """Settled spend is in the ledger at once and in the folded totals a fold later; what
+    the hard cap takes off the folded cost is only the settled spend the fold has counted
+    (red-team note: the unfolded settlement was taken off the folded unreserved spend, and a
+    third hold was granted: 12,000 held and spent against 10,000)."""
+    t = tenant()  # premium: quota 10 000; a call's worst case 4 000
+    call = {"input_tokens": 1000, "output_tokens": 1000}  # 4 000
+    assert api.post(f"{t.app_path}/usage", usage_body(**call), token=t.token).status == 202  # unreserved
+    aggregation.run()
+    held = reserve(api, t, {"model_label": "premium"}).json()
+    settling = usage_body(**call, reservation_id=held["reservation_id"])
+    assert api.post(f"{t.app_path}/usage", settling, token=t.token).status == 202  # settled, not folded yet
+    assert ledger(t, "premium") == {"committed": WORST, "settled": WORST}
+    assert_error(reserve(api, t, {"model_label": "premium"}), 429, "QUOTA_EXCEEDED")  # 8 000 spent + 4 000
+    aggregation.run()
+    assert_error(reserve(api, t, {"model_label": "premium"}), 429, "QUOTA_EXCEEDED")  # and once it is folded
+    assert reserve(api, t, {"model_label": "premium", "max_input_tokens": 500, "max_output_tokens": 500}).status == 201
+
+
+def test_unreserved_spend_takes_off_only_the_settled_spend_the_fold_counted():
+    """4 000 spent without a reservation and 4 000 settled, at each stage of the fold."""
+    from price_keeper.domain.aggregation import Totals
+
+    ledger = {"committed": 4_000, "settled": 4_000}
+    assert Totals(cost_usd_micros=4_000, **ledger, settled_on_shards=4_000).unreserved == 4_000  # not folded yet
+    folded = {"cost_usd_micros": 8_000, "settled_usd_micros": 4_000}
+    assert Totals(**folded, **ledger, settled_on_shards=4_000).unreserved == 4_000
+    assert Totals(cost_usd_micros=8_000, **ledger).unreserved == 4_000  # settled before shards carried it
+
 def test_actual_cost_above_the_hold_is_counted_and_flagged(api):
     t = tenant()
     held = reserve(api, t).json()

@@ -80,6 +80,7 @@ def _sum(totals: list[Totals]) -> Totals:
         updated_at_epoch=max(updated) if updated else None,
         committed=sum(t.committed for t in totals),
         settled=sum(t.settled for t in totals),
+        settled_on_shards=sum(t.settled_on_shards for t in totals),
     )
 
 

@@ -59,7 +59,8 @@ from .orgs import EffectiveConfig
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
-SUM_FIELDS = (*usage.COUNTERS, usage.CORRECTIONS, usage.VOIDS)  # what re-pricing and voids add, folded too
+# what re-pricing, voids and settlements add, folded too
+SUM_FIELDS = (*usage.COUNTERS, usage.CORRECTIONS, usage.VOIDS, usage.SETTLED)
 HEARTBEAT_SECONDS = 10
 _recent_heartbeat = TTLCache(HEARTBEAT_SECONDS)  # a stream run of this container wrote one lately
 
@@ -97,11 +98,14 @@ class Totals(NamedTuple):
     requests: int = 0
     repriced: int = 0  # usage.CORRECTIONS
     voids: int = 0  # usage.VOIDS
+    settled_usd_micros: int = 0  # usage.SETTLED: of ``cost_usd_micros``, what settled a reservation
     updated_at_epoch: int | None = None
-    # The reservation ledger on the same item (``domain.reservations``): settled reserved
-    # spend plus live holds, and the settled part.
+    # The reservation ledger on the same item (``store.reservations``): settled reserved
+    # spend plus live holds, the settled part, and of it what was settled by records whose
+    # shards carry it (``usage.SETTLED``).
     committed: int = 0
     settled: int = 0
+    settled_on_shards: int = 0
 
     @classmethod
     def from_item(cls, item: dict | None) -> Totals:
@@ -113,6 +117,7 @@ class Totals(NamedTuple):
             updated_at_epoch=int(updated) if updated is not None else None,
             committed=int(item.get("committed", 0)),
             settled=int(item.get("settled", 0)),
+            settled_on_shards=int(item.get("settled_on_shards", 0)),
         )
 
     @property
@@ -122,8 +127,13 @@ class Totals(NamedTuple):
 
     @property
     def unreserved(self) -> int:
-        """Spend counted without a reservation, as far as the aggregation has folded it."""
-        return max(0, self.cost_usd_micros - self.settled)
+        """Spend counted without a reservation, as far as the aggregation has folded it: the
+        folded cost less the settled spend it holds. A settlement is in the ledger at once
+        but in the folded cost only after its fold, so what is taken off is the settled spend
+        the fold has counted (``settled_usd_micros``), plus what was settled before records
+        carried it (``settled`` - ``settled_on_shards``, folded long since)."""
+        folded_settled = self.settled_usd_micros + self.settled - self.settled_on_shards
+        return max(0, self.cost_usd_micros - folded_settled)
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name in SUM_FIELDS}

@@ -18,7 +18,6 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
@@ -222,7 +221,7 @@ def record(submission: Submission, now: datetime, settle: reservations.Settlemen
     """Write a submission exactly once (``store.usage``): a group of one (``_write_chunk``);
     a duplicate answers with the original's outcome. ``settle`` adds a reservation's
     settlement to the same transaction (so the dedup marker makes it exactly once too)."""
-    return _write_chunk([(0, submission)], now, settle.actions if settle else None)[0]
+    return _write_chunk([(0, submission)], now, settle)[0]
 
 
 def _spread(submission: Submission) -> int:
@@ -289,19 +288,19 @@ def record_group(submissions: list[Submission], now: datetime) -> list[Outcome |
 
 
 def _write_chunk(
-    chunk: list[tuple[int, Submission]], now: datetime, extra: Callable[[int], list[dict]] | None = None
+    chunk: list[tuple[int, Submission]], now: datetime, settle: reservations.Settlement | None = None
 ) -> dict[int, Outcome]:
-    """Write ``chunk``'s records in one transaction (with ``extra(attempt)``'s actions: a
-    settlement), until each is counted or found counted before; conflicts retried with the
+    """Write ``chunk``'s records in one transaction (with ``settle``'s actions: the one
+    record's settlement), until each is counted or found counted before; conflicts retried with the
     label-days spread over more shards (the dedup items stay the same), up to
     ``TRANSACTION_ATTEMPTS``."""
     outcomes: dict[int, Outcome] = {}
     attempt = 0
     while chunk:
         chunk = _on_shared_shards(chunk)
-        items = usage.group_items([_record_args(submission, now) for _, submission in chunk])
+        items = usage.group_items([_record_args(submission, now, settles=bool(settle)) for _, submission in chunk])
         try:
-            counted_before = usage.write_group(items + (extra(attempt) if extra else []), len(chunk), attempt)
+            counted_before = usage.write_group(items + (settle.actions(attempt) if settle else []), len(chunk), attempt)
         except usage.Conflict as conflict:
             attempt += 1
             if attempt == TRANSACTION_ATTEMPTS:
@@ -361,10 +360,11 @@ def _spread_group(chunk: list[tuple[int, Submission]]) -> list[tuple[int, Submis
     ]
 
 
-def _record_args(submission: Submission, now: datetime) -> dict:
-    """What ``usage.group_items`` takes of a record."""
+def _record_args(submission: Submission, now: datetime, settles: bool = False) -> dict:
+    """What ``usage.group_items`` takes of a record (``settles``: one settling a reservation)."""
     now_epoch = int(now.timestamp())
     tokens = submission.tokens
+    settled = {usage.SETTLED: submission.cost_usd_micros} if settles else {}
     return {
         "dedup_key": submission.dedup_key,
         "scopes": list(submission.scopes),
@@ -378,6 +378,7 @@ def _record_args(submission: Submission, now: datetime) -> dict:
             "output_tokens": tokens.output,
             "cache_read_input_tokens": tokens.cache_read,
             "cache_write_input_tokens": tokens.cache_write,
+            **settled,
         },
         "marker": {
             "model_label": submission.label,
@@ -391,6 +392,7 @@ def _record_args(submission: Submission, now: datetime) -> dict:
             "cost_usd_micros": submission.cost_usd_micros,
             "price_source": submission.quote.source,
             "profile_kind": submission.quote.profile_kind,
+            **settled,  # what a void takes back of it too
         },
         "expires_at": usage_expires_at(submission.day),
         "marker_expires_at": now_epoch + get_config().metering.dedup_ttl_days * 86400,

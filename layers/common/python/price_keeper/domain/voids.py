@@ -77,6 +77,7 @@ def _void_one(config: orgs.EffectiveConfig, request_id: str, reason: str, now_ep
             **{name: -int(marker.get(name, 0)) for name in TOKEN_COUNTERS},
             "requests": -1,
             usage.VOIDS: 1,
+            **({usage.SETTLED: -int(marker[usage.SETTLED])} if usage.SETTLED in marker else {}),
         }
         items = usage.void_items(
             dedup_key=dedup_key,

@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 from ..errors import error_code
 from . import keys, tables
 from .dynamo import Read, batch_get, ddb_client, query_all, query_many, table, transact, written
-from .usage import CORRECTIONS, COUNTERS, VOIDS
+from .usage import CORRECTIONS, COUNTERS, SETTLED, VOIDS
 
 # What a fold compares (``progress``) and conditions its write on: ``requests`` grows with
 # every record; a void takes one request back and adds one to ``voids``; a re-priced
@@ -22,7 +22,8 @@ PROGRESS = ("requests", VOIDS, CORRECTIONS)
 # On a scope total: its config labels spent on (a set bounded by config.yaml), and how many
 # other labels are listed in items of their own (``keys.spent_label_key``).
 LABELS, LISTED = "labels", "labels_listed"
-READ_ATTRIBUTES = (*COUNTERS, VOIDS, "updated_at_epoch", "last_run_epoch", LABELS, LISTED, "committed", "settled")
+LEDGER = ("committed", "settled", "settled_on_shards")  # a quota's ledger (``store.reservations``)
+READ_ATTRIBUTES = (*COUNTERS, VOIDS, SETTLED, "updated_at_epoch", "last_run_epoch", LABELS, LISTED, *LEDGER)
 
 
 def day_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = False) -> Read:
@@ -40,7 +41,9 @@ def fold_read(total_keys: Iterable[dict]) -> Read:
     label total's hour marks (the fold writes them back with this hour's); for
     ``dynamo.batch_get_many`` beside the shards."""
     return Read(
-        tables.DAILY_TOTAL, list(total_keys), [*COUNTERS, *PROGRESS[1:], "source_updated_at_epoch", keys.HOUR_MARKS]
+        tables.DAILY_TOTAL,
+        list(total_keys),
+        [*COUNTERS, *PROGRESS[1:], SETTLED, "source_updated_at_epoch", keys.HOUR_MARKS],
     )
 
 

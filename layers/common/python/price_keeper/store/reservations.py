@@ -1,10 +1,13 @@
 """Reservations (hard cap): the holds in StickyState and the quota ledgers on DailyTotal.
 
-A quota's *ledger* is two counters on the DailyTotal item it caps (the label's
+A quota's *ledger* is three counters on the DailyTotal item it caps (the label's
 ``{scope}#LABEL#{label}`` and the scope's ``{scope}#TOTAL`` of an org day): ``committed``
-(actual cost of every reserved call settled so far + the amount of every live hold) and
-``settled`` (the settled part alone). The aggregator SETs only its own counters on these
-items, so the two never overwrite each other, and the reads selection already makes carry
+(actual cost of every reserved call settled so far + the amount of every live hold),
+``settled`` (the settled part alone) and ``settled_on_shards``: the part settled by records
+whose shards carry it too (``usage.SETTLED``, every settlement since it existed), so a
+reader can tell settled spend the fold has not counted yet from spend it has
+(``aggregation.Totals.unreserved``). The aggregator SETs only its own counters on these
+items, so they never overwrite each other, and the reads selection already makes carry
 the ledger at no extra cost.
 
 A hold is a StickyState item that lives exactly as long as the hold does: settle, release
@@ -38,7 +41,7 @@ def ledger_update(key: dict, committed: int, settled: int, expires_at: int) -> d
         "Update": {
             "TableName": tables.DAILY_TOTAL.physical_name,
             "Key": key,
-            "UpdateExpression": f"ADD committed :c, settled :s SET {tables.TTL_ATTRIBUTE} = "
+            "UpdateExpression": f"ADD committed :c, settled :s, settled_on_shards :s SET {tables.TTL_ATTRIBUTE} = "
             f"if_not_exists({tables.TTL_ATTRIBUTE}, :expires)",
             "ExpressionAttributeValues": {":c": committed, ":s": settled, ":expires": expires_at},
         }

@@ -49,6 +49,11 @@ COUNTERS = (
 )
 
 
+# The cost of records that settled a reservation (``domain.reservations``), a shard's and a
+# total's: ADDed with the record, folded with it, so a reader knows how much of the settled
+# spend its totals already hold (``aggregation.Totals.unreserved``).
+SETTLED = "settled_usd_micros"
+
 # Records voided (``domain.voids``), a shard's and a total's: it only grows, so with
 # ``requests`` it gives the aggregator a generation that grows on every write, a void too
 # (``daily_totals.write_if_grown``).
@@ -102,7 +107,8 @@ def group_items(records: list[dict]) -> list[dict]:
     (``model_id`` and what re-pricing needs, written once with the record since the marker
     is). Per shard (``scopes`` x ``label``, ``shard_id``, ``day``: the quota scope, and in
     ORG scope the app's own counters), ONE ADD of the ``counts`` of the records counted in
-    it (``COUNTERS`` but ``requests``, which is one a record). The markers come first, in
+    it (``COUNTERS`` but ``requests``, which is one a record; ``SETTLED`` for a record
+    settling a reservation). The markers come first, in
     the order of ``records``, so a cancellation reason's index names its record."""
     sums: dict[tuple[str, str, int, str], dict[str, int]] = {}
     for record in records:
@@ -111,6 +117,8 @@ def group_items(records: list[dict]) -> list[dict]:
             shard = sums.setdefault(where, dict.fromkeys(COUNTERS, 0))
             for counter in COUNTERS:
                 shard[counter] += 1 if counter == "requests" else record["counts"][counter]
+            if record["counts"].get(SETTLED):  # (only a settling record, which is written alone)
+                shard[SETTLED] = shard.get(SETTLED, 0) + record["counts"][SETTLED]
     now_epoch, expires_at = max(r["now_epoch"] for r in records), max(r["expires_at"] for r in records)
     return [
         *(_marker_put(record) for record in records),
@@ -275,7 +283,9 @@ def shards_read(shard_keys: Iterable[dict]) -> Read:
     """The read of shards to fold (and of label-days' shard count items), for
     ``dynamo.batch_get_many`` beside the totals."""
     return Read(
-        tables.USAGE_AGG_SHARDED, list(shard_keys), [*COUNTERS, CORRECTIONS, VOIDS, "updated_at_epoch", "shard_count"]
+        tables.USAGE_AGG_SHARDED,
+        list(shard_keys),
+        [*COUNTERS, CORRECTIONS, VOIDS, SETTLED, "updated_at_epoch", "shard_count"],
     )
 
 
