@@ -138,6 +138,23 @@ def test_a_settlement_the_fold_has_not_counted_yet_never_hides_spend_it_has(api)
     assert reserve(api, t, {"model_label": "premium", "max_input_tokens": 500, "max_output_tokens": 500}).status == 201
 
 
+
+def test_a_void_of_a_settling_record_takes_its_settled_spend_back_with_its_cost(api):
+    from price_keeper.domain import voids
+
+    t = tenant()
+    held = reserve(api, t, {"model_label": "premium"}).json()
+    body = usage_body(input_tokens=1000, output_tokens=1000, reservation_id=held["reservation_id"])
+    assert api.post(f"{t.app_path}/usage", body, token=t.token).status == 202
+    request = voids.VoidRequest(app_id=t.app_id, request_ids=[body["request_id"]], reason="test")
+    assert voids.void(t.org_id, request)["voided"] == 1
+    aggregation.run()
+    day = org_day("America/New_York", datetime.now(UTC))
+    item = table(tables.DAILY_TOTAL).get_item(
+        Key={"usage_key": keys.usage_key(t.scope, "premium"), "date_key": keys.day_key(day)}
+    )["Item"]
+    assert (int(item["cost_usd_micros"]), int(item["settled_usd_micros"])) == (0, 0)
+
 def test_unreserved_spend_takes_off_only_the_settled_spend_the_fold_counted():
     """4 000 spent without a reservation and 4 000 settled, at each stage of the fold."""
     from price_keeper.domain.aggregation import Totals
