@@ -8,8 +8,10 @@ allowance, boto3 clients) that calls the real Lambda handlers with API Gateway e
 ``local/gateway.py`` does, one request at a time. All of them talk to ONE moto server,
 started here in a process of its own with the tables of ``store/tables.py`` (the local
 stack's), patched as the local stack runs it (``local/moto_patches.py``: one DynamoDB request at a
-time, transactions rolled back per item). The parent is the aggregator: it polls the usage
-stream and invokes the aggregator function with Lambda-shaped batches (``local/streams.py``).
+time, transactions rolled back per item) and with DynamoDB's transaction conflicts modelled
+(``--transaction-ms``: how long a transaction holds its items). The parent is the
+aggregator: it polls the usage stream and invokes the aggregator function with Lambda-shaped
+batches (``local/streams.py``).
 
 Two runs:
 
@@ -29,6 +31,10 @@ Two runs:
   the floor. Then exactness: every label's DailyTotal and shards equal the accepted records.
 - **rate limits**: one client sends 50 % of its limit, then another 150 %, spread over all
   containers at once: 429s at 50 %, and admissions per window at 150 %.
+- **hard cap**: one label reserved from every container at once, each hold settled at its
+  worst case: the overshoot.
+- **hot label**: one label reported from every container at once: the shards its
+  conflicts spread it to, and exactness.
 """
 
 from __future__ import annotations
