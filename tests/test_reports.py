@@ -365,3 +365,22 @@ def test_spend_on_a_label_outside_the_ordering_is_reported(api, app_org):
     assert [(r["app_id"], r["label"], r["cost_usd_micros"], r["requests"]) for r in rows] == [
         ("app-2", "premium", 3760, 1)
     ]
+
+
+def test_labels_outside_the_ordering_count_toward_what_one_report_may_read(api, app_org):
+    """The ordering's keys are checked before any read; profile labels (up to 400 a scope)
+    are only known from the totals, and a report with them reads and answers at most
+    ``MAX_USAGE_KEYS`` x ``MAX_DAYS`` key-days (red-team note: 400 profiles made a 92-day
+    report 400 Queries and a reply past Lambda's 6 MB)."""
+    day = org_day("America/New_York")
+    app_scope = scope(app_org, "app-2")  # orders [standard]: 1 key, and the scope total
+    profiles = [f"profile-{n:03d}" for n in range(200)]
+    for label in profiles:
+        put_shard(app_scope, label, 0, day=day, updated_at=int(time.time()), cost=1)
+    aggregation.run()
+    token, today = token_for(app_org, "app-2"), date.fromisoformat(f"{day[:4]}-{day[4:6]}-{day[6:]}")
+    longest = {"from": (today - timedelta(days=reports.MAX_DAYS - 1)).isoformat(), "to": today.isoformat()}
+    details = assert_error(report(api, app_org, token, app_id="app-2", **longest), 400, "INVALID_REQUEST")["details"]
+    assert details == {"usage_keys": 202, "days": 92, "max_usage_key_days": reports.MAX_USAGE_KEYS * reports.MAX_DAYS}
+    one_day = report(api, app_org, token, app_id="app-2", **{"from": today.isoformat(), "to": today.isoformat()})
+    assert one_day.status == 200 and {row["label"] for row in one_day.json()["rows"]} == set(profiles)

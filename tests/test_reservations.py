@@ -118,7 +118,6 @@ def test_settlement_moves_the_hold_to_actual_spend_exactly_once(api):
     assert [reserve(api, t, {"model_label": "premium"}).status for _ in range(3)] == [201, 201, 429]
 
 
-
 def test_a_settlement_the_fold_has_not_counted_yet_never_hides_spend_it_has(api):
     """Settled spend is in the ledger at once and in the folded totals a fold later; what
     the hard cap takes off the folded cost is only the settled spend the fold has counted
@@ -138,7 +137,6 @@ def test_a_settlement_the_fold_has_not_counted_yet_never_hides_spend_it_has(api)
     assert reserve(api, t, {"model_label": "premium", "max_input_tokens": 500, "max_output_tokens": 500}).status == 201
 
 
-
 def test_a_void_of_a_settling_record_takes_its_settled_spend_back_with_its_cost(api):
     from price_keeper.domain import voids
 
@@ -155,6 +153,7 @@ def test_a_void_of_a_settling_record_takes_its_settled_spend_back_with_its_cost(
     )["Item"]
     assert (int(item["cost_usd_micros"]), int(item["settled_usd_micros"])) == (0, 0)
 
+
 def test_unreserved_spend_takes_off_only_the_settled_spend_the_fold_counted():
     """4 000 spent without a reservation and 4 000 settled, at each stage of the fold."""
     from price_keeper.domain.aggregation import Totals
@@ -164,6 +163,7 @@ def test_unreserved_spend_takes_off_only_the_settled_spend_the_fold_counted():
     folded = {"cost_usd_micros": 8_000, "settled_usd_micros": 4_000}
     assert Totals(**folded, **ledger, settled_on_shards=4_000).unreserved == 4_000
     assert Totals(cost_usd_micros=8_000, **ledger).unreserved == 4_000  # settled before shards carried it
+
 
 def test_actual_cost_above_the_hold_is_counted_and_flagged(api):
     t = tenant()
