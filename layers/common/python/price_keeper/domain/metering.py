@@ -365,6 +365,7 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
     now_epoch = int(now.timestamp())
     tokens = submission.tokens
     settled = {usage.SETTLED: submission.cost_usd_micros} if settles else {}
+    estimated = _estimated(submission)
     return {
         "dedup_key": submission.dedup_key,
         "scopes": list(submission.scopes),
@@ -395,8 +396,13 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
             **settled,  # what a void takes back of it too
         },
         "expires_at": usage_expires_at(submission.day),
-        "marker_expires_at": now_epoch + get_config().metering.dedup_ttl_days * 86400,
-        "estimated": _estimated(submission),
+        # a record counted at the estimate keeps its marker as long as its estimated item, so
+        # re-pricing always finds whether it was voided (``usage.reprice_once``)
+        "marker_expires_at": max(
+            now_epoch + get_config().metering.dedup_ttl_days * 86400,
+            usage_expires_at(submission.day) if estimated else 0,
+        ),
+        "estimated": estimated,
     }
 
 

@@ -8,7 +8,9 @@ shard, day and scopes), with ``voids`` + 1, so the aggregator's totals follow it
 (``usage.write_once``): a repeated void, concurrent or later, cancels on the marker and is
 answered ``already_voided``; the marker stays, so a retry of the voided ``request_id`` is
 still a duplicate and is not counted again. Records older than the dedup window (the
-marker's TTL, ``dedup_ttl_days``) are ``not_found``.
+marker's TTL, ``dedup_ttl_days``; for one counted at the estimate, its day's totals') are
+``not_found``. The marker's condition includes the cost read, so a re-pricing between the
+read and the write (``usage.reprice_once``) makes the void read again.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ def _void_one(config: orgs.EffectiveConfig, request_id: str, reason: str, now_ep
             continue
         if first is None:
             return _result(request_id, "voided", marker)
+        if first and "voided_at_epoch" not in first:
+            continue  # re-priced since it was read: take back what it counts now
         return _result(request_id, "already_voided" if first else "not_found", first or None)
     raise service_unavailable("Void kept conflicting with concurrent writes; retry")
 

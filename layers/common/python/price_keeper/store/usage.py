@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable, Iterator
 
 from boto3.dynamodb.conditions import Key
+from botocore.exceptions import ClientError
 
 from . import keys, tables
 from .dynamo import (
@@ -220,15 +221,18 @@ def void_items(
     reason: str,
 ) -> list[dict]:
     """The actions of one void, for ``write_once``: mark the record voided (only once: the
-    condition fails on a marker already voided or gone) and ADD ``counters`` (the record's,
-    negated, and ``voids`` 1) to the shard of each scope it was counted in."""
+    condition fails on a marker already voided or gone, or re-priced since ``marker`` was
+    read) and ADD ``counters`` (the record's, negated, and ``voids`` 1) to the shard of
+    each scope it was counted in."""
     mark = {
         "Update": {
             "TableName": tables.USAGE_AGG_SHARDED.physical_name,
             "Key": {"shard_key": dedup_key, "date_key": keys.DEDUP_SORT_KEY},
             "UpdateExpression": "SET voided_at_epoch = :now, void_reason = :reason",
-            "ConditionExpression": "attribute_exists(shard_key) AND attribute_not_exists(voided_at_epoch)",
-            "ExpressionAttributeValues": {":now": now_epoch, ":reason": reason},
+            "ConditionExpression": (
+                "attribute_exists(shard_key) AND attribute_not_exists(voided_at_epoch) AND cost_usd_micros = :read"
+            ),
+            "ExpressionAttributeValues": {":now": now_epoch, ":reason": reason, ":read": marker["cost_usd_micros"]},
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
     }
@@ -386,10 +390,11 @@ def reprice_once(pending: dict, delta_usd_micros: int, source: str, now_epoch: i
     takes back what is counted, and a duplicate is answered with it), conditional on the
     record not being voided, and the ADD of the delta (and one ``CORRECTIONS``) to its shard
     in each scope it was counted in. A voided record is not corrected: the void took back
-    what it counted, and its estimated item is dropped. A record whose marker is gone
-    (past the dedup window, so no void can find it) is corrected without it.
-    True when this call corrected it, False when it was corrected or voided before;
-    ``Conflict`` to retry."""
+    what it counted, and its estimated item is dropped. So is one whose marker is gone,
+    left at the estimate (records counted before markers of estimated records lived as
+    long as their estimated items: whether they were voided cannot be known, and the
+    estimate is the higher cost). True when this call corrected it, False when it was
+    corrected or voided before (or is left); ``Conflict`` to retry."""
     name = tables.USAGE_AGG_SHARDED.physical_name
     estimated = {"shard_key": pending["shard_key"], "date_key": pending["date_key"]}
     marker = {"shard_key": pending["date_key"], "date_key": keys.DEDUP_SORT_KEY}  # (keyed by the record's dedup key)
@@ -421,21 +426,21 @@ def reprice_once(pending: dict, delta_usd_micros: int, source: str, now_epoch: i
         }
         for scope in pending["scopes"]
     ]
-    with_marker = True
-    while True:
-        items = [
-            {"Delete": {"TableName": name, "Key": estimated, "ConditionExpression": "attribute_exists(shard_key)"}},
-            *([marker_update] if with_marker else []),
-            *shard_adds,
-        ]
-        reasons = transact(items, ClientRequestToken=request_token(items, attempt))
-        if reasons is None:
-            return True
-        if reasons[0].get("Code") == "ConditionalCheckFailed":
-            return False
-        if not (with_marker and reasons[1].get("Code") == "ConditionalCheckFailed"):
-            raise Conflict(reasons)
-        if reasons[1].get("Item"):  # voided
-            table(tables.USAGE_AGG_SHARDED).delete_item(Key=estimated)
-            return False
-        with_marker = False
+    items = [
+        {"Delete": {"TableName": name, "Key": estimated, "ConditionExpression": "attribute_exists(shard_key)"}},
+        marker_update,
+        *shard_adds,
+    ]
+    reasons = transact(items, ClientRequestToken=request_token(items, attempt))
+    if reasons is None:
+        return True
+    if reasons[0].get("Code") == "ConditionalCheckFailed":
+        return False
+    if reasons[1].get("Code") != "ConditionalCheckFailed":
+        raise Conflict(reasons)
+    try:  # voided, or its marker is gone: nothing to correct
+        table(tables.USAGE_AGG_SHARDED).delete_item(Key=estimated)
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "TransactionConflictException":
+            raise
+    return False  # (a delete that met a concurrent run's transaction is left to the next run)
