@@ -20,11 +20,13 @@ moto 5.2.5 answers every call correctly one at a time, but:
    turn, so a hot label never spreads past its first shard and the code that handles
    ``TransactionConflict`` never runs under load. ``apply(transaction_hold_ms=...)`` models
    DynamoDB's rule instead (the fleet benchmark and its test use it): a transaction that
-   succeeds holds every item it touched for that long after it is served; another
+   succeeds is in flight for that long, holding every item it touched, and its caller gets
+   the answer only then (outside the request lock, so others are served meanwhile); another
    transaction touching a held item is cancelled with ``TransactionConflict`` for it, and a
    single PutItem, UpdateItem or DeleteItem of one fails with
-   ``TransactionConflictException``. Off (0) by default: the local stack and the other
-   tests see moto's serial order.
+   ``TransactionConflictException``. A caller's own next request comes after its
+   transaction is over, as on DynamoDB, so it never conflicts with it. Off (0) by default:
+   the local stack and the other tests see moto's serial order.
 """
 
 from __future__ import annotations
@@ -114,8 +116,9 @@ def _rolled_back_per_item(transact_write_items):
 
 
 def model_conflicts(handler, hold_seconds: float) -> None:
-    """Cancel what DynamoDB would cancel for touching an item a transaction still holds
-    (3. in the module docstring). Runs inside the request lock, so ``held`` needs none."""
+    """Cancel what DynamoDB would cancel for touching an item a transaction still holds, and
+    answer a transaction once it is over (3. in the module docstring). The checks run inside
+    the request lock, so ``held`` needs none."""
     from moto.dynamodb.exceptions import DynamodbException, TransactionCanceledException
 
     class TransactionConflictException(DynamodbException):
@@ -126,6 +129,7 @@ def model_conflicts(handler, hold_seconds: float) -> None:
             )
 
     held: dict[str, float] = {}  # item -> when the transaction that last touched it is over
+    in_flight = threading.local()  # this request's transaction, until its answer goes out
 
     def item_id(request, operation: dict) -> str:
         key = operation.get("Key")
@@ -153,9 +157,20 @@ def model_conflicts(handler, hold_seconds: float) -> None:
                 for item in [item for item, until in held.items() if until <= now]:
                     del held[item]
             held.update(dict.fromkeys(items, now + hold_seconds))
+            in_flight.transaction = True
             return response
 
         return holding
+
+    def answered_when_over(call_action):
+        def answer(self):
+            in_flight.transaction = False
+            response = call_action(self)  # (takes the request lock and gives it back)
+            if in_flight.transaction:
+                time.sleep(hold_seconds)
+            return response
+
+        return answer
 
     def single(original):
         def refused_while_held(self):
@@ -165,6 +180,7 @@ def model_conflicts(handler, hold_seconds: float) -> None:
 
         return refused_while_held
 
+    handler.call_action = answered_when_over(handler.call_action)
     handler.transact_write_items = transact(handler.transact_write_items)
     for name in ("put_item", "update_item", "delete_item"):
         setattr(handler, name, single(getattr(handler, name)))
