@@ -58,6 +58,27 @@ def test_usage_limit_costs_one_write_per_thirty_requests_in_one_container(limits
     assert admitted("client-a", 5, "usage") == 0
 
 
+
+def test_a_container_that_found_the_window_full_refuses_without_a_write_for_a_second(limits_on):
+    """Red-team note: every refusal cost a failed conditional UpdateItem on the client's
+    one counter item, for as long as it kept sending."""
+    writes = []
+    ddb_client().meta.events.register("before-call.dynamodb.UpdateItem", lambda **kw: writes.append(1))
+    assert admitted("client-a", 10, "auth_token") == 10
+    writes.clear()
+    assert admitted("client-a", 200, "auth_token", now=NOW + 1) == 0
+    assert len(writes) == 1  # the lease that found it full
+    assert admitted("client-a", 200, "auth_token", now=NOW + 2.5) == 0
+    assert len(writes) == 2  # a second later, the counter is tried again
+    assert admitted("client-a", 1, "auth_token", now=NOW + 60) == 1  # the next window starts afresh
+
+
+def test_a_refund_after_a_refusal_is_seen_at_once_by_its_own_container(limits_on):
+    charges = [ratelimit.consume("client-a", now=NOW, limit_name="auth_token") for _ in range(10)]
+    assert admitted("client-a", 1, "auth_token") == 0
+    ratelimit.refund(charges[0])
+    assert admitted("client-a", 2, "auth_token") == 1
+
 class Fleet:
     """``size`` containers in one process: each its own leased allowance (``ratelimit._local``)."""
 

@@ -18,7 +18,9 @@ counter at the limit. When a lease does not fit, the container takes what is lef
 refused write returns the counter), down to exactly one request; only a counter at the
 limit refuses. Cost: about log2(r) + r / (limit / 20) writes for r requests of one client
 in one container and window (a container serving 1,000 usage requests a minute: 32
-writes, one per 31 requests).
+writes, one per 31 requests). A container that finds a window full refuses that client
+without a write for ``FULL_RECHECK_SECONDS``: a client flooding past its limit costs each
+container a write a second, not one per refusal.
 
 ``consume(key, limit_name=...)`` counts one request where the caller is known: the request
 pipeline with the route's limit (``routes.Route.rate_limit``) once it authenticated the
@@ -45,6 +47,10 @@ from .errors import ApiError
 from .store import rate_windows
 
 LEASE_FRACTION = 20  # the largest lease: this fraction of the limit
+# A window found full is refused locally this long (at most until it ends) before its counter
+# is tried again: only a refund (``refund``) lowers a counter, so a flood of refused requests
+# costs a container one conditional write a second, not one each.
+FULL_RECHECK_SECONDS = 1.0
 MAX_ORG_REQUESTS = 1_000_000  # the most requests per window an org may set for its clients
 # The limits counted per app or org client (the Bearer routes'): an org may set their requests.
 ORG_ADJUSTABLE = frozenset(
@@ -59,6 +65,7 @@ class Held(NamedTuple):
     spent: int  # admitted here in this window
     used: int  # the window's shared counter after this container's last lease
     reset: int  # the window's end
+    refused_until: float = 0  # found full: refused here without a write until then
 
 
 _headers: ContextVar[dict | None] = ContextVar("rate_headers", default=None)
@@ -150,24 +157,35 @@ def consume(
         if local:
             held = _local[key] = held._replace(spare=held.spare - 1, spent=held.spent + 1)
     if not local:
+        if held.refused_until > now and held.used >= limit.requests:  # (an org may raise its limit meanwhile)
+            _refuse(client, window, now)
         granted, used = _lease(client, window, lease_size(limit.requests, held))
         if granted == 0:
-            retry_after = max(1, math.ceil(window.reset - now))
-            headers = _header_values(client, window, 0)
-            headers["Retry-After"] = str(retry_after)
-            raise ApiError(
-                429,
-                "RATE_LIMIT_EXCEEDED",
-                f"Rate limit of {limit.requests} requests/{_unit(limit.per_seconds)} exceeded",
-                headers=headers,
-                retry_after=retry_after,
-            )
+            with _lock:
+                _local[key] = held._replace(
+                    used=limit.requests, refused_until=min(window.reset, now + FULL_RECHECK_SECONDS)
+                )
+            _refuse(client, window, now)
         with _lock:
             _forget_old_windows(now)
             held = _local.get(key) or Held(0, 0, 0, window.reset)
             held = _local[key] = Held(held.spare + granted - 1, held.spent + 1, max(used, held.used), window.reset)
     _headers.set(_header_values(client, window, limit.requests - held.used + held.spare))
     return Charge(client, window)
+
+
+def _refuse(client: str, window: Window, now: float) -> None:
+    retry_after = max(1, math.ceil(window.reset - now))
+    headers = _header_values(client, window, 0)
+    headers["Retry-After"] = str(retry_after)
+    limit = window.limit
+    raise ApiError(
+        429,
+        "RATE_LIMIT_EXCEEDED",
+        f"Rate limit of {limit.requests} requests/{_unit(limit.per_seconds)} exceeded",
+        headers=headers,
+        retry_after=retry_after,
+    )
 
 
 def refund(charge: Charge | None) -> None:
@@ -181,7 +199,7 @@ def refund(charge: Charge | None) -> None:
     with _lock:
         held = _local.get(key)
         if held:
-            _local[key] = held._replace(spent=max(0, held.spent - 1), used=held.used - 1)
+            _local[key] = held._replace(spent=max(0, held.spent - 1), used=held.used - 1, refused_until=0)
     headers = _headers.get()
     if headers and headers["X-RateLimit-ClientId"] == charge.client:
         _headers.set({**headers, "X-RateLimit-Remaining": str(int(headers["X-RateLimit-Remaining"]) + 1)})
