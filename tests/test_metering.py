@@ -9,6 +9,7 @@ import random
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from botocore.stub import Stubber
@@ -57,7 +58,7 @@ def test_accepted_record_answers_202_with_shard_cost_and_daily_total(api, tenant
     assert answer["status"] == "accepted" and answer["message"] == "Usage data queued for processing"
     assert answer["duplicate"] is False
     assert answer["processing"] == {
-        "shard_id": keys.stable_shard(body["request_id"], 8),
+        "shard_id": keys.record_shard(body["request_id"], 8),
         "expected_aggregation_lag_secs": 2,
         "cost_usd_micros": 3760,
     }
@@ -81,7 +82,7 @@ def test_the_transaction_writes_one_dedup_item_and_adds_to_one_shard(api, tenant
     body = usage_body(cache_read_input_tokens=2000, cache_write_input_tokens=1000)
     post(api, tenant, body)
     day = org_day("America/New_York")
-    shard_id = keys.stable_shard(body["request_id"], 8)
+    shard_id = keys.record_shard(body["request_id"], 8)
     [shard] = shard_items()
     assert shard["shard_key"] == f"{tenant.scope}#LABEL#premium#SH#{shard_id}" and shard["date_key"] == f"DAY#{day}"
     assert (shard["input_tokens"], shard["output_tokens"], shard["requests"]) == (1500, 800, 1)
@@ -277,7 +278,7 @@ def test_batch_answers_207_with_a_result_per_record(api, tenant):
     assert results[0] == {
         "request_id": good["request_id"],
         "status": "accepted",
-        "shard_id": keys.stable_shard(good["request_id"], 8),
+        "shard_id": keys.record_shard(good["request_id"], 8),
         "cost_usd_micros": 3760,
         "duplicate": False,
     }
@@ -308,6 +309,19 @@ def test_a_batch_retried_whole_is_counted_once(api, tenant):
     assert again["accepted"] == 20 and all(result["duplicate"] for result in again["results"])
     assert sum(int(item["requests"]) for item in shard_items()) == 20
 
+
+
+def test_a_request_id_repeated_in_a_batch_is_answered_from_its_first_without_a_write(api, tenant):
+    """Red-team note: each repeat was written on its own, so one id a hundred times was a
+    hundred transactions for one rate-limited request."""
+    transactions = []
+    ddb_client().meta.events.register("before-call.dynamodb.TransactWriteItems", lambda **_: transactions.append(1))
+    body = usage_body()
+    results = post_batch(api, tenant, [body] * 100).json()["results"]
+    assert len(transactions) == 1
+    assert [result["duplicate"] for result in results] == [False] + [True] * 99
+    assert {result["cost_usd_micros"] for result in results} == {3_760}
+    assert sum(int(item["requests"]) for item in shard_items()) == 1
 
 @pytest.mark.parametrize("records", [[], [usage_body() for _ in range(101)]])
 def test_batch_size_is_1_to_100(api, tenant, records):
@@ -418,7 +432,7 @@ def test_a_batch_that_meets_a_conflict_spreads_its_labels_and_retries(aws):
         outcomes = metering.record_group(submissions, now)
     assert [outcome.duplicate for outcome in outcomes] == [False] * 3
     assert len(tokens) == 2 and tokens[0] != tokens[1]
-    assert {outcome.shard_id for outcome in outcomes} == {keys.stable_shard(submissions[0].request_id, 16)}
+    assert {outcome.shard_id for outcome in outcomes} == {keys.record_shard(submissions[0].request_id, 16)}
 
 
 # --- the write under conflicts, races and volume ----------------------------------------------
@@ -445,7 +459,7 @@ def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
     # retry after the conflict may go to another shard, behind the same dedup item
     assert usage.request_token(items[0], 0) == tokens[0]
     assert items[0][0]["Put"]["Item"]["shard_key"] == items[1][0]["Put"]["Item"]["shard_key"]
-    assert outcome.shard_id == keys.stable_shard(submission.request_id, 16)
+    assert outcome.shard_id == keys.record_shard(submission.request_id, 16)
 
 
 def test_a_throttled_transaction_is_retried_on_the_same_shard(aws):
@@ -519,3 +533,23 @@ def test_5000_submissions_for_one_label_and_day_keep_every_item_under_1_kb(aws):
     shard_sizes = [item_size(item) for item in shard_items()]
     assert max(shard_sizes) < 400  # a shard is a handful of counters, whatever the volume
     assert daily_total(tenant.scope, "premium", org_day(config.timezone, now))["requests"] == 5000
+
+
+def test_a_records_shard_is_not_one_a_client_can_aim_at():
+    """The shard is a hash of the request id keyed by the process: the same within a
+    container (a batch's records of a label-day share one), unknown outside it (red-team
+    note: precomputed request ids all on shard 0 forced a label-day to 64 shards)."""
+    import subprocess
+    import sys
+
+    ids = [f"0b6a1c52-9f1e-4f5b-8d2a-{n:012d}" for n in range(32)]
+    program = f"from price_keeper.store import keys; print([keys.record_shard(i, 64) for i in {ids!r}])"
+    layer = str(Path(keys.__file__).parents[2])  # (price_keeper/store/keys.py)
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", program], capture_output=True, text=True, check=True, env={"PYTHONPATH": layer}
+        ).stdout
+        for _ in range(2)
+    }
+    assert len(runs) == 2
+    assert [keys.record_shard(i, 64) for i in ids] == [keys.record_shard(i, 64) for i in ids]

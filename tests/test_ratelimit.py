@@ -58,7 +58,6 @@ def test_usage_limit_costs_one_write_per_thirty_requests_in_one_container(limits
     assert admitted("client-a", 5, "usage") == 0
 
 
-
 def test_a_container_that_found_the_window_full_refuses_without_a_write_for_a_second(limits_on):
     """Red-team note: every refusal cost a failed conditional UpdateItem on the client's
     one counter item, for as long as it kept sending."""
@@ -78,6 +77,7 @@ def test_a_refund_after_a_refusal_is_seen_at_once_by_its_own_container(limits_on
     assert admitted("client-a", 1, "auth_token") == 0
     ratelimit.refund(charges[0])
     assert admitted("client-a", 2, "auth_token") == 1
+
 
 class Fleet:
     """``size`` containers in one process: each its own leased allowance (``ratelimit._local``)."""

@@ -192,7 +192,7 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
         scopes=scopes,
         label=request.model_label,
         day=day,
-        shard_id=keys.stable_shard(request.request_id, shard_count),
+        shard_id=keys.record_shard(request.request_id, shard_count),
         tokens=tokens,
         cost_usd_micros=pricing.cost_usd_micros(tokens, quote.prices),
         quote=quote,
@@ -343,7 +343,7 @@ def _on_shared_shards(chunk: list[tuple[int, Submission]]) -> list[tuple[int, Su
     placed = []
     for index, submission in chunk:
         lead = first[(submission.label, submission.day)]
-        shard_id = keys.stable_shard(lead.request_id, lead.shard_count)
+        shard_id = keys.record_shard(lead.request_id, lead.shard_count)
         placed.append((index, submission._replace(shard_id=shard_id, shard_count=lead.shard_count)))
     return placed
 
@@ -597,15 +597,17 @@ def _prepare_one(config: EffectiveConfig, raw, now: datetime) -> _Prepared | dic
 
 def _count_batch(config: EffectiveConfig, prepared: list, now: datetime) -> dict[int, tuple[dict, Outcome | None]]:
     """Each prepared record's result and outcome, by index: the records that only report
-    written together (``record_group``); one settling a reservation, or repeating a request
-    id of the batch, on its own after them (``count``)."""
-    seen: set[str] = set()
-    together, alone = [], []
+    written together (``record_group``); one settling a reservation on its own after them
+    (``count``); one repeating a request id of the batch answered as a duplicate of the
+    first, without a write (a batch of one id a hundred times was a hundred transactions:
+    a red-team note), or written on its own when the first failed."""
+    first_of: dict[str, int] = {}
+    together, alone, repeats = [], [], []
     for index, entry in enumerate(prepared):
         if isinstance(entry, _Prepared):
-            fits = entry.settle is None and entry.submission.dedup_key not in seen
-            (together if fits else alone).append(index)
-            seen.add(entry.submission.dedup_key)
+            key = entry.submission.dedup_key
+            (repeats if key in first_of else together if entry.settle is None else alone).append(index)
+            first_of.setdefault(key, index)
     done: dict[int, tuple[dict, Outcome | None]] = {}
     written = record_group([prepared[index].submission for index in together], now) if together else []
     for index, outcome in zip(together, written, strict=True):
@@ -616,15 +618,28 @@ def _count_batch(config: EffectiveConfig, prepared: list, now: datetime) -> dict
             _after_counting(config, submission, outcome, now)
             done[index] = _accepted_result(outcome, None), outcome
     for index in alone:
-        submission, settle = prepared[index]
-        try:
-            outcome = count(config, submission, now, settle)
-        except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others
-            failure = as_api_error(error)
-            done[index] = _failed({"request_id": submission.request_id}, failure.code, failure.message), None
-            continue
-        done[index] = _accepted_result(outcome, settle), outcome
+        _count_alone(config, prepared[index], now, done, index)
+    for index in repeats:
+        first = done[first_of[prepared[index].submission.dedup_key]][1]
+        if first is None:  # the first failed: this one may count
+            _count_alone(config, prepared[index], now, done, index)
+        else:
+            outcome = first._replace(duplicate=True)
+            done[index] = _accepted_result(outcome, prepared[index].settle), outcome
     return done
+
+
+def _count_alone(
+    config: EffectiveConfig, entry: _Prepared, now: datetime, done: dict[int, tuple[dict, Outcome | None]], index: int
+) -> None:
+    submission, settle = entry
+    try:
+        outcome = count(config, submission, now, settle)
+    except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others
+        failure = as_api_error(error)
+        done[index] = _failed({"request_id": submission.request_id}, failure.code, failure.message), None
+        return
+    done[index] = _accepted_result(outcome, settle), outcome
 
 
 def _accepted_result(outcome: Outcome, settle: reservations.Settlement | None) -> dict:

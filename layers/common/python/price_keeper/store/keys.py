@@ -7,6 +7,7 @@ UUID and app ids / labels cannot contain ``#``, so no id can address another ten
 from __future__ import annotations
 
 import hashlib
+import secrets
 
 ROOT_RESOURCE = "#"
 
@@ -205,9 +206,23 @@ def dedup_key(org_id: str, app_id: str, request_id: str) -> str:
     return f"{profile_org_key(org_id, app_id)}#REQ#{request_id}"
 
 
-def stable_shard(request_id: str, shard_count: int) -> int:
-    """Shard for a request id: the same in every process (unlike the salted ``hash()``)."""
-    digest = hashlib.blake2b(request_id.encode(), digest_size=8).digest()
+def stable_shard(value: str, shard_count: int) -> int:
+    """Shard for ``value``: the same in every process (unlike the salted ``hash()``)."""
+    digest = hashlib.blake2b(value.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shard_count
+
+
+# A record's shard is a hash of its request id keyed by this process, so a client that
+# chooses its request ids cannot aim them all at one shard of a label-day, conflict on it
+# and spread the label-day to 64 shards with a few zero-cost records (a red-team note). A
+# retry served by another container may land on another shard: the dedup marker, not the
+# shard, makes it a duplicate.
+_RECORD_SHARD_KEY = secrets.token_bytes(16)
+
+
+def record_shard(request_id: str, shard_count: int) -> int:
+    """The shard a record of ``request_id`` is counted in, among ``shard_count``."""
+    digest = hashlib.blake2b(request_id.encode(), key=_RECORD_SHARD_KEY, digest_size=8).digest()
     return int.from_bytes(digest, "big") % shard_count
 
 
