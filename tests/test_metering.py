@@ -310,7 +310,6 @@ def test_a_batch_retried_whole_is_counted_once(api, tenant):
     assert sum(int(item["requests"]) for item in shard_items()) == 20
 
 
-
 def test_a_request_id_repeated_in_a_batch_is_answered_from_its_first_without_a_write(api, tenant):
     """Red-team note: each repeat was written on its own, so one id a hundred times was a
     hundred transactions for one rate-limited request."""
@@ -322,6 +321,7 @@ def test_a_request_id_repeated_in_a_batch_is_answered_from_its_first_without_a_w
     assert [result["duplicate"] for result in results] == [False] + [True] * 99
     assert {result["cost_usd_micros"] for result in results} == {3_760}
     assert sum(int(item["requests"]) for item in shard_items()) == 1
+
 
 @pytest.mark.parametrize("records", [[], [usage_body() for _ in range(101)]])
 def test_batch_size_is_1_to_100(api, tenant, records):
