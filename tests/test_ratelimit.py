@@ -288,3 +288,36 @@ def test_an_org_limit_must_be_a_known_client_limit_and_a_sane_number(limits_on, 
     body = {**ORG_BODY, "overrides": {"rate_limits": rate_limits}}
     assert_error(put_org(api, org_id, body), 400, "INVALID_REQUEST")
     assert put_org(api, org_id).status == 201  # nothing was written
+
+
+def test_batch_records_written_alone_are_charged_to_the_single_reports_limit(limits_on, api):
+    """A record settling a reservation is a transaction of its own, as a single report is:
+    it is charged to the client's ``usage`` limit, and one over it fails alone (red-team
+    note: a batch of well-formed reservation ids naming no hold bought 100 transactions for
+    one request of the ``usage_batch`` limit)."""
+    import secrets
+
+    from price_keeper.domain.reservations import ReservationId
+    from tests.usage_support import usage_body
+
+    org_body = {**ORG_BODY, "overrides": {**ORG_BODY["overrides"], "rate_limits": {"usage": 3}}}
+    org_id = str(uuid.uuid4())
+    assert put_org(api, org_id, org_body).status == 201
+    token = tokens(api, new_app(api, org_id, "app-1"))["access_token"]
+    day = datetime.now(UTC).strftime("%Y%m%d")
+    settling = [
+        usage_body(
+            model_label="standard", reservation_id=str(ReservationId(day, "a", 2_000_000_000, secrets.token_hex(16)))
+        )
+        for _ in range(5)
+    ]
+    reply = api.post(
+        f"/api/v1/orgs/{org_id}/apps/app-1/usage/batch", {"requests": [usage_body(), *settling]}, token=token
+    )
+    assert reply.status == 207
+    assert [result.get("error", result["status"]) for result in reply.json()["results"]] == [
+        "accepted",
+        *["accepted"] * 3,
+        *["RATE_LIMIT_EXCEEDED"] * 2,
+    ]
+    assert reply.headers["x-ratelimit-limit"] == str(get_config().rate_limits["usage_batch"].requests)

@@ -12,7 +12,7 @@ from price_keeper import routes
 from price_keeper.domain import metering
 from price_keeper.domain.models import UsageBatchRequest
 from price_keeper.http import replies
-from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
+from price_keeper.http.api import Router, build_app, documented, lambda_entry, principal, reply
 
 router = Router()
 
@@ -26,7 +26,8 @@ def submit_usage_batch(
     body: Annotated[UsageBatchRequest, Body()],
     model_selection: Annotated[bool, Query()] = False,
 ):
-    receipt = metering.submit_batch(org_id, app_id, body.requests, with_selection=model_selection)
+    client = principal(router).client_id  # (its rate-limit client: records written alone are charged to it)
+    receipt = metering.submit_batch(org_id, app_id, body.requests, with_selection=model_selection, client=client)
     return reply(207, replies.BatchReceipt, receipt)
 
 

@@ -138,11 +138,17 @@ class Charge(NamedTuple):
 
 
 def consume(
-    client: str, now: float | None = None, *, limit_name: str | None, requests: int | None = None
+    client: str,
+    now: float | None = None,
+    *,
+    limit_name: str | None,
+    requests: int | None = None,
+    headers: bool = True,
 ) -> Charge | None:
     """Count one request of ``client`` against the limit ``limit_name`` (its requests per
     window ``requests`` when given: an org's own limit); 429 when spent. ``None`` when no
-    limit applies (no name, or limits switched off)."""
+    limit applies (no name, or limits switched off). ``headers=False``: a charge beside the
+    request's own, whose ``X-RateLimit-*`` headers it leaves as they are."""
     if limit_name is None or not enabled():
         return None
     limit = get_config().rate_limits[limit_name]
@@ -170,7 +176,8 @@ def consume(
             _forget_old_windows(now)
             held = _local.get(key) or Held(0, 0, 0, window.reset)
             held = _local[key] = Held(held.spare + granted - 1, held.spent + 1, max(used, held.used), window.reset)
-    _headers.set(_header_values(client, window, limit.requests - held.used + held.spare))
+    if headers:
+        _headers.set(_header_values(client, window, limit.requests - held.used + held.spare))
     return Charge(client, window)
 
 

@@ -24,6 +24,7 @@ from typing import NamedTuple
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
+from .. import ratelimit, routes
 from ..config import IN_REGION, get_config
 from ..errors import ApiError, as_api_error, invalid_request, service_unavailable
 from ..observability import logger
@@ -38,6 +39,8 @@ from .quota import EXCEEDED, NORMAL, TIGHT, quota_pct, quota_status
 
 CLOCK_SKEW_SECS = 300  # a timestamp up to 5 min ahead of the server clock is not "in the future"
 TRANSACTION_ATTEMPTS = 5
+# The single report's rate limit, which a batch record written on its own is charged to.
+USAGE_LIMIT = next(route.rate_limit for route in routes.ROUTES if route.path == routes.USAGE)
 
 _TIMESTAMP_SHAPE = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 
@@ -595,12 +598,16 @@ def _prepare_one(config: EffectiveConfig, raw, now: datetime) -> _Prepared | dic
         return _failed(raw, failure.code, failure.message)
 
 
-def _count_batch(config: EffectiveConfig, prepared: list, now: datetime) -> dict[int, tuple[dict, Outcome | None]]:
+def _count_batch(
+    config: EffectiveConfig, prepared: list, now: datetime, client: str | None = None
+) -> dict[int, tuple[dict, Outcome | None]]:
     """Each prepared record's result and outcome, by index: the records that only report
     written together (``record_group``); one settling a reservation on its own after them
     (``count``); one repeating a request id of the batch answered as a duplicate of the
     first, without a write (a batch of one id a hundred times was a hundred transactions:
-    a red-team note), or written on its own when the first failed."""
+    a red-team note), or written on its own when the first failed. A record written on its
+    own is a transaction of its own, as a single report is, and is charged to ``client``'s
+    ``usage`` limit as one (a refused one fails alone, ``RATE_LIMIT_EXCEEDED``)."""
     first_of: dict[str, int] = {}
     together, alone, repeats = [], [], []
     for index, entry in enumerate(prepared):
@@ -618,11 +625,11 @@ def _count_batch(config: EffectiveConfig, prepared: list, now: datetime) -> dict
             _after_counting(config, submission, outcome, now)
             done[index] = _accepted_result(outcome, None), outcome
     for index in alone:
-        _count_alone(config, prepared[index], now, done, index)
+        _count_alone(config, prepared[index], now, done, index, client)
     for index in repeats:
         first = done[first_of[prepared[index].submission.dedup_key]][1]
         if first is None:  # the first failed: this one may count
-            _count_alone(config, prepared[index], now, done, index)
+            _count_alone(config, prepared[index], now, done, index, client)
         else:
             outcome = first._replace(duplicate=True)
             done[index] = _accepted_result(outcome, prepared[index].settle), outcome
@@ -630,10 +637,19 @@ def _count_batch(config: EffectiveConfig, prepared: list, now: datetime) -> dict
 
 
 def _count_alone(
-    config: EffectiveConfig, entry: _Prepared, now: datetime, done: dict[int, tuple[dict, Outcome | None]], index: int
+    config: EffectiveConfig,
+    entry: _Prepared,
+    now: datetime,
+    done: dict[int, tuple[dict, Outcome | None]],
+    index: int,
+    client: str | None,
 ) -> None:
     submission, settle = entry
     try:
+        if client is not None:
+            ratelimit.consume(
+                client, limit_name=USAGE_LIMIT, requests=config.rate_limits.get(USAGE_LIMIT), headers=False
+            )
         outcome = count(config, submission, now, settle)
     except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others
         failure = as_api_error(error)
@@ -654,18 +670,24 @@ def _accepted_result(outcome: Outcome, settle: reservations.Settlement | None) -
 
 
 def submit_batch(
-    org_id: str, app_id: str, records: list, now: datetime | None = None, with_selection: bool = False
+    org_id: str,
+    app_id: str,
+    records: list,
+    now: datetime | None = None,
+    with_selection: bool = False,
+    client: str | None = None,
 ) -> dict:
     """``POST .../usage/batch``: each record validated on its own, so one bad or duplicate
     record never affects another, and written exactly once (``_count_batch``: the records
     share transactions, a record's write units are its marker's). ``daily_totals`` gives the
     quota position of each label the batch counted, as the single report's ``daily_total``
     does, so a batching client learns a label is spent; the quotas are today's boosted ones,
-    as in selection and the single report."""
+    as in selection and the single report. ``client``: the caller's rate-limit client, which
+    records written on their own are charged to."""
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
     prepared = [_prepare_one(config, raw, now) for raw in records]
-    counted = _count_batch(config, prepared, now)
+    counted = _count_batch(config, prepared, now, client)
     done = [counted.get(index, (entry, None)) for index, entry in enumerate(prepared)]
     results = [result for result, _ in done]
     accepted = sum(1 for result in results if result["status"] == "accepted")
