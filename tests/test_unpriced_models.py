@@ -8,6 +8,7 @@ Stubber for GetFoundationModel and GetProducts, which moto lacks."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 
 import boto3
@@ -338,6 +339,17 @@ def test_a_record_is_repriced_once_when_runs_overlap(api, tenant, bus):
         assert pricing.reprice(pending, utc_now()) is False  # the other run, or a retry
         assert pricing.reprice_estimates([LLAMA]) == 0
     assert [int(s["cost_usd_micros"]) for s in shard_items()] == [1440]
+    marker = table(tables.USAGE_AGG_SHARDED).get_item(
+        Key={
+            "shard_key": keys.dedup_key(tenant.org_id, tenant.app_id, reply["request_id"]),
+            "date_key": keys.DEDUP_SORT_KEY,
+        }
+    )["Item"]
+    window = get_config().metering.dedup_ttl_days * 86400  # kept as any marker once re-priced, not its day's 400
+    assert (int(marker["cost_usd_micros"]), int(marker[tables.TTL_ATTRIBUTE]) - int(time.time()) <= window) == (
+        1440,
+        True,
+    )
     aggregation.run()
     assert scope_cost(tenant, "llama", day) == (1440, 1)
 

@@ -65,7 +65,8 @@ class Held(NamedTuple):
     spent: int  # admitted here in this window
     used: int  # the window's shared counter after this container's last lease
     reset: int  # the window's end
-    refused_until: float = 0  # found full: refused here without a write until then
+    refused_until: float = 0  # found full: refused here without a write until then...
+    refused_at: int = 0  # ...unless the limit is now above the requests it was found full at
 
 
 _headers: ContextVar[dict | None] = ContextVar("rate_headers", default=None)
@@ -144,11 +145,14 @@ def consume(
     limit_name: str | None,
     requests: int | None = None,
     headers: bool = True,
+    refundable: bool = False,
 ) -> Charge | None:
     """Count one request of ``client`` against the limit ``limit_name`` (its requests per
     window ``requests`` when given: an org's own limit); 429 when spent. ``None`` when no
     limit applies (no name, or limits switched off). ``headers=False``: a charge beside the
-    request's own, whose ``X-RateLimit-*`` headers it leaves as they are."""
+    request's own, whose ``X-RateLimit-*`` headers it leaves as they are. ``refundable``: the
+    caller may ``refund`` it, from any container, so a window found full is never refused
+    here without reading the counter again."""
     if limit_name is None or not enabled():
         return None
     limit = get_config().rate_limits[limit_name]
@@ -163,13 +167,13 @@ def consume(
         if local:
             held = _local[key] = held._replace(spare=held.spare - 1, spent=held.spent + 1)
     if not local:
-        if held.refused_until > now and held.used >= limit.requests:  # (an org may raise its limit meanwhile)
-            _refuse(client, window, now)
+        if not refundable and held.refused_until > now and held.refused_at >= limit.requests:
+            _refuse(client, window, now)  # (unless an org raised its limit meanwhile)
         granted, used = _lease(client, window, lease_size(limit.requests, held))
         if granted == 0:
             with _lock:
                 _local[key] = held._replace(
-                    used=limit.requests, refused_until=min(window.reset, now + FULL_RECHECK_SECONDS)
+                    refused_until=min(window.reset, now + FULL_RECHECK_SECONDS), refused_at=limit.requests
                 )
             _refuse(client, window, now)
         with _lock:
@@ -206,7 +210,7 @@ def refund(charge: Charge | None) -> None:
     with _lock:
         held = _local.get(key)
         if held:
-            _local[key] = held._replace(spent=max(0, held.spent - 1), used=held.used - 1, refused_until=0)
+            _local[key] = held._replace(spent=max(0, held.spent - 1), used=held.used - 1)
     headers = _headers.get()
     if headers and headers["X-RateLimit-ClientId"] == charge.client:
         _headers.set({**headers, "X-RateLimit-Remaining": str(int(headers["X-RateLimit-Remaining"]) + 1)})

@@ -198,7 +198,9 @@ def authenticate_client(
     ratelimit.consume(f"source:{source_ip}", limit_name=SOURCE_LIMIT)
     principal = parse_client_id(client_id)
     failure = ratelimit.consume(
-        f"{principal.client_id if principal else 'malformed-client-id'}@{source_ip}", limit_name=FAILED_ATTEMPTS_LIMIT
+        f"{principal.client_id if principal else 'malformed-client-id'}@{source_ip}",
+        limit_name=FAILED_ATTEMPTS_LIMIT,
+        refundable=True,
     )
     item = config_items.client_item(principal.org_id, principal.app_id) if principal else None
     presented = client_secret.encode()

@@ -514,7 +514,9 @@ def reprice(pending: dict, now: datetime) -> bool:
     delta = cost_usd_micros(tokens, known.prices) - int(pending["cost_usd_micros"])
     for attempt in range(REPRICE_ATTEMPTS):
         try:
-            return usage_store.reprice_once(pending, delta, known.source, int(now.timestamp()), attempt)
+            now_epoch = int(now.timestamp())
+            kept_until = now_epoch + get_config().metering.dedup_ttl_days * 86400  # as any marker, from now on
+            return usage_store.reprice_once(pending, delta, known.source, now_epoch, kept_until, attempt)
         except usage_store.Conflict:
             time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
     raise RuntimeError("re-pricing kept conflicting with concurrent usage writes")  # the next run retries

@@ -34,6 +34,8 @@ from . import orgs
 MAX_DAYS = 92
 # 200 keys x 92 days of rows stays well under Lambda's 6 MB response limit (JSON ~230 B a row).
 MAX_USAGE_KEYS = 200
+# With the labels spent on outside the ordering: one app's 400 profiles and its ordering.
+MAX_QUERIES = 500
 COUNTERS = usage.COUNTERS
 COLUMNS = ("date", "app_id", "label", *COUNTERS)
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -71,15 +73,17 @@ def check_range(first: date, last: date) -> None:
 
 def _check_rows(usage_keys: int, days: int) -> None:
     """A report's labels outside the ordering (profiles: up to 400 a scope) are only known
-    once its totals are read; with them it may read and answer at most as many key-days
-    as ``MAX_USAGE_KEYS`` keys over ``MAX_DAYS`` days (its Queries and its reply's size)."""
-    if usage_keys * days > MAX_USAGE_KEYS * MAX_DAYS:
+    once its totals are read; with them it may answer at most as many key-days as
+    ``MAX_USAGE_KEYS`` keys over ``MAX_DAYS`` days (its reply's size), and read at most
+    ``MAX_QUERIES`` keys (a Query each)."""
+    if usage_keys * days > MAX_USAGE_KEYS * MAX_DAYS or usage_keys > MAX_QUERIES:
         raise invalid_request(
             f"{usage_keys} apps x labels with spend over {days} days is too many for one report; "
             "narrow it with app_id or a shorter range",
             usage_keys=usage_keys,
             days=days,
             max_usage_key_days=MAX_USAGE_KEYS * MAX_DAYS,
+            max_usage_keys=MAX_QUERIES,
         )
 
 
@@ -171,7 +175,7 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
         for scope, items in zip(scopes, scope_totals, strict=True)
     }
     extra_keys = _usage_keys(scopes, lambda scope: outside[scope.scope])
-    _check_rows(len(usage_keys) + len(extra_keys) + len(scopes), (last - first).days + 1)
+    _check_rows(len(usage_keys) + len(extra_keys), (last - first).days + 1)
     if extra_keys:  # labels with spend outside the ordering
         usage_keys += extra_keys
         results += query([key.usage_key for key in extra_keys])

@@ -382,19 +382,22 @@ def estimated_records(model_id: str) -> list[dict]:
     )
 
 
-def reprice_once(pending: dict, delta_usd_micros: int, source: str, now_epoch: int, attempt: int) -> bool:
+def reprice_once(
+    pending: dict, delta_usd_micros: int, source: str, now_epoch: int, marker_kept_until: int, attempt: int
+) -> bool:
     """Correct one estimated record's shard by ``delta_usd_micros``, exactly once: one
     TransactWriteItems of a Delete of its ``estimated_records`` item, conditional on it
     still being there (the per-record marker: a re-run or an overlapping run that read it
-    too cancels here), the record's dedup marker set to the corrected cost (so a later void
-    takes back what is counted, and a duplicate is answered with it), conditional on the
-    record not being voided, and the ADD of the delta (and one ``CORRECTIONS``) to its shard
-    in each scope it was counted in. A voided record is not corrected: the void took back
-    what it counted, and its estimated item is dropped. So is one whose marker is gone,
-    left at the estimate (records counted before markers of estimated records lived as
-    long as their estimated items: whether they were voided cannot be known, and the
-    estimate is the higher cost). True when this call corrected it, False when it was
-    corrected or voided before (or is left); ``Conflict`` to retry."""
+    too cancels here), the record's dedup marker set to the corrected cost, conditional on
+    the record not being voided (a later void takes back what is counted, and a duplicate
+    is answered with it; from then on the marker is kept as any is, ``marker_kept_until``),
+    and the ADD of the delta (and one ``CORRECTIONS``) to its shard in each scope it was
+    counted in. A voided record is not corrected: the void took back what it counted, and
+    its estimated item is dropped. So is one whose marker is gone, left at the estimate
+    (records counted before markers of estimated records lived as long as their estimated
+    items: whether they were voided cannot be known, and the estimate is the higher cost).
+    True when this call corrected it, False when it was corrected or voided before (or is
+    left); ``Conflict`` to retry."""
     name = tables.USAGE_AGG_SHARDED.physical_name
     estimated = {"shard_key": pending["shard_key"], "date_key": pending["date_key"]}
     marker = {"shard_key": pending["date_key"], "date_key": keys.DEDUP_SORT_KEY}  # (keyed by the record's dedup key)
@@ -402,12 +405,16 @@ def reprice_once(pending: dict, delta_usd_micros: int, source: str, now_epoch: i
         "Update": {
             "TableName": name,
             "Key": marker,
-            "UpdateExpression": "SET cost_usd_micros = :counted, price_source = :source, repriced_at_epoch = :now",
+            "UpdateExpression": (
+                "SET cost_usd_micros = :counted, price_source = :source, repriced_at_epoch = :now, "
+                f"{tables.TTL_ATTRIBUTE} = :kept_until"
+            ),
             "ConditionExpression": "attribute_exists(shard_key) AND attribute_not_exists(voided_at_epoch)",
             "ExpressionAttributeValues": {
                 ":counted": int(pending["cost_usd_micros"]) + delta_usd_micros,
                 ":source": source,
                 ":now": now_epoch,
+                ":kept_until": marker_kept_until,
             },
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
