@@ -389,3 +389,18 @@ def test_labels_outside_the_ordering_count_toward_what_one_report_may_read(api, 
     }
     one_day = report(api, app_org, token, app_id="app-2", **{"from": today.isoformat(), "to": today.isoformat()})
     assert one_day.status == 200 and {row["label"] for row in one_day.json()["rows"]} == set(profiles)
+
+
+def test_a_report_reads_at_most_max_queries_keys_even_for_one_day(api, app_org, monkeypatch):
+    day = org_day("America/New_York")
+    app_scope = scope(app_org, "app-2")  # orders [standard]: with 5 profiles, 6 keys to Query
+    for n in range(5):
+        put_shard(app_scope, f"profile-{n}", 0, day=day, updated_at=int(time.time()), cost=1)
+    aggregation.run()
+    token, today = token_for(app_org, "app-2"), f"{day[:4]}-{day[4:6]}-{day[6:]}"
+    one_day = {"app_id": "app-2", "from": today, "to": today}
+    monkeypatch.setattr(reports, "MAX_QUERIES", 5)
+    details = assert_error(report(api, app_org, token, **one_day), 400, "INVALID_REQUEST")["details"]
+    assert (details["usage_keys"], details["max_usage_keys"]) == (6, 5)
+    monkeypatch.setattr(reports, "MAX_QUERIES", 6)
+    assert report(api, app_org, token, **one_day).status == 200
