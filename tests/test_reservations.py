@@ -335,6 +335,26 @@ def test_a_batch_record_settles_its_reservation(api):
     assert ledger(t, "premium") == {"committed": 2000, "settled": 2000}
 
 
+def test_a_batch_reads_the_holds_its_records_settle_in_one_call(api):
+    """Red-team note: each settling record read its hold with a GetItem of its own."""
+    t = tenant(quotas={"premium": 100_000, "standard": 5_000})
+    held = [reserve(api, t, {"model_label": "premium"}).json()["reservation_id"] for _ in range(5)]
+    reads: list[str] = []
+    events = ddb_client().meta.events
+    events.register("before-call.dynamodb.GetItem", lambda **_: reads.append("GetItem"))
+    events.register(
+        "provide-client-params.dynamodb.BatchGetItem",
+        lambda params, **_: (
+            reads.append("BatchGetItem") if tables.STICKY_STATE.physical_name in params["RequestItems"] else None
+        ),
+    )
+    body = {"requests": [usage_body(input_tokens=500, output_tokens=500, reservation_id=rid) for rid in held]}
+    reply = api.post(f"{t.app_path}/usage/batch", body, token=t.token).json()
+    assert [result["reservation"]["settled"] for result in reply["results"]] == [True] * 5
+    assert reads.count("GetItem") == 0 and reads.count("BatchGetItem") >= 1
+    assert ledger(t, "premium") == {"committed": 10_000, "settled": 10_000}
+
+
 def test_a_retried_batch_answers_each_records_settlement_and_settles_once(api):
     t = tenant()
     held = reserve(api, t).json()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
@@ -585,12 +586,31 @@ class _Prepared(NamedTuple):
     settle: reservations.Settlement | None
 
 
-def _prepare_one(config: EffectiveConfig, raw, now: datetime) -> _Prepared | dict:
-    """The record validated and priced, or its failed result."""
+def _prepare_all(config: EffectiveConfig, records: list, now: datetime) -> list[_Prepared | dict]:
+    """Each record validated and priced, with the reservation it settles (the holds the
+    batch names read together), or its failed result."""
+    validated = [_one_record(raw, _validated, config, raw, now) for raw in records]
+    named = [entry[1].reservation_id for entry in validated if isinstance(entry, tuple) and entry[1].reservation_id]
+    holds = reservations.read_holds(config, named) if named else {}
+    return [
+        _one_record(raw, _settling, config, *entry, holds) if isinstance(entry, tuple) else entry
+        for raw, entry in zip(records, validated, strict=True)
+    ]
+
+
+def _validated(config: EffectiveConfig, raw, now: datetime) -> tuple[Submission, UsageRequest]:
+    request = UsageRequest.model_validate(raw)
+    return prepare(config, request, now), request
+
+
+def _settling(config: EffectiveConfig, submission: Submission, request: UsageRequest, holds: Mapping) -> _Prepared:
+    return _Prepared(submission, reservations.settlement(config, submission, request.reservation_id, holds))
+
+
+def _one_record(raw, step: Callable, *args):
+    """``step(*args)``, or ``raw``'s failed result: one record's fault never fails the others."""
     try:
-        request = UsageRequest.model_validate(raw)
-        submission = prepare(config, request, now)
-        return _Prepared(submission, reservations.settlement(config, submission, request.reservation_id))
+        return step(*args)
     except ValidationError:
         return _failed(raw, "INVALID_REQUEST", "Request validation failed")
     except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others
@@ -686,7 +706,7 @@ def submit_batch(
     records written on their own are charged to."""
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
-    prepared = [_prepare_one(config, raw, now) for raw in records]
+    prepared = _prepare_all(config, records, now)
     counted = _count_batch(config, prepared, now, client)
     done = [counted.get(index, (entry, None)) for index, entry in enumerate(prepared)]
     results = [result for result, _ in done]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, NamedTuple
 
@@ -266,14 +267,14 @@ class Settlement:
     (``committed`` and ``settled``); a hold still live is deleted and its amount taken back.
     """
 
-    def __init__(self, config: EffectiveConfig, submission, reservation_id: str):
-        self.rid = ReservationId.parse(reservation_id)
-        if self.rid is None:
-            raise invalid_request("reservation_id is not one this service issued", reservation_id=reservation_id[:80])
+    def __init__(self, config: EffectiveConfig, submission, reservation_id: str, holds: Mapping | None = None):
+        self.rid = parse_issued(reservation_id)
         self.reservation_id = reservation_id
         self.org_id, self.app_id, self.submission = config.org_id, config.app_id, submission
         self.key = self.rid.key(self.org_id, self.app_id)
-        self.item = self._read()
+        self.item = (
+            self._read() if holds is None else self._own(holds.get((self.key["scope_key"], self.key["date_key"])))
+        )
         if self.item is not None and self.item["label"] != submission.label:
             raise invalid_request(
                 "model_label differs from the reservation's label",
@@ -283,7 +284,9 @@ class Settlement:
         self.settled_amount: int | None = None  # the hold this record's write ended, when it did
 
     def _read(self) -> dict | None:
-        item = store.read(self.key)
+        return self._own(store.read(self.key))
+
+    def _own(self, item: dict | None) -> dict | None:
         return item if item is not None and item["app_id"] == self.app_id else None
 
     def actions(self, attempt: int) -> list[dict]:
@@ -333,5 +336,30 @@ class Settlement:
         }
 
 
-def settlement(config: EffectiveConfig, submission, reservation_id: str | None) -> Settlement | None:
-    return Settlement(config, submission, reservation_id) if reservation_id else None
+def settlement(
+    config: EffectiveConfig, submission, reservation_id: str | None, holds: Mapping | None = None
+) -> Settlement | None:
+    """The settlement of a record carrying ``reservation_id`` (None without one); ``holds``:
+    its hold read already (``read_holds``), else it is read now."""
+    return Settlement(config, submission, reservation_id, holds) if reservation_id else None
+
+
+def parse_issued(reservation_id: str) -> ReservationId:
+    """``reservation_id`` parsed; 400 when it is not one this service issues."""
+    rid = ReservationId.parse(reservation_id)
+    if rid is None:
+        raise invalid_request("reservation_id is not one this service issued", reservation_id=reservation_id[:80])
+    return rid
+
+
+def read_holds(config: EffectiveConfig, reservation_ids: list[str]) -> dict[tuple[str, str], dict]:
+    """The holds a batch's records name, in one read (``store.read_many``); ids this service
+    did not issue are left out (their records fail on their own)."""
+    rids = [ReservationId.parse(reservation_id) for reservation_id in reservation_ids]
+    return store.read_many(
+        list(
+            {
+                tuple(key.values()): key for key in (rid.key(config.org_id, config.app_id) for rid in rids if rid)
+            }.values()
+        )
+    )

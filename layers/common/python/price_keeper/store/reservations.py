@@ -20,7 +20,7 @@ from __future__ import annotations
 from boto3.dynamodb.conditions import Key
 
 from . import keys, tables
-from .dynamo import _backoff, query_all, table, transact
+from .dynamo import _backoff, batch_get, query_all, table, transact
 
 
 class Refused(Exception):
@@ -107,6 +107,13 @@ def end(actions: list[dict]) -> bool:
 
 def read(key: dict) -> dict | None:
     return table(tables.STICKY_STATE).get_item(Key=key, ConsistentRead=True).get("Item")
+
+
+def read_many(hold_keys: list[dict]) -> dict[tuple[str, str], dict]:
+    """The holds among ``hold_keys`` that exist, by (scope_key, date_key): one strongly
+    consistent BatchGetItem per 100 keys."""
+    found = batch_get(tables.STICKY_STATE, hold_keys, consistent=True) if hold_keys else []
+    return {(item["scope_key"], item["date_key"]): item for item in found}
 
 
 def expired(scope: str, day: str, now_epoch: int) -> list[dict]:
