@@ -355,6 +355,39 @@ def test_a_batch_reads_the_holds_its_records_settle_in_one_call(api):
     assert ledger(t, "premium") == {"committed": 10_000, "settled": 10_000}
 
 
+def test_a_batch_whose_read_of_the_holds_fails_fails_only_the_records_naming_one(api):
+    """Review note: the batch's one read of its holds ran outside the per-record guard, so a
+    throttled read answered the whole request 503 and wrote nothing."""
+    from types import SimpleNamespace
+
+    t = tenant()
+    held = reserve(api, t, {"model_label": "premium"}).json()["reservation_id"]
+    plain, settling = usage_body(), usage_body(reservation_id=held)
+
+    read_tables: list[set] = []
+
+    def throttled_hold_reads(**_):
+        if read_tables[-1] == {tables.STICKY_STATE.physical_name}:  # the holds' read alone
+            return SimpleNamespace(status_code=400), {
+                "Error": {"Code": "ProvisionedThroughputExceededException", "Message": "injected"},
+                "ResponseMetadata": {"HTTPStatusCode": 400},
+            }
+        return None
+
+    events = ddb_client().meta.events
+    events.register(
+        "provide-client-params.dynamodb.BatchGetItem",
+        lambda params, **_: read_tables.append(set(params["RequestItems"])),
+    )
+    events.register("before-call.dynamodb.BatchGetItem", throttled_hold_reads)
+    reply = api.post(f"{t.app_path}/usage/batch", {"requests": [plain, settling]}, token=t.token)
+    assert reply.status == 207, reply.json()
+    assert [result.get("error", result["status"]) for result in reply.json()["results"]] == [
+        "accepted",
+        "SERVICE_UNAVAILABLE",
+    ]
+
+
 def test_a_retried_batch_answers_each_records_settlement_and_settles_once(api):
     t = tenant()
     held = reserve(api, t).json()

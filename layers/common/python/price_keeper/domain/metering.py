@@ -591,7 +591,10 @@ def _prepare_all(config: EffectiveConfig, records: list, now: datetime) -> list[
     batch names read together), or its failed result."""
     validated = [_one_record(raw, _validated, config, raw, now) for raw in records]
     named = [entry[1].reservation_id for entry in validated if isinstance(entry, tuple) and entry[1].reservation_id]
-    holds = reservations.read_holds(config, named) if named else {}
+    try:
+        holds: Mapping | ApiError = reservations.read_holds(config, named) if named else {}
+    except Exception as error:  # noqa: BLE001 - only the records naming a hold fail for it
+        holds = as_api_error(error)
     return [
         _one_record(raw, _settling, config, *entry, holds) if isinstance(entry, tuple) else entry
         for raw, entry in zip(records, validated, strict=True)
@@ -603,7 +606,11 @@ def _validated(config: EffectiveConfig, raw, now: datetime) -> tuple[Submission,
     return prepare(config, request, now), request
 
 
-def _settling(config: EffectiveConfig, submission: Submission, request: UsageRequest, holds: Mapping) -> _Prepared:
+def _settling(
+    config: EffectiveConfig, submission: Submission, request: UsageRequest, holds: Mapping | ApiError
+) -> _Prepared:
+    if isinstance(holds, ApiError) and request.reservation_id:
+        raise holds  # the batch's read of the holds failed (a busy store: 503)
     return _Prepared(submission, reservations.settlement(config, submission, request.reservation_id, holds))
 
 

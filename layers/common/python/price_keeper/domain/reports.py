@@ -34,7 +34,8 @@ from . import orgs
 MAX_DAYS = 92
 # 200 keys x 92 days of rows stays well under Lambda's 6 MB response limit (JSON ~230 B a row).
 MAX_USAGE_KEYS = 200
-# With the labels spent on outside the ordering: one app's 400 profiles and its ordering.
+# Usage keys a report Queries, with the labels spent on outside the ordering: one app's 400
+# profiles and its ordering.
 MAX_QUERIES = 500
 COUNTERS = usage.COUNTERS
 COLUMNS = ("date", "app_id", "label", *COUNTERS)
@@ -74,8 +75,9 @@ def check_range(first: date, last: date) -> None:
 def _check_rows(usage_keys: int, days: int) -> None:
     """A report's labels outside the ordering (profiles: up to 400 a scope) are only known
     once its totals are read; with them it may answer at most as many key-days as
-    ``MAX_USAGE_KEYS`` keys over ``MAX_DAYS`` days (its reply's size), and read at most
-    ``MAX_QUERIES`` keys (a Query each)."""
+    ``MAX_USAGE_KEYS`` keys over ``MAX_DAYS`` days (its reply's size), and Query at most
+    ``MAX_QUERIES`` usage keys (beside its scopes' totals and spent-label lists, which the
+    first check bounds)."""
     if usage_keys * days > MAX_USAGE_KEYS * MAX_DAYS or usage_keys > MAX_QUERIES:
         raise invalid_request(
             f"{usage_keys} apps x labels with spend over {days} days is too many for one report; "
