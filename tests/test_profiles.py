@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import boto3
 import pytest
@@ -18,7 +19,7 @@ from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_date
 from tests.conftest import assert_error
-from tests.factories import token_for
+from tests.factories import seed_app, token_for
 from tests.usage_support import new_tenant, shard_items, usage_body
 
 ARN = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-pro-v1:0"
@@ -142,6 +143,27 @@ def test_application_profile_arns_are_accepted(api, tenant, bedrock, region, mod
     )["inferenceProfileArn"]
     assert ":application-inference-profile/" in arn
     assert register(api, tenant, "p1", arn=arn).status == 201
+
+
+def test_an_application_profile_is_one_orgs_another_org_cannot_register_it(api, tenant, bedrock):
+    """Every tenant's application profiles live in the service's one account: the first org
+    to register one owns it; another org's registration is 409, so it can neither take the
+    owner's reconciliation alerts nor be sent the owner's spend (red-team note). The
+    owner's other apps may register it too."""
+    arn = bedrock("us-east-1").create_inference_profile(
+        inferenceProfileName="tenant-a",
+        modelSource={"copyFrom": "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0"},
+    )["inferenceProfileArn"]
+    assert register(api, tenant, "mine", arn=arn).status == 201
+    other = new_tenant()
+    taken = assert_error(register(api, other, "theirs", arn=arn), 409, "ALREADY_EXISTS")
+    assert taken["details"] == {"profile_label": "theirs", "reason": "profile_of_another_org"}
+    assert stored_profile(other, "theirs") is None
+    seed_app(tenant.org_id, "app-2")
+    sibling = SimpleNamespace(app_path=f"/api/v1/orgs/{tenant.org_id}/apps/app-2")
+    assert register(api, sibling, "ours", arn=arn, token=token_for(tenant.org_id, "app-2")).status == 201
+    assert register(api, tenant, "system", arn=ARN).status == 201  # a system profile is everyone's
+    assert register(api, other, "system", arn=ARN).status == 201
 
 
 def stored_profile(tenant, label: str) -> dict | None:

@@ -258,3 +258,12 @@ def test_a_fleets_models_of_a_day_are_kept_and_answered_in_pages(aws):
         table(DAILY_TOTAL).get_item(Key=keys.page_key(keys.reconciliation_key("20261120"), n))["Item"] for n in range(3)
     ]
     assert [len(page["models"]) for page in pages] == [500, 500, 200] and max(map(item_size, pages)) < 400_000
+
+
+def test_an_application_profiles_unmetered_spend_is_its_owners_app_or_org_else_the_operators():
+    """Red-team note: two apps of one org registering a profile sent the org's alert to the
+    operator (owners were compared by app)."""
+    assert reconciliation.common_owner({("o", "a")}) == ("o", "a")
+    assert reconciliation.common_owner({("o", "a"), ("o", "b")}) == ("o", None)
+    assert reconciliation.common_owner({("o", "a"), ("p", "a")}) is None
+    assert reconciliation.common_owner({("o", "a"), None}) is None

@@ -115,6 +115,8 @@ def register(config: EffectiveConfig, label: str, arn: str, description: str | N
         )
     _routing_of(arn)
     now = now or utc_now()
+    if PROFILE_ARN.match(arn)["kind"] == "application-inference-profile":
+        _claim(arn, config.org_id, label, now)
     item = {
         **profile_store.profile_key(config.org_id, config.app_id, label),
         "profile_label": label,
@@ -139,6 +141,20 @@ def register(config: EffectiveConfig, label: str, arn: str, description: str | N
         body["description"] = description
     body["created_at"] = item["created_at"]
     return body
+
+
+def _claim(arn: str, org_id: str, label: str, now) -> None:
+    """An application inference profile is one org's (the account holds every tenant's): the
+    first org to register it owns it, and another org's registration is 409, so it can
+    neither take the owner's reconciliation alerts nor be sent the owner's spend (a
+    red-team note). Apps of the owning org may all register it."""
+    if profile_store.claim(arn, org_id, int(now.timestamp())) != org_id:
+        raise ApiError(
+            409,
+            "ALREADY_EXISTS",
+            "This application inference profile is registered by another organization",
+            {"profile_label": label, "reason": "profile_of_another_org"},
+        )
 
 
 def find(org_id: str, app_id: str | None, label: str) -> Profile | None:

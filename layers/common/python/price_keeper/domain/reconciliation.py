@@ -212,10 +212,19 @@ def metered_counts(day: date, start: datetime, end: datetime | None) -> tuple[di
             counts[label.model_id] += arrived_between(item, start, end)
             labels.setdefault(label.model_id, label)
             owners[label.model_id].add(label.owner)
-    for model_id, found in owners.items():  # an owner only when every label of the model is one org's profile
-        if len(found) != 1:
-            labels[model_id] = labels[model_id]._replace(owner=None)
+    for model_id, found in owners.items():
+        labels[model_id] = labels[model_id]._replace(owner=common_owner(found))
     return dict(counts), labels
+
+
+def common_owner(owners: set) -> tuple[str, str | None] | None:
+    """Whose alert a model's unmetered spend is, from the (org, app) owning each of its labels
+    (None: a label no org owns): its one app's; its org's, when its labels are several apps'
+    of one org; else nobody's (the operator's)."""
+    if len(owners) == 1:
+        return next(iter(owners))
+    orgs_owning = {owner[0] if owner else None for owner in owners}
+    return (orgs_owning.pop(), None) if len(orgs_owning) == 1 and None not in orgs_owning else None
 
 
 # --- the comparison ----------------------------------------------------------------

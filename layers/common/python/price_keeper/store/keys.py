@@ -206,6 +206,12 @@ def dedup_key(org_id: str, app_id: str, request_id: str) -> str:
     return f"{profile_org_key(org_id, app_id)}#REQ#{request_id}"
 
 
+def application_profile_owner_key(arn: str) -> dict:
+    """The Config item naming the org that registered an application inference profile
+    first (``APPLICATION_PROFILE#{arn}`` / ``OWNER``: no org key starts so)."""
+    return {"org_key": f"APPLICATION_PROFILE#{arn}", "resource_key": "OWNER"}
+
+
 def stable_shard(value: str, shard_count: int) -> int:
     """Shard for ``value``: the same in every process (unlike the salted ``hash()``)."""
     digest = hashlib.blake2b(value.encode(), digest_size=8).digest()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import config_items, keys, tables
-from .dynamo import conditional, table
+from .dynamo import ConditionFailed, conditional, table
 
 
 def profile_key(org_id: str, app_id: str, label: str) -> dict:
@@ -18,6 +18,23 @@ def create(item: dict) -> None:
         ConditionExpression="attribute_not_exists(resource_key)",
         ReturnValuesOnConditionCheckFailure="ALL_OLD",
     )
+
+
+def claim(arn: str, org_id: str, now_epoch: int) -> str:
+    """Make ``org_id`` the owner of an application inference profile (one conditional put,
+    kept while the org is); the org that owns it (another than ``org_id`` when it was
+    claimed first)."""
+    try:
+        conditional(
+            table(tables.CONFIG).put_item,
+            Item={**keys.application_profile_owner_key(arn), "org_id": org_id, "claimed_at_epoch": now_epoch},
+            ConditionExpression="attribute_not_exists(org_key) OR org_id = :org",
+            ExpressionAttributeValues={":org": org_id},
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+    except ConditionFailed as taken:
+        return (taken.item or {}).get("org_id", "")
+    return org_id
 
 
 def find(org_id: str, app_id: str, label: str) -> dict | None:
