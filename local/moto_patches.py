@@ -132,12 +132,8 @@ def model_conflicts(handler, hold_seconds: float) -> None:
     in_flight = threading.local()  # this request's transaction, until its answer goes out
 
     def item_id(request, operation: dict) -> str:
-        key = operation.get("Key")
-        if key is None:
-            table = request.dynamodb_backend.get_table(operation["TableName"])
-            names = [table.hash_key_attr] + ([table.range_key_attr] if table.range_key_attr else [])
-            key = {name: operation["Item"].get(name) for name in names}
-        return operation["TableName"] + json.dumps(key, sort_keys=True)
+        """The item ``operation`` touches, as a key of ``held`` (none: moto refuses it anyway)."""
+        return json.dumps(_touched_key(request.dynamodb_backend, operation), sort_keys=True)
 
     def transact(original):
         def holding(self):
