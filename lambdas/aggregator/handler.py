@@ -59,7 +59,7 @@ def lambda_handler(event: dict, context) -> dict:
         "trigger": trigger,
     }
     logger.info("aggregation run", extra={"report": summary})
-    if report.failed and failed_items:  # the others are folded and alerted
+    if failed_items:  # a failed fold's records or messages, or unreadable ones: the others are done
         return {"batchItemFailures": [{"itemIdentifier": item} for item in failed_items]}
     report.raise_if_failed()  # the schedule's run, or failures no item names: retry it all
     return summary
