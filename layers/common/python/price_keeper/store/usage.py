@@ -416,7 +416,6 @@ def reprice_once(
                 ":now": now_epoch,
                 ":kept_until": marker_kept_until,
             },
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
     }
     shard_adds = [
