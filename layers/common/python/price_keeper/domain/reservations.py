@@ -355,11 +355,5 @@ def parse_issued(reservation_id: str) -> ReservationId:
 def read_holds(config: EffectiveConfig, reservation_ids: list[str]) -> dict[tuple[str, str], dict]:
     """The holds a batch's records name, in one read (``store.read_many``); ids this service
     did not issue are left out (their records fail on their own)."""
-    rids = [ReservationId.parse(reservation_id) for reservation_id in reservation_ids]
-    return store.read_many(
-        list(
-            {
-                tuple(key.values()): key for key in (rid.key(config.org_id, config.app_id) for rid in rids if rid)
-            }.values()
-        )
-    )
+    rids = filter(None, map(ReservationId.parse, reservation_ids))
+    return store.read_many([rid.key(config.org_id, config.app_id) for rid in rids])

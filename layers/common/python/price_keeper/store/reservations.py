@@ -110,9 +110,10 @@ def read(key: dict) -> dict | None:
 
 
 def read_many(hold_keys: list[dict]) -> dict[tuple[str, str], dict]:
-    """The holds among ``hold_keys`` that exist, by (scope_key, date_key): one strongly
-    consistent BatchGetItem per 100 keys."""
-    found = batch_get(tables.STICKY_STATE, hold_keys, consistent=True) if hold_keys else []
+    """The holds among ``hold_keys`` (repeats allowed) that exist, by (scope_key, date_key):
+    one strongly consistent BatchGetItem per 100 distinct keys."""
+    distinct = list({(key["scope_key"], key["date_key"]): key for key in hold_keys}.values())
+    found = batch_get(tables.STICKY_STATE, distinct, consistent=True) if distinct else []
     return {(item["scope_key"], item["date_key"]): item for item in found}
 
 
