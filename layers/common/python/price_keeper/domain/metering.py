@@ -652,11 +652,11 @@ def _count_batch(
             _after_counting(config, submission, outcome, now)
             done[index] = _accepted_result(outcome, None), outcome
     for index in alone:
-        _count_alone(config, prepared[index], now, done, index, client)
+        done[index] = _count_alone(config, prepared[index], now, client)
     for index in repeats:
         first = done[first_of[prepared[index].submission.dedup_key]][1]
         if first is None:  # the first failed: this one may count
-            _count_alone(config, prepared[index], now, done, index, client)
+            done[index] = _count_alone(config, prepared[index], now, client)
         else:
             outcome = first._replace(duplicate=True)
             done[index] = _accepted_result(outcome, prepared[index].settle), outcome
@@ -664,13 +664,10 @@ def _count_batch(
 
 
 def _count_alone(
-    config: EffectiveConfig,
-    entry: _Prepared,
-    now: datetime,
-    done: dict[int, tuple[dict, Outcome | None]],
-    index: int,
-    client: str | None,
-) -> None:
+    config: EffectiveConfig, entry: _Prepared, now: datetime, client: str | None
+) -> tuple[dict, Outcome | None]:
+    """One batch record written on its own (``count``), charged to ``client``'s ``usage``
+    limit first: its result and outcome."""
     submission, settle = entry
     try:
         if client is not None:
@@ -680,9 +677,8 @@ def _count_alone(
         outcome = count(config, submission, now, settle)
     except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others
         failure = as_api_error(error)
-        done[index] = _failed({"request_id": submission.request_id}, failure.code, failure.message), None
-        return
-    done[index] = _accepted_result(outcome, settle), outcome
+        return _failed({"request_id": submission.request_id}, failure.code, failure.message), None
+    return _accepted_result(outcome, settle), outcome
 
 
 def _accepted_result(outcome: Outcome, settle: reservations.Settlement | None) -> dict:
