@@ -800,8 +800,8 @@ def hot_label_run(fleet: Fleet, containers: int, per_container: int) -> tuple:
     """One client's one label reported singly from every container at once: a hot label-day.
     Its transactions conflict (on this endpoint as on DynamoDB), writers spread it over more
     shards (``hot_labels``), and every record is still counted once, the fold reading every
-    shard. (reports, accepted, TransactWriteItems a report, the shard count reached, the
-    exactness problems.)"""
+    shard. (reports, accepted, DynamoDB calls, write and read units, TransactWriteItems a
+    report, the shard count reached, the exactness problems.)"""
     from datetime import UTC, datetime
 
     from price_keeper.store import usage
@@ -832,6 +832,9 @@ def hot_label_run(fleet: Fleet, containers: int, per_container: int) -> tuple:
     return (
         tally.requests,
         tally.statuses[202],
+        round(sum(tally.calls.values()) / tally.requests, 2),
+        round(tally.wcu / tally.requests, 2),
+        round(tally.rcu / tally.requests, 2),
         round(tally.calls["TransactWriteItems"] / tally.requests, 2),
         int(count[0]["shard_count"]) if count else 1,
         exactness(priced + replies),
@@ -929,7 +932,16 @@ def main() -> None:
             fleet.stop()
         print_table(
             f"Hot label: one client's premium label reported singly from {args.rate_containers} containers at once",
-            ("reports", "accepted", "TransactWriteItems a report", "shards reached", "exactness"),
+            (
+                "reports",
+                "accepted",
+                "calls a report",
+                "WRU",
+                "RRU",
+                "TransactWriteItems",
+                "shards reached",
+                "exactness",
+            ),
             [(*hot, "every accepted record counted once" if not problems else problems)],
         )
     finally:

@@ -987,7 +987,6 @@ def test_an_unreadable_repair_message_comes_back_alone_and_the_others_are_folded
     assert total(scope, "premium")["cost_usd_micros"] == 5
 
 
-
 def test_the_aggregator_names_an_unreadable_repair_message_so_it_comes_back(repair_queue, monkeypatch):
     """Through the handler and the queue: the reply names the malformed message although no
     fold failed (before, the handler named messages only when a fold failed, and deleted it)."""
@@ -1007,6 +1006,7 @@ def test_the_aggregator_names_an_unreadable_repair_message_so_it_comes_back(repa
     assert replies == [{"batchItemFailures": [{"itemIdentifier": malformed}]}]
     left = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert (left["ApproximateNumberOfMessages"], left["ApproximateNumberOfMessagesNotVisible"]) == ("0", "1")
+
 
 def test_the_local_stream_trigger_sends_a_batch_it_gives_up_on_to_the_repair_queue(repair_queue):
     from local.streams import StreamReader

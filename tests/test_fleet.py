@@ -97,7 +97,7 @@ def test_a_hot_label_reported_from_many_containers_spreads_and_still_counts_ever
     fold reads them all."""
     containers = fleet.Fleet(6)
     try:
-        reports, accepted, transactions, shards, problems = fleet.hot_label_run(containers, 6, per_container=20)
+        reports, accepted, *_, transactions, shards, problems = fleet.hot_label_run(containers, 6, per_container=20)
     finally:
         containers.stop()
     assert (reports, accepted, problems) == (120, 120, [])

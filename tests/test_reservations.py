@@ -416,7 +416,6 @@ def test_a_retried_batch_answers_each_records_settlement_and_settles_once(api):
     assert ledger(t, "premium") == {"committed": 2000, "settled": 2000}  # the unreserved record holds nothing
 
 
-
 def test_two_records_of_a_batch_naming_one_hold_settle_it_once(api):
     """A client sending one reservation id on two records: the hold is read once for both,
     the first settles it, the second is spend of an ended hold, counted in full."""
@@ -426,6 +425,7 @@ def test_two_records_of_a_batch_naming_one_hold_settle_it_once(api):
     reply = api.post(f"{t.app_path}/usage/batch", body, token=t.token).json()
     assert [result["reservation"]["settled"] for result in reply["results"]] == [True, False]
     assert ledger(t, "premium") == {"committed": 4000, "settled": 4000}  # 2 x 2 000 actual, the hold gone
+
 
 def test_a_batch_record_on_another_label_than_its_reservation_fails_alone(api):
     t = tenant()
