@@ -100,6 +100,10 @@ class Metering(NamedTuple):
     # day that has not begun anywhere when the setting is deployed.
     config_labels_apart_from: str = ""
 
+    def marker_expires_at(self, now_epoch: int) -> int:
+        """When a dedup marker written (or re-priced) at ``now_epoch`` expires."""
+        return now_epoch + self.dedup_ttl_days * 86400
+
 
 _DAY_SETTINGS = ("one_shard_from", "config_labels_apart_from")
 

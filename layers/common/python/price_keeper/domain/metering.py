@@ -403,7 +403,7 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
         # a record counted at the estimate keeps its marker as long as its estimated item, so
         # re-pricing always finds whether it was voided (``usage.reprice_once``)
         "marker_expires_at": max(
-            now_epoch + get_config().metering.dedup_ttl_days * 86400,
+            get_config().metering.marker_expires_at(now_epoch),
             usage_expires_at(submission.day) if estimated else 0,
         ),
         "estimated": estimated,

@@ -512,10 +512,10 @@ def reprice(pending: dict, now: datetime) -> bool:
     if known.source == ESTIMATE:
         return False
     delta = cost_usd_micros(tokens, known.prices) - int(pending["cost_usd_micros"])
+    now_epoch = int(now.timestamp())
+    kept_until = get_config().metering.marker_expires_at(now_epoch)  # as any marker, from now on
     for attempt in range(REPRICE_ATTEMPTS):
         try:
-            now_epoch = int(now.timestamp())
-            kept_until = now_epoch + get_config().metering.dedup_ttl_days * 86400  # as any marker, from now on
             return usage_store.reprice_once(pending, delta, known.source, now_epoch, kept_until, attempt)
         except usage_store.Conflict:
             time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
