@@ -278,3 +278,35 @@ def test_a_client_gets_ten_tokens_a_minute_and_then_429_with_retry_after(tmp_pat
         # a wrong secret is still a failed attempt (401), not a token request
         wrong = requests.post(f"{url}/auth/token", json={**web, "client_secret": "wrong"}, timeout=10)
         assert_error(wrong, 401)
+
+
+def test_batch_records_that_settle_a_hold_are_charged_to_the_single_reports_limit(tmp_path):
+    """A batch record naming a reservation is a transaction of its own, as a single report
+    is, so it spends the client's ``usage`` limit: past it, each such record fails alone
+    with ``RATE_LIMIT_EXCEEDED`` in the 207, while the batch's other records are counted."""
+    with local_server(tmp_path, KEY, RATE_LIMITS="on") as url:
+        if time.time() % 60 > 30:  # the limit counts per minute: start with half a minute to go, at least
+            time.sleep(60.5 - time.time() % 60)
+        overrides = {"rate_limits": {"usage": 2}}
+        tenant = new_tenant(
+            url, KEY, ["web"], model_ordering=["standard"], quotas={"standard": 10**9}, overrides=overrides
+        )
+        headers = tenant.bearer("web")
+        holds = [
+            requests.post(
+                f"{tenant.app_path('web')}/reservations",
+                json={"model_label": "standard", "max_input_tokens": 100, "max_output_tokens": 100},
+                headers=headers,
+                timeout=10,
+            )
+            for _ in range(3)
+        ]
+        assert [hold.status_code for hold in holds] == [201] * 3, holds[0].text
+        settling = [usage_body(model_label="standard", reservation_id=hold.json()["reservation_id"]) for hold in holds]
+        plain = [usage_body(model_label="standard") for _ in range(3)]
+        reply = requests.post(
+            f"{tenant.app_path('web')}/usage/batch", json={"requests": [*plain, *settling]}, headers=headers, timeout=10
+        )
+        assert reply.status_code == 207, reply.text
+        outcomes = [result.get("error", result["status"]) for result in reply.json()["results"]]
+        assert outcomes == ["accepted"] * 5 + ["RATE_LIMIT_EXCEEDED"]

@@ -128,6 +128,24 @@ def test_usage_on_an_application_profile_created_through_the_local_server(base_u
     assert accepted.json()["processing"]["cost_usd_micros"] == NOVA_2_LITE_COST
 
 
+def test_an_application_profile_is_its_first_orgs_another_org_is_refused(base_url, app):
+    """Every tenant's application profiles live in the service's one account, so the first
+    org to register one owns it: another org's registration of the same ARN is a 409, and
+    its usage on that ARN is refused, not priced."""
+    arn = bedrock(base_url).create_inference_profile(
+        inferenceProfileName="owned-nova-lite", modelSource={"copyFrom": US_NOVA_2_LITE}
+    )["inferenceProfileArn"]
+    assert register(app, "owned", arn).status_code == 201
+    other = provision(base_url)
+    refused = register(other, "owned", arn)
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["error"] == "ALREADY_EXISTS"
+    assert refused.json()["details"]["reason"] == "profile_of_another_org"
+    unregistered = report(other, "owned", arn, "us-east-1")
+    assert unregistered.status_code == 400, unregistered.text
+    assert report(app, "owned", arn, "us-east-1").status_code == 202
+
+
 def test_the_readme_snippet_creates_an_application_profile(base_url):
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     snippet = re.search(r"<<'PY'\n(.*?)^PY$", readme, re.S | re.M).group(1)
