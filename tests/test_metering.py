@@ -473,6 +473,18 @@ def test_a_throttled_transaction_is_retried_on_the_same_shard(aws):
     assert (outcome.duplicate, outcome.shard_id) == (False, submission.shard_id)
 
 
+def test_a_conflict_on_the_records_own_marker_is_retried_on_the_same_shard(aws):
+    """A copy of the same record in flight on another container holds its marker, not a
+    shard: more shards would not help, so the label-day is not spread (red-team: a record
+    sent from 16 containers at once doubled its label-day's shards each time, to 32)."""
+    (submission,), now = prepared()
+    with Stubber(ddb_client()) as stubber:  # no UpdateItem stubbed: a raise would fail
+        conflict_then(stubber, [{"Code": "TransactionConflict"}, {"Code": "None"}], "transact_write_items")
+        outcome = metering.record(submission, now)
+        stubber.assert_no_pending_responses()
+    assert (outcome.duplicate, outcome.shard_id) == (False, submission.shard_id)
+
+
 @pytest.mark.slow  # 400 submissions from 8 threads on moto; make test runs it
 def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws):
     tenant = new_tenant()

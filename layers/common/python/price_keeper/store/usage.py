@@ -65,15 +65,29 @@ MAX_TRANSACTION_ACTIONS = 100  # TransactWriteItems' limit
 
 
 class Conflict(Exception):
-    """The write was cancelled for a reason other than a counted request id: retry it.
-    ``contended``: it lost a race with a concurrent transaction on the same items (a hot
-    shard, which ``domain.hot_labels`` spreads); else it was throttled, or a condition of
-    an action appended to the record (a reservation's settlement) failed."""
+    """The write of ``items`` was cancelled for a reason other than a counted request id:
+    retry it. ``contended``: it lost a race with a concurrent transaction on one of its
+    shards (a hot shard, which ``domain.hot_labels`` spreads); else it was throttled, it
+    raced on another item (the record's own marker, written by a copy of it in flight on
+    another container, or a settlement's hold or ledger: more shards would not help), or a
+    condition of an action appended to the record (a reservation's settlement) failed."""
 
-    def __init__(self, reasons: list[dict]):
+    def __init__(self, reasons: list[dict], items: list[dict]):
         codes = {reason.get("Code") for reason in reasons}
         super().__init__(", ".join(sorted(code for code in codes if code and code != "None")))
-        self.contended = "TransactionConflict" in codes
+        self.contended = any(
+            reason.get("Code") == "TransactionConflict" and _is_shard_update(action)
+            for reason, action in zip(reasons, items, strict=False)
+        )
+
+
+def _is_shard_update(action: dict) -> bool:
+    update = action.get("Update")
+    return (
+        update is not None
+        and update["TableName"] == tables.USAGE_AGG_SHARDED.physical_name
+        and update["Key"]["date_key"] != keys.DEDUP_SORT_KEY
+    )
 
 
 def shard_update(
@@ -198,7 +212,7 @@ def write_group(items: list[dict], records: int, attempt: int) -> dict[int, dict
     }
     if counted:
         return counted
-    raise Conflict(reasons)
+    raise Conflict(reasons, items)
 
 
 def read_marker(dedup_key: str) -> dict | None:
@@ -443,7 +457,7 @@ def reprice_once(
     if reasons[0].get("Code") == "ConditionalCheckFailed":
         return False
     if reasons[1].get("Code") != "ConditionalCheckFailed":
-        raise Conflict(reasons)
+        raise Conflict(reasons, items)
     try:  # voided, or its marker is gone: nothing to correct
         table(tables.USAGE_AGG_SHARDED).delete_item(Key=estimated)
     except ClientError as error:
