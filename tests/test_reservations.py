@@ -176,6 +176,33 @@ def test_actual_cost_above_the_hold_is_counted_and_flagged(api):
     assert [(a["type"], a["label"]) for a in listed] == [("OVER_RESERVATION", "premium")]
 
 
+def test_a_hold_is_priced_in_the_calling_region_its_settlement_is_priced_in(api):
+    """A Region dearer than the default makes every settlement cost more than a hold priced
+    at the default (red-team: 18.8 % past the quota with no call over its token bounds):
+    the hold is priced where the call goes, so a call within its bounds settles within it."""
+    from tests.test_pricing import put_price
+
+    t = tenant()
+    day = datetime.now(UTC).date().isoformat()
+    put_price("amazon.nova-pro-v1:0", keys.price_key(day, "eu-west-3"), 960_000, 3_840_000)  # 20 % dearer
+    held = reserve(api, t, {"calling_region": "eu-west-3"})
+    assert held.status == 201, held.json()
+    assert held.json()["amount_usd_micros"] == WORST * 120 // 100
+    record = usage_body(
+        model_label="premium",
+        reservation_id=held.json()["reservation_id"],
+        calling_region="eu-west-3",
+        input_tokens=1000,
+        output_tokens=1000,
+    )
+    settled = api.post(f"{t.app_path}/usage", record, token=t.token)
+    assert settled.status == 202, settled.json()
+    assert settled.json()["processing"]["cost_usd_micros"] == held.json()["amount_usd_micros"]
+    assert settled.json()["reservation"]["over_reservation_usd_micros"] == 0
+    assert ledger(t, "premium") == {"committed": WORST * 120 // 100, "settled": WORST * 120 // 100}
+    assert_error(reserve(api, t, {"calling_region": "mars-north-1"}), 400, "INVALID_REQUEST")
+
+
 def test_a_usage_label_other_than_the_reservations_is_400_and_writes_nothing(api):
     t = tenant()
     held = reserve(api, t).json()

@@ -191,10 +191,11 @@ class GuardedBedrock:
     quotas are spent); ``record_usage(record)`` reports and returns the receipt or None.
 
     Hard cap (``reserve`` given): each call first reserves its worst case,
-    ``reserve(max_input_tokens, max_output_tokens)`` (``QuotaExceeded`` when no label can
-    hold it), calls the reserved label, and its usage record settles the reservation (a call
-    that failed after it was sent settles what it used); a call that never left the machine
-    is released (``release(reservation_id)``).
+    ``reserve(max_input_tokens, max_output_tokens, calling_region=...)`` (priced in the Bedrock
+    client's Region; ``QuotaExceeded`` when no label can hold it), calls the reserved label,
+    and its usage record settles the reservation (a call that failed after it was sent
+    settles what it used); a call that never left the machine is released
+    (``release(reservation_id)``).
     """
 
     def __init__(
@@ -202,7 +203,7 @@ class GuardedBedrock:
         bedrock_client: Any,
         select: Callable[[], ModelChoice],
         record_usage: Callable[[UsageRecord], UsageReceipt | None],
-        reserve: Callable[[int, int], Reservation] | None = None,
+        reserve: Callable[..., Reservation] | None = None,
         release: Callable[[str], None] | None = None,
     ):
         self.client = bedrock_client
@@ -218,7 +219,7 @@ class GuardedBedrock:
         if not max_output:
             raise ValueError("hard_cap needs inferenceConfig.maxTokens: the reservation holds its worst case")
         bound = kwargs.pop("max_input_tokens", None) or max_input_tokens(messages, kwargs)
-        return self._reserve(int(bound), int(max_output))
+        return self._reserve(int(bound), int(max_output), calling_region=self.client.meta.region_name)
 
     def _call(
         self, operation: Callable[..., dict], messages: list[dict], kwargs: dict

@@ -183,12 +183,16 @@ class PriceKeeper:
         model_label: str | None = None,
         max_cache_write_input_tokens: int = 0,
         ttl_secs: int | None = None,
+        calling_region: str | None = None,
     ) -> Reservation:
         """Hold a call's worst-case cost on the first label (or ``model_label``) whose quota,
-        and the scope's total cap, can hold it. Raises ``QuotaExceeded`` when none can."""
+        and the scope's total cap, can hold it, priced in ``calling_region`` (the Bedrock
+        Region the call goes to). Raises ``QuotaExceeded`` when none can."""
         body: dict[str, Any] = {"max_input_tokens": max_input_tokens, "max_output_tokens": max_output_tokens}
         if model_label:
             body["model_label"] = model_label
+        if calling_region:
+            body["calling_region"] = calling_region
         if max_cache_write_input_tokens:
             body["max_cache_write_input_tokens"] = max_cache_write_input_tokens
         if ttl_secs or self.reservation_ttl_secs:

@@ -50,7 +50,11 @@ def test_a_call_reserves_calls_the_reserved_label_and_settles(hard_cap):
     stubber.add_response("converse", converse_response(input_tokens=40, output_tokens=100))
     result = keeper.converse(MESSAGES, inferenceConfig={"maxTokens": 300})
     (held,) = calls.bodies("POST", "/reservations")
-    assert held == {"max_input_tokens": max_input_tokens(MESSAGES, {}), "max_output_tokens": 300}
+    assert held == {
+        "max_input_tokens": max_input_tokens(MESSAGES, {}),
+        "max_output_tokens": 300,
+        "calling_region": "us-east-1",  # the Bedrock client's: the hold is priced where the call goes
+    }
     assert result.choice.bedrock_model_id == PREMIUM and result.choice.reason == "RESERVED"
     (reported,) = calls.bodies("POST", "/usage")
     assert reported["reservation_id"] == result.usage.reservation_id

@@ -30,7 +30,7 @@ from ..observability import logger
 from ..store import keys
 from ..store import reservations as store
 from ..timeutil import iso_utc, org_day, parse_day, utc_now
-from ..validation import APP_ID_PATTERN, StrictBody
+from ..validation import APP_ID_PATTERN, REGION_PATTERN, StrictBody
 from . import alerts, boosts, pricing, profiles
 from .aggregation import read_daily_totals, scope_totals, scope_usage_keys, usage_expires_at
 from .models import TokenCount
@@ -48,6 +48,9 @@ class ReservationRequest(StrictBody):
     max_cache_write_input_tokens: TokenCount = 0
     model_label: Annotated[str | None, StringConstraints(pattern=APP_ID_PATTERN, max_length=64)] = None
     ttl_secs: Annotated[int, Field(ge=10, le=3600)] = DEFAULT_TTL_SECS
+    calling_region: Annotated[str | None, StringConstraints(pattern=REGION_PATTERN)] = Field(
+        None, description="The Bedrock Region the call goes to, as its usage record will say: priced there"
+    )
 
 
 class ReservationId(NamedTuple):
@@ -82,15 +85,16 @@ def _ledger_keys(scope: str, label: str, day: str) -> list[dict]:
 
 
 def worst_case(config: EffectiveConfig, label: str, request: ReservationRequest, day: str) -> int | None:
-    """The most the call can cost on ``label`` (priced as model selection prices it), or
-    None when the label cannot be priced now or the request is over its token caps."""
+    """The most the call can cost on ``label``, priced in the request's ``calling_region``
+    as its settling record will be (else as model selection prices it), or None when the
+    label cannot be priced now or the request is over its token caps."""
     max_input, max_output = get_config().token_caps(label)
     if max(request.max_input_tokens, request.max_cache_write_input_tokens) > max_input:
         return None
     if request.max_output_tokens > max_output or profiles.known_label(config, label) is None:
         return None
     try:
-        quote = pricing.price_of(profiles.priced_model(config, label, None), parse_day(day))
+        quote = pricing.price_of(profiles.priced_model(config, label, request.calling_region), parse_day(day))
     except ApiError:
         return None
     tokens = pricing.Tokens(
@@ -205,6 +209,7 @@ def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime
     nothing held, a refusal is final until a quota changes; otherwise a hold may yet
     settle below its amount and free headroom."""
     now = now or utc_now()
+    profiles.check_calling_region(request.calling_region)
     config = boosts.boosted_config(org_id, app_id, now)
     day = org_day(config.timezone, now)
     candidates = _candidates(config, request, day)
