@@ -116,7 +116,7 @@ _TABLES: dict[str, Grants] = {
     "auth_token": AUTH_CLIENT,
     # OAuth2 forms authenticate the client on refresh and revocation too (oauth.py)
     "auth_refresh": merge(AUTH_DECODE, AUTH_CLIENT),
-    "auth_revoke": merge(AUTH_DECODE, AUTH_REVOKE, AUTH_CLIENT),
+    "auth_revoke": merge(AUTH_DECODE, AUTH_REVOKE, AUTH_CLIENT, EFFECTIVE_CONFIG),
     "put_org": merge(EFFECTIVE_CONFIG, ORG_CHILDREN, CONFIG_SAVE, DAY_SPEND_CHECK),
     "put_app": merge(EFFECTIVE_CONFIG, ORG_CHILDREN, CONFIG_SAVE),
     # provisioning.rotate_credentials / revoke_tokens: a transaction of a conditional action

@@ -319,6 +319,23 @@ def revoke_form(api, credentials: dict, token: str, **params):
     )
 
 
+def test_revocation_by_form_counts_on_the_orgs_own_limit_as_by_json(limits_on, api):
+    """``auth_revoke`` is one of the limits an org sets for its clients (docs/api.md): a
+    form request spends it as a JSON one does (red-team: forms had config.yaml's 10)."""
+    from tests.provisioned import put_org
+
+    org_id = str(uuid.uuid4())
+    body = {**ORG_BODY, "overrides": {**ORG_BODY["overrides"], "rate_limits": {"auth_revoke": 2}}}
+    assert put_org(api, org_id, body).status == 201
+    credentials = new_app(api, org_id, APP_ID)
+    issued = tokens(api, credentials)
+    statuses = [revoke_form(api, credentials, issued["refresh_token"]).status for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    fresh = tokens(api, credentials)  # (the revoked refresh token took its access token with it)
+    json_revoke = api.post("/auth/revoke", {"token": fresh["refresh_token"]}, token=fresh["access_token"])
+    assert_error(json_revoke, 429, "RATE_LIMIT_EXCEEDED")
+
+
 def test_revoking_a_refresh_token_by_form_is_200_and_ends_it(api, client):
     issued = token_by_basic(api, client).json()
     reply = revoke_form(api, client, issued["refresh_token"], token_type_hint="refresh_token")

@@ -328,3 +328,42 @@ def test_batch_records_written_alone_are_charged_to_the_single_reports_limit(lim
         *["RATE_LIMIT_EXCEEDED"] * 2,
     ]
     assert reply.headers["x-ratelimit-limit"] == str(get_config().rate_limits["usage_batch"].requests)
+
+
+def test_every_route_with_limits_on_makes_only_the_calls_its_role_is_granted(limits_on, api):
+    """The rate limit of a bearer route reads the caller's org config (its own limits), a
+    read the route's role must be granted: with limits off, as most tests run, that read
+    never happens (red-team: the JSON ``POST /auth/revoke`` was denied it when deployed, a
+    500 that revoked nothing). Each route once, as its caller would send it, under its
+    deployed role (``api`` enforces ``stacks/access.py``): never a 500."""
+    from price_keeper import routes
+
+    org_id = str(uuid.uuid4())
+    org_credentials = put_org(api, org_id, ORG_BODY).json()["credentials"]
+    org_token = tokens(api, org_credentials)["access_token"]
+    app_tokens = tokens(api, new_app(api, org_id, "app-1"))
+    values = {"org_id": org_id, "app_id": "app-1", "date": "2026-01-02", "reservation_id": "x"}
+    for route in routes.ROUTES:
+        path = route.path.format(**values)
+        bodies = {"POST": {"token": app_tokens["refresh_token"]} if route.path == routes.AUTH_REVOKE else {}}
+        credentials = {
+            routes.Auth.BEARER: {"token": org_token if "{app_id}" not in route.path else app_tokens["access_token"]},
+            routes.Auth.BEARER_ANY: {"token": app_tokens["access_token"]},
+            routes.Auth.PROVISIONING_KEY: {"api_key": PROVISIONING_KEY},
+        }.get(route.auth, {})
+        reply = api.request(route.method, path, body=bodies.get(route.method), **credentials)
+        assert reply.status < 500, (route.method, route.path, reply.json())
+
+
+def test_allowance_leased_under_a_limit_since_lowered_is_not_spent(limits_on):
+    """A warm container keeps allowance it leased under the org's old limit: once the limit
+    it is told is below what the window has already leased, that spare is dropped and the
+    next request asks the counter (red-team: 4 warm containers admitted 541 requests in the
+    minute after a limit was lowered from 1,000 to 5)."""
+    for _ in range(60):
+        ratelimit.consume("client-a", now=NOW, limit_name="usage", requests=1000)
+    held = next(held for key, held in ratelimit._local.items() if key[0] == "client-a")
+    assert held.spare > 0 and held.used > 5  # allowance in hand, leased under the old limit
+    with pytest.raises(ApiError) as refused:
+        ratelimit.consume("client-a", now=NOW, limit_name="usage", requests=5)
+    assert refused.value.status == 429

@@ -163,7 +163,7 @@ def consume(
     key = (client, limit.name, window.start)
     with _lock:
         held = _local.get(key) or Held(0, 0, 0, window.reset)
-        local = held.spare > 0
+        local = held.spare > 0 and held.used <= limit.requests  # (a spare leased under a limit since lowered: dropped)
         if local:
             held = _local[key] = held._replace(spare=held.spare - 1, spent=held.spent + 1)
     if not local:

@@ -36,7 +36,7 @@ from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from pydantic import ValidationError
 
 from .. import ratelimit, routes
-from ..domain import auth
+from ..domain import auth, orgs
 from ..errors import ApiError, validation_details
 from ..routes import Route
 from . import replies
@@ -161,7 +161,10 @@ def _refresh(_route: Route, form: auth.RefreshForm, client: auth.Authenticated) 
 
 
 def _revoke(route: Route, form: auth.RevokeForm, client: auth.Authenticated) -> dict:
-    ratelimit.consume(client.principal.client_id, limit_name=route.rate_limit)  # as the pipeline counts JSON ones
+    principal, org_limit = client.principal, None  # counted as the pipeline counts JSON ones: on the org's limit
+    if ratelimit.enabled():
+        org_limit = orgs.effective_config(principal.org_id, principal.app_id).rate_limits.get(route.rate_limit)
+    ratelimit.consume(principal.client_id, limit_name=route.rate_limit, requests=org_limit)
     with _refused_as(403, invalid_grant):  # another client's token (RFC 7009 §2.1)
         auth.revoke(client.principal, form.token, ignore_invalid=True)
     return {}
