@@ -4,37 +4,12 @@ as DynamoDB refuses it. Time is the test's own clock."""
 
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 from botocore.exceptions import ClientError
-from moto.dynamodb.responses import DynamoHandler
 
-from local import moto_patches
 from price_keeper.store import tables
 from price_keeper.store.dynamo import ddb_client
-
-HOLD_SECONDS = 0.01
-
-
-@pytest.fixture
-def clock(aws, monkeypatch):
-    """Conflicts modelled on this process's moto (undone afterwards), on a clock of the
-    test's: a transaction's answer waits for ``clock.answer`` (set: at once), then moves the
-    clock past the transaction's hold, as the time it was in flight."""
-    for name in ("call_action", "transact_write_items", "put_item", "update_item", "delete_item"):
-        monkeypatch.setattr(DynamoHandler, name, getattr(DynamoHandler, name))
-    now = [1000.0]
-    answer = threading.Event()
-    answer.set()
-
-    def in_flight(seconds: float) -> None:
-        assert answer.wait(10)
-        now[0] += seconds
-
-    monkeypatch.setattr(moto_patches, "time", SimpleNamespace(monotonic=lambda: now[0], sleep=in_flight))
-    moto_patches.model_conflicts(DynamoHandler, HOLD_SECONDS)
-    return SimpleNamespace(now=now, answer=answer)
 
 
 def item(name: str) -> dict:

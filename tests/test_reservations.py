@@ -44,7 +44,11 @@ def reserve(api, t, body=None, token=None):
 def ledger(t, label: str | None = None) -> dict:
     usage_key = keys.usage_key(t.scope, label) if label else keys.scope_total_key(t.scope)
     day = org_day("America/New_York", datetime.now(UTC))
-    item = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": usage_key, "date_key": keys.day_key(day)}).get("Item")
+    item = (
+        table(tables.DAILY_TOTAL)
+        .get_item(Key={"usage_key": usage_key, "date_key": keys.ledger_day_key(day)})
+        .get("Item")
+    )
     return {name: int((item or {}).get(name, 0)) for name in ("committed", "settled")}
 
 
@@ -300,7 +304,10 @@ def test_an_unknown_label_is_400(api):
 def test_write_units_of_a_reserved_call(api):
     """What docs/performance.md states: a reservation is one transaction of 3 items, its
     settlement adds 3 items to the usage write's 2, and every item stays under 1 KB (1 unit,
-    doubled in a transaction). Selection without reservations makes no extra call."""
+    doubled in a transaction). The scope's first hold of the day flags its total (one
+    UpdateItem, once), so selection reads the ledgers (a second BatchGetItem) only in a
+    scope reserving that day."""
+    quiet = tenant()
     t = tenant()
     seen: list[tuple[str, dict]] = []
 
@@ -310,10 +317,19 @@ def test_write_units_of_a_reserved_call(api):
     events = ddb_client().meta.events
     events.register("provide-client-params.dynamodb.*", record)
     try:
+        api.get(f"{quiet.app_path}/model-selection", token=quiet.token)  # (its config and token, read cold)
+        seen.clear()
+        api.get(f"{quiet.app_path}/model-selection", token=quiet.token)
+        quiet_selection_calls = [name for name, _ in seen]
+        seen.clear()
         held = reserve(api, t).json()
         hold_key = reservations.ReservationId.parse(held["reservation_id"]).key(t.org_id, t.app_id)
         hold_size = item_size(table(tables.STICKY_STATE).get_item(Key=hold_key)["Item"])
         reserve_writes = [p for name, p in seen if name == "TransactWriteItems"]
+        first_hold_flags = [name for name, _ in seen if name == "UpdateItem"]
+        seen.clear()
+        reserve(api, t)
+        second_hold_flags = [name for name, _ in seen if name == "UpdateItem"]
         seen.clear()
         api.post(f"{t.app_path}/usage", usage_body(reservation_id=held["reservation_id"]), token=t.token)
         settle_writes = [p for name, p in seen if name == "TransactWriteItems"]
@@ -323,15 +339,17 @@ def test_write_units_of_a_reserved_call(api):
     finally:
         events.unregister("provide-client-params.dynamodb.*", record)
     assert [len(p["TransactItems"]) for p in reserve_writes] == [3]
+    assert (first_hold_flags, second_hold_flags) == (["UpdateItem"], [])
     assert [len(p["TransactItems"]) for p in settle_writes] == [5]
     day = org_day("America/New_York", datetime.now(UTC))
     stored = [
-        table(tables.DAILY_TOTAL).get_item(Key={"usage_key": key, "date_key": keys.day_key(day)})["Item"]
+        table(tables.DAILY_TOTAL).get_item(Key={"usage_key": key, "date_key": keys.ledger_day_key(day)})["Item"]
         for key in (keys.usage_key(t.scope, "premium"), keys.scope_total_key(t.scope))
     ]
     assert max(hold_size, *(item_size(item) for item in stored)) < 1024
     print(f"reserve: {2 * 3} WCU, settlement: {2 * 5} WCU (usage alone: 4); hold item {hold_size} B")
-    assert selection_calls == ["BatchGetItem"]  # the ledgers ride on the DailyTotal items it reads anyway
+    assert quiet_selection_calls == ["BatchGetItem"]
+    assert selection_calls == ["BatchGetItem", "BatchGetItem"]  # the totals, then the ledgers
 
 
 def test_a_hold_released_while_its_settlement_is_in_flight_is_given_back_once(api):
@@ -469,3 +487,30 @@ def test_a_batch_record_on_another_label_than_its_reservation_fails_alone(api):
     assert "reservation" not in results[0]
     assert ledger(t, "standard") == {"committed": 0, "settled": 0}
     assert ledger(t, "premium") == {"committed": WORST, "settled": 0}  # the hold is untouched
+
+
+def test_a_hold_in_flight_never_blocks_the_fold_of_its_label(api, clock):
+    """DynamoDB refuses a single write to an item a transaction is writing. The ledgers are
+    items of their own, so the fold of a label's total never meets a hold's or a
+    settlement's transaction (red-team: with the ledger on the total's item, steady reserved
+    traffic kept the total from being folded for 15 s while holds were granted on it)."""
+    import threading
+
+    t = tenant(labels_apart=True)  # the fold of a config label writes its total alone: one UpdateItem
+    day = org_day("America/New_York", datetime.now(UTC))
+    label_day = (keys.usage_key(t.scope, "premium"), keys.day_key(day))
+    assert api.post(f"{t.app_path}/usage", usage_body(), token=t.token).status == 202
+    aggregation.fold_label_days({label_day}).raise_if_failed()  # the label-day's first fold (a transaction)
+    assert api.post(f"{t.app_path}/usage", usage_body(), token=t.token).status == 202  # the record to fold
+    clock.answer.clear()  # the hold's transaction is applied, and in flight until the test lets it answer
+    holding = threading.Thread(target=reserve, args=(api, t))
+    holding.start()
+    while not ledger(t, "premium")["committed"]:
+        holding.join(0.001)
+    report = aggregation.fold_label_days({label_day})
+    clock.answer.set()
+    holding.join(10)
+    report.raise_if_failed()
+    total = table(tables.DAILY_TOTAL).get_item(Key=dict(zip(("usage_key", "date_key"), label_day, strict=True)))
+    assert int(total["Item"]["requests"]) == 2
+    assert ledger(t, "premium") == {"committed": WORST, "settled": 0}

@@ -99,11 +99,8 @@ def daily_aggregates(
     total_keys = [keys.scope_total_key(scope) for scope in scopes]
     # config labels the scope totals leave apart are not listed on them: read, shown if spent on
     apart = [label for label in config.apart_labels(day) if label not in labels]
-    read = read_daily_totals(
-        [*(keys.usage_key(scope, label) for scope in scopes for label in [*labels, *apart]), *total_keys],
-        day,
-        include_heartbeat=True,
-    )
+    usage_keys = [*(keys.usage_key(scope, label) for scope in scopes for label in [*labels, *apart]), *total_keys]
+    read = read_daily_totals(usage_keys, day, include_heartbeat=True).with_ledgers(usage_keys, day)
     if wanted != today and not read.totals:
         raise not_found(
             "No data available for specified date",
@@ -117,9 +114,8 @@ def daily_aggregates(
     spent_elsewhere = sorted(spent - set(labels))
     unread = [label for label in spent_elsewhere if label not in apart]
     if unread:  # labels outside every ordering (self-registered profiles, dropped labels)
-        found.update(
-            read_daily_totals([keys.usage_key(scope, label) for scope in scopes for label in unread], day).totals
-        )
+        unread_keys = [keys.usage_key(scope, label) for scope in scopes for label in unread]
+        found.update(read_daily_totals(unread_keys, day, ledgers=read.reserving).totals)
     labels += spent_elsewhere
     per_label = {
         label: _sum([found.get(keys.usage_key(scope, label), Totals()) for scope in scopes]) for label in labels

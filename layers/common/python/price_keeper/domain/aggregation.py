@@ -100,9 +100,9 @@ class Totals(NamedTuple):
     voids: int = 0  # usage.VOIDS
     settled_usd_micros: int = 0  # usage.SETTLED: of ``cost_usd_micros``, what settled a reservation
     updated_at_epoch: int | None = None
-    # The reservation ledger on the same item (``store.reservations``): settled reserved
-    # spend plus live holds, the settled part, and of it what was settled by records whose
-    # shards carry it (``usage.SETTLED``).
+    # The reservation ledger of these totals (``store.reservations``, an item of its own):
+    # settled reserved spend plus live holds, the settled part, and of it what was settled
+    # by records whose shards carry it (``usage.SETTLED``).
     committed: int = 0
     settled: int = 0
     settled_on_shards: int = 0
@@ -119,6 +119,11 @@ class Totals(NamedTuple):
             settled=int(item.get("settled", 0)),
             settled_on_shards=int(item.get("settled_on_shards", 0)),
         )
+
+    def with_ledger(self, item: dict) -> Totals:
+        """These totals with a ledger item's counters added (to what the total's own item
+        held, on days reserved on before ledgers had items of their own)."""
+        return self._replace(**{name: getattr(self, name) + int(item.get(name, 0)) for name in daily_totals.LEDGER})
 
     @property
     def reserved(self) -> int:
@@ -183,23 +188,48 @@ class DailyRead(NamedTuple):
         held = {label: self.items[key] for label in labels if (key := keys.usage_key(scope, label)) in self.items}
         return item is not None and daily_totals.lists_apart_beyond(item, held, orgs.config_labels_ever())
 
+    @property
+    def reserving(self) -> bool:
+        """Whether a scope read has reservation ledgers that day (``daily_totals.RESERVING``)."""
+        return any(daily_totals.RESERVING in item for item in self.items.values())
+
     @classmethod
     def from_items(cls, items: Iterable[dict]) -> DailyRead:
+        """From DailyTotal items of one org day: totals, ledger items (added to their
+        totals' ledgers) and the heartbeat."""
+        items = list(items)
         totals, last_run, read = {}, None, {}
         for item in items:
             if item["usage_key"] == keys.HEARTBEAT_KEY["usage_key"]:
                 last_run = int(item["last_run_epoch"])
-            else:
+            elif item["date_key"].startswith(keys.day_key("")):
                 totals[item["usage_key"]] = Totals.from_item(item)
                 read[item["usage_key"]] = item
+        for item in items:
+            if item["date_key"].startswith(keys.ledger_day_key("")):
+                totals[item["usage_key"]] = totals.get(item["usage_key"], Totals()).with_ledger(item)
         return cls(totals, last_run, read)
+
+    def with_ledgers(self, usage_keys: Iterable[str], day: str) -> DailyRead:
+        """This read with the ledgers of ``usage_keys`` added when a scope read is reserving
+        that day (one more BatchGetItem, then); as it is otherwise."""
+        if not self.reserving:
+            return self
+        ledgers = batch_get_many([daily_totals.ledger_read(usage_keys, day)])[0]
+        return self.from_items([*self.items.values(), *ledgers])._replace(last_run_epoch=self.last_run_epoch)
 
 
 def read_daily_totals(
-    usage_keys: Iterable[str], day: str, *, consistent: bool = False, include_heartbeat: bool = False
+    usage_keys: Iterable[str],
+    day: str,
+    *,
+    consistent: bool = False,
+    include_heartbeat: bool = False,
+    ledgers: bool = False,
 ) -> DailyRead:
-    """DailyTotals of one org day in one BatchGetItem (more when over 100 keys)."""
-    read = daily_totals.day_read(usage_keys, day, include_heartbeat=include_heartbeat)
+    """DailyTotals of one org day in one BatchGetItem (more when over 100 keys); with
+    ``ledgers``, their reservation ledgers in the same call."""
+    read = daily_totals.day_read(usage_keys, day, include_heartbeat=include_heartbeat, ledgers=ledgers)
     return DailyRead.from_items(batch_get_many([read], consistent=consistent)[0])
 
 

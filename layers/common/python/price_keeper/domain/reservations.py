@@ -10,8 +10,9 @@ spend in the same transaction as the usage write (the dedup marker makes it exac
 release and expiry give the amount back by deleting the hold under ``attribute_exists``.
 
 ``unreserved spend`` is what the label's (and scope's) DailyTotal counts beyond the ledger's
-``settled``: calls reported without a reservation. It is read just before the hold, so it is
-as fresh as the aggregation; the guarantee is exact for calls that reserve.
+``settled``: calls reported without a reservation. It is read just before the hold (with the
+ledgers, items of their own beside the totals: ``store.reservations``), so it is as fresh as
+the aggregation; the guarantee is exact for calls that reserve.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def _try_hold(
     """Hold ``amount`` on ``label`` if its quota and the scope's total cap both have room."""
     ledgers = _ledger_keys(config.scope, label, day)
     read = read_daily_totals(
-        [ledgers[0]["usage_key"], *scope_usage_keys(config, config.scope, day)], day, consistent=True
+        [ledgers[0]["usage_key"], *scope_usage_keys(config, config.scope, day)], day, consistent=True, ledgers=True
     )
     # the scope's unreserved spend is over every label (the config labels' too, where its total leaves them apart)
     label_totals, scope_spend = read.of(ledgers[0]["usage_key"]), scope_totals(config, config.scope, day, read.of)
@@ -147,6 +148,11 @@ def _try_hold(
     refused = Attempt(None, label_totals.reserved, scope_spend.reserved)
     if min(rooms) < 0:
         return refused
+    # the condition is on the ledger item: what totals' own items held before it had one is fixed
+    rooms = [
+        room - int(read.items.get(ledger["usage_key"], {}).get("committed", 0))
+        for ledger, room in zip(ledgers, rooms, strict=True)
+    ]
     kind = "o" if config.scope == keys.org_key(config.org_id) else "a"
     expires_epoch = int(now.timestamp()) + ttl_secs
     rid = ReservationId(day, kind, expires_epoch, secrets.token_hex(16))
@@ -169,6 +175,8 @@ def _try_hold(
         return refused
     except store.Conflict:
         raise service_unavailable("Reservation kept conflicting with concurrent writes; retry") from None
+    if not read.reserving:
+        store.mark_reserving(ledgers[1]["usage_key"], day, usage_expires_at(day))
     return refused._replace(reservation=rid)
 
 
@@ -298,19 +306,19 @@ class Settlement:
         if attempt:
             self.item = self._read()
         sub = self.submission
-        deltas: dict[tuple[str, str], list[int]] = {}
+        deltas: dict[tuple[str, str, str], list[int]] = {}
         for ledger in _ledger_keys(sub.scope, sub.label, sub.day):
-            deltas[(ledger["usage_key"], ledger["date_key"])] = [sub.cost_usd_micros, sub.cost_usd_micros]
+            deltas[(ledger["usage_key"], ledger["date_key"], sub.day)] = [sub.cost_usd_micros, sub.cost_usd_micros]
         actions = []
         if self.item is not None:
             actions.append(store.delete_hold(self.key))
             amount = int(self.item["amount_usd_micros"])
             for ledger in _ledger_keys(self.rid.scope(self.org_id, self.app_id), self.item["label"], self.rid.day):
-                deltas.setdefault((ledger["usage_key"], ledger["date_key"]), [0, 0])[0] -= amount
+                deltas.setdefault((ledger["usage_key"], ledger["date_key"], self.rid.day), [0, 0])[0] -= amount
         self.settled_amount = int(self.item["amount_usd_micros"]) if self.item is not None else None
-        for (usage_key, date_key), (committed, settled) in deltas.items():
+        for (usage_key, date_key, day), (committed, settled) in deltas.items():
             ledger = {"usage_key": usage_key, "date_key": date_key}
-            actions.append(store.ledger_update(ledger, committed, settled, usage_expires_at(keys.day_of_key(date_key))))
+            actions.append(store.ledger_update(ledger, committed, settled, usage_expires_at(day)))
         return actions
 
     def over(self, duplicate: bool) -> int:

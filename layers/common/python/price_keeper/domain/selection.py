@@ -121,7 +121,9 @@ def current_decision(
         reads.append(sticky_store.day_read(config.scope, day))
     found = batch_get_many(reads, consistent=consistent)  # one round trip for both tables
     items = {(item["usage_key"], keys.day_of_key(item["date_key"])): item for item in found[0]}
-    totals = DailyRead.from_items(item for (_, item_day), item in items.items() if item_day == day)
+    totals = DailyRead.from_items(item for (_, item_day), item in items.items() if item_day == day).with_ledgers(
+        [*usage_keys, *scope_keys], day
+    )
     sticky = _sticky(found[1][0]) if config.sticky_fallback_enabled and found[1] else None
     spends = {
         label: totals.of(key).cost_usd_micros for label, key in zip(config.model_ordering, usage_keys, strict=True)

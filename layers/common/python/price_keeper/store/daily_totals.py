@@ -23,16 +23,42 @@ PROGRESS = ("requests", VOIDS, CORRECTIONS)
 # other labels are listed in items of their own (``keys.spent_label_key``).
 LABELS, LISTED = "labels", "labels_listed"
 LEDGER = ("committed", "settled", "settled_on_shards")  # a quota's ledger (``store.reservations``)
-READ_ATTRIBUTES = (*COUNTERS, VOIDS, SETTLED, "updated_at_epoch", "last_run_epoch", LABELS, LISTED, *LEDGER)
+# On a scope total: set by the scope's first reservation of the day, so the reads that show
+# what live holds keep (selection, aggregates) read the ledger items only where there are any.
+RESERVING = "reserving"
+READ_ATTRIBUTES = (
+    *COUNTERS,
+    VOIDS,
+    SETTLED,
+    "updated_at_epoch",
+    "last_run_epoch",
+    LABELS,
+    LISTED,
+    RESERVING,
+    *LEDGER,  # (on the totals of days reserved on before the ledger had items of its own)
+)
 
 
-def day_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = False) -> Read:
-    """The read of one org day's totals for ``usage_keys`` (and the heartbeat), for
-    ``dynamo.batch_get_many`` beside other tables' reads."""
+def day_read(usage_keys: Iterable[str], day: str, *, include_heartbeat: bool = False, ledgers: bool = False) -> Read:
+    """The read of one org day's totals for ``usage_keys`` (with ``ledgers``, their
+    reservation ledgers too; and the heartbeat), for ``dynamo.batch_get_many`` beside other
+    tables' reads."""
+    usage_keys = list(usage_keys)
     wanted = [{"usage_key": usage_key, "date_key": keys.day_key(day)} for usage_key in usage_keys]
+    if ledgers:
+        wanted += [{"usage_key": usage_key, "date_key": keys.ledger_day_key(day)} for usage_key in usage_keys]
     if include_heartbeat:
         wanted.append(keys.HEARTBEAT_KEY)
     return Read(tables.DAILY_TOTAL, wanted, READ_ATTRIBUTES)
+
+
+def ledger_read(usage_keys: Iterable[str], day: str) -> Read:
+    """The read of the reservation ledgers of ``usage_keys`` on one org day."""
+    return Read(
+        tables.DAILY_TOTAL,
+        [{"usage_key": usage_key, "date_key": keys.ledger_day_key(day)} for usage_key in usage_keys],
+        LEDGER,
+    )
 
 
 def fold_read(total_keys: Iterable[dict]) -> Read:

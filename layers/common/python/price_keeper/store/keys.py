@@ -71,6 +71,12 @@ def day_of_key(date_key: str) -> str:
     return date_key.removeprefix(day_key(""))
 
 
+def ledger_day_key(day: str) -> str:
+    """``LEDGER#yyyymmdd``: the reservation ledger of a DailyTotal's org day, an item of its
+    own beside the ``DAY#`` total (``store.reservations``)."""
+    return f"LEDGER#{day}"
+
+
 # The ``active-by-day`` index's partition keys per org day: an org's shards index under one
 # of 16 (by org), so the new shards of a day's start (every org of a timezone at once) spread
 # their index writes over 16 partitions instead of one, and the audit pages them at once.

@@ -1,14 +1,19 @@
-"""Reservations (hard cap): the holds in StickyState and the quota ledgers on DailyTotal.
+"""Reservations (hard cap): the holds in StickyState and the quota ledgers in DailyTotal.
 
-A quota's *ledger* is three counters on the DailyTotal item it caps (the label's
-``{scope}#LABEL#{label}`` and the scope's ``{scope}#TOTAL`` of an org day): ``committed``
-(actual cost of every reserved call settled so far + the amount of every live hold),
-``settled`` (the settled part alone) and ``settled_on_shards``: the part settled by records
-whose shards carry it too (``usage.SETTLED``, every settlement since it existed), so a
-reader can tell settled spend the fold has not counted yet from spend it has
-(``aggregation.Totals.unreserved``). The aggregator SETs only its own counters on these
-items, so they never overwrite each other, and the reads selection already makes carry
-the ledger at no extra cost.
+A quota's *ledger* is three counters on a DailyTotal item beside the total it caps (the
+label's ``{scope}#LABEL#{label}`` and the scope's ``{scope}#TOTAL``, with the sort key
+``LEDGER#yyyymmdd`` of the org day): ``committed`` (actual cost of every reserved call
+settled so far + the amount of every live hold), ``settled`` (the settled part alone) and
+``settled_on_shards``: the part settled by records whose shards carry it too
+(``usage.SETTLED``, every settlement since it existed), so a reader can tell settled spend
+the fold has not counted yet from spend it has (``aggregation.Totals.unreserved``).
+
+The ledger is not on the total's own ``DAY#`` item, which the aggregator writes: every
+hold and settlement is a transaction on its ledgers, and DynamoDB refuses a single write
+to an item a transaction is writing, so under steady reserved traffic the fold lost every
+attempt and the label's total stood still (a red-team run: 15 s, while holds were granted
+on it). The scope total's ``DAY#`` item carries ``reserving`` from the scope's first hold
+of the day, so the reads that show live holds read the ledgers only where there are any.
 
 A hold is a StickyState item that lives exactly as long as the hold does: settle, release
 and expiry each *delete* it under ``attribute_exists`` in one transaction with the ledger
@@ -18,8 +23,11 @@ update, so each happens at most once and a second attempt finds nothing to undo.
 from __future__ import annotations
 
 from boto3.dynamodb.conditions import Key
+from botocore.exceptions import ClientError
 
+from ..errors import RETRYABLE_CODES, error_code
 from . import keys, tables
+from .daily_totals import RESERVING
 from .dynamo import _backoff, batch_get, query_all, table, transact
 
 
@@ -32,7 +40,23 @@ class Conflict(Exception):
 
 
 def ledger_key(usage_key: str, day: str) -> dict:
-    return {"usage_key": usage_key, "date_key": keys.day_key(day)}
+    return {"usage_key": usage_key, "date_key": keys.ledger_day_key(day)}
+
+
+def mark_reserving(scope_total_key: str, day: str, expires_at: int) -> None:
+    """Flag the scope total's ``DAY#`` item (``daily_totals.RESERVING``): once a scope-day.
+    A write that meets the aggregator's is left to the scope's next hold (the flag only
+    decides whether readers that show the holds read the ledgers)."""
+    try:
+        table(tables.DAILY_TOTAL).update_item(
+            Key={"usage_key": scope_total_key, "date_key": keys.day_key(day)},
+            UpdateExpression=f"SET {RESERVING} = :yes, {tables.TTL_ATTRIBUTE} = "
+            f"if_not_exists({tables.TTL_ATTRIBUTE}, :expires)",
+            ExpressionAttributeValues={":yes": True, ":expires": expires_at},
+        )
+    except ClientError as error:
+        if error_code(error) not in RETRYABLE_CODES:
+            raise
 
 
 def ledger_update(key: dict, committed: int, settled: int, expires_at: int) -> dict:
