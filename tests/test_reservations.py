@@ -514,3 +514,36 @@ def test_a_hold_in_flight_never_blocks_the_fold_of_its_label(api, clock):
     total = table(tables.DAILY_TOTAL).get_item(Key=dict(zip(("usage_key", "date_key"), label_day, strict=True)))
     assert int(total["Item"]["requests"]) == 2
     assert ledger(t, "premium") == {"committed": WORST, "settled": 0}
+
+
+def test_an_apps_daily_cap_holds_its_reservations_in_an_org_scope(api):
+    """In ORG scope an app's daily cap stops its holds as it stops its selection, however
+    much the org's quota has left: a third ledger, on the app's own counters (red-team: an
+    app with a hard cap reserved past its cap to 225 %, since it never asks for a
+    selection). Its settlements and releases move that ledger too."""
+    t = tenant(quota_scope="ORG", quotas={"premium": 1_000_000, "standard": 1_000_000})
+    table(tables.CONFIG).update_item(
+        Key={"org_key": keys.org_key(t.org_id), "resource_key": keys.app_resource(t.app_id)},
+        UpdateExpression="SET app_daily_cap_usd_micros = :cap",
+        ExpressionAttributeValues={":cap": 3 * WORST},
+    )
+    from price_keeper.domain import orgs
+
+    orgs.forget(t.org_id)
+    app_total = keys.scope_total_key(keys.scope_key(t.org_id, t.app_id, "APP"))
+    day = org_day("America/New_York", datetime.now(UTC))
+
+    def app_ledger() -> dict:
+        item = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": app_total, "date_key": keys.ledger_day_key(day)})
+        return {name: int(item.get("Item", {}).get(name, 0)) for name in ("committed", "settled")}
+
+    held = [reserve(api, t, {"model_label": "premium"}) for _ in range(4)]
+    assert [reply.status for reply in held] == [201, 201, 201, 429]
+    assert app_ledger() == {"committed": 3 * WORST, "settled": 0}
+    settling = usage_body(reservation_id=held[0].json()["reservation_id"], input_tokens=1000, output_tokens=1000)
+    assert api.post(f"{t.app_path}/usage", settling, token=t.token).status == 202
+    assert (
+        api.request("DELETE", f"{t.app_path}/reservations/{held[1].json()['reservation_id']}", token=t.token).status
+        == 204
+    )
+    assert app_ledger() == {"committed": 2 * WORST, "settled": WORST}

@@ -179,10 +179,7 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
     priced = priced_label(config, request.model_label, request.calling_region)
     profiles.check_reported_model(priced, request.bedrock_model_id)
     quote = pricing.price_of(priced, parse_day(day))
-    scopes = (
-        config.scope,
-        *([config.app_counter] if config.app_counter and config.app_daily_cap_usd_micros is not None else []),
-    )
+    scopes = config.counted_scopes
     # a shard every scope's fold is known to read (hot labels raise each scope's count)
     shard_count = min(
         hot_labels.shard_count(scope, request.model_label, day, config.starting_shards(day)) for scope in scopes

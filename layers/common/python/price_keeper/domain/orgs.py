@@ -98,6 +98,14 @@ class EffectiveConfig(NamedTuple):
         return keys.scope_key(self.org_id, self.app_id, "APP")
 
     @property
+    def counted_scopes(self) -> tuple[str, ...]:
+        """The scopes a record of this app counts in: the quota scope and, in ORG scope with
+        an app cap, the app's own counters (which then exist to hold it to its cap)."""
+        if self.app_counter is None or self.app_daily_cap_usd_micros is None:
+            return (self.scope,)
+        return (self.scope, self.app_counter)
+
+    @property
     def scope(self) -> str:
         """Scope key of quotas and counters: ``ORG#{org}`` or ``ORG#{org}#APP#{app}``."""
         return keys.scope_key(self.org_id, self.app_id, self.quota_scope)

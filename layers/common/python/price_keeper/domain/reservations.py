@@ -77,12 +77,22 @@ class ReservationId(NamedTuple):
         return keys.reservation_key(self.scope(org_id, app_id), self.day, self.expires_epoch, self.token)
 
 
-def _ledger_keys(scope: str, label: str, day: str) -> list[dict]:
-    """The label's ledger and the scope total's (in this order)."""
+def _ledger_keys(scopes: tuple[str, ...], label: str, day: str) -> list[dict]:
+    """The label's ledger in the quota scope, then each scope total's (the quota scope's,
+    then the app's own, when it is capped)."""
     return [
-        store.ledger_key(keys.usage_key(scope, label), day),
-        store.ledger_key(keys.scope_total_key(scope), day),
+        store.ledger_key(keys.usage_key(scopes[0], label), day),
+        *(store.ledger_key(keys.scope_total_key(scope), day) for scope in scopes),
     ]
+
+
+def _held_ledgers(item: dict, scope: str, day: str) -> list[dict]:
+    """The ledgers a hold's amount was added to, as it recorded them (a hold made before it
+    did: its label's and its scope total's). A cap set or dropped while it is held does
+    not change where its amount is taken back from."""
+    if "ledgers" in item:
+        return [store.ledger_key(usage_key, day) for usage_key in item["ledgers"]]
+    return _ledger_keys((scope,), item["label"], day)
 
 
 def worst_case(config: EffectiveConfig, label: str, request: ReservationRequest, day: str) -> int | None:
@@ -134,16 +144,23 @@ class Attempt(NamedTuple):
 def _try_hold(
     config: EffectiveConfig, day: str, label: str, amount: int, ttl_secs: int, app_id: str, now: datetime
 ) -> Attempt:
-    """Hold ``amount`` on ``label`` if its quota and the scope's total cap both have room."""
-    ledgers = _ledger_keys(config.scope, label, day)
+    """Hold ``amount`` on ``label`` if its quota, the scope's total cap and (ORG scope) the
+    app's daily cap all have room."""
+    scopes = config.counted_scopes  # each scope total a record counts in has a ledger
+    ledgers = _ledger_keys(scopes, label, day)
     read = read_daily_totals(
-        [ledgers[0]["usage_key"], *scope_usage_keys(config, config.scope, day)], day, consistent=True, ledgers=True
+        [ledgers[0]["usage_key"], *(key for scope in scopes for key in scope_usage_keys(config, scope, day))],
+        day,
+        consistent=True,
+        ledgers=True,
     )
-    # the scope's unreserved spend is over every label (the config labels' too, where its total leaves them apart)
-    label_totals, scope_spend = read.of(ledgers[0]["usage_key"]), scope_totals(config, config.scope, day, read.of)
+    # a scope's unreserved spend is over every label (the config labels' too, where its total leaves them apart)
+    label_totals = read.of(ledgers[0]["usage_key"])
+    scope_spend, *app_spend = (scope_totals(config, scope, day, read.of) for scope in scopes)
     rooms = [
         config.quota(label) - label_totals.unreserved - amount,
         config.total_quota - scope_spend.unreserved - amount,
+        *(config.app_daily_cap_usd_micros - spend.unreserved - amount for spend in app_spend),
     ]
     refused = Attempt(None, label_totals.reserved, scope_spend.reserved)
     if min(rooms) < 0:
@@ -162,6 +179,7 @@ def _try_hold(
         "label": label,
         "amount_usd_micros": amount,
         "expires_epoch": expires_epoch,
+        "ledgers": [ledger["usage_key"] for ledger in ledgers],
     }
     try:
         store.hold(
@@ -190,7 +208,7 @@ def _end_hold(scope: str, day: str, item: dict) -> bool:
             store.delete_hold(key),
             *(
                 store.ledger_update(ledger, -amount, 0, usage_expires_at(day))
-                for ledger in _ledger_keys(scope, item["label"], day)
+                for ledger in _held_ledgers(item, scope, day)
             ),
         ]
     )
@@ -307,13 +325,13 @@ class Settlement:
             self.item = self._read()
         sub = self.submission
         deltas: dict[tuple[str, str, str], list[int]] = {}
-        for ledger in _ledger_keys(sub.scope, sub.label, sub.day):
+        for ledger in _ledger_keys(sub.scopes, sub.label, sub.day):
             deltas[(ledger["usage_key"], ledger["date_key"], sub.day)] = [sub.cost_usd_micros, sub.cost_usd_micros]
         actions = []
         if self.item is not None:
             actions.append(store.delete_hold(self.key))
             amount = int(self.item["amount_usd_micros"])
-            for ledger in _ledger_keys(self.rid.scope(self.org_id, self.app_id), self.item["label"], self.rid.day):
+            for ledger in _held_ledgers(self.item, self.rid.scope(self.org_id, self.app_id), self.rid.day):
                 deltas.setdefault((ledger["usage_key"], ledger["date_key"], self.rid.day), [0, 0])[0] -= amount
         self.settled_amount = int(self.item["amount_usd_micros"]) if self.item is not None else None
         for (usage_key, date_key, day), (committed, settled) in deltas.items():
