@@ -547,6 +547,27 @@ def test_5000_submissions_for_one_label_and_day_keep_every_item_under_1_kb(aws):
     assert daily_total(tenant.scope, "premium", org_day(config.timezone, now))["requests"] == 5000
 
 
+def test_the_same_write_from_two_containers_never_shares_a_request_token():
+    """A retry on another container, in the same second on a label-day of one shard, builds
+    the very same actions; with the same ClientRequestToken DynamoDB would answer it as an
+    idempotent repeat of the first (a success: a duplicate answered as counted). SDK retries
+    within one container keep their token."""
+    import subprocess
+    import sys
+
+    items = [{"Put": {"TableName": "t", "Item": {"shard_key": "ORG#o#APP#a#REQ#r", "date_key": "DEDUP"}}}]
+    program = f"from price_keeper.store import usage; print(usage.request_token({items!r}, 0))"
+    layer = str(Path(keys.__file__).parents[2])  # (price_keeper/store/keys.py)
+    tokens = {
+        subprocess.run(
+            [sys.executable, "-c", program], capture_output=True, text=True, check=True, env={"PYTHONPATH": layer}
+        ).stdout
+        for _ in range(2)
+    }
+    assert len(tokens) == 2
+    assert usage.request_token(items, 0) == usage.request_token(items, 0) != usage.request_token(items, 1)
+
+
 def test_a_records_shard_is_not_one_a_client_can_aim_at():
     """The shard is a hash of the request id keyed by the process: the same within a
     container (a batch's records of a label-day share one), unknown outside it (red-team

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from collections.abc import Iterable, Iterator
 
 from boto3.dynamodb.conditions import Key
@@ -183,11 +184,19 @@ def _estimated_put(record: dict) -> dict:
     return {"Put": {"TableName": tables.USAGE_AGG_SHARDED.physical_name, "Item": pending}}
 
 
+# Keys this process's request tokens: two containers writing the same record in the same
+# second (a client's retry on another container, on a label-day of one shard) build the same
+# actions, and with the same token DynamoDB would answer the second as an idempotent repeat
+# of the first: a success, so a duplicate answered as counted (a red-team note).
+_TOKEN_KEY = secrets.token_bytes(16)
+
+
 def request_token(items: list[dict], attempt: int) -> str:
     """ClientRequestToken: the same for SDK retries of one call (which DynamoDB then applies
-    at most once), new for each attempt after a conflict (which must run again)."""
-    digest = hashlib.blake2b(json.dumps([items, attempt], sort_keys=True, default=str).encode(), digest_size=16)
-    return digest.hexdigest()
+    at most once), new for each attempt after a conflict (which must run again) and in each
+    process."""
+    text = json.dumps([items, attempt], sort_keys=True, default=str).encode()
+    return hashlib.blake2b(text, key=_TOKEN_KEY, digest_size=16).hexdigest()
 
 
 def write_once(items: list[dict], attempt: int) -> dict | None:
