@@ -265,6 +265,68 @@ def test_an_expired_hold_stops_holding_for_the_next_reservation(api):
     assert ledger(t, "premium")["committed"] == WORST + late.json()["processing"]["cost_usd_micros"]
 
 
+def test_a_refusal_ends_a_bounded_page_of_expired_holds_and_later_refusals_end_the_rest(api):
+    """Red-team note: a refusal swept every expired hold in its own request (after 1,500,
+    one 429 made 1,505 calls, 20 s on moto, past a Lambda's timeout). A refusal now ends at
+    most ``SWEEP_LIMIT`` of them, the longest expired first, in one Query of that Limit."""
+    backlog = 2 * reservations.SWEEP_LIMIT + 10
+    t = tenant(model_ordering=("premium",), quotas={"premium": WORST + 5})
+    past = datetime.now(UTC) - timedelta(seconds=30)
+    tiny = reservations.ReservationRequest(max_input_tokens=1, max_output_tokens=0, ttl_secs=10)  # 1 µ$ each
+    for _ in range(backlog):  # never reported
+        assert reservations.reserve(t.org_id, t.app_id, tiny, now=past)["amount_usd_micros"] == 1
+    seen: list[tuple[str, dict]] = []
+
+    def record(params, model, **_):
+        seen.append((model.name, params))
+
+    events = ddb_client().meta.events
+    events.register("provide-client-params.dynamodb.*", record)
+    try:
+        refused = reserve(api, t)
+    finally:
+        events.unregister("provide-client-params.dynamodb.*", record)
+    # the sweep's page; beside it each of the two tries reads its totals and tries its hold, and the config is read
+    assert len(seen) <= 1 + reservations.SWEEP_LIMIT + 2 * 2 + 1
+    sweeps = [params for name, params in seen if name == "Query"]
+    ended = [p for name, p in seen if name == "TransactWriteItems" and "Delete" in p["TransactItems"][0]]
+    assert ([params.get("Limit") for params in sweeps], len(ended)) == (
+        [reservations.SWEEP_LIMIT],
+        reservations.SWEEP_LIMIT,
+    )
+    assert_error(refused, 429, "QUOTA_EXCEEDED")
+    assert ledger(t, "premium")["committed"] == backlog - reservations.SWEEP_LIMIT
+
+    assert_error(reserve(api, t), 429, "QUOTA_EXCEEDED")  # the next page
+    assert reserve(api, t).status == 201  # the last 10 ended, then held
+    assert ledger(t, "premium")["committed"] == WORST
+
+
+def test_a_reservation_whose_worst_case_is_0_is_400_and_writes_nothing(api):
+    """A call of no tokens costs 0 at any price: its hold would keep no headroom, yet cost
+    6 WCU and, once expired, a refusal's sweep (red-team note: 1,000 a minute per app)."""
+    t = tenant()
+    nothing = {"max_input_tokens": 0, "max_output_tokens": 0}
+    holds_written: list[dict] = []
+
+    def record(params, **_):
+        holds_written.append(params)
+
+    events = ddb_client().meta.events
+    events.register("provide-client-params.dynamodb.TransactWriteItems", record)
+    try:
+        reply = api.post(f"{t.app_path}/reservations", nothing, token=t.token)
+    finally:
+        events.unregister("provide-client-params.dynamodb.TransactWriteItems", record)
+    details = assert_error(reply, 400, "INVALID_REQUEST")["details"]
+    assert details["worst_case_usd_micros"] == {"premium": 0, "standard": 0}
+    assert (details["max_input_tokens"], details["max_output_tokens"]) == (0, 0)
+    assert holds_written == []
+    assert (ledger(t, "premium"), ledger(t)) == ({"committed": 0, "settled": 0}, {"committed": 0, "settled": 0})
+    pinned = api.post(f"{t.app_path}/reservations", {**nothing, "model_label": "standard"}, token=t.token)
+    assert assert_error(pinned, 400, "INVALID_REQUEST")["details"]["worst_case_usd_micros"] == {"standard": 0}
+
+
 def test_selection_and_aggregates_show_the_reserved_amount(api):
     t = tenant()
     reserve(api, t)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import boto3
 import pytest
@@ -319,7 +320,7 @@ def test_records_of_a_batch_counted_at_the_estimate_are_repriced_once(api, tenan
     reply = api.post(tenant.app_path + "/usage/batch", body, token=tenant.token).json()
     assert reply["accepted"] == 3
     day = reply["daily_totals"][0]["org_day"]
-    assert len(usage_store.estimated_records(LLAMA)) == 3
+    assert len(list(usage_store.estimated_records(LLAMA))) == 3
     (event,) = bus()
     assert fetch_on(event, monkeypatch, LLAMA_PRODUCTS)["repriced"] == 3
     assert fetch_on({"detail": {}}, monkeypatch, LLAMA_PRODUCTS)["repriced"] == 0
@@ -379,7 +380,7 @@ def test_a_voided_record_counted_at_the_estimate_is_taken_back_once_whatever_the
         assert pricing.reprice_estimates([LLAMA]) == (1 if voided_first else 2)
     if not voided_first:
         assert void(tenant, gone["request_id"])["voided_cost_usd_micros"] == 1440  # what is counted by then
-    assert usage_store.estimated_records(LLAMA) == []
+    assert list(usage_store.estimated_records(LLAMA)) == []
     aggregation.run()
     assert scope_cost(tenant, "llama", day) == (1440, 1)  # the kept record, at its real price
 
@@ -410,7 +411,7 @@ def test_a_voided_estimate_is_never_repriced_however_late_its_price_comes(api, t
     pricing._stored.clear()
     with only_granted("pricing_fetcher"):
         assert pricing.reprice_estimates([LLAMA]) == 0
-    assert usage_store.estimated_records(LLAMA) == []
+    assert list(usage_store.estimated_records(LLAMA)) == []
     aggregation.run()
     assert scope_cost(tenant, "llama", day) == (left["processing"]["cost_usd_micros"], 1)  # at the estimate
 
@@ -444,7 +445,83 @@ def test_a_record_whose_price_is_still_unknown_stays_at_the_estimate(api, tenant
     with only_granted("pricing_fetcher"):
         assert pricing.reprice_estimates([LLAMA]) == 0
     assert [int(s["cost_usd_micros"]) for s in shard_items()] == [reply["processing"]["cost_usd_micros"]]
-    assert len(usage_store.estimated_records(LLAMA)) == 1  # still to be re-priced
+    assert len(list(usage_store.estimated_records(LLAMA))) == 1  # still to be re-priced
+
+
+def test_a_record_of_no_tokens_counted_at_the_estimate_leaves_nothing_to_reprice(api, tenant, bus):
+    """0 tokens cost 0 at any price: an estimated item for it would only grow the backlog
+    re-pricing reads (red-team note: each pending record held ~1.9 KB in the fetcher)."""
+    assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
+    empty = report(api, tenant, "llama", input_tokens=0, output_tokens=0, status="ERROR").json()
+    assert (empty["pricing"]["source"], empty["processing"]["cost_usd_micros"]) == ("ESTIMATE", 0)
+    assert list(usage_store.estimated_records(LLAMA)) == []
+    assert report(api, tenant, "llama", input_tokens=1, output_tokens=0).status == 202
+    assert len(list(usage_store.estimated_records(LLAMA))) == 1  # a record with tokens still has one
+
+
+def test_repricing_reads_the_backlog_a_page_at_a_time(api, tenant, bus):
+    """Read whole, the backlog was held in memory at once (~1.9 KB a record: a 512 MB fetcher
+    failed near 250k, every run, before re-pricing any). Each page is re-priced before the
+    next is read, so the fetcher holds one page; every record is still corrected once."""
+    assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
+    backlog = usage_store.ESTIMATED_PAGE + 50
+    record = {"model_label": "llama", "calling_region": "us-east-1", "bedrock_model_id": LLAMA}
+    day = None
+    for size in (backlog // 2, backlog - backlog // 2):
+        body = {"requests": [usage_body(**record, input_tokens=1000, output_tokens=1000) for _ in range(size)]}
+        reply = api.post(tenant.app_path + "/usage/batch", body, token=tenant.token).json()
+        assert reply["accepted"] == size, reply
+        day = reply["daily_totals"][0]["org_day"]
+    put_price(LLAMA, f"{parse_day(day).isoformat()}#us-east-1", 720_000, 720_000)
+    pricing._stored.clear()
+    calls: list[tuple[str, dict]] = []
+
+    def note(params, model, **_):
+        calls.append((model.name, params))
+
+    events = ddb_client().meta.events
+    events.register("provide-client-params.dynamodb.*", note)
+    try:
+        with only_granted("pricing_fetcher"):
+            assert pricing.reprice_estimates([LLAMA]) == backlog
+    finally:
+        events.unregister("provide-client-params.dynamodb.*", note)
+    names = [name for name, _ in calls]
+    reads = [index for index, name in enumerate(names) if name == "Query"]
+    assert len(reads) >= 2 and {calls[index][1]["Limit"] for index in reads} == {usage_store.ESTIMATED_PAGE}
+    # the first page's records are re-priced (one transaction each) before the second page is read
+    assert names[reads[0] : reads[1]].count("TransactWriteItems") == usage_store.ESTIMATED_PAGE
+    with only_granted("pricing_fetcher"):
+        assert pricing.reprice_estimates([LLAMA]) == 0
+    assert sum(int(s["cost_usd_micros"]) for s in shard_items()) == backlog * 1440  # each corrected once
+
+
+def test_a_model_whose_repricing_fails_holds_back_no_other_model(api, tenant, bus):
+    """Before, the first model whose re-pricing raised ended the daily loop: every model
+    after it stayed at the estimate. Now each is tried, and the run fails after them all."""
+    assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
+    day = report(api, tenant, "llama", input_tokens=1000, output_tokens=1000).json()["daily_total"]["org_day"]
+    put_price(LLAMA, f"{parse_day(day).isoformat()}#us-east-1", 720_000, 720_000)
+    pricing._stored.clear()
+    broken = "vendor.broken-model-v1:0"
+
+    def denied_for_broken(params, **_):
+        if keys.estimated_key(broken).encode() in params["body"]:
+            return SimpleNamespace(status_code=400), {
+                "Error": {"Code": "AccessDeniedException", "Message": "injected"},
+                "ResponseMetadata": {"HTTPStatusCode": 400},
+            }
+        return None
+
+    events = ddb_client().meta.events
+    events.register("before-call.dynamodb.Query", denied_for_broken)
+    try:
+        with only_granted("pricing_fetcher"), pytest.raises(pricing.RepricingFailed, match=broken):
+            pricing.reprice_estimates([broken, LLAMA])
+    finally:
+        events.unregister("before-call.dynamodb.Query", denied_for_broken)
+    assert list(usage_store.estimated_records(LLAMA)) == []
+    assert [int(s["cost_usd_micros"]) for s in shard_items()] == [1440]
 
 
 def test_a_stale_fold_never_undoes_a_correction(aws):

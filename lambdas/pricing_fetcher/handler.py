@@ -3,7 +3,8 @@ daily (EventBridge schedule) for every configured and registered model, and for 
 on its ``UNPRICED_MODEL`` alert event (first sight of a model outside config.yaml); then the
 records counted at the estimate whose price is now known are re-priced. When the
 API is unreachable the run reports it and the stored or config prices keep serving (the run
-does not fail, so the schedule never crash-loops)."""
+does not fail, so the schedule never crash-loops). A model whose re-pricing fails fails the
+run once the other models are re-priced (``pricing.RepricingFailed``), so it is retried."""
 
 from aws_lambda_powertools.metrics import MetricUnit
 

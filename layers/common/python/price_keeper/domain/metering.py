@@ -206,9 +206,10 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
 
 
 def _estimated(submission: Submission) -> dict | None:
-    """What re-pricing needs of a record counted at the estimate (``pricing.reprice``)."""
+    """What re-pricing needs of a record counted at the estimate (``pricing.reprice``);
+    None for a priced record and for one of no tokens (0 at any price: nothing to correct)."""
     quote = submission.quote
-    if quote.source != pricing.ESTIMATE:
+    if quote.source != pricing.ESTIMATE or not any(submission.tokens):
         return None
     return {
         "model_id": quote.model_id,

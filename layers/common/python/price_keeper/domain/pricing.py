@@ -522,16 +522,28 @@ def reprice(pending: dict, now: datetime) -> bool:
     raise RuntimeError("re-pricing kept conflicting with concurrent usage writes")  # the next run retries
 
 
+class RepricingFailed(Exception):
+    """Re-pricing some models failed (each logged); the others were re-priced. Raised after
+    them all, so the invocation fails and is retried, the retry finding only what is left."""
+
+
 def reprice_estimates(model_ids: Iterable[str], now: datetime | None = None) -> int:
     """Re-price every record of ``model_ids`` counted at the estimate whose price is known
-    now (``reprice``); how many were corrected. The aggregator folds the corrections into
-    the day's totals like any shard change."""
+    now (``reprice``), a page at a time; how many were corrected. A model that fails does
+    not stop the others (``RepricingFailed`` once they are done). The aggregator folds the
+    corrections into the day's totals like any shard change."""
     now = now or utc_now()
     _stored.clear()  # the prices just written, not a quote cached before
-    corrected = 0
+    corrected, failed = 0, []
     for model_id in model_ids:
-        for pending in usage_store.estimated_records(model_id):
-            corrected += reprice(pending, now)
+        try:
+            for pending in usage_store.estimated_records(model_id):
+                corrected += reprice(pending, now)
+        except Exception:  # noqa: BLE001 - one model's records must not hold back the others'
+            logger.exception("re-pricing a model failed; the other models go on", extra={"model_id": model_id})
+            failed.append(model_id)
     if corrected:
         logger.info("estimated records re-priced", extra={"repriced": corrected})
+    if failed:
+        raise RepricingFailed(failed)
     return corrected

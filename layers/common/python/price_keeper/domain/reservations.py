@@ -40,6 +40,9 @@ from .orgs import EffectiveConfig
 DEFAULT_TTL_SECS = 600
 HOLD_RETENTION_SECS = 2 * 86400  # a hold's item outlives its expiry (TTL), so a sweep can still release it
 CONFLICT_ATTEMPTS = 5
+# expired holds one refusal ends within its own request: a backlog of them is ended a page
+# at a time by later refusals, so no refusal's cost grows with the backlog
+SWEEP_LIMIT = 25
 _ID = re.compile(r"^(\d{8})-([oa])-(\d{10})-([0-9a-f]{32})$")
 
 
@@ -132,7 +135,17 @@ def _candidates(config: EffectiveConfig, request: ReservationRequest, day: str) 
             "The reservation exceeds the label's token caps or the label cannot be priced",
             model_label=request.model_label,
         )
-    return [(label, amount) for label, amount in priced if amount is not None]
+    candidates = [(label, amount) for label, amount in priced if amount is not None]
+    if any(amount == 0 for _, amount in candidates):
+        # a hold of 0 keeps no headroom, yet costs a write and, once expired, a refusal's sweep
+        raise invalid_request(
+            "The call's worst-case cost is 0: a reservation would hold nothing",
+            worst_case_usd_micros=dict(candidates),
+            max_input_tokens=request.max_input_tokens,
+            max_output_tokens=request.max_output_tokens,
+            max_cache_write_input_tokens=request.max_cache_write_input_tokens,
+        )
+    return candidates
 
 
 class Attempt(NamedTuple):
@@ -215,10 +228,11 @@ def _end_hold(scope: str, day: str, item: dict) -> bool:
 
 
 def sweep(scope: str, day: str, now: datetime) -> int:
-    """Give back the amount of every hold of ``scope`` and ``day`` that expired by ``now``
-    and is still held (each exactly once); how many this call ended."""
+    """Give back the amount of the holds of ``scope`` and ``day`` that expired by ``now``
+    and are still held, the longest expired first and at most ``SWEEP_LIMIT`` of them
+    (each exactly once); how many this call ended."""
     ended = 0
-    for item in store.expired(scope, day, int(now.timestamp())):
+    for item in store.expired(scope, day, int(now.timestamp()), SWEEP_LIMIT):
         try:
             ended += _end_hold(scope, day, item)
         except store.Conflict:
@@ -229,7 +243,8 @@ def sweep(scope: str, day: str, now: datetime) -> int:
 def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime | None = None) -> dict:
     """``POST .../reservations``: the 201 body; 429 ``QUOTA_EXCEEDED`` when no label (the
     first in the ordering, or the given one) and the scope's total cap can hold the call's
-    worst case. A refusal first ends the holds that have expired, then tries once more.
+    worst case. A refusal first ends holds that have expired (``sweep``), then tries once
+    more; 400 when the worst case is 0 (nothing to hold).
 
     The 429 tells what was held when each label was read (before its refused hold): with
     nothing held, a refusal is final until a quota changes; otherwise a hold may yet

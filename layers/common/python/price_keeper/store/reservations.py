@@ -28,7 +28,7 @@ from botocore.exceptions import ClientError
 from ..errors import RETRYABLE_CODES, error_code
 from . import keys, tables
 from .daily_totals import RESERVING
-from .dynamo import _backoff, batch_get, query_all, table, transact
+from .dynamo import _backoff, batch_get, table, transact
 
 
 class Refused(Exception):
@@ -141,10 +141,11 @@ def read_many(hold_keys: list[dict]) -> dict[tuple[str, str], dict]:
     return {(item["scope_key"], item["date_key"]): item for item in found}
 
 
-def expired(scope: str, day: str, now_epoch: int) -> list[dict]:
-    """The live holds of a scope and day whose expiry has passed (one key-range Query)."""
-    return query_all(
-        table(tables.STICKY_STATE).query,
+def expired(scope: str, day: str, now_epoch: int, limit: int) -> list[dict]:
+    """Up to ``limit`` live holds of a scope and day whose expiry has passed, the longest
+    expired first (their sort key starts with the expiry): one key-range Query of one page."""
+    return table(tables.STICKY_STATE).query(
         KeyConditionExpression=Key("scope_key").eq(keys.reservations_partition(scope, day))
         & Key("date_key").lt(keys.reservation_expired_bound(now_epoch)),
-    )
+        Limit=limit,
+    )["Items"]

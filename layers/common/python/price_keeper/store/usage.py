@@ -28,7 +28,6 @@ from .dynamo import (
     batch_get,
     conditional,
     ddb_client,
-    query_all,
     query_many,
     query_pages,
     streams,
@@ -397,12 +396,20 @@ def label_spends(scope: str, labels: Iterable[str], day: str, shard_count: int) 
     return spends
 
 
-def estimated_records(model_id: str) -> list[dict]:
-    """The records of ``model_id`` counted at the estimate and not re-priced yet."""
-    return query_all(
+ESTIMATED_PAGE = 100  # estimated records a re-pricing run reads (and holds) at once
+
+
+def estimated_records(model_id: str) -> Iterator[dict]:
+    """The records of ``model_id`` counted at the estimate and not re-priced yet, read
+    ``ESTIMATED_PAGE`` at a time: the next page is read only once the caller has gone
+    through this one, so memory is bounded by a page whatever the backlog (read whole, a
+    backlog of ~250k records ran a 512 MB fetcher out of memory before it re-priced any)."""
+    for page in query_pages(
         table(tables.USAGE_AGG_SHARDED).query,
         KeyConditionExpression=Key("shard_key").eq(keys.estimated_key(model_id)),
-    )
+        Limit=ESTIMATED_PAGE,
+    ):
+        yield from page
 
 
 def reprice_once(
