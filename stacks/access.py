@@ -58,7 +58,7 @@ EFFECTIVE_CONFIG = {CONFIG: (BATCH_GET,)}  # config_items.org_and_app (orgs.effe
 # made before they were kept on it: boosts.boosted_config in model selection, aggregates and
 # the usage response):
 ORG_CHILDREN = {CONFIG: (QUERY,)}
-PROFILE_LOOKUP = {CONFIG: (GET,)}  # profiles.find (known_label, bedrock_id, priced_model)
+PROFILE_LOOKUP = {CONFIG: (BATCH_GET,)}  # profiles.find_many (known_labels, bedrock_ids, priced_model)
 PROFILE_REGISTER = {CONFIG: (PUT,)}  # profiles.create (conditional put)
 CONFIG_SAVE = {CONFIG: (UPDATE, PUT)}  # config_items.update_existing, else config_items.create
 # boosts.create: the boost's item and its scope item's map in one transaction, and the boost

@@ -236,6 +236,41 @@ def cold_handler(function: str):
     return module.lambda_handler
 
 
+@pytest.fixture
+def dynamodb_calls(aws) -> list[tuple[str, dict]]:
+    """(operation, parameters) of every DynamoDB call the service's client makes."""
+    from price_keeper.store.dynamo import ddb_client
+
+    seen = []
+    ddb_client().meta.events.register(
+        "provide-client-params.dynamodb.*", lambda params, model, **_: seen.append((model.name, params))
+    )
+    return seen
+
+
+def keys_asked(operation: str, params: dict, table_spec) -> list[dict]:
+    """The keys of ``table_spec`` a GetItem or BatchGetItem (of ``dynamodb_calls``) asks for."""
+    name = table_spec.physical_name
+    if operation == "BatchGetItem":
+        return params["RequestItems"].get(name, {}).get("Keys", [])
+    return [params["Key"]] if operation == "GetItem" and params["TableName"] == name else []
+
+
+def profile_reads(calls: list[tuple[str, dict]]) -> list[str]:
+    """The operation of each of ``calls`` (``dynamodb_calls``) that read registered
+    profiles (Config ``PROFILE#`` items)."""
+    from price_keeper.store import keys, tables
+
+    return [
+        operation
+        for operation, params in calls
+        if any(
+            key["resource_key"].startswith(keys.profile_resource(""))
+            for key in keys_asked(operation, params, tables.CONFIG)
+        )
+    ]
+
+
 def assert_error(reply: Reply, status: int, code: str) -> dict:
     """The reply is ``status`` with the api_spec error schema and ``code``."""
     assert reply.status == status, reply

@@ -74,3 +74,22 @@ def seed_app(org_id: str, app_id: str = "app-1", *, secret: str = "app-secret", 
 def token_for(org_id: str, app_id: str | None = None) -> str:
     """A real access token for the org (``app_id=None``) or app client."""
     return auth.issue_tokens(auth.Principal(org_id, app_id))["access_token"]
+
+
+def seed_profiles(org_id: str, app_id: str, labels, arn: str) -> None:
+    """Profiles of the app registered under ``labels``, all for ``arn``, as registration
+    stores them (``profiles.register``), without a Bedrock call each."""
+    from price_keeper.store import profiles as profile_store
+
+    now = int(time.time())
+    with table(tables.CONFIG).batch_writer() as batch:
+        for label in labels:
+            batch.put_item(
+                Item={
+                    **profile_store.profile_key(org_id, app_id, label),
+                    "profile_label": label,
+                    "inference_profile_arn": arn,
+                    "created_at": "2026-01-01T00:00:00Z",
+                    "updated_at_epoch": now,
+                }
+            )

@@ -3,17 +3,19 @@ handler on moto."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import timedelta
 
 import pytest
 
-from price_keeper.domain import aggregation, metering
+from price_keeper.domain import aggregates, aggregation, metering
 from price_keeper.domain.models import UsageRequest
-from price_keeper.timeutil import day_start_utc, org_date
-from tests.conftest import assert_error
-from tests.factories import seed_app, token_for
-from tests.usage_support import PREMIUM_DOLLAR, iso, new_tenant, usage_body
+from price_keeper.store import keys, tables
+from price_keeper.timeutil import day_start_utc, org_date, org_day
+from tests.conftest import assert_error, keys_asked, profile_reads
+from tests.factories import seed_app, seed_org, seed_profiles, token_for
+from tests.usage_support import PREMIUM_DOLLAR, iso, new_tenant, put_shard, usage_body
 
 NY = "America/New_York"
 
@@ -180,3 +182,85 @@ def test_etag_changes_with_the_data(api):
     after = api.get(tenant.app_path + "/aggregates/today", token=tenant.token).headers["etag"]
     assert before != after
     assert api.get(tenant.app_path + "/aggregates/today", token=tenant.token).headers["etag"] == after
+
+
+# --- labels outside the orderings (profiles) ---------------------------------------------
+
+PROFILE_ARN = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-pro-v1:0"
+
+
+def usage_keys_read(calls) -> list[str]:
+    """The DailyTotal ``usage_key`` of every item ``calls`` (``dynamodb_calls``) read."""
+    return [key["usage_key"] for op, params in calls for key in keys_asked(op, params, tables.DAILY_TOTAL)]
+
+
+def spend_on(org_id: str, spent: dict[str, list[str]]) -> None:
+    """Each app of ``spent`` spends 100 micro-USD on each of its labels today, folded."""
+    day = org_day(NY)
+    for app_id, labels in spent.items():
+        for label in labels:
+            put_shard(keys.scope_key(org_id, app_id, "APP"), label, 0, day=day, updated_at=int(time.time()))
+    aggregation.run()
+
+
+def test_org_aggregates_read_each_profile_label_only_for_the_apps_that_spent_on_it(api, dynamodb_calls):
+    """Red-team HIGH: every label outside the orderings was read for every app (12 apps x 60
+    profiles: 8,716 keys and 4,358 RRU for one answer); each app lists the labels it spent
+    on, and only those (app, label) keys are read."""
+    org_id = seed_org(quota_scope="APP")
+    spent = {app_id: [f"{app_id}-profile-{n}" for n in range(2)] for app_id in ("app-1", "app-2", "app-3")}
+    for app_id in spent:
+        seed_app(org_id, app_id)
+    spend_on(org_id, spent)
+    dynamodb_calls.clear()
+    reply = api.get(f"/api/v1/orgs/{org_id}/aggregates/today", token=token_for(org_id))
+    assert reply.status == 200, reply
+    profile_keys = {key for key in usage_keys_read(dynamodb_calls) if "-profile-" in key}
+    listed = {
+        keys.usage_key(keys.scope_key(org_id, app, "APP"), label) for app, labels in spent.items() for label in labels
+    }
+    assert profile_keys == listed  # 6 keys, not 3 apps x 6 labels
+    body = reply.json()
+    assert {label: body["models"][label]["cost_usd_micros"] for labels in spent.values() for label in labels} == {
+        label: 100 for labels in spent.values() for label in labels
+    }
+    assert (body["total_cost_usd_micros"], body["models_omitted"]) == (600, 0)
+
+
+def test_labels_outside_the_orderings_are_shown_up_to_a_bound_and_the_rest_counted(api, dynamodb_calls, monkeypatch):
+    """An org of apps x 400 profiles would read and answer without a bound (past Lambda's
+    6 MB): whole labels in label order while their keys fit ``MAX_KEYS_OUTSIDE_ORDERINGS``,
+    the others counted in ``models_omitted`` and their spend in the total."""
+    org_id = seed_org(quota_scope="APP")
+    for app_id in ("app-1", "app-2"):
+        seed_app(org_id, app_id)
+    spend_on(org_id, {"app-1": ["p-a", "p-b"], "app-2": ["p-b", "p-c"]})
+    monkeypatch.setattr(aggregates, "MAX_KEYS_OUTSIDE_ORDERINGS", 3)  # p-a (1 key), p-b (2): p-c does not fit
+    dynamodb_calls.clear()
+    body = api.get(f"/api/v1/orgs/{org_id}/aggregates/today", token=token_for(org_id)).json()
+    assert {label for label in body["models"] if label.startswith("p-")} == {"p-a", "p-b"}
+    assert body["models"]["p-b"]["cost_usd_micros"] == 200
+    assert (body["models_omitted"], body["total_cost_usd_micros"]) == (1, 400)
+    assert not [key for key in usage_keys_read(dynamodb_calls) if key.endswith("#p-c")]
+    app_2 = api.get(f"/api/v1/orgs/{org_id}/apps/app-2/aggregates/today", token=token_for(org_id, "app-2")).json()
+    assert ({"p-b", "p-c"} <= set(app_2["models"]), app_2["models_omitted"]) == (True, 0)
+
+
+def test_app_aggregates_resolve_their_profile_labels_together_and_cache_them(api, dynamodb_calls):
+    """Red-team HIGH: one GetItem per profile label (400 profiles: 407 calls cold); the
+    labels' Bedrock ids come from one BatchGetItem per 100 profiles, misses included in the
+    cache, so the next answer reads none."""
+    org_id = seed_org(quota_scope="APP")
+    seed_app(org_id, "app-1")
+    registered = [f"profile-{n:03d}" for n in range(150)]
+    seed_profiles(org_id, "app-1", registered, PROFILE_ARN)
+    spend_on(org_id, {"app-1": [*registered, "never-registered"]})
+    path, token = f"/api/v1/orgs/{org_id}/apps/app-1/aggregates/today", token_for(org_id, "app-1")
+    for answer in ("cold", "warm"):
+        dynamodb_calls.clear()
+        models = api.get(path, token=token).json()["models"]
+        assert {label: models[label]["bedrock_model_id"] for label in [*registered, "never-registered"]} == {
+            **dict.fromkeys(registered, PROFILE_ARN),
+            "never-registered": None,
+        }
+        assert profile_reads(dynamodb_calls) == (["BatchGetItem"] * 2 if answer == "cold" else []), answer  # 151 keys

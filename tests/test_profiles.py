@@ -18,8 +18,8 @@ from price_keeper.domain import profiles
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_date
-from tests.conftest import assert_error
-from tests.factories import seed_app, token_for
+from tests.conftest import assert_error, profile_reads
+from tests.factories import seed_app, seed_profiles, token_for
 from tests.usage_support import new_tenant, shard_items, usage_body
 
 ARN = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-pro-v1:0"
@@ -444,3 +444,15 @@ def test_a_retry_answers_with_the_first_acceptances_kind(api, tenant):
     api.post(tenant.app_path + "/usage", body, token=tenant.token)
     retry = api.post(tenant.app_path + "/usage", body, token=tenant.token).json()
     assert retry["duplicate"] is True and retry["pricing"]["profile_kind"] == "GLOBAL"
+
+
+def test_a_usage_batch_reads_the_profiles_it_names_together(api, tenant, dynamodb_calls):
+    """Red-team note: a batch of 100 records on 100 profile labels read them with 100
+    GetItems in a row; one BatchGetItem now, and each record finds its profile cached."""
+    labels = [f"tenant-a-{n:03d}" for n in range(100)]
+    seed_profiles(tenant.org_id, tenant.app_id, labels, ARN)
+    records = [usage_body(model_label=label, calling_region="us-east-1") for label in labels]
+    dynamodb_calls.clear()
+    reply = api.post(tenant.app_path + "/usage/batch", {"requests": records}, token=tenant.token)
+    assert (reply.status, reply.json()["accepted"]) == (207, 100), reply
+    assert profile_reads(dynamodb_calls) == ["BatchGetItem"]

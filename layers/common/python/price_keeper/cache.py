@@ -10,7 +10,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import state
@@ -42,11 +42,19 @@ class TTLCache:
             self._data[key] = (time.monotonic() + (self.ttl if ttl_seconds is None else ttl_seconds), value)
 
     def get_or_load(self, key: Any, load: Callable[[], Any]) -> Any:
-        value = self.get(key, _MISSING)
-        if value is _MISSING:
-            value = load()
-            self.put(key, value)
-        return value
+        return self.get_or_load_many([key], lambda _: {key: load()})[key]
+
+    def get_or_load_many(self, keys: Iterable[Any], load: Callable[[list], dict]) -> dict:
+        """The value of each of ``keys``; those not held are loaded together (``load(missing)``
+        gives a value for each: one read for many keys, not one a key) and kept."""
+        held = {key: self.get(key, _MISSING) for key in keys}
+        missing = [key for key, value in held.items() if value is _MISSING]
+        if missing:
+            loaded = load(missing)
+            for key in missing:
+                self.put(key, loaded[key])
+                held[key] = loaded[key]
+        return held
 
     def discard(self, key: Any) -> None:
         with self._lock:

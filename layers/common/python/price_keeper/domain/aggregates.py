@@ -4,9 +4,12 @@ heartbeat for ``X-Data-Lag-Secs``).
 
 Org aggregates of an org with ``quota_scope: APP`` sum the org's apps (their scopes hold
 the data), found with one Config Query. The models map covers the labels in the orderings
-and quotas, and every other label with spend that day: each scope's ``{scope}#TOTAL`` item
-(read in the same BatchGetItem) names the labels it summed, and the few outside the
-ordering are read in a second one. DailyTotal is never scanned.
+and quotas, and every other label with spend that day: each scope lists the labels it spent
+on (its ``{scope}#TOTAL`` item, read in the same BatchGetItem, and its spent-label items),
+and a label outside the orderings is read in a second one for the scopes that listed it
+only, up to ``MAX_KEYS_OUTSIDE_ORDERINGS`` keys (``models_omitted`` counts the labels left
+out). DailyTotal is never scanned. The labels' Bedrock ids come from one read of the app's
+profiles (``profiles.bedrock_ids``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ from .quota import Total, decide, quota_pct, quota_status
 from .selection import read_sticky
 
 CACHE_CONTROL = "max-age=30, private"
+# (app, label) keys outside the orderings one answer reads and shows: one app's 400 profiles
+# and more, while an org of apps x 400 profiles stays a few BatchGetItems and a reply of
+# ~0.4 MB (Lambda's limit: 6 MB).
+MAX_KEYS_OUTSIDE_ORDERINGS = 1_000
 
 
 def parse_date(text: str, org_today: date) -> date:
@@ -52,11 +59,30 @@ def _labels_and_scopes(config: EffectiveConfig, whole_org_of_apps: bool) -> tupl
     return labels, [scope for scope, _ in apps]
 
 
-def _model_entry(config: EffectiveConfig, label: str, totals: Totals) -> dict:
+def _labels_to_show(unread: dict[str, set[str]]) -> tuple[dict[str, list[str]], int]:
+    """Of the labels outside the orderings (``unread``: by scope, those it listed), the ones an
+    answer shows, with the scopes that listed each (only those are read): whole labels in
+    label order while their keys number at most ``MAX_KEYS_OUTSIDE_ORDERINGS``; and how many
+    it leaves out."""
+    scopes_of: dict[str, list[str]] = {}
+    for scope, labels in unread.items():
+        for label in labels:
+            scopes_of.setdefault(label, []).append(scope)
+    shown: dict[str, list[str]] = {}
+    keys_read = 0
+    for label in sorted(scopes_of):
+        keys_read += len(scopes_of[label])
+        if keys_read > MAX_KEYS_OUTSIDE_ORDERINGS:
+            break
+        shown[label] = scopes_of[label]
+    return shown, len(scopes_of) - len(shown)
+
+
+def _model_entry(config: EffectiveConfig, label: str, totals: Totals, bedrock_id: str | None) -> dict:
     quota = config.quota(label)
     return {
         "label": label,
-        "bedrock_model_id": profiles.bedrock_id(config, label),
+        "bedrock_model_id": bedrock_id,
         "cost_usd_micros": totals.cost_usd_micros,
         "reserved_usd_micros": totals.reserved,
         "quota_usd_micros": quota,
@@ -109,14 +135,16 @@ def daily_aggregates(
         )
     found = dict(read.totals)
     listing_apart = [scope for scope in scopes if read.listed_apart(scope, labels)]
-    spent = set().union(*map(read.listed_in_set, scopes), *daily_totals.spent_labels(listing_apart, wanted, wanted))
-    spent |= {label for label in apart for scope in scopes if keys.usage_key(scope, label) in found}
-    spent_elsewhere = sorted(spent - set(labels))
-    unread = [label for label in spent_elsewhere if label not in apart]
-    if unread:  # labels outside every ordering (self-registered profiles, dropped labels)
-        unread_keys = [keys.usage_key(scope, label) for scope in scopes for label in unread]
+    listed_apart = dict(zip(listing_apart, daily_totals.spent_labels(listing_apart, wanted, wanted), strict=True))
+    read_already = {*labels, *apart}
+    # labels outside every ordering (self-registered profiles, dropped labels), per scope listing them
+    unread = {scope: (read.listed_in_set(scope) | listed_apart.get(scope, set())) - read_already for scope in scopes}
+    shown, omitted = _labels_to_show(unread)
+    if shown:
+        unread_keys = [keys.usage_key(scope, label) for label, listing in shown.items() for scope in listing]
         found.update(read_daily_totals(unread_keys, day, ledgers=read.reserving).totals)
-    labels += spent_elsewhere
+    spent_apart = {label for label in apart for scope in scopes if keys.usage_key(scope, label) in found}
+    labels += sorted(spent_apart | set(shown))
     per_label = {
         label: _sum([found.get(keys.usage_key(scope, label), Totals()) for scope in scopes]) for label in labels
     }
@@ -137,7 +165,8 @@ def daily_aggregates(
         sticky,
         Total(total_cost, total_quota),
     )
-    models = {label: _model_entry(config, label, per_label[label]) for label in labels}
+    bedrock_ids = profiles.bedrock_ids(config, labels)
+    models = {label: _model_entry(config, label, per_label[label], bedrock_ids[label]) for label in labels}
     updated = _sum(list(per_label.values())).updated_at_epoch or read.last_run_epoch
     body = {"org_id": org_id}
     if app_id is not None:
@@ -155,6 +184,7 @@ def daily_aggregates(
             "sticky_fallback_active": sticky is not None and sticky.applies_to(config.model_ordering),
             "current_active_model": decision.label,
             "updated_at": iso_utc(datetime.fromtimestamp(updated, now.tzinfo)) if updated else None,
+            "models_omitted": omitted,
         }
     )
     headers = {"Cache-Control": CACHE_CONTROL, "ETag": etag(org_id, app_id, day, models, decision.label)}

@@ -18,6 +18,7 @@ model, in-region).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -157,16 +158,20 @@ def _claim(arn: str, org_id: str, label: str, now) -> None:
         )
 
 
-def find(org_id: str, app_id: str | None, label: str) -> Profile | None:
-    """The app's registered profile for ``label`` (cached in memory, misses included)."""
+def find_many(org_id: str, app_id: str | None, labels: Iterable[str]) -> dict[str, Profile | None]:
+    """The app's registered profile of each of ``labels`` (None: none), cached in memory,
+    misses included. The labels not cached are read together (``profile_store.find_many``),
+    so a reply naming 400 profiles is a few BatchGetItems, not 400 GetItems in a row."""
+    labels = list(dict.fromkeys(labels))
     if app_id is None:
-        return None
+        return dict.fromkeys(labels)
 
-    def load() -> Profile | None:
-        item = profile_store.find(org_id, app_id, label)
-        return Profile(label, item["inference_profile_arn"]) if item else None
+    def load(missing: list[tuple[str, str, str]]) -> dict:
+        arns = profile_store.find_many(org_id, app_id, [label for _, _, label in missing])
+        return {key: Profile(key[2], arns[key[2]]) if key[2] in arns else None for key in missing}
 
-    return _profiles.get_or_load((org_id, app_id, label), load)
+    found = _profiles.get_or_load_many([(org_id, app_id, label) for label in labels], load)
+    return {label: profile for (_, _, label), profile in found.items()}
 
 
 @lru_cache(maxsize=64)  # more than AWS has Regions
@@ -266,22 +271,36 @@ class PricedModel(NamedTuple):
     profile_kind: str = IN_REGION
 
 
+def known_labels(config: EffectiveConfig, labels: Iterable[str]) -> dict[str, Profile | str | None]:
+    """For each of ``labels``: ``"config"`` for a config.yaml label, else the app's registered
+    profile, else None; the profiles read together (``find_many``). Registration refuses
+    config labels (``register``), so a config label is answered without a read: a cold
+    container's report or selection saves a read per label. (A profile registered under a
+    label config.yaml gained later is shadowed by it.)"""
+    configured = get_config().labels
+    labels = list(labels)
+    registered = find_many(config.org_id, config.app_id, [label for label in labels if label not in configured])
+    return {label: "config" if label in configured else registered[label] for label in labels}
+
+
 def known_label(config: EffectiveConfig, label: str) -> Profile | str | None:
-    """``"config"`` for a config.yaml label, else the app's registered profile for ``label``,
-    else None. Registration refuses config labels (``register``), so a config label is
-    answered without a read: a cold container's report or selection saves a GetItem per
-    label. (A profile registered under a label config.yaml gained later is shadowed by it.)"""
-    if label in get_config().labels:
-        return "config"
-    return find(config.org_id, config.app_id, label)
+    """``known_labels`` of one label."""
+    return known_labels(config, [label])[label]
+
+
+def bedrock_ids(config: EffectiveConfig, labels: Iterable[str]) -> dict[str, str | None]:
+    """What a client passes to Bedrock for each of ``labels``: model id or profile ARN (None:
+    an unknown label); the profiles read together (``known_labels``)."""
+    configured = get_config().labels
+    return {
+        label: resolved.arn if isinstance(resolved, Profile) else (configured[label].id if resolved else None)
+        for label, resolved in known_labels(config, labels).items()
+    }
 
 
 def bedrock_id(config: EffectiveConfig, label: str) -> str | None:
-    """What a client passes to Bedrock for ``label``: model id or profile ARN."""
-    resolved = known_label(config, label)
-    if isinstance(resolved, Profile):
-        return resolved.arn
-    return get_config().labels[label].id if resolved else None
+    """``bedrock_ids`` of one label."""
+    return bedrock_ids(config, [label])[label]
 
 
 def configured_for_model(model_id: str) -> dict[str, Prices] | None:

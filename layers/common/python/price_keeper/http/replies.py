@@ -246,6 +246,11 @@ class Aggregates(Reply):
     sticky_fallback_active: bool
     current_active_model: str | None
     updated_at: str | None
+    models_omitted: int = Field(
+        0,
+        description="Labels with spend outside the orderings that models leaves out (past 1,000 app x label keys); "
+        "their spend is in total_cost_usd_micros",
+    )
 
 
 class Tokens(Reply):
