@@ -18,7 +18,7 @@ from price_keeper.domain import profiles
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_date
-from tests.conftest import assert_error, profile_reads
+from tests.conftest import assert_error, keys_asked, profile_reads
 from tests.factories import seed_app, seed_profiles, token_for
 from tests.usage_support import new_tenant, shard_items, usage_body
 
@@ -456,3 +456,25 @@ def test_a_usage_batch_reads_the_profiles_it_names_together(api, tenant, dynamod
     reply = api.post(tenant.app_path + "/usage/batch", {"requests": records}, token=tenant.token)
     assert (reply.status, reply.json()["accepted"]) == (207, 100), reply
     assert profile_reads(dynamodb_calls) == ["BatchGetItem"]
+
+
+def test_a_usage_batch_whose_profile_read_fails_reads_each_records_own(api, tenant, dynamodb_calls):
+    """The batch's read of its profiles together is a saving, not a step a record depends
+    on: when it fails (the store throttled), each record reads its own, as before."""
+    from botocore.exceptions import ClientError
+
+    from price_keeper.store.dynamo import ddb_client
+
+    labels = [f"tenant-b-{n}" for n in range(3)]
+    seed_profiles(tenant.org_id, tenant.app_id, labels, ARN)
+
+    def throttle_the_batch_read(params, **_):
+        if len(keys_asked("BatchGetItem", params, tables.CONFIG)) == len(labels):
+            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException"}}, "BatchGetItem")
+
+    ddb_client().meta.events.register("provide-client-params.dynamodb.BatchGetItem", throttle_the_batch_read)
+    records = [usage_body(model_label=label, calling_region="us-east-1") for label in labels]
+    dynamodb_calls.clear()
+    reply = api.post(tenant.app_path + "/usage/batch", {"requests": records}, token=tenant.token)
+    assert reply.status == 207 and reply.json()["accepted"] == 3, reply.json()
+    assert profile_reads(dynamodb_calls) == ["BatchGetItem"] * 4  # the batch's (refused), then one a record

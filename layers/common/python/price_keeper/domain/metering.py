@@ -603,9 +603,13 @@ def _prepare_all(config: EffectiveConfig, records: list, now: datetime) -> list[
 def _read_profiles_together(config: EffectiveConfig, records: list) -> None:
     """Read the app's profiles among the labels the batch names in one BatchGetItem (100
     records on 100 profiles were 100 GetItems in a row), so each record's ``known_label``
-    finds its profile cached."""
+    finds its profile cached. A read that fails leaves each record to read its own, so a
+    store error fails only the records it reaches, as before."""
     named = [raw.get("model_label") for raw in records if isinstance(raw, dict)]
-    profiles.known_labels(config, [label for label in named if isinstance(label, str) and is_label(label)])
+    try:
+        profiles.known_labels(config, [label for label in named if isinstance(label, str) and is_label(label)])
+    except (ApiError, BotoCoreError, ClientError):
+        logger.warning("a batch's profile read failed; its records read their own", exc_info=True)
 
 
 def _validated(config: EffectiveConfig, raw, now: datetime) -> tuple[Submission, UsageRequest]:
