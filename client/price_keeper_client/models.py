@@ -409,6 +409,7 @@ class DailySpend:
     updated_at: datetime | None
     raw: dict = field(repr=False, compare=False)
     total_reserved_usd_micros: int = 0
+    models_omitted: int = 0  # labels outside the orderings left out of ``labels`` (their spend is in the total)
 
     @classmethod
     def from_json(cls, body: dict) -> DailySpend:
@@ -429,6 +430,7 @@ class DailySpend:
             updated_at=_time(body.get("updated_at")),
             raw=body,
             total_reserved_usd_micros=int(body.get("total_reserved_usd_micros", 0)),
+            models_omitted=int(body.get("models_omitted", 0)),
         )
 
     @property
