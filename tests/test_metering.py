@@ -547,24 +547,25 @@ def test_5000_submissions_for_one_label_and_day_keep_every_item_under_1_kb(aws):
     assert daily_total(tenant.scope, "premium", org_day(config.timezone, now))["requests"] == 5000
 
 
+def in_a_new_process(program: str) -> str:
+    """What ``program`` prints in a new Python process with the layer on its path (another
+    container: its own process-keyed hashes)."""
+    import subprocess
+    import sys
+
+    layer = str(Path(keys.__file__).parents[2])  # (price_keeper/store/keys.py)
+    env = {"PYTHONPATH": layer}
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, env=env).stdout
+
+
 def test_the_same_write_from_two_containers_never_shares_a_request_token():
     """A retry on another container, in the same second on a label-day of one shard, builds
     the very same actions; with the same ClientRequestToken DynamoDB would answer it as an
     idempotent repeat of the first (a success: a duplicate answered as counted). SDK retries
     within one container keep their token."""
-    import subprocess
-    import sys
-
     items = [{"Put": {"TableName": "t", "Item": {"shard_key": "ORG#o#APP#a#REQ#r", "date_key": "DEDUP"}}}]
     program = f"from price_keeper.store import usage; print(usage.request_token({items!r}, 0))"
-    layer = str(Path(keys.__file__).parents[2])  # (price_keeper/store/keys.py)
-    tokens = {
-        subprocess.run(
-            [sys.executable, "-c", program], capture_output=True, text=True, check=True, env={"PYTHONPATH": layer}
-        ).stdout
-        for _ in range(2)
-    }
-    assert len(tokens) == 2
+    assert len({in_a_new_process(program) for _ in range(2)}) == 2
     assert usage.request_token(items, 0) == usage.request_token(items, 0) != usage.request_token(items, 1)
 
 
@@ -572,17 +573,7 @@ def test_a_records_shard_is_not_one_a_client_can_aim_at():
     """The shard is a hash of the request id keyed by the process: the same within a
     container (a batch's records of a label-day share one), unknown outside it (red-team
     note: precomputed request ids all on shard 0 forced a label-day to 64 shards)."""
-    import subprocess
-    import sys
-
     ids = [f"0b6a1c52-9f1e-4f5b-8d2a-{n:012d}" for n in range(32)]
     program = f"from price_keeper.store import keys; print([keys.record_shard(i, 64) for i in {ids!r}])"
-    layer = str(Path(keys.__file__).parents[2])  # (price_keeper/store/keys.py)
-    runs = {
-        subprocess.run(
-            [sys.executable, "-c", program], capture_output=True, text=True, check=True, env={"PYTHONPATH": layer}
-        ).stdout
-        for _ in range(2)
-    }
-    assert len(runs) == 2
+    assert len({in_a_new_process(program) for _ in range(2)}) == 2
     assert [keys.record_shard(i, 64) for i in ids] == [keys.record_shard(i, 64) for i in ids]

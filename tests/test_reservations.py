@@ -265,7 +265,7 @@ def test_an_expired_hold_stops_holding_for_the_next_reservation(api):
     assert ledger(t, "premium")["committed"] == WORST + late.json()["processing"]["cost_usd_micros"]
 
 
-def test_a_refusal_ends_a_bounded_page_of_expired_holds_and_later_refusals_end_the_rest(api):
+def test_a_refusal_ends_a_bounded_page_of_expired_holds_and_later_refusals_end_the_rest(api, dynamodb_calls):
     """Red-team note: a refusal swept every expired hold in its own request (after 1,500,
     one 429 made 1,505 calls, 20 s on moto, past a Lambda's timeout). A refusal now ends at
     most ``SWEEP_LIMIT`` of them, the longest expired first, in one Query of that Limit."""
@@ -275,17 +275,9 @@ def test_a_refusal_ends_a_bounded_page_of_expired_holds_and_later_refusals_end_t
     tiny = reservations.ReservationRequest(max_input_tokens=1, max_output_tokens=0, ttl_secs=10)  # 1 µ$ each
     for _ in range(backlog):  # never reported
         assert reservations.reserve(t.org_id, t.app_id, tiny, now=past)["amount_usd_micros"] == 1
-    seen: list[tuple[str, dict]] = []
-
-    def record(params, model, **_):
-        seen.append((model.name, params))
-
-    events = ddb_client().meta.events
-    events.register("provide-client-params.dynamodb.*", record)
-    try:
-        refused = reserve(api, t)
-    finally:
-        events.unregister("provide-client-params.dynamodb.*", record)
+    dynamodb_calls.clear()
+    refused = reserve(api, t)
+    seen = list(dynamodb_calls)
     # the sweep's page; beside it each of the two tries reads its totals and tries its hold, and the config is read
     assert len(seen) <= 1 + reservations.SWEEP_LIMIT + 2 * 2 + 1
     sweeps = [params for name, params in seen if name == "Query"]
@@ -363,7 +355,7 @@ def test_an_unknown_label_is_400(api):
     assert_error(reserve(api, t, {"model_label": "nope"}), 400, "INVALID_MODEL_LABEL")
 
 
-def test_write_units_of_a_reserved_call(api):
+def test_write_units_of_a_reserved_call(api, dynamodb_calls):
     """What docs/performance.md states: a reservation is one transaction of 3 items, its
     settlement adds 3 items to the usage write's 2, and every item stays under 1 KB (1 unit,
     doubled in a transaction). The scope's first hold of the day flags its total (one
@@ -371,35 +363,26 @@ def test_write_units_of_a_reserved_call(api):
     scope reserving that day."""
     quiet = tenant()
     t = tenant()
-    seen: list[tuple[str, dict]] = []
-
-    def record(params, model, **_):
-        seen.append((model.name, params))
-
-    events = ddb_client().meta.events
-    events.register("provide-client-params.dynamodb.*", record)
-    try:
-        api.get(f"{quiet.app_path}/model-selection", token=quiet.token)  # (its config and token, read cold)
-        seen.clear()
-        api.get(f"{quiet.app_path}/model-selection", token=quiet.token)
-        quiet_selection_calls = [name for name, _ in seen]
-        seen.clear()
-        held = reserve(api, t).json()
-        hold_key = reservations.ReservationId.parse(held["reservation_id"]).key(t.org_id, t.app_id)
-        hold_size = item_size(table(tables.STICKY_STATE).get_item(Key=hold_key)["Item"])
-        reserve_writes = [p for name, p in seen if name == "TransactWriteItems"]
-        first_hold_flags = [name for name, _ in seen if name == "UpdateItem"]
-        seen.clear()
-        reserve(api, t)
-        second_hold_flags = [name for name, _ in seen if name == "UpdateItem"]
-        seen.clear()
-        api.post(f"{t.app_path}/usage", usage_body(reservation_id=held["reservation_id"]), token=t.token)
-        settle_writes = [p for name, p in seen if name == "TransactWriteItems"]
-        seen.clear()
-        api.get(f"{t.app_path}/model-selection", token=t.token)
-        selection_calls = [name for name, _ in seen]
-    finally:
-        events.unregister("provide-client-params.dynamodb.*", record)
+    seen = dynamodb_calls
+    api.get(f"{quiet.app_path}/model-selection", token=quiet.token)  # (its config and token, read cold)
+    seen.clear()
+    api.get(f"{quiet.app_path}/model-selection", token=quiet.token)
+    quiet_selection_calls = [name for name, _ in seen]
+    seen.clear()
+    held = reserve(api, t).json()
+    hold_key = reservations.ReservationId.parse(held["reservation_id"]).key(t.org_id, t.app_id)
+    hold_size = item_size(table(tables.STICKY_STATE).get_item(Key=hold_key)["Item"])
+    reserve_writes = [p for name, p in seen if name == "TransactWriteItems"]
+    first_hold_flags = [name for name, _ in seen if name == "UpdateItem"]
+    seen.clear()
+    reserve(api, t)
+    second_hold_flags = [name for name, _ in seen if name == "UpdateItem"]
+    seen.clear()
+    api.post(f"{t.app_path}/usage", usage_body(reservation_id=held["reservation_id"]), token=t.token)
+    settle_writes = [p for name, p in seen if name == "TransactWriteItems"]
+    seen.clear()
+    api.get(f"{t.app_path}/model-selection", token=t.token)
+    selection_calls = [name for name, _ in seen]
     assert [len(p["TransactItems"]) for p in reserve_writes] == [3]
     assert (first_hold_flags, second_hold_flags) == (["UpdateItem"], [])
     assert [len(p["TransactItems"]) for p in settle_writes] == [5]

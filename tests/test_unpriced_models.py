@@ -459,7 +459,7 @@ def test_a_record_of_no_tokens_counted_at_the_estimate_leaves_nothing_to_reprice
     assert len(list(usage_store.estimated_records(LLAMA))) == 1  # a record with tokens still has one
 
 
-def test_repricing_reads_the_backlog_a_page_at_a_time(api, tenant, bus):
+def test_repricing_reads_the_backlog_a_page_at_a_time(api, tenant, bus, dynamodb_calls):
     """Read whole, the backlog was held in memory at once (~1.9 KB a record: a 512 MB fetcher
     failed near 250k, every run, before re-pricing any). Each page is re-priced before the
     next is read, so the fetcher holds one page; every record is still corrected once."""
@@ -474,18 +474,10 @@ def test_repricing_reads_the_backlog_a_page_at_a_time(api, tenant, bus):
         day = reply["daily_totals"][0]["org_day"]
     put_price(LLAMA, f"{parse_day(day).isoformat()}#us-east-1", 720_000, 720_000)
     pricing._stored.clear()
-    calls: list[tuple[str, dict]] = []
-
-    def note(params, model, **_):
-        calls.append((model.name, params))
-
-    events = ddb_client().meta.events
-    events.register("provide-client-params.dynamodb.*", note)
-    try:
-        with only_granted("pricing_fetcher"):
-            assert pricing.reprice_estimates([LLAMA]) == backlog
-    finally:
-        events.unregister("provide-client-params.dynamodb.*", note)
+    dynamodb_calls.clear()
+    with only_granted("pricing_fetcher"):
+        assert pricing.reprice_estimates([LLAMA]) == backlog
+    calls = list(dynamodb_calls)
     names = [name for name, _ in calls]
     reads = [index for index, name in enumerate(names) if name == "Query"]
     assert len(reads) >= 2 and {calls[index][1]["Limit"] for index in reads} == {usage_store.ESTIMATED_PAGE}
