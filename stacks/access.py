@@ -84,7 +84,7 @@ LIVE_SPEND = {USAGE_AGG_SHARDED: (BATCH_GET,)}  # usage.label_spends (selection 
 SELECTION = merge(SELECTION_READ, STICKY_ADVANCE, LIVE_SPEND, PRICE_QUOTE, PROFILE_LOOKUP)
 USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # usage.write_once: TransactWriteItems of a Put and an Update
 # voids: usage.read_marker, then usage.write_once of Updates (marker and shards)
-USAGE_VOID = {USAGE_AGG_SHARDED: (GET, UPDATE)}
+USAGE_VOID = {USAGE_AGG_SHARDED: (GET, UPDATE), DAILY_TOTAL: (UPDATE,)}  # (a settling record's ledgers)
 AGGREGATION = {  # aggregation.run (the sweep) and aggregation.fold_stream
     (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # usage.active_shard_keys (the sweep)
     # one BatchGetItem of usage.shards_read, daily_totals.fold_read and sticky.days_read;

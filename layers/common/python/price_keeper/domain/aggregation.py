@@ -190,8 +190,13 @@ class DailyRead(NamedTuple):
 
     @property
     def reserving(self) -> bool:
-        """Whether a scope read has reservation ledgers that day (``daily_totals.RESERVING``)."""
-        return any(daily_totals.RESERVING in item for item in self.items.values())
+        """Whether a scope read has reservation ledgers that day: flagged
+        (``daily_totals.RESERVING``), or with ledger counters on a total's own item (the day
+        of the deploy that moved them: a hold of before, ended since, has moved its ledger items)."""
+        return any(
+            daily_totals.RESERVING in item or any(name in item for name in daily_totals.LEDGER)
+            for item in self.items.values()
+        )
 
     @classmethod
     def from_items(cls, items: Iterable[dict]) -> DailyRead:

@@ -28,7 +28,7 @@ from pydantic import Field, StringConstraints
 from ..config import get_config
 from ..errors import ApiError, invalid_request, service_unavailable
 from ..observability import logger
-from ..store import keys
+from ..store import daily_totals, keys
 from ..store import reservations as store
 from ..timeutil import iso_utc, org_day, parse_day, utc_now
 from ..validation import APP_ID_PATTERN, REGION_PATTERN, StrictBody
@@ -89,6 +89,13 @@ def _ledger_keys(scopes: tuple[str, ...], label: str, day: str) -> list[dict]:
     ]
 
 
+def void_actions(scopes: list[str], label: str, day: str, settled: int) -> list[dict]:
+    """A voided settling record's actual cost taken off its ledgers (``committed`` and
+    ``settled``), as the void takes it off its shards: the hold room it used is free again."""
+    expires_at = usage_expires_at(day)
+    return [store.ledger_update(key, -settled, -settled, expires_at) for key in _ledger_keys(tuple(scopes), label, day)]
+
+
 def _held_ledgers(item: dict, scope: str, day: str) -> list[dict]:
     """The ledgers a hold's amount was added to, as it recorded them (a hold made before it
     did: its label's and its scope total's). A cap set or dropped while it is held does
@@ -135,17 +142,7 @@ def _candidates(config: EffectiveConfig, request: ReservationRequest, day: str) 
             "The reservation exceeds the label's token caps or the label cannot be priced",
             model_label=request.model_label,
         )
-    candidates = [(label, amount) for label, amount in priced if amount is not None]
-    if any(amount == 0 for _, amount in candidates):
-        # a hold of 0 keeps no headroom, yet costs a write and, once expired, a refusal's sweep
-        raise invalid_request(
-            "The call's worst-case cost is 0: a reservation would hold nothing",
-            worst_case_usd_micros=dict(candidates),
-            max_input_tokens=request.max_input_tokens,
-            max_output_tokens=request.max_output_tokens,
-            max_cache_write_input_tokens=request.max_cache_write_input_tokens,
-        )
-    return candidates
+    return [(label, amount) for label, amount in priced if amount is not None]
 
 
 class Attempt(NamedTuple):
@@ -206,7 +203,7 @@ def _try_hold(
         return refused
     except store.Conflict:
         raise service_unavailable("Reservation kept conflicting with concurrent writes; retry") from None
-    if not read.reserving:
+    if daily_totals.RESERVING not in read.items.get(ledgers[1]["usage_key"], {}):
         store.mark_reserving(ledgers[1]["usage_key"], day, usage_expires_at(day))
     return refused._replace(reservation=rid)
 
@@ -251,6 +248,14 @@ def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime
     settle below its amount and free headroom."""
     now = now or utc_now()
     profiles.check_calling_region(request.calling_region)
+    bounds = (request.max_input_tokens, request.max_output_tokens, request.max_cache_write_input_tokens)
+    if not any(bounds):  # a hold of 0 keeps no headroom, yet costs a write and, once expired, a refusal's sweep
+        raise invalid_request(
+            "Every token bound is 0: a reservation would hold nothing",
+            max_input_tokens=0,
+            max_output_tokens=0,
+            max_cache_write_input_tokens=0,
+        )
     config = boosts.boosted_config(org_id, app_id, now)
     day = org_day(config.timezone, now)
     candidates = _candidates(config, request, day)

@@ -27,7 +27,7 @@ from ..errors import service_unavailable
 from ..store import keys, usage
 from ..timeutil import iso_utc, utc_now
 from ..validation import APP_ID_PATTERN, StrictBody, is_uuid
-from . import orgs
+from . import orgs, reservations
 from .aggregation import usage_expires_at
 
 MAX_REQUEST_IDS = 100
@@ -81,15 +81,20 @@ def _void_one(config: orgs.EffectiveConfig, request_id: str, reason: str, now_ep
             usage.VOIDS: 1,
             **({usage.SETTLED: -int(marker[usage.SETTLED])} if usage.SETTLED in marker else {}),
         }
+        scopes = list(marker.get("scopes") or [config.scope])  # (older markers: the scope of the day)
         items = usage.void_items(
             dedup_key=dedup_key,
             marker=marker,
-            scopes=list(marker.get("scopes") or [config.scope]),  # (older markers: the scope of the day)
+            scopes=scopes,
             counters=counters,
             now_epoch=now_epoch,
             expires_at=usage_expires_at(marker["org_day"]),
             reason=reason,
         )
+        if usage.SETTLED in marker:  # it settled a reservation: its ledgers give the room back
+            items += reservations.void_actions(
+                scopes, marker["model_label"], marker["org_day"], int(marker[usage.SETTLED])
+            )
         try:
             first = usage.write_once(items, attempt)
         except usage.Conflict:

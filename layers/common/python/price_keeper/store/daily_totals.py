@@ -165,9 +165,9 @@ def set_label_total(move: LabelFold) -> bool:
     """One label total's move on its own: a conditional UpdateItem (1 WCU against the 4 of a
     transaction with its scope total), for a label whose spend the scope total leaves apart
     (``EffectiveConfig.labels_apart``). False when its stored progress is no longer the one
-    the fold read, or when a transaction was writing the item (a reservation's hold or
-    settlement moves the ledger on it; DynamoDB refuses a single write to an item in a
-    transaction, and botocore does not retry that): re-read and fold again."""
+    the fold read, or when a transaction was writing the item (DynamoDB refuses a single
+    write to an item in a transaction, and botocore does not retry that; reservation
+    ledgers are items of their own, so none of theirs): re-read and fold again."""
     try:
         return written(ddb_client().update_item, **_label_update(tables.DAILY_TOTAL.physical_name, move))
     except ClientError as error:

@@ -23,9 +23,9 @@ update, so each happens at most once and a second attempt finds nothing to undo.
 from __future__ import annotations
 
 from boto3.dynamodb.conditions import Key
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
-from ..errors import RETRYABLE_CODES, error_code
+from ..observability import logger
 from . import keys, tables
 from .daily_totals import RESERVING
 from .dynamo import _backoff, batch_get, table, transact
@@ -54,9 +54,8 @@ def mark_reserving(scope_total_key: str, day: str, expires_at: int) -> None:
             f"if_not_exists({tables.TTL_ATTRIBUTE}, :expires)",
             ExpressionAttributeValues={":yes": True, ":expires": expires_at},
         )
-    except ClientError as error:
-        if error_code(error) not in RETRYABLE_CODES:
-            raise
+    except (BotoCoreError, ClientError):  # the hold is stored and counted: never fail it for its flag
+        logger.warning("the scope's reserving flag was not written; its next hold writes it", exc_info=True)
 
 
 def ledger_update(key: dict, committed: int, settled: int, expires_at: int) -> dict:
