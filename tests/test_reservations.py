@@ -560,20 +560,26 @@ def test_a_hold_in_flight_never_blocks_the_fold_of_its_label(api, clock):
     assert ledger(t, "premium") == {"committed": WORST, "settled": 0}
 
 
+def capped_app_of_an_org_scope(cap: int):
+    """A tenant in ORG scope (quotas far above ``cap``) whose app has the daily cap ``cap``."""
+    from price_keeper.domain import orgs
+
+    t = tenant(quota_scope="ORG", quotas={"premium": 1_000_000, "standard": 1_000_000})
+    table(tables.CONFIG).update_item(
+        Key={"org_key": keys.org_key(t.org_id), "resource_key": keys.app_resource(t.app_id)},
+        UpdateExpression="SET app_daily_cap_usd_micros = :cap",
+        ExpressionAttributeValues={":cap": cap},
+    )
+    orgs.forget(t.org_id)
+    return t
+
+
 def test_an_apps_daily_cap_holds_its_reservations_in_an_org_scope(api):
     """In ORG scope an app's daily cap stops its holds as it stops its selection, however
     much the org's quota has left: a third ledger, on the app's own counters (red-team: an
     app with a hard cap reserved past its cap to 225 %, since it never asks for a
     selection). Its settlements and releases move that ledger too."""
-    t = tenant(quota_scope="ORG", quotas={"premium": 1_000_000, "standard": 1_000_000})
-    table(tables.CONFIG).update_item(
-        Key={"org_key": keys.org_key(t.org_id), "resource_key": keys.app_resource(t.app_id)},
-        UpdateExpression="SET app_daily_cap_usd_micros = :cap",
-        ExpressionAttributeValues={":cap": 3 * WORST},
-    )
-    from price_keeper.domain import orgs
-
-    orgs.forget(t.org_id)
+    t = capped_app_of_an_org_scope(3 * WORST)
     app_total = keys.scope_total_key(keys.scope_key(t.org_id, t.app_id, "APP"))
     day = org_day("America/New_York", datetime.now(UTC))
 
@@ -661,16 +667,9 @@ def test_the_reserving_flag_is_the_quota_scopes_whatever_other_totals_carry(api)
     """In ORG scope a hold reads the app's own total too: a flag there (an APP-scope hold of
     the same day, before the org moved to ORG scope) must not stand for the org's (review:
     the org total was never flagged, and the other apps were shown nothing held)."""
-    from price_keeper.domain import orgs
     from tests.factories import seed_app, token_for
 
-    t = tenant(quota_scope="ORG", quotas={"premium": 1_000_000, "standard": 1_000_000})
-    table(tables.CONFIG).update_item(
-        Key={"org_key": keys.org_key(t.org_id), "resource_key": keys.app_resource(t.app_id)},
-        UpdateExpression="SET app_daily_cap_usd_micros = :cap",
-        ExpressionAttributeValues={":cap": 10 * WORST},
-    )
-    orgs.forget(t.org_id)
+    t = capped_app_of_an_org_scope(10 * WORST)
     seed_app(t.org_id, "app-2")
     day = org_day("America/New_York", datetime.now(UTC))
     app_total = keys.scope_total_key(keys.scope_key(t.org_id, t.app_id, "APP"))
