@@ -115,10 +115,7 @@ class Totals(NamedTuple):
         return cls(
             *(int(item.get(name, 0)) for name in SUM_FIELDS),
             updated_at_epoch=int(updated) if updated is not None else None,
-            committed=int(item.get("committed", 0)),
-            settled=int(item.get("settled", 0)),
-            settled_on_shards=int(item.get("settled_on_shards", 0)),
-        )
+        ).with_ledger(item)  # (a total's own item held its ledger before ledgers had items of their own)
 
     def with_ledger(self, item: dict) -> Totals:
         """These totals with a ledger item's counters added (to what the total's own item
