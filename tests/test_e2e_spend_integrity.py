@@ -197,6 +197,22 @@ def test_an_apps_daily_cap_stops_it_and_leaves_its_org_scope_siblings_their_quot
     assert greedy.usage().status_code == 202  # a call made is still counted
 
 
+def test_an_app_that_reserves_instead_of_selecting_is_held_to_its_daily_cap(base_url):
+    """A hard-capped client never asks for a selection; its reservations alone must stop
+    it at its own cap in an ORG scope, whatever the org's quota has left, and leave its
+    sibling the rest (red-team: reserving alone took an app to 225 % of its cap)."""
+    apps = {"greedy": {"app_daily_cap_usd_micros": 10_000}, "meek": {}}
+    org = Org(base_url, apps, quota_scope="ORG")
+    greedy, meek = org.app("greedy"), org.app("meek")
+    call = {"model_label": "premium", "max_input_tokens": 1000, "max_output_tokens": 1000}  # 4,000 worst case
+
+    def reserve(app: App) -> requests.Response:
+        return requests.post(f"{app.path}/reservations", json=call, headers=app.bearer, timeout=10)
+
+    assert [reserve(greedy).status_code for _ in range(4)] == [201, 201, 429, 429]  # 8,000 held; 12,000 > 10,000
+    assert reserve(meek).status_code == 201
+
+
 def void(org: Org, request_ids: list[str], key: str = KEY) -> requests.Response:
     body = {"app_id": "web", "request_ids": request_ids, "reason": "reported twice by a client bug"}
     return requests.post(f"{org.path}/usage/void", headers={"X-API-Key": key}, json=body, timeout=10)
