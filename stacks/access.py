@@ -85,11 +85,12 @@ SELECTION = merge(SELECTION_READ, STICKY_ADVANCE, LIVE_SPEND, PRICE_QUOTE, PROFI
 USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # usage.write_once: TransactWriteItems of a Put and an Update
 # voids: usage.read_marker, then usage.write_once of Updates (marker and shards)
 USAGE_VOID = {USAGE_AGG_SHARDED: (GET, UPDATE), DAILY_TOTAL: (UPDATE,)}  # (a settling record's ledgers)
-AGGREGATION = {  # aggregation.run (the sweep) and aggregation.fold_stream
+AGGREGATION = {  # aggregation.run (the sweep), aggregation.fold_stream and ledger.fold
     (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # usage.active_shard_keys (the sweep)
     # one BatchGetItem of usage.shards_read, daily_totals.fold_read and sticky.days_read;
-    # daily_totals.fold_scope (TransactWriteItems of Updates), put_heartbeat
-    USAGE_AGG_SHARDED: (BATCH_GET,),
+    # daily_totals.fold_scope (TransactWriteItems of Updates), put_heartbeat; the ledger's
+    # chunks: their totals, checkpoint (Put) and label-days' index entries (usage.ledger_day_listed)
+    USAGE_AGG_SHARDED: (BATCH_GET, UPDATE),
     DAILY_TOTAL: (BATCH_GET, UPDATE, PUT),
     STICKY_STATE: (BATCH_GET,),
 }

@@ -37,7 +37,12 @@ class PriceKeeperStack(Stack):
     def __init__(self, scope: Construct, id: str, *, settings: Settings, **kwargs):
         super().__init__(scope, id, description="Bedrock Price Keeper: daily spend quotas for Amazon Bedrock", **kwargs)
         # A broken config.yaml fails the synth, not the first request after the deploy.
-        parse_config(read_raw(settings.config_path))
+        config = parse_config(read_raw(settings.config_path))
+        if config.metering.ledger_from and not settings.enable_streams:
+            raise ValueError(
+                "metering.ledger_from folds the usage stream's images: deploy with enableStreams=true "
+                "(a create-time choice, docs/infrastructure.md)"
+            )
 
         self.tables = Tables(self, "Tables", settings)
         self.jwt_secret = _generated_secret(

@@ -20,11 +20,12 @@ def _key(name: str) -> dynamodb.Attribute:
 
 
 def _stream(settings: Settings, spec: TableSpec) -> dynamodb.StreamViewType | None:
-    """The view the service reads (the usage table's keys, the aggregator's trigger), or full
-    images for ``enableStreams`` (every view includes the keys)."""
+    """Full images for ``enableStreams`` (the ledger's, ``metering.ledger_from``, and your
+    consumers'), else the usage table's keys, all the shard fold reads: the view a stage's
+    stream was created with, which it keeps."""
     if settings.enable_streams and spec in STREAMED:
         return dynamodb.StreamViewType.NEW_AND_OLD_IMAGES
-    return dynamodb.StreamViewType(spec.stream) if spec.stream else None
+    return dynamodb.StreamViewType.KEYS_ONLY if spec.stream else None
 
 
 def physical_name(settings: Settings, spec: TableSpec) -> str:

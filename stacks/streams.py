@@ -1,10 +1,11 @@
 """The aggregator's event-driven triggers: an event source mapping on the usage table's
-stream, as ``price_keeper.domain.aggregation.USAGE_STREAM`` and ``USAGE_STREAM_FILTER`` define it,
+stream, as ``price_keeper.domain.aggregation.USAGE_STREAM`` and ``USAGE_STREAM_FILTERS`` define it,
 and one on the repair queue (``price_keeper.domain.repair``).
 
-Batches of shard writes reach the aggregator within the batching window (1 s). A batch
-that fails is split in two and retried (bisect on error) up to ``retries`` times or until
-its records are ``max_record_age_s`` old; then its description goes to the repair queue,
+Batches of shard writes (and on ledger days, of dedup markers) reach the aggregator within
+the batching window (1 s). A batch that fails is retried from the first record it names
+(never bisected: ``price_keeper.domain.ledger``) up to ``retries`` times or until its
+records are ``max_record_age_s`` old; then its description goes to the repair queue,
 where the aggregator reads its records again and folds them. The hourly audit's chunks go
 to the same queue. A repair message that keeps failing goes to the aggregator's dead-letter
 queue (the same queue as failed scheduled runs, so one alarm covers both).
@@ -22,7 +23,7 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from price_keeper.domain.aggregation import USAGE_STREAM, USAGE_STREAM_FILTER
+from price_keeper.domain.aggregation import USAGE_STREAM, USAGE_STREAM_FILTERS
 
 REPAIR_BATCH = 10  # messages per invocation: 10 audit chunks of 100 label-days, or failed stream batches
 REPAIR_MAX_CONCURRENCY = 50  # half the aggregator's reserved concurrency: the stream keeps the rest
@@ -68,12 +69,13 @@ class UsageStreamTrigger(Construct):
             starting_position=lambda_.StartingPosition.TRIM_HORIZON,
             batch_size=USAGE_STREAM.batch_size,
             max_batching_window=Duration.seconds(USAGE_STREAM.batching_window_s),
-            bisect_batch_on_error=True,
-            report_batch_item_failures=True,  # resume at the first record of a scope-day that failed
+            # no bisecting: a ledger chunk delivered again must start where it started (domain.ledger)
+            bisect_batch_on_error=False,
+            report_batch_item_failures=True,  # resume at the first record of what failed
             retry_attempts=USAGE_STREAM.retries,
             max_record_age=Duration.seconds(USAGE_STREAM.max_record_age_s),
             on_failure=sources.SqsDlq(self.repair_queue),
             parallelization_factor=USAGE_STREAM.parallelization_factor,
-            filters=[lambda_.FilterCriteria.filter(USAGE_STREAM_FILTER)],
+            filters=[lambda_.FilterCriteria.filter(pattern) for pattern in USAGE_STREAM_FILTERS],
         )
         aggregator.add_event_source(self.source)

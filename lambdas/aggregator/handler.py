@@ -14,7 +14,7 @@ from dataclasses import asdict
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
-from price_keeper.domain import aggregation, alerts, repair
+from price_keeper.domain import aggregation, alerts, ledger, repair
 from price_keeper.metric_names import AGGREGATOR_LAG_SECONDS, SPEND_PCT
 from price_keeper.observability import logger, metrics
 from price_keeper.timeutil import utc_now
@@ -35,9 +35,7 @@ def lambda_handler(event: dict, context) -> dict:
     elif trigger == "aws:sqs":
         report, failed_items = repair.repair({record["messageId"]: record["body"] for record in records})
     else:
-        stream_records = list(DynamoDBStreamEvent(event).records)
-        report = aggregation.fold_stream(stream_records)
-        first = aggregation.first_unfolded(stream_records, report.failed)
+        report, first = ledger.fold_batch(DynamoDBStreamEvent(event).records)
         failed_items = [first] if first else []
     now = utc_now()
     fired = alerts.fire_after_run(report, now)

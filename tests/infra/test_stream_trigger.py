@@ -1,5 +1,5 @@
 """Event-driven aggregation: the usage table's stream, the aggregator's event source
-mapping (batching window, bisect on error, retries, maximum record age, on-failure
+mapping (batching window, no bisecting, retries, maximum record age, on-failure
 destination, filter), its grants and the iterator-age alarm."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_the_usage_stream_triggers_the_aggregator(request, which):
     assert props["StartingPosition"] == "TRIM_HORIZON"
     assert 0 < props["MaximumBatchingWindowInSeconds"] <= 1
     assert props["BatchSize"] == aggregation.USAGE_STREAM.batch_size
-    assert props["BisectBatchOnFunctionError"] is True
+    assert props["BisectBatchOnFunctionError"] is False  # a ledger chunk comes again from where it started
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]  # resumes at a failed scope-day's record
     assert props["MaximumRetryAttempts"] == aggregation.USAGE_STREAM.retries
     assert props["MaximumRecordAgeInSeconds"] == aggregation.USAGE_STREAM.max_record_age_s
@@ -101,11 +101,12 @@ def test_failed_batches_go_to_the_repair_queue_which_the_aggregator_drains(synth
     assert senders and set().union(*(s.targets for s in senders)) == {repair_id, dlq_id}
 
 
-def test_only_usage_shard_writes_invoke_the_aggregator(synth):
-    (pattern,) = [json.loads(f["Pattern"]) for f in _mapping(synth)["FilterCriteria"]["Filters"]]
-    assert pattern == aggregation.USAGE_STREAM_FILTER
-    assert pattern["eventName"] == ["INSERT", "MODIFY"]  # not the TTL's deletions
-    assert pattern["dynamodb"]["Keys"]["date_key"]["S"] == [{"prefix": "DAY#"}]  # not dedup items
+def test_only_usage_shard_writes_and_ledger_markers_invoke_the_aggregator(synth):
+    shards, markers = [json.loads(f["Pattern"]) for f in _mapping(synth)["FilterCriteria"]["Filters"]]
+    assert (shards, markers) == aggregation.USAGE_STREAM_FILTERS
+    assert shards["eventName"] == markers["eventName"] == ["INSERT", "MODIFY"]  # not the TTL's deletions
+    assert shards["dynamodb"]["Keys"]["date_key"]["S"] == [{"prefix": "DAY#"}]  # not dedup items
+    assert markers["dynamodb"] == {"Keys": {"date_key": {"S": ["DEDUP"]}}, "NewImage": {"ledger": {"N": ["1"]}}}
 
 
 def test_only_the_aggregator_reads_the_stream(synth):

@@ -81,12 +81,16 @@ class StreamTrigger(NamedTuple):
 USAGE_STREAM = StreamTrigger(
     batch_size=1000, batching_window_s=1, retries=10, max_record_age_s=3600, parallelization_factor=4
 )
-# Records worth a run: shard writes. Not the dedup items (date_key DEDUP), not deletions (TTL).
+# Records worth a run: shard writes (not the dedup markers, not the TTL's deletions), and on
+# ledger days the markers' inserts and updates (``domain.ledger``): one filter each.
 SHARD_WRITES = ("INSERT", "MODIFY")
-USAGE_STREAM_FILTER = {
-    "eventName": list(SHARD_WRITES),
-    "dynamodb": {"Keys": {"date_key": {"S": [{"prefix": keys.day_key("")}]}}},
-}
+USAGE_STREAM_FILTERS = (
+    {"eventName": list(SHARD_WRITES), "dynamodb": {"Keys": {"date_key": {"S": [{"prefix": keys.day_key("")}]}}}},
+    {
+        "eventName": list(SHARD_WRITES),
+        "dynamodb": {"Keys": {"date_key": {"S": [keys.DEDUP_SORT_KEY]}}, "NewImage": {usage.LEDGER: {"N": ["1"]}}},
+    },
+)
 
 
 class Totals(NamedTuple):
@@ -316,7 +320,7 @@ class _Group:
 
 def changed_labels(records: Iterable[DynamoDBRecord]) -> set[tuple[str, str]]:
     """(usage_key, date_key) of every label whose shards a stream batch wrote; the records
-    ``USAGE_STREAM_FILTER`` lets through, whatever else the batch holds."""
+    the first of ``USAGE_STREAM_FILTERS`` lets through, whatever else the batch holds."""
     return {label_day for record in records if (label_day := _label_day_written(record))}
 
 
@@ -366,7 +370,7 @@ MAX_TRANSACTION_ACTIONS = 100  # DynamoDB's limit on one TransactWriteItems
 LabelDay = tuple[str, str]  # (usage_key, date_key)
 
 
-class _Snapshot(NamedTuple):
+class Snapshot(NamedTuple):
     """What one read of a fold found: shards by label-day, totals by key, sticky labels."""
 
     shards: dict[LabelDay, list[dict]]
@@ -374,7 +378,7 @@ class _Snapshot(NamedTuple):
     sticky: dict[tuple[str, str], frozenset[str]]
 
 
-class _ScopeDay(NamedTuple):
+class ScopeDay(NamedTuple):
     scope: str
     date_key: str
     label_days: list[LabelDay]
@@ -404,9 +408,9 @@ class _ScopeDay(NamedTuple):
         return [(keys.usage_key(self.scope, label), self.date_key) for label in labels]
 
 
-def _read(
-    label_shards: dict[LabelDay, list[dict]], scope_days: list[_ScopeDay], consistent: bool, fresh_totals: bool = False
-) -> _Snapshot:
+def read_for_fold(
+    label_shards: dict[LabelDay, list[dict]], scope_days: list[ScopeDay], consistent: bool, fresh_totals: bool = False
+) -> Snapshot:
     """One BatchGetItem (per 100 keys, over three tables) of everything a fold of
     ``scope_days`` needs: the shards, the label and scope totals, the ordering's totals and
     the sticky labels that alerts evaluate.
@@ -444,7 +448,7 @@ def _read(
     passed_of = {
         (item["scope_key"], item["date_key"]): frozenset(item.get("passed_labels", ())) for item in sticky_items
     }
-    return _Snapshot(
+    return Snapshot(
         by_label,
         {(item["usage_key"], item["date_key"]): item for item in totals},
         {
@@ -474,7 +478,7 @@ def _shards_above(label_shards: dict[LabelDay, list[dict]], count_items: list[di
     return usage.read_shards(extra, [*SUM_FIELDS, "updated_at_epoch"], consistent=True) if extra else []
 
 
-class _Move(NamedTuple):
+class Move(NamedTuple):
     """A label total a fold moves, by how much, and how its label is listed for the
     scope-day when this is the label-day's first fold: ``"set"`` (a config label: the scope
     total's ``labels``), ``"item"`` (any other: ``keys.spent_label_key``), else None."""
@@ -488,10 +492,10 @@ class _Move(NamedTuple):
         return keys.split_usage_key(self.fold.usage_key)[1]
 
 
-def _transactions(moves: list[_Move]) -> list[list[_Move]]:
+def _transactions(moves: list[Move]) -> list[list[Move]]:
     """``moves`` in groups whose transaction fits one TransactWriteItems: a write per move,
     a put per label listed in an item, and the scope total's."""
-    groups: list[list[_Move]] = [[]]
+    groups: list[list[Move]] = [[]]
     actions = 1
     for move in moves:
         need = 1 + (move.listing == "item")
@@ -504,25 +508,25 @@ def _transactions(moves: list[_Move]) -> list[list[_Move]]:
 
 
 def _fold_scope_day(
-    scope_day: _ScopeDay,
+    scope_day: ScopeDay,
     label_shards: dict[LabelDay, list[dict]],
-    snapshot: _Snapshot,
+    snapshot: Snapshot,
     evaluate_unmoved: bool,
     now: datetime,
 ) -> RunReport:
     """Move the label totals of one scope-day whose shard sums grew, and its scope total by
     their differences: one transaction per group of labels that fits one (a scope of a
     hundred labels or more takes several), each all or nothing. A label the scope total
-    leaves apart (``_ScopeDay.in_scope_total``) moves on its own, one conditional write.
+    leaves apart (``ScopeDay.in_scope_total``) moves on its own, one conditional write.
     On a lost race re-read this scope-day and fold what is left. Its alerts are evaluated
     when it moved, or with ``evaluate_unmoved`` (the audit) when it is the scope's today:
     a past day's are not raised late against quotas and boosts that are today's."""
-    folded: list[_Move] = []
+    folded: list[Move] = []
     written = lag = 0
     for attempt in range(FOLD_ATTEMPTS):
         if attempt:
             dynamo._backoff(attempt)  # (the store's jittered backoff)
-            snapshot = _read(
+            snapshot = read_for_fold(
                 {ld: label_shards[ld] for ld in scope_day.label_days}, [scope_day], consistent=True, fresh_totals=True
             )
         report, moves = _moves(scope_day, snapshot, now)
@@ -541,7 +545,7 @@ def _fold_scope_day(
             written += 1
         for group in [] if lost else _transactions(together) if together else []:
             delta = {name: sum(move.difference[name] for move in group) for name in SUM_FIELDS}
-            if not _fold_group(scope_day, group, delta, now):
+            if not _fold_group(scope_day, group, now):
                 lost = True
                 break
             folded += group
@@ -550,21 +554,32 @@ def _fold_scope_day(
         if not lost:
             report.lag_seconds, report.totals_written = lag, written
             if folded or (evaluate_unmoved and scope_day.is_today(now)):
-                _report_moved(report, scope_day, snapshot, folded, scope_cost)
+                report_moved(report, scope_day, snapshot, folded, scope_cost)
             return report
     raise service_unavailable()  # a stream batch is retried; the next sweep runs anyway
 
 
-def _fold_group(scope_day: _ScopeDay, group: list[_Move], delta: dict[str, int], now: datetime) -> bool:
-    """One transaction of ``group``'s label totals, ``delta`` added to the scope total, and
-    the labels folded for the first time listed; False when a race was lost."""
+def _fold_group(scope_day: ScopeDay, group: list[Move], now: datetime) -> bool:
+    """One transaction of ``group``'s label totals, their differences added to the scope
+    total, and the labels folded for the first time listed; False when a race was lost."""
+    return daily_totals.fold_scope(*_scope_fold(scope_day, group, now))
+
+
+def scope_fold_actions(scope_day: ScopeDay, group: list[Move], now: datetime) -> list[dict]:
+    """The actions of ``_fold_group``, for a transaction that holds more."""
+    return daily_totals.fold_scope_actions(*_scope_fold(scope_day, group, now))
+
+
+def _scope_fold(scope_day: ScopeDay, group: list[Move], now: datetime) -> tuple:
+    """``daily_totals.fold_scope``'s arguments for ``group``."""
     scope_values = {
         "updated_at_epoch": int(now.timestamp()),
         "source_updated_at_epoch": max(move.fold.values["source_updated_at_epoch"] for move in group),
         tables.TTL_ATTRIBUTE: usage_expires_at(keys.day_of_key(scope_day.date_key)),
     }
     listed = {listing: [move.label for move in group if move.listing == listing] for listing in ("set", "item")}
-    return daily_totals.fold_scope(
+    delta = {name: sum(move.difference[name] for move in group) for name in SUM_FIELDS}
+    return (
         scope_day.scope,
         scope_day.date_key,
         [move.fold for move in group],
@@ -575,8 +590,8 @@ def _fold_group(scope_day: _ScopeDay, group: list[_Move], delta: dict[str, int],
     )
 
 
-def _report_moved(
-    report: RunReport, scope_day: _ScopeDay, snapshot: _Snapshot, folded: list[_Move], scope_cost: int
+def report_moved(
+    report: RunReport, scope_day: ScopeDay, snapshot: Snapshot, folded: list[Move], scope_cost: int
 ) -> None:
     """What alerts evaluate after a scope-day's fold: the labels moved, their costs and the
     ordering's, the scope's cost (``scope_cost``, its scope total's, and the config labels'
@@ -595,12 +610,11 @@ def _report_moved(
         report.sticky[(scope_day.scope, day)] = snapshot.sticky[(scope_day.scope, day)]
 
 
-def _moves(scope_day: _ScopeDay, snapshot: _Snapshot, now: datetime) -> tuple[RunReport, list[_Move]]:
+def _moves(scope_day: ScopeDay, snapshot: Snapshot, now: datetime) -> tuple[RunReport, list[Move]]:
     """The label totals of a scope-day whose shards summed further than stored (``progress``),
     with their differences; the report of the stale ones and of the lag."""
     now_epoch = int(now.timestamp())
-    day = keys.day_of_key(scope_day.date_key)
-    report = RunReport(days=[day])
+    report = RunReport(days=[keys.day_of_key(scope_day.date_key)])
     moves = []
     for label_day in scope_day.label_days:
         shards = snapshot.shards.get(label_day)
@@ -617,24 +631,33 @@ def _moves(scope_day: _ScopeDay, snapshot: _Snapshot, now: datetime) -> tuple[Ru
         folded_until = int(stored.get("source_updated_at_epoch", 0))
         unfolded = [update for update in group.shard_updates if update > folded_until] or group.shard_updates
         report.lag_seconds = max(report.lag_seconds, now_epoch - min(unfolded))
-        values = {
-            **group.sums,
-            "updated_at_epoch": now_epoch,
-            "source_updated_at_epoch": max(group.shard_updates),
-            tables.TTL_ATTRIBUTE: usage_expires_at(day),
-            # its sums as of this UTC hour, beside those of the hours before (domain.reconciliation)
-            keys.HOUR_MARKS: reconciliation_store.with_mark(stored, now, group.sums),
-        }
-        fold = daily_totals.LabelFold(
-            *label_day, values, daily_totals.progress_fields(stored) if stored_progress else None
-        )
-        difference = {name: group.sums[name] - int(stored.get(name, 0)) for name in SUM_FIELDS}
-        label = keys.split_usage_key(label_day[0])[1]
-        listing = None  # a label the scope total leaves apart is never listed: readers read them all
-        if stored_progress is None and scope_day.in_scope_total(label):
-            listing = "set" if label in get_config().labels else "item"
-        moves.append(_Move(fold, difference, listing))
+        moves.append(label_move(scope_day, label_day, stored, group.sums, max(group.shard_updates), now))
     return report, moves
+
+
+def label_move(
+    scope_day: ScopeDay, label_day: LabelDay, stored: dict, sums: dict, source_updated_at: int, now: datetime
+) -> Move:
+    """A label total's move from ``stored`` to ``sums`` (what its shards sum to, or for the
+    ledger what it holds plus a batch's changes): conditional on ``stored``'s progress, with
+    this UTC hour's mark, and listed for the scope-day when it is the label-day's first."""
+    day = keys.day_of_key(scope_day.date_key)
+    values = {
+        **sums,
+        "updated_at_epoch": int(now.timestamp()),
+        "source_updated_at_epoch": source_updated_at,
+        tables.TTL_ATTRIBUTE: usage_expires_at(day),
+        # its sums as of this UTC hour, beside those of the hours before (domain.reconciliation)
+        keys.HOUR_MARKS: reconciliation_store.with_mark(stored, now, sums),
+    }
+    first = "requests" not in stored
+    fold = daily_totals.LabelFold(*label_day, values, None if first else daily_totals.progress_fields(stored))
+    difference = {name: sums[name] - int(stored.get(name, 0)) for name in SUM_FIELDS}
+    label = keys.split_usage_key(label_day[0])[1]
+    listing = None  # a label the scope total leaves apart is never listed: readers read them all
+    if first and scope_day.in_scope_total(label):
+        listing = "set" if label in get_config().labels else "item"
+    return Move(fold, difference, listing)
 
 
 def _fold(
@@ -654,12 +677,12 @@ def _fold(
     for usage_key, date_key in label_shards:
         by_scope_day.setdefault((keys.split_usage_key(usage_key)[0], date_key), []).append((usage_key, date_key))
     scope_days = [
-        _ScopeDay(scope, date_key, label_days, configs.get(scope))
+        ScopeDay(scope, date_key, label_days, configs.get(scope))
         for (scope, date_key), label_days in sorted(by_scope_day.items())
     ]
     if any(scope_day.apart_labels for scope_day in scope_days):
         orgs.record_config_labels()  # stored before any spend is kept apart under one of them
-    snapshot = _read(label_shards, scope_days, consistent=not audit)
+    snapshot = read_for_fold(label_shards, scope_days, consistent=not audit)
     report.active_shards += sum(len(shards) for shards in snapshot.shards.values())
     report.usage_keys += len(snapshot.shards)
     with ThreadPoolExecutor(max_workers=FOLD_THREADS) as pool:
@@ -675,7 +698,7 @@ def _fold(
             report.failed.append((scope_day.scope, keys.day_of_key(scope_day.date_key)))
 
 
-def _configs(scopes: Iterable[str]) -> tuple[dict[str, EffectiveConfig], dict[str, EffectiveConfig]]:
+def configs_of(scopes: Iterable[str]) -> tuple[dict[str, EffectiveConfig], dict[str, EffectiveConfig]]:
     """Each scope's effective config and its org's (for the shard count), read together;
     scopes of orgs or apps no longer registered are left out."""
     pairs = {keys.split_scope(scope) for scope in scopes}
@@ -715,7 +738,7 @@ def fold_shards(label_shards: dict[LabelDay, list[dict]], now: datetime | None =
     now = now or utc_now()
     report = RunReport(days=sorted({keys.day_of_key(date_key) for _, date_key in label_shards}))
     if label_shards:
-        configs, _ = _configs({keys.split_usage_key(usage_key)[0] for usage_key, _ in label_shards})
+        configs, _ = configs_of({keys.split_usage_key(usage_key)[0] for usage_key, _ in label_shards})
         _fold(label_shards, configs, report, now, audit=True)
     return report
 
@@ -743,7 +766,7 @@ def fold_label_days(changed: set[LabelDay], now: datetime | None = None) -> RunR
     report = RunReport(days=sorted({keys.day_of_key(date_key) for _, date_key in changed}))
     if not changed:
         return report
-    configs, org_configs = _configs({keys.split_usage_key(usage_key)[0] for usage_key, _ in changed})
+    configs, org_configs = configs_of({keys.split_usage_key(usage_key)[0] for usage_key, _ in changed})
     label_shards = {}
     for usage_key, date_key in sorted(changed):
         scope, label = keys.split_usage_key(usage_key)

@@ -60,6 +60,7 @@ class Submission(NamedTuple):
     quote: pricing.PriceQuote
     shard_count: int  # the label-day's shard count the shard was chosen among (hot labels raise it)
     busy_shard_count: int  # the org's agg_shard_count: what a quiet label-day's first conflict spreads it to
+    ledger: bool = False  # counted by its marker alone (``config.Metering.counts_by_ledger``)
 
     @property
     def scope(self) -> str:
@@ -199,6 +200,7 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
         quote=quote,
         shard_count=shard_count,
         busy_shard_count=config.agg_shard_count,
+        ledger=get_config().metering.counts_by_ledger(day),
     )
 
 
@@ -370,6 +372,7 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
     estimated = _estimated(submission)
     return {
         "dedup_key": submission.dedup_key,
+        "ledger": submission.ledger,
         "scopes": list(submission.scopes),
         "label": submission.label,
         "shard_id": submission.shard_id,

@@ -36,7 +36,7 @@ from ..aws import client
 from ..observability import logger
 from ..store import keys, usage
 from ..timeutil import utc_now
-from . import aggregation
+from . import aggregation, ledger
 from .aggregation import LabelDay, RunReport
 
 AUDIT_CHUNK = 100  # label-days per message: one fold of ~15 BatchGetItems and a transaction per scope-day
@@ -102,6 +102,7 @@ def repair(messages: Mapping[str, str], now: datetime | None = None) -> Repaired
     audited: dict[LabelDay, list[dict]] = {}
     failed: set[LabelDay] = set()
     named: dict[str, set[LabelDay]] = {}
+    given_up: dict[str, list] = {}  # a failed stream batch's records, for the ledger's fold
     unreadable: list[str] = []
     for message_id, body in messages.items():
         try:
@@ -118,17 +119,24 @@ def repair(messages: Mapping[str, str], now: datetime | None = None) -> Repaired
                 records = usage.stream_records(
                     batch["streamArn"], batch["shardId"], batch["startSequenceNumber"], batch["endSequenceNumber"]
                 )
-                named[message_id] = aggregation.changed_labels(DynamoDBStreamEvent({"Records": records}).records)
+                given_up[message_id] = list(DynamoDBStreamEvent({"Records": records}).records)
+                named[message_id] = aggregation.changed_labels(given_up[message_id])
                 failed |= named[message_id]
         except (ValueError, KeyError, TypeError, BotoCoreError, ClientError):
             logger.exception("repair message not readable", extra={"message_id": message_id})
             unreadable.append(message_id)
     report = aggregation.fold_shards(audited, now)
     report.merge(aggregation.fold_label_days(failed, now))
-    unfolded = set(report.failed)
+    unfolded, unfolded_batches = set(report.failed), []
+    for message_id, records in given_up.items():  # the same records, so the same chunks: those written cancel
+        folded = ledger.fold(records, now)
+        report.merge(folded.report)
+        if folded.failed_at is not None:
+            unfolded_batches.append(message_id)
     return Repaired(
         report,
         unreadable
+        + unfolded_batches
         + [
             message_id
             for message_id, label_days in named.items()

@@ -121,16 +121,29 @@ def fold_scope(
     set_labels: list[str],
     item_labels: list[str],
 ) -> bool:
-    """One TransactWriteItems: SET each label total of ``moves`` (each conditional on its
-    stored ``progress`` being what the fold read), ADD ``delta`` (the moves' differences) to
-    the scope total and SET ``scope_values`` on it, and list the labels whose label-days are
-    folded for the first time: ``set_labels`` ADDed to its ``LABELS`` set, a
-    ``keys.spent_label_key`` item put for each of ``item_labels`` (counted in ``LISTED``). All or nothing,
-    so the scope total stays the sum of its label totals and a move is added once however
-    runs overlap. False when a condition failed or the transaction conflicted: re-read and
-    fold again."""
+    """One TransactWriteItems of ``fold_scope_actions``; False when a condition failed or
+    the transaction conflicted: re-read and fold again."""
+    return transact(fold_scope_actions(scope, date_key, moves, delta, scope_values, set_labels, item_labels)) is None
+
+
+def fold_scope_actions(
+    scope: str,
+    date_key: str,
+    moves: list[LabelFold],
+    delta: dict,
+    scope_values: dict,
+    set_labels: list[str],
+    item_labels: list[str],
+) -> list[dict]:
+    """The actions of one scope-day's fold, all or nothing: SET each label total of
+    ``moves`` (each conditional on its stored ``progress`` being what the fold read), ADD
+    ``delta`` (the moves' differences) to the scope total and SET ``scope_values`` on it,
+    and list the labels whose label-days are folded for the first time: ``set_labels``
+    ADDed to its ``LABELS`` set, a ``keys.spent_label_key`` item put for each of
+    ``item_labels`` (counted in ``LISTED``). So the scope total stays the sum of its label
+    totals and a move is added once however runs overlap."""
     name = tables.DAILY_TOTAL.physical_name
-    actions = [{"Update": _label_update(name, move)} for move in moves]
+    actions = [label_total_action(move) for move in moves]
     ttl = tables.TTL_ATTRIBUTE
     if item_labels:
         delta = {**delta, LISTED: len(item_labels)}
@@ -154,11 +167,15 @@ def fold_scope(
             }
         }
     )
-    actions += [
+    return actions + [
         {"Put": {"TableName": name, "Item": {**keys.spent_label_key(scope, date_key, label), ttl: scope_values[ttl]}}}
         for label in item_labels
     ]
-    return transact(actions) is None
+
+
+def label_total_action(move: LabelFold) -> dict:
+    """A label total's move (``set_label_total``) as a TransactWriteItems action."""
+    return {"Update": _label_update(tables.DAILY_TOTAL.physical_name, move)}
 
 
 def set_label_total(move: LabelFold) -> bool:

@@ -164,6 +164,12 @@ HEARTBEAT_KEY = {"usage_key": "#AGGREGATOR", "date_key": "#HEARTBEAT"}
 CONFIG_LABELS_KEY = {"usage_key": "#AGGREGATOR", "date_key": "#CONFIG_LABELS"}
 
 
+def ledger_checkpoint_key(event_id: str) -> dict:
+    """The DailyTotal item that says a ledger chunk starting at stream record ``event_id``
+    was folded (``domain.ledger``): a partition a chunk, spread as the records' ids are."""
+    return {"usage_key": f"#LEDGER_FOLDED#{event_id}", "date_key": "#"}
+
+
 # Reconciliation (DailyTotal): the day's result, and the hour marks on label totals.
 RECONCILIATION_USAGE_KEY = "#RECONCILIATION"  # no usage key starts with '#'
 # A label total's hour marks (its sums as of each UTC hour it was folded in), packed in one

@@ -92,7 +92,9 @@ USAGE_AGG_SHARDED = TableSpec(
     "date_key",
     holds_money=True,
     indexes=(ACTIVE_BY_DAY,),
-    stream="KEYS_ONLY",
+    # The images the ledger folds (``domain.ledger``), as local stacks and tests create it; a
+    # deployed stage has them with ``enableStreams``, else its keys (stacks/storage.py).
+    stream="NEW_AND_OLD_IMAGES",
 )
 DAILY_TOTAL = TableSpec("daily-total", "DAILY_TOTAL_TABLE", "usage_key", "date_key", holds_money=True)
 PRICING_CACHE = TableSpec("pricing-cache", "PRICING_CACHE_TABLE", "model_id", "price_key")

@@ -63,6 +63,10 @@ VOIDS = "voids"
 
 MAX_TRANSACTION_ACTIONS = 100  # TransactWriteItems' limit
 
+# On a dedup marker (and a record's estimated item): the record is counted by the ledger,
+# its marker alone, which the aggregator folds from the stream's images (``domain.ledger``).
+LEDGER = "ledger"
+
 
 class Conflict(Exception):
     """The write of ``items`` was cancelled for a reason other than a counted request id:
@@ -115,6 +119,27 @@ def shard_update(
     }
 
 
+def ledger_day_listed(scope: str, label: str, day: str, now_epoch: int, expires_at: int) -> dict:
+    """A ledger label-day's entry in the ``active-by-day`` index, as a TransactWriteItems
+    action of its first fold: its first shard's item, with no counters (it counts nothing,
+    so the audit's fold of it moves nothing), so ``org_has_spend`` sees the day's spend."""
+    return {
+        "Update": {
+            "TableName": tables.USAGE_AGG_SHARDED.physical_name,
+            "Key": {"shard_key": keys.shard_key(scope, label, 0), "date_key": keys.day_key(day)},
+            "UpdateExpression": (
+                "SET active_day = if_not_exists(active_day, :day), updated_at_epoch = :now, "
+                f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :expires)"
+            ),
+            "ExpressionAttributeValues": {
+                ":day": keys.active_day_key(day, keys.split_scope(scope)[0]),
+                ":now": now_epoch,
+                ":expires": expires_at,
+            },
+        }
+    }
+
+
 def group_items(records: list[dict]) -> list[dict]:
     """The actions of records written in one transaction (one, or a batch's). Per record:
     its dedup ``marker`` (what a duplicate is answered with; ``dedup_key``, ``now_epoch``,
@@ -127,7 +152,7 @@ def group_items(records: list[dict]) -> list[dict]:
     the order of ``records``, so a cancellation reason's index names its record."""
     sums: dict[tuple[str, str, int, str], dict[str, int]] = {}
     for record in records:
-        for scope in record["scopes"]:
+        for scope in [] if record.get("ledger") else record["scopes"]:  # (the ledger's marker is its count)
             where = (scope, record["label"], record["shard_id"], record["day"])
             shard = sums.setdefault(where, dict.fromkeys(COUNTERS, 0))
             for counter in COUNTERS:
@@ -145,7 +170,7 @@ def group_items(records: list[dict]) -> list[dict]:
 def group_size(records: list[dict]) -> int:
     """How many actions ``group_items`` makes of ``records`` once the records of each
     label-day share one shard, as ``domain.metering`` places them (a transaction takes 100)."""
-    label_days = {(scope, r["label"], r["day"]) for r in records for scope in r["scopes"]}
+    label_days = {(scope, r["label"], r["day"]) for r in records if not r.get("ledger") for scope in r["scopes"]}
     return len(records) + len(label_days) + sum(1 for r in records if r.get("estimated"))
 
 
@@ -154,6 +179,7 @@ def _marker_put(record: dict) -> dict:
         "shard_key": record["dedup_key"],
         "date_key": keys.DEDUP_SORT_KEY,
         **record["marker"],
+        **({LEDGER: 1} if record.get("ledger") else {}),
         "accepted_at_epoch": record["now_epoch"],
         tables.TTL_ATTRIBUTE: record["marker_expires_at"],
     }
@@ -178,6 +204,7 @@ def _estimated_put(record: dict) -> dict:
         "shard_id": record["shard_id"],
         "org_day": record["day"],
         "cost_usd_micros": record["counts"]["cost_usd_micros"],
+        **({LEDGER: 1} if record.get("ledger") else {}),
         tables.TTL_ATTRIBUTE: record["expires_at"],
     }
     return {"Put": {"TableName": tables.USAGE_AGG_SHARDED.physical_name, "Item": pending}}
@@ -210,6 +237,12 @@ def write_group(items: list[dict], records: int, attempt: int) -> dict[int, dict
     any others, e.g. a settlement's): {} when it counted every record; else
     nothing was written, and the records (by index) whose request id was counted before,
     each with the first acceptance's marker: write the others again. ``Conflict`` to retry."""
+    if len(items) == 1 and "Put" in items[0]:  # a ledger record alone: its marker, one PutItem (a transaction's half)
+        try:
+            conditional(ddb_client().put_item, **items[0]["Put"])
+            return {}
+        except ConditionFailed as failed:
+            return {0: failed.item or {}}
     reasons = transact(items, ClientRequestToken=request_token(items, attempt))
     if reasons is None:
         return {}
@@ -258,6 +291,8 @@ def void_items(
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
     }
+    if marker.get(LEDGER):  # the fold takes it back from the marker's images
+        return [mark]
     label, shard_id, day = marker["model_label"], int(marker["shard_id"]), marker["org_day"]
     return [mark, *(shard_update(scope, label, shard_id, day, counters, now_epoch, expires_at) for scope in scopes)]
 
@@ -353,7 +388,10 @@ def stream_records(stream_arn: str, shard_id: str, first_sequence: str, last_seq
         for record in page["Records"]:
             if int(record["dynamodb"]["SequenceNumber"]) > int(last_sequence):
                 return records
-            records.append(record)
+            created = record["dynamodb"].get("ApproximateCreationDateTime")
+            if created is not None and not isinstance(created, int | float):  # boto3's datetime; Lambda's epoch
+                record["dynamodb"]["ApproximateCreationDateTime"] = int(created.timestamp())
+            records.append({**record, "eventSourceARN": stream_arn})
         if not page["Records"]:
             return records
         iterator = page.get("NextShardIterator")
@@ -460,7 +498,7 @@ def reprice_once(
                 "ExpressionAttributeValues": {":delta": delta_usd_micros, ":one": 1, ":now": now_epoch},
             }
         }
-        for scope in pending["scopes"]
+        for scope in ([] if pending.get(LEDGER) else pending["scopes"])  # (the ledger's: from the marker's images)
     ]
     items = [
         {"Delete": {"TableName": name, "Key": estimated, "ConditionExpression": "attribute_exists(shard_key)"}},

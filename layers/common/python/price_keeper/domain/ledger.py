@@ -1,0 +1,268 @@
+"""The ledger: usage counted by its dedup marker alone, folded from the stream's images.
+
+On org days from ``metering.ledger_from`` a record is one conditional PutItem of its
+marker (1 write unit, against the 4 of the marker-and-shard transaction), and a void or a
+re-pricing is an update of that marker. The usage table's stream carries each change with
+its old and new image, and what a change counts is what its new image counts less what its
+old one did (``counted``). The aggregator adds that to the label totals, exactly once:
+
+- A stream batch's ledger changes are cut into chunks in record order (``chunks``: as many
+  label-days as one transaction holds with their listings and scope totals). A chunk is one
+  TransactWriteItems: its label totals SET to what they held plus the chunk's changes (each
+  conditional on the progress read, as every fold's write is), its scope totals' ADDs and
+  listings, and a checkpoint item keyed by the ``eventID`` of its first record (unique in
+  the stream) that names its last.
+- A chunk delivered again cancels on its checkpoint, and only its records after the one the
+  checkpoint names are applied (a later delivery may reach further).
+- A run stops at the first chunk it could not write and names that chunk's first record to
+  the event source mapping (``ReportBatchItemFailures``): the batch comes again from there,
+  is cut the same way, and nothing after it was written. The mapping must not bisect.
+
+A Lambda stream event names no stream shard, so a watermark per shard cannot be kept on a
+total; docs/metering.md ("The ledger") has the argument and what it costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, NamedTuple
+
+from ..errors import service_unavailable
+from ..observability import logger
+from ..store import daily_totals, dynamo, keys, tables, usage
+from ..store.dynamo import transact
+from ..timeutil import utc_now
+from . import aggregation
+from .aggregation import SUM_FIELDS, LabelDay, RunReport
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+
+# What a chunk's label-day may add to its transaction: its label total, its listing item,
+# its index entry and its scope total's update; with the checkpoint, within 100 actions.
+LABEL_DAYS_PER_CHUNK = 24
+CHECKPOINT_DAYS = 2  # a checkpoint outlives the stream's 24 h and a repair of what it gave up
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_input_tokens")
+
+
+def counted(image: dict | None) -> dict[str, int]:
+    """What a ledger marker counts toward its label totals (nothing for none): its cost,
+    tokens and one request, or once voided none of them and one void; one correction once
+    re-priced. The same sums a shard holds of the same record."""
+    sums = dict.fromkeys(SUM_FIELDS, 0)
+    if not image:
+        return sums
+    sums[usage.CORRECTIONS] = int("repriced_at_epoch" in image)
+    if "voided_at_epoch" in image:
+        sums[usage.VOIDS] = 1
+        return sums
+    for name in ("cost_usd_micros", *TOKEN_FIELDS, usage.SETTLED):
+        sums[name] = int(image.get(name, 0))
+    sums["requests"] = 1
+    return sums
+
+
+class Change(NamedTuple):
+    """One stream record of a ledger marker: what it adds to each of its label-days."""
+
+    position: int  # in the batch
+    event_id: str
+    label_days: tuple[LabelDay, ...]  # one a scope it was counted in
+    delta: dict[str, int]
+    created_epoch: int
+
+
+def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
+    """The ledger markers' inserts and updates of a stream batch, in order (a TTL's
+    removal takes nothing back; any other record is the shard fold's)."""
+    found = []
+    for position, record in enumerate(records):
+        new = record.dynamodb.new_image if record.dynamodb else None
+        if (
+            not record.event_name
+            or record.event_name.name not in ("INSERT", "MODIFY")
+            or not (new or {}).get(usage.LEDGER)
+        ):
+            continue
+        before, after = counted(record.dynamodb.old_image), counted(new)
+        day = keys.day_key(new["org_day"])
+        found.append(
+            Change(
+                position,
+                record.event_id,
+                tuple((keys.usage_key(scope, new["model_label"]), day) for scope in new["scopes"]),
+                {name: after[name] - before[name] for name in SUM_FIELDS},
+                int(record.dynamodb.approximate_creation_date_time or new["accepted_at_epoch"]),
+            )
+        )
+    return found
+
+
+def chunks(found: list[Change]) -> list[list[Change]]:
+    """``found`` cut greedily in order, each chunk within ``LABEL_DAYS_PER_CHUNK`` label-days:
+    the same records are always cut the same way from the same first one."""
+    cut: list[list[Change]] = []
+    label_days: set[LabelDay] = set()
+    for change in found:
+        if not cut or len(label_days | set(change.label_days)) > LABEL_DAYS_PER_CHUNK:
+            cut.append([])
+            label_days = set()
+        cut[-1].append(change)
+        label_days |= set(change.label_days)
+    return cut
+
+
+class Folded(NamedTuple):
+    report: RunReport
+    failed_at: int | None  # the position of the first record of the chunk that could not be written
+    spans: list[tuple[int, int]]  # the first and last position of each chunk
+
+
+def fold(records: Sequence[DynamoDBRecord], now: datetime | None = None) -> Folded:
+    """Fold a stream batch's ledger changes, chunk by chunk, stopping at the first that fails."""
+    now = now or utc_now()
+    cut = chunks(changes(records))
+    report = RunReport(days=sorted({keys.day_of_key(d) for chunk in cut for c in chunk for _, d in c.label_days}))
+    spans = [(chunk[0].position, chunk[-1].position) for chunk in cut]
+    if not cut:
+        return Folded(report, None, spans)
+    configs, _ = aggregation.configs_of(scopes_of(change for chunk in cut for change in chunk))
+    for chunk in cut:
+        try:
+            report.merge(_fold_chunk(chunk, configs, now))
+        except Exception:  # noqa: BLE001 - named to the mapping, which delivers the batch again from it
+            logger.exception("ledger fold failed", extra={"event_id": chunk[0].event_id})
+            return Folded(report, chunk[0].position, spans)
+    return Folded(report, None, spans)
+
+
+def _fold_chunk(chunk: list[Change], configs: dict, now: datetime) -> RunReport:
+    """Write one chunk (``_chunk_actions`` and its checkpoint) until it lands or is found
+    written; a chunk found written in part writes the rest as a chunk of its own."""
+    report = RunReport(days=[])
+    pending = chunk
+    for attempt in range(aggregation.FOLD_ATTEMPTS):
+        if attempt:
+            dynamo._backoff(attempt)
+        scope_days, snapshot, moves = _moves(pending, configs, now, fresh=attempt > 0)
+        actions = [action for scope_day in scope_days for action in _scope_day_actions(scope_day, moves, now)]
+        reasons = transact([*actions, _checkpoint(pending, now)])
+        if reasons is None:
+            for scope_day in scope_days:
+                folded = moves[(scope_day.scope, scope_day.date_key)]
+                scope_cost = int(
+                    snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {}).get(
+                        "cost_usd_micros", 0
+                    )
+                ) + sum(m.difference["cost_usd_micros"] for m in folded if scope_day.in_scope_total(m.label))
+                moved = RunReport(
+                    days=[keys.day_of_key(scope_day.date_key)],
+                    totals_written=len(folded),
+                    lag_seconds=int(now.timestamp()) - min(change.created_epoch for change in pending),
+                )
+                aggregation.report_moved(moved, scope_day, snapshot, folded, scope_cost)
+                report.merge(moved)
+            return report
+        if reasons[-1].get("Code") == "ConditionalCheckFailed":  # written before: only what is after it is new
+            written_until = reasons[-1].get("Item", {}).get("last_event")
+            after = [n for n, change in enumerate(pending) if change.event_id == written_until]
+            pending = pending[after[0] + 1 :] if after else []
+            if not pending:
+                return report
+    raise service_unavailable()
+
+
+def _moves(
+    pending: list[Change], configs: dict, now: datetime, fresh: bool
+) -> tuple[list[aggregation.ScopeDay], aggregation.Snapshot, dict[tuple[str, str], list[aggregation.Move]]]:
+    """The scope-days of ``pending``, what was read of them, and each one's label moves:
+    the stored totals plus the changes."""
+    deltas: dict[LabelDay, dict[str, int]] = {}
+    created: dict[LabelDay, int] = {}
+    for change in pending:
+        for label_day in change.label_days:
+            sums = deltas.setdefault(label_day, dict.fromkeys(SUM_FIELDS, 0))
+            for name, value in change.delta.items():
+                sums[name] += value
+            created[label_day] = max(created.get(label_day, 0), change.created_epoch)
+    by_scope_day: dict[tuple[str, str], list[LabelDay]] = {}
+    for usage_key, date_key in deltas:
+        by_scope_day.setdefault((keys.split_usage_key(usage_key)[0], date_key), []).append((usage_key, date_key))
+    scope_days = [
+        aggregation.ScopeDay(scope, date_key, label_days, configs.get(scope))
+        for (scope, date_key), label_days in sorted(by_scope_day.items())
+    ]
+    snapshot = aggregation.read_for_fold({}, scope_days, consistent=True, fresh_totals=fresh)
+    moves = {
+        (scope_day.scope, scope_day.date_key): [
+            aggregation.label_move(
+                scope_day,
+                label_day,
+                stored := snapshot.totals.get(label_day) or {},
+                {name: int(stored.get(name, 0)) + deltas[label_day][name] for name in SUM_FIELDS},
+                created[label_day],
+                now,
+            )
+            for label_day in scope_day.label_days
+        ]
+        for scope_day in scope_days
+    }
+    return scope_days, snapshot, moves
+
+
+def _scope_day_actions(scope_day: aggregation.ScopeDay, moves: dict, now: datetime) -> list[dict]:
+    """One scope-day's writes: its label totals (those the scope total leaves apart alone,
+    the others with the scope total's ADD and their listings), and the index entry of each
+    label-day folded for the first time (``usage.ledger_day_listed``)."""
+    folded = moves[(scope_day.scope, scope_day.date_key)]
+    alone = [daily_totals.label_total_action(m.fold) for m in folded if not scope_day.in_scope_total(m.label)]
+    together = [m for m in folded if scope_day.in_scope_total(m.label)]
+    actions = [*alone]
+    if together:
+        actions += aggregation.scope_fold_actions(scope_day, together, now)
+    day = keys.day_of_key(scope_day.date_key)
+    actions += [
+        usage.ledger_day_listed(scope_day.scope, m.label, day, int(now.timestamp()), aggregation.usage_expires_at(day))
+        for m in folded
+        if m.fold.read_progress is None
+    ]
+    return actions
+
+
+def _checkpoint(pending: list[Change], now: datetime) -> dict:
+    """The Put that makes a chunk's write happen once: keyed by its first record, naming its last."""
+    return {
+        "Put": {
+            "TableName": tables.DAILY_TOTAL.physical_name,
+            "Item": {
+                **keys.ledger_checkpoint_key(pending[0].event_id),
+                "last_event": pending[-1].event_id,
+                tables.TTL_ATTRIBUTE: int(now.timestamp()) + CHECKPOINT_DAYS * 86400,
+            },
+            "ConditionExpression": "attribute_not_exists(usage_key)",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
+
+
+def fold_batch(records: Sequence[DynamoDBRecord], now: datetime | None = None) -> tuple[RunReport, str | None]:
+    """A usage stream batch: the shard fold of its shard writes and the ledger's of its
+    markers, and the sequence number the mapping must deliver it again from, if any: the
+    earlier of the two failures, moved back to the start of a ledger chunk it falls inside,
+    so every delivery cuts the ledger's chunks where the first did."""
+    records = list(records)
+    report = aggregation.fold_stream(records, now)
+    shard_failed = aggregation.first_unfolded(records, report.failed)
+    ledger = fold(records, now)
+    report.merge(ledger.report)
+    positions = {record.dynamodb.sequence_number: n for n, record in enumerate(records)}
+    candidates = [] if ledger.failed_at is None else [ledger.failed_at]
+    if shard_failed is not None:
+        at = positions[shard_failed]
+        candidates.append(next((first for first, last in ledger.spans if first < at <= last), at))
+    return report, records[min(candidates)].dynamodb.sequence_number if candidates else None
+
+
+def scopes_of(found: Iterable[Change]) -> set[str]:
+    return {keys.split_usage_key(usage_key)[0] for change in found for usage_key, _ in change.label_days}

@@ -1,0 +1,274 @@
+"""The ledger (``metering.ledger_from``): a record is its dedup marker alone, and the
+aggregator folds the usage stream's images of the markers into the totals exactly once,
+however the event source mapping delivers a batch again."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from local.gateway import LambdaContext, load_handler
+from price_keeper.config import config_path, get_config, read_raw
+from price_keeper.domain import aggregation, ledger, metering, orgs, voids
+from price_keeper.domain.models import UsageRequest
+from price_keeper.store import keys, tables, usage
+from price_keeper.store.dynamo import table
+from price_keeper.timeutil import org_day
+from tests.iam_check import only_granted
+from tests.usage_support import new_tenant, usage_body
+
+LABELS = ("premium", "standard", "economy")
+
+
+@pytest.fixture
+def ledger_days(aws, monkeypatch, tmp_path):
+    """config.yaml with every org day counted by the ledger."""
+    raw = read_raw(config_path())
+    raw["metering"]["ledger_from"] = "20200101"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    monkeypatch.setenv("PRICE_KEEPER_CONFIG", str(path))
+    get_config.cache_clear()
+    assert get_config().metering.counts_by_ledger(org_day("America/New_York"))
+    yield
+    monkeypatch.delenv("PRICE_KEEPER_CONFIG", raising=False)
+    get_config.cache_clear()
+
+
+@pytest.fixture
+def stream(ledger_days):
+    """The usage stream's records written since the last call, as Lambda delivers them."""
+    from local.streams import StreamReader
+
+    reader = StreamReader(tables.USAGE_AGG_SHARDED)
+    return reader.read
+
+
+def deliver(records: list[dict]) -> dict:
+    """The aggregator, as the event source mapping invokes it, within its role."""
+    with only_granted("aggregator"):
+        return load_handler("aggregator")({"Records": records}, LambdaContext("aggregator"))
+
+
+def submit(tenant, label: str = "premium", request_id: str | None = None, **fields) -> dict:
+    config = orgs.effective_config(tenant.org_id, tenant.app_id)
+    body = usage_body(request_id=request_id, model_label=label, **fields)
+    body["bedrock_model_id"] = get_config().labels[label].id
+    return metering.submit(config.org_id, config.app_id, UsageRequest.model_validate(body))
+
+
+def label_total(scope: str, label: str) -> dict:
+    day = keys.day_key(org_day("America/New_York"))
+    key = {"usage_key": keys.usage_key(scope, label), "date_key": day}
+    return table(tables.DAILY_TOTAL).get_item(Key=key).get("Item") or {}
+
+
+def totals_of(scope: str) -> dict[str, tuple[int, int]]:
+    return {
+        label: (int(found.get("cost_usd_micros", 0)), int(found.get("requests", 0)))
+        for label in LABELS
+        if (found := label_total(scope, label))
+    }
+
+
+def expected(receipts: list[dict]) -> dict[str, tuple[int, int]]:
+    sums: dict[str, list[int]] = {}
+    for receipt in receipts:
+        label = receipt["daily_total"]["label"]
+        sums.setdefault(label, [0, 0])
+        sums[label][0] += receipt["processing"]["cost_usd_micros"]
+        sums[label][1] += 1
+    return {label: tuple(value) for label, value in sums.items()}
+
+
+def test_a_ledger_record_is_its_marker_alone_in_one_put(ledger_days, dynamodb_calls):
+    tenant = new_tenant(first_shard_count=1)
+    dynamodb_calls.clear()
+    with only_granted("usage"):
+        first = submit(tenant)
+    writes = [(op, params.get("TableName")) for op, params in dynamodb_calls if op in ("PutItem", "TransactWriteItems")]
+    assert writes == [("PutItem", tables.USAGE_AGG_SHARDED.physical_name)]  # 1 write unit, not the transaction's 4
+    marker = usage.read_marker(keys.dedup_key(tenant.org_id, tenant.app_id, first["request_id"]))
+    assert marker[usage.LEDGER] == 1 and marker["cost_usd_micros"] == first["processing"]["cost_usd_micros"]
+    assert (
+        usage.read_shards(keys.shard_item_keys(tenant.scope, "premium", keys.day_key(marker["org_day"]), 1), []) == []
+    )
+    again = submit(tenant, request_id=first["request_id"])
+    assert again["duplicate"] is True
+    assert again["processing"]["cost_usd_micros"] == first["processing"]["cost_usd_micros"]
+
+
+def test_the_stream_folds_ledger_records_into_their_totals_once_however_often_delivered(stream):
+    tenant = new_tenant(first_shard_count=1)
+    receipts = [submit(tenant, label) for label in ("premium", "premium", "standard")]
+    batch = stream()
+    assert deliver(batch)["totals_written"] == 2
+    assert totals_of(tenant.scope) == expected(receipts)
+    assert deliver(batch)["totals_written"] == 0  # delivered again: every chunk was written
+    assert totals_of(tenant.scope) == expected(receipts)
+    assert usage.org_has_spend(tenant.org_id, org_day("America/New_York"))  # its label-days are indexed
+
+
+def test_an_org_scoped_record_of_a_capped_app_counts_in_the_org_and_in_its_app(stream):
+    tenant = new_tenant(first_shard_count=1, quota_scope="ORG", app_overrides={"app_daily_cap_usd_micros": 10**9})
+    receipt = submit(tenant)
+    deliver(stream())
+    app_scope = orgs.effective_config(tenant.org_id, tenant.app_id).app_counter
+    assert totals_of(tenant.scope) == totals_of(app_scope) == expected([receipt])
+
+
+def test_a_batch_delivered_again_from_the_chunk_that_failed_counts_every_record_once(stream, monkeypatch):
+    """Enough label-days for three chunks; the second fails: the run names its first record,
+    the mapping delivers the batch again from there, and then the whole batch once more."""
+    tenants = [new_tenant(first_shard_count=1) for _ in range(20)]
+    receipts = {t.scope: [submit(t, label) for label in LABELS] for t in tenants}  # 60 label-days
+    batch = stream()
+    cut = ledger.chunks(ledger.changes(_records(batch)))
+    assert len(cut) == 3
+    second = cut[1][0].event_id
+    real = ledger.transact
+
+    def second_chunk_fails(actions):
+        if actions[-1]["Put"]["Item"]["usage_key"] == keys.ledger_checkpoint_key(second)["usage_key"]:
+            return [{"Code": "TransactionConflict"}] * len(actions)
+        return real(actions)
+
+    monkeypatch.setattr(ledger, "transact", second_chunk_fails)
+    monkeypatch.setattr(aggregation, "FOLD_ATTEMPTS", 2)
+    reply = deliver(batch)
+    (failure,) = reply["batchItemFailures"]
+    resume = next(
+        n for n, record in enumerate(batch) if record["dynamodb"]["SequenceNumber"] == failure["itemIdentifier"]
+    )
+    assert batch[resume]["eventID"] == second
+    monkeypatch.setattr(ledger, "transact", real)
+    assert "batchItemFailures" not in deliver(batch[resume:])
+    deliver(batch)
+    for scope, mine in receipts.items():
+        assert totals_of(scope) == expected(mine)
+
+
+def test_a_chunk_delivered_again_further_counts_only_its_new_records(stream):
+    tenant = new_tenant(first_shard_count=1)
+    receipts = [submit(tenant) for _ in range(3)]
+    batch = stream()
+    deliver(batch[:2])
+    assert totals_of(tenant.scope) == expected(receipts[:2])
+    deliver(batch)  # the same first record, one more: a chunk of its own after the one written
+    assert totals_of(tenant.scope) == expected(receipts)
+    deliver(batch)
+    assert totals_of(tenant.scope) == expected(receipts)
+
+
+def test_a_void_folds_back_what_the_record_counted_and_a_ttl_removal_nothing(stream):
+    tenant = new_tenant(first_shard_count=1)
+    kept, voided = submit(tenant), submit(tenant)
+    deliver(stream())
+    result = voids.void(
+        tenant.org_id, voids.VoidRequest(app_id=tenant.app_id, request_ids=[voided["request_id"]], reason="test")
+    )
+    assert result["voided"] == 1
+    deliver(stream())
+    total = label_total(tenant.scope, "premium")
+    assert (int(total["cost_usd_micros"]), int(total["requests"]), int(total[usage.VOIDS])) == (
+        kept["processing"]["cost_usd_micros"],
+        1,
+        1,
+    )
+    table(tables.USAGE_AGG_SHARDED).delete_item(  # as the TTL ends a marker
+        Key={
+            "shard_key": keys.dedup_key(tenant.org_id, tenant.app_id, kept["request_id"]),
+            "date_key": keys.DEDUP_SORT_KEY,
+        }
+    )
+    deliver(stream())
+    assert int(label_total(tenant.scope, "premium")["cost_usd_micros"]) == kept["processing"]["cost_usd_micros"]
+
+
+def test_a_given_up_batch_is_repaired_from_the_stream_through_the_same_chunks(stream, monkeypatch):
+    """The mapping gave up on a batch after some of its chunks were written: the repair
+    reads it again and writes only what is missing."""
+    from local.streams import RepairQueue, StreamReader
+
+    tenants = [new_tenant(first_shard_count=1) for _ in range(10)]
+    receipts = {t.scope: [submit(t, label) for label in LABELS] for t in tenants}  # 30 label-days: two chunks
+    reader = StreamReader(tables.USAGE_AGG_SHARDED)
+    batch = reader.read()
+    first, second = ledger.chunks(ledger.changes(_records(batch)))
+    real = ledger.transact
+
+    def second_fails(actions):
+        if actions[-1]["Put"]["Item"]["usage_key"] == keys.ledger_checkpoint_key(second[0].event_id)["usage_key"]:
+            return [{"Code": "TransactionConflict"}] * len(actions)
+        return real(actions)
+
+    monkeypatch.setattr(ledger, "transact", second_fails)
+    monkeypatch.setattr(aggregation, "FOLD_ATTEMPTS", 1)
+    assert deliver(batch)["batchItemFailures"]
+    monkeypatch.setattr(ledger, "transact", real)
+    queue = RepairQueue()
+    queue.send_failure(reader, batch)  # the whole batch, as the mapping names what it gave up
+    (message,) = queue.sqs.receive_message(QueueUrl=queue.url)["Messages"]
+    event = {"Records": [{"eventSource": "aws:sqs", "messageId": message["MessageId"], "body": message["Body"]}]}
+    with only_granted("aggregator"):
+        assert "batchItemFailures" not in load_handler("aggregator")(event, LambdaContext("aggregator"))
+    for scope, mine in receipts.items():
+        assert totals_of(scope) == expected(mine)
+
+
+def _records(batch: list[dict]):
+    from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
+
+    return list(DynamoDBStreamEvent({"Records": batch}).records)
+
+
+def test_a_marker_of_a_day_before_the_ledger_is_the_shard_folds(aws):
+    """Without ``ledger_from`` nothing changes: a record is the marker-and-shard transaction."""
+    tenant = new_tenant(first_shard_count=1)
+    receipt = submit(tenant)
+    marker = usage.read_marker(keys.dedup_key(tenant.org_id, tenant.app_id, receipt["request_id"]))
+    assert usage.LEDGER not in marker
+    assert ledger.counted(None) == ledger.counted({}) == dict.fromkeys(aggregation.SUM_FIELDS, 0)
+    assert str(uuid.UUID(receipt["request_id"])) == receipt["request_id"]
+
+
+def test_a_fold_that_read_before_another_batch_wrote_its_label_reads_again(stream, monkeypatch):
+    """Two batches fold one label at once (two stream shards): the one whose read went stale
+    loses its transaction on the label total's progress, reads again and adds its records."""
+    tenant = new_tenant(first_shard_count=1)
+    first_receipts = [submit(tenant) for _ in range(2)]
+    first_batch = stream()
+    later_receipts = [submit(tenant) for _ in range(3)]
+    later_batch = stream()
+    real, calls = ledger.transact, []
+
+    def another_batch_writes_first(actions):
+        calls.append(len(actions))
+        if len(calls) == 1:  # this fold has read the label's total: the other one lands now
+            monkeypatch.setattr(ledger, "transact", real)
+            ledger.fold(_records(later_batch))
+            monkeypatch.setattr(ledger, "transact", another_batch_writes_first)
+        return real(actions)
+
+    monkeypatch.setattr(ledger, "transact", another_batch_writes_first)
+    assert ledger.fold(_records(first_batch)).failed_at is None
+    assert len(calls) == 2  # the stale write, and the one after reading again
+    assert totals_of(tenant.scope) == expected(first_receipts + later_receipts)
+
+
+def test_a_shard_fold_failing_inside_a_ledger_chunk_resumes_the_batch_at_that_chunk(stream, monkeypatch):
+    """A batch of both kinds (the days around ``ledger_from``): a scope-day of the shard fold
+    fails at a record that falls between a written chunk's first and last records. The batch
+    must come again from that chunk's first record, so the chunks are cut as before."""
+    tenant = new_tenant(first_shard_count=1)
+    receipts = [submit(tenant) for _ in range(2)]
+    batch = stream()
+    records = _records(batch)
+    with monkeypatch.context() as patched:
+        patched.setattr(aggregation, "first_unfolded", lambda *_: records[1].dynamodb.sequence_number)
+        _, resume = ledger.fold_batch(records)
+    assert resume == records[0].dynamodb.sequence_number  # not records[1]'s, inside the chunk
+    ledger.fold(records[0:])  # delivered again from there: the chunk was written
+    assert totals_of(tenant.scope) == expected(receipts)
