@@ -13,7 +13,7 @@ from local.gateway import LambdaContext, load_handler
 from price_keeper.config import config_path, get_config, read_raw
 from price_keeper.domain import aggregation, ledger, metering, orgs, voids
 from price_keeper.domain.models import UsageRequest
-from price_keeper.store import keys, tables, usage
+from price_keeper.store import daily_totals, keys, tables, usage
 from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_day
 from tests.iam_check import only_granted
@@ -128,14 +128,14 @@ def test_a_batch_delivered_again_from_the_chunk_that_failed_counts_every_record_
     cut = ledger.chunks(ledger.changes(_records(batch)))
     assert len(cut) == 3
     second = cut[1][0].event_id
-    real = ledger.transact
+    real = daily_totals.transact
 
     def second_chunk_fails(actions):
         if actions[-1]["Put"]["Item"]["usage_key"] == keys.ledger_checkpoint_key(second)["usage_key"]:
             return [{"Code": "TransactionConflict"}] * len(actions)
         return real(actions)
 
-    monkeypatch.setattr(ledger, "transact", second_chunk_fails)
+    monkeypatch.setattr(daily_totals, "transact", second_chunk_fails)
     monkeypatch.setattr(aggregation, "FOLD_ATTEMPTS", 2)
     reply = deliver(batch)
     (failure,) = reply["batchItemFailures"]
@@ -143,7 +143,7 @@ def test_a_batch_delivered_again_from_the_chunk_that_failed_counts_every_record_
         n for n, record in enumerate(batch) if record["dynamodb"]["SequenceNumber"] == failure["itemIdentifier"]
     )
     assert batch[resume]["eventID"] == second
-    monkeypatch.setattr(ledger, "transact", real)
+    monkeypatch.setattr(daily_totals, "transact", real)
     assert "batchItemFailures" not in deliver(batch[resume:])
     deliver(batch)
     for scope, mine in receipts.items():
@@ -197,17 +197,17 @@ def test_a_given_up_batch_is_repaired_from_the_stream_through_the_same_chunks(st
     reader = StreamReader(tables.USAGE_AGG_SHARDED)
     batch = reader.read()
     first, second = ledger.chunks(ledger.changes(_records(batch)))
-    real = ledger.transact
+    real = daily_totals.transact
 
     def second_fails(actions):
         if actions[-1]["Put"]["Item"]["usage_key"] == keys.ledger_checkpoint_key(second[0].event_id)["usage_key"]:
             return [{"Code": "TransactionConflict"}] * len(actions)
         return real(actions)
 
-    monkeypatch.setattr(ledger, "transact", second_fails)
+    monkeypatch.setattr(daily_totals, "transact", second_fails)
     monkeypatch.setattr(aggregation, "FOLD_ATTEMPTS", 1)
     assert deliver(batch)["batchItemFailures"]
-    monkeypatch.setattr(ledger, "transact", real)
+    monkeypatch.setattr(daily_totals, "transact", real)
     queue = RepairQueue()
     queue.send_failure(reader, batch)  # the whole batch, as the mapping names what it gave up
     (message,) = queue.sqs.receive_message(QueueUrl=queue.url)["Messages"]
@@ -242,17 +242,17 @@ def test_a_fold_that_read_before_another_batch_wrote_its_label_reads_again(strea
     first_batch = stream()
     later_receipts = [submit(tenant) for _ in range(3)]
     later_batch = stream()
-    real, calls = ledger.transact, []
+    real, calls = daily_totals.transact, []
 
     def another_batch_writes_first(actions):
         calls.append(len(actions))
         if len(calls) == 1:  # this fold has read the label's total: the other one lands now
-            monkeypatch.setattr(ledger, "transact", real)
+            monkeypatch.setattr(daily_totals, "transact", real)
             ledger.fold(_records(later_batch))
-            monkeypatch.setattr(ledger, "transact", another_batch_writes_first)
+            monkeypatch.setattr(daily_totals, "transact", another_batch_writes_first)
         return real(actions)
 
-    monkeypatch.setattr(ledger, "transact", another_batch_writes_first)
+    monkeypatch.setattr(daily_totals, "transact", another_batch_writes_first)
     assert ledger.fold(_records(first_batch)).failed_at is None
     assert len(calls) == 2  # the stale write, and the one after reading again
     assert totals_of(tenant.scope) == expected(first_receipts + later_receipts)

@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import service_unavailable
 from ..observability import logger
-from ..store import daily_totals, dynamo, keys, tables, usage
-from ..store.dynamo import transact
+from ..store import daily_totals, dynamo, keys, usage
 from ..timeutil import utc_now
 from . import aggregation
 from .aggregation import SUM_FIELDS, LabelDay, RunReport
@@ -147,26 +146,14 @@ def _fold_chunk(chunk: list[Change], configs: dict, now: datetime) -> RunReport:
             dynamo._backoff(attempt)
         scope_days, snapshot, moves = _moves(pending, configs, now, fresh=attempt > 0)
         actions = [action for scope_day in scope_days for action in _scope_day_actions(scope_day, moves, now)]
-        reasons = transact([*actions, _checkpoint(pending, now)])
-        if reasons is None:
+        expires_at = int(now.timestamp()) + CHECKPOINT_DAYS * 86400
+        written = daily_totals.write_checkpointed(actions, pending[0].event_id, pending[-1].event_id, expires_at)
+        if written.done:
             for scope_day in scope_days:
-                folded = moves[(scope_day.scope, scope_day.date_key)]
-                scope_cost = int(
-                    snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {}).get(
-                        "cost_usd_micros", 0
-                    )
-                ) + sum(m.difference["cost_usd_micros"] for m in folded if scope_day.in_scope_total(m.label))
-                moved = RunReport(
-                    days=[keys.day_of_key(scope_day.date_key)],
-                    totals_written=len(folded),
-                    lag_seconds=int(now.timestamp()) - min(change.created_epoch for change in pending),
-                )
-                aggregation.report_moved(moved, scope_day, snapshot, folded, scope_cost)
-                report.merge(moved)
+                report.merge(_moved(scope_day, snapshot, moves, pending, now))
             return report
-        if reasons[-1].get("Code") == "ConditionalCheckFailed":  # written before: only what is after it is new
-            written_until = reasons[-1].get("Item", {}).get("last_event")
-            after = [n for n, change in enumerate(pending) if change.event_id == written_until]
+        if written.until is not None:  # written before: only what is after it is new
+            after = [n for n, change in enumerate(pending) if change.event_id == written.until]
             pending = pending[after[0] + 1 :] if after else []
             if not pending:
                 return report
@@ -230,20 +217,20 @@ def _scope_day_actions(scope_day: aggregation.ScopeDay, moves: dict, now: dateti
     return actions
 
 
-def _checkpoint(pending: list[Change], now: datetime) -> dict:
-    """The Put that makes a chunk's write happen once: keyed by its first record, naming its last."""
-    return {
-        "Put": {
-            "TableName": tables.DAILY_TOTAL.physical_name,
-            "Item": {
-                **keys.ledger_checkpoint_key(pending[0].event_id),
-                "last_event": pending[-1].event_id,
-                tables.TTL_ATTRIBUTE: int(now.timestamp()) + CHECKPOINT_DAYS * 86400,
-            },
-            "ConditionExpression": "attribute_not_exists(usage_key)",
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-    }
+def _moved(scope_day: aggregation.ScopeDay, snapshot, moves: dict, pending: list[Change], now: datetime) -> RunReport:
+    """What a written chunk moved of ``scope_day``, for its alerts and metrics."""
+    folded = moves[(scope_day.scope, scope_day.date_key)]
+    stored = snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {})
+    scope_cost = int(stored.get("cost_usd_micros", 0)) + sum(
+        move.difference["cost_usd_micros"] for move in folded if scope_day.in_scope_total(move.label)
+    )
+    moved = RunReport(
+        days=[keys.day_of_key(scope_day.date_key)],
+        totals_written=len(folded),
+        lag_seconds=int(now.timestamp()) - min(change.created_epoch for change in pending),
+    )
+    aggregation.report_moved(moved, scope_day, snapshot, folded, scope_cost)
+    return moved
 
 
 def fold_batch(records: Sequence[DynamoDBRecord], now: datetime | None = None) -> tuple[RunReport, str | None]:

@@ -173,6 +173,35 @@ def fold_scope_actions(
     ]
 
 
+class Written(NamedTuple):
+    done: bool  # the actions and the checkpoint landed
+    until: str | None  # else, a checkpoint found under that key: the last record it names
+
+
+def write_checkpointed(actions: list[dict], first_event: str, last_event: str, expires_at: int) -> Written:
+    """``actions`` and a checkpoint keyed by ``first_event`` naming ``last_event``, in one
+    TransactWriteItems, only if no checkpoint is under that key (``domain.ledger``): what
+    it names when one is; neither when a condition of ``actions`` failed or the
+    transaction conflicted (read again and write again)."""
+    checkpoint = {
+        "Put": {
+            "TableName": tables.DAILY_TOTAL.physical_name,
+            "Item": {
+                **keys.ledger_checkpoint_key(first_event),
+                "last_event": last_event,
+                tables.TTL_ATTRIBUTE: expires_at,
+            },
+            "ConditionExpression": "attribute_not_exists(usage_key)",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
+    reasons = transact([*actions, checkpoint])
+    if reasons is None:
+        return Written(True, None)
+    found = reasons[-1].get("Item", {}) if reasons[-1].get("Code") == "ConditionalCheckFailed" else {}
+    return Written(False, found.get("last_event"))
+
+
 def label_total_action(move: LabelFold) -> dict:
     """A label total's move (``set_label_total``) as a TransactWriteItems action."""
     return {"Update": _label_update(tables.DAILY_TOTAL.physical_name, move)}
