@@ -17,6 +17,8 @@ from price_keeper.store import daily_totals, keys, tables, usage
 from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_day
 from tests.iam_check import only_granted
+from tests.test_alerts import bus  # noqa: F401 - the fixture: the service bus delivering to a queue
+from tests.test_profiles import bedrock  # noqa: F401 - the fixture: Bedrock's stand-in
 from tests.usage_support import new_tenant, usage_body
 
 LABELS = ("premium", "standard", "economy")
@@ -208,6 +210,7 @@ def test_a_given_up_batch_is_repaired_from_the_stream_through_the_same_chunks(st
     monkeypatch.setattr(aggregation, "FOLD_ATTEMPTS", 1)
     assert deliver(batch)["batchItemFailures"]
     monkeypatch.setattr(daily_totals, "transact", real)
+    monkeypatch.setenv("REPAIR_QUEUE_URL", "")  # RepairQueue sets it, as the local stack does: undone after the test
     queue = RepairQueue()
     queue.send_failure(reader, batch)  # the whole batch, as the mapping names what it gave up
     (message,) = queue.sqs.receive_message(QueueUrl=queue.url)["Messages"]
@@ -272,3 +275,45 @@ def test_a_shard_fold_failing_inside_a_ledger_chunk_resumes_the_batch_at_that_ch
     assert resume == records[0].dynamodb.sequence_number  # not records[1]'s, inside the chunk
     ledger.fold(records[0:])  # delivered again from there: the chunk was written
     assert totals_of(tenant.scope) == expected(receipts)
+
+
+def test_a_batchs_ledger_records_are_a_put_each_and_its_repeats_duplicates(stream, dynamodb_calls):
+    tenant = new_tenant(first_shard_count=1)
+    counted_before = submit(tenant)
+    deliver(stream())
+    config = orgs.effective_config(tenant.org_id, tenant.app_id)
+    bodies = [usage_body(model_label=label) for label in LABELS]
+    for body, label in zip(bodies, LABELS, strict=True):
+        body["bedrock_model_id"] = get_config().labels[label].id
+    dynamodb_calls.clear()
+    with only_granted("usage_batch"):
+        reply = metering.submit_batch(
+            config.org_id, config.app_id, [*bodies, usage_body(request_id=counted_before["request_id"])]
+        )
+    writes = [op for op, _ in dynamodb_calls if op in ("PutItem", "TransactWriteItems")]
+    assert writes == ["PutItem"] * 4  # the three records and the request id counted before
+    assert [result["duplicate"] for result in reply["results"]] == [False, False, False, True]
+    deliver(stream())
+    assert sum(requests for _, requests in totals_of(tenant.scope).values()) == 4
+
+
+def test_a_repriced_ledger_record_folds_its_correction(stream, api, bedrock, bus):  # noqa: F811
+    from price_keeper.domain import pricing
+    from price_keeper.timeutil import parse_day
+    from tests.test_pricing import put_price
+    from tests.test_profiles import register
+    from tests.test_unpriced_models import LLAMA, LLAMA_US, report
+
+    tenant = new_tenant(first_shard_count=1)
+    assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
+    reply = report(api, tenant, "llama", input_tokens=1000, output_tokens=1000).json()
+    deliver(stream())
+    estimated = label_total(tenant.scope, "llama")
+    assert int(estimated["cost_usd_micros"]) == reply["processing"]["cost_usd_micros"] > 1440
+    put_price(LLAMA, f"{parse_day(reply['daily_total']['org_day']).isoformat()}#us-east-1", 720_000, 720_000)
+    pricing._stored.clear()
+    with only_granted("pricing_fetcher"):
+        assert pricing.reprice_estimates([LLAMA]) == 1
+    deliver(stream())
+    total = label_total(tenant.scope, "llama")
+    assert (int(total["cost_usd_micros"]), int(total["requests"]), int(total[usage.CORRECTIONS])) == (1440, 1, 1)

@@ -78,12 +78,10 @@ def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
     found = []
     for position, record in enumerate(records):
         new = record.dynamodb.new_image if record.dynamodb else None
-        if (
-            not record.event_name
-            or record.event_name.name not in ("INSERT", "MODIFY")
-            or not (new or {}).get(usage.LEDGER)
-        ):
-            continue
+        marker = record.dynamodb.keys.get("date_key") == keys.DEDUP_SORT_KEY if record.dynamodb else False
+        inserted_or_updated = record.event_name is not None and record.event_name.name in ("INSERT", "MODIFY")
+        if not (marker and inserted_or_updated and (new or {}).get(usage.LEDGER)):
+            continue  # (a record's estimated item carries the flag too: only its marker counts)
         before, after = counted(record.dynamodb.old_image), counted(new)
         day = keys.day_key(new["org_day"])
         found.append(

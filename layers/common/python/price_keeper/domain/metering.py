@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
@@ -281,14 +282,41 @@ def record_group(submissions: list[Submission], now: datetime) -> list[Outcome |
     per shard, up to DynamoDB's 100 actions. A request id counted before is answered as
     ``record`` answers it and the others are written again; after a conflict the label-days
     are spread over more shards. A chunk that kept conflicting (or failed otherwise) answers
-    its records' error; the other chunks are written all the same."""
-    outcomes: dict[int, Outcome | ApiError] = {}
-    for chunk in _chunks(list(enumerate(submissions)), now):
+    its records' error; the other chunks are written all the same. Ledger records with
+    nothing beside their marker are a PutItem each (``_put_markers``)."""
+    outcomes: dict[int, Outcome | ApiError] = _put_markers(
+        [(index, submission) for index, submission in enumerate(submissions) if _a_marker_alone(submission)], now
+    )
+    for chunk in _chunks([(index, s) for index, s in enumerate(submissions) if index not in outcomes], now):
         try:
             outcomes.update(_write_chunk(chunk, now))
         except Exception as error:  # noqa: BLE001 - the other chunks' records are written all the same
             outcomes.update((index, as_api_error(error)) for index, _ in chunk if index not in outcomes)
     return [outcomes[index] for index in range(len(submissions))]
+
+
+MARKER_THREADS = 10  # a batch's ledger markers written at once (the store client's connections)
+
+
+def _a_marker_alone(submission: Submission) -> bool:
+    """A ledger record with nothing to write beside its marker (no estimated item)."""
+    return submission.ledger and _estimated(submission) is None
+
+
+def _put_markers(entries: list[tuple[int, Submission]], now: datetime) -> dict[int, Outcome | ApiError]:
+    """Ledger records written each on its own, one conditional PutItem (1 write unit, not a
+    transaction's 2 a marker), ``MARKER_THREADS`` at once: each record's outcome or error."""
+
+    def put(entry: tuple[int, Submission]) -> tuple[int, Outcome | ApiError]:
+        try:
+            return entry[0], _write_chunk([entry], now)[entry[0]]
+        except Exception as error:  # noqa: BLE001 - the batch's other records are written all the same
+            return entry[0], as_api_error(error)
+
+    if not entries:
+        return {}
+    with ThreadPoolExecutor(max_workers=MARKER_THREADS) as pool:
+        return dict(pool.map(put, entries))
 
 
 def _write_chunk(
