@@ -18,8 +18,8 @@ from __future__ import annotations
 import random
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
