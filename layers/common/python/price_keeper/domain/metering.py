@@ -3,7 +3,9 @@
 The write is one TransactWriteItems of a dedup marker and a shard update
 (``store.usage``): both land or neither does, so a record is never counted twice and
 never lost half-way, and a duplicate is answered with what the first acceptance counted.
-The write cost is the same on the first and the millionth request of a day.
+The write cost is the same on the first and the millionth request of a day. On org days
+from ``metering.ledger_from`` the marker alone is the record, one conditional PutItem,
+which the aggregator folds from the stream (``domain.ledger``).
 
 The day a record counts toward is the org-local day it *arrives* on, whatever its
 ``timestamp``: spend reported today counts against today's quota, so stamping records

@@ -9,6 +9,10 @@ the retry what the first acceptance counted.
 A batch's records share transactions (``group_items``): every record's marker, and one ADD
 per shard of the sums of the records counted in it. The same all-or-nothing argument, for
 a write unit pair per record (its marker) instead of two.
+
+A record of a ledger day (``LEDGER``) is its marker alone, with no shard ADD: one
+conditional PutItem when nothing is written beside it (``write_group``), and its void or
+re-pricing the marker's update alone (``domain.ledger`` folds the changes).
 """
 
 from __future__ import annotations
