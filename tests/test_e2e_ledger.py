@@ -1,0 +1,72 @@
+"""End to end over real HTTP against ``python -m local`` with every org day counted by the
+ledger (``metering.ledger_from``): reports, retries and a void reach today's aggregates
+through the stream's images, each record counted once."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import requests
+
+from price_keeper.config import config_path, read_raw
+from tests.local_server import local_server
+from tests.tenants import new_tenant
+from tests.usage_support import usage_body
+
+KEY = "e2e-ledger-provisioning-key"
+DEADLINE_SECONDS = 30
+
+pytestmark = pytest.mark.e2e
+
+
+def eventually(check, what: str):
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.2)
+    return found
+
+
+def test_reports_retries_and_a_void_reach_the_aggregates_once_each(tmp_path):
+    raw = read_raw(config_path())
+    raw["metering"]["ledger_from"] = "20200101"
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(raw))
+    with local_server(tmp_path, KEY, PRICE_KEEPER_CONFIG=str(config)) as url:
+        tenant = new_tenant(url, KEY, ["web"], model_ordering=["premium", "standard"])
+        app, headers = tenant.app_path("web"), tenant.bearer("web")
+        bodies = [usage_body(model_label=label) for label in ("premium", "premium", "standard")]
+        replies = [requests.post(f"{app}/usage", json=body, headers=headers, timeout=10) for body in bodies]
+        retried = requests.post(f"{app}/usage", json=bodies[0], headers=headers, timeout=10)
+        batch = requests.post(
+            f"{app}/usage/batch",
+            json={"requests": [bodies[1], usage_body(model_label="standard")]},
+            headers=headers,
+            timeout=10,
+        )
+        assert [reply.status_code for reply in replies] == [202, 202, 202] and retried.json()["duplicate"] is True
+        assert [result["duplicate"] for result in batch.json()["results"]] == [True, False]
+        cost = {"premium": 0, "standard": batch.json()["results"][1]["cost_usd_micros"]}
+        for body, reply in zip(bodies, replies, strict=True):
+            cost[body["model_label"]] += reply.json()["processing"]["cost_usd_micros"]
+
+        def today() -> dict:
+            reply = requests.get(f"{app}/aggregates/today", headers=headers, timeout=10)
+            assert reply.status_code == 200, reply.text
+            models = reply.json()["models"]
+            return {label: (models[label]["cost_usd_micros"], models[label]["requests"]) for label in cost}
+
+        wanted = {"premium": (cost["premium"], 2), "standard": (cost["standard"], 2)}
+        eventually(lambda: today() == wanted, f"all four: {wanted}")
+        voided = requests.post(
+            f"{tenant.org_path}/usage/void",
+            headers={"X-API-Key": KEY},
+            json={"app_id": "web", "request_ids": [bodies[2]["request_id"]], "reason": "reported in error"},
+            timeout=10,
+        )
+        assert voided.status_code == 200 and voided.json()["voided"] == 1, voided.text
+        left = cost["standard"] - replies[2].json()["processing"]["cost_usd_micros"]
+        eventually(lambda: today()["standard"] == (left, 1), "the void folded")
+        assert today()["premium"] == (cost["premium"], 2)
