@@ -125,3 +125,20 @@ def test_iterator_age_alarm(synth):
     assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == ("AWS/Lambda", "IteratorAge", "Maximum")
     assert referenced_ids(alarm["Dimensions"]) == {synth.function_ids()["aggregator"]}
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold" and 0 < alarm["Threshold"] <= 60_000
+
+
+def test_the_ledger_is_refused_without_the_usage_streams_images(tmp_path):
+    """``metering.ledger_from`` folds the markers' images: a stage whose usage stream has only
+    keys (``enableStreams`` off) cannot fold them, so the synth fails; with it, it builds."""
+    from price_keeper.config import config_path, read_raw
+    from .conftest import build
+
+    raw = read_raw(config_path())
+    raw["metering"]["ledger_from"] = "20270101"
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="enableStreams"):
+        build(tmp_path / "keys-only", configPath=str(config))
+    stack = build(tmp_path / "images", configPath=str(config), enableStreams="true")
+    stream = stack.tables.by_spec[USAGE_AGG_SHARDED].node.default_child.stream_specification
+    assert stream.stream_view_type == "NEW_AND_OLD_IMAGES"
