@@ -131,6 +131,7 @@ def test_the_ledger_is_refused_without_the_usage_streams_images(tmp_path):
     """``metering.ledger_from`` folds the markers' images: a stage whose usage stream has only
     keys (``enableStreams`` off) cannot fold them, so the synth fails; with it, it builds."""
     from price_keeper.config import config_path, read_raw
+
     from .conftest import build
 
     raw = read_raw(config_path())
