@@ -83,6 +83,8 @@ def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
         if not (marker and inserted_or_updated and (new or {}).get(usage.LEDGER)):
             continue  # (a record's estimated item carries the flag too: only its marker counts)
         before, after = counted(record.dynamodb.old_image), counted(new)
+        if before == after:
+            continue  # an update that changes nothing counted
         day = keys.day_key(new["org_day"])
         found.append(
             Change(
@@ -239,13 +241,13 @@ def fold_batch(records: Sequence[DynamoDBRecord], now: datetime | None = None) -
     records = list(records)
     report = aggregation.fold_stream(records, now)
     shard_failed = aggregation.first_unfolded(records, report.failed)
-    ledger = fold(records, now)
-    report.merge(ledger.report)
+    folded = fold(records, now)
+    report.merge(folded.report)
     positions = {record.dynamodb.sequence_number: n for n, record in enumerate(records)}
-    candidates = [] if ledger.failed_at is None else [ledger.failed_at]
+    candidates = [] if folded.failed_at is None else [folded.failed_at]
     if shard_failed is not None:
         at = positions[shard_failed]
-        candidates.append(next((first for first, last in ledger.spans if first < at <= last), at))
+        candidates.append(next((first for first, last in folded.spans if first < at <= last), at))
     return report, records[min(candidates)].dynamodb.sequence_number if candidates else None
 
 
