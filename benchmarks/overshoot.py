@@ -12,7 +12,7 @@ report the usage (the real ``metering.submit``, whose answer carries the label's
 
 - ``minute``: the sweep (``aggregation.run``) every 60 s; the burst starts PHASE s after one.
 - ``stream``: every ``BATCHING_WINDOW`` s the records the usage table's stream gained are
-  read (``local.streams.StreamReader``) and handed to ``aggregation.fold_stream``
+  read (``local.streams.StreamReader``) and handed to the aggregator's fold (``ledger.fold_batch``)
   ``DELIVERY`` s later (the event source mapping's polling and the invocation), so a write
   reaches DailyTotal 0.5-1.5 s after it is made. PHASE offsets the burst within the window.
 
@@ -29,7 +29,9 @@ Scenarios:
 
 Every call is a 3,760 micro-USD premium call (1,500 input + 800 output tokens).
 
-Run: ``.venv/bin/python benchmarks/overshoot.py [name part]`` (about 5 minutes on 2 cores for all).
+Run: ``.venv/bin/python benchmarks/overshoot.py [name part]`` (about 5 minutes on 2 cores for all);
+with ``PRICE_KEEPER_CONFIG`` naming a config.yaml that sets ``metering.ledger_from``, on
+ledger days (docs/metering.md, "The ledger").
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from local import moto_patches  # noqa: E402
 from local.streams import StreamReader, lambda_event  # noqa: E402
 from price_keeper import state  # noqa: E402
 from price_keeper.config import get_config  # noqa: E402
-from price_keeper.domain import aggregation, metering, selection  # noqa: E402
+from price_keeper.domain import aggregation, ledger, metering, selection  # noqa: E402
 from price_keeper.domain.models import UsageRequest  # noqa: E402
 from price_keeper.errors import ApiError  # noqa: E402
 from price_keeper.store import keys  # noqa: E402
@@ -201,7 +203,7 @@ def run(scenario: Scenario, strategy: str, phase: float) -> Result:
                 at(clock.seconds + BATCHING_WINDOW, "window")
             elif kind == "fold":
                 if payload:
-                    aggregation.fold_stream(DynamoDBStreamEvent(lambda_event(payload)).records, clock.now)
+                    ledger.fold_batch(DynamoDBStreamEvent(lambda_event(payload)).records, clock.now)
             elif kind == "call":  # the client picks a model, then calls it
                 try:
                     label = selectors[payload].current().label if scenario.cached else fetch(False)[0].label
