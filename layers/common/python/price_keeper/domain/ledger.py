@@ -141,10 +141,9 @@ def _fold_chunk(chunk: list[Change], configs: dict, now: datetime) -> RunReport:
     written; a chunk found written in part writes the rest as a chunk of its own."""
     report = RunReport(days=[])
     pending = chunk
-    for attempt in range(aggregation.FOLD_ATTEMPTS):
-        if attempt:
-            dynamo._backoff(attempt)
-        scope_days, snapshot, moves = _moves(pending, configs, now, fresh=attempt > 0)
+    attempt, fresh = 0, False
+    while True:
+        scope_days, snapshot, moves = _moves(pending, configs, now, fresh=fresh)
         actions = [action for scope_day in scope_days for action in _scope_day_actions(scope_day, moves, now)]
         expires_at = int(now.timestamp()) + CHECKPOINT_DAYS * 86400
         written = daily_totals.write_checkpointed(actions, pending[0].event_id, pending[-1].event_id, expires_at)
@@ -152,12 +151,19 @@ def _fold_chunk(chunk: list[Change], configs: dict, now: datetime) -> RunReport:
             for scope_day in scope_days:
                 report.merge(_moved(scope_day, snapshot, moves, pending, now))
             return report
+        fresh = True
         if written.until is not None:  # written before: only what is after it is new
             after = [n for n, change in enumerate(pending) if change.event_id == written.until]
             pending = pending[after[0] + 1 :] if after else []
             if not pending:
                 return report
-    raise service_unavailable()
+            # (no failed write: a chunk delivered again ever longer finds one checkpoint per
+            # delivery before it, and must not use up its attempts on them; each shortens it)
+            continue
+        attempt += 1
+        if attempt == aggregation.FOLD_ATTEMPTS:
+            raise service_unavailable()
+        dynamo._backoff(attempt)
 
 
 def _moves(
