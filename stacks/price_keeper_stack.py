@@ -8,6 +8,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from price_keeper.config import parse_config, read_raw
+from price_keeper.domain.aggregation import stream_trigger
 from price_keeper.store.tables import USAGE_AGG_SHARDED
 
 from . import access
@@ -85,6 +86,7 @@ class PriceKeeperStack(Stack):
             aggregator=self.functions.by_name["aggregator"],
             dead_letter_queue=self.schedules.dead_letter_queues["aggregator"],
             prefix=settings.prefix,
+            trigger=stream_trigger(bool(config.metering.ledger_from)),
         )
         self.monitoring = Monitoring(
             self,

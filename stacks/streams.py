@@ -11,7 +11,9 @@ to the same queue. A repair message that keeps failing goes to the aggregator's 
 queue (the same queue as failed scheduled runs, so one alarm covers both).
 ``parallelization_factor`` batches at once per stream shard: the fold stays exact, since
 it recomputes from the shards and moves totals only by conditional transactions
-(docs/infrastructure.md, "Concurrency").
+(docs/infrastructure.md, "Concurrency"). Where the ledger counts (``metering.ledger_from``),
+one batch at a time per shard (``aggregation.stream_trigger``): a given-up batch's repair
+reads its shard's range, which parallel batches' records share.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from price_keeper.domain.aggregation import USAGE_STREAM, USAGE_STREAM_FILTERS
+from price_keeper.domain.aggregation import USAGE_STREAM, USAGE_STREAM_FILTERS, StreamTrigger
 
 REPAIR_BATCH = 10  # messages per invocation: 10 audit chunks of 100 label-days, or failed stream batches
 REPAIR_MAX_CONCURRENCY = 50  # half the aggregator's reserved concurrency: the stream keeps the rest
@@ -40,6 +42,7 @@ class UsageStreamTrigger(Construct):
         aggregator: lambda_.Function,
         dead_letter_queue: sqs.IQueue,
         prefix: str,
+        trigger: StreamTrigger = USAGE_STREAM,  # ``aggregation.stream_trigger``
     ):
         super().__init__(scope, id)
         self.repair_queue = sqs.Queue(
@@ -67,15 +70,15 @@ class UsageStreamTrigger(Construct):
         self.source = sources.DynamoEventSource(
             table,
             starting_position=lambda_.StartingPosition.TRIM_HORIZON,
-            batch_size=USAGE_STREAM.batch_size,
-            max_batching_window=Duration.seconds(USAGE_STREAM.batching_window_s),
+            batch_size=trigger.batch_size,
+            max_batching_window=Duration.seconds(trigger.batching_window_s),
             # no bisecting: a ledger chunk delivered again must start where it started (domain.ledger)
             bisect_batch_on_error=False,
             report_batch_item_failures=True,  # resume at the first record of what failed
-            retry_attempts=USAGE_STREAM.retries,
-            max_record_age=Duration.seconds(USAGE_STREAM.max_record_age_s),
+            retry_attempts=trigger.retries,
+            max_record_age=Duration.seconds(trigger.max_record_age_s),
             on_failure=sources.SqsDlq(self.repair_queue),
-            parallelization_factor=USAGE_STREAM.parallelization_factor,
+            parallelization_factor=trigger.parallelization_factor,
             filters=[lambda_.FilterCriteria.filter(pattern) for pattern in USAGE_STREAM_FILTERS],
         )
         aggregator.add_event_source(self.source)

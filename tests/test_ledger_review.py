@@ -3,6 +3,8 @@ that lost or double-counted records, or got a fold stuck."""
 
 from __future__ import annotations
 
+import pytest
+
 from price_keeper.domain import aggregation, ledger
 from price_keeper.store import dynamo, tables, usage
 from tests.test_ledger import (  # noqa: F401 - fixtures
@@ -81,4 +83,41 @@ def test_a_given_up_batch_is_repaired_whole_though_the_stream_answers_an_empty_p
     with only_granted("aggregator"):
         reply = load_handler("aggregator")(event, LambdaContext("aggregator"))
     assert "batchItemFailures" not in reply  # an empty page is read past
+    assert totals_of(tenant.scope) == expected(receipts)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="inherent to repairing a parallelized batch by its range: so the mapping runs one batch "
+    "at a time per stream shard where the ledger counts (aggregation.stream_trigger)",
+)
+def test_a_repair_of_one_of_a_stream_shards_parallel_batches_counts_each_record_once(stream, monkeypatch):
+    """With a parallelization factor above 1, a stream shard's records go to concurrent
+    batches by partition key: here one batch of the odd records (folded) and one of the even
+    (given up). The on-failure message names the given-up batch by its shard's first and
+    last sequence numbers, and the repair reads that range again, the odd records in it too."""
+    from local.gateway import LambdaContext, load_handler
+    from local.streams import RepairQueue, StreamReader
+    from price_keeper.store import daily_totals
+    from tests.iam_check import only_granted
+
+    tenant = new_tenant(first_shard_count=1)
+    receipts = [submit(tenant) for _ in range(4)]
+    reader = StreamReader(tables.USAGE_AGG_SHARDED)
+    batch = reader.read()
+    assert len(batch) == 4
+    odd, even = batch[1::2], batch[0::2]
+    assert "batchItemFailures" not in deliver(odd)
+    real_transact = daily_totals.transact
+    monkeypatch.setattr(daily_totals, "transact", lambda actions: [{"Code": "TransactionConflict"}] * len(actions))
+    monkeypatch.setattr(aggregation, "FOLD_ATTEMPTS", 1)
+    assert deliver(even)["batchItemFailures"]
+    monkeypatch.setattr(daily_totals, "transact", real_transact)
+    monkeypatch.setenv("REPAIR_QUEUE_URL", "")
+    queue = RepairQueue()
+    queue.send_failure(reader, even)  # the range from its first record to its last: one odd record within
+    (message,) = queue.sqs.receive_message(QueueUrl=queue.url)["Messages"]
+    event = {"Records": [{"eventSource": "aws:sqs", "messageId": message["MessageId"], "body": message["Body"]}]}
+    with only_granted("aggregator"):
+        assert "batchItemFailures" not in load_handler("aggregator")(event, LambdaContext("aggregator"))
     assert totals_of(tenant.scope) == expected(receipts)

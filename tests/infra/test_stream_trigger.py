@@ -143,3 +143,21 @@ def test_the_ledger_is_refused_without_the_usage_streams_images(tmp_path):
     stack = build(tmp_path / "images", configPath=str(config), enableStreams="true")
     stream = stack.tables.by_spec[USAGE_AGG_SHARDED].node.default_child.stream_specification
     assert stream.stream_view_type == "NEW_AND_OLD_IMAGES"
+
+
+def test_where_the_ledger_counts_the_mapping_runs_one_batch_at_a_time_per_stream_shard(tmp_path_factory):
+    """With batches in parallel per stream shard, a given-up batch's repair reads its range
+    of the shard, other batches' records included, and the ledger counted those again
+    (``aggregation.stream_trigger``; ``tests/test_ledger_review.py``)."""
+    from price_keeper.config import config_path, read_raw
+
+    from .conftest import OPTIONS, _synth
+
+    raw = read_raw(config_path())
+    raw["metering"]["ledger_from"] = "20991231"
+    folder = tmp_path_factory.mktemp("synth-ledger")
+    (folder / "config.json").write_text(json.dumps(raw))
+    synth = _synth(folder, **OPTIONS, configPath=str(folder / "config.json"))
+    props = _mapping(synth)
+    assert props["ParallelizationFactor"] == 1
+    assert props["BisectBatchOnFunctionError"] is False

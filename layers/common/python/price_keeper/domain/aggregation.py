@@ -81,6 +81,20 @@ class StreamTrigger(NamedTuple):
 USAGE_STREAM = StreamTrigger(
     batch_size=1000, batching_window_s=1, retries=10, max_record_age_s=3600, parallelization_factor=4
 )
+
+
+def stream_trigger(ledger: bool) -> StreamTrigger:
+    """``USAGE_STREAM``; where the ledger counts (``metering.ledger_from``), one batch at a
+    time per stream shard. The repair of a batch the mapping gave up on reads its stream
+    shard's records from its first sequence number to its last (``usage.stream_records``):
+    with batches in parallel per shard, that range also holds the records of the other
+    batches (other partition keys), which the ledger folded under their own chunks, and
+    would count them again (the shard fold recomputes, so it never minded). A factor
+    changed on a live mapping would also regroup a batch being retried, cutting its chunks
+    elsewhere."""
+    return USAGE_STREAM._replace(parallelization_factor=1) if ledger else USAGE_STREAM
+
+
 # Records worth a run: shard writes (not the dedup markers, not the TTL's deletions), and on
 # ledger days the markers' inserts and updates (``domain.ledger``): one filter each.
 SHARD_WRITES = ("INSERT", "MODIFY")
