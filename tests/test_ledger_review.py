@@ -121,3 +121,29 @@ def test_a_repair_of_one_of_a_stream_shards_parallel_batches_counts_each_record_
     with only_granted("aggregator"):
         assert "batchItemFailures" not in load_handler("aggregator")(event, LambdaContext("aggregator"))
     assert totals_of(tenant.scope) == expected(receipts)
+
+
+def test_a_ledger_record_whose_put_the_sdk_sent_again_is_answered_as_counted_not_as_a_duplicate(
+    ledger_days, monkeypatch
+):
+    """A lone PutItem that DynamoDB applied but whose answer was lost is sent again by the
+    SDK's retries, and cancels on the marker it wrote itself. The transaction path kept its
+    ClientRequestToken for this (an SDK retry is applied at most once and answered as the
+    first); the PutItem must tell its own marker from another acceptance's, or a first report
+    is answered ``duplicate: true``, "not counted again"."""
+    from price_keeper.store import dynamo as store_dynamo
+
+    tenant = new_tenant(first_shard_count=1)
+    real_client = store_dynamo.ddb_client()
+
+    class AnswerLost:
+        def __getattr__(self, name):
+            return getattr(real_client, name)
+
+        def put_item(self, **kwargs):
+            real_client.put_item(**kwargs)  # applied; its answer lost on the way back
+            return real_client.put_item(**kwargs)  # the SDK's retry of the same call
+
+    monkeypatch.setattr(usage, "ddb_client", lambda: AnswerLost())
+    reply = submit(tenant)
+    assert reply["duplicate"] is False

@@ -70,6 +70,8 @@ MAX_TRANSACTION_ACTIONS = 100  # TransactWriteItems' limit
 # On a dedup marker (and a record's estimated item): the record is counted by the ledger,
 # its marker alone, which the aggregator folds from the stream's images (``domain.ledger``).
 LEDGER = "ledger"
+# On a ledger record's marker written by a lone PutItem: the call that wrote it (``write_group``).
+PUT_BY = "put_by"
 
 
 class Conflict(Exception):
@@ -242,11 +244,17 @@ def write_group(items: list[dict], records: int, attempt: int) -> dict[int, dict
     nothing was written, and the records (by index) whose request id was counted before,
     each with the first acceptance's marker: write the others again. ``Conflict`` to retry."""
     if len(items) == 1 and "Put" in items[0]:  # a ledger record alone: its marker, one PutItem (a transaction's half)
+        # Marked as this call's: an SDK retry of a PutItem applied but whose answer was lost
+        # cancels on the marker it wrote itself, which is no duplicate (the transactions'
+        # ClientRequestToken does this for theirs).
+        mine = secrets.token_hex(8)
+        put = {**items[0]["Put"], "Item": {**items[0]["Put"]["Item"], PUT_BY: mine}}
         try:
-            conditional(ddb_client().put_item, **items[0]["Put"])
+            conditional(ddb_client().put_item, **put)
             return {}
         except ConditionFailed as failed:
-            return {0: failed.item or {}}
+            first = failed.item or {}
+            return {} if first.get(PUT_BY) == mine else {0: first}
     reasons = transact(items, ClientRequestToken=request_token(items, attempt))
     if reasons is None:
         return {}
