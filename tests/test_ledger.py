@@ -317,3 +317,23 @@ def test_a_repriced_ledger_record_folds_its_correction(stream, api, bedrock, bus
     deliver(stream())
     total = label_total(tenant.scope, "llama")
     assert (int(total["cost_usd_micros"]), int(total["requests"]), int(total[usage.CORRECTIONS])) == (1440, 1, 1)
+
+
+def test_tight_mode_on_a_ledger_day_reads_no_shards(stream, dynamodb_calls):
+    """A ledger day has no shards to read live spend from: tight mode decides on the totals."""
+    from datetime import UTC, datetime
+
+    from price_keeper.domain import selection
+
+    tenant = new_tenant(
+        first_shard_count=1,
+        quotas={"premium": 100_000, "standard": 10**9, "economy": 10**9},
+        tight_mode_threshold_pct=1,
+    )
+    submit(tenant)
+    deliver(stream())
+    config = orgs.effective_config(tenant.org_id, tenant.app_id)
+    dynamodb_calls.clear()
+    assert selection.recommend(config, datetime.now(UTC))[0]["quota_status"]["mode"] == "TIGHT"
+    usage_table = tables.USAGE_AGG_SHARDED.physical_name
+    assert not [op for op, params in dynamodb_calls if usage_table in params.get("RequestItems", {})]

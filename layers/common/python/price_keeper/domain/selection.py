@@ -15,6 +15,7 @@ from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from ..cache import etag
+from ..config import get_config
 from ..errors import ApiError
 from ..metric_names import STICKY_FLIPS
 from ..observability import count
@@ -103,7 +104,8 @@ def current_decision(
 
     In tight mode the DailyTotals (up to one aggregation interval old) are not trusted:
     the live shards are read too (one BatchGetItem) and the larger spend counts, which
-    bounds a burst's overshoot past the quota (``benchmarks/overshoot.py``).
+    bounds a burst's overshoot past the quota (``benchmarks/overshoot.py``); a ledger day
+    has no shards (``domain.ledger``), and its totals are what there is.
     When the choice passes labels the sticky state does not hold yet, they are added, and
     the decision made again over the whole state the write returns (another app's labels).
     """
@@ -150,7 +152,7 @@ def current_decision(
         )
 
     decision = decide_now(sticky)
-    if decision.mode == TIGHT:
+    if decision.mode == TIGHT and not get_config().metering.counts_by_ledger(day):  # (ledger days have no shards)
         live = usage.label_spends(config.scope, config.model_ordering, day, config.starting_shards(day))
         unfolded = sum(max(0, live[label] - spend) for label, spend in spends.items())
         spends = {label: max(spend, live[label]) for label, spend in spends.items()}
