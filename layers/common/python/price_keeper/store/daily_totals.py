@@ -112,18 +112,10 @@ class LabelFold(NamedTuple):
     read_progress: tuple[int, ...] | None
 
 
-def fold_scope(
-    scope: str,
-    date_key: str,
-    moves: list[LabelFold],
-    delta: dict,
-    scope_values: dict,
-    set_labels: list[str],
-    item_labels: list[str],
-) -> bool:
-    """One TransactWriteItems of ``fold_scope_actions``; False when a condition failed or
-    the transaction conflicted: re-read and fold again."""
-    return transact(fold_scope_actions(scope, date_key, moves, delta, scope_values, set_labels, item_labels)) is None
+def fold_scope(*fold) -> bool:
+    """One TransactWriteItems of ``fold_scope_actions(*fold)``; False when a condition
+    failed or the transaction conflicted: re-read and fold again."""
+    return transact(fold_scope_actions(*fold)) is None
 
 
 def fold_scope_actions(
