@@ -39,8 +39,9 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
 # What a chunk's label-day may add to its transaction: its label total, its listing item,
-# its index entry and its scope total's update; with the checkpoint, within 100 actions.
-LABEL_DAYS_PER_CHUNK = 24
+# its index entry, its live item and its scope total's update; with the checkpoint, within
+# 100 actions.
+LABEL_DAYS_PER_CHUNK = 19
 CHECKPOINT_DAYS = 2  # a checkpoint outlives the stream's 24 h and a repair of what it gave up
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_input_tokens")
 
@@ -70,6 +71,7 @@ class Change(NamedTuple):
     label_days: tuple[LabelDay, ...]  # one a scope it was counted in
     delta: dict[str, int]
     created_epoch: int
+    live_cost: int  # what a tight record's insert put on its quota scope's live item (``usage.LIVE``)
 
 
 def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
@@ -93,6 +95,7 @@ def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
                 tuple((keys.usage_key(scope, new["model_label"]), day) for scope in new["scopes"]),
                 {name: after[name] - before[name] for name in SUM_FIELDS},
                 int(record.dynamodb.approximate_creation_date_time or new["accepted_at_epoch"]),
+                int(new["cost_usd_micros"]) if record.event_name.name == "INSERT" and new.get(usage.LIVE) else 0,
             )
         )
     return found
@@ -145,6 +148,7 @@ def _fold_chunk(chunk: list[Change], configs: dict, now: datetime) -> RunReport:
     while True:
         scope_days, snapshot, moves = _moves(pending, configs, now, fresh=fresh)
         actions = [action for scope_day in scope_days for action in _scope_day_actions(scope_day, moves, now)]
+        actions += _live_taken_back(pending)
         expires_at = int(now.timestamp()) + CHECKPOINT_DAYS * 86400
         written = daily_totals.write_checkpointed(actions, pending[0].event_id, pending[-1].event_id, expires_at)
         if written.done:
@@ -221,6 +225,22 @@ def _scope_day_actions(scope_day: aggregation.ScopeDay, moves: dict, now: dateti
         if m.fold.read_progress is None
     ]
     return actions
+
+
+def _live_taken_back(pending: list[Change]) -> list[dict]:
+    """The live items' ADDs that take back what ``pending``'s tight records put on them, one
+    a quota scope's label-day (its first), in the chunk's transaction: so a live item holds
+    exactly its label-day's tight records not folded yet."""
+    live: dict[LabelDay, int] = {}
+    for change in pending:
+        if change.live_cost:
+            live[change.label_days[0]] = live.get(change.label_days[0], 0) + change.live_cost
+    return [
+        usage.live_update(
+            usage_key, keys.day_of_key(date_key), -cost, aggregation.usage_expires_at(keys.day_of_key(date_key))
+        )
+        for (usage_key, date_key), cost in live.items()
+    ]
 
 
 def _moved(scope_day: aggregation.ScopeDay, snapshot, moves: dict, pending: list[Change], now: datetime) -> RunReport:

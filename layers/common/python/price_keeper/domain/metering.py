@@ -64,6 +64,7 @@ class Submission(NamedTuple):
     shard_count: int  # the label-day's shard count the shard was chosen among (hot labels raise it)
     busy_shard_count: int  # the org's agg_shard_count: what a quiet label-day's first conflict spreads it to
     ledger: bool = False  # counted by its marker alone (``config.Metering.counts_by_ledger``)
+    live: bool = False  # a ledger record of a tight label-day: its cost on the live item too
 
     @property
     def scope(self) -> str:
@@ -403,6 +404,7 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
     return {
         "dedup_key": submission.dedup_key,
         "ledger": submission.ledger,
+        "live": submission.live,
         "scopes": list(submission.scopes),
         "label": submission.label,
         "shard_id": submission.shard_id,
@@ -593,8 +595,14 @@ def submit(
     config = boosts.boosted_config(org_id, app_id, now)
     submission = prepare(config, request, now)
     settle = reservations.settlement(config, submission, request.reservation_id)
+    counted = [(submission.label, submission.day)]
+    if submission.ledger:  # the answer read first: a tight label-day's record goes on its live item too
+        position = _position(config, counted, now, with_selection)
+        submission = submission._replace(live=position[0][0]["mode"] == TIGHT)
     outcome = count(config, submission, now, settle)
-    (label,), total, selected = _position(config, [(outcome.label, outcome.day)], now, with_selection)
+    if not submission.ledger or [(outcome.label, outcome.day)] != counted:
+        position = _position(config, [(outcome.label, outcome.day)], now, with_selection)
+    (label,), total, selected = position
     body = {**_accepted_body(outcome, now), "daily_total": label, "scope_total": total}
     body |= {"reservation": settle.summary(outcome.duplicate)} if settle else {}
     return body | selected

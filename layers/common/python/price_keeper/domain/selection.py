@@ -95,6 +95,16 @@ class Snapshot(NamedTuple):
 MAX_STICKY_RACES = 3
 
 
+def _live_spends(config: EffectiveConfig, day: str, spends: dict[str, int]) -> dict[str, int]:
+    """Each ordering label's spend as it stands, for tight mode: the sum of its shards, or on a
+    ledger day (no shards) its total plus its live item, the tight records not folded yet."""
+    if not get_config().metering.counts_by_ledger(day):
+        return usage.label_spends(config.scope, config.model_ordering, day, config.starting_shards(day))
+    usage_keys = {label: keys.usage_key(config.scope, label) for label in config.model_ordering}
+    live = daily_totals.live_costs(usage_keys.values(), day)
+    return {label: spends[label] + live.get(usage_key, 0) for label, usage_key in usage_keys.items()}
+
+
 def current_decision(
     config: EffectiveConfig, day: str, now: datetime, consistent: bool = False, also: Iterable[tuple[str, str]] = ()
 ) -> Snapshot:
@@ -104,8 +114,8 @@ def current_decision(
 
     In tight mode the DailyTotals (up to one aggregation interval old) are not trusted:
     the live shards are read too (one BatchGetItem) and the larger spend counts, which
-    bounds a burst's overshoot past the quota (``benchmarks/overshoot.py``); a ledger day
-    has no shards (``domain.ledger``), and its totals are what there is.
+    bounds a burst's overshoot past the quota (``benchmarks/overshoot.py``); on a ledger
+    day, the totals and their live items (``_live_spends``).
     When the choice passes labels the sticky state does not hold yet, they are added, and
     the decision made again over the whole state the write returns (another app's labels).
     """
@@ -152,8 +162,8 @@ def current_decision(
         )
 
     decision = decide_now(sticky)
-    if decision.mode == TIGHT and not get_config().metering.counts_by_ledger(day):  # (ledger days have no shards)
-        live = usage.label_spends(config.scope, config.model_ordering, day, config.starting_shards(day))
+    if decision.mode == TIGHT:
+        live = _live_spends(config, day, spends)
         unfolded = sum(max(0, live[label] - spend) for label, spend in spends.items())
         spends = {label: max(spend, live[label]) for label, spend in spends.items()}
         total = total._replace(spend=total.spend + unfolded)

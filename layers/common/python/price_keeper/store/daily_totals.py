@@ -165,6 +165,18 @@ def fold_scope_actions(
     ]
 
 
+def live_costs(usage_keys: Iterable[str], day: str) -> dict[str, int]:
+    """The live items' cost of ``usage_keys`` on ``day``, by usage key (absent: 0), in one
+    BatchGetItem, strongly consistent: what tight mode adds to the totals on a ledger day."""
+    found = batch_get(
+        tables.DAILY_TOTAL,
+        [{"usage_key": usage_key, "date_key": keys.live_day_key(day)} for usage_key in dict.fromkeys(usage_keys)],
+        attributes=["usage_key", "cost_usd_micros"],
+        consistent=True,
+    )
+    return {item["usage_key"]: int(item.get("cost_usd_micros", 0)) for item in found}
+
+
 class Written(NamedTuple):
     done: bool  # the actions and the checkpoint landed
     until: str | None  # else, a checkpoint found under that key: the last record it names

@@ -71,6 +71,12 @@ def day_of_key(date_key: str) -> str:
     return date_key.removeprefix(day_key(""))
 
 
+def live_day_key(day: str) -> str:
+    """``LIVE#yyyymmdd``: a ledger label-day's tight records not folded yet (``domain.ledger``),
+    an item of its own beside the ``DAY#`` total."""
+    return f"LIVE#{day}"
+
+
 def ledger_day_key(day: str) -> str:
     """``LEDGER#yyyymmdd``: the reservation ledger of a DailyTotal's org day, an item of its
     own beside the ``DAY#`` total (``store.reservations``)."""

@@ -72,6 +72,9 @@ MAX_TRANSACTION_ACTIONS = 100  # TransactWriteItems' limit
 LEDGER = "ledger"
 # On a ledger record's marker written by a lone PutItem: the call that wrote it (``write_group``).
 PUT_BY = "put_by"
+# On a ledger record's marker written while its label-day was tight: its cost was also
+# ADDed to the label-day's live item, which the fold takes it back from (``domain.ledger``).
+LIVE = "live"
 
 
 class Conflict(Exception):
@@ -146,6 +149,20 @@ def ledger_day_listed(scope: str, label: str, day: str, now_epoch: int, expires_
     }
 
 
+def live_update(usage_key: str, day: str, cost_usd_micros: int, expires_at: int) -> dict:
+    """ADD ``cost_usd_micros`` (negative: folded) to a ledger label-day's live item, as a
+    TransactWriteItems action."""
+    return {
+        "Update": {
+            "TableName": tables.DAILY_TOTAL.physical_name,
+            "Key": {"usage_key": usage_key, "date_key": keys.live_day_key(day)},
+            "UpdateExpression": "ADD cost_usd_micros :c SET "
+            + f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :e)",
+            "ExpressionAttributeValues": {":c": cost_usd_micros, ":e": expires_at},
+        }
+    }
+
+
 def group_items(records: list[dict]) -> list[dict]:
     """The actions of records written in one transaction (one, or a batch's). Per record:
     its dedup ``marker`` (what a duplicate is answered with; ``dedup_key``, ``now_epoch``,
@@ -170,6 +187,16 @@ def group_items(records: list[dict]) -> list[dict]:
         *(_marker_put(record) for record in records),
         *(shard_update(*where, counters, now_epoch, expires_at) for where, counters in sums.items()),
         *(_estimated_put(record) for record in records if record.get("estimated")),
+        *(
+            live_update(
+                keys.usage_key(record["scopes"][0], record["label"]),
+                record["day"],
+                record["counts"]["cost_usd_micros"],
+                record["expires_at"],
+            )
+            for record in records
+            if record.get("live")
+        ),
     ]
 
 
@@ -186,6 +213,7 @@ def _marker_put(record: dict) -> dict:
         "date_key": keys.DEDUP_SORT_KEY,
         **record["marker"],
         **({LEDGER: 1} if record.get("ledger") else {}),
+        **({LIVE: 1} if record.get("live") else {}),
         "accepted_at_epoch": record["now_epoch"],
         tables.TTL_ATTRIBUTE: record["marker_expires_at"],
     }
