@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 # 100 actions.
 LABEL_DAYS_PER_CHUNK = 19
 CHECKPOINT_DAYS = 2  # a checkpoint outlives the stream's 24 h and a repair of what it gave up
-TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_input_tokens")
 
 
 def counted(image: dict | None) -> dict[str, int]:
@@ -57,7 +56,7 @@ def counted(image: dict | None) -> dict[str, int]:
     if "voided_at_epoch" in image:
         sums[usage.VOIDS] = 1
         return sums
-    for name in ("cost_usd_micros", *TOKEN_FIELDS, usage.SETTLED):
+    for name in (*usage.COUNTERS, usage.SETTLED):  # the marker holds them all but ``requests``: one
         sums[name] = int(image.get(name, 0))
     sums["requests"] = 1
     return sums
