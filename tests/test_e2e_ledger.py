@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
@@ -13,7 +14,7 @@ import requests
 from price_keeper.config import config_path, read_raw
 from tests.local_server import local_server
 from tests.tenants import new_tenant
-from tests.usage_support import usage_body
+from tests.usage_support import iso, usage_body
 
 KEY = "e2e-ledger-provisioning-key"
 DEADLINE_SECONDS = 30
@@ -40,6 +41,12 @@ def test_reports_retries_and_a_void_reach_the_aggregates_once_each(tmp_path):
         bodies = [usage_body(model_label=label) for label in ("premium", "premium", "standard")]
         replies = [requests.post(f"{app}/usage", json=body, headers=headers, timeout=10) for body in bodies]
         retried = requests.post(f"{app}/usage", json=bodies[0], headers=headers, timeout=10)
+        # the same request id again under another label and an earlier time: still the first record
+        disguised = {**bodies[0], "model_label": "standard", "bedrock_model_id": bodies[2]["bedrock_model_id"]}
+        disguised["timestamp"] = iso(datetime.now(UTC) - timedelta(minutes=3))
+        relabelled = requests.post(f"{app}/usage", json=disguised, headers=headers, timeout=10)
+        assert relabelled.status_code == 202 and relabelled.json()["duplicate"] is True, relabelled.text
+        assert relabelled.json()["daily_total"]["label"] == "premium"  # answered with what was counted
         batch = requests.post(
             f"{app}/usage/batch",
             json={"requests": [bodies[1], usage_body(model_label="standard")]},
