@@ -154,14 +154,17 @@ def create_tables() -> None:
         client.create_table(**spec.create_table_kwargs())
 
 
-def seed_scopes(count: int, made_now: bool = False) -> list[tuple[str, str]]:
+def seed_scopes(count: int, made_now: bool = False, ledger: bool | None = None) -> list[tuple[str, str]]:
     """``count`` orgs with one app each (APP scope), config items in the seed's shape; with
     ``made_now`` as provisioning makes them today (label-days start on one shard, boosts kept
-    on the items, config labels apart from the scope totals), else as orgs made before those
-    were (all 8 shards, boosts read by a Query, every label in the scope totals)."""
+    on the items, config labels apart from the scope totals, every day counted by the ledger
+    unless ``ledger`` is False), else as orgs made before those were (all 8 shards, boosts
+    read by a Query, every label in the scope totals, shards)."""
     made_now_attributes = (
         {"first_shard_count": 1, "quota_boosts": {}, orgs.CONFIG_LABELS_APART: True} if made_now else {}
     )
+    if made_now if ledger is None else ledger:
+        made_now_attributes[orgs.COUNTED_BY_LEDGER] = True
     config = boto3.resource("dynamodb").Table(tables.CONFIG.physical_name)
     tenants = []
     with config.batch_writer() as batch:

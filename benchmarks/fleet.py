@@ -404,17 +404,20 @@ class Tenant:
         return f"/api/v1/orgs/{self.org_id}/apps/{self.app_id}"
 
 
-def tenants(count: int, rate_limits: dict[str, int] | None = None, made_now: bool = True) -> list[Tenant]:
+def tenants(
+    count: int, rate_limits: dict[str, int] | None = None, made_now: bool = True, ledger: bool | None = None
+) -> list[Tenant]:
     """``count`` orgs with one app (half of them single clients, half batched), each with an
     access token, and the org's own ``rate_limits`` (``overrides.rate_limits``) if given;
-    ``made_now``: as provisioning makes orgs today (``dynamodb_costs.seed_scopes``)."""
+    ``made_now``: as provisioning makes orgs today, counted by the ledger unless ``ledger`` is
+    False (``dynamodb_costs.seed_scopes``)."""
     import boto3
 
     from price_keeper.domain import auth
 
     config = boto3.resource("dynamodb").Table(tables.CONFIG.physical_name)
     made = []
-    for n, (org_id, app_id) in enumerate(seed_scopes(count, made_now)):
+    for n, (org_id, app_id) in enumerate(seed_scopes(count, made_now, ledger)):
         if rate_limits:
             config.update_item(
                 Key={"org_key": keys.org_key(org_id), "resource_key": "#"},
@@ -548,6 +551,7 @@ def exactness(replies: list) -> list[str]:
     accepted records' count and cost. The problems found (none: exact)."""
     from datetime import UTC, datetime
 
+    from price_keeper.domain import orgs
     from price_keeper.store import daily_totals, usage
     from price_keeper.timeutil import org_day
 
@@ -561,33 +565,12 @@ def exactness(replies: list) -> list[str]:
         usage_key = keys.usage_key(scope, label)
         total = daily_totals.read_days([(usage_key, day)]).get((usage_key, day), {})
         # on ledger days there are no shards: the markers are what the total must equal
-        shards = expected_cost if ledger_days() else usage.label_spends(scope, [label], day, 8)[label]
+        counted_by_ledger = orgs.effective_config(org_id, app_id).counts_by_ledger(day)
+        shards = expected_cost if counted_by_ledger else usage.label_spends(scope, [label], day, 8)[label]
         seen = (shards, int(total.get("cost_usd_micros", 0)), int(total.get("requests", 0)))
         if seen != (expected_cost, expected_cost, len(ids)):
             problems.append(f"{org_id}/{label}: shards, total, requests {seen}; accepted {expected_cost}, {len(ids)}")
     return problems
-
-
-def ledger_days() -> bool:
-    from price_keeper.config import get_config
-
-    return bool(get_config().metering.ledger_from)
-
-
-def use_the_ledger() -> None:
-    """config.yaml with every org day counted by the ledger (``metering.ledger_from``), for
-    this process and the containers it forks."""
-    import json
-    import tempfile
-
-    from price_keeper.config import config_path, get_config, read_raw
-
-    raw = read_raw(config_path())
-    raw["metering"]["ledger_from"] = "20200101"
-    path = Path(tempfile.mkdtemp()) / "config.json"
-    path.write_text(json.dumps(raw))
-    os.environ["PRICE_KEEPER_CONFIG"] = str(path)
-    get_config.cache_clear()
 
 
 def spread_label_days() -> Counter:
@@ -755,7 +738,7 @@ FLEET_TENANT_LIMITS = {"usage": 100_000, "usage_batch": 10_000, "model_selection
 
 
 def metering_run(fleet: Fleet, args) -> tuple[list[tuple], list[str]]:
-    clients = tenants(args.tenants, FLEET_TENANT_LIMITS, made_now=not args.orgs_made_before)
+    clients = tenants(args.tenants, FLEET_TENANT_LIMITS, made_now=not args.orgs_made_before, ledger=not args.shards)
     aggregator = Aggregator()
     aggregator.shape_of = {tenant.org_id: tenant.shape for tenant in clients}
     aggregator.meter.reset()
@@ -931,9 +914,7 @@ def main() -> None:
         action="store_true",
         help="orgs as made before adaptive shards and boosts on config items (8 shards, a boosts Query)",
     )
-    parser.add_argument(
-        "--ledger", action="store_true", help="every org day counted by the ledger (metering.ledger_from)"
-    )
+    parser.add_argument("--shards", action="store_true", help="orgs made before the ledger, counted by their shards")
     parser.add_argument(
         "--transaction-ms",
         type=float,
@@ -942,8 +923,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
-    if args.ledger:
-        use_the_ledger()
     endpoint = Endpoint(args.transaction_ms)
     try:
         if not args.rate_limits_only:

@@ -13,9 +13,9 @@ moto 5.2.5 answers every call correctly one at a time, but:
    long local run or a fleet benchmark slows to a crawl), and a rollback leaves stream
    readers on the discarded copy's stream. A transaction here snapshots just the items it
    touches and restores them when it is cancelled, which is all a rollback needs; the
-   table, and its stream, stay the same objects. What a cancelled transaction leaves in
-   the stream (its writes and their undoing) only makes the aggregator fold a label
-   again, which changes nothing;
+   table, and its stream, stay the same objects. A cancelled transaction leaves nothing
+   in the stream either (its writes and their undoing are taken out of it, as DynamoDB
+   never streams them): the ledger counts each insert of a marker;
 3. it never cancels a transaction for a conflict: writes to one item are simply served in
    turn, so a hot label never spreads past its first shard and the code that handles
    ``TransactionConflict`` never runs under load. ``apply(transaction_hold_ms=...)`` models
@@ -26,18 +26,24 @@ moto 5.2.5 answers every call correctly one at a time, but:
    single PutItem, UpdateItem or DeleteItem of one fails with
    ``TransactionConflictException``. A caller's own next request comes after its
    transaction is over, as on DynamoDB, so it never conflicts with it. Off (0) by default:
-   the local stack and the other tests see moto's serial order.
+   the local stack and the other tests see moto's serial order;
+4. a stream record's ``eventID`` is random. Here it is made from the table and the record's
+   sequence number, so the local stack's journal, replayed after a restart into a new
+   stream in the same order, gives each record the ``eventID`` it had: the ledger's
+   checkpoints (``price_keeper.domain.ledger``), keyed by them, then find the chunks folded
+   before the restart, and what was written but not folded is folded once.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import threading
 import time
 import types
 
-_LOCK = threading.RLock()
+REQUEST_LOCK = threading.RLock()  # every DynamoDB and DynamoDB Streams request holds it (1. above)
 _applied = False
 _conflicts_modelled = False
 
@@ -51,12 +57,13 @@ def apply(transaction_hold_ms: float = 0) -> None:
     if not _applied:
         from moto.dynamodb import models as dynamodb_models
         from moto.dynamodb.models import DynamoDBBackend
-        from moto.dynamodb.models.table import Table
+        from moto.dynamodb.models.table import StreamShard, Table
         from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
 
         for handler in (DynamoHandler, DynamoDBStreamsHandler):
             handler.call_action = _serialized(handler.call_action)
         DynamoDBBackend.transact_write_items = _rolled_back_per_item(DynamoDBBackend.transact_write_items)
+        StreamShard.add = _replayable_event_ids(StreamShard.add)
         # moto's own whole-table snapshot becomes the table itself (restoring it is a no-op).
         dynamodb_models.copy = types.SimpleNamespace(
             deepcopy=lambda value, *args: value if isinstance(value, Table) else copy.deepcopy(value, *args)
@@ -69,10 +76,22 @@ def apply(transaction_hold_ms: float = 0) -> None:
 
 def _serialized(call_action):
     def serialized(self):
-        with _LOCK:
+        with REQUEST_LOCK:
             return call_action(self)
 
     return serialized
+
+
+def _replayable_event_ids(add):
+    def add_and_name(self, old, new):
+        before = len(self.items)
+        add(self, old, new)
+        if len(self.items) > before:  # (moto empties it when it feeds its own Lambda mappings)
+            record = self.items[-1].record
+            name = f"{self.table.name}/{record['dynamodb']['SequenceNumber']}"
+            record["eventID"] = hashlib.sha256(name.encode()).hexdigest()[:32]
+
+    return add_and_name
 
 
 def _touched_key(backend, operation: dict) -> tuple[str, dict] | None:
@@ -102,6 +121,8 @@ def _rolled_back_per_item(transact_write_items):
             if touched:
                 current = self.get_item(*touched)
                 snapshots.append((touched, copy.deepcopy(current.to_json()["Attributes"]) if current else None))
+        streams = [self.tables[name].stream_shard for name in {name for (name, _), _ in snapshots}]
+        streamed = [(stream, len(stream.items)) for stream in streams if stream is not None]
         try:
             return transact_write_items(self, transact_items)
         except (TransactionCanceledException, MultipleTransactionsException, MockValidationException):
@@ -110,6 +131,8 @@ def _rolled_back_per_item(transact_write_items):
                     self.delete_item(table_name, key)
                 else:
                     self.put_item(table_name, before)
+            for stream, length in streamed:  # a cancelled transaction leaves nothing in a stream
+                del stream.items[length:]
             raise
 
     return rolled_back

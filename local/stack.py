@@ -17,6 +17,7 @@ import os
 import secrets
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 
 import boto3
 
@@ -54,19 +55,43 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _target(headers) -> str:
+    return {k.lower(): v for k, v in headers.items()}.get("x-amz-target", "")
+
+
 def _is_write(headers) -> bool:
-    return {k.lower(): v for k, v in headers.items()}.get("x-amz-target", "") in _WRITE_TARGETS
+    return _target(headers) in _WRITE_TARGETS
+
+
+def _is_dynamodb(headers) -> bool:
+    return _target(headers).startswith("DynamoDB_")
 
 
 def _journal_writes_only(recorder) -> None:
-    """Make moto's recorder skip every request that changes nothing."""
+    """Make moto's recorder keep only the requests that change state, DynamoDB's in the
+    order moto serves them: recorded while they hold its request lock, so a replay writes
+    the items, and the usage stream's records (``moto_patches``, 4.), in the same order."""
+    from moto.dynamodb.responses import DynamoHandler
+
     record = recorder._record_request
 
     def writes_only(request, body=None):
-        if _is_write(request.headers):
+        if _is_write(request.headers) and not _is_dynamodb(request.headers):
             record(request, body)
 
     recorder._record_request = writes_only
+    serve = DynamoHandler.call_action
+
+    def served_in_order(handler):
+        with moto_patches.REQUEST_LOCK:
+            if _is_write(handler.headers):
+                request = SimpleNamespace(
+                    headers=handler.headers, method=handler.method, raw_url=handler.uri, raw_path=handler.raw_path
+                )
+                record(request, handler.body)
+            return serve(handler)
+
+    DynamoHandler.call_action = served_in_order
 
 
 def _private_state() -> None:

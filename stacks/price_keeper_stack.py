@@ -8,7 +8,6 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from price_keeper.config import parse_config, read_raw
-from price_keeper.domain.aggregation import stream_trigger
 from price_keeper.store.tables import USAGE_AGG_SHARDED
 
 from . import access
@@ -38,12 +37,7 @@ class PriceKeeperStack(Stack):
     def __init__(self, scope: Construct, id: str, *, settings: Settings, **kwargs):
         super().__init__(scope, id, description="Bedrock Price Keeper: daily spend quotas for Amazon Bedrock", **kwargs)
         # A broken config.yaml fails the synth, not the first request after the deploy.
-        config = parse_config(read_raw(settings.config_path))
-        if config.metering.ledger_from and not settings.enable_streams:
-            raise ValueError(
-                "metering.ledger_from folds the usage stream's images: deploy with enableStreams=true "
-                "(a create-time choice, docs/infrastructure.md)"
-            )
+        parse_config(read_raw(settings.config_path))
 
         self.tables = Tables(self, "Tables", settings)
         self.jwt_secret = _generated_secret(
@@ -86,7 +80,6 @@ class PriceKeeperStack(Stack):
             aggregator=self.functions.by_name["aggregator"],
             dead_letter_queue=self.schedules.dead_letter_queues["aggregator"],
             prefix=settings.prefix,
-            trigger=stream_trigger(bool(config.metering.ledger_from)),
         )
         self.monitoring = Monitoring(
             self,

@@ -6,13 +6,13 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-from price_keeper.store.tables import ALL_TABLES, DAILY_TOTAL, USAGE_AGG_SHARDED, TableSpec
+from price_keeper.store.tables import ALL_TABLES, DAILY_TOTAL, TableSpec
 
 from .settings import Settings
 
-# Tables whose changes a stream consumer of yours may want (``enableStreams``: spend as it
-# accrues, totals as they fold); their streams then carry full images.
-STREAMED = (USAGE_AGG_SHARDED, DAILY_TOTAL)
+# The table whose changes a stream consumer of yours may want beside the usage table's
+# (``enableStreams``: totals as they fold); its stream then carries full images.
+STREAMED = (DAILY_TOTAL,)
 
 
 def _key(name: str) -> dynamodb.Attribute:
@@ -20,12 +20,11 @@ def _key(name: str) -> dynamodb.Attribute:
 
 
 def _stream(settings: Settings, spec: TableSpec) -> dynamodb.StreamViewType | None:
-    """Full images for ``enableStreams`` (the ledger's, ``metering.ledger_from``, and your
-    consumers'), else the usage table's keys, all the shard fold reads: the view a stage's
-    stream was created with, which it keeps."""
-    if settings.enable_streams and spec in STREAMED:
-        return dynamodb.StreamViewType.NEW_AND_OLD_IMAGES
-    return dynamodb.StreamViewType.KEYS_ONLY if spec.stream else None
+    """The view the service reads (the usage table's images, which the ledger folds), or
+    full images for ``enableStreams``."""
+    if spec.stream:
+        return dynamodb.StreamViewType(spec.stream)
+    return dynamodb.StreamViewType.NEW_AND_OLD_IMAGES if settings.enable_streams and spec in STREAMED else None
 
 
 def physical_name(settings: Settings, spec: TableSpec) -> str:

@@ -2,18 +2,16 @@
 stream, as ``price_keeper.domain.aggregation.USAGE_STREAM`` and ``USAGE_STREAM_FILTERS`` define it,
 and one on the repair queue (``price_keeper.domain.repair``).
 
-Batches of shard writes (and on ledger days, of dedup markers) reach the aggregator within
+Batches of shard writes and of ledger markers reach the aggregator within
 the batching window (1 s). A batch that fails is retried from the first record it names
 (never bisected: ``price_keeper.domain.ledger``) up to ``retries`` times or until its
 records are ``max_record_age_s`` old; then its description goes to the repair queue,
 where the aggregator reads its records again and folds them. The hourly audit's chunks go
 to the same queue. A repair message that keeps failing goes to the aggregator's dead-letter
 queue (the same queue as failed scheduled runs, so one alarm covers both).
-``parallelization_factor`` batches at once per stream shard: the fold stays exact, since
-it recomputes from the shards and moves totals only by conditional transactions
-(docs/infrastructure.md, "Concurrency"). Where the ledger counts (``metering.ledger_from``),
-one batch at a time per shard (``aggregation.stream_trigger``): a given-up batch's repair
-reads its shard's range, which parallel batches' records share.
+One batch at a time per stream shard (``USAGE_STREAM.parallelization_factor``): a given-up
+batch's repair reads its shard's range, which parallel batches' records would share
+(docs/infrastructure.md, "Concurrency").
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from price_keeper.domain.aggregation import USAGE_STREAM, USAGE_STREAM_FILTERS, StreamTrigger
+from price_keeper.domain.aggregation import USAGE_STREAM, USAGE_STREAM_FILTERS
 
 REPAIR_BATCH = 10  # messages per invocation: 10 audit chunks of 100 label-days, or failed stream batches
 REPAIR_MAX_CONCURRENCY = 50  # half the aggregator's reserved concurrency: the stream keeps the rest
@@ -42,7 +40,6 @@ class UsageStreamTrigger(Construct):
         aggregator: lambda_.Function,
         dead_letter_queue: sqs.IQueue,
         prefix: str,
-        trigger: StreamTrigger = USAGE_STREAM,  # ``aggregation.stream_trigger``
     ):
         super().__init__(scope, id)
         self.repair_queue = sqs.Queue(
@@ -70,15 +67,15 @@ class UsageStreamTrigger(Construct):
         self.source = sources.DynamoEventSource(
             table,
             starting_position=lambda_.StartingPosition.TRIM_HORIZON,
-            batch_size=trigger.batch_size,
-            max_batching_window=Duration.seconds(trigger.batching_window_s),
+            batch_size=USAGE_STREAM.batch_size,
+            max_batching_window=Duration.seconds(USAGE_STREAM.batching_window_s),
             # no bisecting: a ledger chunk delivered again must start where it started (domain.ledger)
             bisect_batch_on_error=False,
             report_batch_item_failures=True,  # resume at the first record of what failed
-            retry_attempts=trigger.retries,
-            max_record_age=Duration.seconds(trigger.max_record_age_s),
+            retry_attempts=USAGE_STREAM.retries,
+            max_record_age=Duration.seconds(USAGE_STREAM.max_record_age_s),
             on_failure=sources.SqsDlq(self.repair_queue),
-            parallelization_factor=trigger.parallelization_factor,
+            parallelization_factor=USAGE_STREAM.parallelization_factor,
             filters=[lambda_.FilterCriteria.filter(pattern) for pattern in USAGE_STREAM_FILTERS],
         )
         aggregator.add_event_source(self.source)

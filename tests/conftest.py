@@ -237,6 +237,26 @@ def cold_handler(function: str):
 
 
 @pytest.fixture
+def fold_stream(aws):
+    """Delivers what the usage stream gained since the last call to the aggregator, within its
+    role, as the event source mapping does: the fold of ledger days (orgs made now), which the
+    sweep (``aggregation.run``) never folds. Its reply (the run's summary), or None."""
+    from local.streams import StreamReader, lambda_event
+    from price_keeper.store import tables
+
+    reader = StreamReader(tables.USAGE_AGG_SHARDED)
+
+    def fold() -> dict | None:
+        records = reader.read()
+        if not records:
+            return None
+        with only_granted("aggregator"):
+            return gateway.load_handler("aggregator")(lambda_event(records), gateway.LambdaContext("aggregator"))
+
+    return fold
+
+
+@pytest.fixture
 def dynamodb_calls(aws) -> list[tuple[str, dict]]:
     """(operation, parameters) of every DynamoDB call the service's client makes."""
     from price_keeper.store.dynamo import ddb_client

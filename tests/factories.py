@@ -21,6 +21,7 @@ def seed_org(
     agg_shard_count: int = 8,
     first_shard_count: int | None = None,  # None: an org created before adaptive shards
     labels_apart: bool = False,  # made since its scope totals keep config labels apart (orgs.CONFIG_LABELS_APART)
+    counted_by_ledger: bool = False,  # made since the ledger (orgs.COUNTED_BY_LEDGER)
     tight_mode_threshold_pct: int = 95,
     sticky_fallback_enabled: bool = True,
     secret: str = "org-secret",
@@ -40,6 +41,7 @@ def seed_org(
             "agg_shard_count": agg_shard_count,
             **({"first_shard_count": first_shard_count} if first_shard_count is not None else {}),
             **({"config_labels_apart": True} if labels_apart else {}),
+            **({"counted_by_ledger": True} if counted_by_ledger else {}),
             "tight_mode_threshold_pct": tight_mode_threshold_pct,
             "refresh_interval_normal_secs": 300,
             "refresh_interval_tight_secs": 60,

@@ -66,7 +66,7 @@ def test_reports_retries_and_a_void_reach_the_aggregates_once_each(tmp_path):
             return {label: (models[label]["cost_usd_micros"], models[label]["requests"]) for label in cost}
 
         wanted = {"premium": (cost["premium"], 2), "standard": (cost["standard"], 2)}
-        eventually(lambda: today() == wanted, f"all four: {wanted}")
+        eventually(lambda: today() == wanted, f"all four: {wanted} {today()}")
         voided = requests.post(
             f"{tenant.org_path}/usage/void",
             headers={"X-API-Key": KEY},

@@ -33,7 +33,7 @@ def ledger_days(aws, monkeypatch, tmp_path):
     path.write_text(json.dumps(raw))
     monkeypatch.setenv("PRICE_KEEPER_CONFIG", str(path))
     get_config.cache_clear()
-    assert get_config().metering.counts_by_ledger(org_day("America/New_York"))
+    assert get_config().metering.ledger_from == "20200101"
     yield
     monkeypatch.delenv("PRICE_KEEPER_CONFIG", raising=False)
     get_config.cache_clear()
@@ -85,18 +85,28 @@ def expected(receipts: list[dict]) -> dict[str, tuple[int, int]]:
     return {label: tuple(value) for label, value in sums.items()}
 
 
-def test_a_ledger_record_is_its_marker_alone_in_one_put(ledger_days, dynamodb_calls):
+def test_a_ledger_record_is_its_marker_alone_in_one_put(stream, dynamodb_calls):
+    """Once its label-day has a total; before (the fold's lag), its records also list the
+    day's spend in the ``active-by-day`` index, which a timezone change checks."""
     tenant = new_tenant(first_shard_count=1)
+    day = org_day("America/New_York")
+    dynamodb_calls.clear()
+    with only_granted("usage"):
+        listing = submit(tenant)
+    writes = [(op, params) for op, params in dynamodb_calls if op in ("PutItem", "TransactWriteItems")]
+    assert [(op, len(params.get("TransactItems", ()))) for op, params in writes] == [("TransactWriteItems", 2)]
+    assert usage.org_has_spend(tenant.org_id, day)  # before any fold
+    deliver(stream())
     dynamodb_calls.clear()
     with only_granted("usage"):
         first = submit(tenant)
     writes = [(op, params.get("TableName")) for op, params in dynamodb_calls if op in ("PutItem", "TransactWriteItems")]
     assert writes == [("PutItem", tables.USAGE_AGG_SHARDED.physical_name)]  # 1 write unit, not the transaction's 4
+    assert listing["duplicate"] is False
     marker = usage.read_marker(keys.dedup_key(tenant.org_id, tenant.app_id, first["request_id"]))
     assert marker[usage.LEDGER] == 1 and marker["cost_usd_micros"] == first["processing"]["cost_usd_micros"]
-    assert (
-        usage.read_shards(keys.shard_item_keys(tenant.scope, "premium", keys.day_key(marker["org_day"]), 1), []) == []
-    )
+    shards = usage.read_shards(keys.shard_item_keys(tenant.scope, "premium", keys.day_key(marker["org_day"]), 1), [])
+    assert [shard.get("requests", 0) for shard in shards] == [0]  # its index entry alone: no counters
     again = submit(tenant, request_id=first["request_id"])
     assert again["duplicate"] is True
     assert again["processing"]["cost_usd_micros"] == first["processing"]["cost_usd_micros"]
@@ -152,10 +162,15 @@ def test_a_batch_delivered_again_from_the_chunk_that_failed_counts_every_record_
         assert totals_of(scope) == expected(mine)
 
 
+def markers(batch: list[dict]) -> list[dict]:
+    """The ledger's records of a stream batch (not the index entries of its first records)."""
+    return [record for record in batch if record["dynamodb"]["Keys"]["date_key"]["S"] == keys.DEDUP_SORT_KEY]
+
+
 def test_a_chunk_delivered_again_further_counts_only_its_new_records(stream):
     tenant = new_tenant(first_shard_count=1)
     receipts = [submit(tenant) for _ in range(3)]
-    batch = stream()
+    batch = markers(stream())
     deliver(batch[:2])
     assert totals_of(tenant.scope) == expected(receipts[:2])
     deliver(batch)  # the same first record, one more: a chunk of its own after the one written
@@ -279,7 +294,7 @@ def test_a_shard_fold_failing_inside_a_ledger_chunk_resumes_the_batch_at_that_ch
 
 def test_a_batchs_ledger_records_are_a_put_each_and_its_repeats_duplicates(stream, dynamodb_calls):
     tenant = new_tenant(first_shard_count=1)
-    counted_before = submit(tenant)
+    counted_before, *_ = [submit(tenant, label) for label in LABELS]  # each label-day has its total
     deliver(stream())
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
     bodies = [usage_body(model_label=label) for label in LABELS]
@@ -294,7 +309,7 @@ def test_a_batchs_ledger_records_are_a_put_each_and_its_repeats_duplicates(strea
     assert writes == ["PutItem"] * 4  # the three records and the request id counted before
     assert [result["duplicate"] for result in reply["results"]] == [False, False, False, True]
     deliver(stream())
-    assert sum(requests for _, requests in totals_of(tenant.scope).values()) == 4
+    assert sum(requests for _, requests in totals_of(tenant.scope).values()) == 6
 
 
 def test_a_repriced_ledger_record_folds_its_correction(stream, api, bedrock, bus):  # noqa: F811
@@ -371,3 +386,44 @@ def test_a_tight_label_days_records_go_on_its_live_item_until_folded(stream, dyn
     deliver(batch)  # delivered again: the checkpoint keeps the live item from going below
     assert daily_totals.live_costs([usage_key], day) == {usage_key: 0}
     assert totals_of(tenant.scope)["premium"] == (first["processing"]["cost_usd_micros"] + cost, 2)
+
+
+def test_a_batchs_records_of_a_tight_label_day_go_on_its_live_item_in_one_transaction(stream, dynamodb_calls):
+    """A batch reads its answer before writing too: the records of a tight label-day are one
+    transaction of their markers and one ADD of their costs to the live item (one action an
+    item); a quiet label-day's records are still a PutItem each; the fold takes it back."""
+    from datetime import UTC, datetime
+
+    from price_keeper.domain import selection
+
+    tenant = new_tenant(
+        first_shard_count=1,
+        quotas={"premium": 100_000, "standard": 10**9, "economy": 10**9},
+        tight_mode_threshold_pct=1,
+    )
+    first = submit(tenant)
+    standard = submit(tenant, "standard")
+    deliver(stream())  # premium is tight now (its first record passed 1 % of its quota), standard is not
+    config = orgs.effective_config(tenant.org_id, tenant.app_id)
+    records = [usage_body(model_label=label) for label in ("premium", "premium", "standard", "premium")]
+    for record in records:
+        record["bedrock_model_id"] = get_config().labels[record["model_label"]].id
+    dynamodb_calls.clear()
+    with only_granted("usage"):
+        reply = metering.submit_batch(config.org_id, config.app_id, records)
+    assert reply["accepted"] == 4
+    writes = [(op, params) for op, params in dynamodb_calls if op in ("PutItem", "TransactWriteItems")]
+    assert sorted(op for op, _ in writes) == ["PutItem", "TransactWriteItems"]
+    (transaction,) = [params["TransactItems"] for op, params in writes if op == "TransactWriteItems"]
+    assert len(transaction) == 4  # three markers and the live item's one ADD
+    usage_key, day = keys.usage_key(tenant.scope, "premium"), org_day("America/New_York")
+    live_cost = sum(result["cost_usd_micros"] for result in reply["results"][:2] + reply["results"][3:])
+    assert daily_totals.live_costs([usage_key], day) == {usage_key: live_cost}
+    status = selection.recommend(config, datetime.now(UTC))[0]["quota_status"]["models_status"]["premium"]
+    assert status["spend_usd_micros"] == first["processing"]["cost_usd_micros"] + live_cost
+    batch = stream()
+    deliver(batch)
+    deliver(batch)
+    assert daily_totals.live_costs([usage_key], day) == {usage_key: 0}
+    assert totals_of(tenant.scope)["premium"] == (first["processing"]["cost_usd_micros"] + live_cost, 4)
+    assert totals_of(tenant.scope)["standard"][1] == 2 and standard["duplicate"] is False

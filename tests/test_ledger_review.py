@@ -89,7 +89,7 @@ def test_a_given_up_batch_is_repaired_whole_though_the_stream_answers_an_empty_p
 @pytest.mark.xfail(
     strict=True,
     reason="inherent to repairing a parallelized batch by its range: so the mapping runs one batch "
-    "at a time per stream shard where the ledger counts (aggregation.stream_trigger)",
+    "at a time per stream shard (aggregation.USAGE_STREAM.parallelization_factor)",
 )
 def test_a_repair_of_one_of_a_stream_shards_parallel_batches_counts_each_record_once(stream, monkeypatch):
     """With a parallelization factor above 1, a stream shard's records go to concurrent

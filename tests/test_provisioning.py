@@ -46,9 +46,10 @@ def test_create_returns_201_with_one_time_credentials(api):
 def test_org_item_has_exactly_the_seed_shape(api):
     org_id, credentials = new_org(api)
     stored = config_item(org_id)
-    # the seed's, where label-days start (hot_labels), the org quota's boosts (store.boosts), and
-    # that its scope totals keep config labels apart (orgs.CONFIG_LABELS_APART)
-    seeded = config_item(seed_org(first_shard_count=1, labels_apart=True))
+    # the seed's, where label-days start (hot_labels), the org quota's boosts (store.boosts), that
+    # its scope totals keep config labels apart (orgs.CONFIG_LABELS_APART) and that its days are
+    # counted by the ledger (orgs.COUNTED_BY_LEDGER)
+    seeded = config_item(seed_org(first_shard_count=1, labels_apart=True, counted_by_ledger=True))
     assert set(stored) == set(seeded) | {"quota_boosts"}
     assert stored["first_shard_count"] == 1 and stored["quota_boosts"] == {} and stored["config_labels_apart"] is True
     for name, value in seeded.items():
@@ -592,6 +593,7 @@ def test_app_quotas_from_an_app_scope_are_ignored_in_an_org_scope(api):
 def test_a_timezone_or_scope_change_is_409_while_today_has_spend_and_changes_nothing(api):
     org_id, _ = new_org(api)
     token = tokens(api, new_app(api, org_id, "app-1"))["access_token"]
+    # (a ledger day, not folded yet: its first record lists the day's spend itself)
     assert api.post(f"/api/v1/orgs/{org_id}/apps/app-1/usage", usage_body(), token=token).status == 202
     before = config_item(org_id)
     for change in ({"timezone": "Pacific/Kiritimati"}, {"quota_scope": "ORG"}):

@@ -30,16 +30,16 @@ def _table(synth, spec) -> dict:
     return synth.json["Resources"][synth.table_ids()[spec]]["Properties"]
 
 
-def test_only_the_usage_table_streams_by_default_and_only_its_keys(synth):
+def test_only_the_usage_table_streams_by_default_with_the_images_the_ledger_folds(synth):
     for spec in ALL_TABLES:
         props = _table(synth, spec)
         if spec is USAGE_AGG_SHARDED:
-            assert props["StreamSpecification"] == {"StreamViewType": "KEYS_ONLY"}
+            assert props["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
         else:
             assert "StreamSpecification" not in props, spec.name
 
 
-def test_enable_streams_gives_usage_and_totals_full_images(synth_options):
+def test_enable_streams_gives_the_totals_full_images_too(synth_options):
     for spec in (USAGE_AGG_SHARDED, DAILY_TOTAL):
         assert _table(synth_options, spec)["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
 
@@ -57,7 +57,9 @@ def test_the_usage_stream_triggers_the_aggregator(request, which):
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]  # resumes at a failed scope-day's record
     assert props["MaximumRetryAttempts"] == aggregation.USAGE_STREAM.retries
     assert props["MaximumRecordAgeInSeconds"] == aggregation.USAGE_STREAM.max_record_age_s
-    assert props["ParallelizationFactor"] == aggregation.USAGE_STREAM.parallelization_factor > 1
+    # one batch at a time per stream shard: a given-up batch's repair reads its shard's range,
+    # which parallel batches' records would share, and counted them again (tests/test_ledger_review.py)
+    assert props["ParallelizationFactor"] == aggregation.USAGE_STREAM.parallelization_factor == 1
 
 
 def test_the_aggregator_and_model_selection_have_concurrency_reserved(synth):
@@ -125,39 +127,3 @@ def test_iterator_age_alarm(synth):
     assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == ("AWS/Lambda", "IteratorAge", "Maximum")
     assert referenced_ids(alarm["Dimensions"]) == {synth.function_ids()["aggregator"]}
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold" and 0 < alarm["Threshold"] <= 60_000
-
-
-def test_the_ledger_is_refused_without_the_usage_streams_images(tmp_path):
-    """``metering.ledger_from`` folds the markers' images: a stage whose usage stream has only
-    keys (``enableStreams`` off) cannot fold them, so the synth fails; with it, it builds."""
-    from price_keeper.config import config_path, read_raw
-
-    from .conftest import build
-
-    raw = read_raw(config_path())
-    raw["metering"]["ledger_from"] = "20270101"
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(raw))
-    with pytest.raises(ValueError, match="enableStreams"):
-        build(tmp_path / "keys-only", configPath=str(config))
-    stack = build(tmp_path / "images", configPath=str(config), enableStreams="true")
-    stream = stack.tables.by_spec[USAGE_AGG_SHARDED].node.default_child.stream_specification
-    assert stream.stream_view_type == "NEW_AND_OLD_IMAGES"
-
-
-def test_where_the_ledger_counts_the_mapping_runs_one_batch_at_a_time_per_stream_shard(tmp_path_factory):
-    """With batches in parallel per stream shard, a given-up batch's repair reads its range
-    of the shard, other batches' records included, and the ledger counted those again
-    (``aggregation.stream_trigger``; ``tests/test_ledger_review.py``)."""
-    from price_keeper.config import config_path, read_raw
-
-    from .conftest import OPTIONS, _synth
-
-    raw = read_raw(config_path())
-    raw["metering"]["ledger_from"] = "20991231"
-    folder = tmp_path_factory.mktemp("synth-ledger")
-    (folder / "config.json").write_text(json.dumps(raw))
-    synth = _synth(folder, **OPTIONS, configPath=str(folder / "config.json"))
-    props = _mapping(synth)
-    assert props["ParallelizationFactor"] == 1
-    assert props["BisectBatchOnFunctionError"] is False

@@ -99,14 +99,11 @@ class Metering(NamedTuple):
     # empty: never (docs/metering.md, "Scope totals"). The same rule as ``one_shard_from``: a
     # day that has not begun anywhere when the setting is deployed.
     config_labels_apart_from: str = ""
-    # Records of this org day (yyyymmdd) and later are counted by the ledger: the dedup
-    # marker alone, folded from the usage stream's images (docs/metering.md, "The ledger");
-    # empty: never. The same rule: a day that has not begun anywhere when it is deployed.
+    # Orgs made before the ledger (no ``counted_by_ledger`` on their item) count records of
+    # this org day (yyyymmdd) and later by the ledger: the dedup marker alone, folded from the
+    # usage stream's images (docs/metering.md, "The ledger"); empty: never. The same rule: a
+    # day that has not begun anywhere when the setting is deployed.
     ledger_from: str = ""
-
-    def counts_by_ledger(self, day: str) -> bool:
-        """Whether records of org day ``day`` (yyyymmdd) are counted by the ledger."""
-        return bool(self.ledger_from) and day >= self.ledger_from
 
     def marker_expires_at(self, now_epoch: int) -> int:
         """When a dedup marker written (or re-priced) at ``now_epoch`` expires."""

@@ -73,26 +73,17 @@ class StreamTrigger(NamedTuple):
     batching_window_s: int
     retries: int  # then the batch goes to the aggregator's dead-letter queue; the sweep repairs it
     max_record_age_s: int
-    # concurrent batches per stream shard: safe, since a fold recomputes from the shards and
-    # moves totals only by conditional transactions (docs/infrastructure.md, "Concurrency")
+    # concurrent batches per stream shard: one. The repair of a batch the mapping gave up on
+    # reads its stream shard's records from its first sequence number to its last
+    # (``usage.stream_records``): with batches in parallel per shard, that range also holds
+    # the records of the other batches (other partition keys), which the ledger folded under
+    # their own chunks and would count again (docs/infrastructure.md, "Concurrency").
     parallelization_factor: int
 
 
 USAGE_STREAM = StreamTrigger(
-    batch_size=1000, batching_window_s=1, retries=10, max_record_age_s=3600, parallelization_factor=4
+    batch_size=1000, batching_window_s=1, retries=10, max_record_age_s=3600, parallelization_factor=1
 )
-
-
-def stream_trigger(ledger: bool) -> StreamTrigger:
-    """``USAGE_STREAM``; where the ledger counts (``metering.ledger_from``), one batch at a
-    time per stream shard. The repair of a batch the mapping gave up on reads its stream
-    shard's records from its first sequence number to its last (``usage.stream_records``):
-    with batches in parallel per shard, that range also holds the records of the other
-    batches (other partition keys), which the ledger folded under their own chunks, and
-    would count them again (the shard fold recomputes, so it never minded). A factor
-    changed on a live mapping would also regroup a batch being retried, cutting its chunks
-    elsewhere."""
-    return USAGE_STREAM._replace(parallelization_factor=1) if ledger else USAGE_STREAM
 
 
 # Records worth a run: shard writes (not the dedup markers, not the TTL's deletions), and on
@@ -639,6 +630,8 @@ def _moves(scope_day: ScopeDay, snapshot: Snapshot, now: datetime) -> tuple[RunR
             group.add(shard, int(shard.get("updated_at_epoch", 0)))
         stored = snapshot.totals.get(label_day) or {}
         stored_progress = daily_totals.progress(stored) if "requests" in stored else None
+        if stored_progress is None and daily_totals.progress(group.sums) == (0, 0):
+            continue  # a ledger label-day's index entry alone (``usage.ledger_day_listed``): the ledger folds it
         if stored_progress is not None and daily_totals.progress(group.sums) <= stored_progress:
             report.stale_puts_skipped += daily_totals.progress(group.sums) < stored_progress
             continue

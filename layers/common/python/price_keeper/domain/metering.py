@@ -63,8 +63,11 @@ class Submission(NamedTuple):
     quote: pricing.PriceQuote
     shard_count: int  # the label-day's shard count the shard was chosen among (hot labels raise it)
     busy_shard_count: int  # the org's agg_shard_count: what a quiet label-day's first conflict spreads it to
-    ledger: bool = False  # counted by its marker alone (``config.Metering.counts_by_ledger``)
+    ledger: bool = False  # counted by its marker alone (``EffectiveConfig.counts_by_ledger``)
     live: bool = False  # a ledger record of a tight label-day: its cost on the live item too
+    # a ledger record of a label-day not folded yet: its index entry too, so ``org_has_spend``
+    # sees the day's spend before the fold lists it (``usage.ledger_day_listed``)
+    lists_day: bool = False
 
     @property
     def scope(self) -> str:
@@ -204,7 +207,7 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
         quote=quote,
         shard_count=shard_count,
         busy_shard_count=config.agg_shard_count,
-        ledger=get_config().metering.counts_by_ledger(day),
+        ledger=config.counts_by_ledger(day),
     )
 
 
@@ -302,8 +305,19 @@ MARKER_THREADS = 10  # a batch's ledger markers written at once (the store clien
 
 
 def _a_marker_alone(submission: Submission) -> bool:
-    """A ledger record with nothing to write beside its marker (no estimated item)."""
-    return submission.ledger and _estimated(submission) is None
+    """A ledger record with nothing to write beside its marker (no estimated item, no live
+    item or index entry: a batch's records share their label-day's in one transaction)."""
+    return submission.ledger and not (submission.live or submission.lists_day) and _estimated(submission) is None
+
+
+def _as_answered(submission: Submission, statuses: list[dict]) -> Submission:
+    """A ledger record as the answer read before its write has it (``_daily_status`` of its
+    label-day among ``statuses``): live when the label-day is tight, and listing the day
+    while the label-day has no total yet."""
+    status = next((s for s in statuses if (s["label"], s["org_day"]) == (submission.label, submission.day)), None)
+    if not submission.ledger or status is None:
+        return submission
+    return submission._replace(live=status["mode"] == TIGHT, lists_day=status["aggregated_at"] is None)
 
 
 def _put_markers(entries: list[tuple[int, Submission]], now: datetime) -> dict[int, Outcome | ApiError]:
@@ -405,6 +419,7 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
         "dedup_key": submission.dedup_key,
         "ledger": submission.ledger,
         "live": submission.live,
+        "lists_day": submission.lists_day,
         "scopes": list(submission.scopes),
         "label": submission.label,
         "shard_id": submission.shard_id,
@@ -596,9 +611,9 @@ def submit(
     submission = prepare(config, request, now)
     settle = reservations.settlement(config, submission, request.reservation_id)
     counted = [(submission.label, submission.day)]
-    if submission.ledger:  # the answer read first: a tight label-day's record goes on its live item too
+    if submission.ledger:  # the answer read first: the record as it has the label-day (``_as_answered``)
         position = _position(config, counted, now, with_selection)
-        submission = submission._replace(live=position[0][0]["mode"] == TIGHT)
+        submission = _as_answered(submission, position[0])
     outcome = count(config, submission, now, settle)
     if not submission.ledger or [(outcome.label, outcome.day)] != counted:
         position = _position(config, [(outcome.label, outcome.day)], now, with_selection)
@@ -762,12 +777,26 @@ def submit_batch(
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
     prepared = _prepare_all(config, records, now)
+    on_ledger = [entry.submission for entry in prepared if isinstance(entry, _Prepared) and entry.submission.ledger]
+    ledger_days = list(dict.fromkeys((submission.label, submission.day) for submission in on_ledger))
+    read_first = None
+    if ledger_days:  # the answer read first, as a single report's (``_as_answered``)
+        read_first = _position(config, ledger_days, now, with_selection)
+        prepared = [
+            entry._replace(submission=_as_answered(entry.submission, read_first[0]))
+            if isinstance(entry, _Prepared)
+            else entry
+            for entry in prepared
+        ]
     counted = _count_batch(config, prepared, now, client)
     done = [counted.get(index, (entry, None)) for index, entry in enumerate(prepared)]
     results = [result for result, _ in done]
     accepted = sum(1 for result in results if result["status"] == "accepted")
     labels_counted = list(dict.fromkeys((outcome.label, outcome.day) for _, outcome in done if outcome is not None))
-    labels, total, selected = _position(config, labels_counted, now, with_selection)
+    if read_first is not None and labels_counted == ledger_days:
+        labels, total, selected = read_first
+    else:
+        labels, total, selected = _position(config, labels_counted, now, with_selection)
     return {
         "accepted": accepted,
         "failed": len(results) - accepted,

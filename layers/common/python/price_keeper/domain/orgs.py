@@ -42,6 +42,8 @@ APP_QUOTA_SETTINGS = ("quotas", "total_quota_usd_micros")
 
 # On an org item: created since config labels were kept apart from its scope totals.
 CONFIG_LABELS_APART = "config_labels_apart"
+# On an org item: created since the ledger, so every day of it is counted by the ledger.
+COUNTED_BY_LEDGER = "counted_by_ledger"
 
 
 class EffectiveConfig(NamedTuple):
@@ -65,6 +67,9 @@ class EffectiveConfig(NamedTuple):
     # keep config.yaml labels apart (``labels_apart``): every day for orgs created since, from
     # config.yaml's ``metering.config_labels_apart_from`` for older orgs.
     config_labels_apart_from: str | None
+    # The org days (the same form) counted by the ledger (``counts_by_ledger``): every day for
+    # orgs created since, from config.yaml's ``metering.ledger_from`` for older orgs.
+    ledger_from: str | None
     tight_mode_threshold_pct: int
     refresh_interval_normal_secs: int
     refresh_interval_tight_secs: int
@@ -124,6 +129,11 @@ class EffectiveConfig(NamedTuple):
         label config.yaml has or had (``config_labels_ever``), or none."""
         return config_labels_ever() if self.labels_apart(day) else ()
 
+    def counts_by_ledger(self, day: str) -> bool:
+        """Whether records of org day ``day`` (yyyymmdd) are counted by the ledger: the dedup
+        marker alone, folded from the usage stream's images (``domain.ledger``)."""
+        return self.ledger_from is not None and day >= self.ledger_from
+
     def starting_shards(self, day: str) -> int:
         """The shards a label-day of org day ``day`` (yyyymmdd) starts on."""
         return self.first_shard_count if day >= self.one_shard_from else self.agg_shard_count
@@ -158,6 +168,7 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
         agg_shard_count=shards,
         **_shard_start(org, shards, defaults.one_shard_from),
         config_labels_apart_from=("" if org.get(CONFIG_LABELS_APART) else (defaults.config_labels_apart_from or None)),
+        ledger_from=("" if org.get(COUNTED_BY_LEDGER) else (defaults.ledger_from or None)),
         tight_mode_threshold_pct=int(source.get("tight_mode_threshold_pct", defaults.tight_mode_threshold_pct)),
         refresh_interval_normal_secs=int(
             source.get("refresh_interval_normal_secs", defaults.refresh_interval_normal_secs)

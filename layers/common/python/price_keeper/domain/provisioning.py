@@ -367,6 +367,7 @@ def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tu
             "agg_shard_count": shards or get_config().metering.usage_agg_shard_count,
             "first_shard_count": hot_labels.QUIET_SHARDS,
             orgs.CONFIG_LABELS_APART: True,
+            orgs.COUNTED_BY_LEDGER: True,
             boost_store.BOOSTS_ATTRIBUTE: {},
         },
         must_match={"agg_shard_count": shards} if shards else None,

@@ -15,7 +15,6 @@ from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from ..cache import etag
-from ..config import get_config
 from ..errors import ApiError
 from ..metric_names import STICKY_FLIPS
 from ..observability import count
@@ -98,7 +97,7 @@ MAX_STICKY_RACES = 3
 def _live_spends(config: EffectiveConfig, day: str, spends: dict[str, int]) -> dict[str, int]:
     """Each ordering label's spend as it stands, for tight mode: the sum of its shards, or on a
     ledger day (no shards) its total plus its live item, the tight records not folded yet."""
-    if not get_config().metering.counts_by_ledger(day):
+    if not config.counts_by_ledger(day):
         return usage.label_spends(config.scope, config.model_ordering, day, config.starting_shards(day))
     usage_keys = {label: keys.usage_key(config.scope, label) for label in config.model_ordering}
     live = daily_totals.live_costs(usage_keys.values(), day)

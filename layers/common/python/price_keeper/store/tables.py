@@ -83,8 +83,9 @@ ACTIVE_BY_DAY = Index(name="active-by-day", partition_key="active_day", sort_key
 
 CONFIG = TableSpec("config", "CONFIG_TABLE", "org_key", "resource_key", holds_money=True)
 STICKY_STATE = TableSpec("sticky-state", "STICKY_STATE_TABLE", "scope_key", "date_key")
-# Its stream names the shards each usage write changed (keys are all the aggregator reads
-# from it: it sums the shards themselves, so a record delivered twice changes nothing).
+# Its stream names the shards each usage write changed (the shard fold sums the shards
+# themselves, so a record delivered twice changes nothing) and carries the dedup markers'
+# images, which the ledger folds (``domain.ledger``).
 USAGE_AGG_SHARDED = TableSpec(
     "usage-agg-sharded",
     "USAGE_AGG_SHARDED_TABLE",
@@ -92,8 +93,6 @@ USAGE_AGG_SHARDED = TableSpec(
     "date_key",
     holds_money=True,
     indexes=(ACTIVE_BY_DAY,),
-    # The images the ledger folds (``domain.ledger``), as local stacks and tests create it; a
-    # deployed stage has them with ``enableStreams``, else its keys (stacks/storage.py).
     stream="NEW_AND_OLD_IMAGES",
 )
 DAILY_TOTAL = TableSpec("daily-total", "DAILY_TOTAL_TABLE", "usage_key", "date_key", holds_money=True)

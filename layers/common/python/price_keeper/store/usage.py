@@ -130,8 +130,9 @@ def shard_update(
 
 def ledger_day_listed(scope: str, label: str, day: str, now_epoch: int, expires_at: int) -> dict:
     """A ledger label-day's entry in the ``active-by-day`` index, as a TransactWriteItems
-    action of its first fold: its first shard's item, with no counters (it counts nothing,
-    so the audit's fold of it moves nothing), so ``org_has_spend`` sees the day's spend."""
+    action of its first records (before its total exists) and its first fold: its first
+    shard's item, with no counters (it counts nothing, so the audit's fold of it moves
+    nothing), so ``org_has_spend`` sees the day's spend."""
     return {
         "Update": {
             "TableName": tables.USAGE_AGG_SHARDED.physical_name,
@@ -182,21 +183,19 @@ def group_items(records: list[dict]) -> list[dict]:
                 shard[counter] += 1 if counter == "requests" else record["counts"][counter]
             if record["counts"].get(SETTLED):  # (only a settling record, which is written alone)
                 shard[SETTLED] = shard.get(SETTLED, 0) + record["counts"][SETTLED]
+    live: dict[tuple[str, str], int] = {}  # one ADD a live item: a transaction touches an item once
+    for record in records:
+        if record.get("live"):
+            where = (keys.usage_key(record["scopes"][0], record["label"]), record["day"])
+            live[where] = live.get(where, 0) + record["counts"]["cost_usd_micros"]
+    listed = {(r["scopes"][0], r["label"], r["day"]) for r in records if r.get("lists_day")}
     now_epoch, expires_at = max(r["now_epoch"] for r in records), max(r["expires_at"] for r in records)
     return [
         *(_marker_put(record) for record in records),
         *(shard_update(*where, counters, now_epoch, expires_at) for where, counters in sums.items()),
         *(_estimated_put(record) for record in records if record.get("estimated")),
-        *(
-            live_update(
-                keys.usage_key(record["scopes"][0], record["label"]),
-                record["day"],
-                record["counts"]["cost_usd_micros"],
-                record["expires_at"],
-            )
-            for record in records
-            if record.get("live")
-        ),
+        *(live_update(usage_key, day, cost, expires_at) for (usage_key, day), cost in live.items()),
+        *(ledger_day_listed(*where, now_epoch, expires_at) for where in sorted(listed)),
     ]
 
 
@@ -204,7 +203,9 @@ def group_size(records: list[dict]) -> int:
     """How many actions ``group_items`` makes of ``records`` once the records of each
     label-day share one shard, as ``domain.metering`` places them (a transaction takes 100)."""
     label_days = {(scope, r["label"], r["day"]) for r in records if not r.get("ledger") for scope in r["scopes"]}
-    return len(records) + len(label_days) + sum(1 for r in records if r.get("estimated"))
+    live = {(r["scopes"][0], r["label"], r["day"]) for r in records if r.get("live")}
+    listed = {(r["scopes"][0], r["label"], r["day"]) for r in records if r.get("lists_day")}
+    return len(records) + len(label_days) + len(live) + len(listed) + sum(1 for r in records if r.get("estimated"))
 
 
 def _marker_put(record: dict) -> dict:
