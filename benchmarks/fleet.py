@@ -825,18 +825,19 @@ def reservation_run(fleet: Fleet, containers: int, per_container: int = 8, quota
     return len(replies), len(granted), quota, spend, max(0, spend - quota), worst
 
 
-def hot_label_run(fleet: Fleet, containers: int, per_container: int) -> tuple:
+def hot_label_run(fleet: Fleet, containers: int, per_container: int, ledger: bool = True) -> tuple:
     """One client's one label reported singly from every container at once: a hot label-day.
-    Its transactions conflict (on this endpoint as on DynamoDB), writers spread it over more
-    shards (``hot_labels``), and every record is still counted once, the fold reading every
-    shard. (reports, accepted, DynamoDB calls, write and read units, TransactWriteItems a
-    report, the shard count reached, the exactness problems.)"""
+    On an org counted by its shards (``ledger`` False) its transactions conflict (on this
+    endpoint as on DynamoDB), writers spread it over more shards (``hot_labels``), and every
+    record is still counted once, the fold reading every shard; on the ledger a record is its
+    marker, shared by no other. (reports, accepted, DynamoDB calls, write and read units,
+    TransactWriteItems a report, the shard count reached, the exactness problems.)"""
     from datetime import UTC, datetime
 
     from price_keeper.store import usage
     from price_keeper.timeutil import org_day
 
-    client = tenants(1, FLEET_TENANT_LIMITS)[0]
+    client = tenants(1, FLEET_TENANT_LIMITS, ledger=ledger)[0]
     path, token = client.path, client.token
     aggregator = Aggregator()
     # a batch record first: ``exactness`` takes a single report's cost from one of its label
@@ -957,7 +958,7 @@ def main() -> None:
         )
         fleet = Fleet(args.rate_containers)
         try:
-            *hot, problems = hot_label_run(fleet, args.rate_containers, per_container=25)
+            *hot, problems = hot_label_run(fleet, args.rate_containers, per_container=25, ledger=not args.shards)
         finally:
             fleet.stop()
         print_table(

@@ -52,6 +52,7 @@ def test_a_fleet_counts_every_accepted_record_once(fleet):
             single_select_by_get=False,
             retries=0.2,
             orgs_made_before=False,
+            shards=False,
         )
         costs, problems = fleet.metering_run(containers, args)
     finally:
@@ -93,12 +94,26 @@ def test_24_containers_reserving_one_label_never_overshoot_its_quota(fleet):
 
 def test_a_hot_label_reported_from_many_containers_spreads_and_still_counts_every_record_once(fleet):
     """The endpoint holds a transaction's items as DynamoDB does (``moto_patches``), so
-    concurrent reports of one label conflict; the label-day spreads over more shards and the
-    fold reads them all."""
+    concurrent reports of one label of an org counted by its shards conflict; the label-day
+    spreads over more shards and the fold reads them all."""
+    containers = fleet.Fleet(6)
+    try:
+        reports, accepted, *_, transactions, shards, problems = fleet.hot_label_run(
+            containers, 6, per_container=20, ledger=False
+        )
+    finally:
+        containers.stop()
+    assert (reports, accepted, problems) == (120, 120, [])
+    assert shards >= 8 and transactions > 1
+
+
+def test_a_hot_label_on_the_ledger_shares_no_item_and_counts_every_record_once(fleet):
+    """On the ledger a record is its marker: only a container's first record of the label-day
+    (which lists the day's spend) is a transaction, and nothing spreads."""
     containers = fleet.Fleet(6)
     try:
         reports, accepted, *_, transactions, shards, problems = fleet.hot_label_run(containers, 6, per_container=20)
     finally:
         containers.stop()
     assert (reports, accepted, problems) == (120, 120, [])
-    assert shards >= 8 and transactions > 1
+    assert shards == 1 and transactions <= 6 / 120

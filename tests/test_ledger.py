@@ -415,7 +415,13 @@ def test_a_batchs_records_of_a_tight_label_day_go_on_its_live_item_in_one_transa
     writes = [(op, params) for op, params in dynamodb_calls if op in ("PutItem", "TransactWriteItems")]
     assert sorted(op for op, _ in writes) == ["PutItem", "TransactWriteItems"]
     (transaction,) = [params["TransactItems"] for op, params in writes if op == "TransactWriteItems"]
-    assert len(transaction) == 4  # three markers and the live item's one ADD
+    tight = [
+        keys.dedup_key(tenant.org_id, tenant.app_id, r["request_id"]) for r in records if r["model_label"] == "premium"
+    ]
+    parts = {keys.live_part(dedup_key) for dedup_key in tight}
+    assert len(transaction) == 3 + len(parts)  # three markers and one ADD a live item they go on
+    live_items = [a["Update"]["Key"]["date_key"] for a in transaction if "Update" in a]
+    assert sorted(live_items) == sorted(keys.live_day_key(org_day("America/New_York"), part) for part in parts)
     usage_key, day = keys.usage_key(tenant.scope, "premium"), org_day("America/New_York")
     live_cost = sum(result["cost_usd_micros"] for result in reply["results"][:2] + reply["results"][3:])
     assert daily_totals.live_costs([usage_key], day) == {usage_key: live_cost}
@@ -424,6 +430,11 @@ def test_a_batchs_records_of_a_tight_label_day_go_on_its_live_item_in_one_transa
     batch = stream()
     deliver(batch)
     deliver(batch)
-    assert daily_totals.live_costs([usage_key], day) == {usage_key: 0}
+    # each live item is taken back from the one its records went on
+    for part in range(keys.LIVE_PARTS):
+        item = table(tables.DAILY_TOTAL).get_item(
+            Key={"usage_key": usage_key, "date_key": keys.live_day_key(day, part)}
+        )
+        assert int(item.get("Item", {}).get("cost_usd_micros", 0)) == 0, part
     assert totals_of(tenant.scope)["premium"] == (first["processing"]["cost_usd_micros"] + live_cost, 4)
     assert totals_of(tenant.scope)["standard"][1] == 2 and standard["duplicate"] is False

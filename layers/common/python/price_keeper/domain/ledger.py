@@ -38,10 +38,11 @@ from .aggregation import SUM_FIELDS, LabelDay, RunReport
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
-# What a chunk's label-day may add to its transaction: its label total, its listing item,
-# its index entry, its live item and its scope total's update; with the checkpoint, within
-# 100 actions.
+# What a chunk may add to its transaction, with its checkpoint within 100 actions: per
+# label-day its label total, its listing item, its index entry and its scope total's update;
+# and the live items its tight records take back from (up to ``keys.LIVE_PARTS`` a label-day).
 LABEL_DAYS_PER_CHUNK = 19
+LIVE_ITEMS_PER_CHUNK = 100 - 1 - 4 * LABEL_DAYS_PER_CHUNK
 CHECKPOINT_DAYS = 2  # a checkpoint outlives the stream's 24 h and a repair of what it gave up
 
 
@@ -71,6 +72,7 @@ class Change(NamedTuple):
     delta: dict[str, int]
     created_epoch: int
     live_cost: int  # what a tight record's insert put on its quota scope's live item (``usage.LIVE``)
+    live_part: int  # which of the label-day's live items (``keys.live_part``)
 
 
 def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
@@ -95,22 +97,31 @@ def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
                 {name: after[name] - before[name] for name in SUM_FIELDS},
                 int(record.dynamodb.approximate_creation_date_time or new["accepted_at_epoch"]),
                 int(new["cost_usd_micros"]) if record.event_name.name == "INSERT" and new.get(usage.LIVE) else 0,
+                keys.live_part(record.dynamodb.keys["shard_key"]),
             )
         )
     return found
 
 
 def chunks(found: list[Change]) -> list[list[Change]]:
-    """``found`` cut greedily in order, each chunk within ``LABEL_DAYS_PER_CHUNK`` label-days:
-    the same records are always cut the same way from the same first one."""
+    """``found`` cut greedily in order, each chunk within ``LABEL_DAYS_PER_CHUNK`` label-days
+    and ``LIVE_ITEMS_PER_CHUNK`` live items: the same records are always cut the same way
+    from the same first one."""
     cut: list[list[Change]] = []
     label_days: set[LabelDay] = set()
+    live: set[tuple[LabelDay, int]] = set()
     for change in found:
-        if not cut or len(label_days | set(change.label_days)) > LABEL_DAYS_PER_CHUNK:
+        its_live = {(change.label_days[0], change.live_part)} if change.live_cost else set()
+        if (
+            not cut
+            or len(label_days | set(change.label_days)) > LABEL_DAYS_PER_CHUNK
+            or len(live | its_live) > LIVE_ITEMS_PER_CHUNK
+        ):
             cut.append([])
-            label_days = set()
+            label_days, live = set(), set()
         cut[-1].append(change)
         label_days |= set(change.label_days)
+        live |= its_live
     return cut
 
 
@@ -228,17 +239,22 @@ def _scope_day_actions(scope_day: aggregation.ScopeDay, moves: dict, now: dateti
 
 def _live_taken_back(pending: list[Change]) -> list[dict]:
     """The live items' ADDs that take back what ``pending``'s tight records put on them, one
-    a quota scope's label-day (its first), in the chunk's transaction: so a live item holds
-    exactly its label-day's tight records not folded yet."""
-    live: dict[LabelDay, int] = {}
+    a live item of a quota scope's label-day (its first), in the chunk's transaction: so a
+    live item holds exactly its tight records not folded yet."""
+    live: dict[tuple[str, str, int], int] = {}
     for change in pending:
         if change.live_cost:
-            live[change.label_days[0]] = live.get(change.label_days[0], 0) + change.live_cost
+            where = (*change.label_days[0], change.live_part)
+            live[where] = live.get(where, 0) + change.live_cost
     return [
         usage.live_update(
-            usage_key, keys.day_of_key(date_key), -cost, aggregation.usage_expires_at(keys.day_of_key(date_key))
+            usage_key,
+            keys.day_of_key(date_key),
+            part,
+            -cost,
+            aggregation.usage_expires_at(keys.day_of_key(date_key)),
         )
-        for (usage_key, date_key), cost in live.items()
+        for (usage_key, date_key, part), cost in live.items()
     ]
 
 

@@ -29,6 +29,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from .. import ratelimit, routes
+from ..cache import TTLCache
 from ..config import IN_REGION, get_config
 from ..errors import ApiError, as_api_error, invalid_request, service_unavailable
 from ..observability import logger
@@ -310,14 +311,20 @@ def _a_marker_alone(submission: Submission) -> bool:
     return submission.ledger and not (submission.live or submission.lists_day) and _estimated(submission) is None
 
 
+# Label-days (scope, label, yyyymmdd) this container's records listed (``_as_answered``): a
+# hot label's first second is one transaction a container on the index entry, not one a record.
+_listed = TTLCache(86_400)
+
+
 def _as_answered(submission: Submission, statuses: list[dict]) -> Submission:
     """A ledger record as the answer read before its write has it (``_daily_status`` of its
     label-day among ``statuses``): live when the label-day is tight, and listing the day
-    while the label-day has no total yet."""
+    while the label-day has no total yet (unless this container listed it)."""
     status = next((s for s in statuses if (s["label"], s["org_day"]) == (submission.label, submission.day)), None)
     if not submission.ledger or status is None:
         return submission
-    return submission._replace(live=status["mode"] == TIGHT, lists_day=status["aggregated_at"] is None)
+    unlisted = status["aggregated_at"] is None and not _listed.get((submission.scope, submission.label, submission.day))
+    return submission._replace(live=status["mode"] == TIGHT, lists_day=unlisted)
 
 
 def _put_markers(entries: list[tuple[int, Submission]], now: datetime) -> dict[int, Outcome | ApiError]:
@@ -354,8 +361,8 @@ def _write_chunk(
             attempt += 1
             if attempt == TRANSACTION_ATTEMPTS:
                 raise service_unavailable("Usage write kept conflicting with concurrent writes; retry") from None
-            if conflict.contended:
-                chunk = _spread_group(chunk)
+            if conflict.contended and not all(submission.ledger for _, submission in chunk):
+                chunk = _spread_group(chunk)  # (a ledger record has no shard: more would not help)
             _pause(attempt)
             continue
         if not counted_before:
@@ -476,7 +483,10 @@ def _after_counting(
     now: datetime,
     settle: reservations.Settlement | None = None,
 ) -> None:
-    """A reservation's settlement noted, and ``UNPRICED_MODEL`` for a record newly counted at the estimate."""
+    """A reservation's settlement noted, the label-day's spend noted listed (``_as_answered``),
+    and ``UNPRICED_MODEL`` for a record newly counted at the estimate."""
+    if submission.lists_day:
+        _listed.put((submission.scope, submission.label, submission.day), True)
     if settle is not None:
         settle.counted(config, outcome.duplicate, now)
     if outcome.price_source == pricing.ESTIMATE and not outcome.duplicate:

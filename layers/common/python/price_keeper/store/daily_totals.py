@@ -166,15 +166,23 @@ def fold_scope_actions(
 
 
 def live_costs(usage_keys: Iterable[str], day: str) -> dict[str, int]:
-    """The live items' cost of ``usage_keys`` on ``day``, by usage key (absent: 0), in one
-    BatchGetItem, strongly consistent: what tight mode adds to the totals on a ledger day."""
+    """The live items' cost of ``usage_keys`` on ``day`` (every part of each), by usage key
+    (absent: 0), in one BatchGetItem, strongly consistent: what tight mode adds to the
+    totals on a ledger day."""
     found = batch_get(
         tables.DAILY_TOTAL,
-        [{"usage_key": usage_key, "date_key": keys.live_day_key(day)} for usage_key in dict.fromkeys(usage_keys)],
+        [
+            {"usage_key": usage_key, "date_key": keys.live_day_key(day, part)}
+            for usage_key in dict.fromkeys(usage_keys)
+            for part in range(keys.LIVE_PARTS)
+        ],
         attributes=["usage_key", "cost_usd_micros"],
         consistent=True,
     )
-    return {item["usage_key"]: int(item.get("cost_usd_micros", 0)) for item in found}
+    costs: dict[str, int] = {}
+    for item in found:
+        costs[item["usage_key"]] = costs.get(item["usage_key"], 0) + int(item.get("cost_usd_micros", 0))
+    return costs
 
 
 class Written(NamedTuple):

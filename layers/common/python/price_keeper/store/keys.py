@@ -71,10 +71,20 @@ def day_of_key(date_key: str) -> str:
     return date_key.removeprefix(day_key(""))
 
 
-def live_day_key(day: str) -> str:
-    """``LIVE#yyyymmdd``: a ledger label-day's tight records not folded yet (``domain.ledger``),
-    an item of its own beside the ``DAY#`` total."""
-    return f"LIVE#{day}"
+# A ledger label-day's live items: each tight record ADDs to one, by its dedup key, so the
+# transactions of a hot label in tight mode rarely meet on one item; tight mode reads them all.
+LIVE_PARTS = 8
+
+
+def live_day_key(day: str, part: int) -> str:
+    """``LIVE#yyyymmdd#{part}``: one of a ledger label-day's live items (``LIVE_PARTS``), its
+    tight records not folded yet (``domain.ledger``), beside the ``DAY#`` total."""
+    return f"LIVE#{day}#{part}"
+
+
+def live_part(dedup_key: str) -> int:
+    """The live item a record of ``dedup_key`` goes on: the same for its write and its fold."""
+    return stable_shard(dedup_key, LIVE_PARTS)
 
 
 def ledger_day_key(day: str) -> str:

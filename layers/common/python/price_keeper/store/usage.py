@@ -150,13 +150,13 @@ def ledger_day_listed(scope: str, label: str, day: str, now_epoch: int, expires_
     }
 
 
-def live_update(usage_key: str, day: str, cost_usd_micros: int, expires_at: int) -> dict:
-    """ADD ``cost_usd_micros`` (negative: folded) to a ledger label-day's live item, as a
-    TransactWriteItems action."""
+def live_update(usage_key: str, day: str, part: int, cost_usd_micros: int, expires_at: int) -> dict:
+    """ADD ``cost_usd_micros`` (negative: folded) to one of a ledger label-day's live items
+    (``keys.live_part``), as a TransactWriteItems action."""
     return {
         "Update": {
             "TableName": tables.DAILY_TOTAL.physical_name,
-            "Key": {"usage_key": usage_key, "date_key": keys.live_day_key(day)},
+            "Key": {"usage_key": usage_key, "date_key": keys.live_day_key(day, part)},
             "UpdateExpression": "ADD cost_usd_micros :c SET "
             + f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :e)",
             "ExpressionAttributeValues": {":c": cost_usd_micros, ":e": expires_at},
@@ -183,10 +183,14 @@ def group_items(records: list[dict]) -> list[dict]:
                 shard[counter] += 1 if counter == "requests" else record["counts"][counter]
             if record["counts"].get(SETTLED):  # (only a settling record, which is written alone)
                 shard[SETTLED] = shard.get(SETTLED, 0) + record["counts"][SETTLED]
-    live: dict[tuple[str, str], int] = {}  # one ADD a live item: a transaction touches an item once
+    live: dict[tuple[str, str, int], int] = {}  # one ADD a live item: a transaction touches an item once
     for record in records:
         if record.get("live"):
-            where = (keys.usage_key(record["scopes"][0], record["label"]), record["day"])
+            where = (
+                keys.usage_key(record["scopes"][0], record["label"]),
+                record["day"],
+                keys.live_part(record["dedup_key"]),
+            )
             live[where] = live.get(where, 0) + record["counts"]["cost_usd_micros"]
     listed = {(r["scopes"][0], r["label"], r["day"]) for r in records if r.get("lists_day")}
     now_epoch, expires_at = max(r["now_epoch"] for r in records), max(r["expires_at"] for r in records)
@@ -194,7 +198,7 @@ def group_items(records: list[dict]) -> list[dict]:
         *(_marker_put(record) for record in records),
         *(shard_update(*where, counters, now_epoch, expires_at) for where, counters in sums.items()),
         *(_estimated_put(record) for record in records if record.get("estimated")),
-        *(live_update(usage_key, day, cost, expires_at) for (usage_key, day), cost in live.items()),
+        *(live_update(*where, cost, expires_at) for where, cost in live.items()),
         *(ledger_day_listed(*where, now_epoch, expires_at) for where in sorted(listed)),
     ]
 
@@ -203,7 +207,7 @@ def group_size(records: list[dict]) -> int:
     """How many actions ``group_items`` makes of ``records`` once the records of each
     label-day share one shard, as ``domain.metering`` places them (a transaction takes 100)."""
     label_days = {(scope, r["label"], r["day"]) for r in records if not r.get("ledger") for scope in r["scopes"]}
-    live = {(r["scopes"][0], r["label"], r["day"]) for r in records if r.get("live")}
+    live = {(r["scopes"][0], r["label"], r["day"], keys.live_part(r["dedup_key"])) for r in records if r.get("live")}
     listed = {(r["scopes"][0], r["label"], r["day"]) for r in records if r.get("lists_day")}
     return len(records) + len(label_days) + len(live) + len(listed) + sum(1 for r in records if r.get("estimated"))
 
