@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/fleet.py [--containers 6] [--tenants 8] [--records 1600]
     .venv/bin/python benchmarks/fleet.py --rate-limits-only --containers 24
+    .venv/bin/python benchmarks/fleet.py --shards  # orgs made before the ledger (their shards)
 
 Each container is an OS process with its own process state (caches, leased rate-limit
 allowance, boto3 clients) that calls the real Lambda handlers with API Gateway events, as

@@ -95,25 +95,20 @@ def test_24_containers_reserving_one_label_never_overshoot_its_quota(fleet):
 def test_a_hot_label_reported_from_many_containers_spreads_and_still_counts_every_record_once(fleet):
     """The endpoint holds a transaction's items as DynamoDB does (``moto_patches``), so
     concurrent reports of one label of an org counted by its shards conflict; the label-day
-    spreads over more shards and the fold reads them all."""
+    spreads over more shards and the fold reads them all. On the ledger a record is its
+    marker: only a container's first record of the label-day (which lists the day's spend)
+    is a transaction, and nothing spreads. (One test: two hot runs at once on this machine's
+    two cores would starve each other of the overlap that makes conflicts.)"""
     containers = fleet.Fleet(6)
     try:
-        reports, accepted, *_, transactions, shards, problems = fleet.hot_label_run(
-            containers, 6, per_container=20, ledger=False
-        )
+        on_shards = fleet.hot_label_run(containers, 6, per_container=20, ledger=False)
+        on_the_ledger = fleet.hot_label_run(containers, 6, per_container=20)
     finally:
         containers.stop()
+    reports, accepted, *_, transactions, shards, problems = on_shards
     assert (reports, accepted, problems) == (120, 120, [])
     assert shards >= 8 and transactions > 1
-
-
-def test_a_hot_label_on_the_ledger_shares_no_item_and_counts_every_record_once(fleet):
-    """On the ledger a record is its marker: only a container's first record of the label-day
-    (which lists the day's spend) is a transaction, and nothing spreads."""
-    containers = fleet.Fleet(6)
-    try:
-        reports, accepted, *_, transactions, shards, problems = fleet.hot_label_run(containers, 6, per_container=20)
-    finally:
-        containers.stop()
+    reports, accepted, *_, transactions, shards, problems = on_the_ledger
     assert (reports, accepted, problems) == (120, 120, [])
-    assert shards == 1 and transactions <= 6 / 120
+    # a container's first record of the label-day (5 attempts at most, conflicting on the entry)
+    assert shards == 1 and transactions * reports <= 6 * 5
