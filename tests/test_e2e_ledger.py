@@ -77,3 +77,39 @@ def test_reports_retries_and_a_void_reach_the_aggregates_once_each(tmp_path):
         left = cost["standard"] - replies[2].json()["processing"]["cost_usd_micros"]
         eventually(lambda: today()["standard"] == (left, 1), "the void folded")
         assert today()["premium"] == (cost["premium"], 2)
+
+
+def test_near_its_quota_a_label_shows_each_report_before_its_fold_and_counts_it_once(tmp_path):
+    """An org made now counts by the ledger, whose totals lag the fold by a second or two; in
+    tight mode a report also goes on the label-day's live item, so a selection made right
+    after it (well inside the stream's 1 s batching window) already sees it, and once folded
+    it is counted once, not on the item and the total both."""
+    with local_server(tmp_path, KEY) as url:
+        tenant = new_tenant(
+            url,
+            KEY,
+            ["web"],
+            model_ordering=["premium", "standard"],
+            quotas={"premium": 10_000, "standard": 10**9},
+            overrides={"tight_mode_threshold_pct": 50},
+        )
+        app, headers = tenant.app_path("web"), tenant.bearer("web")
+
+        def premium_spend() -> int:
+            reply = requests.get(f"{app}/model-selection", headers=headers, timeout=10)
+            assert reply.status_code == 200, reply.text
+            return reply.json()["quota_status"]["models_status"]["premium"]["spend_usd_micros"]
+
+        costs = []
+        for _ in range(2):  # 75 % of the quota: tight once folded
+            reply = requests.post(f"{app}/usage", json=usage_body(model_label="premium"), headers=headers, timeout=10)
+            costs.append(reply.json()["processing"]["cost_usd_micros"])
+        eventually(lambda: premium_spend() == sum(costs), "the first two folded")
+        reply = requests.post(f"{app}/usage", json=usage_body(model_label="premium"), headers=headers, timeout=10)
+        assert reply.status_code == 202, reply.text
+        costs.append(reply.json()["processing"]["cost_usd_micros"])
+        assert premium_spend() == sum(costs)  # before its fold: on the live item
+        time.sleep(3)  # folded now (the stream's window is 1 s): taken back off the live item
+        assert premium_spend() == sum(costs)
+        today = requests.get(f"{app}/aggregates/today", headers=headers, timeout=10).json()["models"]["premium"]
+        assert (today["cost_usd_micros"], today["requests"]) == (sum(costs), 3)
