@@ -7,7 +7,7 @@
 | ``region`` | the CLI's default region | region of the stack |
 | ``apiKind`` | ``http`` | ``http`` (HTTP API, payload 2.0) or ``rest`` (REST API); docs/infrastructure.md |
 | ``configPath`` | ``config.yaml`` | model labels / defaults file shipped in the shared layer |
-| ``enableStreams`` | ``false`` | a stream with full images on DailyTotal too (UsageAggSharded always streams its images) |
+| ``enableStreams`` | ``false`` | a DailyTotal stream with full images (UsageAggSharded always streams them) |
 | ``corsOrigins`` | empty (CORS off) | comma-separated origins allowed by the API's CORS preflight |
 | ``alertEmail`` | empty | e-mail address subscribed to the alert topic |
 | ``alertWebhookUrl`` | empty | ``https://`` chat webhook (e.g. Slack) that gets each alert as ``{"text": ...}`` |
