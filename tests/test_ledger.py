@@ -409,7 +409,7 @@ def test_a_batchs_records_of_a_tight_label_day_go_on_its_live_item_in_one_transa
     for record in records:
         record["bedrock_model_id"] = get_config().labels[record["model_label"]].id
     dynamodb_calls.clear()
-    with only_granted("usage"):
+    with only_granted("usage_batch"):
         reply = metering.submit_batch(config.org_id, config.app_id, records)
     assert reply["accepted"] == 4
     writes = [(op, params) for op, params in dynamodb_calls if op in ("PutItem", "TransactWriteItems")]
