@@ -186,30 +186,35 @@ def group_items(records: list[dict]) -> list[dict]:
     live: dict[tuple[str, str, int], int] = {}  # one ADD a live item: a transaction touches an item once
     for record in records:
         if record.get("live"):
-            where = (
-                keys.usage_key(record["scopes"][0], record["label"]),
-                record["day"],
-                keys.live_part(record["dedup_key"]),
-            )
+            where = _live_item(record)
             live[where] = live.get(where, 0) + record["counts"]["cost_usd_micros"]
-    listed = {(r["scopes"][0], r["label"], r["day"]) for r in records if r.get("lists_day")}
     now_epoch, expires_at = max(r["now_epoch"] for r in records), max(r["expires_at"] for r in records)
     return [
         *(_marker_put(record) for record in records),
         *(shard_update(*where, counters, now_epoch, expires_at) for where, counters in sums.items()),
         *(_estimated_put(record) for record in records if record.get("estimated")),
         *(live_update(*where, cost, expires_at) for where, cost in live.items()),
-        *(ledger_day_listed(*where, now_epoch, expires_at) for where in sorted(listed)),
+        *(ledger_day_listed(*where, now_epoch, expires_at) for where in sorted(_days_listed(records))),
     ]
+
+
+def _live_item(record: dict) -> tuple[str, str, int]:
+    """The live item (usage key, day, part) a tight ledger record ADDs its cost to."""
+    return keys.usage_key(record["scopes"][0], record["label"]), record["day"], keys.live_part(record["dedup_key"])
+
+
+def _days_listed(records: list[dict]) -> set[tuple[str, str, str]]:
+    """The (scope, label, day) whose index entries ``records`` put (``ledger_day_listed``)."""
+    return {(r["scopes"][0], r["label"], r["day"]) for r in records if r.get("lists_day")}
 
 
 def group_size(records: list[dict]) -> int:
     """How many actions ``group_items`` makes of ``records`` once the records of each
     label-day share one shard, as ``domain.metering`` places them (a transaction takes 100)."""
     label_days = {(scope, r["label"], r["day"]) for r in records if not r.get("ledger") for scope in r["scopes"]}
-    live = {(r["scopes"][0], r["label"], r["day"], keys.live_part(r["dedup_key"])) for r in records if r.get("live")}
-    listed = {(r["scopes"][0], r["label"], r["day"]) for r in records if r.get("lists_day")}
-    return len(records) + len(label_days) + len(live) + len(listed) + sum(1 for r in records if r.get("estimated"))
+    live = {_live_item(r) for r in records if r.get("live")}
+    estimated = sum(1 for r in records if r.get("estimated"))
+    return len(records) + len(label_days) + len(live) + len(_days_listed(records)) + estimated
 
 
 def _marker_put(record: dict) -> dict:
