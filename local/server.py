@@ -229,7 +229,7 @@ class LocalStack:
         os.environ["AWS_ENDPOINT_URL_PRICING"] = self.base_url
         threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
         repair = RepairQueue()
-        StreamTrigger("aggregator", StreamReader(USAGE_AGG_SHARDED), self.stop_event, repair).start()
+        StreamTrigger("aggregator", StreamReader(USAGE_AGG_SHARDED), self.stop_event).start()
         RepairTrigger("aggregator", repair, self.stop_event).start()
         for function, env, default, run_first in (
             ("aggregator", "AGGREGATOR_INTERVAL_SECONDS", 60, False),

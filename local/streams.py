@@ -4,18 +4,17 @@ stream (moto's, or DynamoDB Local's) from a thread and invokes the same aggregat
 with Lambda-shaped batches, so ``make run`` folds usage within seconds as AWS does.
 
 Like the mapping: reading starts at ``TRIM_HORIZON`` (after a restart, the replayed journal's
-writes are folded again, which changes nothing), a batch is sent when ``batch_size`` records
-wait or the first has waited ``batching_window_s``, a batch whose reply names a failed
-record (``batchItemFailures``) is delivered again from that record on, and a batch that
-keeps failing is given up after ``retries`` attempts: its description goes to the repair queue, as the
-mapping's on-failure destination sends it. ``RepairTrigger`` delivers that queue (moto's
-SQS) to the aggregator as the queue's mapping does: the same fan-out code as deployed
-(``price_keeper.domain.repair``), the audit's chunks included.
+writes come again, with the sequence numbers they had, and the ledger's shard progress
+skips them), a batch holds one stream shard's records and names it (``shardId``, as the
+mapping's tumbling window does), it is sent when ``batch_size`` records wait or the first
+has waited ``batching_window_s``, and a batch that fails is delivered again, from the
+record its reply names (``batchItemFailures``), until it is folded. ``RepairTrigger``
+delivers the repair queue (moto's SQS) to the aggregator as the queue's mapping does: the
+same fan-out code as deployed (``price_keeper.domain.repair``), the audit's chunks.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -34,8 +33,9 @@ log = logging.getLogger("price_keeper.local")
 POLL_SECONDS = 0.2
 
 
-def lambda_event(records: list[dict]) -> dict:
-    return {"Records": records}
+def lambda_event(records: list[dict], shard_id: str) -> dict:
+    """A stream shard's batch as the mapping's tumbling window hands it over."""
+    return {"Records": records, "shardId": shard_id, "state": {}, "isFinalInvokeForWindow": False}
 
 
 class StreamReader:
@@ -54,10 +54,10 @@ class StreamReader:
             "dynamodbstreams", endpoint_url=endpoint, config=Config(account_id_endpoint_mode="disabled")
         )
         self.iterators: dict[str, str | None] = {}  # shard id -> next iterator (None: shard closed and read)
-        self.shard_of: dict[str, str] = {}  # sequence number -> stream shard id (for failure messages)
 
-    def read(self) -> list[dict]:
-        records = []
+    def read(self) -> dict[str, list[dict]]:
+        """Each stream shard's new records (shard id -> records, in order)."""
+        records: dict[str, list[dict]] = {}
         for shard in self.streams.describe_stream(StreamArn=self.arn)["StreamDescription"]["Shards"]:
             shard_id = shard["ShardId"]
             if shard_id not in self.iterators:
@@ -67,11 +67,19 @@ class StreamReader:
             while self.iterators[shard_id]:
                 page = self.streams.get_records(ShardIterator=self.iterators[shard_id], Limit=1000)
                 self.iterators[shard_id] = page.get("NextShardIterator")
-                records += [self._as_lambda(record) for record in page["Records"]]
-                self.shard_of.update({record["dynamodb"]["SequenceNumber"]: shard_id for record in page["Records"]})
+                records.setdefault(shard_id, []).extend(self._as_lambda(record) for record in page["Records"])
                 if not page["Records"]:
                     break
         return records
+
+    def events(self) -> list[dict]:
+        """Each stream shard's new records as one event, as the mapping hands them over."""
+        return [lambda_event(records, shard_id) for shard_id, records in self.read().items() if records]
+
+    def event(self) -> dict:
+        """The new records of a stream of one shard (moto's) as one event (maybe of none)."""
+        ((shard_id, records),) = self.read().items()
+        return lambda_event(records, shard_id)
 
     def _as_lambda(self, record: dict) -> dict:
         created = record["dynamodb"].get("ApproximateCreationDateTime")
@@ -81,13 +89,14 @@ class StreamReader:
 
 
 class StreamTrigger(threading.Thread):
-    """Polls ``reader`` and invokes ``function`` with batches, as ``USAGE_STREAM`` says."""
+    """Polls ``reader`` and invokes ``function`` with each shard's batches, as ``USAGE_STREAM``
+    says: one batch at a time, every shard in turn."""
 
-    def __init__(self, function: str, reader: StreamReader, stop: threading.Event, repair: RepairQueue):
+    def __init__(self, function: str, reader: StreamReader, stop: threading.Event):
         super().__init__(name=f"stream-{function}", daemon=True)
-        self.function, self.reader, self.stop_event, self.repair = function, reader, stop, repair
-        self.pending: list[dict] = []
-        self.first_waiting_since = 0.0
+        self.function, self.reader, self.stop_event = function, reader, stop
+        self.pending: dict[str, list[dict]] = {}  # shard id -> records not delivered yet
+        self.first_waiting_since: dict[str, float] = {}
 
     def run(self) -> None:
         while not self.stop_event.wait(POLL_SECONDS):
@@ -97,26 +106,29 @@ class StreamTrigger(threading.Thread):
                 log.exception("reading the usage stream failed")
 
     def _poll(self) -> None:
-        new = self.reader.read()
-        if new and not self.pending:
-            self.first_waiting_since = time.monotonic()
-        self.pending += new
-        waited = time.monotonic() - self.first_waiting_since
-        while self.pending and (
-            len(self.pending) >= USAGE_STREAM.batch_size or waited >= USAGE_STREAM.batching_window_s
-        ):
-            batch, self.pending = self.pending[: USAGE_STREAM.batch_size], self.pending[USAGE_STREAM.batch_size :]
-            self._deliver(batch)
+        for shard_id, new in self.reader.read().items():
+            if new and not self.pending.get(shard_id):
+                self.first_waiting_since[shard_id] = time.monotonic()
+            self.pending.setdefault(shard_id, []).extend(new)
+        for shard_id, pending in self.pending.items():
+            waited = time.monotonic() - self.first_waiting_since.get(shard_id, 0.0)
+            while pending and (len(pending) >= USAGE_STREAM.batch_size or waited >= USAGE_STREAM.batching_window_s):
+                batch, pending[:] = pending[: USAGE_STREAM.batch_size], pending[USAGE_STREAM.batch_size :]
+                if not self._deliver(shard_id, batch):
+                    return  # stopping
 
-    def _deliver(self, batch: list[dict]) -> None:
-        for attempt in range(1, USAGE_STREAM.retries + 2):
+    def _deliver(self, shard_id: str, batch: list[dict]) -> bool:
+        """Invoke until the batch is folded (the mapping's retries have no limit); False when
+        the server stops first."""
+        attempt = 0
+        while True:
+            attempt += 1
             try:
-                failures = (invoke_job(self.function, lambda_event(batch)) or {}).get("batchItemFailures")
+                failures = (invoke_job(self.function, lambda_event(batch, shard_id)) or {}).get("batchItemFailures")
                 if not failures:
-                    return
-                # ReportBatchItemFailures: the mapping resumes at the first failed record. By its
-                # place in the batch: this poller's batches may mix stream shards, whose sequence
-                # numbers do not compare (the mapping's never do); a name not in it: all again.
+                    return True
+                # ReportBatchItemFailures: the mapping resumes at the first failed record (a name
+                # not in the batch: all of it again)
                 named = {failure["itemIdentifier"] for failure in failures}
                 at = [n for n, record in enumerate(batch) if record["dynamodb"]["SequenceNumber"] in named]
                 batch = batch[min(at, default=0) :]
@@ -126,14 +138,7 @@ class StreamTrigger(threading.Thread):
                     "%s failed on a stream batch of %d records (attempt %d)", self.function, len(batch), attempt
                 )
             if self.stop_event.wait(min(2.0, 0.1 * 2**attempt)):
-                return
-        log.error(
-            "%s: a stream batch of %d records given up after %d retries; sent to the repair queue",
-            self.function,
-            len(batch),
-            USAGE_STREAM.retries,
-        )
-        self.repair.send_failure(self.reader, batch)
+                return False
 
 
 class RepairQueue:
@@ -145,24 +150,6 @@ class RepairQueue:
         self.sqs = boto3.client("sqs")
         self.url = self.sqs.create_queue(QueueName=self.NAME)["QueueUrl"]
         os.environ["REPAIR_QUEUE_URL"] = self.url
-
-    def send_failure(self, reader: StreamReader, batch: list[dict]) -> None:
-        """What the mapping's on-failure destination sends: per stream shard, its first and
-        last sequence number of the batch."""
-        by_shard: dict[str, list[str]] = {}
-        for record in batch:
-            sequence = record["dynamodb"]["SequenceNumber"]
-            by_shard.setdefault(reader.shard_of[sequence], []).append(sequence)
-        for shard_id, sequences in by_shard.items():
-            info = {
-                "shardId": shard_id,
-                "startSequenceNumber": min(sequences, key=int),
-                "endSequenceNumber": max(sequences, key=int),
-                "batchSize": len(sequences),
-                "streamArn": reader.arn,
-            }
-            body = {"requestContext": {"condition": "RetryAttemptsExhausted"}, "DDBStreamBatchInfo": info}
-            self.sqs.send_message(QueueUrl=self.url, MessageBody=json.dumps(body))
 
 
 class RepairTrigger(threading.Thread):

@@ -89,9 +89,10 @@ AGGREGATION = {  # aggregation.run (the sweep), aggregation.fold_stream and ledg
     (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # usage.active_shard_keys (the sweep)
     # one BatchGetItem of usage.shards_read, daily_totals.fold_read and sticky.days_read;
     # daily_totals.fold_scope (TransactWriteItems of Updates), put_heartbeat; the ledger's
-    # chunks: their totals, checkpoint (Put) and label-days' index entries (usage.ledger_day_listed)
+    # chunks: their totals, stream shard's progress (daily_totals.folded_to, write_folded) and
+    # label-days' index entries (usage.ledger_day_listed)
     USAGE_AGG_SHARDED: (BATCH_GET, UPDATE),
-    DAILY_TOTAL: (BATCH_GET, UPDATE, PUT),
+    DAILY_TOTAL: (BATCH_GET, GET, UPDATE, PUT),
     STICKY_STATE: (BATCH_GET,),
 }
 DAY_SPEND_CHECK = {(USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,)}  # usage.org_has_spend (PUT org)
@@ -152,8 +153,7 @@ _TABLES: dict[str, Grants] = {
     "reservations": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, PROFILE_LOOKUP, PRICE_QUOTE, RESERVE),
     "spend_report": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, DAILY_RANGE, CONFIG_LABELS_EVER),
     "alerts": merge(AUTH_DECODE, EFFECTIVE_CONFIG, ORG_CHILDREN, ALERT_LIST),
-    # (+ the usage table's stream: DescribeStream, GetRecords, GetShardIterator, which its
-    # event source mapping grants, stacks/streams.py)
+    # (+ the usage table's stream, read by its event source mapping: stacks/streams.py)
     "aggregator": merge(AGGREGATION, EFFECTIVE_CONFIG, ORG_CHILDREN, STICKY_READ, ALERT_FIRE),
     "pricing_fetcher": merge(PRICE_STORE, PRICE_QUOTE, REPRICE),
     "reconciliation": RECONCILIATION_READ,

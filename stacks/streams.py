@@ -2,16 +2,13 @@
 stream, as ``price_keeper.domain.aggregation.USAGE_STREAM`` and ``USAGE_STREAM_FILTERS`` define it,
 and one on the repair queue (``price_keeper.domain.repair``).
 
-Batches of shard writes and of ledger markers reach the aggregator within
-the batching window (1 s). A batch that fails is retried from the first record it names
-(never bisected: ``price_keeper.domain.ledger``) up to ``retries`` times or until its
-records are ``max_record_age_s`` old; then its description goes to the repair queue,
-where the aggregator reads its records again and folds them. The hourly audit's chunks go
-to the same queue. A repair message that keeps failing goes to the aggregator's dead-letter
-queue (the same queue as failed scheduled runs, so one alarm covers both).
-One batch at a time per stream shard (``USAGE_STREAM.parallelization_factor``): a given-up
-batch's repair reads its shard's range, which parallel batches' records would share
-(docs/infrastructure.md, "Concurrency").
+Batches of shard writes and of ledger markers reach the aggregator within the batching
+window (1 s), one stream shard's batch at a time, the shard named by a tumbling window. A
+batch that fails is delivered again from the first record its reply names until it is
+folded (never bisected, never given up: ``price_keeper.domain.ledger``); the iterator age
+alarm says when a shard stops moving. The hourly audit's chunks go to the repair queue. A
+repair message that keeps failing goes to the aggregator's dead-letter queue (the same
+queue as failed scheduled runs, so one alarm covers both).
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from constructs import Construct
 
 from price_keeper.domain.aggregation import USAGE_STREAM, USAGE_STREAM_FILTERS
 
-REPAIR_BATCH = 10  # messages per invocation: 10 audit chunks of 100 label-days, or failed stream batches
+REPAIR_BATCH = 10  # messages per invocation: 10 audit chunks of 100 label-days
 REPAIR_MAX_CONCURRENCY = 50  # half the aggregator's reserved concurrency: the stream keeps the rest
 REPAIR_RECEIVES = 5  # deliveries of a repair message before it goes to the dead-letter queue
 
@@ -69,13 +66,11 @@ class UsageStreamTrigger(Construct):
             starting_position=lambda_.StartingPosition.TRIM_HORIZON,
             batch_size=USAGE_STREAM.batch_size,
             max_batching_window=Duration.seconds(USAGE_STREAM.batching_window_s),
-            # no bisecting: a ledger chunk delivered again must start where it started (domain.ledger)
             bisect_batch_on_error=False,
             report_batch_item_failures=True,  # resume at the first record of what failed
-            retry_attempts=USAGE_STREAM.retries,
-            max_record_age=Duration.seconds(USAGE_STREAM.max_record_age_s),
-            on_failure=sources.SqsDlq(self.repair_queue),
-            parallelization_factor=USAGE_STREAM.parallelization_factor,
+            # no retry_attempts or max_record_age: retried until folded (-1, the default)
+            tumbling_window=Duration.seconds(USAGE_STREAM.tumbling_window_s),
+            parallelization_factor=1,
             filters=[lambda_.FilterCriteria.filter(pattern) for pattern in USAGE_STREAM_FILTERS],
         )
         aggregator.add_event_source(self.source)

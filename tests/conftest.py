@@ -241,17 +241,17 @@ def fold_stream(aws):
     """Delivers what the usage stream gained since the last call to the aggregator, within its
     role, as the event source mapping does: the fold of ledger days (orgs made now), which the
     sweep (``aggregation.run``) never folds. Its reply (the run's summary), or None."""
-    from local.streams import StreamReader, lambda_event
+    from local.streams import StreamReader
     from price_keeper.store import tables
 
     reader = StreamReader(tables.USAGE_AGG_SHARDED)
 
     def fold() -> dict | None:
-        records = reader.read()
-        if not records:
+        event = reader.event()
+        if not event["Records"]:
             return None
         with only_granted("aggregator"):
-            return gateway.load_handler("aggregator")(lambda_event(records), gateway.LambdaContext("aggregator"))
+            return gateway.load_handler("aggregator")(event, gateway.LambdaContext("aggregator"))
 
     return fold
 

@@ -8,12 +8,14 @@ import json
 import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from local.gateway import LambdaContext, load_handler
 from price_keeper.config import config_path, get_config, read_raw
 from price_keeper.domain import aggregation, ledger, metering, orgs, voids
 from price_keeper.domain.models import UsageRequest
-from price_keeper.store import daily_totals, keys, tables, usage
+from price_keeper.store import daily_totals, dynamo, keys, tables, usage
 from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_day
 from tests.iam_check import only_granted
@@ -39,19 +41,24 @@ def ledger_days(aws, monkeypatch, tmp_path):
     get_config.cache_clear()
 
 
+SHARD = "shardId-00000001700000000000-0000000a"  # the stream shard the tests' batches come from
+
+
 @pytest.fixture
 def stream(ledger_days):
     """The usage stream's records written since the last call, as Lambda delivers them."""
     from local.streams import StreamReader
 
     reader = StreamReader(tables.USAGE_AGG_SHARDED)
-    return reader.read
+    return lambda: reader.event()["Records"]
 
 
-def deliver(records: list[dict]) -> dict:
-    """The aggregator, as the event source mapping invokes it, within its role."""
+def deliver(records: list[dict], shard_id: str = SHARD) -> dict:
+    """The aggregator, as the event source mapping invokes it with a shard's batch, within its role."""
+    from local.streams import lambda_event
+
     with only_granted("aggregator"):
-        return load_handler("aggregator")({"Records": records}, LambdaContext("aggregator"))
+        return load_handler("aggregator")(lambda_event(records, shard_id), LambdaContext("aggregator"))
 
 
 def submit(tenant, label: str = "premium", request_id: str | None = None, **fields) -> dict:
@@ -139,11 +146,10 @@ def test_a_batch_delivered_again_from_the_chunk_that_failed_counts_every_record_
     batch = stream()
     cut = ledger.chunks(ledger.changes(_records(batch)))
     assert len(cut) == -(-60 // ledger.LABEL_DAYS_PER_CHUNK) >= 3
-    second = cut[1][0].event_id
     real = daily_totals.transact
 
     def second_chunk_fails(actions):
-        if actions[-1]["Put"]["Item"]["usage_key"] == keys.ledger_checkpoint_key(second)["usage_key"]:
+        if actions[-1]["Update"]["ExpressionAttributeValues"][":to"] == cut[1][-1].sequence:
             return [{"Code": "TransactionConflict"}] * len(actions)
         return real(actions)
 
@@ -154,7 +160,7 @@ def test_a_batch_delivered_again_from_the_chunk_that_failed_counts_every_record_
     resume = next(
         n for n, record in enumerate(batch) if record["dynamodb"]["SequenceNumber"] == failure["itemIdentifier"]
     )
-    assert batch[resume]["eventID"] == second
+    assert daily_totals.sequence_key(batch[resume]["dynamodb"]["SequenceNumber"]) == cut[1][0].sequence
     monkeypatch.setattr(daily_totals, "transact", real)
     assert "batchItemFailures" not in deliver(batch[resume:])
     deliver(batch)
@@ -204,38 +210,6 @@ def test_a_void_folds_back_what_the_record_counted_and_a_ttl_removal_nothing(str
     assert int(label_total(tenant.scope, "premium")["cost_usd_micros"]) == kept["processing"]["cost_usd_micros"]
 
 
-def test_a_given_up_batch_is_repaired_from_the_stream_through_the_same_chunks(stream, monkeypatch):
-    """The mapping gave up on a batch after some of its chunks were written: the repair
-    reads it again and writes only what is missing."""
-    from local.streams import RepairQueue, StreamReader
-
-    tenants = [new_tenant(first_shard_count=1) for _ in range(10)]
-    receipts = {t.scope: [submit(t, label) for label in LABELS] for t in tenants}  # 30 label-days: two chunks
-    reader = StreamReader(tables.USAGE_AGG_SHARDED)
-    batch = reader.read()
-    first, second = ledger.chunks(ledger.changes(_records(batch)))
-    real = daily_totals.transact
-
-    def second_fails(actions):
-        if actions[-1]["Put"]["Item"]["usage_key"] == keys.ledger_checkpoint_key(second[0].event_id)["usage_key"]:
-            return [{"Code": "TransactionConflict"}] * len(actions)
-        return real(actions)
-
-    monkeypatch.setattr(daily_totals, "transact", second_fails)
-    monkeypatch.setattr(aggregation, "FOLD_ATTEMPTS", 1)
-    assert deliver(batch)["batchItemFailures"]
-    monkeypatch.setattr(daily_totals, "transact", real)
-    monkeypatch.setenv("REPAIR_QUEUE_URL", "")  # RepairQueue sets it, as the local stack does: undone after the test
-    queue = RepairQueue()
-    queue.send_failure(reader, batch)  # the whole batch, as the mapping names what it gave up
-    (message,) = queue.sqs.receive_message(QueueUrl=queue.url)["Messages"]
-    event = {"Records": [{"eventSource": "aws:sqs", "messageId": message["MessageId"], "body": message["Body"]}]}
-    with only_granted("aggregator"):
-        assert "batchItemFailures" not in load_handler("aggregator")(event, LambdaContext("aggregator"))
-    for scope, mine in receipts.items():
-        assert totals_of(scope) == expected(mine)
-
-
 def _records(batch: list[dict]):
     from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
@@ -253,8 +227,8 @@ def test_a_marker_of_a_day_before_the_ledger_is_the_shard_folds(aws):
 
 
 def test_a_fold_that_read_before_another_batch_wrote_its_label_reads_again(stream, monkeypatch):
-    """Two batches fold one label at once (two stream shards): the one whose read went stale
-    loses its transaction on the label total's progress, reads again and adds its records."""
+    """Two batches of two stream shards fold one label at once: the one whose read went
+    stale loses its transaction on the label total's progress, reads again and adds its records."""
     tenant = new_tenant(first_shard_count=1)
     first_receipts = [submit(tenant) for _ in range(2)]
     first_batch = stream()
@@ -266,29 +240,28 @@ def test_a_fold_that_read_before_another_batch_wrote_its_label_reads_again(strea
         calls.append(len(actions))
         if len(calls) == 1:  # this fold has read the label's total: the other one lands now
             monkeypatch.setattr(daily_totals, "transact", real)
-            ledger.fold(_records(later_batch))
+            ledger.fold(_records(later_batch), "another-shard")
             monkeypatch.setattr(daily_totals, "transact", another_batch_writes_first)
         return real(actions)
 
     monkeypatch.setattr(daily_totals, "transact", another_batch_writes_first)
-    assert ledger.fold(_records(first_batch)).failed_at is None
+    assert ledger.fold(_records(first_batch), SHARD).failed_at is None
     assert len(calls) == 2  # the stale write, and the one after reading again
     assert totals_of(tenant.scope) == expected(first_receipts + later_receipts)
 
 
-def test_a_shard_fold_failing_inside_a_ledger_chunk_resumes_the_batch_at_that_chunk(stream, monkeypatch):
-    """A batch of both kinds (the days around ``ledger_from``): a scope-day of the shard fold
-    fails at a record that falls between a written chunk's first and last records. The batch
-    must come again from that chunk's first record, so the chunks are cut as before."""
+def test_a_shard_fold_failing_inside_a_ledger_chunk_resumes_there_and_counts_nothing_twice(stream, monkeypatch):
+    """A batch of both kinds: a scope-day of the shard fold fails at a record that falls
+    inside a written ledger chunk. The batch comes again from that record, a cut the first
+    delivery never made, and the ledger's records before it are not counted again."""
     tenant = new_tenant(first_shard_count=1)
-    receipts = [submit(tenant) for _ in range(2)]
-    batch = stream()
-    records = _records(batch)
+    receipts = [submit(tenant) for _ in range(3)]
+    records = _records(markers(stream()))
     with monkeypatch.context() as patched:
         patched.setattr(aggregation, "first_unfolded", lambda *_: records[1].dynamodb.sequence_number)
-        _, resume = ledger.fold_batch(records)
-    assert resume == records[0].dynamodb.sequence_number  # not records[1]'s, inside the chunk
-    ledger.fold(records[0:])  # delivered again from there: the chunk was written
+        _, resume = ledger.fold_batch(records, SHARD)
+    assert resume == records[1].dynamodb.sequence_number
+    assert ledger.fold(records[1:], SHARD).failed_at is None  # delivered again from there
     assert totals_of(tenant.scope) == expected(receipts)
 
 
@@ -438,3 +411,106 @@ def test_a_batchs_records_of_a_tight_label_day_go_on_its_live_item_in_one_transa
         assert int(item.get("Item", {}).get("cost_usd_micros", 0)) == 0, part
     assert totals_of(tenant.scope)["premium"] == (first["processing"]["cost_usd_micros"] + live_cost, 4)
     assert totals_of(tenant.scope)["standard"][1] == 2 and standard["duplicate"] is False
+
+
+def _voided(tenant, receipt) -> None:
+    request = voids.VoidRequest(app_id=tenant.app_id, request_ids=[receipt["request_id"]], reason="test")
+    assert voids.void(tenant.org_id, request)["voided"] == 1
+
+
+def test_a_void_folded_again_with_its_record_returns_and_counts_both_once(stream):
+    """Outside review H1: a record, its void, each folded in a delivery of its own, then the
+    two delivered again as one batch (a retried batch; locally, a restart's replay). The
+    fold left out the record, found the chunk, and priced the void alone on the totals that
+    already held it: a mark of -1 request, on which the mark encoder looped for ever, and
+    nobody's usage was folded again. Run in a thread, so that a hang fails the test."""
+    import threading
+
+    tenant = new_tenant(first_shard_count=1)
+    kept = submit(tenant, "economy")
+    voided = submit(tenant, "economy")
+    inserts = stream()
+    deliver(inserts)
+    _voided(tenant, voided)
+    void = stream()
+    deliver(void)
+    replies = []
+    again = threading.Thread(target=lambda: replies.append(deliver(inserts + void)), daemon=True)
+    again.start()
+    again.join(timeout=60)
+    assert not again.is_alive(), "the fold of the batch delivered again never returned"
+    assert "batchItemFailures" not in replies[0]
+    total = label_total(tenant.scope, "economy")
+    assert (int(total["requests"]), int(total[usage.VOIDS]), int(total["cost_usd_micros"])) == (
+        1,
+        1,
+        kept["processing"]["cost_usd_micros"],
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    history=st.lists(
+        st.one_of(
+            st.tuples(st.just("report"), st.sampled_from(LABELS)), st.tuples(st.just("void"), st.integers(0, 99))
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    deliveries=st.lists(
+        st.tuples(st.integers(0, 12), st.integers(1, 12), st.one_of(st.none(), st.integers(0, 3))),
+        max_size=8,
+    ),
+)
+def test_a_record_counts_once_however_its_stream_records_are_batched(stream, monkeypatch, history, deliveries):
+    """Outside review H2: exactly-once may not depend on how a shard's records are cut into
+    batches. One stream history of reports and voids is delivered as the mapping might: each
+    batch starting anywhere at or before where the last left off (a retried batch, a
+    restart's replay), of any length, some failing at one of their chunks (the mapping
+    resumes at the record the reply names); then the rest until all is folded. Chunks of one
+    label-day each, so batches cut through them everywhere. The totals are always exactly
+    those of the records and voids, as one fold of it all gives."""
+    tenant = new_tenant(first_shard_count=1)
+    receipts, voided = [], set()
+    for kind, which in history:
+        if kind == "report":
+            receipts.append(submit(tenant, which))
+        elif receipts and (n := which % len(receipts)) not in voided:
+            _voided(tenant, receipts[n])
+            voided.add(n)
+    records = markers(stream())
+    sequences = [record["dynamodb"]["SequenceNumber"] for record in records]
+    real, failing = daily_totals.transact, {"at": None}
+
+    def fail_one_chunk(actions):
+        """The ``failing["at"]``-th chunk's transaction of a delivery conflicts (as many times as tried)."""
+        if failing["at"] is not None and "Update" in actions[-1]:
+            failing["at"] -= 1
+            if failing["at"] < 0:
+                failing["at"] = None
+                return [{"Code": "TransactionConflict"}] * len(actions)
+        return real(actions)
+
+    shard = f"shardId-{uuid.uuid4().hex}"  # a shard of its own per example
+    with monkeypatch.context() as patched:  # undone after each example
+        patched.setattr(ledger, "LABEL_DAYS_PER_CHUNK", 1)
+        patched.setattr(aggregation, "FOLD_ATTEMPTS", 1)
+        patched.setattr(dynamo, "_backoff", lambda attempt: None)
+        patched.setattr(daily_totals, "transact", fail_one_chunk)
+        at = 0
+        for back, length, fail_at in deliveries:
+            start = max(0, at - back)
+            failing["at"] = fail_at
+            reply = deliver(records[start : start + length], shard) if records[start : start + length] else {}
+            named = [failure["itemIdentifier"] for failure in reply.get("batchItemFailures", ())]
+            at = sequences.index(named[0]) if named else max(at, min(start + length, len(records)))
+        failing["at"] = None
+        if records[at:]:
+            assert "batchItemFailures" not in deliver(records[at:], shard)
+    kept = [receipt for n, receipt in enumerate(receipts) if n not in voided]
+    assert totals_of(tenant.scope) == {label: value for label, value in expected(kept).items()} | {
+        label: (0, 0) for label in {r["daily_total"]["label"] for r in receipts} - set(expected(kept))
+    }
+    for label in LABELS:
+        if found := label_total(tenant.scope, label):
+            assert int(found[usage.VOIDS]) == sum(1 for n in voided if receipts[n]["daily_total"]["label"] == label)

@@ -44,7 +44,7 @@ def writes() -> list[tuple[str, str, str]]:
     client.transact_write_items(TransactItems=[marker("3"), index_entry("standard")])
     return [
         (record["eventName"], record["dynamodb"]["Keys"]["shard_key"]["S"], record["eventID"])
-        for record in reader.read()
+        for record in reader.event()["Records"]
     ]
 
 

@@ -1,13 +1,13 @@
 """The aggregator: folds usage shards into DailyTotal, fires the spend alerts those totals
 cross, publishes the aggregator lag and how close
 each changed scope is to its quotas. Two triggers, one fold (``price_keeper.domain.aggregation``):
-the usage table's DynamoDB Stream (event source mapping: the labels a batch of usage writes
-changed, within seconds) and the repair queue (SQS: stream batches that failed for good, and
-the audit's chunks, which the EventBridge schedule plans; ``price_keeper.domain.repair``).
-The fold is idempotent. A scope-day whose fold failed is reported to the event source
-mapping (``batchItemFailures``, ``ReportBatchItemFailures``): for the stream, its first
-record, from which the batch is delivered again; for the repair queue, the messages naming
-it, delivered again while the others are deleted."""
+the usage table's DynamoDB Stream (event source mapping: one stream shard's batch, within
+seconds, its shard named by the mapping's tumbling window) and the repair queue (SQS: the
+audit's chunks, which the EventBridge schedule plans; ``price_keeper.domain.repair``).
+The fold counts a record once however often it is delivered. What failed is reported to
+the event source mapping (``batchItemFailures``, ``ReportBatchItemFailures``): for the
+stream, the first record not folded, from which the batch is delivered again; for the
+repair queue, the messages naming it, delivered again while the others are deleted."""
 
 from dataclasses import asdict
 
@@ -24,7 +24,11 @@ from price_keeper.timeutil import utc_now
 @metrics.log_metrics
 def lambda_handler(event: dict, context) -> dict:
     records = event.get("Records") or []
-    trigger = records[0].get("eventSource", "aws:dynamodb") if records else "schedule"
+    if "shardId" in event:  # the usage stream (its mapping's tumbling window names the shard)
+        return _stream_batch(event, records)
+    trigger = records[0].get("eventSource") if records else "schedule"
+    if trigger == "aws:dynamodb":  # the ledger keeps its progress per shard: it must know which
+        raise ValueError("a usage stream batch without its shardId: the mapping needs its tumbling window")
     if trigger == "schedule" and repair.queue_url():  # the audit: its label-days go to the repair queue
         planned = repair.plan_audit()
         logger.info("audit planned", extra={"plan": planned})
@@ -32,11 +36,23 @@ def lambda_handler(event: dict, context) -> dict:
     failed_items: list[str] = []  # what the event source mapping delivers again (messages, or where a stream resumes)
     if trigger == "schedule":  # no repair queue (tests, tools): the audit in this invocation
         report = aggregation.run()
-    elif trigger == "aws:sqs":
-        report, failed_items = repair.repair({record["messageId"]: record["body"] for record in records})
     else:
-        report, first = ledger.fold_batch(DynamoDBStreamEvent(event).records)
-        failed_items = [first] if first else []
+        report, failed_items = repair.repair({record["messageId"]: record["body"] for record in records})
+    return _reported(report, trigger, failed_items)
+
+
+def _stream_batch(event: dict, records: list) -> dict:
+    """A stream shard's batch: folded, and what the mapping delivers again named. The reply
+    carries the tumbling window's ``state`` (none kept), without which Lambda counts the
+    invocation failed; the window's last invocation may have no records."""
+    if not records:
+        return {"state": {}}
+    report, first = ledger.fold_batch(DynamoDBStreamEvent(event).records, event["shardId"])
+    return {"state": {}, **_reported(report, "aws:dynamodb", [first] if first else [])}
+
+
+def _reported(report, trigger: str, failed_items: list[str]) -> dict:
+    """Alerts and metrics of a run, its summary logged; the items to deliver again, if any."""
     now = utc_now()
     fired = alerts.fire_after_run(report, now)
     metrics.add_metric(name=AGGREGATOR_LAG_SECONDS, unit=MetricUnit.Seconds, value=report.lag_seconds)

@@ -1,6 +1,6 @@
 """Event-driven aggregation: the usage table's stream, the aggregator's event source
-mapping (batching window, no bisecting, retries, maximum record age, on-failure
-destination, filter), its grants and the iterator-age alarm."""
+mapping (batching window, no bisecting, retried until folded, the tumbling window that
+names a batch's shard, filter), its grants and the iterator-age alarm."""
 
 from __future__ import annotations
 
@@ -55,11 +55,12 @@ def test_the_usage_stream_triggers_the_aggregator(request, which):
     assert props["BatchSize"] == aggregation.USAGE_STREAM.batch_size
     assert props["BisectBatchOnFunctionError"] is False  # a ledger chunk comes again from where it started
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]  # resumes at a failed scope-day's record
-    assert props["MaximumRetryAttempts"] == aggregation.USAGE_STREAM.retries
-    assert props["MaximumRecordAgeInSeconds"] == aggregation.USAGE_STREAM.max_record_age_s
-    # one batch at a time per stream shard: a given-up batch's repair reads its shard's range,
-    # which parallel batches' records would share, and counted them again (tests/test_ledger_review.py)
-    assert props["ParallelizationFactor"] == aggregation.USAGE_STREAM.parallelization_factor == 1
+    # never given up: a batch skipped would put the ledger's shard progress past records never folded
+    assert props.get("MaximumRetryAttempts", -1) == -1 and props.get("MaximumRecordAgeInSeconds", -1) == -1
+    assert "DestinationConfig" not in props
+    # a windowed event names its stream shard, which the ledger keeps its progress by
+    assert props["TumblingWindowInSeconds"] == aggregation.USAGE_STREAM.tumbling_window_s > 0
+    assert props["ParallelizationFactor"] == 1  # one batch at a time per shard: its progress has one writer
 
 
 def test_the_aggregator_and_model_selection_have_concurrency_reserved(synth):
@@ -75,12 +76,11 @@ def test_the_aggregator_and_model_selection_have_concurrency_reserved(synth):
     assert reserved["usage"] is None
 
 
-def test_failed_batches_go_to_the_repair_queue_which_the_aggregator_drains(synth):
-    """The stream batches given up on, and the audit's chunks, are refolded from the repair
-    queue; a message that keeps failing lands in the aggregator's alarmed dead-letter queue."""
+def test_the_audits_chunks_go_to_the_repair_queue_which_the_aggregator_drains(synth):
+    """The audit's chunks are folded from the repair queue; a message that keeps failing
+    lands in the aggregator's alarmed dead-letter queue."""
     repair_id = synth.id_of(synth.stack.usage_stream.repair_queue)
     dlq_id = synth.id_of(synth.stack.schedules.dead_letter_queues["aggregator"])
-    assert logical_id(_mapping(synth)["DestinationConfig"]["OnFailure"]["Destination"]) == repair_id
     queue = synth.json["Resources"][repair_id]["Properties"]
     assert referenced_ids(queue["RedrivePolicy"]) == {dlq_id} and queue["RedrivePolicy"]["maxReceiveCount"] == 5
     assert (

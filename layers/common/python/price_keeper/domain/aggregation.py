@@ -67,23 +67,18 @@ _recent_heartbeat = TTLCache(HEARTBEAT_SECONDS)  # a stream run of this containe
 
 class StreamTrigger(NamedTuple):
     """How the usage table's stream invokes the aggregator (the CDK event source mapping
-    and the local server's poller both follow it)."""
+    and the local server's poller both follow it). A failed batch is delivered again, from
+    the first record its reply names, until it is folded: no retry or record age limit, no
+    bisecting, one batch at a time per stream shard (``domain.ledger``)."""
 
     batch_size: int
     batching_window_s: int
-    retries: int  # then the batch goes to the aggregator's dead-letter queue; the sweep repairs it
-    max_record_age_s: int
-    # concurrent batches per stream shard: one. The repair of a batch the mapping gave up on
-    # reads its stream shard's records from its first sequence number to its last
-    # (``usage.stream_records``): with batches in parallel per shard, that range also holds
-    # the records of the other batches (other partition keys), which the ledger folded under
-    # their own chunks and would count again (docs/infrastructure.md, "Concurrency").
-    parallelization_factor: int
+    # the window carries no state: it is there because only a windowed event names its
+    # stream shard (``shardId``), which the ledger's progress is kept by
+    tumbling_window_s: int
 
 
-USAGE_STREAM = StreamTrigger(
-    batch_size=1000, batching_window_s=1, retries=10, max_record_age_s=3600, parallelization_factor=1
-)
+USAGE_STREAM = StreamTrigger(batch_size=1000, batching_window_s=1, tumbling_window_s=900)
 
 
 # Records worth a run: shard writes (not the dedup markers, not the TTL's deletions), and on

@@ -6,20 +6,25 @@ re-pricing is an update of that marker. The usage table's stream carries each ch
 its old and new image, and what a change counts is what its new image counts less what its
 old one did (``counted``). The aggregator adds that to the label totals, exactly once:
 
-- A stream batch's ledger changes are cut into chunks in record order (``chunks``: as many
-  label-days as one transaction holds with their listings and scope totals). A chunk is one
+- A stream shard's progress is one item (``keys.ledger_shard_key``): the sequence number
+  of the last record folded from it. A run reads it and skips every record at or before it,
+  so a record counts once however its deliveries are cut: a batch delivered again, longer or
+  shorter, from any record, or a restart's replay of the whole stream.
+- The rest is cut into chunks in record order (``chunks``: as many label-days as one
+  transaction holds with their listings and scope totals). A chunk is one
   TransactWriteItems: its label totals SET to what they held plus the chunk's changes (each
   conditional on the progress read, as every fold's write is), its scope totals' ADDs and
-  listings, and a checkpoint item keyed by the ``eventID`` of its first record (unique in
-  the stream) that names its last.
-- A chunk delivered again cancels on its checkpoint, and only its records after the one the
-  checkpoint names are applied (a later delivery may reach further).
+  listings, and the shard's progress moved to its last record, conditional on the progress
+  the run read.
 - A run stops at the first chunk it could not write and names that chunk's first record to
-  the event source mapping (``ReportBatchItemFailures``): the batch comes again from there,
-  is cut the same way, and nothing after it was written. The mapping must not bisect.
+  the event source mapping (``ReportBatchItemFailures``), which delivers the batch again
+  from there. The mapping never gives a batch up (no retry or age limit): every record is
+  folded while the stream holds it (24 h).
 
-A Lambda stream event names no stream shard, so a watermark per shard cannot be kept on a
-total; docs/metering.md ("The ledger") has the argument and what it costs.
+Sequence numbers order the records of one stream shard only, and a Lambda stream event
+names its shard only with a tumbling window (``shardId``): the mapping has one
+(``USAGE_STREAM.tumbling_window_s``) for that alone. docs/metering.md ("The ledger") has
+the argument and what it costs.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ if TYPE_CHECKING:
 # and the live items its tight records take back from (up to ``keys.LIVE_PARTS`` a label-day).
 LABEL_DAYS_PER_CHUNK = 19
 LIVE_ITEMS_PER_CHUNK = 100 - 1 - 4 * LABEL_DAYS_PER_CHUNK
-CHECKPOINT_DAYS = 2  # a checkpoint outlives the stream's 24 h and a repair of what it gave up
+PROGRESS_DAYS = 2  # a shard's progress outlives the shard (about 4 h of writes, read for 24 h)
 
 
 def counted(image: dict | None) -> dict[str, int]:
@@ -67,7 +72,7 @@ class Change(NamedTuple):
     """One stream record of a ledger marker: what it adds to each of its label-days."""
 
     position: int  # in the batch
-    event_id: str
+    sequence: str  # its sequence number, as ``daily_totals.sequence_key``
     label_days: tuple[LabelDay, ...]  # one a scope it was counted in
     delta: dict[str, int]
     created_epoch: int
@@ -92,7 +97,7 @@ def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
         found.append(
             Change(
                 position,
-                record.event_id,
+                daily_totals.sequence_key(record.dynamodb.sequence_number),
                 tuple((keys.usage_key(scope, new["model_label"]), day) for scope in new["scopes"]),
                 {name: after[name] - before[name] for name in SUM_FIELDS},
                 int(record.dynamodb.approximate_creation_date_time or new["accepted_at_epoch"]),
@@ -128,56 +133,66 @@ def chunks(found: list[Change]) -> list[list[Change]]:
 class Folded(NamedTuple):
     report: RunReport
     failed_at: int | None  # the position of the first record of the chunk that could not be written
-    spans: list[tuple[int, int]]  # the first and last position of each chunk
 
 
-def fold(records: Sequence[DynamoDBRecord], now: datetime | None = None) -> Folded:
-    """Fold a stream batch's ledger changes, chunk by chunk, stopping at the first that fails."""
+class Progress:
+    """How far a stream shard was folded, as this run last read or wrote it."""
+
+    def __init__(self, shard_id: str):
+        self.shard_id = shard_id
+        self.folded_to = daily_totals.folded_to(shard_id)
+
+    def unfolded(self, found: list[Change]) -> list[Change]:
+        return [change for change in found if self.folded_to is None or change.sequence > self.folded_to]
+
+
+def fold(records: Sequence[DynamoDBRecord], shard_id: str, now: datetime | None = None) -> Folded:
+    """Fold a stream shard's batch of ledger changes past the shard's progress, chunk by
+    chunk, stopping at the first that fails."""
     now = now or utc_now()
-    cut = chunks(changes(records))
+    found = changes(records)
+    progress = Progress(shard_id) if found else None
+    cut = chunks(progress.unfolded(found)) if progress else []
     report = RunReport(days=sorted({keys.day_of_key(d) for chunk in cut for c in chunk for _, d in c.label_days}))
-    spans = [(chunk[0].position, chunk[-1].position) for chunk in cut]
     if not cut:
-        return Folded(report, None, spans)
+        return Folded(report, None)
     configs, _ = aggregation.configs_of(scopes_of(change for chunk in cut for change in chunk))
     for chunk in cut:
         try:
-            report.merge(_fold_chunk(chunk, configs, now))
+            report.merge(_fold_chunk(chunk, configs, now, progress))
         except Exception:  # noqa: BLE001 - named to the mapping, which delivers the batch again from it
-            logger.exception("ledger fold failed", extra={"event_id": chunk[0].event_id})
-            return Folded(report, chunk[0].position, spans)
-    return Folded(report, None, spans)
+            logger.exception("ledger fold failed", extra={"sequence": chunk[0].sequence, "shard": shard_id})
+            return Folded(report, chunk[0].position)
+    return Folded(report, None)
 
 
-def _fold_chunk(chunk: list[Change], configs: dict, now: datetime) -> RunReport:
-    """Write one chunk (``_chunk_actions`` and its checkpoint) until it lands or is found
-    written; a chunk found written in part writes the rest as a chunk of its own."""
+def _fold_chunk(chunk: list[Change], configs: dict, now: datetime, progress: Progress) -> RunReport:
+    """Write one chunk (its label-days' actions and the shard's progress) until it lands, leaving
+    out what the shard's progress shows folded meanwhile (another run of the same records)."""
     report = RunReport(days=[])
-    pending = chunk
+    pending = progress.unfolded(chunk)
     attempt, fresh = 0, False
-    while True:
+    while pending:
         scope_days, snapshot, moves = _moves(pending, configs, now, fresh=fresh)
         actions = [action for scope_day in scope_days for action in _scope_day_actions(scope_day, moves, now)]
         actions += _live_taken_back(pending)
-        expires_at = int(now.timestamp()) + CHECKPOINT_DAYS * 86400
-        written = daily_totals.write_checkpointed(actions, pending[0].event_id, pending[-1].event_id, expires_at)
+        expires_at = int(now.timestamp()) + PROGRESS_DAYS * 86400
+        read = progress.folded_to
+        written = daily_totals.write_folded(actions, progress.shard_id, read, pending[-1].sequence, expires_at)
+        progress.folded_to = written.folded_to
         if written.done:
             for scope_day in scope_days:
                 report.merge(_moved(scope_day, snapshot, moves, pending, now))
             return report
         fresh = True
-        if written.until is not None:  # written before: only what is after it is new
-            after = [n for n, change in enumerate(pending) if change.event_id == written.until]
-            pending = pending[after[0] + 1 :] if after else []
-            if not pending:
-                return report
-            # (no failed write: a chunk delivered again ever longer finds one checkpoint per
-            # delivery before it, and must not use up its attempts on them; each shortens it)
+        if written.folded_to != read:  # another run folded some of them: no failed attempt
+            pending = progress.unfolded(pending)
             continue
         attempt += 1
         if attempt == aggregation.FOLD_ATTEMPTS:
             raise service_unavailable()
         dynamo._backoff(attempt)
+    return report
 
 
 def _moves(
@@ -274,21 +289,21 @@ def _moved(scope_day: aggregation.ScopeDay, snapshot, moves: dict, pending: list
     return moved
 
 
-def fold_batch(records: Sequence[DynamoDBRecord], now: datetime | None = None) -> tuple[RunReport, str | None]:
-    """A usage stream batch: the shard fold of its shard writes and the ledger's of its
-    markers, and the sequence number the mapping must deliver it again from, if any: the
-    earlier of the two failures, moved back to the start of a ledger chunk it falls inside,
-    so every delivery cuts the ledger's chunks where the first did."""
+def fold_batch(
+    records: Sequence[DynamoDBRecord], shard_id: str, now: datetime | None = None
+) -> tuple[RunReport, str | None]:
+    """A usage stream shard's batch: the shard fold of its shard writes and the ledger's of
+    its markers, and the sequence number the mapping must deliver it again from, if any:
+    the earlier of the two failures."""
     records = list(records)
     report = aggregation.fold_stream(records, now)
     shard_failed = aggregation.first_unfolded(records, report.failed)
-    folded = fold(records, now)
+    folded = fold(records, shard_id, now)
     report.merge(folded.report)
     positions = {record.dynamodb.sequence_number: n for n, record in enumerate(records)}
     candidates = [] if folded.failed_at is None else [folded.failed_at]
     if shard_failed is not None:
-        at = positions[shard_failed]
-        candidates.append(next((first for first, last in folded.spans if first < at <= last), at))
+        candidates.append(positions[shard_failed])
     return report, records[min(candidates)].dynamodb.sequence_number if candidates else None
 
 

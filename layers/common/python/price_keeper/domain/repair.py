@@ -1,12 +1,8 @@
 """Repair that scales: what the stream missed, refolded through one SQS queue.
 
-Two producers, one worker (the aggregator, on the queue's event source mapping):
+The stream's mapping never gives a batch up (``domain.ledger``), so the queue has one
+producer and one worker (the aggregator, on the queue's event source mapping):
 
-- **The stream mapping's on-failure destination.** A stream batch that still fails after its
-  retries is not lost: Lambda sends its description (``DDBStreamBatchInfo``: stream, shard,
-  first and last sequence number) to the repair queue. The worker reads those records again
-  (``usage.stream_records``) and folds the labels they name. The regular repair costs what
-  failed, nothing when nothing did.
 - **The audit** (``plan_audit``, the schedule): for each org day in play, a paginated Query
   of each of the day's partition keys of the sparse ``active-by-day`` index (at once) lists
   the label-days written that day; they are
@@ -29,14 +25,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import NamedTuple
 
-from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
-from botocore.exceptions import BotoCoreError, ClientError
-
 from ..aws import client
 from ..observability import logger
-from ..store import keys, usage
+from ..store import keys
 from ..timeutil import utc_now
-from . import aggregation, ledger
+from . import aggregation
 from .aggregation import LabelDay, RunReport
 
 AUDIT_CHUNK = 100  # label-days per message: one fold of ~15 BatchGetItems and a transaction per scope-day
@@ -94,49 +87,29 @@ class Repaired(NamedTuple):
 
 
 def repair(messages: Mapping[str, str], now: datetime | None = None) -> Repaired:
-    """The worker: fold what a batch of repair messages (id -> body) names: an audit chunk's
-    label-days from the shards listed, and the labels a failed stream batch changed (its
-    records read again from the stream), all of their shards. A message that cannot be
-    read (a malformed body, a stream read that fails) is named failed on its own: it comes
-    back alone, and the others are folded all the same."""
+    """The worker: fold what a batch of audit messages (id -> body) names, each chunk's
+    label-days from the shards listed. A message that cannot be read (a malformed body) is
+    named failed on its own: it comes back alone, and the others are folded all the same."""
     audited: dict[LabelDay, list[dict]] = {}
-    failed: set[LabelDay] = set()
     named: dict[str, set[LabelDay]] = {}
-    given_up: dict[str, list] = {}  # a failed stream batch's records, for the ledger's fold
     unreadable: list[str] = []
     for message_id, body in messages.items():
         try:
-            message = json.loads(body)
-            if "audit" in message:
-                for usage_key, date_key, shards in message["audit"]:
-                    scope, label = keys.split_usage_key(usage_key)
-                    audited[(usage_key, date_key)] = [
-                        {"shard_key": keys.shard_key(scope, label, shard), "date_key": date_key} for shard in shards
-                    ]
-                named[message_id] = {(usage_key, date_key) for usage_key, date_key, _ in message["audit"]}
-            elif "DDBStreamBatchInfo" in message:
-                batch = message["DDBStreamBatchInfo"]
-                records = usage.stream_records(
-                    batch["streamArn"], batch["shardId"], batch["startSequenceNumber"], batch["endSequenceNumber"]
-                )
-                given_up[message_id] = list(DynamoDBStreamEvent({"Records": records}).records)
-                named[message_id] = aggregation.changed_labels(given_up[message_id])
-                failed |= named[message_id]
-        except (ValueError, KeyError, TypeError, BotoCoreError, ClientError):
+            chunk = json.loads(body)["audit"]
+            for usage_key, date_key, shards in chunk:
+                scope, label = keys.split_usage_key(usage_key)
+                audited[(usage_key, date_key)] = [
+                    {"shard_key": keys.shard_key(scope, label, shard), "date_key": date_key} for shard in shards
+                ]
+            named[message_id] = {(usage_key, date_key) for usage_key, date_key, _ in chunk}
+        except (ValueError, KeyError, TypeError):
             logger.exception("repair message not readable", extra={"message_id": message_id})
             unreadable.append(message_id)
     report = aggregation.fold_shards(audited, now)
-    report.merge(aggregation.fold_label_days(failed, now))
-    unfolded, unfolded_batches = set(report.failed), []
-    for message_id, records in given_up.items():  # the same records, so the same chunks: those written cancel
-        folded = ledger.fold(records, now)
-        report.merge(folded.report)
-        if folded.failed_at is not None:
-            unfolded_batches.append(message_id)
+    unfolded = set(report.failed)
     return Repaired(
         report,
         unreadable
-        + unfolded_batches
         + [
             message_id
             for message_id, label_days in named.items()

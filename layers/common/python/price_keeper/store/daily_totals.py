@@ -185,33 +185,49 @@ def live_costs(usage_keys: Iterable[str], day: str) -> dict[str, int]:
     return costs
 
 
+SEQUENCE_DIGITS = 40  # a stream record's sequence number has at most 40 digits
+
+
+def sequence_key(sequence_number: str) -> str:
+    """A stream sequence number as a string that sorts as the number does (zero-padded)."""
+    return sequence_number.rjust(SEQUENCE_DIGITS, "0")
+
+
+def folded_to(shard_id: str) -> str | None:
+    """How far the ledger folded stream shard ``shard_id``: the ``sequence_key`` of its last
+    record folded (strongly consistent), or None before its first fold."""
+    item = table(tables.DAILY_TOTAL).get_item(Key=keys.ledger_shard_key(shard_id), ConsistentRead=True).get("Item")
+    return item["folded_to"] if item else None
+
+
 class Written(NamedTuple):
-    done: bool  # the actions and the checkpoint landed
-    until: str | None  # else, a checkpoint found under that key: the last record it names
+    done: bool  # the actions and the shard's progress landed
+    folded_to: str | None  # else, the shard's progress as stored (moved on: another run folded)
 
 
-def write_checkpointed(actions: list[dict], first_event: str, last_event: str, expires_at: int) -> Written:
-    """``actions`` and a checkpoint keyed by ``first_event`` naming ``last_event``, in one
-    TransactWriteItems, only if no checkpoint is under that key (``domain.ledger``): what
-    it names when one is; neither when a condition of ``actions`` failed or the
-    transaction conflicted (read again and write again)."""
-    checkpoint = {
-        "Put": {
+def write_folded(actions: list[dict], shard_id: str, read: str | None, to: str, expires_at: int) -> Written:
+    """``actions`` and stream shard ``shard_id``'s progress moved from ``read`` to ``to``,
+    in one TransactWriteItems, only if the progress is still ``read`` (``domain.ledger``):
+    when it is not, the progress found; when a condition of ``actions`` failed or the
+    transaction conflicted, the progress unchanged (read again and write again)."""
+    values = {":to": to, ":expires": expires_at} | ({} if read is None else {":read": read})
+    progress = {
+        "Update": {
             "TableName": tables.DAILY_TOTAL.physical_name,
-            "Item": {
-                **keys.ledger_checkpoint_key(first_event),
-                "last_event": last_event,
-                tables.TTL_ATTRIBUTE: expires_at,
-            },
-            "ConditionExpression": "attribute_not_exists(usage_key)",
+            "Key": keys.ledger_shard_key(shard_id),
+            "UpdateExpression": "SET folded_to = :to, #ttl = :expires",
+            "ConditionExpression": "attribute_not_exists(folded_to)" if read is None else "folded_to = :read",
+            "ExpressionAttributeNames": {"#ttl": tables.TTL_ATTRIBUTE},
+            "ExpressionAttributeValues": values,
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
     }
-    reasons = transact([*actions, checkpoint])
+    reasons = transact([*actions, progress])
     if reasons is None:
-        return Written(True, None)
-    found = reasons[-1].get("Item", {}) if reasons[-1].get("Code") == "ConditionalCheckFailed" else {}
-    return Written(False, found.get("last_event"))
+        return Written(True, to)
+    mine = reasons[-1]
+    moved = mine.get("Code") == "ConditionalCheckFailed"
+    return Written(False, mine.get("Item", {}).get("folded_to") if moved else read)
 
 
 def label_total_action(move: LabelFold) -> dict:

@@ -20,7 +20,6 @@ from typing import NamedTuple
 
 import boto3
 from boto3.dynamodb.types import Binary, TypeDeserializer
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from .. import state
@@ -42,17 +41,6 @@ def dynamodb():
     return boto3.resource("dynamodb", endpoint_url=os.environ.get("DYNAMODB_ENDPOINT_URL") or None, config=RETRIES)
 
 
-@lru_cache(maxsize=1)
-def streams():
-    """The DynamoDB Streams client (the repair reads a failed batch's records again). The
-    regional endpoint, not the account-based one botocore derives from a stream ARN."""
-    return boto3.client(
-        "dynamodbstreams",
-        endpoint_url=os.environ.get("DYNAMODB_ENDPOINT_URL") or None,
-        config=RETRIES.merge(Config(account_id_endpoint_mode="disabled")),
-    )
-
-
 def ddb_client():
     """Low-level client with the resource's type (de)serialisation: batch and transaction calls."""
     return dynamodb().meta.client
@@ -71,7 +59,6 @@ def table(spec: TableSpec):
 def forget_connections() -> None:
     """Drop the resource and table handles (tests switch endpoints and credentials)."""
     dynamodb.cache_clear()
-    streams.cache_clear()
     _table.cache_clear()
 
 

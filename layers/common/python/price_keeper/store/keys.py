@@ -180,10 +180,10 @@ HEARTBEAT_KEY = {"usage_key": "#AGGREGATOR", "date_key": "#HEARTBEAT"}
 CONFIG_LABELS_KEY = {"usage_key": "#AGGREGATOR", "date_key": "#CONFIG_LABELS"}
 
 
-def ledger_checkpoint_key(event_id: str) -> dict:
-    """The DailyTotal item that says a ledger chunk starting at stream record ``event_id``
-    was folded (``domain.ledger``): a partition a chunk, spread as the records' ids are."""
-    return {"usage_key": f"#LEDGER_FOLDED#{event_id}", "date_key": "#"}
+def ledger_shard_key(shard_id: str) -> dict:
+    """The DailyTotal item that says how far the ledger folded stream shard ``shard_id``
+    (``domain.ledger``): a partition a shard, written by that shard's one batch at a time."""
+    return {"usage_key": f"#LEDGER_SHARD#{shard_id}", "date_key": "#"}
 
 
 # Reconciliation (DailyTotal): the day's result, and the hour marks on label totals.

@@ -15,7 +15,10 @@ MARK_FIELDS = ("requests", "input_tokens", "output_tokens", "cache_read_input_to
 
 
 def _varint(number: int) -> bytes:
-    """``number`` (>= 0) in 7-bit groups, low first, the high bit set on all but the last."""
+    """``number`` zigzagged (0, -1, 1, -2, ... as 0, 1, 2, 3, ...: a negative mark, which a
+    void folded before its record would make, is a number like any other) in 7-bit groups,
+    low first, the high bit set on all but the last."""
+    number = 2 * number if number >= 0 else -2 * number - 1
     out = bytearray()
     while True:
         low, number = number & 0x7F, number >> 7
@@ -31,7 +34,7 @@ def _varints(blob: bytes) -> Iterator[int]:
         number |= (byte & 0x7F) << shift
         shift += 7
         if not byte & 0x80:
-            yield number
+            yield number >> 1 if number % 2 == 0 else -(number + 1) // 2
             number = shift = 0
 
 

@@ -34,7 +34,6 @@ from .dynamo import (
     ddb_client,
     query_many,
     query_pages,
-    streams,
     table,
     transact,
 )
@@ -415,54 +414,6 @@ def raise_shard_count(count_key: dict, count: int, expires_at: int) -> int:
         return count
     except ConditionFailed as failed:
         return int((failed.item or {}).get("shard_count", count))
-
-
-STREAM_EMPTY_PAGES = 10  # empty GetRecords pages in a row ``stream_records`` reads past
-
-
-class StreamRangeUnread(ValueError):
-    """``stream_records`` did not reach the end of the range (the repair names its message failed)."""
-
-
-def stream_records(stream_arn: str, shard_id: str, first_sequence: str, last_sequence: str) -> list[dict]:
-    """The records of one stream shard from ``first_sequence`` to ``last_sequence`` (a batch
-    the event source mapping gave up on, named by its on-failure message), in the shape
-    Lambda delivers them. Empty when the stream no longer holds them (24 h) or is gone (the
-    table or its stream made again): only the audit can repair those. ``StreamRangeUnread``
-    when the stream keeps answering empty pages before the range's last record."""
-    client = streams()
-    try:
-        iterator = client.get_shard_iterator(
-            StreamArn=stream_arn,
-            ShardId=shard_id,
-            ShardIteratorType="AT_SEQUENCE_NUMBER",
-            SequenceNumber=first_sequence,
-        )["ShardIterator"]
-    except (client.exceptions.TrimmedDataAccessException, client.exceptions.ResourceNotFoundException):
-        return []
-    records: list[dict] = []
-    empty_pages = 0
-    while iterator:
-        page = client.get_records(ShardIterator=iterator, Limit=1000)
-        for record in page["Records"]:
-            sequence = int(record["dynamodb"]["SequenceNumber"])
-            if sequence > int(last_sequence):
-                return records
-            created = record["dynamodb"].get("ApproximateCreationDateTime")
-            if created is not None and not isinstance(created, int | float):  # boto3's datetime; Lambda's epoch
-                record["dynamodb"]["ApproximateCreationDateTime"] = int(created.timestamp())
-            records.append({**record, "eventSourceARN": stream_arn})
-            if sequence == int(last_sequence):
-                return records
-        # An empty page is not the end: the stream may take several calls to reach the part of
-        # the shard that holds records. Read on, a bounded number of times; then fail the
-        # message (it comes again, then goes to the alarmed dead-letter queue) rather than
-        # fold part of the range as if it were all of it.
-        empty_pages = 0 if page["Records"] else empty_pages + 1
-        if empty_pages > STREAM_EMPTY_PAGES:
-            raise StreamRangeUnread(f"{shard_id}: no record up to {last_sequence} after {empty_pages} empty pages")
-        iterator = page.get("NextShardIterator")
-    return records  # the shard closed before ``last_sequence``
 
 
 def read_shards(shard_keys: Iterable[dict], attributes: Iterable[str], *, consistent: bool = False) -> list[dict]:
