@@ -274,7 +274,7 @@ def stream_folds(
     written at most once per 10 s per container, is not: see the first row)."""
     from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
-    from local.streams import StreamReader, lambda_event
+    from local.streams import StreamReader
     from price_keeper import state
 
     state.reset()  # a fresh container: its first fold writes the heartbeat
@@ -283,7 +283,7 @@ def stream_folds(
     stream = StreamReader(tables.USAGE_AGG_SHARDED)
     stream.read()
     metering.submit(org_id, app_id, usage())
-    first = lambda_event(stream.read())
+    first = stream.event()
     rows = [
         (
             "stream fold, first of the container (heartbeat included)",
@@ -293,7 +293,7 @@ def stream_folds(
     for count in records_per_batch:
         for _ in range(count):
             metering.submit(org_id, app_id, usage())
-        event = lambda_event(stream.read())
+        event = stream.event()
         rows.append(
             (
                 f"stream fold, batch of {count} usage records (1 label)",
@@ -311,7 +311,7 @@ def many_labels(meter: Meter, labels: int = 400) -> list[tuple[str, str, float, 
     an app's batches would have done)."""
     from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
-    from local.streams import StreamReader, lambda_event
+    from local.streams import StreamReader
 
     org_id, app_id = seed_scopes(1, made_now=True)[0]
     config = orgs.effective_config(org_id, app_id)
@@ -335,9 +335,9 @@ def many_labels(meter: Meter, labels: int = 400) -> list[tuple[str, str, float, 
     stream = StreamReader(tables.USAGE_AGG_SHARDED)
     stream.read()
     metering.submit(org_id, app_id, usage())
-    aggregation.fold_stream(DynamoDBStreamEvent(lambda_event(stream.read())).records)
+    aggregation.fold_stream(DynamoDBStreamEvent(stream.event()).records)
     metering.submit(org_id, app_id, usage())
-    event = lambda_event(stream.read())
+    event = stream.event()
     selection.select_model(org_id, app_id)
     return [
         (

@@ -250,7 +250,7 @@ class Aggregator:
     """The stream mapping and the aggregator function, in this process, counted."""
 
     def __init__(self):
-        from local.streams import RepairQueue, StreamReader, StreamTrigger
+        from local.streams import StreamReader, StreamTrigger
 
         self.meter = Meter()
         self.invocations = self.records = 0
@@ -259,7 +259,6 @@ class Aggregator:
         self.by_shape: dict[str, Tally] = defaultdict(Tally)  # the fold's work, by the shapes it folded
         self.polls_begun = 0
         self.empty_poll = -1  # the number of the last poll that found nothing to read or deliver
-        self.given_up = 0  # batches sent to the repair queue after their retries
         self.stop_event = threading.Event()
         aggregator = self
 
@@ -270,25 +269,21 @@ class Aggregator:
                 number, aggregator.polls_begun = aggregator.polls_begun, aggregator.polls_begun + 1
                 self.read_now = 0
                 super()._poll()  # reads, then delivers what is due (retries included) before returning
-                if not self.read_now and not self.pending:
+                if not self.read_now and not any(self.pending.values()):
                     aggregator.empty_poll = number
 
-            def _deliver(self, batch):  # one invocation, or more when a reply names failed records
+            def _deliver(self, shard_id, batch):  # one invocation, or more when a reply names failed records
                 meter = aggregator.meter
                 before = (Counter(meter.calls), meter.wcu, meter.rcu, Counter(meter.by_thread), aggregator.invocations)
-                super()._deliver(batch)
+                delivered = super()._deliver(shard_id, batch)
                 aggregator.attribute(batch, *before)
+                return delivered
 
         class CountedReader(StreamReader):
             def read(self):
                 records = super().read()
-                trigger.read_now += len(records)
+                trigger.read_now += sum(map(len, records.values()))
                 return records
-
-        class CountedRepair(RepairQueue):
-            def send_failure(self, reader, batch):
-                aggregator.given_up += 1
-                super().send_failure(reader, batch)
 
         import local.streams
 
@@ -301,7 +296,7 @@ class Aggregator:
 
         self.uncounted = deliver
         local.streams.invoke_job = invoked  # this process is the mapping: each invocation counted
-        trigger = Counted("aggregator", CountedReader(tables.USAGE_AGG_SHARDED), self.stop_event, CountedRepair())
+        trigger = Counted("aggregator", CountedReader(tables.USAGE_AGG_SHARDED), self.stop_event)
         self.trigger = trigger
         sys.stdout = _Unless(self.trigger, sys.stdout)  # its metrics (EMF lines) not printed
         self.trigger.start()
@@ -355,7 +350,7 @@ class Aggregator:
     def drain(self, timeout_seconds: float = 900.0) -> None:
         """Return once every write made before the call is folded: a poll that began after
         the call read nothing new and left nothing pending. Deliveries happen inside a poll,
-        so by then every batch read before has been folded (or given up: ``given_up``)."""
+        so by then every batch read before has been folded (the trigger retries until it is)."""
         first, deadline = self.polls_begun, time.monotonic() + timeout_seconds
         while self.empty_poll < first:
             if time.monotonic() > deadline:
@@ -758,9 +753,8 @@ def metering_run(fleet: Fleet, args) -> tuple[list[tuple], list[str]]:
     aggregator.stop()
     print(f"cold phase: {sum(t.requests for t in cold.values())} requests, {cold_batches} stream batches; warm below")
     costs = report(tallies, aggregator, replies, args.single_select_by_get)
-    given_up = [f"{aggregator.given_up} stream batches given up after their retries"] if aggregator.given_up else []
     everything = opening_replies + cold_replies + replies
-    return costs, given_up + exactness(everything) + carried_selections(cold_replies + replies)
+    return costs, exactness(everything) + carried_selections(cold_replies + replies)
 
 
 # --- the rate-limit run ---------------------------------------------------------------

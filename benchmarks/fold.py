@@ -47,7 +47,7 @@ def put_shard(scope: str, shard: int, requests: int) -> None:
 
 def main() -> None:
     from local.gateway import LambdaContext, load_handler
-    from local.streams import StreamReader, lambda_event
+    from local.streams import StreamReader
     from tests.factories import seed_org
 
     calls: Counter = Counter()
@@ -64,7 +64,7 @@ def main() -> None:
             for batch, shard in (("first", 0), ("warm", 3)):
                 for scope in scopes:
                     put_shard(scope, shard, 1 + shard)
-                event = lambda_event(reader.read())
+                event = reader.event()
                 calls.clear()
                 started = time.perf_counter()
                 aggregator(event, LambdaContext("aggregator"))

@@ -57,7 +57,7 @@ from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent  # 
 from moto import mock_aws  # noqa: E402
 
 from local import moto_patches  # noqa: E402
-from local.streams import StreamReader, lambda_event  # noqa: E402
+from local.streams import StreamReader  # noqa: E402
 from price_keeper import state  # noqa: E402
 from price_keeper.config import get_config  # noqa: E402
 from price_keeper.domain import aggregation, ledger, metering, selection  # noqa: E402
@@ -110,6 +110,11 @@ class Result:
     seconds_to_move: float
     selections: int
 
+
+
+def fold(event: dict, now) -> None:
+    """A stream shard's batch folded as the aggregator folds it."""
+    ledger.fold_batch(DynamoDBStreamEvent(event).records, event["shardId"], now)
 
 def _fresh_store() -> None:
     state.reset()
@@ -169,7 +174,7 @@ def run(scenario: Scenario, strategy: str, phase: float) -> Result:
             ]
             tokens -= chunk
         # folded before the burst, as the stream folds them (on ledger days the audit cannot)
-        ledger.fold_batch(DynamoDBStreamEvent(lambda_event(stream.read())).records, clock.now)
+        fold(stream.event(), clock.now)
         aggregation.run(clock.now)
         selections = 0
 
@@ -200,11 +205,11 @@ def run(scenario: Scenario, strategy: str, phase: float) -> Result:
                 aggregation.run(clock.now)
                 at(clock.seconds + SWEEP_INTERVAL, "sweep")
             elif kind == "window":
-                at(clock.seconds + DELIVERY, "fold", stream.read())
+                at(clock.seconds + DELIVERY, "fold", stream.event())
                 at(clock.seconds + BATCHING_WINDOW, "window")
             elif kind == "fold":
-                if payload:
-                    ledger.fold_batch(DynamoDBStreamEvent(lambda_event(payload)).records, clock.now)
+                if payload["Records"]:
+                    fold(payload, clock.now)
             elif kind == "call":  # the client picks a model, then calls it
                 try:
                     label = selectors[payload].current().label if scenario.cached else fetch(False)[0].label

@@ -16,6 +16,13 @@ from types import SimpleNamespace
 
 import pytest
 
+# TEST_UTC_TIME=HH:MM: the whole run, and the processes it starts, on a clock shifted to that time today.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "clock"))
+import pk_test_clock  # noqa: E402
+
+pk_test_clock.shift_from_environment()
+pk_test_clock.travel()
+
 # Handlers must import with no environment; tests then set only what a deployment sets.
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")

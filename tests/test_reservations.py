@@ -13,7 +13,7 @@ from price_keeper.domain import aggregation, metering, orgs, reservations
 from price_keeper.domain.models import UsageRequest
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import ddb_client, item_size, table
-from price_keeper.timeutil import org_day
+from price_keeper.timeutil import org_date, org_day
 from tests.conftest import assert_error
 from tests.factories import seed_app, token_for
 from tests.usage_support import new_tenant, usage_body
@@ -187,7 +187,7 @@ def test_a_hold_is_priced_in_the_calling_region_its_settlement_is_priced_in(api)
     from tests.test_pricing import put_price
 
     t = tenant()
-    day = datetime.now(UTC).date().isoformat()
+    day = org_date("America/New_York").isoformat()  # the tenant's day, not UTC's (a day behind 00:00-05:00 UTC)
     put_price("amazon.nova-pro-v1:0", keys.price_key(day, "eu-west-3"), 960_000, 3_840_000)  # 20 % dearer
     held = reserve(api, t, {"calling_region": "eu-west-3"})
     assert held.status == 201, held.json()
