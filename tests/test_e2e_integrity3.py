@@ -10,8 +10,9 @@ import time
 import pytest
 import requests
 
-from tests.local_server import local_server
+from tests.local_server import local_server, module_server
 from tests.tenants import new_tenant
+from tests.test_e2e_integrity2 import assert_error_bytes, raw_exchange
 from tests.usage_support import usage_body, zone_away_from_midnight
 
 KEY = "e2e-integrity3-provisioning-key"
@@ -20,6 +21,10 @@ LABELS = ("premium", "standard", "economy")
 MODELS = {"premium": "amazon.nova-pro-v1:0", "standard": "amazon.nova-2-lite-v1:0", "economy": "amazon.nova-micro-v1:0"}
 
 pytestmark = pytest.mark.e2e
+USAGE = "/api/v1/orgs/00000000-0000-4000-8000-000000000000/apps/web/usage"
+
+
+base_url = module_server(KEY)
 
 
 def persisted(tmp_path) -> dict:
@@ -130,3 +135,25 @@ def test_h2_a_restart_that_batches_the_stream_otherwise_counts_each_record_once(
         eventually(lambda: per_app() == wanted, "22 records after the restart, each once")
         time.sleep(2)  # a replay that counted twice would show by now
         assert per_app() == wanted
+
+
+# --- M1: the body limit holds whatever Content-Length says --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("length_headers", "status"),
+    [
+        ("Content-Length: -1\r\n", 400),  # read to the end of the stream: 150 MB held
+        ("Content-Length: abc\r\n", 400),  # raised: the connection dropped with no reply
+        ("Content-Length: +5\r\n", 400),
+        ("Content-Length: 5\r\nContent-Length: 7\r\n", 400),
+        ("Transfer-Encoding: chunked\r\n", 411),  # a body this server would not read
+        ("Content-Length: 1000001\r\n", 413),
+    ],
+    ids=["negative", "not-a-number", "signed", "two-lengths", "chunked", "one-past-the-limit"],
+)
+def test_m1_a_body_length_that_is_not_one_number_within_the_limit_is_refused(base_url, length_headers, status):
+    head = f"POST {USAGE} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{length_headers}\r\n"
+    body = assert_error_bytes(*raw_exchange(base_url, head.encode() + b"{}"), status)
+    assert body["error"] == "INVALID_REQUEST"
+    assert requests.get(f"{base_url}/health", timeout=5).status_code == 200  # and the server still serves

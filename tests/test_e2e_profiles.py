@@ -184,3 +184,15 @@ def test_a_registered_application_profile_prices_usage_after_a_restart(tmp_path)
         accepted = report(app.at(url), "kept", arn, "us-east-2")
         assert accepted.status_code == 202, accepted.text
         assert accepted.json()["processing"]["cost_usd_micros"] == NOVA_2_LITE_COST
+
+
+def test_a_profile_label_is_1_to_50_characters_and_a_longer_one_writes_nothing(app):
+    """api_spec.md: "Label to use for this profile (1-50 chars)"; 51 characters was registered (201).
+    Refused with the error schema, the label is then no label of the app's: usage under it is 400."""
+    too_long, longest = "p" * 51, "q" * 50
+    refused = register(app, too_long, US_NOVA_2_LITE)
+    assert refused.status_code == 400, refused.text
+    assert {"error", "message", "timestamp"} <= set(refused.json()) and refused.json()["error"] == "INVALID_REQUEST"
+    assert report(app, too_long, US_NOVA_2_LITE, "us-east-1").status_code == 400  # nothing was registered
+    assert register(app, longest, US_NOVA_2_LITE).status_code == 201
+    assert report(app, longest, US_NOVA_2_LITE, "us-east-1").status_code == 202

@@ -16,7 +16,7 @@ from botocore.stub import Stubber
 
 from price_keeper.domain import aggregation, metering, orgs
 from price_keeper.domain.models import UsageRequest
-from price_keeper.store import keys, tables, usage
+from price_keeper.store import daily_totals, keys, tables, usage
 from price_keeper.store.dynamo import ddb_client, item_size
 from price_keeper.timeutil import day_start_utc, org_date, org_day
 from tests.conftest import assert_error
@@ -577,3 +577,42 @@ def test_a_records_shard_is_not_one_a_client_can_aim_at():
     program = f"from price_keeper.store import keys; print([keys.record_shard(i, 64) for i in {ids!r}])"
     assert len({in_a_new_process(program) for _ in range(2)}) == 2
     assert [keys.record_shard(i, 64) for i in ids] == [keys.record_shard(i, 64) for i in ids]
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["single", "batch"])
+def test_grace_bookings_take_no_more_than_the_closed_day_had_left_and_the_rest_counts_today(aws, fold_stream, batched):
+    """Outside review M5: 30 records stamped 23:59:50 and sent at 00:00:20 put 10.9x the
+    closed day's quota on that day, and today's quota saw none of it. On a simulated clock
+    (the service's ``now``): the closed day had 6,000 of its 10,000 left, so one 3,760
+    record fits there and the other 29 count today, whether sent one by one or as a batch;
+    the folded totals agree."""
+    tenant = new_tenant(timezone="UTC", quotas={"premium": 10_000, "standard": 10**9, "economy": 10**9})
+    midnight = day_start_utc("UTC", org_date("UTC"))
+    closed, today = org_day("UTC", midnight - timedelta(seconds=1)), org_day("UTC", midnight)
+    spent_before = metering.submit(  # the closed day's spend before midnight: 4,000 of 10,000
+        tenant.org_id,
+        tenant.app_id,
+        UsageRequest.model_validate(
+            usage_body(input_tokens=5000, output_tokens=0, timestamp=iso(midnight - timedelta(minutes=30)))
+        ),
+        midnight - timedelta(minutes=30),
+    )
+    assert (spent_before["daily_total"]["org_day"], spent_before["processing"]["cost_usd_micros"]) == (closed, 4000)
+    fold_stream()
+    now, stamped = midnight + timedelta(seconds=20), iso(midnight - timedelta(seconds=10))
+    bodies = [usage_body(timestamp=stamped) for _ in range(30)]
+    if batched:
+        results = metering.submit_batch(tenant.org_id, tenant.app_id, bodies, now)["results"]
+        costs = [result["cost_usd_micros"] for result in results]
+    else:
+        replies = [
+            metering.submit(tenant.org_id, tenant.app_id, UsageRequest.model_validate(body), now) for body in bodies
+        ]
+        assert [reply["daily_total"]["org_day"] for reply in replies] == [closed] + [today] * 29
+        costs = [reply["processing"]["cost_usd_micros"] for reply in replies]
+    assert costs == [3760] * 30
+    fold_stream()
+    totals = daily_totals.read_days([(keys.usage_key(tenant.scope, "premium"), day) for day in (closed, today)])
+    spend = {day: int(item["cost_usd_micros"]) for (_, day), item in totals.items()}
+    assert spend == {closed: 4000 + 3760, today: 29 * 3760}
+    assert spend[closed] <= 10_000

@@ -10,7 +10,8 @@ which the aggregator folds from the stream (``domain.ledger``).
 The day a record counts toward is the org-local day it *arrives* on, whatever its
 ``timestamp``: spend reported today counts against today's quota, so stamping records
 yesterday cannot spend around it. Only a record stamped within ``backdate_grace_secs``
-(15 min) before local midnight that arrives within as long after it keeps its own day. The dedup item
+(15 min) before local midnight that arrives within as long after it keeps its own day, and
+only while that day has room left for it under its quotas (``_room_on_closed_day``). The dedup item
 names the app and the ``request_id``, not the day or the quota scope, so a retry that
 crosses midnight, a timezone or a scope change is still a duplicate.
 """
@@ -182,11 +183,21 @@ def priced_label(config: EffectiveConfig, label: str, calling_region: str | None
 
 
 def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Submission:
-    """Validate and price one record (no writes)."""
+    """Validate and price one record (no writes, but for a grace booking's claim on what its
+    closed day has left: ``_room_on_closed_day``)."""
     day = booking_day(parse_timestamp(request.timestamp), config.timezone, now)
     check_token_caps(request)
     priced = priced_label(config, request.model_label, request.calling_region)
     profiles.check_reported_model(priced, request.bedrock_model_id)
+    submission = _priced_on(config, request, priced, day)
+    today = org_day(config.timezone, now)
+    if day != today and not _room_on_closed_day(config, submission):
+        submission = _priced_on(config, request, priced, today)
+    return submission
+
+
+def _priced_on(config: EffectiveConfig, request: UsageRequest, priced: profiles.PricedModel, day: str) -> Submission:
+    """``request`` priced and counted on org day ``day``."""
     quote = pricing.price_of(priced, parse_day(day))
     scopes = config.counted_scopes
     # a shard every scope's fold is known to read (hot labels raise each scope's count)
@@ -210,6 +221,28 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
         busy_shard_count=config.agg_shard_count,
         ledger=config.counts_by_ledger(day),
     )
+
+
+def _room_on_closed_day(config: EffectiveConfig, submission: Submission) -> bool:
+    """Whether the closed day a grace booking counts toward still has room for it under its
+    label's quota and the scope's total cap, taking the room if so (``daily_totals.claim_grace``).
+
+    The grace keeps a call made just before midnight on its own day; it must not make that
+    day a place to put unbounded spend (an outside review booked 10.9x a closed day's quota
+    there, and today's quota saw none of it). What the day has left is read from its totals
+    at the day's first grace booking, as folded then (records counted just before midnight
+    and folded after that read, about a second's worth, are not in it), and each grace
+    booking takes its cost from it; a record that does not fit counts today."""
+    day, scope = submission.day, config.scope
+    label_key = keys.usage_key(scope, submission.label)
+    usage_keys = scope_usage_keys(config, scope, day)
+    found = daily_totals.read_days([(label_key, day), *((usage_key, day) for usage_key in usage_keys)])
+    left = {}
+    if quota := config.quota(submission.label):
+        left[label_key] = quota - Totals.from_item(found.get((label_key, day))).cost_usd_micros
+    spent = scope_totals(config, scope, day, lambda usage_key: Totals.from_item(found.get((usage_key, day))))
+    left[keys.scope_total_key(scope)] = config.total_quota - spent.cost_usd_micros
+    return daily_totals.claim_grace(left, day, submission.cost_usd_micros, usage_expires_at(day))
 
 
 # --- the exactly-once write --------------------------------------------------------

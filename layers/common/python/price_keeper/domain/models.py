@@ -54,7 +54,10 @@ class UsageBatchRequest(StrictBody):
     ]
 
 
+PROFILE_LABEL_MAX_LENGTH = 50  # api_spec.md: "Label to use for this profile (1-50 chars)"
+
+
 class InferenceProfileRequest(StrictBody):
-    profile_label: Annotated[str, StringConstraints(pattern=APP_ID_PATTERN)]
+    profile_label: Annotated[str, StringConstraints(pattern=APP_ID_PATTERN, max_length=PROFILE_LABEL_MAX_LENGTH)]
     inference_profile_arn: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
     description: Annotated[str | None, StringConstraints(max_length=500)] = None

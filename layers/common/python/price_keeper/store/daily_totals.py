@@ -301,6 +301,30 @@ def put_heartbeat(now_epoch: int, lag_seconds: int) -> None:
     )
 
 
+def claim_grace(left: dict[str, int], day: str, cost: int, expires_at: int) -> bool:
+    """Take ``cost`` from what each usage key's closed ``day`` has left for grace bookings,
+    all or none (one TransactWriteItems): what is left is ``left[usage_key]`` as the first
+    claim read it, then goes down by each claim; False when it would go below 0 (or a
+    conflicting claim was in flight)."""
+    actions = [
+        {
+            "Update": {
+                "TableName": tables.DAILY_TOTAL.physical_name,
+                "Key": keys.grace_key(usage_key, day),
+                "UpdateExpression": "SET remaining = if_not_exists(remaining, :left) - :cost, #ttl = :expires",
+                # a first claim past what the day had left finds no item and must not make one
+                "ConditionExpression": (
+                    "attribute_not_exists(remaining) OR remaining >= :cost" if room >= cost else "remaining >= :cost"
+                ),
+                "ExpressionAttributeNames": {"#ttl": tables.TTL_ATTRIBUTE},
+                "ExpressionAttributeValues": {":left": room, ":cost": cost, ":expires": expires_at},
+            }
+        }
+        for usage_key, room in left.items()
+    ]
+    return not actions or transact(actions) is None
+
+
 def read_days(wanted: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict]:
     """The totals of (usage_key, day) pairs, by pair (absent: no spend yet), with when each
     was written, in one BatchGetItem: the labels and the scope total a usage reply shows."""

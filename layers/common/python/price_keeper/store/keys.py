@@ -152,6 +152,13 @@ def split_usage_key(usage_key: str) -> tuple[str, str]:
     return scope, label
 
 
+def grace_key(usage_key: str, day: str) -> dict:
+    """The DailyTotal item of what a label total's or scope total's closed org day
+    ``yyyymmdd`` has left for the records booked to it in the grace after its midnight
+    (``domain.metering``)."""
+    return {"usage_key": usage_key, "date_key": f"GRACE#{day}"}
+
+
 def scope_total_key(scope: str) -> str:
     """DailyTotal ``usage_key`` of a scope's total over every label (no label has ``#``,
     so it never collides with a ``{scope}#LABEL#{label}`` key)."""
