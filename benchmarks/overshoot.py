@@ -111,10 +111,10 @@ class Result:
     selections: int
 
 
-
 def fold(event: dict, now) -> None:
     """A stream shard's batch folded as the aggregator folds it."""
     ledger.fold_batch(DynamoDBStreamEvent(event).records, event["shardId"], now)
+
 
 def _fresh_store() -> None:
     state.reset()
