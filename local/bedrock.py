@@ -27,11 +27,28 @@ after), and each call records the ``AWS/Bedrock`` metrics AWS publishes (``Invoc
 ``InputTokenCount``, ``OutputTokenCount``, ``CacheReadInputTokenCount``,
 ``CacheWriteInputTokenCount``, by ``ModelId`` as the caller named it) in the local
 CloudWatch (moto), which the reconciler reads.
+
+It answers whoever reaches the port, unauthenticated, so what a call can make it keep or
+record is bounded:
+
+- Regions: a request signed for a Region botocore's partition data does not list is 403
+  ``InvalidSignatureException``, as AWS answers a credential scoped to a Region the endpoint
+  does not serve. Only the listed Regions (``REGIONS``) reach a per-Region client or moto
+  backend.
+- Requests: a body of the wrong shape (``messages`` not a non-empty list of objects,
+  ``system`` or a message's ``content`` neither text nor a list of content blocks,
+  ``inferenceConfig`` not an object, a block's ``text`` not a string) is Bedrock's 400
+  ``ValidationException``, as is a ``maxTokens`` outside 1 to ``MAX_OUTPUT_TOKENS``. So no
+  metric records more than a model's output limit.
+- Prompt cache: the SHA-256 digests of the last ``PROMPT_CACHE_ENTRIES`` (model, prefix)
+  pairs used, never the text. The least recently used one is forgotten first, and is then
+  written again on its next use, as after Bedrock's own cache expiry.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -39,13 +56,13 @@ import secrets
 import string
 import threading
 import zlib
+from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote
 
 import boto3
 import botocore.session
-from botocore.exceptions import UnknownRegionError
 
 ACCOUNT = "123456789012"
 
@@ -90,7 +107,14 @@ _ARN = re.compile(
 _NAME = re.compile(r"^([0-9a-zA-Z][ _-]?){1,64}$")
 _SIGNED_FOR = re.compile(r"Credential=[^/\s]+/\d{8}/(?P<region>[a-z0-9-]+)/(?P<service>[a-z0-9-]+)/aws4_request")
 _ID_ALPHABET = string.ascii_lowercase + string.digits
-_PARTITIONS = botocore.session.get_session()  # botocore's partition data: aws, aws-cn, aws-us-gov
+# Region -> partition of every Region botocore's partition data lists (aws, aws-cn,
+# aws-us-gov, ...): the Regions served. Not the partitions' name patterns, which any
+# made-up ``us-xyz-1`` matches.
+REGIONS = {
+    region: partition["partition"]
+    for partition in botocore.session.get_session().get_data("endpoints")["partitions"]
+    for region in partition["regions"]
+}
 
 
 class BedrockError(Exception):
@@ -120,9 +144,20 @@ def _invalid(message: str) -> BedrockError:
 
 def _partition(region: str) -> str:
     try:
-        return _PARTITIONS.get_partition_for_region(region)
-    except UnknownRegionError:
-        raise _invalid(f"Unknown Region {region!r}") from None
+        return REGIONS[region]
+    except KeyError:
+        raise _invalid(f"Unknown Region {region[:64]!r}") from None
+
+
+def _check_served(region: str) -> None:
+    """Refuse a request signed for a Region no partition lists. The stand-in serves every
+    Region at one endpoint, so the credential scope is all that names the Region. AWS
+    answers a scope naming a Region its endpoint does not serve with 403
+    ``InvalidSignatureException``: the Region is refused before any operation runs."""
+    if region not in REGIONS:
+        raise BedrockError(
+            "InvalidSignatureException", 403, f"Credential should be scoped to a valid region, not '{region[:64]}'."
+        )
 
 
 def signed_for(headers) -> tuple[str, str] | None:
@@ -146,6 +181,7 @@ class InferenceProfiles:
     def respond(self, method: str, path: str, region: str, body: bytes | None) -> dict:
         """A proxy-style response (``statusCode``, ``headers``, ``body``) in Bedrock's REST-JSON."""
         try:
+            _check_served(region)
             if method == "GET" and path.startswith("/inference-profiles/"):
                 status, answer = 200, self.get(unquote(path.removeprefix("/inference-profiles/")), region)
             elif method == "POST" and path == "/inference-profiles":
@@ -269,7 +305,7 @@ class InferenceProfiles:
 def _json(body: bytes | None) -> dict:
     try:
         request = json.loads(body or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays or objects nested past Python's limit
         raise _invalid("The request body is not JSON") from None
     if not isinstance(request, dict):
         raise _invalid("The request body must be a JSON object")
@@ -279,6 +315,13 @@ def _json(body: bytes | None) -> dict:
 # --- bedrock-runtime ---------------------------------------------------------------
 
 DEFAULT_OUTPUT_TOKENS = 100
+# The largest ``maxTokens`` accepted, for every model (the stand-in has no model catalogue):
+# Claude 3.7 Sonnet's 128K output with its extended-output beta, as large as any Bedrock
+# model's limit. Bedrock refuses a larger one with a ValidationException; accepted, any count
+# at all would reach CloudWatch, and from there the reconciler.
+MAX_OUTPUT_TOKENS = 128_000
+# (model, prefix) digests kept for prompt caching: ~1.5 MB at most (~140 B an entry).
+PROMPT_CACHE_ENTRIES = 10_000
 CHARS_PER_TOKEN = 4
 REPLY_TEXT = "This is the local Bedrock stand-in."
 METRICS_NAMESPACE = "AWS/Bedrock"
@@ -305,8 +348,10 @@ def stream_event(event_type: str, payload: dict) -> bytes:
     )
 
 
-@functools.cache
+@functools.lru_cache(maxsize=len(REGIONS))
 def _cloudwatch(region: str):
+    """The Region's CloudWatch client. ``respond`` refuses Regions not in ``REGIONS`` before
+    this runs, so there is at most one client per listed Region."""
     return boto3.client("cloudwatch", region_name=region)
 
 
@@ -318,9 +363,10 @@ class Runtime:
     """Converse, ConverseStream and InvokeModel with token counts derived from the request;
     every call's ``AWS/Bedrock`` metrics go to the local CloudWatch."""
 
-    def __init__(self):
+    def __init__(self, prompt_cache_entries: int = PROMPT_CACHE_ENTRIES):
         self._lock = threading.Lock()
-        self._cached: set[tuple[str, str]] = set()  # (model, prefix digest) written to the prompt cache
+        self._prompt_cache_entries = prompt_cache_entries
+        self._cached: OrderedDict[bytes, None] = OrderedDict()  # (model, prefix) digests, least recently used first
 
     @staticmethod
     def serves(path: str) -> bool:
@@ -329,6 +375,7 @@ class Runtime:
     def respond(self, method: str, path: str, region: str, body: bytes | None) -> dict:
         match = _RUNTIME_PATH.match(path)
         try:
+            _check_served(region)
             if method != "POST" or not match:
                 raise BedrockError("UnknownOperationException", 400, "Unknown bedrock-runtime operation")
             model, operation = unquote(match["model"]), match["operation"]
@@ -374,31 +421,16 @@ class Runtime:
 
     def usage(self, model: str, request: dict) -> dict:
         """The call's ``usage`` as Bedrock reports it, from the request's text and ``maxTokens``."""
-        system = request.get("system") or []
-        blocks = [{"text": system}] if isinstance(system, str) else list(system)
-        for message in request.get("messages") or []:
-            if not isinstance(message, dict):
-                raise _invalid("messages must be objects")
-            content = message.get("content")
-            blocks += content if isinstance(content, list) else [{"text": content}] if isinstance(content, str) else []
-        if not request.get("messages"):
-            raise _invalid("messages is required")
         text, cached_prefix = "", None
-        for block in blocks:
-            if isinstance(block, dict) and "cachePoint" in block:
+        for block in _blocks(request):
+            if "cachePoint" in block:
                 cached_prefix = text
-            elif isinstance(block, dict) and isinstance(block.get("text"), str):
-                text += block["text"]
-        limit = (request.get("inferenceConfig") or {}).get("maxTokens") or request.get("max_tokens")
-        output = DEFAULT_OUTPUT_TOKENS if limit is None else limit
-        if not isinstance(output, int) or isinstance(output, bool) or output < 1:
-            raise _invalid("maxTokens must be a positive integer")
+            else:
+                text += block.get("text", "")
+        output = _output_tokens(request)
         cache_read = cache_write = 0
         if cached_prefix:
-            key = (model, cached_prefix)
-            with self._lock:
-                first = key not in self._cached
-                self._cached.add(key)
+            first = self._cache(model, cached_prefix)
             cache_write, cache_read = (_text_tokens(cached_prefix), 0) if first else (0, _text_tokens(cached_prefix))
             text = text[len(cached_prefix) :]
         usage = {"inputTokens": max(1, _text_tokens(text)), "outputTokens": output}
@@ -406,6 +438,19 @@ class Runtime:
         if cached_prefix:
             usage["cacheReadInputTokens"], usage["cacheWriteInputTokens"] = cache_read, cache_write
         return usage
+
+    def _cache(self, model: str, prefix: str) -> bool:
+        """Whether ``prefix`` is written to ``model``'s prompt cache (else read from it). Only
+        a digest of the two is kept, and only the ``prompt_cache_entries`` most recently used:
+        the prefixes callers send are unbounded, the stand-in's memory is not."""
+        key = hashlib.sha256(model.encode() + b"\0" + prefix.encode()).digest()
+        with self._lock:
+            first = key not in self._cached
+            self._cached[key] = None
+            self._cached.move_to_end(key)
+            if len(self._cached) > self._prompt_cache_entries:
+                self._cached.popitem(last=False)
+        return first
 
     @staticmethod
     def record_metrics(region: str, model: str, usage: dict) -> None:
@@ -434,3 +479,55 @@ class Runtime:
         yield stream_event("contentBlockStop", {"contentBlockIndex": 0})
         yield stream_event("messageStop", {"stopReason": "end_turn"})
         yield stream_event("metadata", {"usage": usage, "metrics": {"latencyMs": 1}})
+
+
+def _blocks(request: dict) -> list[dict]:
+    """The content blocks of ``system`` and of every message, in order; Bedrock's
+    ValidationException for a request of another shape."""
+    messages = request.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _invalid("messages is required: a non-empty list of messages")
+    system = request.get("system")
+    blocks = [] if system is None else _content(system, "system")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise _invalid(f"messages.{index} must be an object")
+        blocks += _content(message.get("content"), f"messages.{index}.content")
+    return blocks
+
+
+def _content(content, member: str) -> list[dict]:
+    """Content as blocks: a list of blocks (Converse) or a string, one text block (the system
+    prompt and messages of InvokeModel's Anthropic bodies)."""
+    if isinstance(content, str):
+        return [{"text": content}]
+    if not isinstance(content, list):
+        raise _invalid(f"{member} must be a list of content blocks")
+    for index, block in enumerate(content):
+        if not isinstance(block, dict) or not isinstance(block.get("text", ""), str):
+            raise _invalid(f"{member}.{index} must be a content block (an object whose text is a string)")
+    return content
+
+
+def _output_tokens(request: dict) -> int:
+    """The output tokens a call is answered with: ``inferenceConfig.maxTokens`` (Converse) or
+    ``max_tokens`` (InvokeModel's Anthropic body), else ``DEFAULT_OUTPUT_TOKENS``. Values
+    outside 1 to ``MAX_OUTPUT_TOKENS`` get the ValidationException Bedrock answers."""
+    config = {} if request.get("inferenceConfig") is None else request["inferenceConfig"]
+    if not isinstance(config, dict):
+        raise _invalid("inferenceConfig must be an object")
+    member = "inferenceConfig.maxTokens" if "maxTokens" in config else "max_tokens"
+    limit = config.get("maxTokens", request.get("max_tokens"))
+    if limit is None:
+        return DEFAULT_OUTPUT_TOKENS
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise _invalid(
+            f"1 validation error detected: Value '{str(limit)[:64]}' at '{member}' "
+            "failed to satisfy constraint: Member must be an integer greater than or equal to 1"
+        )
+    if limit > MAX_OUTPUT_TOKENS:
+        raise _invalid(
+            f"The maximum tokens you requested exceeds the model limit of {MAX_OUTPUT_TOKENS}. "
+            f"Try again with a maximum tokens value that is lower than {MAX_OUTPUT_TOKENS}."
+        )
+    return limit

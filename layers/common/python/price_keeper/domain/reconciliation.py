@@ -29,6 +29,7 @@ last hour) may hide as much unreported usage.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from datetime import UTC, date, datetime, time, timedelta
@@ -56,6 +57,10 @@ METRICS = {
 FIELDS = tuple(METRICS.values())
 PERIOD_SECONDS = 60  # Bedrock's datapoints are per minute
 MAX_QUERIES = 500  # per GetMetricData call
+# The most a one-minute datapoint of one model's count can be: a trillion, a million times
+# the tokens per minute Bedrock's quotas grant. Beyond it a datapoint is no count Bedrock
+# made (anyone allowed PutMetricData can write into AWS/Bedrock).
+MAX_DATAPOINT = 10**12
 _SYSTEM_PROFILE = re.compile(r"^(?P<geography>[a-z-]+)\.(?P<model>[a-z0-9-]+\..+)$")
 
 
@@ -111,9 +116,14 @@ def bedrock_counts(start: datetime, end: datetime) -> dict[str, Counts]:
             if dimension["Name"] == "ModelId" and len(metric["Dimensions"]) == 1
         }
     )
+    asked = {
+        f"m{index}_{position}": (model_id, metric)
+        for index, model_id in enumerate(model_ids)
+        for position, metric in enumerate(METRICS)
+    }
     queries = [
         {
-            "Id": f"m{index}_{position}",
+            "Id": query_id,
             "MetricStat": {
                 "Metric": {
                     "Namespace": NAMESPACE,
@@ -125,21 +135,37 @@ def bedrock_counts(start: datetime, end: datetime) -> dict[str, Counts]:
             },
             "ReturnData": True,
         }
-        for index, model_id in enumerate(model_ids)
-        for position, metric in enumerate(METRICS)
+        for query_id, (model_id, metric) in asked.items()
     ]
-    sums: dict[str, float] = defaultdict(float)
+    sums: dict[str, int] = defaultdict(int)
     for first in range(0, len(queries), MAX_QUERIES):
         for page in cloudwatch.get_paginator("get_metric_data").paginate(
             MetricDataQueries=queries[first : first + MAX_QUERIES], StartTime=start, EndTime=end
         ):
             for result in page["MetricDataResults"]:
-                sums[result["Id"]] += sum(result.get("Values", []))
+                sums[result["Id"]] += _plausible_sum(result, *asked[result["Id"]])
     counts: dict[str, Counts] = defaultdict(Counts)
     for index, model_id in enumerate(model_ids):
-        found = Counts(*(round(sums[f"m{index}_{position}"]) for position in range(len(METRICS))))
+        found = Counts(*(sums[f"m{index}_{position}"] for position in range(len(METRICS))))
         counts[model_key(model_id)] += found
     return dict(counts)
+
+
+def _plausible_sum(result: dict, model_id: str, metric: str) -> int:
+    """The sum of a query's datapoints that can be counts: whole numbers from 0 to
+    ``MAX_DATAPOINT``. Any other datapoint (infinite, negative, fractional, absurd) is
+    logged and left out. It costs its own minute's count, where it would otherwise stop
+    every run for the day: a count past 38 digits is no DynamoDB number."""
+    total = 0
+    for at, value in zip(result.get("Timestamps", []), result.get("Values", []), strict=True):
+        if math.isfinite(value) and 0 <= value <= MAX_DATAPOINT and value == int(value):
+            total += int(value)
+        else:
+            logger.warning(
+                "AWS/Bedrock datapoint left out: not a count",
+                extra={"model_id": model_id, "metric": metric, "at": iso_utc(at), "value": repr(value)},
+            )
+    return total
 
 
 # --- the metered side --------------------------------------------------------------
