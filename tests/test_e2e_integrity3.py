@@ -157,3 +157,52 @@ def test_m1_a_body_length_that_is_not_one_number_within_the_limit_is_refused(bas
     body = assert_error_bytes(*raw_exchange(base_url, head.encode() + b"{}"), status)
     assert body["error"] == "INVALID_REQUEST"
     assert requests.get(f"{base_url}/health", timeout=5).status_code == 200  # and the server still serves
+
+
+# --- M4: one app cannot hold an ORG scope's headroom ---------------------------------------
+
+
+def test_m4_an_app_holds_at_most_its_share_and_its_siblings_reserve_and_select_as_holds_allow(base_url):
+    """Outside review M4: in ORG scope one app held 2,999,997 of 3,000,000 with free
+    reservations, renewable for an hour; its siblings got 429 while their selection said
+    NORMAL, 0 %. Now an app's live holds stay within half the scope's headroom (config
+    ``metering.app_hold_share_pct``), the hog alone is refused past it, and a sibling's
+    selection counts the holds: premium, filled by holds, is not offered, as a reservation
+    would not be granted it."""
+    call = {"max_input_tokens": 1000, "max_output_tokens": 1000, "ttl_secs": 3600}  # premium 4,000, standard 3,080
+    tenant = new_tenant(
+        base_url,
+        KEY,
+        ["hog", "web"],
+        quota_scope="ORG",
+        timezone=zone_away_from_midnight(),
+        model_ordering=["premium", "standard"],
+        quotas={"premium": 20_000, "standard": 10**9},
+        total_quota_usd_micros=100_000,
+    )
+    hog, web = (requests.Session() for _ in range(2))
+    hog.headers.update(tenant.bearer("hog"))
+    web.headers.update(tenant.bearer("web"))
+    held = []
+    for _ in range(40):
+        reply = hog.post(f"{tenant.app_path('hog')}/reservations", json=call, timeout=10)
+        if reply.status_code == 429:
+            assert reply.json()["error"] == "QUOTA_EXCEEDED"
+            break
+        assert reply.status_code == 201, reply.text
+        held.append((reply.json()["label"], reply.json()["amount_usd_micros"]))
+    else:
+        pytest.fail("the hog was never refused")
+    assert sum(amount for _, amount in held) <= 50_000  # half the headroom of 100,000
+    assert [label for label, _ in held] == ["premium"] * 5 + ["standard"] * 9  # 20,000 + 27,720
+    selected = web.get(f"{tenant.app_path('web')}/model-selection", timeout=10)
+    assert selected.status_code == 200, selected.text
+    status = selected.json()["quota_status"]
+    assert selected.json()["recommended_model"]["label"] == "standard"  # premium's quota is all held
+    assert status["models_status"]["premium"]["reserved_usd_micros"] == 20_000
+    assert status["total"]["reserved_usd_micros"] == sum(amount for _, amount in held)
+    sibling = web.post(f"{tenant.app_path('web')}/reservations", json=call, timeout=10)
+    assert sibling.status_code == 201 and sibling.json()["label"] == "standard", sibling.text
+    aggregates = requests.get(f"{tenant.org_path}/aggregates/today", headers=tenant.bearer(), timeout=10)
+    assert aggregates.status_code == 200, aggregates.text
+    assert aggregates.json()["total_reserved_usd_micros"] == sum(amount for _, amount in held) + 3080

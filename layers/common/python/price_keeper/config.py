@@ -89,6 +89,10 @@ class Metering(NamedTuple):
     # input covers the cache read/write counts too, which are input tokens.
     max_input_tokens: int = 1_000_000
     max_output_tokens: int = 128_000
+    # In ORG scope, what one app's live reservations may hold of the scope's headroom (its
+    # total cap less the spend counted without a reservation), so that one app cannot hold
+    # what its siblings need (docs/metering.md, "Reservations").
+    app_hold_share_pct: int = 50
     # Orgs made before adaptive shards (no ``first_shard_count`` on their item) start their
     # label-days of this org day (yyyymmdd) and later on one shard too; empty: never. Only a
     # day that has not begun anywhere when the setting is deployed (UTC today + 2 or later):

@@ -89,6 +89,14 @@ def _ledger_keys(scopes: tuple[str, ...], label: str, day: str) -> list[dict]:
     ]
 
 
+def _app_holds_ledger(config: EffectiveConfig, day: str) -> dict | None:
+    """In ORG scope, the ledger of the app's own scope total, which each of its holds adds
+    to and so bounds to its share of the scope's headroom; None in APP scope (one app)."""
+    if config.app_counter is None:
+        return None
+    return store.ledger_key(keys.scope_total_key(config.app_counter), day)
+
+
 def void_actions(scopes: list[str], label: str, day: str, settled: int) -> list[dict]:
     """A voided settling record's actual cost taken off its ledgers (``committed`` and
     ``settled``), as the void takes it off its shards: the hold room it used is free again."""
@@ -155,9 +163,12 @@ def _try_hold(
     config: EffectiveConfig, day: str, label: str, amount: int, ttl_secs: int, app_id: str, now: datetime
 ) -> Attempt:
     """Hold ``amount`` on ``label`` if its quota, the scope's total cap and (ORG scope) the
-    app's daily cap all have room."""
+    app's daily cap and its share of the scope's headroom all have room."""
     scopes = config.counted_scopes  # each scope total a record counts in has a ledger
     ledgers = _ledger_keys(scopes, label, day)
+    app_holds = _app_holds_ledger(config, day)  # an uncapped app's, of its holds alone
+    if app_holds is not None and app_holds not in ledgers:
+        ledgers.append(app_holds)
     read = read_daily_totals(
         [ledgers[0]["usage_key"], *(key for scope in scopes for key in scope_usage_keys(config, scope, day))],
         day,
@@ -172,6 +183,15 @@ def _try_hold(
         config.total_quota - scope_spend.unreserved - amount,
         *(config.app_daily_cap_usd_micros - spend.unreserved - amount for spend in app_spend),
     ]
+    if app_holds is not None:
+        # the app's live holds (its ledger's committed less settled) within its share, or one
+        # call's when it holds none (near the cap a share is below a call; the cap still fills)
+        share = (config.total_quota - scope_spend.unreserved) * get_config().metering.app_hold_share_pct // 100
+        share = max(share, amount)
+        if len(rooms) == len(ledgers):  # a capped app: its cap's ledger, whose settled spend is no hold
+            rooms[-1] = min(rooms[-1], share - amount + read.of(app_holds["usage_key"]).settled)
+        else:
+            rooms.append(share - amount)
     refused = Attempt(None, label_totals.reserved, scope_spend.reserved)
     if min(rooms) < 0:
         return refused

@@ -148,15 +148,21 @@ def current_decision(
         else None
     )
 
-    def decide_now(state: Sticky | None) -> Decision:
+    reserved = {label: totals.of(key).reserved for label, key in zip(config.model_ordering, usage_keys, strict=True)}
+    total_reserved = totals.of(total_key).reserved
+
+    def decide_now(state: Sticky | None, held: bool = True) -> Decision:
+        """The rules over the spends, and with ``held`` the live holds too: the answer is
+        what a reservation would be granted (a label its holds fill is not offered), while
+        only spend passes a label for the rest of the day (a hold may yet be given back)."""
         return decide(
             config.model_ordering,
             config.quotas,
-            spends,
+            {label: spend + (reserved[label] if held else 0) for label, spend in spends.items()},
             config.tight_mode_threshold_pct,
             config.sticky_fallback_enabled,
             state,
-            total,
+            total._replace(spend=total.spend + (total_reserved if held else 0)),
             app_total,
         )
 
@@ -166,13 +172,13 @@ def current_decision(
         unfolded = sum(max(0, live[label] - spend) for label, spend in spends.items())
         spends = {label: max(spend, live[label]) for label, spend in spends.items()}
         total = total._replace(spend=total.spend + unfolded)
-        decision = decide_now(sticky)
     for _ in range(MAX_STICKY_RACES):
-        if not decision.newly_passed:
+        passed = decide_now(sticky, held=False).newly_passed
+        if not passed:
             break
-        decision = decide_now(write_sticky(config, day, decision.newly_passed, now))
-    reserved = {label: totals.of(key).reserved for label, key in zip(config.model_ordering, usage_keys, strict=True)}
-    return Snapshot(config, day, spends, total, app_total, decision, reserved, totals.of(total_key).reserved, items)
+        sticky = write_sticky(config, day, passed, now)
+    decision = decide_now(sticky)
+    return Snapshot(config, day, spends, total, app_total, decision, reserved, total_reserved, items)
 
 
 def models_status(config: EffectiveConfig, spends: dict[str, int], reserved: dict[str, int]) -> dict:
