@@ -12,10 +12,13 @@ import os
 import threading
 import time
 import uuid
+from abc import ABCMeta
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs
+
+from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 
 from price_keeper import routes
 from price_keeper.errors import error_body  # the package put the layer on sys.path
@@ -144,13 +147,49 @@ def _http_api_event(route, method, path, params, body, headers, query, source_ip
     }
 
 
-# One API request at a time in this process: a Powertools resolver keeps the current event in
-# a class attribute (``BaseRouter.current_event``) that every resolver of the process shares.
-# Deployed, each function is a process of its own; here, two functions resolving at once could
-# read each other's request (seen: a reservation validated against a usage report's body).
-_resolver_lock = threading.Lock()
-# Jobs (the aggregator, the pricing fetcher): one run at a time per function, as one Lambda
-# container serves them.
+_router_state = threading.local()
+
+
+class _PerThread:
+    """An attribute of the router state kept per thread (unset: AttributeError, as the class
+    attribute is before a first request)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, owner, kind=None):
+        return getattr(_router_state, self.name)
+
+    def __set__(self, owner, value) -> None:
+        setattr(_router_state, self.name, value)
+
+
+class _RouterStatePerThread(ABCMeta):
+    """``BaseRouter``'s metaclass here: its data descriptors serve ``BaseRouter.current_event``
+    and ``lambda_context`` read and written on the class."""
+
+    current_event = _PerThread("current_event")
+    lambda_context = _PerThread("lambda_context")
+
+
+def _router_state_per_thread() -> None:
+    """Powertools keeps the request a resolver serves in class attributes of ``BaseRouter``
+    (``current_event``, ``lambda_context``), which every resolver of a process shares:
+    deployed, a function is a process of its own. Here every function shares this process,
+    and two functions resolving at once read each other's request (seen: a reservation
+    validated against a usage report's body). So each thread keeps its own: the metaclass
+    serves the class's reads and writes, a property the resolvers' ``self.current_event``."""
+    if type(BaseRouter) is _RouterStatePerThread:
+        return
+    for name in ("current_event", "lambda_context"):
+        type.__setattr__(BaseRouter, name, property(_PerThread(name).__get__, _PerThread(name).__set__))
+    BaseRouter.__class__ = _RouterStatePerThread
+
+
+_router_state_per_thread()
+# One request at a time per function (its resolver's ``context`` is one dict), as one Lambda
+# container serves them; different functions at once. Jobs (the aggregator, the pricing
+# fetcher): one run at a time per function too.
 _function_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
 
 
@@ -184,7 +223,7 @@ def invoke(method: str, path: str, **kwargs) -> dict:
     event, function = built
     context = LambdaContext(function_name=function, aws_request_id=event["requestContext"]["requestId"])
     handler = load_handler(function)
-    with _resolver_lock:
+    with _function_locks[function]:
         return handler(event, context)
 
 
