@@ -50,9 +50,8 @@ class Alerts(Construct):
             display_name="Bedrock Price Keeper alerts",
             enforce_ssl=True,
         )
-        # The rule's target below makes CDK write a topic policy, which replaces SNS's default
-        # one: without this statement no alarm of the stack could publish (alarms are named
-        # <prefix><alarm>, monitoring.py).
+        # A topic policy replaces SNS's default one: without this statement no alarm of the
+        # stack could publish (alarms are named <prefix><alarm>, monitoring.py).
         alarms = Stack.of(self).format_arn(
             service="cloudwatch",
             resource="alarm",
@@ -74,7 +73,9 @@ class Alerts(Construct):
         if settings.alert_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(settings.alert_email))
         self.webhook: events.ApiDestination | None = None
-        notify: list[events.IRuleTarget] = [targets.SnsTopic(self.topic)]
+        # Published with a role of its own, which only this rule may use: the topic policy
+        # CDK writes otherwise lets EventBridge publish for any rule, of any account.
+        notify: list[events.IRuleTarget] = [targets.SnsTopic(self.topic, authorize_using_role=True)]
         if settings.alert_webhook_url:
             self.webhook = self._webhook(settings)
             notify.append(

@@ -107,6 +107,14 @@ def _log_group(api: Construct, id: str, settings: Settings, **props) -> logs.Log
     )
 
 
+def _access_logs(api: Construct, settings: Settings) -> logs.LogGroup | None:
+    """The stage's access logs (``accessLogs``), one line a request: in the infrequent-access
+    class, half the standard ingestion price, since they are searched, never streamed."""
+    if not settings.access_logs:
+        return None
+    return _log_group(api, "AccessLogs", settings, log_group_class=logs.LogGroupClass.INFREQUENT_ACCESS)
+
+
 @jsii.implements(apigwv2.IAccessLogSettings)
 class _AccessLogs:
     """The HTTP API stage's access logs: ``group``, one ``HTTP_ACCESS_LOG_FORMAT`` line per request."""
@@ -126,7 +134,7 @@ class _AccessLogs:
 class HttpApi(Construct):
     def __init__(self, scope: Construct, id: str, *, settings: Settings, functions: dict[str, lambda_.IFunction]):
         super().__init__(scope, id)
-        self.access_logs = _log_group(self, "AccessLogs", settings)
+        self.access_logs = _access_logs(self, settings)
         cors = (
             apigwv2.CorsPreflightOptions(
                 allow_origins=list(settings.cors_origins),
@@ -155,7 +163,7 @@ class HttpApi(Construct):
             throttle=apigwv2.ThrottleSettings(
                 rate_limit=settings.throttle_rate_limit, burst_limit=settings.throttle_burst_limit
             ),
-            access_log_settings=_AccessLogs(self.access_logs),
+            access_log_settings=_AccessLogs(self.access_logs) if self.access_logs else None,
         )
         self.url = self.stage.url + "/"  # as a REST API's: ends with /<stage>/
         integrations = {
@@ -198,7 +206,7 @@ class RestApi(Construct):
             if settings.cors_origins
             else None
         )
-        self.access_logs = _log_group(self, "AccessLogs", settings)
+        self.access_logs = _access_logs(self, settings)
         self.api = apigw.RestApi(
             self,
             "Api",
@@ -212,9 +220,9 @@ class RestApi(Construct):
                 stage_name=settings.stage,
                 throttling_rate_limit=settings.throttle_rate_limit,
                 throttling_burst_limit=settings.throttle_burst_limit,
-                tracing_enabled=True,
-                access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
-                access_log_format=ACCESS_LOG_FORMAT,
+                tracing_enabled=settings.tracing == "all",
+                access_log_destination=apigw.LogGroupLogDestination(self.access_logs) if self.access_logs else None,
+                access_log_format=ACCESS_LOG_FORMAT if self.access_logs else None,
                 # Execution logs of failed requests only (integration errors, gateway
                 # 5xx), never request or response bodies: they carry client secrets and tokens.
                 logging_level=apigw.MethodLoggingLevel.ERROR,

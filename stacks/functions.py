@@ -51,6 +51,40 @@ SIZING: dict[str, Sizing] = {
     "bill": Sizing(memory_mb=1769, timeout_s=600),
 }
 
+# Lambda refuses a reservation that leaves fewer executions than this unreserved (new
+# accounts often have a limit of 10 or 50: any reservation then fails the deploy).
+UNRESERVED_MINIMUM = 100
+
+
+def reserved_concurrency(settings: Settings) -> dict[str, int]:
+    """The functions' reserved concurrency as ``reserveConcurrency`` and ``accountConcurrency``
+    say: ``auto`` reserves only where the account is known to have room (a plain ``cdk
+    deploy``, which does not say, reserves nothing), ``true`` reserves and refuses an
+    account known to be too small, ``false`` never reserves."""
+    wanted = {name: sizing.reserved_concurrency for name, sizing in SIZING.items() if sizing.reserved_concurrency}
+    limit = settings.account_concurrency
+    room = limit is not None and limit - sum(wanted.values()) >= UNRESERVED_MINIMUM
+    if settings.reserve_concurrency == "true" and limit is not None and not room:
+        raise ValueError(
+            f"reserveConcurrency=true reserves {sum(wanted.values())} executions, but the account's limit is "
+            f"{limit} and Lambda keeps {UNRESERVED_MINIMUM} unreserved: ask AWS to raise it, or deploy with "
+            "reserveConcurrency=auto (reserves nothing there)"
+        )
+    if settings.reserve_concurrency == "true" or (settings.reserve_concurrency == "auto" and room):
+        return wanted
+    return {}
+
+
+def traced(settings: Settings, name: str) -> bool:
+    """Whether ``name`` has X-Ray active tracing: every function (``all``), none, or the jobs
+    alone (``jobs``, the default: a few runs a minute, where a trace pays; a trace of every
+    API request is about $700 a month at 1,000 requests/s, docs/performance.md)."""
+    return settings.tracing == "all" or (settings.tracing == "jobs" and name in routes.JOBS)
+
+
+# Lambda's JSON log format names Python's WARNING level WARN.
+APPLICATION_LOG_LEVELS = {"WARNING": "WARN", "CRITICAL": "FATAL"}
+
 RETENTION = {
     1: logs.RetentionDays.ONE_DAY,
     3: logs.RetentionDays.THREE_DAYS,
@@ -96,6 +130,8 @@ class Functions(Construct):
         if missing:
             raise FileNotFoundError(f"no lambdas/<name>/handler.py for: {', '.join(missing)}")
         self.by_name: dict[str, lambda_.Function] = {}
+        reserved = reserved_concurrency(settings)
+        log_level = lambda_.ApplicationLogLevel(APPLICATION_LOG_LEVELS.get(settings.log_level, settings.log_level))
         for name in FUNCTIONS:
             environment = {
                 "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
@@ -140,9 +176,12 @@ class Functions(Construct):
                 layers=[layers.common, layers.powertools],
                 environment=environment,
                 memory_size=sizing.memory_mb,
-                reserved_concurrent_executions=sizing.reserved_concurrency if settings.reserve_concurrency else None,
+                reserved_concurrent_executions=reserved.get(name),
                 timeout=Duration.seconds(sizing.timeout_s),
-                tracing=lambda_.Tracing.ACTIVE,
+                tracing=lambda_.Tracing.ACTIVE if traced(settings, name) else lambda_.Tracing.DISABLED,
+                logging_format=lambda_.LoggingFormat.JSON,
+                application_log_level_v2=log_level,
+                system_log_level_v2=lambda_.SystemLogLevel.WARN,
                 log_group=log_group,
                 role=role,
             )

@@ -19,6 +19,7 @@ from price_keeper.routes import Auth
 
 from . import access
 from .api import HttpApi, RestApi
+from .functions import traced
 from .price_keeper_stack import PriceKeeperStack
 
 # The ARNs of ``functions.Functions._grant_aws_apis`` as cdk-nag renders them in a finding id.
@@ -79,14 +80,24 @@ def acknowledge(stack: PriceKeeperStack) -> None:
             "upgrade, not a lint fix.",
         )
         policy = function.role.node.find_child("DefaultPolicy")
-        star = "X-Ray (Tracing.ACTIVE: xray:PutTraceSegments, xray:PutTelemetryRecords) has no resources"
-        if name in access.PRICE_LIST_READERS:
-            star += ", and neither has the Price List API (pricing:GetProducts)"
-        if name in access.BEDROCK_METRICS_READERS:
-            star += ", and neither have CloudWatch's metric reads (cloudwatch:GetMetricData, ListMetrics)"
-        if name in access.COST_EXPLORER_READERS:
-            star += ", and neither has Cost Explorer's GetCostAndUsage"
-        _acknowledge(policy, "IAM5[Resource::*]", star + ": AWS accepts only Resource '*'.")
+        stars = [
+            grant
+            for grant, given in (
+                (
+                    "X-Ray (Tracing.ACTIVE: xray:PutTraceSegments, xray:PutTelemetryRecords)",
+                    traced(stack.settings, name),
+                ),
+                ("the Price List API (pricing:GetProducts)", name in access.PRICE_LIST_READERS),
+                (
+                    "CloudWatch's metric reads (cloudwatch:GetMetricData, ListMetrics)",
+                    name in access.BEDROCK_METRICS_READERS,
+                ),
+                ("Cost Explorer's GetCostAndUsage", name in access.COST_EXPLORER_READERS),
+            )
+            if given
+        ]
+        if stars:
+            _acknowledge(policy, "IAM5[Resource::*]", ", ".join(stars) + ": AWS accepts only Resource '*' for these.")
         if name in access.INFERENCE_PROFILE_READERS:
             profiles = (
                 "Tenants register inference profiles at run time and a profile is resolved in the "
@@ -108,6 +119,15 @@ def acknowledge(stack: PriceKeeperStack) -> None:
         _acknowledge_http_api(stack.api)
     else:
         _acknowledge_rest_api(stack.api)
+    if stack.api.access_logs is None:
+        stage = stack.api.stage if isinstance(stack.api, HttpApi) else stack.api.api.deployment_stage
+        _acknowledge(
+            stage,
+            "APIG1",
+            "Access logs switched off by the deployer (accessLogs=false): at 0.75 KB a request they "
+            "are the bill's largest line after Lambda at 1,000 requests/s (docs/performance.md); the "
+            "functions' own logs keep every refusal and the audited routes' lines.",
+        )
 
     repair_dlq = stack.usage_stream.repair_queue.dead_letter_queue.queue  # cdk-nag recognises that one
     for job, queue in stack.schedules.dead_letter_queues.items():

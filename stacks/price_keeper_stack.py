@@ -38,6 +38,7 @@ class PriceKeeperStack(Stack):
         super().__init__(scope, id, description="Bedrock Price Keeper: daily spend quotas for Amazon Bedrock", **kwargs)
         # A broken config.yaml fails the synth, not the first request after the deploy.
         parse_config(read_raw(settings.config_path))
+        self.settings = settings
 
         self.tables = Tables(self, "Tables", settings)
         self.jwt_secret = _generated_secret(

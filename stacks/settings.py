@@ -12,10 +12,14 @@
 | ``alertEmail`` | empty | e-mail address subscribed to the alert topic |
 | ``alertWebhookUrl`` | empty | ``https://`` chat webhook (e.g. Slack) that gets each alert as ``{"text": ...}`` |
 | ``throttleRateLimit`` / ``throttleBurstLimit`` | ``5000`` / ``5000`` | API stage throttling (requests/s, burst) |
-| ``logLevel`` | ``INFO`` | ``POWERTOOLS_LOG_LEVEL`` of every function |
+| ``logLevel`` | ``INFO`` | application log level of every function (Lambda's JSON log format; Powertools') |
 | ``logRetentionDays`` | ``30`` | retention of function and access logs |
+| ``accessLogs`` | ``true`` | the API stage's access logs (infrequent-access log class) |
+| ``tracing`` | ``jobs`` | X-Ray active tracing: ``jobs`` (the aggregator and the scheduled jobs), ``all``, ``none`` |
 | ``powertoolsLayerVersion`` | unset | a fixed version of the AWS-managed Powertools layer instead of the pinned one's |
-| ``reserveConcurrency`` | ``true`` | reserved concurrency of the aggregator and model selection (docs) |
+| ``reserveConcurrency`` | ``auto`` | for two functions: ``auto`` (where the account has room), ``true``, ``false`` |
+| ``accountConcurrency`` | unset | the account's Lambda concurrency limit (``make deploy`` reads and sets it) |
+| ``deletionProtection`` | ``true`` | of the money tables; ``false`` on a stage's first create (``make deploy``) |
 | ``bundleLayer`` | ``true`` | ``false`` ships the unbundled layer source (offline synth in tests; not deployable) |
 """
 
@@ -68,6 +72,18 @@ def _api_kind(value) -> str:
     return kind
 
 
+RESERVE_CHOICES = ("auto", "true", "false")
+TRACING_CHOICES = ("jobs", "all", "none")
+
+
+def _choice(name: str, value, choices: tuple[str, ...]) -> str:
+    chosen = str(value if value is not None else choices[0]).strip().lower()
+    chosen = {"1": "true", "yes": "true", "on": "true", "0": "false", "no": "false", "off": "false"}.get(chosen, chosen)
+    if chosen not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return chosen
+
+
 def _https(value) -> str | None:
     if not value:
         return None
@@ -93,7 +109,11 @@ class Settings:
     log_retention_days: int = 30
     powertools_layer_version: int | None = None  # None: the layer of requirements.txt's pin
     bundle_layer: bool = True
-    reserve_concurrency: bool = True
+    reserve_concurrency: str = "auto"  # RESERVE_CHOICES
+    account_concurrency: int | None = None
+    deletion_protection: bool = True
+    access_logs: bool = True
+    tracing: str = "jobs"  # TRACING_CHOICES
 
     @property
     def prefix(self) -> str:
@@ -125,5 +145,9 @@ class Settings:
             log_retention_days=int(get("logRetentionDays") or cls.log_retention_days),
             powertools_layer_version=int(get("powertoolsLayerVersion")) if get("powertoolsLayerVersion") else None,
             bundle_layer=_flag(get("bundleLayer"), True),
-            reserve_concurrency=_flag(get("reserveConcurrency"), True),
+            reserve_concurrency=_choice("reserveConcurrency", get("reserveConcurrency"), RESERVE_CHOICES),
+            account_concurrency=int(get("accountConcurrency")) if get("accountConcurrency") else None,
+            deletion_protection=_flag(get("deletionProtection"), True),
+            access_logs=_flag(get("accessLogs"), True),
+            tracing=_choice("tracing", get("tracing"), TRACING_CHOICES),
         )

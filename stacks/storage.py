@@ -34,8 +34,12 @@ def physical_name(settings: Settings, spec: TableSpec) -> str:
 class Tables(Construct):
     """``self.by_spec[spec]`` is the table of each ``TableSpec``.
 
-    Tables that hold money (org config and credentials, usage shards, daily totals) have
-    deletion protection and survive ``cdk destroy``; the others are caches, revocations with
+    Tables that hold money (org config and credentials, usage shards, daily totals) survive
+    ``cdk destroy`` and replacement, and have deletion protection (``deletionProtection``),
+    but a create that fails deletes them again (``RetainExceptOnCreate``): a retry of a
+    failed first deploy does not meet tables of the same names. DynamoDB refuses to delete
+    a protected table, so a stage's first create runs without protection and the next deploy
+    turns it on (``make deploy`` does both). The others are caches, revocations with
     a TTL, or unused, and go with the stack. Every table has point-in-time recovery: it is
     billed on table size, which is kilobytes for the small tables (well under a cent a
     month), and DynamoDB keeps a backup of a deleted PITR table for 35 days, so the
@@ -57,8 +61,8 @@ class Tables(Construct):
                 point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                     point_in_time_recovery_enabled=True
                 ),
-                deletion_protection=spec.holds_money,
-                removal_policy=RemovalPolicy.RETAIN if spec.holds_money else RemovalPolicy.DESTROY,
+                deletion_protection=spec.holds_money and settings.deletion_protection,
+                removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE if spec.holds_money else RemovalPolicy.DESTROY,
                 stream=_stream(settings, spec),
             )
             for index in spec.indexes:

@@ -32,7 +32,13 @@ OPTIONS = {
     "alertWebhookUrl": "https://hooks.slack.com/services/T000/B000/XXXXXXXX",
     "throttleRateLimit": "50",
     "throttleBurstLimit": "80",
+    "accountConcurrency": "1000",  # room for the reservations (``reserveConcurrency=auto``)
+    "tracing": "all",
 }
+
+# Context of a fourth: a new account's first create (docs/infrastructure.md, "First deploy"),
+# with access logs off.
+NEW_ACCOUNT = {"accountConcurrency": "50", "deletionProtection": "false", "accessLogs": "false"}
 
 # Context of the third: the REST API (``-c apiKind=rest``), with CORS and throttling set.
 REST = {
@@ -95,3 +101,9 @@ def synth_options(tmp_path_factory) -> Synthesized:
 def synth_rest(tmp_path_factory) -> Synthesized:
     """The app behind a REST API (``REST``)."""
     return _synth(tmp_path_factory.mktemp("synth-rest"), **REST)
+
+
+@pytest.fixture(scope="session")
+def synth_new_account(tmp_path_factory) -> Synthesized:
+    """The app as a new account's first create synthesizes it (``NEW_ACCOUNT``)."""
+    return _synth(tmp_path_factory.mktemp("synth-new-account"), **NEW_ACCOUNT)

@@ -140,7 +140,7 @@ def test_rest_stage_throttling_tracing_and_json_access_logs(synth_rest):
     (stage,) = synth.resources("AWS::ApiGateway::Stage").values()
     props = stage["Properties"]
     assert props["StageName"] == "dev"
-    assert props["TracingEnabled"] is True
+    assert props["TracingEnabled"] is False  # tracing=jobs, the default: no API request traced
     (settings,) = props["MethodSettings"]
     assert (settings["ThrottlingRateLimit"], settings["ThrottlingBurstLimit"]) == (50, 80)
     access_logs = props["AccessLogSetting"]

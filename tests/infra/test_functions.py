@@ -37,7 +37,10 @@ def test_runtime_architecture_tracing_and_layers(synth, name):
     props = _function(synth, name)
     assert props["Runtime"] == "python3.12"
     assert props["Architectures"] == ["arm64"]
-    assert props["TracingConfig"] == {"Mode": "Active"}
+    # X-Ray where a trace pays: the jobs' few runs a minute, not every API request (``tracing``)
+    assert props.get("TracingConfig") == ({"Mode": "Active"} if name in routes.JOBS else None)
+    logging = props["LoggingConfig"]
+    assert (logging["LogFormat"], logging["ApplicationLogLevel"], logging["SystemLogLevel"]) == ("JSON", "INFO", "WARN")
     expected_handler = "docs/handler.lambda_handler" if name == "docs" else "handler.lambda_handler"
     assert props["Handler"] == expected_handler
     common, powertools = props["Layers"]

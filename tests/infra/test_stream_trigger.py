@@ -63,19 +63,6 @@ def test_the_usage_stream_triggers_the_aggregator(request, which):
     assert props["ParallelizationFactor"] == 1  # one batch at a time per shard: its progress has one writer
 
 
-def test_the_aggregator_and_model_selection_have_concurrency_reserved(synth):
-    """A burst of one tenant on the API cannot take the account's whole concurrency from
-    the fold or the choice; both stay well below the account's default 1,000."""
-    functions = synth.resources("AWS::Lambda::Function")
-    reserved = {
-        name: functions[function_id]["Properties"].get("ReservedConcurrentExecutions")
-        for name, function_id in synth.function_ids().items()
-    }
-    assert reserved["aggregator"] == 100 and reserved["model_selection"] == 200
-    assert sum(value for value in reserved.values() if value) <= 1000 - 100  # 100 always stay unreserved
-    assert reserved["usage"] is None
-
-
 def test_the_audits_chunks_go_to_the_repair_queue_which_the_aggregator_drains(synth):
     """The audit's chunks are folded from the repair queue; a message that keeps failing
     lands in the aggregator's alarmed dead-letter queue."""
