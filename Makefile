@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check smoke reset lint lint-template synth deploy destroy bench clean
+.PHONY: run test check smoke reset lint lint-template synth deploy diff destroy bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,12 +37,19 @@ reset:
 	rm -rf .local
 
 # Infrastructure (docs/infrastructure.md). The CDK CLI comes from npm (package.json pins
-# aws-cdk 2.x); pass context with CDK_ARGS, e.g.
-#   make deploy CDK_ARGS="-c stage=prod -c alertEmail=ops@example.com"
+# aws-cdk 2.x). deploy, diff and destroy run tools/deploy.py for the stage STAGE (default dev),
+# which adds the context the account needs: its Lambda concurrency limit, and on a stage's
+# first create a deploy without deletion protection, then one with it; after a deploy, the
+# smoke test. More context and cdk flags with CDK_ARGS, e.g.
+#   make deploy STAGE=prod CDK_ARGS="-c region=eu-west-1 -c alertEmail=ops@example.com"
+# make diff shows the plan and its cdk diff; DEPLOY_ARGS=--no-smoke deploys without the smoke test.
 NPM_STAMP := node_modules/.installed
 CDK := JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1 JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 \
 	npx --no-install cdk
 CDK_ARGS ?=
+STAGE ?=
+DEPLOY_ARGS ?=
+DEPLOY_TOOL = $(PY) -m tools.deploy $(1) $(if $(STAGE),--stage $(STAGE)) $(DEPLOY_ARGS) -- $(CDK_ARGS)
 
 $(NPM_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund
@@ -52,10 +59,13 @@ synth: $(STAMP) $(NPM_STAMP)
 	$(CDK) synth --quiet $(CDK_ARGS)
 
 deploy: $(STAMP) $(NPM_STAMP)
-	$(CDK) deploy $(CDK_ARGS)
+	$(call DEPLOY_TOOL,deploy)
+
+diff: $(STAMP) $(NPM_STAMP)
+	$(call DEPLOY_TOOL,diff)
 
 destroy: $(STAMP) $(NPM_STAMP)
-	$(CDK) destroy $(CDK_ARGS)
+	$(call DEPLOY_TOOL,destroy)
 
 # ruff (configured in pyproject.toml): the checks and the formatting, as CI runs them.
 # `make lint-template` also runs cfn-lint on the synthesized templates (tests/infra does too).

@@ -32,41 +32,49 @@ def test_the_local_gateway_serves_the_stacks_default_kind():
     assert event["version"] == "2.0" and event["routeKey"] == f"GET {routes.HEALTH}"
 
 
-def test_the_local_gateway_runs_one_api_function_at_a_time(aws, monkeypatch):
+def test_the_local_gateway_runs_each_function_one_request_at_a_time_and_never_crosses_requests(aws, monkeypatch):
     """Powertools keeps a resolver's current event in a class attribute that every resolver
     of a process shares (``BaseRouter.current_event``). Deployed, each function is a process
-    of its own; the local server runs them all in one, so two functions resolving at once
+    of its own; the local server runs them all in one, where two functions resolving at once
     read each other's request (a reservation was once validated against a usage report's
-    body, under 64 concurrent e2e clients). Requests to different functions never overlap."""
+    body, under 64 concurrent e2e clients). Here each thread keeps its own (``local.gateway``):
+    different functions serve at once, each one request at a time (its resolver's context is
+    one dict), and every answer is its own request's."""
     import threading
     import time
 
+    from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
+
     load = gateway.load_handler
-    running: set[str] = set()
-    overlaps = []
+    running: dict[str, int] = {}
+    same_function_overlaps, crossed = [], []
 
     def watched(function: str):
         handler = load(function)
 
         def run(event, context):
-            running.add(function)
-            overlaps.extend(other for other in running if other != function)
+            running[function] = running.get(function, 0) + 1
+            if running[function] > 1:
+                same_function_overlaps.append(function)
             time.sleep(0.005)
-            running.discard(function)
-            return handler(event, context)
+            reply = handler(event, context)
+            if BaseRouter.current_event.raw_event is not event:  # what this request's resolver read last
+                crossed.append(function)
+            running[function] -= 1
+            return reply
 
         return run
 
     monkeypatch.setattr(gateway, "load_handler", watched)
     threads = [
         threading.Thread(target=lambda path=path: [gateway.invoke("GET", path) for _ in range(20)])
-        for path in (routes.HEALTH, routes.OPENAPI)
+        for path in (routes.HEALTH, routes.HEALTH, routes.OPENAPI)
     ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert overlaps == []
+    assert same_function_overlaps == [] and crossed == []
 
 
 def test_provisioning_tokens_and_a_bearer_call_with_path_ids(kind_api):
