@@ -16,7 +16,6 @@ import pytest
 import requests
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.config import Config
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 from botocore.parsers import create_parser
@@ -29,6 +28,7 @@ from price_keeper.config import get_config
 from price_keeper.domain import alerts, profiles, reconciliation
 from price_keeper.store import alert_records
 from tests.factories import seed_app, seed_org
+from tests.test_local_bedrock import runtime as local_runtime
 from tests.usage_support import iso, submit_and_fold
 
 NOVA_PRO = "amazon.nova-pro-v1:0"
@@ -37,14 +37,8 @@ RUNTIME_MODEL = botocore.session.get_session().get_service_model("bedrock-runtim
 
 
 def runtime(endpoint: str, region: str = "us-east-1", **config):
-    return boto3.client(
-        "bedrock-runtime",
-        region_name=region,
-        endpoint_url=endpoint,
-        aws_access_key_id="local",
-        aws_secret_access_key="local",
-        config=Config(retries={"max_attempts": 1}, **config),
-    )
+    """The local stack's runtime client, no retries (a refusal is answered once)."""
+    return local_runtime(endpoint, region, retries={"max_attempts": 1}, **config)
 
 
 def refusal(call) -> tuple[str, int]:

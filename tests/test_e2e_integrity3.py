@@ -13,10 +13,10 @@ import requests
 from tests.local_server import local_server, module_server
 from tests.tenants import new_tenant
 from tests.test_e2e_integrity2 import assert_error_bytes, raw_exchange
+from tests.test_e2e_ledger import eventually
 from tests.usage_support import usage_body, zone_away_from_midnight
 
 KEY = "e2e-integrity3-provisioning-key"
-WAIT_SECONDS = 30
 LABELS = ("premium", "standard", "economy")
 MODELS = {"premium": "amazon.nova-pro-v1:0", "standard": "amazon.nova-2-lite-v1:0", "economy": "amazon.nova-micro-v1:0"}
 
@@ -46,14 +46,6 @@ def requests_today(app_url: str, headers: dict) -> dict[str, tuple[int, int]]:
     return {
         label: (m["requests"], m["cost_usd_micros"]) for label, m in reply.json()["models"].items() if m["requests"]
     }
-
-
-def eventually(check, what: str):
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.2)
-    return found
 
 
 def test_h1_a_void_folded_again_after_a_restart_leaves_the_fold_running_and_exact(tmp_path):

@@ -8,6 +8,7 @@ import re
 
 import boto3
 import pytest
+from botocore.config import Config
 from botocore.exceptions import ClientError
 from botocore.validate import ParamValidator
 
@@ -248,13 +249,15 @@ def test_other_bedrock_operations_are_refused_not_crashed(bedrock_endpoint):
 # --- bedrock-runtime: Converse, ConverseStream, InvokeModel -----------------------------
 
 
-def runtime(endpoint: str, region: str = "us-east-1"):
+def runtime(endpoint: str, region: str = "us-east-1", **config):
+    """A developer's boto3 Bedrock runtime client of the local stack (``config``: botocore's)."""
     return boto3.client(
         "bedrock-runtime",
         region_name=region,
         endpoint_url=endpoint,
         aws_access_key_id="local",
         aws_secret_access_key="local",
+        config=Config(**config),
     )
 
 
