@@ -92,16 +92,17 @@ TRANSACTION_HOLD_MS = 10.0
 # --- the DynamoDB endpoint ------------------------------------------------------------
 
 
-def _serve(port: int, ready, transaction_hold_ms: float) -> None:
+def _serve(port: int, ready, transaction_hold_ms: float, stream_shards: int = 1) -> None:
     """The moto server process, patched as the local stack runs it (``local/moto_patches.py``:
     one DynamoDB request at a time, per-item transaction rollback), and with DynamoDB's
-    transaction conflicts modelled (an item a transaction touched is held that long)."""
+    transaction conflicts modelled (an item a transaction touched is held that long) and its
+    streams served as ``stream_shards`` shards, a record's by its partition key."""
     from moto.server import ThreadedMotoServer
 
     from local import moto_patches
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-    moto_patches.apply(transaction_hold_ms)
+    moto_patches.apply(transaction_hold_ms, stream_shards)
     ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False).start()
     ready.set()
     threading.Event().wait()  # until terminated
@@ -110,12 +111,14 @@ def _serve(port: int, ready, transaction_hold_ms: float) -> None:
 class Endpoint:
     """A moto server in a child process, its tables, the JWT secret and the alert bus."""
 
-    def __init__(self, transaction_hold_ms: float = TRANSACTION_HOLD_MS):
+    def __init__(self, transaction_hold_ms: float = TRANSACTION_HOLD_MS, stream_shards: int = 1):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         context = mp.get_context("fork")
         ready = context.Event()
-        self.process = context.Process(target=_serve, args=(self.port, ready, transaction_hold_ms), daemon=True)
+        self.process = context.Process(
+            target=_serve, args=(self.port, ready, transaction_hold_ms, stream_shards), daemon=True
+        )
         self.process.start()
         if not ready.wait(60):
             raise RuntimeError("the moto server did not start")

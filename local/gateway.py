@@ -229,9 +229,10 @@ def invoke(method: str, path: str, **kwargs) -> dict:
 
 def invoke_job(function: str, event: dict):
     """Call a job's handler (the aggregator, the pricing fetcher) as its trigger would: the
-    schedule's event, a stream batch. One run at a time per function. Its reply comes back
+    schedule's event, a stream batch. One run at a time per function, and of a stream's
+    batches one at a time per stream shard. Its reply comes back
     JSON-encoded and decoded, as the Lambda runtime marshals it (a reply it cannot encode
     fails the invocation there, and here)."""
-    with _function_locks[function]:
+    with _function_locks[f"{function}#{event.get('shardId', '')}"]:  # a stream's: one a shard
         reply = load_handler(function)(event, LambdaContext(function_name=function))
     return json.loads(json.dumps(reply))

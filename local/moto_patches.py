@@ -29,9 +29,13 @@ moto 5.2.5 answers every call correctly one at a time, but:
    the local stack and the other tests see moto's serial order;
 4. a stream record's ``eventID`` is random. Here it is made from the table and the record's
    sequence number, so the local stack's journal, replayed after a restart into a new
-   stream in the same order, gives each record the ``eventID`` it had: the ledger's
-   checkpoints (``price_keeper.domain.ledger``), keyed by them, then find the chunks folded
-   before the restart, and what was written but not folded is folded once.
+   stream in the same order, gives each record the ``eventID`` it had;
+5. a table's stream is one shard, so one reader sees every record in order and no two folds
+   of a label ever run at once. A busy DynamoDB table's stream has about one shard a
+   partition, a record's chosen by its partition key. ``apply(stream_shards=N)`` serves N
+   (``_PartitionShard``): each holds the records whose partition key hashes to it, in order,
+   with the sequence numbers they have (which grow within a shard, as DynamoDB's do). Off
+   (1) by default: the local stack reads one shard.
 """
 
 from __future__ import annotations
@@ -42,16 +46,20 @@ import json
 import threading
 import time
 import types
+import uuid
+import zlib
 
 REQUEST_LOCK = threading.RLock()  # every DynamoDB and DynamoDB Streams request holds it (1. above)
 _applied = False
 _conflicts_modelled = False
+_stream_shards = 1
 
 
-def apply(transaction_hold_ms: float = 0) -> None:
+def apply(transaction_hold_ms: float = 0, stream_shards: int = 1) -> None:
     """Patch moto in this process (idempotent); ``transaction_hold_ms`` > 0 also models
-    transaction conflicts (3. above), once."""
-    global _applied, _conflicts_modelled
+    transaction conflicts (3. above), once; ``stream_shards`` > 1 serves each stream as that
+    many shards (5. above), once."""
+    global _applied, _conflicts_modelled, _stream_shards
     from moto.dynamodb.responses import DynamoHandler
 
     if not _applied:
@@ -72,6 +80,9 @@ def apply(transaction_hold_ms: float = 0) -> None:
     if transaction_hold_ms > 0 and not _conflicts_modelled:
         model_conflicts(DynamoHandler, transaction_hold_ms / 1000)
         _conflicts_modelled = True
+    if stream_shards > 1 and _stream_shards == 1:
+        partition_streams(stream_shards)
+        _stream_shards = stream_shards
 
 
 def _serialized(call_action):
@@ -203,3 +214,77 @@ def model_conflicts(handler, hold_seconds: float) -> None:
     handler.transact_write_items = transact(handler.transact_write_items)
     for name in ("put_item", "update_item", "delete_item"):
         setattr(handler, name, single(getattr(handler, name)))
+
+
+def _shard_of(keys: dict, hash_key: str, shards: int) -> int:
+    """The stream shard of a record: its partition key's, as DynamoDB routes one key to one shard."""
+    return zlib.crc32(json.dumps(keys[hash_key], sort_keys=True).encode()) % shards
+
+
+class _PartitionShard:
+    """Shard ``number`` of ``count`` of a table's one moto stream: the records whose partition
+    key hashes to it, in order, with their own sequence numbers."""
+
+    def __init__(self, stream, number: int, count: int):
+        self.stream, self.number, self.count = stream, number, count
+        self.table = stream.table
+        self.id = f"shardId-{count:020d}-{number:08x}"  # (botocore: 28 characters at least)
+
+    def to_json(self) -> dict:
+        start = str(self.stream.starting_sequence_number)
+        return {"ShardId": self.id, "SequenceNumberRange": {"StartingSequenceNumber": start}}
+
+    def read(self, position: int, limit: int) -> tuple[list[dict], int]:
+        """Up to ``limit`` of this shard's records from the stream's ``position`` on (an
+        index into it), and the position after the last record looked at."""
+        found = []
+        items = self.stream.items
+        while position < len(items) and len(found) < limit:
+            record = items[position].record
+            if _shard_of(record["dynamodb"]["Keys"], self.table.hash_key_attr, self.count) == self.number:
+                found.append(items[position].to_json())
+            position += 1
+        return found, position
+
+
+class _PartitionIterator:
+    """A shard iterator of a ``_PartitionShard``: where in the table's stream it reads on."""
+
+    def __init__(self, backend, shard: _PartitionShard, position: int):
+        self.backend, self.shard, self.position = backend, shard, position
+        self.arn = f"{shard.table.table_arn}/stream/{shard.table.latest_stream_label}|1|{uuid.uuid4().hex}"
+        backend.shard_iterators[self.arn] = self
+
+    def get(self, limit: int = 1000) -> dict:
+        records, position = self.shard.read(self.position, limit)
+        return {"NextShardIterator": _PartitionIterator(self.backend, self.shard, position).arn, "Records": records}
+
+
+def partition_streams(count: int) -> None:
+    """Serve every table's stream as ``count`` shards (5. in the module docstring)."""
+    from moto.dynamodbstreams.models import DynamoDBStreamsBackend
+
+    describe = DynamoDBStreamsBackend.describe_stream
+
+    def shards(table) -> list[_PartitionShard]:
+        return [_PartitionShard(table.stream_shard, n, count) for n in range(count)] if table.stream_shard else []
+
+    def describe_stream(self, arn: str) -> dict:
+        stream = describe(self, arn)
+        stream["Shards"] = [shard.to_json() for shard in shards(self._get_table_from_arn(arn))]
+        return stream
+
+    def get_shard_iterator(self, arn: str, shard_id: str, shard_iterator_type: str, sequence_number=None):
+        table = self._get_table_from_arn(arn)
+        (shard,) = [shard for shard in shards(table) if shard.id == shard_id]
+        start = table.stream_shard.starting_sequence_number
+        position = {
+            "TRIM_HORIZON": 0,
+            "LATEST": len(table.stream_shard.items),
+            "AT_SEQUENCE_NUMBER": int(sequence_number or start) - start,
+            "AFTER_SEQUENCE_NUMBER": int(sequence_number or start) - start + 1,
+        }[shard_iterator_type]
+        return _PartitionIterator(self, shard, position)
+
+    DynamoDBStreamsBackend.describe_stream = describe_stream
+    DynamoDBStreamsBackend.get_shard_iterator = get_shard_iterator

@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import boto3
@@ -90,7 +91,7 @@ class StreamReader:
 
 class StreamTrigger(threading.Thread):
     """Polls ``reader`` and invokes ``function`` with each shard's batches, as ``USAGE_STREAM``
-    says: one batch at a time, every shard in turn."""
+    says: one batch at a time per shard, the shards at once."""
 
     def __init__(self, function: str, reader: StreamReader, stop: threading.Event):
         super().__init__(name=f"stream-{function}", daemon=True)
@@ -110,12 +111,25 @@ class StreamTrigger(threading.Thread):
             if new and not self.pending.get(shard_id):
                 self.first_waiting_since[shard_id] = time.monotonic()
             self.pending.setdefault(shard_id, []).extend(new)
-        for shard_id, pending in self.pending.items():
-            waited = time.monotonic() - self.first_waiting_since.get(shard_id, 0.0)
-            while pending and (len(pending) >= USAGE_STREAM.batch_size or waited >= USAGE_STREAM.batching_window_s):
-                batch, pending[:] = pending[: USAGE_STREAM.batch_size], pending[USAGE_STREAM.batch_size :]
-                if not self._deliver(shard_id, batch):
-                    return  # stopping
+        due = [shard_id for shard_id in self.pending if self._due(shard_id)]
+        if len(due) > 1:  # the shards' batches at once, each shard's one at a time
+            with ThreadPoolExecutor(len(due)) as pool:
+                list(pool.map(self._drain, due))
+        elif due:
+            self._drain(due[0])
+
+    def _due(self, shard_id: str) -> bool:
+        pending = self.pending[shard_id]
+        waited = time.monotonic() - self.first_waiting_since.get(shard_id, 0.0)
+        return bool(pending) and (len(pending) >= USAGE_STREAM.batch_size or waited >= USAGE_STREAM.batching_window_s)
+
+    def _drain(self, shard_id: str) -> None:
+        """Deliver the shard's batches that are due, one after another."""
+        pending = self.pending[shard_id]
+        while self._due(shard_id):
+            batch, pending[:] = pending[: USAGE_STREAM.batch_size], pending[USAGE_STREAM.batch_size :]
+            if not self._deliver(shard_id, batch):
+                return  # stopping
 
     def _deliver(self, shard_id: str, batch: list[dict]) -> bool:
         """Invoke until the batch is folded (the mapping's retries have no limit); False when
