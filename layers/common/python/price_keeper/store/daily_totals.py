@@ -203,13 +203,14 @@ def folded_to(shard_id: str) -> str | None:
 class Written(NamedTuple):
     done: bool  # the actions and the shard's progress landed
     folded_to: str | None  # else, the shard's progress as stored (moved on: another run folded)
+    overtaken: bool = False  # else, a total had moved since it was read (another shard's fold wrote it)
 
 
 def write_folded(actions: list[dict], shard_id: str, read: str | None, to: str, expires_at: int) -> Written:
     """``actions`` and stream shard ``shard_id``'s progress moved from ``read`` to ``to``,
     in one TransactWriteItems, only if the progress is still ``read`` (``domain.ledger``):
-    when it is not, the progress found; when a condition of ``actions`` failed or the
-    transaction conflicted, the progress unchanged (read again and write again)."""
+    when it is not, the progress found; when a condition of ``actions`` failed (``overtaken``)
+    or the transaction conflicted, the progress unchanged (read again and write again)."""
     values = {":to": to, ":expires": expires_at} | ({} if read is None else {":read": read})
     progress = {
         "Update": {
@@ -227,7 +228,8 @@ def write_folded(actions: list[dict], shard_id: str, read: str | None, to: str, 
         return Written(True, to)
     mine = reasons[-1]
     moved = mine.get("Code") == "ConditionalCheckFailed"
-    return Written(False, mine.get("Item", {}).get("folded_to") if moved else read)
+    overtaken = any(reason.get("Code") == "ConditionalCheckFailed" for reason in reasons[:-1])
+    return Written(False, mine.get("Item", {}).get("folded_to") if moved else read, overtaken)
 
 
 def label_total_action(move: LabelFold) -> dict:
