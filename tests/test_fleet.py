@@ -4,6 +4,7 @@ limits' two promises are asserted; speed and cost are for the benchmark to print
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -18,22 +19,28 @@ pytestmark = pytest.mark.slow
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-@pytest.fixture(scope="module")
-def fleet():
-    """The harness module with its moto server running; the environment it sets (its
-    endpoint, at import a benchmark's defaults) is restored afterwards."""
+@contextlib.contextmanager
+def running_harness(**endpoint):
+    """The harness module with its moto server (``fleet.Endpoint(**endpoint)``) running; the
+    environment it sets (its endpoint, at import a benchmark's defaults) restored afterwards."""
     saved_environment, saved_path = dict(os.environ), list(sys.path)
     sys.path.insert(0, str(BENCHMARKS))
     harness = importlib.import_module("fleet")
-    endpoint = harness.Endpoint()
+    server = harness.Endpoint(**endpoint)
     try:
         yield harness
     finally:
-        endpoint.stop()
+        server.stop()
         os.environ.clear()
         os.environ.update(saved_environment)
         sys.path[:] = saved_path
         state.reset()
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    with running_harness() as harness:
+        yield harness
 
 
 def test_a_fleet_counts_every_accepted_record_once(fleet):

@@ -8,40 +8,24 @@ writes its label total and scope total at once. The count is exact; speed is for
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
-from price_keeper import state
+from tests.test_fleet import running_harness
 
 pytestmark = pytest.mark.slow
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 SHARDS = 16
 HOT_RECORDS, QUIET_LABEL_DAYS = 240, 60
 
 
 @pytest.fixture(scope="module")
 def endpoint():
-    """A moto server of 16 stream shards with conflicts modelled (the fleet harness's), its
-    endpoint set for this process; the environment restored afterwards."""
-    saved_environment, saved_path = dict(os.environ), list(sys.path)
-    sys.path.insert(0, str(BENCHMARKS))
-    harness = importlib.import_module("fleet")
-    server = harness.Endpoint(stream_shards=SHARDS)
-    try:
+    """The fleet harness with a moto server of 16 stream shards and conflicts modelled."""
+    with running_harness(stream_shards=SHARDS) as harness:
         yield harness
-    finally:
-        server.stop()
-        os.environ.clear()
-        os.environ.update(saved_environment)
-        sys.path[:] = saved_path
-        state.reset()
 
 
 def test_a_hot_label_among_quiet_ones_over_16_stream_shards_is_counted_exactly(endpoint):
