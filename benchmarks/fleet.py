@@ -793,7 +793,7 @@ def rate_limit_run(fleet: Fleet, containers: int, limit: int, seed: int = 3) -> 
 
 def reservation_run(fleet: Fleet, containers: int, per_container: int = 8, quota: int = 300_000) -> tuple:
     """The hard cap across containers: one client's reservations of its premium label, sent
-    by every container at once against a quota that binds (issue 23), then each granted hold
+    by every container at once against a quota that binds, then each granted hold
     settled at its worst case. (reservations asked, granted, the quota, spend settled,
     overshoot, one call's worst case)."""
     import boto3

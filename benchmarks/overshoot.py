@@ -1,6 +1,6 @@
 """Overshoot near the limit: how much clients spend on a label past its quota before model
 selection moves them off it, with DailyTotal refreshed by the minute schedule ("minute",
-before issue 13) and by the usage table's stream ("stream", now).
+before the stream folded usage) and by the usage table's stream ("stream", now).
 
 Everything runs on moto in-process with a simulated clock (no sleeping). Clients call
 Bedrock one call at a time: before each call they ask model selection (the real
@@ -19,11 +19,11 @@ report the usage (the real ``metering.submit``, whose answer carries the label's
 Scenarios:
 - ``cold``: one client at 20 calls/s, spend 0 when the burst starts, $2 quota.
 - ``warm``: the same, earlier calls already aggregated at 96 % (tight) of the quota.
-- ``4 clients``: the acceptance case of issue 13: four clients, 5 calls/s each, $4 quota.
+- ``4 clients``: the acceptance case: four clients, 5 calls/s each, $4 quota.
 - ``4 clients, cached``: the same with the client library's cached selection.
 - ``total cap, cached``: four cached clients, 5 calls/s each, premium's quota 50 x a $4
   total cap (``total_quota_usd_micros``): the total cap is what stops them (429), which
-  the clients learn from the usage answers' ``scope_total`` (issue 21.4); ``... label only``
+  the clients learn from the usage answers' ``scope_total``; ``... label only``
   is the client before that, which heard only the label's position (it kept its cached
   NORMAL choice for up to 300 s while the cap was passed).
 
@@ -70,7 +70,7 @@ from price_keeper_client.models import LabelQuota, ModelChoice, ScopeTotal  # no
 from price_keeper_client.selection import ModelSelector  # noqa: E402
 from tests.factories import seed_app, seed_org  # noqa: E402
 
-SWEEP_INTERVAL = 60  # the minute schedule before issue 13
+SWEEP_INTERVAL = 60  # the minute schedule the sweep runs on
 BATCHING_WINDOW = 1.0  # aggregation.USAGE_STREAM.batching_window_s
 DELIVERY = 0.5  # from the window's end to the fold's writes: polling, invocation, the fold itself
 SHARDS = 8

@@ -8,7 +8,7 @@ storage, cookies and URLs, and revokes them on sign-out. An operator signs in wi
 org's credentials at phone width and sees the app and today's alerts, with nothing
 overflowing. Every request the browser made went to the local server only.
 
-An operator enters the provisioning key and a UTC day and sees the reconciliation (issue 24.3):
+An operator enters the provisioning key and a UTC day and sees the reconciliation:
 a wrong key is refused with the 401 in the alert region, an empty day says so, and after two
 calls the local Bedrock stand-in counted but nobody reported, the day's table is the API's reply
 row for row; the key never reaches a URL, storage or the document.

@@ -1,4 +1,4 @@
-"""End to end over real HTTP, round two of the outside review (issue 21): what an app token,
+"""End to end over real HTTP, round two of the outside review: what an app token,
 a hostile caller and light concurrency still got around, each against ``python -m local``.
 See docs/security.md, "Threats and the tests that cover them"."""
 

@@ -1,4 +1,4 @@
-"""End to end over real HTTP against ``python -m local``: the pricing items of issue 21, as a
+"""End to end over real HTTP against ``python -m local``: the pricing items of the second outside review, as a
 client that misreports (or an attacker) would try them: a made-up region in a profile ARN
 or a calling region (item 6), a record naming another model than its label's (item 2)."""
 

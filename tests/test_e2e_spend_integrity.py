@@ -1,5 +1,5 @@
 """End to end over real HTTP against ``python -m local`` (aggregator on a 1 s timer): the
-spend-integrity holes of issue 21 (items 4, 5, 7 and 11), each as a user or an attacker of
+spend-integrity holes of the second outside review, each as a user or an attacker of
 the quota would meet it (docs/security.md)."""
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def test_24_containers_never_refuse_a_client_at_half_its_limit_nor_admit_more_th
 
 
 def test_24_containers_reserving_one_label_never_overshoot_its_quota(fleet):
-    """The hard cap (issue 23) across container processes: every container reserves at once,
+    """The hard cap across container processes: every container reserves at once,
     each granted hold is settled at its worst case; spend stays within the quota and leaves
     less than one call's worst case unused."""
     containers = fleet.Fleet(24)

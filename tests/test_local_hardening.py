@@ -1,5 +1,5 @@
 """``make run``'s own state: ``.local/`` holds the journal, which holds the JWT signing key
-and the provisioning key, so it is private from the first start (issue 21.10)."""
+and the provisioning key, so it is private from the first start."""
 
 from __future__ import annotations
 

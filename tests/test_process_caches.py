@@ -1,4 +1,4 @@
-"""Per-process memory stays bounded whatever clients send (issue 21 item 6): a made-up
+"""Per-process memory stays bounded whatever clients send: a made-up
 region is refused before any AWS client exists for it, and every cache a warm container
 keeps has a bound. Handlers on moto; the local stack's Bedrock stand-in for profiles."""
 

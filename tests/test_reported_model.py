@@ -1,4 +1,4 @@
-"""A usage record's ``bedrock_model_id`` must name its label's model (issue 21 item 2): a
+"""A usage record's ``bedrock_model_id`` must name its label's model: a
 report on ``economy`` naming Nova Pro or an Opus model is 400 with both ids, and nothing is
 written; every form a legitimate client may send (the model id, its cross-Region profile
 ids and ARNs, a profile's ARN or any of its models) is accepted. Handlers on moto; the

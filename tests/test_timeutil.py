@@ -100,7 +100,7 @@ def test_a_call_of_yesterday_keeps_its_day_only_within_the_grace_after_midnight(
 
 
 def test_only_a_call_stamped_within_the_grace_before_midnight_keeps_yesterday():
-    """Issue 21.8: at 00:00 records stamped 23 h earlier were all booked to yesterday. The
+    """An outside review found that at 00:00 records stamped 23 h earlier were all booked to yesterday. The
     grace is for a call made just before midnight and reported just after it."""
     midnight = utc("2026-01-24T05:00:00Z")  # 00:00 in New York
     for arrival in (midnight, midnight + timedelta(minutes=14, seconds=59)):

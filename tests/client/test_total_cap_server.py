@@ -1,4 +1,4 @@
-"""The client library against the real local server and the scope's total cap (issue 21.4):
+"""The client library against the real local server and the scope's total cap:
 a cached NORMAL choice must not outlive the total cap. Bedrock is a real bedrock-runtime
 client answered by botocore's Stubber."""
 

@@ -574,7 +574,7 @@ def quota_position(
     cap), as of the last aggregation, in one read (none when ``found`` holds the
     ``position_keys`` items, read with the selection): a client that caches its model choice
     learns from any usage reply that the scope's total cap is near or passed, whichever
-    label it spent (issue 21.4)."""
+    label it spent."""
     today = org_day(config.timezone, now)
     if found is None:
         found = daily_totals.read_days(position_keys(config, counted, now))
