@@ -43,7 +43,7 @@ from .aggregation import SUM_FIELDS, LabelDay, RunReport
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
-# What a chunk may add to its transaction, with its checkpoint within 100 actions: per
+# What a chunk may add to its transaction, with the shard's progress within 100 actions: per
 # label-day its label total, its listing item, its index entry and its scope total's update;
 # and the live items its tight records take back from (up to ``keys.LIVE_PARTS`` a label-day).
 LABEL_DAYS_PER_CHUNK = 19
