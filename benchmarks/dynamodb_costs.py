@@ -33,18 +33,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "layers" / "common" / "python"), str(ROOT)]
-for name, value in {
-    "AWS_ACCESS_KEY_ID": "bench",
-    "AWS_SECRET_ACCESS_KEY": "bench",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "POWERTOOLS_TRACE_DISABLED": "true",
-    "POWERTOOLS_METRICS_DISABLED": "true",
-    "POWERTOOLS_LOG_LEVEL": "ERROR",
-    "BCRYPT_ROUNDS": "4",
-}.items():
-    os.environ.setdefault(name, value)
-for name in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE"):
-    os.environ.pop(name, None)
+
+
+def bench_environment() -> None:
+    """The environment of a benchmark: test credentials and Region, quiet Powertools, cheap
+    bcrypt, and no endpoint of another run (set at import; a test that restored its
+    environment after one harness sets it again for the next)."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_METRICS_DISABLED": "true",
+        "POWERTOOLS_LOG_LEVEL": "ERROR",
+        "BCRYPT_ROUNDS": "4",
+    }.items():
+        os.environ.setdefault(name, value)
+    for name in ("AWS_ENDPOINT_URL", "DYNAMODB_ENDPOINT_URL", "AWS_PROFILE"):
+        os.environ.pop(name, None)
+
+
+bench_environment()
 
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
