@@ -146,12 +146,12 @@ def test_an_application_profile_is_its_first_orgs_another_org_is_refused(base_ur
     assert report(app, "owned", arn, "us-east-1").status_code == 202
 
 
-def test_the_readme_snippet_creates_an_application_profile(base_url):
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    snippet = re.search(r"<<'PY'\n(.*?)^PY$", readme, re.S | re.M).group(1)
+def test_the_tutorials_snippet_creates_an_application_profile(base_url):
+    tutorial = (Path(__file__).resolve().parent.parent / "docs" / "tutorial.md").read_text()
+    snippet = re.search(r"<<'PY'\n(.*?)^PY$", tutorial, re.S | re.M).group(1)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(snippet.replace("http://127.0.0.1:8080", base_url), {})  # the README's own snippet, against this server
+        exec(snippet.replace("http://127.0.0.1:8080", base_url), {})  # the tutorial's own snippet, against this server
     assert "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/" in printed.getvalue()
 
 
