@@ -27,10 +27,7 @@ moto 5.2.5 answers every call correctly one at a time, but:
    ``TransactionConflictException``. A caller's own next request comes after its
    transaction is over, as on DynamoDB, so it never conflicts with it. Off (0) by default:
    the local stack and the other tests see moto's serial order;
-4. a stream record's ``eventID`` is random. Here it is made from the table and the record's
-   sequence number, so the local stack's journal, replayed after a restart into a new
-   stream in the same order, gives each record the ``eventID`` it had;
-5. a table's stream is one shard, so one reader sees every record in order and no two folds
+4. a table's stream is one shard, so one reader sees every record in order and no two folds
    of a label ever run at once. A busy DynamoDB table's stream has about one shard a
    partition, a record's chosen by its partition key. ``apply(stream_shards=N)`` serves N
    (``_PartitionShard``): each holds the records whose partition key hashes to it, in order,
@@ -41,7 +38,6 @@ moto 5.2.5 answers every call correctly one at a time, but:
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import threading
 import time
@@ -58,20 +54,19 @@ _stream_shards = 1
 def apply(transaction_hold_ms: float = 0, stream_shards: int = 1) -> None:
     """Patch moto in this process (idempotent); ``transaction_hold_ms`` > 0 also models
     transaction conflicts (3. above), once; ``stream_shards`` > 1 serves each stream as that
-    many shards (5. above), once."""
+    many shards (4. above), once."""
     global _applied, _conflicts_modelled, _stream_shards
     from moto.dynamodb.responses import DynamoHandler
 
     if not _applied:
         from moto.dynamodb import models as dynamodb_models
         from moto.dynamodb.models import DynamoDBBackend
-        from moto.dynamodb.models.table import StreamShard, Table
+        from moto.dynamodb.models.table import Table
         from moto.dynamodbstreams.responses import DynamoDBStreamsHandler
 
         for handler in (DynamoHandler, DynamoDBStreamsHandler):
             handler.call_action = _serialized(handler.call_action)
         DynamoDBBackend.transact_write_items = _rolled_back_per_item(DynamoDBBackend.transact_write_items)
-        StreamShard.add = _replayable_event_ids(StreamShard.add)
         # moto's own whole-table snapshot becomes the table itself (restoring it is a no-op).
         dynamodb_models.copy = types.SimpleNamespace(
             deepcopy=lambda value, *args: value if isinstance(value, Table) else copy.deepcopy(value, *args)
@@ -91,18 +86,6 @@ def _serialized(call_action):
             return call_action(self)
 
     return serialized
-
-
-def _replayable_event_ids(add):
-    def add_and_name(self, old, new):
-        before = len(self.items)
-        add(self, old, new)
-        if len(self.items) > before:  # (moto empties it when it feeds its own Lambda mappings)
-            record = self.items[-1].record
-            name = f"{self.table.name}/{record['dynamodb']['SequenceNumber']}"
-            record["eventID"] = hashlib.sha256(name.encode()).hexdigest()[:32]
-
-    return add_and_name
 
 
 def _touched_key(backend, operation: dict) -> tuple[str, dict] | None:
@@ -261,7 +244,7 @@ class _PartitionIterator:
 
 
 def partition_streams(count: int) -> None:
-    """Serve every table's stream as ``count`` shards (5. in the module docstring)."""
+    """Serve every table's stream as ``count`` shards (4. in the module docstring)."""
     from moto.dynamodbstreams.models import DynamoDBStreamsBackend
 
     describe = DynamoDBStreamsBackend.describe_stream

@@ -73,10 +73,6 @@ class StreamReader:
                     break
         return records
 
-    def events(self) -> list[dict]:
-        """Each stream shard's new records as one event, as the mapping hands them over."""
-        return [lambda_event(records, shard_id) for shard_id, records in self.read().items() if records]
-
     def event(self) -> dict:
         """The new records of a stream of one shard (moto's) as one event (maybe of none)."""
         ((shard_id, records),) = self.read().items()

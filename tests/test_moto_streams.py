@@ -1,6 +1,6 @@
 """moto's usage stream as the ledger needs it (``local/moto_patches``): a cancelled
-transaction leaves nothing in the stream, as on DynamoDB, and a record's ``eventID`` is the
-same whenever the same writes are made again in the same order (a replayed journal)."""
+transaction leaves nothing in the stream, as on DynamoDB, and a record's sequence number is
+the same whenever the same writes are made again in the same order (a replayed journal)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def writes() -> list[tuple[str, str, str]]:
         client.transact_write_items(TransactItems=[index_entry("standard"), marker("1")])
     client.transact_write_items(TransactItems=[marker("3"), index_entry("standard")])
     return [
-        (record["eventName"], record["dynamodb"]["Keys"]["shard_key"]["S"], record["eventID"])
+        (record["eventName"], record["dynamodb"]["Keys"]["shard_key"]["S"], record["dynamodb"]["SequenceNumber"])
         for record in reader.event()["Records"]
     ]
 
@@ -60,9 +60,10 @@ def test_a_cancelled_transaction_leaves_nothing_in_the_stream(aws):
     ]
 
 
-def test_the_same_writes_made_again_give_their_records_the_same_event_ids(aws):
+def test_the_same_writes_made_again_give_their_records_the_same_sequence_numbers(aws):
+    """What the ledger's shard progress needs of a restart's replay (``domain.ledger``)."""
     first = writes()
-    assert len({event_id for _, _, event_id in first}) == len(first)  # unique in the stream
+    assert len({sequence for _, _, sequence in first}) == len(first)  # unique in the stream
     client = ddb_client()  # the table made again (a restart's), its stream new
     client.delete_table(TableName=tables.USAGE_AGG_SHARDED.physical_name)
     client.create_table(**tables.USAGE_AGG_SHARDED.create_table_kwargs())
