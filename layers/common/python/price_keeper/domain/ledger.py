@@ -156,8 +156,10 @@ def fold(records: Sequence[DynamoDBRecord], shard_id: str, now: datetime | None 
     chunk, stopping at the first that fails."""
     now = now or utc_now()
     found = changes(records)
-    progress = Progress(shard_id) if found else None
-    cut = chunks(progress.unfolded(found)) if progress else []
+    if not found:  # (a batch of shard writes alone: no progress to read)
+        return Folded(RunReport(days=[]), None)
+    progress = Progress(shard_id)
+    cut = chunks(progress.unfolded(found))
     report = RunReport(days=sorted({keys.day_of_key(d) for chunk in cut for c in chunk for _, d in c.label_days}))
     if not cut:
         return Folded(report, None)
@@ -175,7 +177,7 @@ def _fold_chunk(chunk: list[Change], configs: dict, now: datetime, progress: Pro
     """Write one chunk (its label-days' actions and the shard's progress) until it lands, leaving
     out what the shard's progress shows folded meanwhile (another run of the same records)."""
     report = RunReport(days=[])
-    pending = progress.unfolded(chunk)
+    pending = chunk
     attempt, overtaken, fresh = 0, 0, False
     while pending:
         scope_days, snapshot, moves = _moves(pending, configs, now, fresh=fresh)

@@ -324,7 +324,7 @@ def claim_grace(left: dict[str, int], day: str, cost: int, expires_at: int) -> b
         }
         for usage_key, room in left.items()
     ]
-    return not actions or transact(actions) is None
+    return transact(actions) is None
 
 
 def read_days(wanted: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict]:
