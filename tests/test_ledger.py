@@ -536,3 +536,21 @@ def test_a_chunk_overtaken_by_other_shards_folds_more_often_than_its_attempts_st
     assert "batchItemFailures" not in deliver(stream())
     assert len(overtaken) == aggregation.FOLD_ATTEMPTS + 3
     assert totals_of(tenant.scope) == expected(receipts)
+
+
+def test_a_stream_batch_must_name_its_shard_and_a_windows_last_invocation_folds_nothing(stream):
+    """The shard progress needs the shard: a stream event without the tumbling window's
+    ``shardId`` fails loudly (the mapping delivers it again, and the iterator age says so)
+    rather than fold without progress. The window's last invocation brings no records and
+    must answer ``state``, or Lambda counts it failed and stops the shard."""
+    tenant = new_tenant(first_shard_count=1)
+    receipt = submit(tenant)
+    records = stream()
+    with only_granted("aggregator"), pytest.raises(ValueError, match="shardId"):
+        load_handler("aggregator")({"Records": records}, LambdaContext("aggregator"))
+    final = {"Records": [], "shardId": SHARD, "state": {}, "isFinalInvokeForWindow": True}
+    with only_granted("aggregator"):
+        assert load_handler("aggregator")(final, LambdaContext("aggregator")) == {"state": {}}
+    assert label_total(tenant.scope, "premium") == {}  # nothing folded without the shard
+    deliver(records)
+    assert totals_of(tenant.scope) == expected([receipt])

@@ -681,3 +681,42 @@ def test_the_reserving_flag_is_the_quota_scopes_whatever_other_totals_carry(api)
     assert reserve(api, t, {"model_label": "premium"}).status == 201
     other = api.get(f"/api/v1/orgs/{t.org_id}/apps/app-2/model-selection", token=token_for(t.org_id, "app-2"))
     assert other.json()["quota_status"]["models_status"]["premium"]["reserved_usd_micros"] == WORST
+
+
+def _held_until_refused(api, t, token: str, path: str) -> list[dict]:
+    held = []
+    for _ in range(30):
+        reply = api.post(f"{path}/reservations", CALL, token=token)
+        if reply.status == 429:
+            return held
+        assert reply.status == 201, reply.json()
+        held.append(reply.json())
+    pytest.fail("never refused")
+
+
+@pytest.mark.parametrize(("cap", "holds"), [(10**9, 5), (12_000, 3)], ids=["share-binds", "cap-binds"])
+def test_an_org_scoped_app_with_a_cap_holds_within_its_share_and_its_cap_and_settled_spend_is_no_hold(api, cap, holds):
+    """In ORG scope a capped app's ledger counts its settled spend too: its share of the
+    scope's headroom (half of 40,000) bounds what it holds, not what it spent, and its own cap
+    bounds both; a sibling still reserves when it is refused."""
+    t = tenant(
+        quota_scope="ORG",
+        model_ordering=("premium",),
+        quotas={"premium": 40_000},
+        app_overrides={"app_daily_cap_usd_micros": cap},
+    )
+    held = _held_until_refused(api, t, t.token, t.app_path)
+    assert len(held) == holds
+    settled = api.post(
+        f"{t.app_path}/usage",
+        usage_body(
+            model_label="premium", reservation_id=held[0]["reservation_id"], input_tokens=1000, output_tokens=1000
+        ),
+        token=t.token,
+    )
+    assert settled.status == 202 and settled.json()["reservation"]["settled"] is True
+    again = reserve(api, t)
+    assert again.status == (201 if cap > 40_000 else 429), again.json()  # spent, not held; the cap counts both
+    seed_app(t.org_id, "sibling")
+    sibling = api.post(f"/api/v1/orgs/{t.org_id}/apps/sibling/reservations", CALL, token=token_for(t.org_id, "sibling"))
+    assert sibling.status == 201, sibling.json()
