@@ -54,16 +54,13 @@ AUTH_REVOKE = {REVOKED_TOKENS: (PUT,)}  # revocations.revoke
 CLIENT_CUTOFF = {REVOKED_TOKENS: (UPDATE,)}  # revocations.cutoff_update (in config_items.write_with_cutoff)
 AUTH_CLIENT = {CONFIG: (GET,)}  # config_items.client_item (auth.authenticate_client)
 EFFECTIVE_CONFIG = {CONFIG: (BATCH_GET,)}  # config_items.org_and_app (orgs.effective_config)
-# config_items.app_items, profiles.labels, store.boosts.of_quota (the boosts of a scope item
-# made before they were kept on it: boosts.boosted_config in model selection, aggregates and
-# the usage response):
+# config_items.app_items, profiles.labels:
 ORG_CHILDREN = {CONFIG: (QUERY,)}
 PROFILE_LOOKUP = {CONFIG: (BATCH_GET,)}  # profiles.find_many (known_labels, bedrock_ids, priced_model)
 PROFILE_REGISTER = {CONFIG: (PUT,)}  # profiles.create (conditional put)
 CONFIG_SAVE = {CONFIG: (UPDATE, PUT)}  # config_items.update_existing, else config_items.create
-# boosts.create: the boost's item and its scope item's map in one transaction, and the boost
-# items of a scope item without the map (store.boosts.of_quota)
-BOOST_CREATE = {CONFIG: (PUT, UPDATE, QUERY)}
+# boosts.create: the boost's item and its scope item's map in one transaction
+BOOST_CREATE = {CONFIG: (PUT, UPDATE)}
 DAILY_TOTALS = {DAILY_TOTAL: (BATCH_GET,)}  # daily_totals.day_read (aggregation.read_daily_totals)
 DAILY_STATUS = {DAILY_TOTAL: (BATCH_GET,)}  # daily_totals.read_days (metering.quota_position)
 DAILY_RANGE = {DAILY_TOTAL: (QUERY,)}  # daily_totals.days_between (reports)

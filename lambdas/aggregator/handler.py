@@ -1,13 +1,13 @@
-"""The aggregator: folds usage shards into DailyTotal, fires the spend alerts those totals
-cross, publishes the aggregator lag and how close
-each changed scope is to its quotas. Two triggers, one fold (``price_keeper.domain.aggregation``):
-the usage table's DynamoDB Stream (event source mapping: one stream shard's batch, within
-seconds, its shard named by the mapping's tumbling window) and the repair queue (SQS: the
-audit's chunks, which the EventBridge schedule plans; ``price_keeper.domain.repair``).
-The fold counts a record once however often it is delivered. What failed is reported to
-the event source mapping (``batchItemFailures``, ``ReportBatchItemFailures``): for the
-stream, the first record not folded, from which the batch is delivered again; for the
-repair queue, the messages naming it, delivered again while the others are deleted."""
+"""The aggregator: folds usage into DailyTotal, fires the spend alerts those totals cross,
+publishes the aggregator lag and how close each changed scope is to its quotas. Three
+triggers: the usage table's DynamoDB Stream (event source mapping: one stream shard's
+batch, within seconds, its shard named by the mapping's tumbling window;
+``price_keeper.domain.ledger``, which counts a record once however often it is
+delivered), the EventBridge schedule (the audit's plan) and the repair queue (SQS: the
+audit's chunks; ``price_keeper.domain.repair``). What failed is reported to the event
+source mapping (``batchItemFailures``, ``ReportBatchItemFailures``): for the stream, the
+first record not folded, from which the batch is delivered again; for the repair queue,
+the messages that cannot be read."""
 
 from dataclasses import asdict
 
@@ -56,7 +56,6 @@ def _reported(report, trigger: str, failed_items: list[str]) -> dict:
     now = utc_now()
     fired = alerts.fire_after_run(report, now)
     metrics.add_metric(name=AGGREGATOR_LAG_SECONDS, unit=MetricUnit.Seconds, value=report.lag_seconds)
-    metrics.add_metric(name="ActiveShards", unit=MetricUnit.Count, value=report.active_shards)
     metrics.add_metric(name="DailyTotalsWritten", unit=MetricUnit.Count, value=report.totals_written)
     metrics.add_metric(name="AlertsFired", unit=MetricUnit.Count, value=len(fired))
     for pct in alerts.spend_pcts(report, now):  # one metric, a value per quota (Powertools flushes each 100)

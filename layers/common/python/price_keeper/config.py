@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
@@ -93,43 +92,10 @@ class Metering(NamedTuple):
     # total cap less the spend counted without a reservation), so that one app cannot hold
     # what its siblings need (docs/metering.md, "Reservations").
     app_hold_share_pct: int = 50
-    # Orgs made before adaptive shards (no ``first_shard_count`` on their item) start their
-    # label-days of this org day (yyyymmdd) and later on one shard too; empty: never. Only a
-    # day that has not begun anywhere when the setting is deployed (UTC today + 2 or later):
-    # a label-day written over all of its shards must go on being read that way.
-    one_shard_from: str = ""
-    # Orgs made before config labels were kept apart from the scope total (no
-    # ``config_labels_apart`` on their item) keep them apart from this org day (yyyymmdd) on;
-    # empty: never (docs/metering.md, "Scope totals"). The same rule as ``one_shard_from``: a
-    # day that has not begun anywhere when the setting is deployed.
-    config_labels_apart_from: str = ""
-    # Orgs made before the ledger (no ``counted_by_ledger`` on their item) count records of
-    # this org day (yyyymmdd) and later by the ledger: the dedup marker alone, folded from the
-    # usage stream's images (docs/metering.md, "The ledger"); empty: never. The same rule: a
-    # day that has not begun anywhere when the setting is deployed.
-    ledger_from: str = ""
 
     def marker_expires_at(self, now_epoch: int) -> int:
         """When a dedup marker written (or re-priced) at ``now_epoch`` expires."""
         return now_epoch + self.dedup_ttl_days * 86400
-
-
-_DAY_SETTINGS = ("one_shard_from", "config_labels_apart_from", "ledger_from")
-
-
-def _metering(raw: dict) -> Metering:
-    values = dict(raw)
-    for name in _DAY_SETTINGS:
-        if values.get(name) is not None:  # YAML reads an unquoted 20261128 as a number
-            values[name] = str(values[name])
-    metering = Metering(**values)
-    for name in _DAY_SETTINGS:
-        if day := getattr(metering, name):
-            try:
-                datetime.strptime(day, "%Y%m%d")
-            except ValueError:
-                raise ValueError(f"metering.{name} must be a day as yyyymmdd: {day!r}") from None
-    return metering
 
 
 class Alerts(NamedTuple):
@@ -279,7 +245,7 @@ def parse_config(raw: dict) -> ServiceConfig:
     return ServiceConfig(
         service_name=service.get("name", "bedrock-price-keeper"),
         version=str(service.get("version", "1.0.0")),
-        metering=_metering(raw.get("metering") or {}),
+        metering=Metering(**(raw.get("metering") or {})),
         labels=labels,
         org_defaults=raw.get("org_defaults") or {},
         rate_limits={

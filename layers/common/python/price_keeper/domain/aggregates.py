@@ -106,7 +106,6 @@ def _sum(totals: list[Totals]) -> Totals:
         updated_at_epoch=max(updated) if updated else None,
         committed=sum(t.committed for t in totals),
         settled=sum(t.settled for t in totals),
-        settled_on_shards=sum(t.settled_on_shards for t in totals),
     )
 
 
@@ -124,7 +123,7 @@ def daily_aggregates(
     labels, scopes = _labels_and_scopes(config, whole_org_of_apps)
     total_keys = [keys.scope_total_key(scope) for scope in scopes]
     # config labels the scope totals leave apart are not listed on them: read, shown if spent on
-    apart = [label for label in config.apart_labels(day) if label not in labels]
+    apart = [label for label in config.apart_labels if label not in labels]
     usage_keys = [*(keys.usage_key(scope, label) for scope in scopes for label in [*labels, *apart]), *total_keys]
     read = read_daily_totals(usage_keys, day, include_heartbeat=True).with_ledgers(usage_keys, day)
     if wanted != today and not read.totals:
@@ -153,7 +152,7 @@ def daily_aggregates(
     # every label's spend, or the scopes' (the scope total may count labels beyond the listed ones)
     total_cost = max(
         sum(spends.values()),
-        sum(scope_totals(config, scope, day, lambda key: found.get(key, Totals())).cost_usd_micros for scope in scopes),
+        sum(scope_totals(scope, lambda key: found.get(key, Totals())).cost_usd_micros for scope in scopes),
     )
     total_quota = sum(config.quota(label) for label in labels) if whole_org_of_apps else config.total_quota
     decision = decide(

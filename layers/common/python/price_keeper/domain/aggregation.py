@@ -1,63 +1,38 @@
-"""DailyTotal: the aggregator that folds usage shards into it, and reading it back.
+"""DailyTotal: what the aggregator writes (``domain.ledger`` folds the usage stream into
+it), reading it back, and the hourly audit.
 
-Two triggers, one fold:
-
-- **The usage table's DynamoDB Stream** (``fold_stream``; Lambda's event source mapping,
-  batches within ``USAGE_STREAM.batching_window_s``). A batch names the shards its usage
-  writes changed; the run sums every shard of just those labels (``0..first_shard_count-1``
-  and those their count items add, ``hot_labels``; strongly consistent) and folds them.
-  Totals move a second or two after a write, and a run's work is proportional to the
-  labels it changed, not to the shards active that day.
-- **The sweep** (``run``; EventBridge every 10 minutes). It repairs whatever the stream
-  missed (a batch dropped after its retries, usage written before the stream existed):
-  a Query of each partition key of the sparse GSI ``active-by-day`` per org day in play
-  (UTC today-2 .. today+1) finds the shards written that day, and all are folded. When the stream kept up
-  it writes nothing but its heartbeat.
-
-Folding (``_fold``), exactly once whatever runs overlap, repeat or arrive out of order:
-
-1. One read (BatchGetItem, 100 keys a call) of everything: the changed labels' shards,
-   their totals, their scopes' ``{scope}#TOTAL``, the ordering's totals and the sticky
-   label (what alerts evaluate). Configs come from the cache, the missing ones in one read.
-2. Per scope and day, one transaction (several for a hundred labels or more): each label
-   total whose shard sums grew is SET, conditional on its stored progress
-   (``daily_totals.PROGRESS``: ``requests``, and ``repriced`` for a re-priced record's
-   correction, which changes the cost alone) being what step 1 read, and the scope total is
-   ADDed the differences. So the scope total is always the sum of its label totals, a move
-   is added once, and a stale or repeated run (Lambda delivers a stream batch at least
-   once) writes nothing. A label-day's first fold also lists the label for the scope-day:
-   a config label in the scope total's ``labels`` set (bounded by config.yaml), any other
-   (a profile) in an item of its own (``keys.spent_label_key``), counted on the scope
-   total. Scope-days are written in parallel; one that lost a race re-reads and folds again.
-3. A heartbeat (time of the run, lag) that the aggregates endpoint reports as
-   ``X-Data-Lag-Secs``: every sweep, and a stream run at most every ``HEARTBEAT_SECONDS``
-   per container.
-
-A run that fails half-way leaves totals that are each either old or new, never mixed; the
-retried batch (or the next sweep) recomputes every sum from the shards.
+- **Totals.** A label total (``{scope}#LABEL#{label}`` / ``DAY#yyyymmdd``) holds a
+  label-day's sums; a scope total (``{scope}#TOTAL``) the sums of the scope's labels that
+  config.yaml does not name (profiles an app registered), with the labels listed
+  (``Move.listing``). A scope's spend of a day is its scope total plus each config label's
+  total (``scope_usage_keys``): a config label's record is a write of its label total alone.
+- **Hour marks.** Each label total keeps its sums as of each UTC hour it was folded in
+  (``label_move``), which reconciliation compares with Bedrock's own counts.
+- **The audit** (``audit``; EventBridge, fanned out over the repair queue by
+  ``domain.repair``): every label-day listed in the ``active-by-day`` index on the org days
+  in play (UTC today-2 .. today+1) has its scope-day's alerts evaluated against its totals,
+  so a level-triggered alert that two concurrent folds both missed fires then; and the
+  heartbeat the aggregates endpoint reports as ``X-Data-Lag-Secs``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..cache import TTLCache
 from ..config import get_config
-from ..errors import service_unavailable
-from ..observability import logger
-from ..store import daily_totals, dynamo, keys, sticky, tables, usage
+from ..store import daily_totals, keys, sticky, tables, usage
 from ..store import reconciliation as reconciliation_store
 from ..store.dynamo import batch_get_many
 from ..timeutil import org_day, org_days_in_play, parse_day, utc_now
-from . import hot_labels, orgs
+from . import orgs
 from .orgs import EffectiveConfig
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+    pass
 
 # what re-pricing, voids and settlements add, folded too
 SUM_FIELDS = (*usage.COUNTERS, usage.CORRECTIONS, usage.VOIDS, usage.SETTLED)
@@ -81,15 +56,10 @@ class StreamTrigger(NamedTuple):
 USAGE_STREAM = StreamTrigger(batch_size=1000, batching_window_s=1, tumbling_window_s=900)
 
 
-# Records worth a run: shard writes (not the dedup markers, not the TTL's deletions), and on
-# ledger days the markers' inserts and updates (``domain.ledger``): one filter each.
-SHARD_WRITES = ("INSERT", "MODIFY")
+# Records worth a run: the markers' inserts and updates (not the TTL's deletions, not the
+# index entries or estimated items beside them).
 USAGE_STREAM_FILTERS = (
-    {"eventName": list(SHARD_WRITES), "dynamodb": {"Keys": {"date_key": {"S": [{"prefix": keys.day_key("")}]}}}},
-    {
-        "eventName": list(SHARD_WRITES),
-        "dynamodb": {"Keys": {"date_key": {"S": [keys.DEDUP_SORT_KEY]}}, "NewImage": {usage.LEDGER: {"N": ["1"]}}},
-    },
+    {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"Keys": {"date_key": {"S": [keys.DEDUP_SORT_KEY]}}}},
 )
 
 
@@ -105,11 +75,9 @@ class Totals(NamedTuple):
     settled_usd_micros: int = 0  # usage.SETTLED: of ``cost_usd_micros``, what settled a reservation
     updated_at_epoch: int | None = None
     # The reservation ledger of these totals (``store.reservations``, an item of its own):
-    # settled reserved spend plus live holds, the settled part, and of it what was settled
-    # by records whose shards carry it (``usage.SETTLED``).
+    # settled reserved spend plus live holds, and the settled part.
     committed: int = 0
     settled: int = 0
-    settled_on_shards: int = 0
 
     @classmethod
     def from_item(cls, item: dict | None) -> Totals:
@@ -119,12 +87,11 @@ class Totals(NamedTuple):
         return cls(
             *(int(item.get(name, 0)) for name in SUM_FIELDS),
             updated_at_epoch=int(updated) if updated is not None else None,
-        ).with_ledger(item)  # (a total's own item held its ledger before ledgers had items of their own)
+        )
 
     def with_ledger(self, item: dict) -> Totals:
-        """These totals with a ledger item's counters added (to what the total's own item
-        held, on days reserved on before ledgers had items of their own)."""
-        return self._replace(**{name: getattr(self, name) + int(item.get(name, 0)) for name in daily_totals.LEDGER})
+        """These totals with their ledger item's counters."""
+        return self._replace(**{name: int(item.get(name, 0)) for name in daily_totals.LEDGER})
 
     @property
     def reserved(self) -> int:
@@ -136,10 +103,8 @@ class Totals(NamedTuple):
         """Spend counted without a reservation, as far as the aggregation has folded it: the
         folded cost less the settled spend it holds. A settlement is in the ledger at once
         but in the folded cost only after its fold, so what is taken off is the settled spend
-        the fold has counted (``settled_usd_micros``), plus what was settled before records
-        carried it (``settled`` - ``settled_on_shards``, folded long since)."""
-        folded_settled = self.settled_usd_micros + self.settled - self.settled_on_shards
-        return max(0, self.cost_usd_micros - folded_settled)
+        the fold has counted (``settled_usd_micros``)."""
+        return max(0, self.cost_usd_micros - self.settled_usd_micros)
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name in SUM_FIELDS}
@@ -154,18 +119,17 @@ class Totals(NamedTuple):
         )
 
 
-def scope_usage_keys(config: EffectiveConfig, scope: str, day: str) -> list[str]:
-    """The DailyTotal keys whose sum is ``scope``'s spend on org day ``day`` (yyyymmdd): its
-    scope total and, where the org keeps config labels apart from it
-    (``EffectiveConfig.labels_apart``), each config.yaml label's total (a few: bounded by
-    config.yaml, never by the profiles an app registers)."""
-    return [keys.scope_total_key(scope), *(keys.usage_key(scope, label) for label in config.apart_labels(day))]
+def scope_usage_keys(scope: str) -> list[str]:
+    """The DailyTotal keys whose sum is ``scope``'s spend on a day: its scope total and each
+    config label's total (``EffectiveConfig.apart_labels``: a few, bounded by config.yaml,
+    never by the profiles an app registers)."""
+    return [keys.scope_total_key(scope), *(keys.usage_key(scope, label) for label in orgs.config_labels_ever())]
 
 
-def scope_totals(config: EffectiveConfig, scope: str, day: str, of: Callable[[str], Totals]) -> Totals:
-    """``scope``'s totals over every label on ``day``, from the totals ``of`` each
+def scope_totals(scope: str, of: Callable[[str], Totals]) -> Totals:
+    """``scope``'s totals over every label on a day, from the totals ``of`` each
     ``scope_usage_keys`` key gives; the reservation ledger is its scope total's."""
-    total_key, *apart = scope_usage_keys(config, scope, day)
+    total_key, *apart = scope_usage_keys(scope)
     return of(total_key).plus(of(key) for key in apart)
 
 
@@ -191,13 +155,8 @@ class DailyRead(NamedTuple):
 
     @property
     def reserving(self) -> bool:
-        """Whether a scope read has reservation ledgers that day: flagged
-        (``daily_totals.RESERVING``), or with ledger counters on a total's own item (the day
-        of the deploy that moved them: a hold of before, ended since, has moved its ledger items)."""
-        return any(
-            daily_totals.RESERVING in item or any(name in item for name in daily_totals.LEDGER)
-            for item in self.items.values()
-        )
+        """Whether a scope read has reservation ledgers that day (``daily_totals.RESERVING``)."""
+        return any(daily_totals.RESERVING in item for item in self.items.values())
 
     @classmethod
     def from_items(cls, items: Iterable[dict]) -> DailyRead:
@@ -253,11 +212,8 @@ class FoldFailed(Exception):
 @dataclass
 class RunReport:
     days: list[str]
-    active_shards: int = 0
-    usage_keys: int = 0
     totals_written: int = 0
-    stale_puts_skipped: int = 0
-    lag_seconds: int = 0  # age of the oldest shard update this run folded (0: nothing new)
+    lag_seconds: int = 0  # age of the oldest record this run folded (0: nothing new)
     # (usage_key, yyyymmdd, cost_usd_micros) of the labels alerts need (the ordering's and
     # the ones moved) of every scope/day this run changed, and the labels this run changed
     costs: list[tuple[str, str, int]] = field(default_factory=list)
@@ -294,10 +250,7 @@ class RunReport:
 
     def merge(self, other: RunReport) -> None:
         self.days = sorted({*self.days, *other.days})
-        self.active_shards += other.active_shards
-        self.usage_keys += other.usage_keys
         self.totals_written += other.totals_written
-        self.stale_puts_skipped += other.stale_puts_skipped
         self.lag_seconds = max(self.lag_seconds, other.lag_seconds)
         self.costs += other.costs
         self.changed += other.changed
@@ -307,73 +260,26 @@ class RunReport:
         self.failed += other.failed
 
 
-@dataclass
-class _Group:
-    sums: dict = field(default_factory=lambda: dict.fromkeys(SUM_FIELDS, 0))
-    shard_updates: list[int] = field(default_factory=list)
-
-    def add(self, item: dict, updated_at: int) -> None:
-        for name in SUM_FIELDS:
-            self.sums[name] += int(item.get(name, 0))
-        self.shard_updates.append(updated_at)
-
-
-def changed_labels(records: Iterable[DynamoDBRecord]) -> set[tuple[str, str]]:
-    """(usage_key, date_key) of every label whose shards a stream batch wrote; the records
-    the first of ``USAGE_STREAM_FILTERS`` lets through, whatever else the batch holds."""
-    return {label_day for record in records if (label_day := _label_day_written(record))}
-
-
-def first_unfolded(records: Iterable[DynamoDBRecord], failed: Iterable[tuple[str, str]]) -> str | None:
-    """The sequence number of the first record of a stream batch whose scope-day's fold
-    failed (``RunReport.failed``): where the mapping resumes (``ReportBatchItemFailures``),
-    so the records before it are not delivered again; None when no record names one."""
-    unfolded = set(failed)
-    for record in records:
-        label_day = _label_day_written(record)
-        if label_day and scope_day_of(label_day) in unfolded:
-            return record.dynamodb.sequence_number
-    return None
-
-
 def scope_day_of(label_day: LabelDay) -> tuple[str, str]:
     """(scope, yyyymmdd) of a (usage_key, date_key): how ``RunReport`` names scope-days."""
     usage_key, date_key = label_day
     return keys.split_usage_key(usage_key)[0], keys.day_of_key(date_key)
 
 
-def _label_day_written(record: DynamoDBRecord) -> LabelDay | None:
-    """The (usage_key, date_key) whose shard ``record`` wrote, if it is such a write."""
-    item_keys = record.dynamodb.keys if record.dynamodb else {}
-    date_key = item_keys.get("date_key")
-    if (
-        record.event_name
-        and record.event_name.name in SHARD_WRITES
-        and isinstance(date_key, str)
-        and date_key.startswith(keys.day_key(""))
-        and "shard_key" in item_keys
-    ):
-        return keys.usage_key_of_shard(item_keys["shard_key"]), date_key
-    return None
-
-
 def usage_expires_at(day: str) -> int:
-    """TTL of an org day's shards and total: ``usage_retention_days`` after the day."""
+    """TTL of an org day's totals: ``usage_retention_days`` after the day."""
     start = datetime.combine(parse_day(day), time(0), tzinfo=UTC)
     return int(start.timestamp()) + (get_config().metering.usage_retention_days + 1) * 86400
 
 
-FOLD_THREADS = 8  # scope-days whose transactions are written at once
-FOLD_ATTEMPTS = 6  # per scope-day, when a concurrent run moved its totals first
-MAX_TRANSACTION_ACTIONS = 100  # DynamoDB's limit on one TransactWriteItems
+FOLD_ATTEMPTS = 6  # per chunk, when a write failed for another reason than a concurrent fold
 
 LabelDay = tuple[str, str]  # (usage_key, date_key)
 
 
 class Snapshot(NamedTuple):
-    """What one read of a fold found: shards by label-day, totals by key, sticky labels."""
+    """What one read of a fold found: totals by key, sticky labels."""
 
-    shards: dict[LabelDay, list[dict]]
     totals: dict[tuple[str, str], dict]
     sticky: dict[tuple[str, str], frozenset[str]]
 
@@ -391,7 +297,7 @@ class ScopeDay(NamedTuple):
     @property
     def apart_labels(self) -> tuple[str, ...]:
         """The labels the scope total leaves out (``EffectiveConfig.apart_labels``)."""
-        return self.config.apart_labels(keys.day_of_key(self.date_key)) if self.config else ()
+        return self.config.apart_labels if self.config else ()
 
     def in_scope_total(self, label: str) -> bool:
         return label not in self.apart_labels
@@ -408,17 +314,12 @@ class ScopeDay(NamedTuple):
         return [(keys.usage_key(self.scope, label), self.date_key) for label in labels]
 
 
-def read_for_fold(
-    label_shards: dict[LabelDay, list[dict]], scope_days: list[ScopeDay], consistent: bool, fresh_totals: bool = False
-) -> Snapshot:
-    """One BatchGetItem (per 100 keys, over three tables) of everything a fold of
-    ``scope_days`` needs: the shards, the label and scope totals, the ordering's totals and
-    the sticky labels that alerts evaluate.
-
-    Only the shards are read as ``consistent`` says (a stream run must see the writes that
-    triggered it). Totals and sticky labels are read eventually consistent, at half the
-    units, unless ``fresh_totals``: a stale total only makes the fold's conditional write
-    fail, and the retry reads them fresh (alerts may see the ordering a second late)."""
+def read_for_fold(scope_days: list[ScopeDay], fresh_totals: bool = False) -> Snapshot:
+    """One BatchGetItem (per 100 keys, over two tables) of everything a fold of
+    ``scope_days`` needs: the label and scope totals, the ordering's totals and the sticky
+    labels that alerts evaluate. Eventually consistent, at half the units, unless
+    ``fresh_totals``: a stale total only makes the fold's conditional write fail, and the
+    retry reads them fresh (alerts may see the ordering a second late)."""
     total_keys = {
         (usage_key, date_key)
         for scope_day in scope_days
@@ -429,27 +330,17 @@ def read_for_fold(
         for scope_day in scope_days
         if scope_day.config and scope_day.config.sticky_fallback_enabled
     ]
-    count_keys = [keys.shard_count_key(*keys.split_usage_key(u), d) for u, d in label_shards]
-    shards, totals, sticky_items = batch_get_many(
+    totals, sticky_items = batch_get_many(
         [
-            usage.shards_read([*(key for label_day in label_shards.values() for key in label_day), *count_keys]),
-            daily_totals.fold_read({"usage_key": u, "date_key": d} for u, d in total_keys)._replace(
-                consistent=fresh_totals
-            ),
-            sticky.days_read(sticky_days)._replace(consistent=fresh_totals),
+            daily_totals.fold_read({"usage_key": u, "date_key": d} for u, d in total_keys),
+            sticky.days_read(sticky_days),
         ],
-        consistent=consistent,
+        consistent=fresh_totals,
     )
-    shards += _shards_above(label_shards, [item for item in shards if keys.is_shard_count_key(item["date_key"])])
-    by_label: dict[LabelDay, list[dict]] = {}
-    for shard in shards:
-        if not keys.is_shard_count_key(shard["date_key"]):
-            by_label.setdefault((keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"]), []).append(shard)
     passed_of = {
         (item["scope_key"], item["date_key"]): frozenset(item.get("passed_labels", ())) for item in sticky_items
     }
     return Snapshot(
-        by_label,
         {(item["usage_key"], item["date_key"]): item for item in totals},
         {
             (scope, day): passed_of.get(
@@ -458,24 +349,6 @@ def read_for_fold(
             for scope, day in sticky_days
         },
     )
-
-
-def _shards_above(label_shards: dict[LabelDay, list[dict]], count_items: list[dict]) -> list[dict]:
-    """The shards of hot label-days (``hot_labels``) above the ones read, which their count
-    items say exist: read now (one more BatchGetItem, once per container and raise) and
-    added to ``label_shards`` for re-reads."""
-    extra = []
-    for item in count_items:
-        usage_key, count = item["shard_key"], int(item["shard_count"])
-        day = item["date_key"].removeprefix(keys.SHARD_COUNT_PREFIX)
-        scope, label = keys.split_usage_key(usage_key)
-        hot_labels.learned(scope, label, day, count)
-        label_day = (usage_key, keys.day_key(day))
-        have = {key["shard_key"] for key in label_shards[label_day]}
-        more = [key for key in keys.shard_item_keys(scope, label, label_day[1], count) if key["shard_key"] not in have]
-        label_shards[label_day] = [*label_shards[label_day], *more]
-        extra += more
-    return usage.read_shards(extra, [*SUM_FIELDS, "updated_at_epoch"], consistent=True) if extra else []
 
 
 class Move(NamedTuple):
@@ -492,86 +365,14 @@ class Move(NamedTuple):
         return keys.split_usage_key(self.fold.usage_key)[1]
 
 
-def _transactions(moves: list[Move]) -> list[list[Move]]:
-    """``moves`` in groups whose transaction fits one TransactWriteItems: a write per move,
-    a put per label listed in an item, and the scope total's."""
-    groups: list[list[Move]] = [[]]
-    actions = 1
-    for move in moves:
-        need = 1 + (move.listing == "item")
-        if groups[-1] and actions + need > MAX_TRANSACTION_ACTIONS:
-            groups.append([])
-            actions = 1
-        groups[-1].append(move)
-        actions += need
-    return groups
-
-
-def _fold_scope_day(
-    scope_day: ScopeDay,
-    label_shards: dict[LabelDay, list[dict]],
-    snapshot: Snapshot,
-    evaluate_unmoved: bool,
-    now: datetime,
-) -> RunReport:
-    """Move the label totals of one scope-day whose shard sums grew, and its scope total by
-    their differences: one transaction per group of labels that fits one (a scope of a
-    hundred labels or more takes several), each all or nothing. A label the scope total
-    leaves apart (``ScopeDay.in_scope_total``) moves on its own, one conditional write.
-    On a lost race re-read this scope-day and fold what is left. Its alerts are evaluated
-    when it moved, or with ``evaluate_unmoved`` (the audit) when it is the scope's today:
-    a past day's are not raised late against quotas and boosts that are today's."""
-    folded: list[Move] = []
-    written = lag = 0
-    for attempt in range(FOLD_ATTEMPTS):
-        if attempt:
-            dynamo._backoff(attempt)  # (the store's jittered backoff)
-            snapshot = read_for_fold(
-                {ld: label_shards[ld] for ld in scope_day.label_days}, [scope_day], consistent=True, fresh_totals=True
-            )
-        report, moves = _moves(scope_day, snapshot, now)
-        lag = max(lag, report.lag_seconds)
-        scope_cost = int(
-            snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {}).get("cost_usd_micros", 0)
-        )
-        alone = [move for move in moves if not scope_day.in_scope_total(move.label)]
-        together = [move for move in moves if scope_day.in_scope_total(move.label)]
-        lost = False
-        for move in alone:
-            if not daily_totals.set_label_total(move.fold):
-                lost = True
-                break
-            folded.append(move)
-            written += 1
-        for group in [] if lost else _transactions(together) if together else []:
-            delta = {name: sum(move.difference[name] for move in group) for name in SUM_FIELDS}
-            if not _fold_group(scope_day, group, now):
-                lost = True
-                break
-            folded += group
-            written += len(group) + 1
-            scope_cost += delta["cost_usd_micros"]
-        if not lost:
-            report.lag_seconds, report.totals_written = lag, written
-            if folded or (evaluate_unmoved and scope_day.is_today(now)):
-                report_moved(report, scope_day, snapshot, folded, scope_cost)
-            return report
-    raise service_unavailable()  # a stream batch is retried; the next sweep runs anyway
-
-
-def _fold_group(scope_day: ScopeDay, group: list[Move], now: datetime) -> bool:
-    """One transaction of ``group``'s label totals, their differences added to the scope
-    total, and the labels folded for the first time listed; False when a race was lost."""
-    return daily_totals.fold_scope(*_scope_fold(scope_day, group, now))
-
-
 def scope_fold_actions(scope_day: ScopeDay, group: list[Move], now: datetime) -> list[dict]:
-    """The actions of ``_fold_group``, for a transaction that holds more."""
+    """The actions of one transaction of ``group``'s label totals, their differences added to
+    the scope total, and the labels folded for the first time listed."""
     return daily_totals.fold_scope_actions(*_scope_fold(scope_day, group, now))
 
 
 def _scope_fold(scope_day: ScopeDay, group: list[Move], now: datetime) -> tuple:
-    """``daily_totals.fold_scope``'s arguments for ``group``."""
+    """``daily_totals.fold_scope_actions``' arguments for ``group``."""
     scope_values = {
         "updated_at_epoch": int(now.timestamp()),
         "source_updated_at_epoch": max(move.fold.values["source_updated_at_epoch"] for move in group),
@@ -610,33 +411,6 @@ def report_moved(
         report.sticky[(scope_day.scope, day)] = snapshot.sticky[(scope_day.scope, day)]
 
 
-def _moves(scope_day: ScopeDay, snapshot: Snapshot, now: datetime) -> tuple[RunReport, list[Move]]:
-    """The label totals of a scope-day whose shards summed further than stored (``progress``),
-    with their differences; the report of the stale ones and of the lag."""
-    now_epoch = int(now.timestamp())
-    report = RunReport(days=[keys.day_of_key(scope_day.date_key)])
-    moves = []
-    for label_day in scope_day.label_days:
-        shards = snapshot.shards.get(label_day)
-        if not shards:
-            continue
-        group = _Group()
-        for shard in shards:
-            group.add(shard, int(shard.get("updated_at_epoch", 0)))
-        stored = snapshot.totals.get(label_day) or {}
-        stored_progress = daily_totals.progress(stored) if "requests" in stored else None
-        if stored_progress is None and daily_totals.progress(group.sums) == (0, 0):
-            continue  # a ledger label-day's index entry alone (``usage.ledger_day_listed``): the ledger folds it
-        if stored_progress is not None and daily_totals.progress(group.sums) <= stored_progress:
-            report.stale_puts_skipped += daily_totals.progress(group.sums) < stored_progress
-            continue
-        folded_until = int(stored.get("source_updated_at_epoch", 0))
-        unfolded = [update for update in group.shard_updates if update > folded_until] or group.shard_updates
-        report.lag_seconds = max(report.lag_seconds, now_epoch - min(unfolded))
-        moves.append(label_move(scope_day, label_day, stored, group.sums, max(group.shard_updates), now))
-    return report, moves
-
-
 def label_move(
     scope_day: ScopeDay, label_day: LabelDay, stored: dict, sums: dict, source_updated_at: int, now: datetime
 ) -> Move:
@@ -662,57 +436,12 @@ def label_move(
     return Move(fold, difference, listing)
 
 
-def _fold(
-    label_shards: dict[LabelDay, list[dict]],
-    configs: dict[str, EffectiveConfig],
-    report: RunReport,
-    now: datetime,
-    *,
-    audit: bool,
-) -> None:
-    """Fold every label-day of ``label_shards`` (its shards' keys: all of them on the stream)
-    into its total and its scope's: one read for all, one transaction per scope-day, the
-    transactions in parallel. Strongly consistent reads when the run must see the writes
-    that triggered it (the stream's, a repair of it); the ``audit`` reads eventually
-    consistent, and also evaluates the alerts of the scope-days it did not move."""
-    by_scope_day: dict[tuple[str, str], list[LabelDay]] = {}
-    for usage_key, date_key in label_shards:
-        by_scope_day.setdefault((keys.split_usage_key(usage_key)[0], date_key), []).append((usage_key, date_key))
-    scope_days = [
-        ScopeDay(scope, date_key, label_days, configs.get(scope))
-        for (scope, date_key), label_days in sorted(by_scope_day.items())
-    ]
-    if any(scope_day.apart_labels for scope_day in scope_days):
-        orgs.record_config_labels()  # stored before any spend is kept apart under one of them
-    snapshot = read_for_fold(label_shards, scope_days, consistent=not audit)
-    report.active_shards += sum(len(shards) for shards in snapshot.shards.values())
-    report.usage_keys += len(snapshot.shards)
-    with ThreadPoolExecutor(max_workers=FOLD_THREADS) as pool:
-        futures = [
-            (scope_day, pool.submit(_fold_scope_day, scope_day, label_shards, snapshot, audit, now))
-            for scope_day in scope_days
-        ]
-    for scope_day, future in futures:
-        try:
-            report.merge(future.result())
-        except Exception:  # noqa: BLE001 - one scope's failure must not stop the others' totals and alerts
-            logger.exception("fold failed", extra={"scope": scope_day.scope, "date_key": scope_day.date_key})
-            report.failed.append((scope_day.scope, keys.day_of_key(scope_day.date_key)))
-
-
-def configs_of(scopes: Iterable[str]) -> tuple[dict[str, EffectiveConfig], dict[str, EffectiveConfig]]:
-    """Each scope's effective config and its org's (for the shard count), read together;
-    scopes of orgs or apps no longer registered are left out."""
+def configs_of(scopes: Iterable[str]) -> dict[str, EffectiveConfig]:
+    """Each scope's effective config, read together; scopes of orgs or apps no longer
+    registered are left out."""
     pairs = {keys.split_scope(scope) for scope in scopes}
-    configs = orgs.effective_configs(pairs | {(org_id, None) for org_id, _ in pairs})
-    return (
-        {scope: configs[keys.split_scope(scope)] for scope in scopes if keys.split_scope(scope) in configs},
-        {
-            scope: configs[(keys.split_scope(scope)[0], None)]
-            for scope in scopes
-            if (keys.split_scope(scope)[0], None) in configs
-        },
-    )
+    configs = orgs.effective_configs(pairs)
+    return {scope: configs[keys.split_scope(scope)] for scope in scopes if keys.split_scope(scope) in configs}
 
 
 def heartbeat(lag_seconds: int, now: datetime) -> None:
@@ -720,69 +449,49 @@ def heartbeat(lag_seconds: int, now: datetime) -> None:
     daily_totals.put_heartbeat(int(now.timestamp()), lag_seconds)
 
 
+def stream_heartbeat(lag_seconds: int, now: datetime) -> None:
+    """The heartbeat of a stream run: at most every ``HEARTBEAT_SECONDS`` a container."""
+    if not _recent_heartbeat.get("written"):
+        heartbeat(lag_seconds, now)
+        _recent_heartbeat.put("written", True)
+
+
 def days_in_play(now: datetime) -> list[str]:
     """The org days (``yyyymmdd``) that can still receive usage somewhere: UTC today-2 .. today+1."""
     return [day.strftime("%Y%m%d") for day in org_days_in_play(now)]
 
 
-def active_label_shards(day: str) -> dict[LabelDay, list[dict]]:
-    """The shards written on org day ``day`` by label-day, from the sparse index (which lags
-    the writes a little: the stream folds the newest)."""
-    label_shards: dict[LabelDay, list[dict]] = {}
-    for shard in usage.active_shard_keys(day):
-        label_shards.setdefault((keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"]), []).append(shard)
-    return label_shards
-
-
-def fold_shards(label_shards: dict[LabelDay, list[dict]], now: datetime | None = None) -> RunReport:
-    """The audit's fold: these label-days from the shards the index found (and any above
-    them that a raised shard count names), spend of orgs no longer registered included."""
+def audit_label_days(label_days: Iterable[LabelDay], now: datetime | None = None) -> RunReport:
+    """The audit of these label-days: each scope-day of its scope's today has its alerts
+    evaluated against its totals as they stand (``report_moved`` with nothing moved), read
+    together; a past day's are not raised late against quotas and boosts that are today's.
+    Spend of orgs no longer registered is left out."""
     now = now or utc_now()
-    report = RunReport(days=sorted({keys.day_of_key(date_key) for _, date_key in label_shards}))
-    if label_shards:
-        configs, _ = configs_of({keys.split_usage_key(usage_key)[0] for usage_key, _ in label_shards})
-        _fold(label_shards, configs, report, now, audit=True)
+    by_scope_day: dict[tuple[str, str], list[LabelDay]] = {}
+    for usage_key, date_key in label_days:
+        by_scope_day.setdefault((keys.split_usage_key(usage_key)[0], date_key), []).append((usage_key, date_key))
+    configs = configs_of({scope for scope, _ in by_scope_day})
+    scope_days = [
+        scope_day
+        for (scope, date_key), days in sorted(by_scope_day.items())
+        if (scope_day := ScopeDay(scope, date_key, days, configs.get(scope))).is_today(now)
+    ]
+    report = RunReport(days=sorted({keys.day_of_key(date_key) for _, date_key in by_scope_day}))
+    snapshot = read_for_fold(scope_days)
+    for scope_day in scope_days:
+        stored = snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {})
+        evaluated = RunReport(days=[])
+        report_moved(evaluated, scope_day, snapshot, [], int(stored.get("cost_usd_micros", 0)))
+        report.merge(evaluated)
     return report
 
 
 def run(now: datetime | None = None) -> RunReport:
-    """The audit in one process (tests and tools; deployed, ``repair.plan_audit`` fans it out
-    over the repair queue): fold every shard written on the org days in play."""
+    """The audit in one process (tests and tools; deployed, ``repair.plan_audit`` fans it
+    out over the repair queue): every label-day listed on the org days in play."""
     now = now or utc_now()
     days = days_in_play(now)
-    report = fold_shards({ld: keys_ for day in days for ld, keys_ in active_label_shards(day).items()}, now)
+    report = audit_label_days([label_day for day in days for label_day in usage.active_label_days(day)], now)
     report.days = days
     heartbeat(report.lag_seconds, now)
-    return report
-
-
-def fold_stream(records: Iterable[DynamoDBRecord], now: datetime | None = None) -> RunReport:
-    """An event-driven run: fold the labels a stream batch changed, all of their shards."""
-    return fold_label_days(changed_labels(records), now)
-
-
-def fold_label_days(changed: set[LabelDay], now: datetime | None = None) -> RunReport:
-    """Fold these (usage_key, date_key) label-days, all of their shards, strongly
-    consistent: a stream batch's, or a repair's (``domain.repair``)."""
-    now = now or utc_now()
-    report = RunReport(days=sorted({keys.day_of_key(date_key) for _, date_key in changed}))
-    if not changed:
-        return report
-    configs, org_configs = configs_of({keys.split_usage_key(usage_key)[0] for usage_key, _ in changed})
-    label_shards = {}
-    for usage_key, date_key in sorted(changed):
-        scope, label = keys.split_usage_key(usage_key)
-        if scope not in org_configs:
-            logger.warning("spend of an unregistered org left to the sweep", extra={"scope": scope})
-            continue
-        # the org's, or what this container learned of the label-day's since (the fold reads the count item too)
-        day = keys.day_of_key(date_key)
-        shard_count = hot_labels.shard_count(scope, label, day, org_configs[scope].starting_shards(day))
-        label_shards[(usage_key, date_key)] = keys.shard_item_keys(scope, label, date_key, shard_count)
-    if not label_shards:
-        return report
-    _fold(label_shards, configs, report, now, audit=False)
-    if not _recent_heartbeat.get("written"):
-        heartbeat(report.lag_seconds, now)
-        _recent_heartbeat.put("written", True)
     return report

@@ -388,9 +388,7 @@ def spend_pcts(report: RunReport, now: datetime) -> list[float]:
     scopes are to being cut off now. So are counters that are no longer a quota scope (the
     org changed ``quota_scope`` during the day) and, logged, scopes whose config cannot be
     read (the run's totals and alerts are done; a metric must not fail it). The config and
-    the boosts come from the caches ``fire_after_run`` filled (the boosts with the config,
-    or one Config Query per scope made before boosts were kept on its item, at most once per
-    ``boosts.BOOST_CACHE_SECONDS``).
+    its boosts come from the cache ``fire_after_run`` filled.
     """
     pcts: list[float] = []
     for (scope, day), spends in report.evaluated_spends().items():

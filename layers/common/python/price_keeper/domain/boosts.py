@@ -11,11 +11,9 @@ ORG-scoped org the org's quota (no ``app_id``), in an APP-scoped org one app's q
 (``expires_at_epoch`` is the table's TTL attribute) and an entry of the ``quota_boosts``
 map on the scope's own item, the org's or the app's (``store.boosts``), written together.
 Every reader takes the boosts from that map, which comes with the config it reads anyway:
-no call of their own. A scope item made before the map existed is read through its boost
-items (one ``Query``, ``begins_with`` the scope's prefix; app ids cannot contain ``#``, so
-``app-1`` never matches ``app-10``) until its next boost creates the map. DynamoDB's TTL
-deletes an item up to 48 h late and expired entries stay in the map until the next boost
-of the quota removes them, so every read filters by expiry.
+no call of their own. DynamoDB's TTL deletes an item up to 48 h late and expired entries
+stay in the map until the next boost of the quota removes them, so every read filters by
+expiry.
 
 A boost applies to every day it overlaps, for as long as it has not expired: a boost
 expiring at 15:00 counts in selection and aggregates until 15:00 and not after.
@@ -30,7 +28,6 @@ from typing import Annotated
 from pydantic import Field, StringConstraints
 
 from .. import audit
-from ..cache import TTLCache
 from ..config import get_config
 from ..errors import ApiError, invalid_request, not_found, service_unavailable
 from ..store import boosts as boost_store
@@ -43,12 +40,6 @@ MAX_BOOST_DAYS = 7
 MAX_ACTIVE_BOOSTS = 20  # per quota: its item keeps them (~70 B each)
 CREATE_ATTEMPTS = 3  # a concurrent boost of the same quota changed its item first
 MAX_AMOUNT_USD_MICROS = 2**63 - 1  # CostAmount is a 64-bit integer
-BOOST_CACHE_SECONDS = 30
-
-# (org_id, app_id | None, quota_scope) -> {boost_id: (label, amount, expires_at_epoch)} of a
-# scope item made before boosts were kept on it, unfiltered: expiry is checked at every call,
-# so a cached boost stops counting exactly at its expiry.
-_cache = TTLCache(BOOST_CACHE_SECONDS)
 
 
 class BoostRequest(StrictBody):
@@ -158,8 +149,7 @@ def _store(org_id: str, request: BoostRequest, item: dict, now: datetime) -> boo
     False when the scope item changed in between. 400 when the quota already has
     ``MAX_ACTIVE_BOOSTS`` boosts that have not expired."""
     config, scope_item = _check_target(org_id, request)
-    entries = boost_store.entries_of(scope_item)
-    stored = entries if entries is not None else boost_store.of_quota(org_id, request.app_id, config.quota_scope)
+    stored = boost_store.entries_of(scope_item)
     active = {boost_id: entry for boost_id, entry in stored.items() if entry[2] > now.timestamp()}
     if len(active) >= MAX_ACTIVE_BOOSTS:
         raise invalid_request(
@@ -170,7 +160,6 @@ def _store(org_id: str, request: BoostRequest, item: dict, now: datetime) -> boo
     return boost_store.create(
         {**item, "resource_key": keys.boost_prefix(config.quota_scope, request.app_id) + item["boost_id"]},
         {"org_key": scope_item["org_key"], "resource_key": scope_item["resource_key"]},
-        migrated=active if entries is None else None,
         expired=[boost_id for boost_id in stored if boost_id not in active],
         room=MAX_ACTIVE_BOOSTS + len(stored) - len(active),
     )
@@ -180,17 +169,10 @@ def active_boosts(config: orgs.EffectiveConfig, now: datetime) -> dict[str, int]
     """Micro-USD to add to each label's daily quota at ``now``, for the quota of ``config``'s
     scope; ``apply(config.quotas, active_boosts(config, now))`` gives the quotas to compare
     spend with. The boosts come with the config (``EffectiveConfig.boosts``, cached for
-    ``orgs.CONFIG_CACHE_SECONDS``), but for a scope item made before boosts were kept there:
-    one Query of its boost items, cached for ``BOOST_CACHE_SECONDS``. A new boost reaches
-    other warm containers within that; an expired one stops counting at once.
+    ``orgs.CONFIG_CACHE_SECONDS``): a new boost reaches other warm containers within that;
+    an expired one stops counting at once.
     """
     entries = config.boosts
-    if entries is None:
-        scope_app = config.app_id if config.quota_scope == "APP" else None
-        entries = _cache.get_or_load(
-            (config.org_id, scope_app, config.quota_scope),
-            lambda: boost_store.of_quota(config.org_id, scope_app, config.quota_scope),
-        )
     cutoff = now.timestamp()
     totals: dict[str, int] = {}
     for label, amount, expires_at_epoch in entries.values():

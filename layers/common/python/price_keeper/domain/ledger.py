@@ -1,7 +1,6 @@
 """The ledger: usage counted by its dedup marker alone, folded from the stream's images.
 
-On org days from ``metering.ledger_from`` a record is one conditional PutItem of its
-marker (1 write unit, against the 4 of the marker-and-shard transaction), and a void or a
+A record is one conditional PutItem of its marker (1 write unit), and a void or a
 re-pricing is an update of that marker. The usage table's stream carries each change with
 its old and new image, and what a change counts is what its new image counts less what its
 old one did (``counted``). The aggregator adds that to the label totals, exactly once:
@@ -37,7 +36,7 @@ from ..errors import service_unavailable
 from ..observability import logger
 from ..store import daily_totals, dynamo, keys, usage
 from ..timeutil import utc_now
-from . import aggregation
+from . import aggregation, orgs
 from .aggregation import SUM_FIELDS, LabelDay, RunReport
 
 if TYPE_CHECKING:
@@ -57,9 +56,9 @@ OVERTAKEN_LIMIT = 100
 
 
 def counted(image: dict | None) -> dict[str, int]:
-    """What a ledger marker counts toward its label totals (nothing for none): its cost,
-    tokens and one request, or once voided none of them and one void; one correction once
-    re-priced. The same sums a shard holds of the same record."""
+    """What a marker counts toward its label totals (nothing for none): its cost, tokens
+    and one request, or once voided none of them and one void; one correction once
+    re-priced."""
     sums = dict.fromkeys(SUM_FIELDS, 0)
     if not image:
         return sums
@@ -86,15 +85,15 @@ class Change(NamedTuple):
 
 
 def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
-    """The ledger markers' inserts and updates of a stream batch, in order (a TTL's
-    removal takes nothing back; any other record is the shard fold's)."""
+    """The markers' inserts and updates of a stream batch, in order (a TTL's removal takes
+    nothing back)."""
     found = []
     for position, record in enumerate(records):
         new = record.dynamodb.new_image if record.dynamodb else None
         marker = record.dynamodb.keys.get("date_key") == keys.DEDUP_SORT_KEY if record.dynamodb else False
         inserted_or_updated = record.event_name is not None and record.event_name.name in ("INSERT", "MODIFY")
-        if not (marker and inserted_or_updated and (new or {}).get(usage.LEDGER)):
-            continue  # (a record's estimated item carries the flag too: only its marker counts)
+        if not (marker and inserted_or_updated and new):
+            continue
         before, after = counted(record.dynamodb.old_image), counted(new)
         if before == after:
             continue  # an update that changes nothing counted
@@ -137,7 +136,9 @@ def chunks(found: list[Change]) -> list[list[Change]]:
 
 class Folded(NamedTuple):
     report: RunReport
-    failed_at: int | None  # the position of the first record of the chunk that could not be written
+    # the sequence number of the first record of the chunk that could not be written: where
+    # the mapping delivers the batch again from (``ReportBatchItemFailures``)
+    resume_at: str | None
 
 
 class Progress:
@@ -151,25 +152,27 @@ class Progress:
         return [change for change in found if self.folded_to is None or change.sequence > self.folded_to]
 
 
-def fold(records: Sequence[DynamoDBRecord], shard_id: str, now: datetime | None = None) -> Folded:
-    """Fold a stream shard's batch of ledger changes past the shard's progress, chunk by
+def fold_batch(records: Sequence[DynamoDBRecord], shard_id: str, now: datetime | None = None) -> Folded:
+    """Fold a stream shard's batch of marker changes past the shard's progress, chunk by
     chunk, stopping at the first that fails."""
     now = now or utc_now()
     found = changes(records)
-    if not found:  # (a batch of shard writes alone: no progress to read)
+    if not found:  # (no marker changes: no progress to read)
         return Folded(RunReport(days=[]), None)
     progress = Progress(shard_id)
     cut = chunks(progress.unfolded(found))
     report = RunReport(days=sorted({keys.day_of_key(d) for chunk in cut for c in chunk for _, d in c.label_days}))
     if not cut:
         return Folded(report, None)
-    configs, _ = aggregation.configs_of(scopes_of(change for chunk in cut for change in chunk))
+    configs = aggregation.configs_of(scopes_of(change for chunk in cut for change in chunk))
+    orgs.record_config_labels()  # stored before any spend is kept apart from a scope total under one of them
     for chunk in cut:
         try:
             report.merge(_fold_chunk(chunk, configs, now, progress))
         except Exception:  # noqa: BLE001 - named to the mapping, which delivers the batch again from it
             logger.exception("ledger fold failed", extra={"sequence": chunk[0].sequence, "shard": shard_id})
-            return Folded(report, chunk[0].position)
+            return Folded(report, records[chunk[0].position].dynamodb.sequence_number)
+    aggregation.stream_heartbeat(report.lag_seconds, now)
     return Folded(report, None)
 
 
@@ -226,7 +229,7 @@ def _moves(
         aggregation.ScopeDay(scope, date_key, label_days, configs.get(scope))
         for (scope, date_key), label_days in sorted(by_scope_day.items())
     ]
-    snapshot = aggregation.read_for_fold({}, scope_days, consistent=True, fresh_totals=fresh)
+    snapshot = aggregation.read_for_fold(scope_days, fresh_totals=fresh)
     moves = {
         (scope_day.scope, scope_day.date_key): [
             aggregation.label_move(
@@ -247,7 +250,7 @@ def _moves(
 def _scope_day_actions(scope_day: aggregation.ScopeDay, moves: dict, now: datetime) -> list[dict]:
     """One scope-day's writes: its label totals (those the scope total leaves apart alone,
     the others with the scope total's ADD and their listings), and the index entry of each
-    label-day folded for the first time (``usage.ledger_day_listed``)."""
+    label-day folded for the first time (``usage.day_listed``)."""
     folded = moves[(scope_day.scope, scope_day.date_key)]
     alone = [daily_totals.label_total_action(m.fold) for m in folded if not scope_day.in_scope_total(m.label)]
     together = [m for m in folded if scope_day.in_scope_total(m.label)]
@@ -256,7 +259,7 @@ def _scope_day_actions(scope_day: aggregation.ScopeDay, moves: dict, now: dateti
         actions += aggregation.scope_fold_actions(scope_day, together, now)
     day = keys.day_of_key(scope_day.date_key)
     actions += [
-        usage.ledger_day_listed(scope_day.scope, m.label, day, int(now.timestamp()), aggregation.usage_expires_at(day))
+        usage.day_listed(scope_day.scope, m.label, day, int(now.timestamp()), aggregation.usage_expires_at(day))
         for m in folded
         if m.fold.read_progress is None
     ]
@@ -298,24 +301,6 @@ def _moved(scope_day: aggregation.ScopeDay, snapshot, moves: dict, pending: list
     )
     aggregation.report_moved(moved, scope_day, snapshot, folded, scope_cost)
     return moved
-
-
-def fold_batch(
-    records: Sequence[DynamoDBRecord], shard_id: str, now: datetime | None = None
-) -> tuple[RunReport, str | None]:
-    """A usage stream shard's batch: the shard fold of its shard writes and the ledger's of
-    its markers, and the sequence number the mapping must deliver it again from, if any:
-    the earlier of the two failures."""
-    records = list(records)
-    report = aggregation.fold_stream(records, now)
-    shard_failed = aggregation.first_unfolded(records, report.failed)
-    folded = fold(records, shard_id, now)
-    report.merge(folded.report)
-    positions = {record.dynamodb.sequence_number: n for n, record in enumerate(records)}
-    candidates = [] if folded.failed_at is None else [folded.failed_at]
-    if shard_failed is not None:
-        candidates.append(positions[shard_failed])
-    return report, records[min(candidates)].dynamodb.sequence_number if candidates else None
 
 
 def scopes_of(found: Iterable[Change]) -> set[str]:

@@ -1,11 +1,9 @@
 """Usage metering: validate a usage record, price it, and count it exactly once.
 
-The write is one TransactWriteItems of a dedup marker and a shard update
-(``store.usage``): both land or neither does, so a record is never counted twice and
-never lost half-way, and a duplicate is answered with what the first acceptance counted.
-The write cost is the same on the first and the millionth request of a day. On org days
-from ``metering.ledger_from`` the marker alone is the record, one conditional PutItem,
-which the aggregator folds from the stream (``domain.ledger``).
+A record is its dedup marker (``store.usage``): one conditional PutItem, which the
+aggregator folds from the usage stream (``domain.ledger``). A retry of the same request id
+cancels on the marker and is answered with what the first acceptance counted. The write
+costs the same on the first and the millionth request of a day.
 
 The day a record counts toward is the org-local day it *arrives* on, whatever its
 ``timestamp``: spend reported today counts against today's quota, so stamping records
@@ -37,7 +35,7 @@ from ..observability import logger
 from ..store import daily_totals, keys, usage
 from ..timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
 from ..validation import is_label
-from . import alerts, boosts, hot_labels, pricing, profiles, reservations, selection
+from . import alerts, boosts, pricing, profiles, reservations, selection
 from .aggregation import Totals, scope_totals, scope_usage_keys, usage_expires_at
 from .models import UsageRequest
 from .orgs import EffectiveConfig
@@ -59,16 +57,13 @@ class Submission(NamedTuple):
     scopes: tuple[str, ...]  # the quota scope's counters, and in ORG scope the app's own
     label: str
     day: str  # org-local yyyymmdd the record counts toward (see ``booking_day``)
-    shard_id: int
+    shard_id: int  # the reply's ``processing.shard_id``: the record's bucket among the org's ``agg_shard_count``
     tokens: pricing.Tokens
     cost_usd_micros: int
     quote: pricing.PriceQuote
-    shard_count: int  # the label-day's shard count the shard was chosen among (hot labels raise it)
-    busy_shard_count: int  # the org's agg_shard_count: what a quiet label-day's first conflict spreads it to
-    ledger: bool = False  # counted by its marker alone (``EffectiveConfig.counts_by_ledger``)
-    live: bool = False  # a ledger record of a tight label-day: its cost on the live item too
-    # a ledger record of a label-day not folded yet: its index entry too, so ``org_has_spend``
-    # sees the day's spend before the fold lists it (``usage.ledger_day_listed``)
+    live: bool = False  # a record of a tight label-day: its cost on a live item too
+    # a record of a label-day not folded yet: its index entry too, so ``org_has_spend`` sees
+    # the day's spend before the fold lists it (``usage.day_listed``)
     lists_day: bool = False
 
     @property
@@ -199,27 +194,19 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
 def _priced_on(config: EffectiveConfig, request: UsageRequest, priced: profiles.PricedModel, day: str) -> Submission:
     """``request`` priced and counted on org day ``day``."""
     quote = pricing.price_of(priced, parse_day(day))
-    scopes = config.counted_scopes
-    # a shard every scope's fold is known to read (hot labels raise each scope's count)
-    shard_count = min(
-        hot_labels.shard_count(scope, request.model_label, day, config.starting_shards(day)) for scope in scopes
-    )
     tokens = pricing.Tokens(
         request.input_tokens, request.output_tokens, request.cache_read_input_tokens, request.cache_write_input_tokens
     )
     return Submission(
         request_id=request.request_id,
         dedup_key=keys.dedup_key(config.org_id, config.app_id, request.request_id),
-        scopes=scopes,
+        scopes=config.counted_scopes,
         label=request.model_label,
         day=day,
-        shard_id=keys.record_shard(request.request_id, shard_count),
+        shard_id=keys.record_shard(request.request_id, config.agg_shard_count),
         tokens=tokens,
         cost_usd_micros=pricing.cost_usd_micros(tokens, quote.prices),
         quote=quote,
-        shard_count=shard_count,
-        busy_shard_count=config.agg_shard_count,
-        ledger=config.counts_by_ledger(day),
     )
 
 
@@ -235,12 +222,12 @@ def _room_on_closed_day(config: EffectiveConfig, submission: Submission) -> bool
     booking takes its cost from it; a record that does not fit counts today."""
     day, scope = submission.day, config.scope
     label_key = keys.usage_key(scope, submission.label)
-    usage_keys = scope_usage_keys(config, scope, day)
+    usage_keys = scope_usage_keys(scope)
     found = daily_totals.read_days([(label_key, day), *((usage_key, day) for usage_key in usage_keys)])
     left = {}
     if quota := config.quota(submission.label):
         left[label_key] = quota - Totals.from_item(found.get((label_key, day))).cost_usd_micros
-    spent = scope_totals(config, scope, day, lambda usage_key: Totals.from_item(found.get((usage_key, day))))
+    spent = scope_totals(scope, lambda usage_key: Totals.from_item(found.get((usage_key, day))))
     left[keys.scope_total_key(scope)] = config.total_quota - spent.cost_usd_micros
     return daily_totals.claim_grace(left, day, submission.cost_usd_micros, usage_expires_at(day))
 
@@ -267,22 +254,6 @@ def record(submission: Submission, now: datetime, settle: reservations.Settlemen
     a duplicate answers with the original's outcome. ``settle`` adds a reservation's
     settlement to the same transaction (so the dedup marker makes it exactly once too)."""
     return _write_chunk([(0, submission)], now, settle)[0]
-
-
-def _spread(submission: Submission) -> int:
-    """Raise the label-day's shard count after a conflict, in every scope the record
-    writes; the count to choose among now."""
-    return min(
-        hot_labels.raise_after_conflict(
-            scope,
-            submission.label,
-            submission.day,
-            submission.shard_count,
-            submission.busy_shard_count,
-            usage_expires_at(submission.day),
-        )
-        for scope in submission.scopes
-    )
 
 
 def _pause(attempt: int) -> None:
@@ -317,13 +288,12 @@ def _duplicate(submission: Submission, first: dict) -> Outcome:
 
 
 def record_group(submissions: list[Submission], now: datetime) -> list[Outcome | ApiError]:
-    """Write distinct request ids exactly once, together (``usage.group_items``): the records
-    of a label-day share one shard, so a transaction holds each record's marker and one ADD
-    per shard, up to DynamoDB's 100 actions. A request id counted before is answered as
-    ``record`` answers it and the others are written again; after a conflict the label-days
-    are spread over more shards. A chunk that kept conflicting (or failed otherwise) answers
-    its records' error; the other chunks are written all the same. Ledger records with
-    nothing beside their marker are a PutItem each (``_put_markers``)."""
+    """Write distinct request ids exactly once: a record with nothing beside its marker is a
+    PutItem of its own (``_put_markers``); the others share transactions (``usage.group_items``:
+    each record's marker, a label-day's live item and index entry once), up to DynamoDB's 100
+    actions. A request id counted before is answered as ``record`` answers it and the others
+    are written again. A chunk that kept conflicting (or failed otherwise) answers its
+    records' error; the other chunks are written all the same."""
     outcomes: dict[int, Outcome | ApiError] = _put_markers(
         [(index, submission) for index, submission in enumerate(submissions) if _a_marker_alone(submission)], now
     )
@@ -339,9 +309,9 @@ MARKER_THREADS = 10  # a batch's ledger markers written at once (the store clien
 
 
 def _a_marker_alone(submission: Submission) -> bool:
-    """A ledger record with nothing to write beside its marker (no estimated item, no live
-    item or index entry: a batch's records share their label-day's in one transaction)."""
-    return submission.ledger and not (submission.live or submission.lists_day) and _estimated(submission) is None
+    """A record with nothing to write beside its marker (no estimated item, no live item or
+    index entry: a batch's records share their label-day's in one transaction)."""
+    return not (submission.live or submission.lists_day) and _estimated(submission) is None
 
 
 # Label-days (scope, label, yyyymmdd) this container's records listed (``_as_answered``): a
@@ -350,18 +320,18 @@ _listed = TTLCache(86_400)
 
 
 def _as_answered(submission: Submission, statuses: list[dict]) -> Submission:
-    """A ledger record as the answer read before its write has it (``_daily_status`` of its
+    """A record as the answer read before its write has it (``_daily_status`` of its
     label-day among ``statuses``): live when the label-day is tight, and listing the day
     while the label-day has no total yet (unless this container listed it)."""
     status = next((s for s in statuses if (s["label"], s["org_day"]) == (submission.label, submission.day)), None)
-    if not submission.ledger or status is None:
+    if status is None:
         return submission
     unlisted = status["aggregated_at"] is None and not _listed.get((submission.scope, submission.label, submission.day))
     return submission._replace(live=status["mode"] == TIGHT, lists_day=unlisted)
 
 
 def _put_markers(entries: list[tuple[int, Submission]], now: datetime) -> dict[int, Outcome | ApiError]:
-    """Ledger records written each on its own, one conditional PutItem (1 write unit, not a
+    """Records written each on its own, one conditional PutItem (1 write unit, not a
     transaction's 2 a marker), ``MARKER_THREADS`` at once: each record's outcome or error."""
 
     def put(entry: tuple[int, Submission]) -> tuple[int, Outcome | ApiError]:
@@ -380,22 +350,18 @@ def _write_chunk(
     chunk: list[tuple[int, Submission]], now: datetime, settle: reservations.Settlement | None = None
 ) -> dict[int, Outcome]:
     """Write ``chunk``'s records in one transaction (with ``settle``'s actions: the one
-    record's settlement), until each is counted or found counted before; conflicts retried with the
-    label-days spread over more shards (the dedup items stay the same), up to
-    ``TRANSACTION_ATTEMPTS``."""
+    record's settlement), until each is counted or found counted before; conflicts retried,
+    up to ``TRANSACTION_ATTEMPTS``."""
     outcomes: dict[int, Outcome] = {}
     attempt = 0
     while chunk:
-        chunk = _on_shared_shards(chunk)
         items = usage.group_items([_record_args(submission, now, settles=bool(settle)) for _, submission in chunk])
         try:
             counted_before = usage.write_group(items + (settle.actions(attempt) if settle else []), len(chunk), attempt)
-        except usage.Conflict as conflict:
+        except usage.Conflict:
             attempt += 1
             if attempt == TRANSACTION_ATTEMPTS:
                 raise service_unavailable("Usage write kept conflicting with concurrent writes; retry") from None
-            if conflict.contended and not all(submission.ledger for _, submission in chunk):
-                chunk = _spread_group(chunk)  # (a ledger record has no shard: more would not help)
             _pause(attempt)
             continue
         if not counted_before:
@@ -421,34 +387,6 @@ def _chunks(entries: list[tuple[int, Submission]], now: datetime) -> list[list[t
     return [chunk for chunk in chunks if chunk]
 
 
-def _on_shared_shards(chunk: list[tuple[int, Submission]]) -> list[tuple[int, Submission]]:
-    """Every record of a label-day on the shard of its first (by request id, as ``prepare``
-    chose it), among the largest shard count known for any of them."""
-    first: dict[tuple[str, str], Submission] = {}
-    for _, submission in chunk:
-        known = first.setdefault((submission.label, submission.day), submission)
-        if submission.shard_count > known.shard_count:
-            first[(submission.label, submission.day)] = submission
-    placed = []
-    for index, submission in chunk:
-        lead = first[(submission.label, submission.day)]
-        shard_id = keys.record_shard(lead.request_id, lead.shard_count)
-        placed.append((index, submission._replace(shard_id=shard_id, shard_count=lead.shard_count)))
-    return placed
-
-
-def _spread_group(chunk: list[tuple[int, Submission]]) -> list[tuple[int, Submission]]:
-    """After a conflict: each label-day of the chunk on more shards (``_spread``)."""
-    raised = {}
-    for _, submission in chunk:
-        if (submission.label, submission.day) not in raised:
-            raised[(submission.label, submission.day)] = _spread(submission)
-    return [
-        (index, submission._replace(shard_count=raised[(submission.label, submission.day)]))
-        for index, submission in chunk
-    ]
-
-
 def _record_args(submission: Submission, now: datetime, settles: bool = False) -> dict:
     """What ``usage.group_items`` takes of a record (``settles``: one settling a reservation)."""
     now_epoch = int(now.timestamp())
@@ -457,12 +395,10 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
     estimated = _estimated(submission)
     return {
         "dedup_key": submission.dedup_key,
-        "ledger": submission.ledger,
         "live": submission.live,
         "lists_day": submission.lists_day,
         "scopes": list(submission.scopes),
         "label": submission.label,
-        "shard_id": submission.shard_id,
         "day": submission.day,
         "now_epoch": now_epoch,
         "counts": {
@@ -560,7 +496,7 @@ def position_keys(config: EffectiveConfig, counted: list[tuple[str, str]], now: 
     today = org_day(config.timezone, now)
     return [
         *((keys.usage_key(config.scope, label), day) for label, day in counted),
-        *((usage_key, today) for usage_key in scope_usage_keys(config, config.scope, today)),
+        *((usage_key, today) for usage_key in scope_usage_keys(config.scope)),
     ]
 
 
@@ -585,7 +521,7 @@ def quota_position(
     # The scope's spend over every label; never below today's labels it was read with (the scope total may lag them).
     spend = max(
         scope_totals(
-            config, config.scope, today, lambda usage_key: Totals.from_item(found.get((usage_key, today)))
+            config.scope, lambda usage_key: Totals.from_item(found.get((usage_key, today)))
         ).cost_usd_micros,
         sum(status["cost_usd_micros"] for status in labels if status["org_day"] == today),
     )
@@ -654,11 +590,10 @@ def submit(
     submission = prepare(config, request, now)
     settle = reservations.settlement(config, submission, request.reservation_id)
     counted = [(submission.label, submission.day)]
-    if submission.ledger:  # the answer read first: the record as it has the label-day (``_as_answered``)
-        position = _position(config, counted, now, with_selection)
-        submission = _as_answered(submission, position[0])
-    outcome = count(config, submission, now, settle)
-    if not submission.ledger or [(outcome.label, outcome.day)] != counted:
+    # the answer read first: the record as it has the label-day (``_as_answered``)
+    position = _position(config, counted, now, with_selection)
+    outcome = count(config, _as_answered(submission, position[0]), now, settle)
+    if [(outcome.label, outcome.day)] != counted:  # a duplicate: the first acceptance's label-day
         position = _position(config, [(outcome.label, outcome.day)], now, with_selection)
     (label,), total, selected = position
     body = {**_accepted_body(outcome, now), "daily_total": label, "scope_total": total}
@@ -820,11 +755,11 @@ def submit_batch(
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
     prepared = _prepare_all(config, records, now)
-    on_ledger = [entry.submission for entry in prepared if isinstance(entry, _Prepared) and entry.submission.ledger]
-    ledger_days = list(dict.fromkeys((submission.label, submission.day) for submission in on_ledger))
+    submissions = [entry.submission for entry in prepared if isinstance(entry, _Prepared)]
+    label_days = list(dict.fromkeys((submission.label, submission.day) for submission in submissions))
     read_first = None
-    if ledger_days:  # the answer read first, as a single report's (``_as_answered``)
-        read_first = _position(config, ledger_days, now, with_selection)
+    if label_days:  # the answer read first, as a single report's (``_as_answered``)
+        read_first = _position(config, label_days, now, with_selection)
         prepared = [
             entry._replace(submission=_as_answered(entry.submission, read_first[0]))
             if isinstance(entry, _Prepared)
@@ -836,7 +771,7 @@ def submit_batch(
     results = [result for result, _ in done]
     accepted = sum(1 for result in results if result["status"] == "accepted")
     labels_counted = list(dict.fromkeys((outcome.label, outcome.day) for _, outcome in done if outcome is not None))
-    if read_first is not None and labels_counted == ledger_days:
+    if read_first is not None and labels_counted == label_days:
         labels, total, selected = read_first
     else:
         labels, total, selected = _position(config, labels_counted, now, with_selection)

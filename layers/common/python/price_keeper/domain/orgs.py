@@ -19,7 +19,6 @@ from ..store import boosts as boost_store
 from ..store import config_items, daily_totals, keys
 from ..store.dynamo import ReadAlong
 from ..validation import is_app_id, is_uuid
-from . import hot_labels
 
 CONFIG_CACHE_SECONDS = 30
 _effective = TTLCache(CONFIG_CACHE_SECONDS)
@@ -40,12 +39,6 @@ APP_OVERRIDABLE = (
 APP_QUOTA_SETTINGS = ("quotas", "total_quota_usd_micros")
 
 
-# On an org item: created since config labels were kept apart from its scope totals.
-CONFIG_LABELS_APART = "config_labels_apart"
-# On an org item: created since the ledger, so every day of it is counted by the ledger.
-COUNTED_BY_LEDGER = "counted_by_ledger"
-
-
 class EffectiveConfig(NamedTuple):
     org_id: str
     app_id: str | None
@@ -56,20 +49,7 @@ class EffectiveConfig(NamedTuple):
     model_ordering: tuple[str, ...]
     quotas: dict
     sticky_fallback_enabled: bool
-    agg_shard_count: int
-    # The shards a label-day starts on from org day ``one_shard_from`` (yyyymmdd; "": every
-    # day): 1 for orgs created since adaptive shards, and for older orgs from config.yaml's
-    # ``metering.one_shard_from`` (its first write conflict spreads it to agg_shard_count,
-    # ``hot_labels``); else agg_shard_count, as older orgs' label-days were always written.
-    first_shard_count: int
-    one_shard_from: str
-    # The org days (yyyymmdd and later; "": every day; None: none) on which its scope totals
-    # keep config.yaml labels apart (``labels_apart``): every day for orgs created since, from
-    # config.yaml's ``metering.config_labels_apart_from`` for older orgs.
-    config_labels_apart_from: str | None
-    # The org days (the same form) counted by the ledger (``counts_by_ledger``): every day for
-    # orgs created since, from config.yaml's ``metering.ledger_from`` for older orgs.
-    ledger_from: str | None
+    agg_shard_count: int  # the org's usage marker buckets (``keys.marker_key``): fixed at creation
     tight_mode_threshold_pct: int
     refresh_interval_normal_secs: int
     refresh_interval_tight_secs: int
@@ -82,9 +62,8 @@ class EffectiveConfig(NamedTuple):
     # apps, or the app's own); None: no cap of its own, the org's quotas only.
     app_daily_cap_usd_micros: int | None = None
     # The quota's boosts, from the scope's own item (``store.boosts``): id -> (label,
-    # micro-USD, expiry epoch), expired ones included; None: an item made before boosts were
-    # kept there, whose boost items ``domain.boosts`` reads.
-    boosts: dict[str, tuple[str, int, int]] | None = None
+    # micro-USD, expiry epoch), expired ones included.
+    boosts: dict[str, tuple[str, int, int]] = {}
 
     @property
     def total_quota(self) -> int:
@@ -118,25 +97,12 @@ class EffectiveConfig(NamedTuple):
     def quota(self, label: str) -> int:
         return int(self.quotas.get(label, 0))
 
-    def labels_apart(self, day: str) -> bool:
-        """Whether on org day ``day`` (yyyymmdd) the scope totals (``{scope}#TOTAL``) leave out
-        the config.yaml labels, whose own totals are added when read
-        (``aggregation.scope_totals``), so that folding one is a write of its label total alone."""
-        return self.config_labels_apart_from is not None and day >= self.config_labels_apart_from
-
-    def apart_labels(self, day: str) -> tuple[str, ...]:
-        """The labels the scope totals of org day ``day`` leave out (``labels_apart``): every
-        label config.yaml has or had (``config_labels_ever``), or none."""
-        return config_labels_ever() if self.labels_apart(day) else ()
-
-    def counts_by_ledger(self, day: str) -> bool:
-        """Whether records of org day ``day`` (yyyymmdd) are counted by the ledger: the dedup
-        marker alone, folded from the usage stream's images (``domain.ledger``)."""
-        return self.ledger_from is not None and day >= self.ledger_from
-
-    def starting_shards(self, day: str) -> int:
-        """The shards a label-day of org day ``day`` (yyyymmdd) starts on."""
-        return self.first_shard_count if day >= self.one_shard_from else self.agg_shard_count
+    @property
+    def apart_labels(self) -> tuple[str, ...]:
+        """The labels the scope totals leave out, whose own totals readers add
+        (``aggregation.scope_totals``), so that folding one is a write of its label total
+        alone: every label config.yaml has or had (``config_labels_ever``)."""
+        return config_labels_ever()
 
 
 def check_ids(org_id: str, app_id: str | None = None) -> None:
@@ -166,9 +132,6 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
         quotas={label: int(value) for label, value in source["quotas"].items()},
         sticky_fallback_enabled=bool(org.get("sticky_fallback_enabled", defaults.sticky_fallback_enabled)),
         agg_shard_count=shards,
-        **_shard_start(org, shards, defaults.one_shard_from),
-        config_labels_apart_from=("" if org.get(CONFIG_LABELS_APART) else (defaults.config_labels_apart_from or None)),
-        ledger_from=("" if org.get(COUNTED_BY_LEDGER) else (defaults.ledger_from or None)),
         tight_mode_threshold_pct=int(source.get("tight_mode_threshold_pct", defaults.tight_mode_threshold_pct)),
         refresh_interval_normal_secs=int(
             source.get("refresh_interval_normal_secs", defaults.refresh_interval_normal_secs)
@@ -190,17 +153,7 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
     )
 
 
-def _shard_start(org: dict, shards: int, one_shard_from: str) -> dict:
-    """``first_shard_count`` and ``one_shard_from`` of an org: its own (made since adaptive
-    shards: every day), else config.yaml's day for older orgs, else its shard count always."""
-    if "first_shard_count" in org:
-        return {"first_shard_count": int(org["first_shard_count"]), "one_shard_from": ""}
-    if one_shard_from:
-        return {"first_shard_count": hot_labels.QUIET_SHARDS, "one_shard_from": one_shard_from}
-    return {"first_shard_count": shards, "one_shard_from": ""}
-
-
-def _boosts(org: dict, app: dict | None, app_id: str | None) -> dict[str, tuple[str, int, int]] | None:
+def _boosts(org: dict, app: dict | None, app_id: str | None) -> dict[str, tuple[str, int, int]]:
     """The boosts kept on the quota scope's item: the org's in ORG scope, the app's in APP
     scope (none for the org itself there: it has no quota of its own)."""
     if org["quota_scope"] == "ORG":

@@ -41,7 +41,7 @@ from ..store import profiles as profile_store
 from ..store.dynamo import ConditionFailed
 from ..timeutil import is_valid_timezone, iso_utc, next_midnight_utc, org_day, parse_day
 from ..validation import StrictBody
-from . import auth, hot_labels, orgs
+from . import auth, orgs
 
 NAME_MAX_CHARS = 200
 LABEL_MAX_CHARS = 64
@@ -365,9 +365,6 @@ def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tu
         ],
         create_only={
             "agg_shard_count": shards or get_config().metering.usage_agg_shard_count,
-            "first_shard_count": hot_labels.QUIET_SHARDS,
-            orgs.CONFIG_LABELS_APART: True,
-            orgs.COUNTED_BY_LEDGER: True,
             boost_store.BOOSTS_ATTRIBUTE: {},
         },
         must_match={"agg_shard_count": shards} if shards else None,

@@ -1,20 +1,19 @@
-"""Repair that scales: what the stream missed, refolded through one SQS queue.
+"""The hourly audit, fanned out through one SQS queue.
 
-The stream's mapping never gives a batch up (``domain.ledger``), so the queue has one
-producer and one worker (the aggregator, on the queue's event source mapping):
+The queue has one producer and one worker (the aggregator, on the queue's event source
+mapping):
 
-- **The audit** (``plan_audit``, the schedule): for each org day in play, a paginated Query
+- **The plan** (``plan_audit``, the schedule): for each org day in play, a paginated Query
   of each of the day's partition keys of the sparse ``active-by-day`` index (at once) lists
-  the label-days written that day; they are
-  enqueued in chunks of ``AUDIT_CHUNK`` (``SendMessageBatch``, 10 messages a call). Workers
-  fold the chunks in parallel, each like a stream batch (``aggregation.fold_label_days``):
-  the audit finishes in the time the planner pages the index plus one chunk's fold, however
-  many scopes there are (docs/metering.md, "Repair").
+  the label-days written that day; they are enqueued in chunks of ``AUDIT_CHUNK``
+  (``SendMessageBatch``, 10 messages a call).
+- **The worker** (``repair``): each chunk's label-days audited
+  (``aggregation.audit_label_days``), the chunks in parallel: the audit finishes in the time
+  the planner pages the index plus one chunk's reads, however many scopes there are.
 
-A message folded twice changes nothing (the fold is idempotent). The worker reports the
-messages that named a scope-day whose fold failed (the mapping's ``ReportBatchItemFailures``):
-SQS delivers those again and then moves them to the queue's dead-letter queue, which is
-alarmed; the other messages of the batch are done and deleted.
+A message audited twice changes nothing. One that cannot be read is reported to the
+mapping (``ReportBatchItemFailures``): SQS delivers it again and then moves it to the
+queue's dead-letter queue, which is alarmed; the other messages of the batch are done.
 """
 
 from __future__ import annotations
@@ -27,12 +26,12 @@ from typing import NamedTuple
 
 from ..aws import client
 from ..observability import logger
-from ..store import keys
+from ..store import usage
 from ..timeutil import utc_now
 from . import aggregation
 from .aggregation import LabelDay, RunReport
 
-AUDIT_CHUNK = 100  # label-days per message: one fold of ~15 BatchGetItems and a transaction per scope-day
+AUDIT_CHUNK = 100  # label-days per message: a few BatchGetItems
 SEND_BATCH = 10  # messages per SendMessageBatch (SQS's maximum)
 SEND_BATCH_BYTES = 256 * 1024  # SQS's maximum for the bodies of one SendMessageBatch together
 
@@ -43,16 +42,11 @@ def queue_url() -> str | None:
 
 
 def plan_audit(now: datetime | None = None) -> dict:
-    """Enqueue every label-day written on the org days in play with the shards the index
-    found (``[usage_key, date_key, [shard numbers]]``), ``AUDIT_CHUNK`` to a message; what
-    was sent. The heartbeat too: the aggregator ran."""
+    """Enqueue every label-day written on the org days in play (``[usage_key, date_key]``),
+    ``AUDIT_CHUNK`` to a message; what was sent. The heartbeat too: the aggregator ran."""
     now = now or utc_now()
     days = aggregation.days_in_play(now)
-    entries = [
-        [usage_key, date_key, sorted(keys.shard_number(key["shard_key"]) for key in shard_keys)]
-        for day in days
-        for (usage_key, date_key), shard_keys in sorted(aggregation.active_label_shards(day).items())
-    ]
+    entries = [list(label_day) for day in days for label_day in sorted(usage.active_label_days(day))]
     bodies = [
         json.dumps({"audit": entries[start : start + AUDIT_CHUNK]}) for start in range(0, len(entries), AUDIT_CHUNK)
     ]
@@ -83,36 +77,19 @@ def _send_batches(bodies: list[str]) -> list[list[str]]:
 
 class Repaired(NamedTuple):
     report: RunReport
-    failed_messages: list[str]  # ids of the messages naming a scope-day whose fold failed, or unreadable
+    failed_messages: list[str]  # ids of the messages that cannot be read
 
 
 def repair(messages: Mapping[str, str], now: datetime | None = None) -> Repaired:
-    """The worker: fold what a batch of audit messages (id -> body) names, each chunk's
-    label-days from the shards listed. A message that cannot be read (a malformed body) is
-    named failed on its own: it comes back alone, and the others are folded all the same."""
-    audited: dict[LabelDay, list[dict]] = {}
-    named: dict[str, set[LabelDay]] = {}
+    """The worker: audit what a batch of audit messages (id -> body) names. A message that
+    cannot be read (a malformed body) is named failed on its own: it comes back alone, and
+    the others are audited all the same."""
+    audited: list[LabelDay] = []
     unreadable: list[str] = []
     for message_id, body in messages.items():
         try:
-            chunk = json.loads(body)["audit"]
-            for usage_key, date_key, shards in chunk:
-                scope, label = keys.split_usage_key(usage_key)
-                audited[(usage_key, date_key)] = [
-                    {"shard_key": keys.shard_key(scope, label, shard), "date_key": date_key} for shard in shards
-                ]
-            named[message_id] = {(usage_key, date_key) for usage_key, date_key, _ in chunk}
+            audited += [(str(usage_key), str(date_key)) for usage_key, date_key in json.loads(body)["audit"]]
         except (ValueError, KeyError, TypeError):
             logger.exception("repair message not readable", extra={"message_id": message_id})
             unreadable.append(message_id)
-    report = aggregation.fold_shards(audited, now)
-    unfolded = set(report.failed)
-    return Repaired(
-        report,
-        unreadable
-        + [
-            message_id
-            for message_id, label_days in named.items()
-            if any(aggregation.scope_day_of(label_day) in unfolded for label_day in label_days)
-        ],
-    )
+    return Repaired(aggregation.audit_label_days(audited, now), unreadable)

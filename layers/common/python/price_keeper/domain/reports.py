@@ -170,7 +170,7 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
             (
                 {label for item in items for label in item.get(daily_totals.LABELS, ())}
                 | listed.get(scope.scope, set())
-                | set(scope.apart_labels(last.strftime("%Y%m%d")))  # not listed
+                | set(scope.apart_labels)  # not listed
             )
             - set(scope.model_ordering)
         )

@@ -99,18 +99,15 @@ def _app_holds_ledger(config: EffectiveConfig, day: str) -> dict | None:
 
 def void_actions(scopes: list[str], label: str, day: str, settled: int) -> list[dict]:
     """A voided settling record's actual cost taken off its ledgers (``committed`` and
-    ``settled``), as the void takes it off its shards: the hold room it used is free again."""
+    ``settled``), as the void takes it off its totals: the hold room it used is free again."""
     expires_at = usage_expires_at(day)
     return [store.ledger_update(key, -settled, -settled, expires_at) for key in _ledger_keys(tuple(scopes), label, day)]
 
 
 def _held_ledgers(item: dict, scope: str, day: str) -> list[dict]:
-    """The ledgers a hold's amount was added to, as it recorded them (a hold made before it
-    did: its label's and its scope total's). A cap set or dropped while it is held does
-    not change where its amount is taken back from."""
-    if "ledgers" in item:
-        return [store.ledger_key(usage_key, day) for usage_key in item["ledgers"]]
-    return _ledger_keys((scope,), item["label"], day)
+    """The ledgers a hold's amount was added to, as it recorded them: a cap set or dropped
+    while it is held does not change where its amount is taken back from."""
+    return [store.ledger_key(usage_key, day) for usage_key in item["ledgers"]]
 
 
 def worst_case(config: EffectiveConfig, label: str, request: ReservationRequest, day: str) -> int | None:
@@ -170,14 +167,14 @@ def _try_hold(
     if app_holds is not None and app_holds not in ledgers:
         ledgers.append(app_holds)
     read = read_daily_totals(
-        [ledgers[0]["usage_key"], *(key for scope in scopes for key in scope_usage_keys(config, scope, day))],
+        [ledgers[0]["usage_key"], *(key for scope in scopes for key in scope_usage_keys(scope))],
         day,
         consistent=True,
         ledgers=True,
     )
     # a scope's unreserved spend is over every label (the config labels' too, where its total leaves them apart)
     label_totals = read.of(ledgers[0]["usage_key"])
-    scope_spend, *app_spend = (scope_totals(config, scope, day, read.of) for scope in scopes)
+    scope_spend, *app_spend = (scope_totals(scope, read.of) for scope in scopes)
     rooms = [
         config.quota(label) - label_totals.unreserved - amount,
         config.total_quota - scope_spend.unreserved - amount,

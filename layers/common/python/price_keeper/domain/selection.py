@@ -18,7 +18,7 @@ from ..cache import etag
 from ..errors import ApiError
 from ..metric_names import STICKY_FLIPS
 from ..observability import count
-from ..store import daily_totals, keys, usage
+from ..store import daily_totals, keys
 from ..store import sticky as sticky_store
 from ..store.dynamo import batch_get_many
 from ..timeutil import day_start_utc, iso_utc, next_midnight_utc, org_day, parse_day, utc_now
@@ -95,10 +95,8 @@ MAX_STICKY_RACES = 3
 
 
 def _live_spends(config: EffectiveConfig, day: str, spends: dict[str, int]) -> dict[str, int]:
-    """Each ordering label's spend as it stands, for tight mode: the sum of its shards, or on a
-    ledger day (no shards) its total plus its live item, the tight records not folded yet."""
-    if not config.counts_by_ledger(day):
-        return usage.label_spends(config.scope, config.model_ordering, day, config.starting_shards(day))
+    """Each ordering label's spend as it stands, for tight mode: its total plus its live
+    items, the tight records not folded yet."""
     usage_keys = {label: keys.usage_key(config.scope, label) for label in config.model_ordering}
     live = daily_totals.live_costs(usage_keys.values(), day)
     return {label: spends[label] + live.get(usage_key, 0) for label, usage_key in usage_keys.items()}
@@ -122,8 +120,8 @@ def current_decision(
     total_key = keys.scope_total_key(config.scope)
     app_counter = config.app_counter if config.app_daily_cap_usd_micros is not None else None
     scope_keys = [
-        *scope_usage_keys(config, config.scope, day),
-        *(scope_usage_keys(config, app_counter, day) if app_counter else ()),
+        *scope_usage_keys(config.scope),
+        *(scope_usage_keys(app_counter) if app_counter else ()),
     ]
     totals_read = daily_totals.day_read([*usage_keys, *scope_keys], day)
     extra = [{"usage_key": usage_key, "date_key": keys.day_key(other_day)} for usage_key, other_day in also]
@@ -140,10 +138,10 @@ def current_decision(
         label: totals.of(key).cost_usd_micros for label, key in zip(config.model_ordering, usage_keys, strict=True)
     }
     # The scope's spend over every label; never below the ordering's own sum (the scope total may lag it).
-    scope_spend = scope_totals(config, config.scope, day, totals.of).cost_usd_micros
+    scope_spend = scope_totals(config.scope, totals.of).cost_usd_micros
     total = Total(max(scope_spend, sum(spends.values())), config.total_quota)
     app_total = (
-        Total(scope_totals(config, app_counter, day, totals.of).cost_usd_micros, config.app_daily_cap_usd_micros)
+        Total(scope_totals(app_counter, totals.of).cost_usd_micros, config.app_daily_cap_usd_micros)
         if app_counter
         else None
     )

@@ -1,10 +1,10 @@
 """Voiding usage reported in error: an operator's ``POST .../usage/void`` (X-API-Key).
 
-A void takes a counted record back out, exactly once: one TransactWriteItems marks the
-record's dedup marker voided (only if it exists and is not voided yet) and ADDs the record's
-counters, negated, to the shard of every scope it was counted in (the marker says which
-shard, day and scopes), with ``voids`` + 1, so the aggregator's totals follow it
-(``daily_totals.write_if_grown``). The same pattern as the record itself
+A void takes a counted record back out, exactly once: an update marks the record's dedup
+marker voided (only if it exists and is not voided yet), and the aggregator takes the
+record's counts back from the marker's images (``ledger.counted``), with ``voids`` + 1; a
+record that settled a reservation gives its ledgers the room back in the same
+transaction. The same pattern as the record itself
 (``usage.write_once``): a repeated void, concurrent or later, cancels on the marker and is
 answered ``already_voided``; the marker stays, so a retry of the voided ``request_id`` is
 still a duplicate and is not counted again. Records older than the dedup window (the
@@ -28,11 +28,9 @@ from ..store import keys, usage
 from ..timeutil import iso_utc, utc_now
 from ..validation import APP_ID_PATTERN, StrictBody, is_uuid
 from . import orgs, reservations
-from .aggregation import usage_expires_at
 
 MAX_REQUEST_IDS = 100
 TRANSACTION_ATTEMPTS = 5
-TOKEN_COUNTERS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_input_tokens")
 
 
 class VoidRequest(StrictBody):
@@ -73,27 +71,10 @@ def _void_one(config: orgs.EffectiveConfig, request_id: str, reason: str, now_ep
             return _result(request_id, "not_found")
         if "voided_at_epoch" in marker:
             return _result(request_id, "already_voided", marker)
-        counters = {
-            "cost_usd_micros": -int(marker["cost_usd_micros"]),
-            # markers written before voids existed hold no token counts: only cost and the request go back
-            **{name: -int(marker.get(name, 0)) for name in TOKEN_COUNTERS},
-            "requests": -1,
-            usage.VOIDS: 1,
-            **({usage.SETTLED: -int(marker[usage.SETTLED])} if usage.SETTLED in marker else {}),
-        }
-        scopes = list(marker.get("scopes") or [config.scope])  # (older markers: the scope of the day)
-        items = usage.void_items(
-            dedup_key=dedup_key,
-            marker=marker,
-            scopes=scopes,
-            counters=counters,
-            now_epoch=now_epoch,
-            expires_at=usage_expires_at(marker["org_day"]),
-            reason=reason,
-        )
+        items = [usage.void_mark(dedup_key, marker, now_epoch, reason)]
         if usage.SETTLED in marker:  # it settled a reservation: its ledgers give the room back
             items += reservations.void_actions(
-                scopes, marker["model_label"], marker["org_day"], int(marker[usage.SETTLED])
+                list(marker["scopes"]), marker["model_label"], marker["org_day"], int(marker[usage.SETTLED])
             )
         try:
             first = usage.write_once(items, attempt)

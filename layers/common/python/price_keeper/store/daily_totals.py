@@ -7,11 +7,8 @@ from collections.abc import Collection, Iterable
 from datetime import date
 from typing import NamedTuple
 
-from botocore.exceptions import ClientError
-
-from ..errors import error_code
 from . import keys, tables
-from .dynamo import Read, batch_get, ddb_client, query_all, query_many, table, transact, written
+from .dynamo import Read, batch_get, query_all, query_many, table, transact
 from .usage import CORRECTIONS, COUNTERS, SETTLED, VOIDS
 
 # What a fold compares (``progress``) and conditions its write on: ``requests`` grows with
@@ -22,7 +19,7 @@ PROGRESS = ("requests", VOIDS, CORRECTIONS)
 # On a scope total: its config labels spent on (a set bounded by config.yaml), and how many
 # other labels are listed in items of their own (``keys.spent_label_key``).
 LABELS, LISTED = "labels", "labels_listed"
-LEDGER = ("committed", "settled", "settled_on_shards")  # a quota's ledger (``store.reservations``)
+LEDGER = ("committed", "settled")  # a quota's ledger (``store.reservations``)
 # On a scope total: set by the scope's first reservation of the day, so the reads that show
 # what live holds keep (selection, aggregates) read the ledger items only where there are any.
 RESERVING = "reserving"
@@ -35,7 +32,7 @@ READ_ATTRIBUTES = (
     LABELS,
     LISTED,
     RESERVING,
-    *LEDGER,  # (on the totals of days reserved on before the ledger had items of its own)
+    *LEDGER,  # (of the ledger items read beside the totals: ``day_read``'s ``ledgers``)
 )
 
 
@@ -63,9 +60,9 @@ def ledger_read(usage_keys: Iterable[str], day: str) -> Read:
 
 def fold_read(total_keys: Iterable[dict]) -> Read:
     """The read of the totals a fold moves (label and scope totals) or evaluates alerts on:
-    their counters, how far they have folded the shards (``source_updated_at_epoch``) and a
-    label total's hour marks (the fold writes them back with this hour's); for
-    ``dynamo.batch_get_many`` beside the shards."""
+    their counters, the newest record folded (``source_updated_at_epoch``) and a label
+    total's hour marks (the fold writes them back with this hour's); for
+    ``dynamo.batch_get_many`` beside the sticky labels."""
     return Read(
         tables.DAILY_TOTAL,
         list(total_keys),
@@ -74,7 +71,7 @@ def fold_read(total_keys: Iterable[dict]) -> Read:
 
 
 def progress(item: dict) -> tuple[int, int]:
-    """How far a total (or a sum of shards) has come, in an order every write raises: the
+    """How far a total has come, in an order every fold raises: the
     generation (``requests`` + 2 x ``voids``: +1 for a record, +1 for a void), then the
     corrections."""
     return int(item.get("requests", 0)) + 2 * int(item.get(VOIDS, 0)), int(item.get(CORRECTIONS, 0))
@@ -110,12 +107,6 @@ class LabelFold(NamedTuple):
     date_key: str
     values: dict
     read_progress: tuple[int, ...] | None
-
-
-def fold_scope(*fold) -> bool:
-    """One TransactWriteItems of ``fold_scope_actions(*fold)``; False when a condition
-    failed or the transaction conflicted: re-read and fold again."""
-    return transact(fold_scope_actions(*fold)) is None
 
 
 def fold_scope_actions(
@@ -233,23 +224,9 @@ def write_folded(actions: list[dict], shard_id: str, read: str | None, to: str, 
 
 
 def label_total_action(move: LabelFold) -> dict:
-    """A label total's move (``set_label_total``) as a TransactWriteItems action."""
+    """A label total's move as a TransactWriteItems action: SET to ``move.values``, only if
+    the stored total is still the one read."""
     return {"Update": _label_update(tables.DAILY_TOTAL.physical_name, move)}
-
-
-def set_label_total(move: LabelFold) -> bool:
-    """One label total's move on its own: a conditional UpdateItem (1 WCU against the 4 of a
-    transaction with its scope total), for a label whose spend the scope total leaves apart
-    (``EffectiveConfig.labels_apart``). False when its stored progress is no longer the one
-    the fold read, or when a transaction was writing the item (DynamoDB refuses a single
-    write to an item in a transaction, and botocore does not retry that; reservation
-    ledgers are items of their own, so none of theirs): re-read and fold again."""
-    try:
-        return written(ddb_client().update_item, **_label_update(tables.DAILY_TOTAL.physical_name, move))
-    except ClientError as error:
-        if error_code(error) != "TransactionConflictException":
-            raise
-        return False
 
 
 def _label_update(table_name: str, move: LabelFold) -> dict:

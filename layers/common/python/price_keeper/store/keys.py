@@ -93,57 +93,30 @@ def ledger_day_key(day: str) -> str:
     return f"LEDGER#{day}"
 
 
-# The ``active-by-day`` index's partition keys per org day: an org's shards index under one
-# of 16 (by org), so the new shards of a day's start (every org of a timezone at once) spread
-# their index writes over 16 partitions instead of one, and the audit pages them at once.
+# The ``active-by-day`` index's partition keys per org day: an org's label-days index under
+# one of 16 (by org), so the new label-days of a day's start (every org of a timezone at once)
+# spread their index writes over 16 partitions instead of one, and the audit pages them at once.
 ACTIVE_DAY_BUCKETS = 16
 
 
 def active_day_key(day: str, org_id: str) -> str:
-    """``DAY#yyyymmdd#{bucket}``: what a shard of ``org_id`` on org day ``day`` is indexed under."""
+    """``DAY#yyyymmdd#{bucket}``: what a label-day of ``org_id`` on org day ``day`` is indexed under."""
     return f"{day_key(day)}#{stable_shard(org_id, ACTIVE_DAY_BUCKETS):02d}"
 
 
 def active_day_keys(day: str) -> list[str]:
-    """Every index partition key of org day ``day``: the buckets, and the bare ``DAY#yyyymmdd``
-    that shards created before the buckets carry (for as long as such a day is in play)."""
-    return [day_key(day), *(f"{day_key(day)}#{bucket:02d}" for bucket in range(ACTIVE_DAY_BUCKETS))]
+    """Every index partition key of org day ``day``."""
+    return [f"{day_key(day)}#{bucket:02d}" for bucket in range(ACTIVE_DAY_BUCKETS)]
 
 
 def usage_key(scope: str, label: str) -> str:
     return f"{scope}#LABEL#{label}"
 
 
-def shard_key(scope: str, label: str, shard_id: int) -> str:
-    return f"{usage_key(scope, label)}#SH#{shard_id}"
-
-
-def shard_item_keys(scope: str, label: str, date_key: str, shard_count: int) -> list[dict]:
-    """Keys of every usage shard item of a label on an org day (``date_key`` = ``DAY#yyyymmdd``)."""
-    return [{"shard_key": shard_key(scope, label, shard), "date_key": date_key} for shard in range(shard_count)]
-
-
-SHARD_COUNT_PREFIX = "SHARDS#"
-
-
-def shard_count_key(scope: str, label: str, date_key: str) -> dict:
-    """Key of a label-day's shard count item, beside its shards (``SHARDS#yyyymmdd``: not a
-    ``DAY#`` key, so the stream filter and the active-by-day index never see it)."""
-    return {"shard_key": usage_key(scope, label), "date_key": SHARD_COUNT_PREFIX + day_of_key(date_key)}
-
-
-def is_shard_count_key(date_key: str) -> bool:
-    return date_key.startswith(SHARD_COUNT_PREFIX)
-
-
-def shard_number(shard: str) -> int:
-    """The ``n`` of a ``...#SH#{n}`` shard key."""
-    return int(shard.rsplit("#SH#", 1)[1])
-
-
-def usage_key_of_shard(shard: str) -> str:
-    """The DailyTotal ``usage_key`` a shard key folds into."""
-    return shard.rsplit("#SH#", 1)[0]
+def day_entry_key(scope: str, label: str, day: str) -> dict:
+    """A label-day's entry in UsageAggSharded's ``active-by-day`` index (``usage.day_listed``):
+    ``{scope}#LABEL#{label}`` / ``DAY#yyyymmdd``, no counters."""
+    return {"shard_key": usage_key(scope, label), "date_key": day_key(day)}
 
 
 def split_usage_key(usage_key: str) -> tuple[str, str]:
@@ -196,10 +169,8 @@ def ledger_shard_key(shard_id: str) -> dict:
 # Reconciliation (DailyTotal): the day's result, and the hour marks on label totals.
 RECONCILIATION_USAGE_KEY = "#RECONCILIATION"  # no usage key starts with '#'
 # A label total's hour marks (its sums as of each UTC hour it was folded in), packed in one
-# binary attribute (``store.reconciliation.pack_marks``); label totals folded before kept one
-# attribute a mark, H{yyyymmddHH}, which is still read.
+# binary attribute (``store.reconciliation.pack_marks``).
 HOUR_MARKS = "hour_marks"
-HOUR_MARK_PREFIX = "H"
 
 
 def reconciliation_key(day: str) -> dict:
@@ -217,23 +188,11 @@ def page_key(key: dict, page: int) -> dict:
     return {**key, "date_key": f"{key['date_key']}#{page:04d}"}
 
 
-def hour_of_mark(attribute: str) -> str | None:
-    """``yyyymmddHH`` of an hour-mark attribute of a label total folded before the marks were
-    packed; None for any other attribute."""
-    hour = attribute.removeprefix(HOUR_MARK_PREFIX)
-    return hour if attribute.startswith(HOUR_MARK_PREFIX) and len(hour) == 10 and hour.isdigit() else None
-
-
-def label_of_shard(shard: str) -> str:
-    """The label of a shard key."""
-    return split_usage_key(usage_key_of_shard(shard))[1]
-
-
 DEDUP_SORT_KEY = "DEDUP"
 
 
 def dedup_key(org_id: str, app_id: str, request_id: str) -> str:
-    """Key of the per-request dedup marker stored beside the shards (see metering).
+    """Key of the per-request dedup marker: the record (``store.usage``).
 
     It names the reporting app, not the quota scope, so a ``request_id`` stays a duplicate
     whatever the org's ``quota_scope`` or timezone becomes during the dedup window.
@@ -253,16 +212,13 @@ def stable_shard(value: str, shard_count: int) -> int:
     return int.from_bytes(digest, "big") % shard_count
 
 
-# A record's shard is a hash of its request id keyed by this process, so a client that
-# chooses its request ids cannot aim them all at one shard of a label-day, conflict on it
-# and spread the label-day to 64 shards with a few zero-cost records (a red-team note). A
-# retry served by another container may land on another shard: the dedup marker, not the
-# shard, makes it a duplicate.
+# A record's bucket is a hash of its request id keyed by this process, so a client that
+# chooses its request ids cannot aim them at one bucket.
 _RECORD_SHARD_KEY = secrets.token_bytes(16)
 
 
 def record_shard(request_id: str, shard_count: int) -> int:
-    """The shard a record of ``request_id`` is counted in, among ``shard_count``."""
+    """A record's bucket among ``shard_count`` (the reply's ``processing.shard_id``)."""
     digest = hashlib.blake2b(request_id.encode(), key=_RECORD_SHARD_KEY, digest_size=8).digest()
     return int.from_bytes(digest, "big") % shard_count
 

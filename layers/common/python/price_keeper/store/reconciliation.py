@@ -60,14 +60,11 @@ def with_mark(stored: dict, now: datetime, sums: dict) -> bytes:
 
 
 def marks_of(item: dict) -> list[tuple[str, list[int]]]:
-    """Every hour mark of a label total as (``yyyymmddHH``, values), by hour: the packed ones
-    and those of its attributes from before they were packed (a packed mark wins)."""
-    marks = {
-        hour: [int(value) for value in values] for name, values in item.items() if (hour := keys.hour_of_mark(name))
-    }
-    for hour, values in unpack_marks(item.get(keys.HOUR_MARKS)).items():
-        marks[datetime.fromtimestamp(hour * 3600, UTC).strftime("%Y%m%d%H")] = values
-    return sorted(marks.items())
+    """Every hour mark of a label total as (``yyyymmddHH``, values), by hour."""
+    return [
+        (datetime.fromtimestamp(hour * 3600, UTC).strftime("%Y%m%d%H"), values)
+        for hour, values in sorted(unpack_marks(item.get(keys.HOUR_MARKS)).items())
+    ]
 
 
 TOTALS_AT_ONCE = 800  # label totals read together: 8 BatchGetItem of 100, concurrently
@@ -75,21 +72,14 @@ TOTALS_AT_ONCE = 800  # label totals read together: 8 BatchGetItem of 100, concu
 
 def label_totals(org_days: Iterable[str]) -> Iterator[list[dict]]:
     """Every label total (whole items: counters and hour marks) of the org days ``yyyymmdd``,
-    a few hundred at a time: the labels come from the shards' ``active-by-day`` index, one
-    partition key and Query page at a time, so a fleet's days (~300,000 label-days each) are
-    read in bounded memory, with the totals' reads concurrent (``dynamo.batch_get_many``)."""
+    a few hundred at a time: the labels come from the ``active-by-day`` index
+    (``usage.day_listed``), one partition key and Query page at a time, so a fleet's days
+    (~300,000 label-days each) are read in bounded memory, with the totals' reads concurrent
+    (``dynamo.batch_get_many``)."""
     for day in org_days:
-        # a label-day's shards share its org's key, but shards made before the keys were
-        # bucketed are under the bare day key: one set for the day (~75 MB at fleet shape)
-        seen: set[tuple[str, str]] = set()
         for active_day in keys.active_day_keys(day):
-            for page in usage.active_shard_pages(active_day):
-                wanted = []
-                for shard in page:
-                    key = (keys.usage_key_of_shard(shard["shard_key"]), shard["date_key"])
-                    if key not in seen:
-                        seen.add(key)
-                        wanted.append({"usage_key": key[0], "date_key": key[1]})
+            for page in usage.active_label_day_pages(active_day):
+                wanted = [{"usage_key": entry["shard_key"], "date_key": entry["date_key"]} for entry in page]
                 for start in range(0, len(wanted), TOTALS_AT_ONCE):
                     yield batch_get(tables.DAILY_TOTAL, wanted[start : start + TOTALS_AT_ONCE])
 
@@ -124,13 +114,11 @@ def _put_paged(key: dict, rows_name: str, result: dict, expires_at: int) -> None
 
 def get_result(day: str, page: int) -> dict | None:
     """A UTC day's kept reconciliation with the ``models`` of one of its ``pages`` (none
-    past the last; a result kept whole, before pages, is one page)."""
+    past the last)."""
     key = keys.reconciliation_key(day)
     summary = table(tables.DAILY_TOTAL).get_item(Key=key).get("Item")
     if summary is None:
         return None
-    if "pages" not in summary:
-        return {**summary, "pages": 1, "models": summary["models"] if page == 0 else []}
     found = (
         table(tables.DAILY_TOTAL).get_item(Key=keys.page_key(key, page)).get("Item")
         if page < summary["pages"]

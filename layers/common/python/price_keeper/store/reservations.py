@@ -3,10 +3,10 @@
 A quota's *ledger* is three counters on a DailyTotal item beside the total it caps (the
 label's ``{scope}#LABEL#{label}`` and the scope's ``{scope}#TOTAL``, with the sort key
 ``LEDGER#yyyymmdd`` of the org day): ``committed`` (actual cost of every reserved call
-settled so far + the amount of every live hold), ``settled`` (the settled part alone) and
-``settled_on_shards``: the part settled by records whose shards carry it too
-(``usage.SETTLED``, every settlement since it existed), so a reader can tell settled spend
-the fold has not counted yet from spend it has (``aggregation.Totals.unreserved``).
+settled so far + the amount of every live hold) and ``settled`` (the settled part alone).
+A settling record carries its cost as ``usage.SETTLED`` too, which the fold adds to the
+totals, so a reader can tell settled spend the fold has not counted yet from spend it has
+(``aggregation.Totals.unreserved``).
 
 The ledger is not on the total's own ``DAY#`` item, which the aggregator writes: every
 hold and settlement is a transaction on its ledgers, and DynamoDB refuses a single write
@@ -64,7 +64,7 @@ def ledger_update(key: dict, committed: int, settled: int, expires_at: int) -> d
         "Update": {
             "TableName": tables.DAILY_TOTAL.physical_name,
             "Key": key,
-            "UpdateExpression": f"ADD committed :c, settled :s, settled_on_shards :s SET {tables.TTL_ATTRIBUTE} = "
+            "UpdateExpression": f"ADD committed :c, settled :s SET {tables.TTL_ATTRIBUTE} = "
             f"if_not_exists({tables.TTL_ATTRIBUTE}, :expires)",
             "ExpressionAttributeValues": {":c": committed, ":s": settled, ":expires": expires_at},
         }

@@ -1,18 +1,12 @@
-"""UsageAggSharded: the exactly-once usage write and the shard reads.
+"""UsageAggSharded: the exactly-once usage write.
 
-A record is one TransactWriteItems of two actions: Put the dedup marker
-(``ORG#{org}#APP#{app}#REQ#{id}`` / ``DEDUP``, ``attribute_not_exists``) and ADD the
-record's counters to its shard (``{scope}#LABEL#{label}#SH#{n}`` / ``DAY#{day}``). Both
-land or neither does; a duplicate cancels on the marker, whose ``ALL_OLD`` item tells
-the retry what the first acceptance counted.
-
-A batch's records share transactions (``group_items``): every record's marker, and one ADD
-per shard of the sums of the records counted in it. The same all-or-nothing argument, for
-a write unit pair per record (its marker) instead of two.
-
-A record of a ledger day (``LEDGER``) is its marker alone, with no shard ADD: one
-conditional PutItem when nothing is written beside it (``write_group``), and its void or
-re-pricing the marker's update alone (``domain.ledger`` folds the changes).
+A record is its dedup marker (``ORG#{org}#APP#{app}#REQ#{id}`` / ``DEDUP``), put with
+``attribute_not_exists``: a duplicate cancels on it, and its ``ALL_OLD`` item tells the
+retry what the first acceptance counted. The aggregator folds the markers' inserts and
+updates from the table's stream (``domain.ledger``); a void or a re-pricing is an update
+of the marker alone. A record written with something beside its marker (a live item, the
+label-day's index entry, an estimated item, a settlement) is one TransactWriteItems, all
+or nothing; a batch's records share them (``group_items``).
 """
 
 from __future__ import annotations
@@ -20,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
@@ -28,8 +22,6 @@ from botocore.exceptions import ClientError
 from . import keys, tables
 from .dynamo import (
     ConditionFailed,
-    Read,
-    batch_get,
     conditional,
     ddb_client,
     query_many,
@@ -38,10 +30,9 @@ from .dynamo import (
     transact,
 )
 
-# Re-pricings applied to a shard (and summed into its totals): a correction changes the
-# cost without a new request, and this counter growing is what makes the fold write it.
+# Re-pricings folded into a total: a correction changes the cost without a new request.
 CORRECTIONS = "repriced"
-# The counters a shard and a DailyTotal hold (they only ever grow, but for a re-priced record's
+# The counters a DailyTotal holds (they only ever grow, but for a re-priced record's
 # correction, see ``reprice_once``, and a voided record's subtraction).
 COUNTERS = (
     "cost_usd_micros",
@@ -53,89 +44,42 @@ COUNTERS = (
 )
 
 
-# The cost of records that settled a reservation (``domain.reservations``), a shard's and a
-# total's: ADDed with the record, folded with it, so a reader knows how much of the settled
+# The cost of records that settled a reservation (``domain.reservations``), a marker's and a
+# total's: folded with the record, so a reader knows how much of the settled
 # spend its totals already hold (``aggregation.Totals.unreserved``).
 SETTLED = "settled_usd_micros"
 
-# Records voided (``domain.voids``), a shard's and a total's: it only grows, so with
-# ``requests`` it gives the aggregator a generation that grows on every write, a void too
-# (``daily_totals.write_if_grown``).
+# Records voided (``domain.voids``), a total's: it only grows.
 VOIDS = "voids"
 
 
 MAX_TRANSACTION_ACTIONS = 100  # TransactWriteItems' limit
 
-# On a dedup marker (and a record's estimated item): the record is counted by the ledger,
-# its marker alone, which the aggregator folds from the stream's images (``domain.ledger``).
-LEDGER = "ledger"
-# On a ledger record's marker written by a lone PutItem: the call that wrote it (``write_group``).
+# On a marker written by a lone PutItem: the call that wrote it (``write_group``).
 PUT_BY = "put_by"
-# On a ledger record's marker written while its label-day was tight: its cost was also
-# ADDed to the label-day's live item, which the fold takes it back from (``domain.ledger``).
+# On a marker written while its label-day was tight: its cost was also ADDed to one of the
+# label-day's live items, which the fold takes it back from (``domain.ledger``).
 LIVE = "live"
 
 
 class Conflict(Exception):
-    """The write of ``items`` was cancelled for a reason other than a counted request id:
-    retry it. ``contended``: it lost a race with a concurrent transaction on one of its
-    shards (a hot shard, which ``domain.hot_labels`` spreads); else it was throttled, it
-    raced on another item (the record's own marker, written by a copy of it in flight on
-    another container, or a settlement's hold or ledger: more shards would not help), or a
-    condition of an action appended to the record (a reservation's settlement) failed."""
+    """The write was cancelled for a reason other than a counted request id (a concurrent
+    transaction on one of its items, throttling, or a failed condition of an action appended
+    to the record, e.g. a reservation's settlement): retry it."""
 
-    def __init__(self, reasons: list[dict], items: list[dict]):
+    def __init__(self, reasons: list[dict]):
         codes = {reason.get("Code") for reason in reasons}
         super().__init__(", ".join(sorted(code for code in codes if code and code != "None")))
-        self.contended = any(
-            reason.get("Code") == "TransactionConflict" and _is_shard_update(action)
-            for reason, action in zip(reasons, items, strict=False)
-        )
 
 
-def _is_shard_update(action: dict) -> bool:
-    update = action.get("Update")
-    return (
-        update is not None
-        and update["TableName"] == tables.USAGE_AGG_SHARDED.physical_name
-        and update["Key"]["date_key"] != keys.DEDUP_SORT_KEY
-    )
-
-
-def shard_update(
-    scope: str, label: str, shard_id: int, day: str, counters: dict[str, int], now_epoch: int, expires_at: int
-) -> dict:
-    """The ADD of ``counters`` (negative for a void) to one shard of a label, as a
-    TransactWriteItems action."""
+def day_listed(scope: str, label: str, day: str, now_epoch: int, expires_at: int) -> dict:
+    """A label-day's entry in the ``active-by-day`` index (``keys.day_entry_key``), as a
+    TransactWriteItems action of its first records (before its total exists) and its first
+    fold: what ``org_has_spend`` and the audit find the day's label-days by."""
     return {
         "Update": {
             "TableName": tables.USAGE_AGG_SHARDED.physical_name,
-            "Key": {"shard_key": keys.shard_key(scope, label, shard_id), "date_key": keys.day_key(day)},
-            "UpdateExpression": (
-                "ADD "
-                + ", ".join(f"{counter} :{counter}" for counter in counters)
-                + " SET updated_at_epoch = :now, active_day = if_not_exists(active_day, :day), "
-                f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :expires)"
-            ),
-            "ExpressionAttributeValues": {
-                **{f":{counter}": value for counter, value in counters.items()},
-                ":now": now_epoch,
-                ":day": keys.active_day_key(day, keys.split_scope(scope)[0]),
-                ":expires": expires_at,
-            },
-        }
-    }
-
-
-def ledger_day_listed(scope: str, label: str, day: str, now_epoch: int, expires_at: int) -> dict:
-    """A ledger label-day's entry in the ``active-by-day`` index, as a TransactWriteItems
-    action of its first records (before its total exists) and its first fold: its first
-    shard's item, with no counters (it counts nothing, so the audit's fold of it moves
-    nothing), so ``org_has_spend`` sees the day's spend."""
-    return {
-        "Update": {
-            "TableName": tables.USAGE_AGG_SHARDED.physical_name,
-            "Key": {"shard_key": keys.shard_key(scope, label, 0), "date_key": keys.day_key(day)},
+            "Key": keys.day_entry_key(scope, label, day),
             "UpdateExpression": (
                 "SET active_day = if_not_exists(active_day, :day), updated_at_epoch = :now, "
                 f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :expires)"
@@ -150,7 +94,7 @@ def ledger_day_listed(scope: str, label: str, day: str, now_epoch: int, expires_
 
 
 def live_update(usage_key: str, day: str, part: int, cost_usd_micros: int, expires_at: int) -> dict:
-    """ADD ``cost_usd_micros`` (negative: folded) to one of a ledger label-day's live items
+    """ADD ``cost_usd_micros`` (negative: folded) to one of a label-day's live items
     (``keys.live_part``), as a TransactWriteItems action."""
     return {
         "Update": {
@@ -168,20 +112,9 @@ def group_items(records: list[dict]) -> list[dict]:
     its dedup ``marker`` (what a duplicate is answered with; ``dedup_key``, ``now_epoch``,
     ``marker_expires_at``) and, for one counted at the estimate, its ``estimated`` item
     (``model_id`` and what re-pricing needs, written once with the record since the marker
-    is). Per shard (``scopes`` x ``label``, ``shard_id``, ``day``: the quota scope, and in
-    ORG scope the app's own counters), ONE ADD of the ``counts`` of the records counted in
-    it (``COUNTERS`` but ``requests``, which is one a record; ``SETTLED`` for a record
-    settling a reservation). The markers come first, in
-    the order of ``records``, so a cancellation reason's index names its record."""
-    sums: dict[tuple[str, str, int, str], dict[str, int]] = {}
-    for record in records:
-        for scope in [] if record.get("ledger") else record["scopes"]:  # (the ledger's marker is its count)
-            where = (scope, record["label"], record["shard_id"], record["day"])
-            shard = sums.setdefault(where, dict.fromkeys(COUNTERS, 0))
-            for counter in COUNTERS:
-                shard[counter] += 1 if counter == "requests" else record["counts"][counter]
-            if record["counts"].get(SETTLED):  # (only a settling record, which is written alone)
-                shard[SETTLED] = shard.get(SETTLED, 0) + record["counts"][SETTLED]
+    is); once per transaction, a tight label-day's live item (``live``) and a new label-day's
+    index entry (``lists_day``). The markers come first, in the order of ``records``, so a
+    cancellation reason's index names its record."""
     live: dict[tuple[str, str, int], int] = {}  # one ADD a live item: a transaction touches an item once
     for record in records:
         if record.get("live"):
@@ -190,30 +123,27 @@ def group_items(records: list[dict]) -> list[dict]:
     now_epoch, expires_at = max(r["now_epoch"] for r in records), max(r["expires_at"] for r in records)
     return [
         *(_marker_put(record) for record in records),
-        *(shard_update(*where, counters, now_epoch, expires_at) for where, counters in sums.items()),
         *(_estimated_put(record) for record in records if record.get("estimated")),
         *(live_update(*where, cost, expires_at) for where, cost in live.items()),
-        *(ledger_day_listed(*where, now_epoch, expires_at) for where in sorted(_days_listed(records))),
+        *(day_listed(*where, now_epoch, expires_at) for where in sorted(_days_listed(records))),
     ]
 
 
 def _live_item(record: dict) -> tuple[str, str, int]:
-    """The live item (usage key, day, part) a tight ledger record ADDs its cost to."""
+    """The live item (usage key, day, part) a tight record ADDs its cost to."""
     return keys.usage_key(record["scopes"][0], record["label"]), record["day"], keys.live_part(record["dedup_key"])
 
 
 def _days_listed(records: list[dict]) -> set[tuple[str, str, str]]:
-    """The (scope, label, day) whose index entries ``records`` put (``ledger_day_listed``)."""
+    """The (scope, label, day) whose index entries ``records`` put (``day_listed``)."""
     return {(r["scopes"][0], r["label"], r["day"]) for r in records if r.get("lists_day")}
 
 
 def group_size(records: list[dict]) -> int:
-    """How many actions ``group_items`` makes of ``records`` once the records of each
-    label-day share one shard, as ``domain.metering`` places them (a transaction takes 100)."""
-    label_days = {(scope, r["label"], r["day"]) for r in records if not r.get("ledger") for scope in r["scopes"]}
+    """How many actions ``group_items`` makes of ``records`` (a transaction takes 100)."""
     live = {_live_item(r) for r in records if r.get("live")}
     estimated = sum(1 for r in records if r.get("estimated"))
-    return len(records) + len(label_days) + len(live) + len(_days_listed(records)) + estimated
+    return len(records) + len(live) + len(_days_listed(records)) + estimated
 
 
 def _marker_put(record: dict) -> dict:
@@ -221,7 +151,6 @@ def _marker_put(record: dict) -> dict:
         "shard_key": record["dedup_key"],
         "date_key": keys.DEDUP_SORT_KEY,
         **record["marker"],
-        **({LEDGER: 1} if record.get("ledger") else {}),
         **({LIVE: 1} if record.get("live") else {}),
         "accepted_at_epoch": record["now_epoch"],
         tables.TTL_ATTRIBUTE: record["marker_expires_at"],
@@ -244,17 +173,15 @@ def _estimated_put(record: dict) -> dict:
         "date_key": record["dedup_key"],
         "scopes": record["scopes"],
         "model_label": record["label"],
-        "shard_id": record["shard_id"],
         "org_day": record["day"],
         "cost_usd_micros": record["counts"]["cost_usd_micros"],
-        **({LEDGER: 1} if record.get("ledger") else {}),
         tables.TTL_ATTRIBUTE: record["expires_at"],
     }
     return {"Put": {"TableName": tables.USAGE_AGG_SHARDED.physical_name, "Item": pending}}
 
 
 # Keys this process's request tokens: two containers writing the same record in the same
-# second (a client's retry on another container, on a label-day of one shard) build the same
+# second (a client's retry on another container) build the same
 # actions, and with the same token DynamoDB would answer the second as an idempotent repeat
 # of the first: a success, so a duplicate answered as counted (a red-team note).
 _TOKEN_KEY = secrets.token_bytes(16)
@@ -302,7 +229,7 @@ def write_group(items: list[dict], records: int, attempt: int) -> dict[int, dict
     }
     if counted:
         return counted
-    raise Conflict(reasons, items)
+    raise Conflict(reasons)
 
 
 def read_marker(dedup_key: str) -> dict | None:
@@ -314,21 +241,11 @@ def read_marker(dedup_key: str) -> dict | None:
     )
 
 
-def void_items(
-    *,
-    dedup_key: str,
-    marker: dict,
-    scopes: list[str],
-    counters: dict[str, int],
-    now_epoch: int,
-    expires_at: int,
-    reason: str,
-) -> list[dict]:
-    """The actions of one void, for ``write_once``: mark the record voided (only once: the
+def void_mark(dedup_key: str, marker: dict, now_epoch: int, reason: str) -> dict:
+    """A void's update of the record's marker, for ``write_once``: voided only once (the
     condition fails on a marker already voided or gone, or re-priced since ``marker`` was
-    read) and ADD ``counters`` (the record's, negated, and ``voids`` 1) to the shard of
-    each scope it was counted in."""
-    mark = {
+    read); the fold takes its counts back from the marker's images."""
+    return {
         "Update": {
             "TableName": tables.USAGE_AGG_SHARDED.physical_name,
             "Key": {"shard_key": dedup_key, "date_key": keys.DEDUP_SORT_KEY},
@@ -340,32 +257,25 @@ def void_items(
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
     }
-    if marker.get(LEDGER):  # the fold takes it back from the marker's images
-        return [mark]
-    label, shard_id, day = marker["model_label"], int(marker["shard_id"]), marker["org_day"]
-    return [mark, *(shard_update(scope, label, shard_id, day, counters, now_epoch, expires_at) for scope in scopes)]
 
 
 def org_has_spend(org_id: str, day: str) -> bool:
-    """Whether any scope of the org (the org's or an app's) has a shard on ``day``: a Query
-    of the ``active-by-day`` index, ``begins_with ORG#{org}#``, at most one key, under the
-    org's bucket (and under the bare day key, where shards made before the buckets are)."""
+    """Whether any scope of the org (the org's or an app's) has a label-day on ``day``: a
+    Query of the ``active-by-day`` index under the org's bucket, ``begins_with ORG#{org}#``,
+    at most one key."""
     index = tables.ACTIVE_BY_DAY
-    for partition in (keys.active_day_key(day, org_id), keys.day_key(day)):
-        found = table(tables.USAGE_AGG_SHARDED).query(
-            IndexName=index.name,
-            Limit=1,
-            KeyConditionExpression=Key(index.partition_key).eq(partition)
-            & Key(index.sort_key).begins_with(keys.org_key(org_id) + "#"),
-        )
-        if found["Items"]:
-            return True
-    return False
+    found = table(tables.USAGE_AGG_SHARDED).query(
+        IndexName=index.name,
+        Limit=1,
+        KeyConditionExpression=Key(index.partition_key).eq(keys.active_day_key(day, org_id))
+        & Key(index.sort_key).begins_with(keys.org_key(org_id) + "#"),
+    )
+    return bool(found["Items"])
 
 
-def active_shard_pages(active_day: str, client=None) -> Iterator[list[dict]]:
-    """Keys of the shards under one ``active-by-day`` partition key (``keys.active_day_keys``),
-    a Query page at a time."""
+def active_label_day_pages(active_day: str, client=None) -> Iterator[list[dict]]:
+    """Index entries (``day_listed``) under one ``active-by-day`` partition key
+    (``keys.active_day_keys``), a Query page at a time."""
     index = tables.ACTIVE_BY_DAY
     pages = query_pages(
         (client or ddb_client()).query,
@@ -379,77 +289,14 @@ def active_shard_pages(active_day: str, client=None) -> Iterator[list[dict]]:
         yield [{"shard_key": item["shard_key"], "date_key": item["date_key"]} for item in page]
 
 
-def active_shard_keys(day: str) -> list[dict]:
-    """Keys of the shards written for org day ``day`` (``yyyymmdd``), from the sparse GSI:
-    every page of each of its partition keys, the keys concurrently."""
+def active_label_days(day: str) -> list[tuple[str, str]]:
+    """The (usage_key, date_key) label-days listed on org day ``day`` (``yyyymmdd``), from
+    the sparse index: every page of each of its partition keys, the keys concurrently."""
     every_page = query_many(
-        lambda client, active_day: [key for page in active_shard_pages(active_day, client) for key in page],
+        lambda client, active_day: [key for page in active_label_day_pages(active_day, client) for key in page],
         keys.active_day_keys(day),
     )
-    return [key for found in every_page for key in found]
-
-
-def shards_read(shard_keys: Iterable[dict]) -> Read:
-    """The read of shards to fold (and of label-days' shard count items), for
-    ``dynamo.batch_get_many`` beside the totals."""
-    return Read(
-        tables.USAGE_AGG_SHARDED,
-        list(shard_keys),
-        [*COUNTERS, CORRECTIONS, VOIDS, SETTLED, "updated_at_epoch", "shard_count"],
-    )
-
-
-def raise_shard_count(count_key: dict, count: int, expires_at: int) -> int:
-    """Raise a label-day's shard count to ``count`` unless it is already as high; the count
-    stored after (one conditional UpdateItem; the stored item comes back when it fails)."""
-    try:
-        conditional(
-            table(tables.USAGE_AGG_SHARDED).update_item,
-            Key=count_key,
-            UpdateExpression=f"SET shard_count = :count, {tables.TTL_ATTRIBUTE} = :expires",
-            ConditionExpression="attribute_not_exists(shard_count) OR shard_count < :count",
-            ExpressionAttributeValues={":count": count, ":expires": expires_at},
-            ReturnValuesOnConditionCheckFailure="ALL_OLD",
-        )
-        return count
-    except ConditionFailed as failed:
-        return int((failed.item or {}).get("shard_count", count))
-
-
-def read_shards(shard_keys: Iterable[dict], attributes: Iterable[str], *, consistent: bool = False) -> list[dict]:
-    """The existing shards among ``shard_keys`` (any number; BatchGetItem)."""
-    return batch_get(tables.USAGE_AGG_SHARDED, shard_keys, attributes=attributes, consistent=consistent)
-
-
-def label_spends(scope: str, labels: Iterable[str], day: str, shard_count: int) -> dict[str, int]:
-    """``cost_usd_micros`` of each label of ``scope`` on ``day`` summed over its shards; 0 for
-    a label with no shard yet: live spend, for model selection in tight mode.
-
-    DailyTotal lags the shards until the aggregator folds them. Near a quota that lag is
-    what a burst overspends, so tight mode reads the shards themselves: one BatchGetItem of
-    labels x shards (e.g. 3 labels x 8 shards = 24 keys, ~12 read units eventually
-    consistent, vs 1.5 for the totals) and their shard count items; the shards of a label
-    whose count was raised (``domain.hot_labels``) in a second. ``benchmarks/overshoot.py``
-    measures what it buys.
-    """
-    labels = list(labels)
-    date_key = keys.day_key(day)
-    wanted = [key for label in labels for key in keys.shard_item_keys(scope, label, date_key, shard_count)]
-    counts = [keys.shard_count_key(scope, label, date_key) for label in labels]  # hot labels have more shards
-    found = read_shards([*wanted, *counts], ["cost_usd_micros", "shard_count"])
-    above = [
-        key
-        for item in found
-        if keys.is_shard_count_key(item["date_key"])
-        for key in keys.shard_item_keys(
-            scope, keys.split_usage_key(item["shard_key"])[1], date_key, int(item["shard_count"])
-        )[shard_count:]
-    ]
-    spends = dict.fromkeys(labels, 0)
-    for item in [*found, *(read_shards(above, ["cost_usd_micros"]) if above else [])]:
-        if not keys.is_shard_count_key(item["date_key"]):
-            spends[keys.label_of_shard(item["shard_key"])] += int(item.get("cost_usd_micros", 0))
-    return spends
+    return [(entry["shard_key"], entry["date_key"]) for found in every_page for entry in found]
 
 
 ESTIMATED_PAGE = 100  # estimated records a re-pricing run reads (and holds) at once
@@ -471,17 +318,14 @@ def estimated_records(model_id: str) -> Iterator[dict]:
 def reprice_once(
     pending: dict, delta_usd_micros: int, source: str, now_epoch: int, marker_kept_until: int, attempt: int
 ) -> bool:
-    """Correct one estimated record's shard by ``delta_usd_micros``, exactly once: one
+    """Correct one estimated record by ``delta_usd_micros``, exactly once: one
     TransactWriteItems of a Delete of its ``estimated_records`` item, conditional on it
     still being there (the per-record marker: a re-run or an overlapping run that read it
     too cancels here), the record's dedup marker set to the corrected cost, conditional on
     the record not being voided (a later void takes back what is counted, and a duplicate
-    is answered with it; from then on the marker is kept as any is, ``marker_kept_until``),
-    and the ADD of the delta (and one ``CORRECTIONS``) to its shard in each scope it was
-    counted in. A voided record is not corrected: the void took back what it counted, and
-    its estimated item is dropped. So is one whose marker is gone, left at the estimate
-    (records counted before markers of estimated records lived as long as their estimated
-    items: whether they were voided cannot be known, and the estimate is the higher cost).
+    is answered with it; from then on the marker is kept as any is, ``marker_kept_until``);
+    the fold takes the correction from the marker's images. A voided record is not
+    corrected: the void took back what it counted, and its estimated item is dropped.
     True when this call corrected it, False when it was corrected or voided before (or is
     left); ``Conflict`` to retry."""
     name = tables.USAGE_AGG_SHARDED.physical_name
@@ -504,24 +348,9 @@ def reprice_once(
             },
         }
     }
-    shard_adds = [
-        {
-            "Update": {
-                "TableName": name,
-                "Key": {
-                    "shard_key": keys.shard_key(scope, pending["model_label"], int(pending["shard_id"])),
-                    "date_key": keys.day_key(pending["org_day"]),
-                },
-                "UpdateExpression": f"ADD cost_usd_micros :delta, {CORRECTIONS} :one SET updated_at_epoch = :now",
-                "ExpressionAttributeValues": {":delta": delta_usd_micros, ":one": 1, ":now": now_epoch},
-            }
-        }
-        for scope in ([] if pending.get(LEDGER) else pending["scopes"])  # (the ledger's: from the marker's images)
-    ]
     items = [
         {"Delete": {"TableName": name, "Key": estimated, "ConditionExpression": "attribute_exists(shard_key)"}},
         marker_update,
-        *shard_adds,
     ]
     reasons = transact(items, ClientRequestToken=request_token(items, attempt))
     if reasons is None:
@@ -529,7 +358,7 @@ def reprice_once(
     if reasons[0].get("Code") == "ConditionalCheckFailed":
         return False
     if reasons[1].get("Code") != "ConditionalCheckFailed":
-        raise Conflict(reasons, items)
+        raise Conflict(reasons)
     try:  # voided, or its marker is gone: nothing to correct
         table(tables.USAGE_AGG_SHARDED).delete_item(Key=estimated)
     except ClientError as error:
