@@ -75,20 +75,19 @@ PRICE_QUOTE = {PRICING_CACHE: (BATCH_GET,)}  # prices.of_day (pricing.quote)
 PRICE_STORE = {PRICING_CACHE: (GET, UPDATE)}
 # usage.estimated_records, reprice_once: TransactWriteItems of a Delete and an Update (pricing.reprice)
 REPRICE = {USAGE_AGG_SHARDED: (QUERY, DELETE, UPDATE)}
-LIVE_SPEND = {USAGE_AGG_SHARDED: (BATCH_GET,)}  # usage.label_spends (selection in tight mode)
 # selection.recommend: the choice, moved forward, and the price of the chosen label (model
 # selection, and a usage answer asked for it: ?model_selection=true)
-SELECTION = merge(SELECTION_READ, STICKY_ADVANCE, LIVE_SPEND, PRICE_QUOTE, PROFILE_LOOKUP)
-USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}  # usage.write_once: TransactWriteItems of a Put and an Update
-# voids: usage.read_marker, then usage.write_once of Updates (marker and shards)
+SELECTION = merge(SELECTION_READ, STICKY_ADVANCE, PRICE_QUOTE, PROFILE_LOOKUP)
+# usage.write_group: the marker's Put, alone or in a TransactWriteItems with the label-day's index entry
+USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}
+# voids: usage.read_marker, then usage.write_once of the marker's Update
 USAGE_VOID = {USAGE_AGG_SHARDED: (GET, UPDATE), DAILY_TOTAL: (UPDATE,)}  # (a settling record's ledgers)
-AGGREGATION = {  # aggregation.run (the sweep), aggregation.fold_stream and ledger.fold
-    (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # usage.active_shard_keys (the sweep)
-    # one BatchGetItem of usage.shards_read, daily_totals.fold_read and sticky.days_read;
-    # daily_totals.fold_scope (TransactWriteItems of Updates), put_heartbeat; the ledger's
-    # chunks: their totals, stream shard's progress (daily_totals.folded_to, write_folded) and
-    # label-days' index entries (usage.ledger_day_listed)
-    USAGE_AGG_SHARDED: (BATCH_GET, UPDATE),
+AGGREGATION = {  # aggregation.run (the audit) and ledger.fold_batch
+    (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # usage.active_label_days (the audit)
+    # one BatchGetItem of daily_totals.fold_read and sticky.days_read; put_heartbeat; the
+    # ledger's chunks: their totals, the stream shard's progress (daily_totals.folded_to,
+    # write_folded) and label-days' index entries (usage.day_listed)
+    USAGE_AGG_SHARDED: (UPDATE,),
     DAILY_TOTAL: (BATCH_GET, GET, UPDATE, PUT),
     STICKY_STATE: (BATCH_GET,),
 }

@@ -143,7 +143,7 @@ class Monitoring(Construct):
         )
         alarm(
             "aggregator-lag",
-            description=f"Daily totals more than {AGGREGATOR_LAG_LIMIT_S} s behind the usage shards",
+            description=f"Daily totals more than {AGGREGATOR_LAG_LIMIT_S} s behind the usage records",
             metric=custom_metric(AGGREGATOR_LAG_SECONDS),
             threshold=AGGREGATOR_LAG_LIMIT_S,
             evaluation_periods=3,

@@ -34,7 +34,7 @@ def physical_name(settings: Settings, spec: TableSpec) -> str:
 class Tables(Construct):
     """``self.by_spec[spec]`` is the table of each ``TableSpec``.
 
-    Tables that hold money (org config and credentials, usage shards, daily totals) survive
+    Tables that hold money (org config and credentials, usage records, daily totals) survive
     ``cdk destroy`` and replacement, and have deletion protection (``deletionProtection``),
     but a create that fails deletes them again (``RetainExceptOnCreate``): a retry of a
     failed first deploy does not meet tables of the same names. DynamoDB refuses to delete

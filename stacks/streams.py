@@ -2,7 +2,7 @@
 stream, as ``price_keeper.domain.aggregation.USAGE_STREAM`` and ``USAGE_STREAM_FILTERS`` define it,
 and one on the repair queue (``price_keeper.domain.repair``).
 
-Batches of shard writes and of ledger markers reach the aggregator within the batching
+Batches of usage markers reach the aggregator within the batching
 window (1 s), one stream shard's batch at a time, the shard named by a tumbling window. A
 batch that fails is delivered again from the first record its reply names until it is
 folded (never bisected, never given up: ``price_keeper.domain.ledger``); the iterator age
