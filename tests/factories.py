@@ -19,9 +19,6 @@ def seed_org(
     model_ordering=("premium", "standard", "economy"),
     quotas: dict | None = None,
     agg_shard_count: int = 8,
-    first_shard_count: int | None = None,  # None: an org created before adaptive shards
-    labels_apart: bool = False,  # made since its scope totals keep config labels apart (orgs.CONFIG_LABELS_APART)
-    counted_by_ledger: bool = False,  # made since the ledger (orgs.COUNTED_BY_LEDGER)
     tight_mode_threshold_pct: int = 95,
     sticky_fallback_enabled: bool = True,
     secret: str = "org-secret",
@@ -39,9 +36,7 @@ def seed_org(
             "quotas": quotas or {"premium": 10_000_000, "standard": 5_000_000, "economy": 2_000_000},
             "sticky_fallback_enabled": sticky_fallback_enabled,
             "agg_shard_count": agg_shard_count,
-            **({"first_shard_count": first_shard_count} if first_shard_count is not None else {}),
-            **({"config_labels_apart": True} if labels_apart else {}),
-            **({"counted_by_ledger": True} if counted_by_ledger else {}),
+            "quota_boosts": {},
             "tight_mode_threshold_pct": tight_mode_threshold_pct,
             "refresh_interval_normal_secs": 300,
             "refresh_interval_tight_secs": 60,
@@ -67,6 +62,7 @@ def seed_app(org_id: str, app_id: str = "app-1", *, secret: str = "app-secret", 
             "client_secret_created_at_epoch": now,
             "created_at_epoch": now,
             "updated_at_epoch": now,
+            "quota_boosts": {},
             **overrides,
         }
     )

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from unittest import mock
 
-from price_keeper.domain import aggregation
+from price_keeper.domain import metering
 from price_keeper.store import dynamo
 from price_keeper.store.dynamo import ddb_client
 from stacks.access import TABLE_ACCESS
@@ -92,7 +92,7 @@ def only_granted(function: str | None):
     try:
         with (
             mock.patch.object(dynamo, "ThreadPoolExecutor", _InCallingThread),
-            mock.patch.object(aggregation, "ThreadPoolExecutor", _InCallingThread),
+            mock.patch.object(metering, "ThreadPoolExecutor", _InCallingThread),
         ):
             yield
     finally:

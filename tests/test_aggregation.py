@@ -428,7 +428,7 @@ def test_a_lone_reports_fold_where_config_labels_are_apart_writes_its_label_tota
     reader reads them all). The read adds the config labels outside the ordering, whose
     totals are part of the scope's spend that alerts evaluate."""
     seen, keys_read = calls
-    tenant = new_tenant(first_shard_count=1, labels_apart=True)
+    tenant = new_tenant()
     day = org_day("America/New_York")
     assert api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).status == 202
     fold(stream())  # the container's first: its config read, the heartbeat
@@ -452,7 +452,7 @@ def test_every_reader_counts_every_label_in_the_scopes_spend(stream, api, labels
     """A label of the ordering, a config label outside it and any other label (a profile's):
     the scope's spend is their sum for the total cap in selection, the usage answer and
     aggregates, whether the scope total counts the config labels or leaves them apart."""
-    tenant = new_tenant(first_shard_count=1, labels_apart=labels_apart)
+    tenant = new_tenant(labels_apart=labels_apart)
     day = org_day("America/New_York")
     spends = {"premium": 100, "ultra_premium": 20, "my-profile": 3}
     for label, cost in spends.items():
@@ -484,7 +484,7 @@ def test_a_label_removed_from_config_yaml_keeps_its_spend_in_the_scopes_spend(
     labels are apart, that spend is only in the label's own total: every reader still adds
     it (``orgs.config_labels_ever``: the aggregator stored the label before folding it), so
     the total cap and the hard cap still count it and the spend report still shows it."""
-    tenant = new_tenant(first_shard_count=1, labels_apart=labels_apart, model_ordering=("premium", "standard"))
+    tenant = new_tenant(labels_apart=labels_apart, model_ordering=("premium", "standard"))
     table(tables.CONFIG).update_item(
         Key={"org_key": keys.org_key(tenant.org_id), "resource_key": keys.ROOT_RESOURCE},
         UpdateExpression="SET total_quota_usd_micros = :cap",
@@ -522,7 +522,7 @@ def test_a_label_removed_from_config_yaml_keeps_its_spend_in_the_scopes_spend(
 def test_where_config_labels_are_apart_the_total_caps_alerts_count_them(stream):
     """The fold's scope spend for alerts is its scope total's and every config label's: 80 %
     of the total cap spent on a config label outside the ordering fires its threshold."""
-    tenant = new_tenant(first_shard_count=1, labels_apart=True)  # total cap: the quotas' 17,000,000
+    tenant = new_tenant()  # total cap: the quotas' 17,000,000
     day = org_day("America/New_York")
     now = int(utc_now().timestamp())
     usage_support.put_shard(tenant.scope, "ultra_premium", 0, day=day, updated_at=now, cost=13_600_000)
@@ -693,7 +693,7 @@ def test_the_shard_count_stops_at_64_and_folds_read_every_shard_across_raises(st
 def test_a_quiet_label_days_first_conflict_spreads_it_to_the_orgs_count_then_doubles(stream):
     from price_keeper.domain import hot_labels
 
-    scope = keys.scope_key(seed_org(first_shard_count=1, agg_shard_count=16), "app-1", "APP")
+    scope = keys.scope_key(seed_org(agg_shard_count=16), "app-1", "APP")
     put_shard(scope, "premium", 0, cost=1)
     fold(stream())
     assert total(scope, "premium")["cost_usd_micros"] == 1

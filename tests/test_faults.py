@@ -224,7 +224,7 @@ def test_a_config_labels_fold_that_meets_a_reservations_transaction_folds_again_
     writing (``TransactionConflictException``; botocore does not retry it): the fold re-reads
     and writes again, as a lost race, instead of failing the scope-day and its stream batch."""
     monkeypatch.setattr(dynamo, "_backoff", lambda attempt: None)
-    tenant = new_tenant(labels_apart=True, first_shard_count=1)
+    tenant = new_tenant()
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
     orgs.record_config_labels()  # as an aggregator container that folded before
     conflict = fail_calls("UpdateItem", 1, code="TransactionConflictException")

@@ -95,7 +95,7 @@ def expected(receipts: list[dict]) -> dict[str, tuple[int, int]]:
 def test_a_ledger_record_is_its_marker_alone_in_one_put(stream, dynamodb_calls):
     """Once its label-day has a total; before (the fold's lag), its records also list the
     day's spend in the ``active-by-day`` index, which a timezone change checks."""
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     day = org_day("America/New_York")
     dynamodb_calls.clear()
     with only_granted("usage"):
@@ -120,7 +120,7 @@ def test_a_ledger_record_is_its_marker_alone_in_one_put(stream, dynamodb_calls):
 
 
 def test_the_stream_folds_ledger_records_into_their_totals_once_however_often_delivered(stream):
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     receipts = [submit(tenant, label) for label in ("premium", "premium", "standard")]
     batch = stream()
     assert deliver(batch)["totals_written"] == 2
@@ -131,7 +131,7 @@ def test_the_stream_folds_ledger_records_into_their_totals_once_however_often_de
 
 
 def test_an_org_scoped_record_of_a_capped_app_counts_in_the_org_and_in_its_app(stream):
-    tenant = new_tenant(first_shard_count=1, quota_scope="ORG", app_overrides={"app_daily_cap_usd_micros": 10**9})
+    tenant = new_tenant(quota_scope="ORG", app_overrides={"app_daily_cap_usd_micros": 10**9})
     receipt = submit(tenant)
     deliver(stream())
     app_scope = orgs.effective_config(tenant.org_id, tenant.app_id).app_counter
@@ -141,7 +141,7 @@ def test_an_org_scoped_record_of_a_capped_app_counts_in_the_org_and_in_its_app(s
 def test_a_batch_delivered_again_from_the_chunk_that_failed_counts_every_record_once(stream, monkeypatch):
     """Enough label-days for three chunks; the second fails: the run names its first record,
     the mapping delivers the batch again from there, and then the whole batch once more."""
-    tenants = [new_tenant(first_shard_count=1) for _ in range(20)]
+    tenants = [new_tenant() for _ in range(20)]
     receipts = {t.scope: [submit(t, label) for label in LABELS] for t in tenants}  # 60 label-days
     batch = stream()
     cut = ledger.chunks(ledger.changes(_records(batch)))
@@ -174,7 +174,7 @@ def markers(batch: list[dict]) -> list[dict]:
 
 
 def test_a_chunk_delivered_again_further_counts_only_its_new_records(stream):
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     receipts = [submit(tenant) for _ in range(3)]
     batch = markers(stream())
     deliver(batch[:2])
@@ -186,7 +186,7 @@ def test_a_chunk_delivered_again_further_counts_only_its_new_records(stream):
 
 
 def test_a_void_folds_back_what_the_record_counted_and_a_ttl_removal_nothing(stream):
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     kept, voided = submit(tenant), submit(tenant)
     deliver(stream())
     result = voids.void(
@@ -218,7 +218,7 @@ def _records(batch: list[dict]):
 
 def test_a_marker_of_a_day_before_the_ledger_is_the_shard_folds(aws):
     """Without ``ledger_from`` nothing changes: a record is the marker-and-shard transaction."""
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     receipt = submit(tenant)
     marker = usage.read_marker(keys.dedup_key(tenant.org_id, tenant.app_id, receipt["request_id"]))
     assert usage.LEDGER not in marker
@@ -229,7 +229,7 @@ def test_a_marker_of_a_day_before_the_ledger_is_the_shard_folds(aws):
 def test_a_fold_that_read_before_another_batch_wrote_its_label_reads_again(stream, monkeypatch):
     """Two batches of two stream shards fold one label at once: the one whose read went
     stale loses its transaction on the label total's progress, reads again and adds its records."""
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     first_receipts = [submit(tenant) for _ in range(2)]
     first_batch = stream()
     later_receipts = [submit(tenant) for _ in range(3)]
@@ -254,7 +254,7 @@ def test_a_shard_fold_failing_inside_a_ledger_chunk_resumes_there_and_counts_not
     """A batch of both kinds: a scope-day of the shard fold fails at a record that falls
     inside a written ledger chunk. The batch comes again from that record, a cut the first
     delivery never made, and the ledger's records before it are not counted again."""
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     receipts = [submit(tenant) for _ in range(3)]
     records = _records(markers(stream()))
     with monkeypatch.context() as patched:
@@ -266,7 +266,7 @@ def test_a_shard_fold_failing_inside_a_ledger_chunk_resumes_there_and_counts_not
 
 
 def test_a_batchs_ledger_records_are_a_put_each_and_its_repeats_duplicates(stream, dynamodb_calls):
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     counted_before, *_ = [submit(tenant, label) for label in LABELS]  # each label-day has its total
     deliver(stream())
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
@@ -292,7 +292,7 @@ def test_a_repriced_ledger_record_folds_its_correction(stream, api, bedrock, bus
     from tests.test_profiles import register
     from tests.test_unpriced_models import LLAMA, LLAMA_US, report
 
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
     reply = report(api, tenant, "llama", input_tokens=1000, output_tokens=1000).json()
     deliver(stream())
@@ -427,7 +427,7 @@ def test_a_void_folded_again_with_its_record_returns_and_counts_both_once(stream
     so that a hang fails it."""
     import threading
 
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     voided = submit(tenant, "economy")
     insert = stream()
     deliver(insert)
@@ -469,7 +469,7 @@ def test_a_record_counts_once_however_its_stream_records_are_batched(stream, mon
     resumes at the record the reply names); then the rest until all is folded. Chunks of one
     label-day each, so batches cut through them everywhere. The totals are always exactly
     those of the records and voids, as one fold of it all gives."""
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     receipts, voided = [], set()
     for kind, which in history:
         if kind == "report":
@@ -522,7 +522,7 @@ def test_a_chunk_overtaken_by_other_shards_folds_more_often_than_its_attempts_st
     again later, and the fold fell behind (benchmarks/stream_shards.py: 58.6 s behind after
     10 s of a hot label at 40/s, 23.6 s once they were not)."""
     monkeypatch.setattr(dynamo, "_backoff", lambda attempt: None)
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     receipts = [submit(tenant) for _ in range(3)]
     real, overtaken = daily_totals.transact, []
 
@@ -543,7 +543,7 @@ def test_a_stream_batch_must_name_its_shard_and_a_windows_last_invocation_folds_
     ``shardId`` fails loudly (the mapping delivers it again, and the iterator age says so)
     rather than fold without progress. The window's last invocation brings no records and
     must answer ``state``, or Lambda counts it failed and stops the shard."""
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     receipt = submit(tenant)
     records = stream()
     with only_granted("aggregator"), pytest.raises(ValueError, match="shardId"):

@@ -23,7 +23,7 @@ def test_a_chunk_delivered_again_from_its_first_record_ever_longer_is_not_stuck(
     is no failed write: it must not use up the chunk's attempts, or from the
     ``FOLD_ATTEMPTS``-th extension on the chunk could never be written again."""
     monkeypatch.setattr(dynamo, "_backoff", lambda attempt: None)
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     receipts = [submit(tenant) for _ in range(aggregation.FOLD_ATTEMPTS + 2)]
     batch = stream()
     assert len(ledger.changes(_records(batch))) == len(receipts)
@@ -42,7 +42,7 @@ def test_a_ledger_record_whose_put_the_sdk_sent_again_is_answered_as_counted_not
     is answered ``duplicate: true``, "not counted again"."""
     from price_keeper.store import dynamo as store_dynamo
 
-    tenant = new_tenant(first_shard_count=1)
+    tenant = new_tenant()
     real_client = store_dynamo.ddb_client()
 
     class AnswerLost:

@@ -49,7 +49,7 @@ def test_org_item_has_exactly_the_seed_shape(api):
     # the seed's, where label-days start (hot_labels), the org quota's boosts (store.boosts), that
     # its scope totals keep config labels apart (orgs.CONFIG_LABELS_APART) and that its days are
     # counted by the ledger (orgs.COUNTED_BY_LEDGER)
-    seeded = config_item(seed_org(first_shard_count=1, labels_apart=True, counted_by_ledger=True))
+    seeded = config_item(seed_org(counted_by_ledger=True))
     assert set(stored) == set(seeded) | {"quota_boosts"}
     assert stored["first_shard_count"] == 1 and stored["quota_boosts"] == {} and stored["config_labels_apart"] is True
     for name, value in seeded.items():

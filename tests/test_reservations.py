@@ -93,7 +93,7 @@ def test_the_total_cap_must_hold_the_reservation_too(api):
 def test_spend_without_a_reservation_on_another_label_takes_room_from_the_total_cap(api, labels_apart):
     """The scope's unreserved spend is over every label, whether its scope total counts the
     config labels or leaves them apart (``EffectiveConfig.labels_apart``)."""
-    t = tenant(labels_apart=labels_apart, first_shard_count=1)
+    t = tenant(labels_apart=labels_apart)
     set_total_cap(t.org_id, 6_000)
     standard = usage_body(model_label="standard", bedrock_model_id="amazon.nova-2-lite-v1:0", input_tokens=10_000)
     assert api.post(f"{t.app_path}/usage", standard, token=t.token).status == 202
@@ -540,7 +540,7 @@ def test_a_hold_in_flight_never_blocks_the_fold_of_its_label(api, clock):
     traffic kept the total from being folded for 15 s while holds were granted on it)."""
     import threading
 
-    t = tenant(labels_apart=True)  # the fold of a config label writes its total alone: one UpdateItem
+    t = tenant()  # the fold of a config label writes its total alone: one UpdateItem
     day = org_day("America/New_York", datetime.now(UTC))
     label_day = (keys.usage_key(t.scope, "premium"), keys.day_key(day))
     assert api.post(f"{t.app_path}/usage", usage_body(), token=t.token).status == 202
