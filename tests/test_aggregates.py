@@ -3,19 +3,18 @@ handler on moto."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import timedelta
 
 import pytest
 
-from price_keeper.domain import aggregates, aggregation, metering
+from price_keeper.domain import aggregates, metering
 from price_keeper.domain.models import UsageRequest
 from price_keeper.store import keys, tables
 from price_keeper.timeutil import day_start_utc, org_date, org_day
 from tests.conftest import assert_error, keys_asked, profile_reads
 from tests.factories import seed_app, seed_org, seed_profiles, token_for
-from tests.usage_support import PREMIUM_DOLLAR, iso, new_tenant, put_shard, usage_body
+from tests.usage_support import PREMIUM_DOLLAR, iso, new_tenant, put_records, usage_body
 
 NY = "America/New_York"
 
@@ -25,12 +24,12 @@ def report(api, tenant, label="premium", **fields):
     assert reply.status == 202, reply
 
 
-def test_app_today_has_the_spec_shape(api):
+def test_app_today_has_the_spec_shape(api, fold_stream):
     tenant = new_tenant(app_overrides={"app_name": "Production API"})
     for _ in range(8):
         report(api, tenant, input_tokens=1_000_000, output_tokens=125_000)  # 0.80 + 0.40 USD
     report(api, tenant, "standard", input_tokens=100, output_tokens=100, cache_read_input_tokens=1000)
-    aggregation.run()
+    fold_stream()
     reply = api.get(tenant.app_path + "/aggregates/today", token=tenant.token)
     assert reply.status == 200, reply
     body = reply.json()
@@ -67,18 +66,18 @@ def test_app_today_has_the_spec_shape(api):
     assert 0 <= int(reply.headers["x-data-lag-secs"]) < 60
 
 
-def test_sticky_fallback_shows_in_aggregates(api):
+def test_sticky_fallback_shows_in_aggregates(api, fold_stream):
     tenant = new_tenant()
     for _ in range(10):
         report(api, tenant, **PREMIUM_DOLLAR)
-    aggregation.run()
+    fold_stream()
     api.get(tenant.app_path + "/model-selection", token=tenant.token)  # flips to standard
     body = api.get(tenant.app_path + "/aggregates/today", token=tenant.token).json()
     assert body["models"]["premium"]["quota_status"] == "EXCEEDED"
     assert (body["sticky_fallback_active"], body["current_active_model"]) == (True, "standard")
 
 
-def test_org_aggregates_of_an_app_scoped_org_sum_its_apps(api):
+def test_org_aggregates_of_an_app_scoped_org_sum_its_apps(api, fold_stream):
     tenant = new_tenant()
     seed_app(tenant.org_id, "app-2", model_ordering=["economy"], quotas={"economy": 1_000_000})
     report(api, tenant, output_tokens=100_000, input_tokens=0)  # 0.32 USD
@@ -93,7 +92,7 @@ def test_org_aggregates_of_an_app_scoped_org_sum_its_apps(api):
         token=token_for(tenant.org_id, "app-2"),
     )
     assert outside.status == 202, outside  # premium is not in app-2's ordering: counted all the same
-    aggregation.run()
+    fold_stream()
     reply = api.get(tenant.org_path + "/aggregates/today", token=tenant.org_token)
     assert reply.status == 200, reply
     body = reply.json()
@@ -103,16 +102,16 @@ def test_org_aggregates_of_an_app_scoped_org_sum_its_apps(api):
     assert body["sticky_fallback_active"] is False
 
 
-def test_org_aggregates_of_an_org_scoped_org_match_its_apps(api):
+def test_org_aggregates_of_an_org_scoped_org_match_its_apps(api, fold_stream):
     tenant = new_tenant(quota_scope="ORG")
     report(api, tenant)
-    aggregation.run()
+    fold_stream()
     org = api.get(tenant.org_path + "/aggregates/today", token=tenant.org_token).json()
     app = api.get(tenant.app_path + "/aggregates/today", token=tenant.token).json()
     assert org["models"] == app["models"] and org["models"]["premium"]["requests"] == 1
 
 
-def test_a_past_day_with_data(api):
+def test_a_past_day_with_data(api, fold_stream):
     tenant = new_tenant()
     today = org_date(NY)
     yesterday = today - timedelta(days=1)
@@ -123,7 +122,7 @@ def test_a_past_day_with_data(api):
         UsageRequest.model_validate(usage_body(timestamp=iso(noon))),
         now=noon + timedelta(seconds=5),
     )  # reported yesterday
-    aggregation.run()
+    fold_stream()
     reply = api.get(f"{tenant.app_path}/aggregates/{yesterday.isoformat()}", token=tenant.token)
     assert reply.status == 200, reply
     assert reply.json()["date"] == yesterday.isoformat()
@@ -174,11 +173,11 @@ def test_lag_header_is_absent_until_the_aggregator_has_run(api):
     assert reply.json()["updated_at"] is None
 
 
-def test_etag_changes_with_the_data(api):
+def test_etag_changes_with_the_data(api, fold_stream):
     tenant = new_tenant()
     before = api.get(tenant.app_path + "/aggregates/today", token=tenant.token).headers["etag"]
     report(api, tenant)
-    aggregation.run()
+    fold_stream()
     after = api.get(tenant.app_path + "/aggregates/today", token=tenant.token).headers["etag"]
     assert before != after
     assert api.get(tenant.app_path + "/aggregates/today", token=tenant.token).headers["etag"] == after
@@ -194,16 +193,16 @@ def usage_keys_read(calls) -> list[str]:
     return [key["usage_key"] for op, params in calls for key in keys_asked(op, params, tables.DAILY_TOTAL)]
 
 
-def spend_on(org_id: str, spent: dict[str, list[str]]) -> None:
+def spend_on(org_id: str, spent: dict[str, list[str]], fold_stream) -> None:
     """Each app of ``spent`` spends 100 micro-USD on each of its labels today, folded."""
     day = org_day(NY)
     for app_id, labels in spent.items():
         for label in labels:
-            put_shard(keys.scope_key(org_id, app_id, "APP"), label, 0, day=day, updated_at=int(time.time()))
-    aggregation.run()
+            put_records(keys.scope_key(org_id, app_id, "APP"), label, day=day)
+    fold_stream()
 
 
-def test_org_aggregates_read_each_profile_label_only_for_the_apps_that_spent_on_it(api, dynamodb_calls):
+def test_org_aggregates_read_each_profile_label_only_for_the_apps_that_spent_on_it(api, dynamodb_calls, fold_stream):
     """Red-team HIGH: every label outside the orderings was read for every app (12 apps x 60
     profiles: 8,716 keys and 4,358 RRU for one answer); each app lists the labels it spent
     on, and only those (app, label) keys are read."""
@@ -211,7 +210,7 @@ def test_org_aggregates_read_each_profile_label_only_for_the_apps_that_spent_on_
     spent = {app_id: [f"{app_id}-profile-{n}" for n in range(2)] for app_id in ("app-1", "app-2", "app-3")}
     for app_id in spent:
         seed_app(org_id, app_id)
-    spend_on(org_id, spent)
+    spend_on(org_id, spent, fold_stream)
     dynamodb_calls.clear()
     reply = api.get(f"/api/v1/orgs/{org_id}/aggregates/today", token=token_for(org_id))
     assert reply.status == 200, reply
@@ -227,14 +226,16 @@ def test_org_aggregates_read_each_profile_label_only_for_the_apps_that_spent_on_
     assert (body["total_cost_usd_micros"], body["models_omitted"]) == (600, 0)
 
 
-def test_labels_outside_the_orderings_are_shown_up_to_a_bound_and_the_rest_counted(api, dynamodb_calls, monkeypatch):
+def test_labels_outside_the_orderings_are_shown_up_to_a_bound_and_the_rest_counted(
+    api, dynamodb_calls, monkeypatch, fold_stream
+):
     """An org of apps x 400 profiles would read and answer without a bound (past Lambda's
     6 MB): whole labels in label order while their keys fit ``MAX_KEYS_OUTSIDE_ORDERINGS``,
     the others counted in ``models_omitted`` and their spend in the total."""
     org_id = seed_org(quota_scope="APP")
     for app_id in ("app-1", "app-2"):
         seed_app(org_id, app_id)
-    spend_on(org_id, {"app-1": ["p-a", "p-b"], "app-2": ["p-b", "p-c"]})
+    spend_on(org_id, {"app-1": ["p-a", "p-b"], "app-2": ["p-b", "p-c"]}, fold_stream)
     monkeypatch.setattr(aggregates, "MAX_KEYS_OUTSIDE_ORDERINGS", 3)  # p-a (1 key), p-b (2): p-c does not fit
     dynamodb_calls.clear()
     body = api.get(f"/api/v1/orgs/{org_id}/aggregates/today", token=token_for(org_id)).json()
@@ -246,7 +247,7 @@ def test_labels_outside_the_orderings_are_shown_up_to_a_bound_and_the_rest_count
     assert ({"p-b", "p-c"} <= set(app_2["models"]), app_2["models_omitted"]) == (True, 0)
 
 
-def test_app_aggregates_resolve_their_profile_labels_together_and_cache_them(api, dynamodb_calls):
+def test_app_aggregates_resolve_their_profile_labels_together_and_cache_them(api, dynamodb_calls, fold_stream):
     """Red-team HIGH: one GetItem per profile label (400 profiles: 407 calls cold); the
     labels' Bedrock ids come from one BatchGetItem per 100 profiles, misses included in the
     cache, so the next answer reads none."""
@@ -254,7 +255,7 @@ def test_app_aggregates_resolve_their_profile_labels_together_and_cache_them(api
     seed_app(org_id, "app-1")
     registered = [f"profile-{n:03d}" for n in range(150)]
     seed_profiles(org_id, "app-1", registered, PROFILE_ARN)
-    spend_on(org_id, {"app-1": [*registered, "never-registered"]})
+    spend_on(org_id, {"app-1": [*registered, "never-registered"]}, fold_stream)
     path, token = f"/api/v1/orgs/{org_id}/apps/app-1/aggregates/today", token_for(org_id, "app-1")
     for answer in ("cold", "warm"):
         dynamodb_calls.clear()

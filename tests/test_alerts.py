@@ -223,26 +223,31 @@ def test_alerts_are_logged_as_warnings(bus, org_config, caplog):
     assert logged.levelname == "WARNING" and logged.alert["threshold_pct"] == 80
 
 
-def boost_premium_by_1000(org_id: str) -> None:
-    """An org-wide boost of 1,000 micro-USD on premium, active until 9 h after ``NOW``."""
-    table(tables.CONFIG).put_item(
-        Item={
-            "org_key": keys.org_key(org_id),
-            "resource_key": "BOOST#ORG#b1",
-            "boost_id": "b1",
-            "model_label": "premium",
-            "amount_usd_micros": 1000,
-            "expires_at": "2026-10-02T00:00:00Z",
-            tables.TTL_ATTRIBUTE: int((NOW + timedelta(hours=9)).timestamp()),
-        }
-    )
+def boost_premium_by_1000(org_id: str) -> orgs.EffectiveConfig:
+    """An org-wide boost of 1,000 micro-USD on premium, active until 9 h after ``NOW``, as
+    ``store.boosts`` writes it: its item and its entry on the org's item."""
+    from price_keeper.store import boosts as boost_store
+
+    item = {
+        "org_key": keys.org_key(org_id),
+        "resource_key": "BOOST#ORG#b1",
+        "boost_id": "b1",
+        "model_label": "premium",
+        "amount_usd_micros": 1000,
+        "expires_at": "2026-10-02T00:00:00Z",
+        tables.TTL_ATTRIBUTE: int((NOW + timedelta(hours=9)).timestamp()),
+    }
+    scope_item = {"org_key": keys.org_key(org_id), "resource_key": keys.ROOT_RESOURCE}
+    assert boost_store.create(item, scope_item, expired=[], room=1)
+    orgs.forget(org_id)
+    return orgs.effective_config(org_id)  # the org's config read again: with the boost
 
 
 def test_boosted_quota_is_the_one_alerts_compare_with(bus, org_config):
-    boost_premium_by_1000(org_config.org_id)
-    assert fire(org_config, {"premium": 1500}) == []  # 75 % of 2000
+    boosted = boost_premium_by_1000(org_config.org_id)
+    assert fire(boosted, {"premium": 1500}) == []  # 75 % of 2000
     later = NOW + timedelta(hours=10)  # the boost expired: 150 % of 1000
-    assert kinds(fire(org_config, {"premium": 1500}, now=later)) == [
+    assert kinds(fire(boosted, {"premium": 1500}, now=later)) == [
         (THRESHOLD, "premium", 80),
         (THRESHOLD, "premium", 95),
         (FALLBACK, "premium", None),
@@ -356,23 +361,19 @@ def test_unknown_org_is_404(api, aws):
     assert_error(get_alerts(api, org_id, token_for(org_id)), 404, "NOT_FOUND")
 
 
-def test_aggregator_run_fires_threshold_alert_once(api, bus):
-    """Usage over HTTP -> aggregator function -> THRESHOLD 80 % event, once however often it runs."""
-    from local.gateway import LambdaContext, load_handler
-    from tests.iam_check import only_granted
+def test_aggregator_run_fires_threshold_alert_once(api, bus, fold_stream):
+    """Usage over HTTP -> aggregator function (the stream's batch, in its role: folding, alert
+    claims and records) -> THRESHOLD 80 % event, once however often it runs."""
     from tests.usage_support import new_tenant, usage_body
 
     tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202  # 3,760 µ$: 94 %
-    aggregator = load_handler("aggregator")
-    with only_granted("aggregator"):  # folding, alert claims and records: all in its role
-        first = aggregator({}, LambdaContext(function_name="aggregator"))
-    assert first["alerts_fired"] == 1
+    assert fold_stream()["alerts_fired"] == 1
     assert (
         api.post(f"{tenant.app_path}/usage", usage_body(input_tokens=1, output_tokens=0), token=tenant.token).status
         == 202
     )
-    assert aggregator({}, LambdaContext(function_name="aggregator"))["alerts_fired"] == 0
+    assert fold_stream()["alerts_fired"] == 0
     events = bus()
     assert [(e["detail"]["type"], e["detail"]["label"], e["detail"]["threshold_pct"]) for e in events] == [
         ("THRESHOLD", "premium", 80)
@@ -389,13 +390,12 @@ def test_the_audit_fires_an_alert_the_folds_that_crossed_it_missed(api, bus):
     period. Here the folds' alerts are skipped (the domain fold, without the handler's
     evaluation), and the scheduled run, which moves nothing, fires it."""
     from local.gateway import LambdaContext, load_handler
-    from price_keeper.domain import aggregation
     from tests.iam_check import only_granted
-    from tests.usage_support import new_tenant, usage_body
+    from tests.usage_support import fold_usage, new_tenant, usage_body
 
     tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202  # 3,760 µ$: 94 %
-    assert aggregation.run().totals_written == 2  # folded; no alert evaluated
+    assert fold_usage().totals_written == 1  # folded (a config label: its total alone); no alert evaluated
     assert bus() == []
     with only_granted("aggregator"):
         audit = load_handler("aggregator")({}, LambdaContext(function_name="aggregator"))
@@ -411,11 +411,11 @@ def test_the_audit_raises_no_alert_for_a_past_day_on_quotas_that_are_todays(api,
     note: it fired a THRESHOLD 80 % for yesterday on today's quota)."""
     from price_keeper.domain import aggregation
     from price_keeper.timeutil import utc_now
-    from tests.usage_support import new_tenant, usage_body
+    from tests.usage_support import fold_usage, new_tenant, usage_body
 
     tenant = new_tenant(quotas={"premium": 100_000, "standard": 5_000_000, "economy": 2_000_000})
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202  # 3,760 µ$: 4 %
-    assert aggregation.run().totals_written == 2
+    assert fold_usage().totals_written == 1
     table(tables.CONFIG).update_item(
         Key={"org_key": keys.org_key(tenant.org_id), "resource_key": keys.ROOT_RESOURCE},
         UpdateExpression="SET quotas.premium = :lowered",
@@ -435,25 +435,16 @@ def test_the_audit_raises_no_alert_for_a_past_day_on_quotas_that_are_todays(api,
 def test_a_scope_whose_alerting_fails_neither_fails_the_run_nor_stops_other_scopes(bus, org_config, caplog):
     """Spend of an org that is no longer registered (its config read is a 404) is folded and
     logged; the registered org in the same run still gets its alert."""
-    from price_keeper.domain import aggregation
     from price_keeper.timeutil import utc_now
+    from tests.usage_support import fold_usage, put_records
 
     now = utc_now()
     day = org_day(org_config.timezone, now)
     ghost_scope = keys.org_key(str(uuid.uuid4()))
     for scope, cost in ((ghost_scope, 10_000), (org_config.scope, 900)):  # the ghost: 1,000 %; ours: 90 %
-        table(tables.USAGE_AGG_SHARDED).put_item(
-            Item={
-                "shard_key": keys.shard_key(scope, "premium", 0),
-                "date_key": keys.day_key(day),
-                "active_day": keys.day_key(day),
-                "cost_usd_micros": cost,
-                "requests": 1,
-                "updated_at_epoch": int(now.timestamp()),
-            }
-        )
-    report = aggregation.run(now)
-    assert report.totals_written == 2 + 2  # a label total and a scope total each
+        put_records(scope, "premium", day=day, cost=cost)
+    report = fold_usage(now)
+    assert report.totals_written == 2  # a label total each
     fired = alerts.fire_after_run(report, now)
     assert kinds(fired) == [(THRESHOLD, "premium", 80)]
     assert [e["detail"]["scope"] for e in bus()] == [org_config.scope]
@@ -503,15 +494,12 @@ def test_spend_pcts_leave_out_other_days_former_scopes_and_unreadable_configs(or
     assert "spend % of quota not computed" in caplog.text  # the ghost's 404
 
 
-def test_the_aggregator_publishes_spend_pct_and_its_lag(api, bus, emitted_metrics):
-    from local.gateway import LambdaContext, load_handler
-    from tests.iam_check import only_granted
+def test_the_aggregator_publishes_spend_pct_and_its_lag(api, bus, emitted_metrics, fold_stream):
     from tests.usage_support import new_tenant, usage_body
 
     tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202  # 3,760 µ$
-    with only_granted("aggregator"):  # the boosts read included
-        load_handler("aggregator")({}, LambdaContext(function_name="aggregator"))
+    fold_stream()  # the stream's batch, in the aggregator's role
     published = emitted_metrics()
     assert published[SPEND_PCT] == [94.0, 0.0, 0.0, 0.1]  # of 4,000, 5M, 2M; of the 7,004,000 cap
     assert len(published[AGGREGATOR_LAG_SECONDS]) == 1

@@ -84,23 +84,11 @@ def test_alert_thresholds_are_sorted_and_deduplicated():
         ),
         ({"model_labels": {"x": {**LABEL, "input_price_usd_micros_per_1m": -1}}}, "input_price_usd_micros_per_1m"),
         ({"unknown_model_estimate": {"input_price_usd_micros_per_1m": "high"}}, "unknown_model_estimate"),
-        ({"metering": {"one_shard_from": "2026-11-28"}}, "one_shard_from must be a day as yyyymmdd"),
-        ({"metering": {"config_labels_apart_from": "tomorrow"}}, "config_labels_apart_from must be a day as yyyymmdd"),
     ],
 )
 def test_mistakes_are_refused_with_the_setting_named(raw, message):
     with pytest.raises(ValueError, match=message):
         parse_config(raw)
-
-
-def test_the_day_older_orgs_start_on_one_shard_reads_as_yyyymmdd_quoted_or_not():
-    assert parse_config({"metering": {"one_shard_from": 20261128}}).metering.one_shard_from == "20261128"
-    assert parse_config({"metering": {"one_shard_from": "20261128"}}).metering.one_shard_from == "20261128"
-    assert parse_config({}).metering.one_shard_from == ""  # never, by default
-    assert parse_config({"metering": {"config_labels_apart_from": 20261201}}).metering.config_labels_apart_from == (
-        "20261201"
-    )
-    assert parse_config({}).metering.config_labels_apart_from == ""  # never, by default
 
 
 def test_an_unknown_metering_setting_is_refused():

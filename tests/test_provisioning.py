@@ -2,7 +2,6 @@
 rule, create vs update, the stored item shapes, and no write when a request is refused."""
 
 import base64
-import dataclasses
 import hashlib
 import json
 import logging
@@ -46,12 +45,10 @@ def test_create_returns_201_with_one_time_credentials(api):
 def test_org_item_has_exactly_the_seed_shape(api):
     org_id, credentials = new_org(api)
     stored = config_item(org_id)
-    # the seed's, where label-days start (hot_labels), the org quota's boosts (store.boosts), that
-    # its scope totals keep config labels apart (orgs.CONFIG_LABELS_APART) and that its days are
-    # counted by the ledger (orgs.COUNTED_BY_LEDGER)
-    seeded = config_item(seed_org(counted_by_ledger=True))
-    assert set(stored) == set(seeded) | {"quota_boosts"}
-    assert stored["first_shard_count"] == 1 and stored["quota_boosts"] == {} and stored["config_labels_apart"] is True
+    # the seed's and the org quota's boosts (store.boosts), none yet
+    seeded = config_item(seed_org())
+    assert set(stored) == set(seeded)
+    assert stored["quota_boosts"] == {}
     for name, value in seeded.items():
         assert type(stored[name]) is type(value), name
     assert stored["org_key"] == f"ORG#{org_id}" and stored["resource_key"] == "#"
@@ -135,49 +132,6 @@ def test_shard_count_is_immutable_after_creation(api):
     assert body["details"]["agg_shard_count"] == {"stored": 8, "requested": 32}
     assert config_item(org_id) == before
     assert put_org(api, org_id, org_body(overrides={"agg_shard_count": 8})).status == 200
-
-
-def test_a_new_orgs_label_days_start_on_one_shard_and_an_older_orgs_keep_its_count(api):
-    """Where a label-day starts (``hot_labels``) is fixed when the org is created: an org
-    created before adaptive shards wrote its label-days over all of its shards, and its
-    folds must go on reading them, whatever it updates later."""
-    new_org_id, _ = new_org(api)
-    new_app(api, new_org_id, "app-1")
-    older = seed_org(agg_shard_count=16)
-    assert put_org(api, older, org_body(org_name="renamed", overrides={"agg_shard_count": 16})).status == 200
-    assert put_org(api, new_org_id, org_body(org_name="renamed")).status == 200
-    assert config_item(new_org_id)["first_shard_count"] == 1 and "first_shard_count" not in config_item(older)
-    starts = [orgs.effective_config(org_id, None).first_shard_count for org_id in (new_org_id, older)]
-    assert starts == [1, 16]
-    answers = [metering.submit(new_org_id, "app-1", UsageRequest.model_validate(usage_body())) for _ in range(12)]
-    assert {answer["processing"]["shard_id"] for answer in answers} == {0}  # a quiet label-day: one shard
-
-
-def test_a_new_orgs_scope_totals_keep_config_labels_apart_and_an_older_orgs_from_the_configured_day(api, monkeypatch):
-    """Whether a scope total counts the config labels (``EffectiveConfig.labels_apart``) is
-    fixed for an org day: every day for an org created now, whatever it updates later; for
-    an org created before, never, or from ``metering.config_labels_apart_from`` on."""
-    new_org_id, _ = new_org(api)
-    older = seed_org()
-    for org_id in (new_org_id, older):
-        assert put_org(api, org_id, org_body(org_name="renamed")).status == 200
-    assert "config_labels_apart" not in config_item(older)
-    new, old = (orgs.effective_config(org_id, None) for org_id in (new_org_id, older))
-    assert (new.labels_apart("20200101"), old.labels_apart("20200101"), old.labels_apart("29991231")) == (
-        True,
-        False,
-        False,
-    )
-    real = orgs.get_config()
-    moved = dataclasses.replace(real, metering=real.metering._replace(config_labels_apart_from="20261201"))
-    monkeypatch.setattr(orgs, "get_config", lambda: moved)
-    orgs.forget(older)
-    old = orgs.effective_config(older, None)
-    assert (old.labels_apart("20261130"), old.labels_apart("20261201"), old.labels_apart("20270101")) == (
-        False,
-        True,
-        True,
-    )
 
 
 def test_shard_count_check_is_one_conditional_write_not_a_read_then_write(api):
@@ -383,7 +337,7 @@ def test_app_item_has_the_seed_shape_and_no_plaintext_secret(api):
         "quota_boosts",  # the app quota's boosts (store.boosts), none yet
     }
     assert stored["quota_boosts"] == {}
-    assert set(stored) - {"model_ordering", "quotas", "tight_mode_threshold_pct", "quota_boosts"} == set(
+    assert set(stored) - {"model_ordering", "quotas", "tight_mode_threshold_pct"} == set(
         config_item(org_id, seed_app(org_id, "seeded"))
     )
     assert credentials["client_secret"] not in repr(stored)

@@ -10,14 +10,14 @@ from datetime import date, timedelta
 
 import pytest
 
-from price_keeper.domain import aggregation, reports
+from price_keeper.domain import reports
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.store.usage import COUNTERS  # the counters a DailyTotal holds
 from price_keeper.timeutil import day_start_utc, org_date, org_day
 from tests.conftest import assert_error
 from tests.factories import seed_app, seed_org, token_for
-from tests.usage_support import put_shard, usage_body
+from tests.usage_support import fold_usage, put_records, usage_body
 
 
 def seed_total(scope: str, label: str, day: str, **values) -> dict:
@@ -73,10 +73,11 @@ def test_rows_per_day_app_and_label_sorted_with_exact_columns(api, app_org):
         ("20261001", "app-1", "premium"): seed_total(a1, "premium", "20261001", cache_read_input_tokens=0),
         ("20261001", "app-2", "standard"): seed_total(a2, "standard", "20261001"),
         ("20261001", "app-1", "standard"): seed_total(a1, "standard", "20261001"),
+        # not in app-2's ordering, but a config label: its total is read apart, and reported
+        ("20261001", "app-2", "premium"): seed_total(a2, "premium", "20261001"),
     }
     seed_total(a1, "premium", "20260930")  # the day before the range
     seed_total(a1, "premium", "20261003")  # the day after it
-    seed_total(a2, "premium", "20261001")  # premium is not in app-2's ordering: not reported
     reply = report(api, app_org, token_for(app_org), **{"from": "2026-10-01", "to": "2026-10-02"})
     assert reply.status == 200, reply
     rows = reply.json()["rows"]
@@ -85,6 +86,7 @@ def test_rows_per_day_app_and_label_sorted_with_exact_columns(api, app_org):
         row("20261001", "app-1", "premium", seeded[("20261001", "app-1", "premium")]),
         row("20261001", "app-1", "standard", seeded[("20261001", "app-1", "standard")]),
         row("20261001", "app-2", "standard", seeded[("20261001", "app-2", "standard")]),
+        row("20261001", "app-2", "premium", seeded[("20261001", "app-2", "premium")]),
         row("20261002", "app-1", "economy", seeded[("20261002", "app-1", "economy")]),
     ]
 
@@ -146,8 +148,9 @@ def test_one_query_per_usage_key_and_never_a_scan(api, app_org):
         assert report(api, app_org, token_for(app_org), **{"from": "2026-07-01", "to": "2026-09-30"}).status == 200
     finally:
         ddb_client().meta.events.unregister("before-parameter-build.dynamodb", count)
-    # app-1 x 3 labels + app-2 x 1, and each app scope's total (which names any label outside the ordering)
-    assert calls[("Query", tables.DAILY_TOTAL.physical_name)] == 3 + 1 + 2
+    # each app x config.yaml's 4 labels (its ordering's, and the others' totals, read apart from
+    # the scope total), and each app scope's total (which names any other label: a profile)
+    assert calls[("Query", tables.DAILY_TOTAL.physical_name)] == 2 * 4 + 2
     assert calls[("Query", tables.CONFIG.physical_name)] == 1  # the org's apps
     assert not [call for call in calls if call[0] == "Scan"]
 
@@ -320,7 +323,7 @@ def test_a_profile_label_is_listed_apart_and_looked_up_only_when_the_ordering_do
     token, path = token_for(app_org, "app-1"), f"/api/v1/orgs/{app_org}/apps/app-1"
     for label in ("premium", "standard", "ultra_premium"):  # ultra_premium: in config.yaml, not in the ordering
         assert api.post(f"{path}/usage", usage_body(model_label=label), token=token).status == 202
-    aggregation.run()
+    fold_usage()
     models, rows = shown(api, app_org, "app-1")
     assert ("ultra_premium" in models, {"premium", "standard", "ultra_premium"} <= rows, label_lookups) == (
         True,
@@ -328,29 +331,11 @@ def test_a_profile_label_is_listed_apart_and_looked_up_only_when_the_ordering_do
         [],
     )
     day = org_day("America/New_York")
-    put_shard(scope(app_org, "app-1"), "my-profile", 0, day=day, updated_at=int(time.time()), cost=40)
-    aggregation.run()
+    put_records(scope(app_org, "app-1"), "my-profile", day=day, cost=40)
+    fold_usage()
     models, rows = shown(api, app_org, "app-1")
     assert "my-profile" in models and "my-profile" in rows
     assert label_lookups == [keys.spent_labels_key(scope(app_org, "app-1"))] * 2  # one for each answer
-
-
-def test_a_scope_total_that_lists_every_label_in_its_set_as_before_needs_no_lookup(api, app_org, label_lookups):
-    """Days folded before the spent-label items list every label, profiles included, in the
-    scope total's set (and count none apart): readers show them from it."""
-    day = org_day("America/New_York")
-    app_scope = scope(app_org, "app-2")
-    put_shard(app_scope, "my-profile", 0, day=day, updated_at=int(time.time()), cost=40)
-    aggregation.run()
-    totals, day_key = table(tables.DAILY_TOTAL), keys.day_key(day)
-    totals.delete_item(Key=keys.spent_label_key(app_scope, day_key, "my-profile"))
-    totals.update_item(
-        Key={"usage_key": keys.scope_total_key(app_scope), "date_key": day_key},
-        UpdateExpression="REMOVE labels_listed ADD labels :labels",
-        ExpressionAttributeValues={":labels": {"my-profile"}},
-    )
-    models, rows = shown(api, app_org, "app-2")
-    assert ("my-profile" in models, "my-profile" in rows, label_lookups) == (True, True, [])
 
 
 def test_spend_on_a_label_outside_the_ordering_is_reported(api, app_org):
@@ -359,7 +344,7 @@ def test_spend_on_a_label_outside_the_ordering_is_reported(api, app_org):
         f"/api/v1/orgs/{app_org}/apps/app-2/usage", usage_body(model_label="premium"), token=token_for(app_org, "app-2")
     )
     assert reply.status == 202, reply
-    aggregation.run()
+    fold_usage()
     today = org_date("America/New_York").isoformat()
     rows = report(api, app_org, token_for(app_org), **{"from": today, "to": today}).json()["rows"]
     assert [(r["app_id"], r["label"], r["cost_usd_micros"], r["requests"]) for r in rows] == [
@@ -373,16 +358,16 @@ def test_labels_outside_the_ordering_count_toward_what_one_report_may_read(api, 
     ``MAX_USAGE_KEYS`` x ``MAX_DAYS`` key-days (red-team note: 400 profiles made a 92-day
     report 400 Queries and a reply past Lambda's 6 MB)."""
     day = org_day("America/New_York")
-    app_scope = scope(app_org, "app-2")  # orders [standard]: 1 key, and the scope total
+    app_scope = scope(app_org, "app-2")  # config.yaml's 4 labels, and the scope total
     profiles = [f"profile-{n:03d}" for n in range(200)]
     for label in profiles:
-        put_shard(app_scope, label, 0, day=day, updated_at=int(time.time()), cost=1)
-    aggregation.run()
+        put_records(app_scope, label, day=day, cost=1)
+    fold_usage()
     token, today = token_for(app_org, "app-2"), date.fromisoformat(f"{day[:4]}-{day[4:6]}-{day[6:]}")
     longest = {"from": (today - timedelta(days=reports.MAX_DAYS - 1)).isoformat(), "to": today.isoformat()}
     details = assert_error(report(api, app_org, token, app_id="app-2", **longest), 400, "INVALID_REQUEST")["details"]
     assert details == {
-        "usage_keys": 201,
+        "usage_keys": 204,
         "days": 92,
         "max_usage_key_days": reports.MAX_USAGE_KEYS * reports.MAX_DAYS,
         "max_usage_keys": reports.MAX_QUERIES,
@@ -393,14 +378,14 @@ def test_labels_outside_the_ordering_count_toward_what_one_report_may_read(api, 
 
 def test_a_report_reads_at_most_max_queries_keys_even_for_one_day(api, app_org, monkeypatch):
     day = org_day("America/New_York")
-    app_scope = scope(app_org, "app-2")  # orders [standard]: with 5 profiles, 6 keys to Query
+    app_scope = scope(app_org, "app-2")  # config.yaml's 4 labels and 5 profiles: 9 keys to Query
     for n in range(5):
-        put_shard(app_scope, f"profile-{n}", 0, day=day, updated_at=int(time.time()), cost=1)
-    aggregation.run()
+        put_records(app_scope, f"profile-{n}", day=day, cost=1)
+    fold_usage()
     token, today = token_for(app_org, "app-2"), f"{day[:4]}-{day[4:6]}-{day[6:]}"
     one_day = {"app_id": "app-2", "from": today, "to": today}
-    monkeypatch.setattr(reports, "MAX_QUERIES", 5)
+    monkeypatch.setattr(reports, "MAX_QUERIES", 8)
     details = assert_error(report(api, app_org, token, **one_day), 400, "INVALID_REQUEST")["details"]
-    assert (details["usage_keys"], details["max_usage_keys"]) == (6, 5)
-    monkeypatch.setattr(reports, "MAX_QUERIES", 6)
+    assert (details["usage_keys"], details["max_usage_keys"]) == (9, 8)
+    monkeypatch.setattr(reports, "MAX_QUERIES", 9)
     assert report(api, app_org, token, **one_day).status == 200

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from price_keeper.config import get_config
-from price_keeper.domain import aggregation, metering
+from price_keeper.domain import aggregation, ledger, metering
 from price_keeper.domain.models import UsageRequest
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import query_all, table
@@ -73,11 +73,27 @@ def usage_body(request_id: str | None = None, **fields) -> dict:
     return body
 
 
+def fold_usage(now: datetime | None = None) -> aggregation.RunReport:
+    """Fold everything the usage stream holds, shard by shard, as the aggregator does
+    (``ledger.fold_batch``, without the handler's alerts; a record folded before is skipped
+    by its shard's progress): what the folds report."""
+    from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
+
+    from local.streams import StreamReader, lambda_event
+
+    report = aggregation.RunReport(days=[])
+    for shard_id, records in StreamReader(tables.USAGE_AGG_SHARDED).read().items():
+        report.merge(
+            ledger.fold_batch(DynamoDBStreamEvent(lambda_event(records, shard_id)).records, shard_id, now).report
+        )
+    return report
+
+
 def submit_and_fold(org_id: str, app_id: str, arrives: datetime, **fields) -> None:
     """A usage record (``usage_body`` with ``fields``) that reaches the service at ``arrives``
     and is folded by the aggregator a second later."""
     metering.submit(org_id, app_id, UsageRequest(**usage_body(**fields)), arrives)
-    aggregation.run(arrives + timedelta(seconds=1))
+    fold_usage(arrives + timedelta(seconds=1))
 
 
 # One record of exactly $1.00 of premium (0.80 input + 0.20 output), inside the per-record token caps.
@@ -116,25 +132,33 @@ def daily_total(scope: str, label: str, day: str) -> dict | None:
     )
 
 
-def put_shard(
-    scope: str, label: str, shard: int, *, day: str, updated_at: int, cost: int = 100, requests: int = 1
-) -> None:
-    """A usage shard of org day ``day`` (``yyyymmdd``) in the shape the metering writes it."""
-    table(tables.USAGE_AGG_SHARDED).put_item(
-        Item={
-            "shard_key": keys.shard_key(scope, label, shard),
-            "date_key": keys.day_key(day),
-            "active_day": keys.active_day_key(day, keys.split_scope(scope)[0]),
-            "cost_usd_micros": cost,
-            "input_tokens": 10 * requests,
-            "output_tokens": 5 * requests,
-            "cache_read_input_tokens": 0,
-            "cache_write_input_tokens": 0,
-            "requests": requests,
-            "updated_at_epoch": updated_at,
-            "expires_at_epoch": 2_000_000_000,
-        }
-    )
+def put_records(scope: str, label: str, *, day: str, cost: int = 100, requests: int = 1) -> None:
+    """``requests`` usage records of ``label`` counted in ``scope`` on org day ``day``
+    (``yyyymmdd``), ``cost`` micro-USD together, as markers in the shape the metering writes
+    them (for the aggregator's fold: ``fold_usage`` or the ``fold_stream`` fixture)."""
+    org_id, app_id = keys.split_scope(scope)
+    costs = [cost // requests] * requests
+    costs[0] += cost - sum(costs)
+    for each in costs:
+        table(tables.USAGE_AGG_SHARDED).put_item(
+            Item={
+                "shard_key": keys.dedup_key(org_id, app_id or "app-1", str(uuid.uuid4())),
+                "date_key": keys.DEDUP_SORT_KEY,
+                "model_label": label,
+                "org_day": day,
+                "shard_id": 0,
+                "scopes": [scope],
+                "input_tokens": 10,
+                "output_tokens": 5,
+                "cache_read_input_tokens": 0,
+                "cache_write_input_tokens": 0,
+                "cost_usd_micros": each,
+                "price_source": "CONFIG_FALLBACK",
+                "profile_kind": "IN_REGION",
+                "accepted_at_epoch": int(datetime.now(UTC).timestamp()),
+                "expires_at_epoch": 2_000_000_000,
+            }
+        )
 
 
 def spent_labels(scope: str, day: str) -> set[str]:

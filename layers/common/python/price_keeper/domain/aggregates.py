@@ -137,7 +137,7 @@ def daily_aggregates(
     listed_apart = dict(zip(listing_apart, daily_totals.spent_labels(listing_apart, wanted, wanted), strict=True))
     read_already = {*labels, *apart}
     # labels outside every ordering (self-registered profiles, dropped labels), per scope listing them
-    unread = {scope: (read.listed_in_set(scope) | listed_apart.get(scope, set())) - read_already for scope in scopes}
+    unread = {scope: listed_apart.get(scope, set()) - read_already for scope in scopes}
     shown, omitted = _labels_to_show(unread)
     if shown:
         unread_keys = [keys.usage_key(scope, label) for label, listing in shown.items() for scope in listing]

@@ -4,7 +4,7 @@ it), reading it back, and the hourly audit.
 - **Totals.** A label total (``{scope}#LABEL#{label}`` / ``DAY#yyyymmdd``) holds a
   label-day's sums; a scope total (``{scope}#TOTAL``) the sums of the scope's labels that
   config.yaml does not name (profiles an app registered), with the labels listed
-  (``Move.listing``). A scope's spend of a day is its scope total plus each config label's
+  (``Move.listed``). A scope's spend of a day is its scope total plus each config label's
   total (``scope_usage_keys``): a config label's record is a write of its label total alone.
 - **Hour marks.** Each label total keeps its sums as of each UTC hour it was folded in
   (``label_move``), which reconciliation compares with Bedrock's own counts.
@@ -140,11 +140,6 @@ class DailyRead(NamedTuple):
 
     def of(self, usage_key: str) -> Totals:
         return self.totals.get(usage_key, Totals())
-
-    def listed_in_set(self, scope: str) -> set[str]:
-        """The labels the scope total lists in its ``labels`` set: its config labels (on
-        days folded before the spent-label items, every label)."""
-        return set(self.items.get(keys.scope_total_key(scope), {}).get(daily_totals.LABELS, ()))
 
     def listed_apart(self, scope: str, labels: Iterable[str]) -> bool:
         """Whether the scope's spent-label items (``keys.spent_label_key``) name a label
@@ -297,7 +292,7 @@ class ScopeDay(NamedTuple):
     @property
     def apart_labels(self) -> tuple[str, ...]:
         """The labels the scope total leaves out (``EffectiveConfig.apart_labels``)."""
-        return self.config.apart_labels if self.config else ()
+        return orgs.config_labels_ever()
 
     def in_scope_total(self, label: str) -> bool:
         return label not in self.apart_labels
@@ -352,13 +347,13 @@ def read_for_fold(scope_days: list[ScopeDay], fresh_totals: bool = False) -> Sna
 
 
 class Move(NamedTuple):
-    """A label total a fold moves, by how much, and how its label is listed for the
-    scope-day when this is the label-day's first fold: ``"set"`` (a config label: the scope
-    total's ``labels``), ``"item"`` (any other: ``keys.spent_label_key``), else None."""
+    """A label total a fold moves, by how much, and whether its label is listed for the
+    scope-day (``keys.spent_label_key``): the label-day's first fold of a label the scope
+    total counts (not a config label)."""
 
     fold: daily_totals.LabelFold
     difference: dict[str, int]
-    listing: str | None
+    listed: bool
 
     @property
     def label(self) -> str:
@@ -378,7 +373,6 @@ def _scope_fold(scope_day: ScopeDay, group: list[Move], now: datetime) -> tuple:
         "source_updated_at_epoch": max(move.fold.values["source_updated_at_epoch"] for move in group),
         tables.TTL_ATTRIBUTE: usage_expires_at(keys.day_of_key(scope_day.date_key)),
     }
-    listed = {listing: [move.label for move in group if move.listing == listing] for listing in ("set", "item")}
     delta = {name: sum(move.difference[name] for move in group) for name in SUM_FIELDS}
     return (
         scope_day.scope,
@@ -386,8 +380,7 @@ def _scope_fold(scope_day: ScopeDay, group: list[Move], now: datetime) -> tuple:
         [move.fold for move in group],
         delta,
         scope_values,
-        listed["set"],
-        listed["item"],
+        [move.label for move in group if move.listed],
     )
 
 
@@ -414,8 +407,8 @@ def report_moved(
 def label_move(
     scope_day: ScopeDay, label_day: LabelDay, stored: dict, sums: dict, source_updated_at: int, now: datetime
 ) -> Move:
-    """A label total's move from ``stored`` to ``sums`` (what its shards sum to, or for the
-    ledger what it holds plus a batch's changes): conditional on ``stored``'s progress, with
+    """A label total's move from ``stored`` to ``sums`` (what it holds plus a batch's
+    changes): conditional on ``stored``'s progress, with
     this UTC hour's mark, and listed for the scope-day when it is the label-day's first."""
     day = keys.day_of_key(scope_day.date_key)
     values = {
@@ -430,10 +423,8 @@ def label_move(
     fold = daily_totals.LabelFold(*label_day, values, None if first else daily_totals.progress_fields(stored))
     difference = {name: sums[name] - int(stored.get(name, 0)) for name in SUM_FIELDS}
     label = keys.split_usage_key(label_day[0])[1]
-    listing = None  # a label the scope total leaves apart is never listed: readers read them all
-    if first and scope_day.in_scope_total(label):
-        listing = "set" if label in get_config().labels else "item"
-    return Move(fold, difference, listing)
+    # a label the scope total leaves apart is never listed: readers read them all
+    return Move(fold, difference, first and scope_day.in_scope_total(label))
 
 
 def configs_of(scopes: Iterable[str]) -> dict[str, EffectiveConfig]:

@@ -156,6 +156,7 @@ def fold_batch(records: Sequence[DynamoDBRecord], shard_id: str, now: datetime |
     """Fold a stream shard's batch of marker changes past the shard's progress, chunk by
     chunk, stopping at the first that fails."""
     now = now or utc_now()
+    records = list(records)  # the handler's are a generator: read by ``changes``, then indexed at a failure
     found = changes(records)
     if not found:  # (no marker changes: no progress to read)
         return Folded(RunReport(days=[]), None)

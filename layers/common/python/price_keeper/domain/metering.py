@@ -520,9 +520,7 @@ def quota_position(
     ]
     # The scope's spend over every label; never below today's labels it was read with (the scope total may lag them).
     spend = max(
-        scope_totals(
-            config.scope, lambda usage_key: Totals.from_item(found.get((usage_key, today)))
-        ).cost_usd_micros,
+        scope_totals(config.scope, lambda usage_key: Totals.from_item(found.get((usage_key, today)))).cost_usd_micros,
         sum(status["cost_usd_micros"] for status in labels if status["org_day"] == today),
     )
     quota = config.total_quota

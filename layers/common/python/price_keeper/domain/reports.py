@@ -167,14 +167,9 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
     listed = dict(zip(apart, daily_totals.spent_labels(apart, first, last), strict=True))
     outside = {
         scope.scope: sorted(
-            (
-                {label for item in items for label in item.get(daily_totals.LABELS, ())}
-                | listed.get(scope.scope, set())
-                | set(scope.apart_labels)  # not listed
-            )
-            - set(scope.model_ordering)
+            (listed.get(scope.scope, set()) | set(scope.apart_labels)) - set(scope.model_ordering)  # apart: not listed
         )
-        for scope, items in zip(scopes, scope_totals, strict=True)
+        for scope in scopes
     }
     extra_keys = _usage_keys(scopes, lambda scope: outside[scope.scope])
     _check_rows(len(usage_keys) + len(extra_keys), (last - first).days + 1)

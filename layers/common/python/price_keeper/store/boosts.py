@@ -46,4 +46,3 @@ def create(item: dict, scope_key: dict, *, expired: list[str], room: int) -> boo
         ]
     )
     return reasons is None
-

@@ -16,9 +16,10 @@ from .usage import CORRECTIONS, COUNTERS, SETTLED, VOIDS
 # record's correction adds to ``repriced`` and changes the cost alone.
 PROGRESS = ("requests", VOIDS, CORRECTIONS)
 
-# On a scope total: its config labels spent on (a set bounded by config.yaml), and how many
-# other labels are listed in items of their own (``keys.spent_label_key``).
-LABELS, LISTED = "labels", "labels_listed"
+# On a scope total: how many labels are listed in items of their own (``keys.spent_label_key``).
+LISTED = "labels_listed"
+# On ``keys.CONFIG_LABELS_KEY``: every label a config.yaml of this deployment has had.
+LABELS = "labels"
 LEDGER = ("committed", "settled")  # a quota's ledger (``store.reservations``)
 # On a scope total: set by the scope's first reservation of the day, so the reads that show
 # what live holds keep (selection, aggregates) read the ledger items only where there are any.
@@ -29,7 +30,6 @@ READ_ATTRIBUTES = (
     SETTLED,
     "updated_at_epoch",
     "last_run_epoch",
-    LABELS,
     LISTED,
     RESERVING,
     *LEDGER,  # (of the ledger items read beside the totals: ``day_read``'s ``ledgers``)
@@ -80,16 +80,12 @@ def progress(item: dict) -> tuple[int, int]:
 def lists_apart_beyond(scope_total: dict, label_totals: dict[str, dict], config_labels: Collection[str]) -> bool:
     """Whether a scope-day's spent-label items name a label besides those of
     ``label_totals`` (label -> its total of that day, as a reader holds them). Each folded
-    label but a config label (``config_labels``: every label config.yaml has or had) is
-    listed once, in the scope total's set or in an item, in the transaction that first folds
-    it (a config label in the set, or nowhere where the scope total leaves config labels
-    apart): items counted no more than the held totals with a fold (``progress`` past 0) of
-    other labels outside the set mean the items name none other."""
-    in_set = set(scope_total.get(LABELS, ()))
+    label but a config label (``config_labels``: every label config.yaml has or had, kept
+    apart from the scope total) is listed once, in an item, in the transaction that first
+    folds it: items counted no more than the held totals with a fold (``progress`` past 0)
+    of other labels mean the items name none other."""
     folded_apart = sum(
-        1
-        for label, item in label_totals.items()
-        if label not in in_set and label not in config_labels and progress(item)[0] > 0
+        1 for label, item in label_totals.items() if label not in config_labels and progress(item)[0] > 0
     )
     return int(scope_total.get(LISTED, 0)) > folded_apart
 
@@ -115,23 +111,20 @@ def fold_scope_actions(
     moves: list[LabelFold],
     delta: dict,
     scope_values: dict,
-    set_labels: list[str],
     item_labels: list[str],
 ) -> list[dict]:
     """The actions of one scope-day's fold, all or nothing: SET each label total of
     ``moves`` (each conditional on its stored ``progress`` being what the fold read), ADD
     ``delta`` (the moves' differences) to the scope total and SET ``scope_values`` on it,
-    and list the labels whose label-days are folded for the first time: ``set_labels``
-    ADDed to its ``LABELS`` set, a ``keys.spent_label_key`` item put for each of
-    ``item_labels`` (counted in ``LISTED``). So the scope total stays the sum of its label
-    totals and a move is added once however runs overlap."""
+    and list the labels whose label-days are folded for the first time: a
+    ``keys.spent_label_key`` item put for each of ``item_labels`` (counted in ``LISTED``).
+    So the scope total stays the sum of its label totals and a move is added once however
+    runs overlap."""
     name = tables.DAILY_TOTAL.physical_name
     actions = [label_total_action(move) for move in moves]
     ttl = tables.TTL_ATTRIBUTE
     if item_labels:
         delta = {**delta, LISTED: len(item_labels)}
-    if set_labels:
-        delta = {**delta, LABELS: set(set_labels)}
     update = "ADD " + ", ".join(f"#{counter} :{counter}" for counter in delta)
     update += " SET " + ", ".join(f"#{field} = :{field}" for field in scope_values if field != ttl)
     update += f", #{ttl} = if_not_exists(#{ttl}, :{ttl})"
