@@ -107,6 +107,9 @@ class LabelMap:
                 raise
             log.warning("label map not read (%s): the last one is kept", error.code)
             return
+        except (TypeError, ValueError, KeyError):  # an answer this client cannot read: never the app's failure
+            log.exception("label map not read: the last one is kept")
+            return
         exact: dict[str, str] = {}
         models: dict[str, str] = {}
         for label, model_id in labels:
