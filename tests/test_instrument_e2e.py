@@ -1,5 +1,5 @@
 """``instrument()`` end to end: the local server (``python -m local``) with its Bedrock stand-in
-and its reconciler every second (5 s tolerance); plain boto3 and the agent frameworks
+and its reconciler every second (1 s tolerance); plain boto3 and the agent frameworks
 (LangChain ``ChatBedrockConverse``, Strands ``BedrockModel``, LlamaIndex ``BedrockConverse``)
 call Bedrock through an instrumented client, streamed calls included, and the
 reconciliation of the models they called shows 0 unmetered tokens. ``enforce`` refuses a
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory):
-    with reconciling_server(tmp_path_factory.mktemp("instrument"), KEY) as url:
+    with reconciling_server(tmp_path_factory.mktemp("instrument"), KEY, tolerance_seconds=1) as url:
         yield url
 
 
@@ -214,7 +214,9 @@ def test_llamaindex_bedrock_converse(tenant):
     profile = app_profile(tenant, LITE, "llamaindex")
     runtime = aws("bedrock-runtime", tenant.base_url)
     instrument(runtime, guard, labels={profile: "llamaindex"})
-    llm = BedrockConverse(model=profile, client=runtime, max_tokens=40, region_name="us-east-1")
+    llm = BedrockConverse(
+        model=LITE, application_inference_profile_arn=profile, client=runtime, max_tokens=40, region_name="us-east-1"
+    )
     assert llm.complete(PROMPT).text
     assert "".join(piece.delta for piece in llm.stream_chat([ChatMessage(role="user", content=PROMPT)]))
     assert guard.close()
