@@ -111,7 +111,6 @@ class PriceKeeper:
             on_total=self.selector.observe_total,
             spool=self.spool,
             redeliver_after=redeliver_after,
-            monotonic=monotonic,
         )
         if self.spool is not None:
             self.reporter.resume(self.spool.adopt())
