@@ -19,6 +19,7 @@ Strands, LlamaIndex, ...):
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import logging
@@ -345,6 +346,29 @@ def body_usage(body: Any) -> dict:
     return {}
 
 
+_ANTHROPIC_COUNTS = {
+    "input_tokens": "inputTokens",
+    "output_tokens": "outputTokens",
+    "cache_read_input_tokens": "cacheReadInputTokens",
+    "cache_creation_input_tokens": "cacheWriteInputTokens",
+}
+
+
+def _chunk_usage(chunk: dict) -> dict:
+    """Counts in a provider's stream chunk: Nova's ``metadata``, Anthropic's ``message_start``
+    (input) and ``message_delta`` (output so far)."""
+    if isinstance(chunk.get("metadata"), dict):
+        return body_usage(chunk["metadata"])
+    if chunk.get("type") == "message_start":
+        usage = (chunk.get("message") or {}).get("usage")
+    elif chunk.get("type") == "message_delta":
+        usage = chunk.get("usage")
+    else:
+        return {}
+    usage = usage if isinstance(usage, dict) else {}
+    return {ours: usage[theirs] for theirs, ours in _ANTHROPIC_COUNTS.items() if theirs in usage}
+
+
 class _StreamMeter:
     """What a stream has shown of its usage, and its one report."""
 
@@ -353,16 +377,22 @@ class _StreamMeter:
         self.call = call
         self.usage: dict = {}
         self.ended = False
+        self._metrics = False
 
     def see(self, event: dict) -> None:
         if "metadata" in event:  # ConverseStream
             self.usage = event["metadata"].get("usage") or self.usage
         chunk = (event.get("chunk") or {}).get("bytes")
-        if chunk and _METRICS in chunk:  # InvokeModelWithResponseStream's last chunk
+        if chunk and (_METRICS in chunk or (b'"usage"' in chunk and not self._metrics)):
             try:
-                self.usage = body_usage(json.loads(chunk)) or self.usage
+                body = json.loads(chunk)
             except ValueError:
-                pass
+                return
+            if _METRICS in chunk:  # InvokeModelWithResponseStream's last chunk: the counts Bedrock bills
+                self._metrics = True
+                self.usage = body_usage(body) or self.usage
+            else:  # the provider's own counts, if the metrics never come
+                self.usage = {**self.usage, **_chunk_usage(body)}
 
     def end(self, status: str) -> None:
         self.ended = True
@@ -462,6 +492,7 @@ def instrument(
             from .client import PriceKeeper
 
             keeper = PriceKeeper.from_env(report_in_background=background)
+            atexit.register(keeper.close)  # its queue is sent (or left in the spool) at exit
         instrumentation = Instrumentation(keeper, mode, LabelMap(keeper, labels), background, max_output_tokens)
         for event, handler in instrumentation.handlers():
             events.register(event, handler, unique_id=f"price-keeper:{event}")

@@ -157,3 +157,37 @@ def test_a_session_instruments_the_clients_it_makes_from_then_on():
 def test_only_a_bedrock_runtime_client_is_instrumented():
     with pytest.raises(TypeError):
         instrument(boto3.client("s3", region_name="us-east-1"), Keeper([]))
+
+
+def stream_of(chunks: list[dict]) -> list[dict]:
+    return [{"chunk": {"bytes": json.dumps(chunk).encode()}} for chunk in chunks]
+
+
+def meter_of(events: list[dict]) -> dict:
+    from price_keeper_client.instrument import _StreamMeter
+
+    meter = _StreamMeter(None, None)
+    for event in events:
+        meter.see(event)
+    return meter.usage
+
+
+def test_a_streams_usage_is_the_invocation_metrics_else_the_providers_counts():
+    anthropic = [
+        {"type": "message_start", "message": {"usage": {"input_tokens": 12, "output_tokens": 1}}},
+        {"type": "content_block_delta", "delta": {"text": "hi"}},
+        {"type": "message_delta", "usage": {"output_tokens": 30}},
+    ]
+    assert meter_of(stream_of(anthropic)) == {"inputTokens": 12, "outputTokens": 30}
+    metrics = {
+        "type": "message_stop",
+        "amazon-bedrock-invocationMetrics": {"inputTokenCount": 13, "outputTokenCount": 31},
+    }
+    usage = meter_of(stream_of([*anthropic, metrics]))
+    assert (usage["inputTokens"], usage["outputTokens"]) == (13, 31)
+    nova = [{"metadata": {"usage": {"inputTokens": 5, "outputTokens": 6}}}]
+    assert meter_of(stream_of(nova)) == {"inputTokens": 5, "outputTokens": 6}
+    assert meter_of([{"metadata": {"usage": {"inputTokens": 7, "outputTokens": 8}}}]) == {
+        "inputTokens": 7,
+        "outputTokens": 8,
+    }
