@@ -137,8 +137,9 @@ class _Call:
 
 
 class Instrumentation:
-    """The handlers of one instrumented client or session. ``unmapped_calls``: calls whose
-    ``modelId`` maps to no label (``observe`` lets them through unreported)."""
+    """The handlers of one instrumented client or session. ``reported``: calls reported (or
+    queued); ``unmapped_calls``: calls whose ``modelId`` maps to no label (``observe`` lets
+    them through unreported)."""
 
     def __init__(
         self,
@@ -156,6 +157,7 @@ class Instrumentation:
         self.background = background
         self.max_output_tokens = max_output_tokens
         self.unmapped_calls = 0
+        self.reported = 0
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
@@ -290,6 +292,8 @@ class Instrumentation:
             if call.reported:
                 return
             call.reported = True
+        with self._lock:
+            self.reported += 1
         record = UsageRecord(
             request_id=str(uuid.uuid4()),
             model_label=call.label,
@@ -435,9 +439,7 @@ class MeteredStream(EventStream):
             for event in self._inner:
                 meter.see(event)
                 yield event
-        except GeneratorExit:
-            raise
-        except Exception:
+        except Exception:  # broken (an error event, a dropped connection); a reader's break is not one
             meter.end("ERROR")
             raise
         meter.end("OK")
