@@ -19,14 +19,15 @@ shipped layer calls Bedrock exactly as in AWS. It plays Bedrock as account ``123
 Any other Bedrock operation is ``UnknownOperationException``.
 
 ``Runtime`` is the ``bedrock-runtime`` side (the same signing name, ``bedrock``, told apart
-by its ``/model/{modelId}/...`` paths): ``Converse``, ``ConverseStream`` and ``InvokeModel``
-answer a canned reply whose token counts come from the request (about 4 characters of
-text per input token; ``maxTokens``, default ``DEFAULT_OUTPUT_TOKENS``, output tokens; the
-content before a ``cachePoint`` is written to the cache the first time and read from it
-after), and each call records the ``AWS/Bedrock`` metrics AWS publishes (``Invocations``,
-``InputTokenCount``, ``OutputTokenCount``, ``CacheReadInputTokenCount``,
-``CacheWriteInputTokenCount``, by ``ModelId`` as the caller named it) in the local
-CloudWatch (moto), which the reconciler reads.
+by its ``/model/{modelId}/...`` paths): ``Converse``, ``ConverseStream``, ``InvokeModel``
+and ``InvokeModelWithResponseStream`` (Anthropic's or Nova's body, the token-count headers,
+the stream's ``amazon-bedrock-invocationMetrics``) answer a canned reply whose token counts
+come from the request (about 4 characters of text per input token; ``maxTokens``, default
+``DEFAULT_OUTPUT_TOKENS``, output tokens; the content before a ``cachePoint`` is written to
+the cache the first time and read from it after), and each call records the ``AWS/Bedrock``
+metrics AWS publishes (``Invocations``, ``InputTokenCount``, ``OutputTokenCount``,
+``CacheReadInputTokenCount``, ``CacheWriteInputTokenCount``, by ``ModelId`` as the caller
+named it) in the local CloudWatch (moto), which the reconciler reads.
 
 It answers whoever reaches the port, unauthenticated, so what a call can make it keep or
 record is bounded:
@@ -47,6 +48,7 @@ record is bounded:
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import json
@@ -325,7 +327,9 @@ PROMPT_CACHE_ENTRIES = 10_000
 CHARS_PER_TOKEN = 4
 REPLY_TEXT = "This is the local Bedrock stand-in."
 METRICS_NAMESPACE = "AWS/Bedrock"
-_RUNTIME_PATH = re.compile(r"^/model/(?P<model>[^/]+)/(?P<operation>converse|converse-stream|invoke)$")
+_RUNTIME_PATH = re.compile(
+    r"^/model/(?P<model>[^/]+)/(?P<operation>converse|converse-stream|invoke|invoke-with-response-stream)$"
+)
 
 
 def event_message(headers: dict[str, str], payload: dict) -> bytes:
@@ -360,7 +364,8 @@ def _text_tokens(text: str) -> int:
 
 
 class Runtime:
-    """Converse, ConverseStream and InvokeModel with token counts derived from the request;
+    """Converse, ConverseStream, InvokeModel and InvokeModelWithResponseStream with token
+    counts derived from the request;
     every call's ``AWS/Bedrock`` metrics go to the local CloudWatch."""
 
     def __init__(self, prompt_cache_entries: int = PROMPT_CACHE_ENTRIES):
@@ -395,22 +400,9 @@ class Runtime:
                 "body": b"".join(self._stream(usage)),
             }
         if operation == "invoke":
-            answer = {
-                "type": "message",
-                "role": "assistant",
-                "content": [{"type": "text", "text": REPLY_TEXT}],
-                "stop_reason": "end_turn",
-                "usage": {"input_tokens": usage["inputTokens"], "output_tokens": usage["outputTokens"]},
-            }
-            headers = {
-                "X-Amzn-Bedrock-Input-Token-Count": str(usage["inputTokens"]),
-                "X-Amzn-Bedrock-Output-Token-Count": str(usage["outputTokens"]),
-            }
-            return {
-                "statusCode": 200,
-                "headers": {"Content-Type": "application/json", **headers},
-                "body": json.dumps(answer),
-            }
+            return invoke_answer(request, usage)
+        if operation == "invoke-with-response-stream":
+            return invoke_stream_answer(request, usage)
         answer = {
             "output": {"message": {"role": "assistant", "content": [{"text": REPLY_TEXT}]}},
             "stopReason": "end_turn",
@@ -479,6 +471,83 @@ class Runtime:
         yield stream_event("contentBlockStop", {"contentBlockIndex": 0})
         yield stream_event("messageStop", {"stopReason": "end_turn"})
         yield stream_event("metadata", {"usage": usage, "metrics": {"latencyMs": 1}})
+
+
+def _is_anthropic(request: dict) -> bool:
+    """An InvokeModel body in Anthropic's Messages shape (else Nova's ``messages-v1``)."""
+    return "anthropic_version" in request or "max_tokens" in request
+
+
+def _invocation_metrics(usage: dict) -> dict:
+    """The ``amazon-bedrock-invocationMetrics`` of a stream's last chunk."""
+    metrics = {"inputTokenCount": usage["inputTokens"], "outputTokenCount": usage["outputTokens"]}
+    for name in ("cacheReadInputTokens", "cacheWriteInputTokens"):
+        if name in usage:
+            metrics[name.replace("Tokens", "TokenCount")] = usage[name]
+    return {**metrics, "invocationLatency": 1, "firstByteLatency": 1}
+
+
+def invoke_answer(request: dict, usage: dict) -> dict:
+    """InvokeModel's answer: the provider's body (Anthropic's Messages or Nova's) and the
+    provider-independent ``X-Amzn-Bedrock-*-Token-Count`` headers."""
+    if _is_anthropic(request):
+        answer = {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "text", "text": REPLY_TEXT}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": usage["inputTokens"], "output_tokens": usage["outputTokens"]},
+        }
+    else:
+        answer = {
+            "output": {"message": {"role": "assistant", "content": [{"text": REPLY_TEXT}]}},
+            "stopReason": "end_turn",
+            "usage": usage,
+        }
+    headers = {
+        "Content-Type": "application/json",
+        "X-Amzn-Bedrock-Input-Token-Count": str(usage["inputTokens"]),
+        "X-Amzn-Bedrock-Output-Token-Count": str(usage["outputTokens"]),
+    }
+    return {"statusCode": 200, "headers": headers, "body": json.dumps(answer)}
+
+
+def invoke_stream_answer(request: dict, usage: dict) -> dict:
+    """InvokeModelWithResponseStream's answer: ``chunk`` events carrying the provider's stream
+    chunks (base64 in ``bytes``), the last with ``amazon-bedrock-invocationMetrics``."""
+    half = len(REPLY_TEXT) // 2
+    if _is_anthropic(request):
+        chunks = [
+            {
+                "type": "message_start",
+                "message": {"role": "assistant", "usage": {"input_tokens": usage["inputTokens"]}},
+            },
+            *(
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+                for piece in (REPLY_TEXT[:half], REPLY_TEXT[half:])
+            ),
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": usage["outputTokens"]},
+            },
+            {"type": "message_stop"},
+        ]
+    else:
+        chunks = [
+            {"messageStart": {"role": "assistant"}},
+            *(
+                {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": piece}}}
+                for piece in (REPLY_TEXT[:half], REPLY_TEXT[half:])
+            ),
+            {"messageStop": {"stopReason": "end_turn"}},
+            {"metadata": {"usage": usage}},
+        ]
+    chunks[-1]["amazon-bedrock-invocationMetrics"] = _invocation_metrics(usage)
+    body = b"".join(
+        stream_event("chunk", {"bytes": base64.b64encode(json.dumps(chunk).encode()).decode()}) for chunk in chunks
+    )
+    return {"statusCode": 200, "headers": {"Content-Type": "application/vnd.amazon.eventstream"}, "body": body}
 
 
 def _blocks(request: dict) -> list[dict]:

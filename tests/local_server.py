@@ -95,13 +95,13 @@ def module_server(provisioning_key: str, **settings: str):
 
 
 @contextlib.contextmanager
-def reconciling_server(log_dir: Path, provisioning_key: str):
+def reconciling_server(log_dir: Path, provisioning_key: str, tolerance_seconds: int = 5):
     """``local_server`` whose aggregator and reconciler run every second, with a late-report
     tolerance of 5 s (config.yaml's is 900 s): Bedrock's calls are reconciled within seconds."""
     config = log_dir / "config.yaml"
     text = (ROOT / "config.yaml").read_text()
     assert "tolerance_seconds: 900" in text
-    config.write_text(text.replace("tolerance_seconds: 900", "tolerance_seconds: 5"))
+    config.write_text(text.replace("tolerance_seconds: 900", f"tolerance_seconds: {tolerance_seconds}"))
     with local_server(
         log_dir,
         provisioning_key,

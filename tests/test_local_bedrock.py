@@ -350,6 +350,46 @@ def test_invoke_model_answers_with_token_count_headers(aws, bedrock_endpoint):
     assert json.loads(answer["body"].read())["usage"] == {"input_tokens": 1, "output_tokens": 7}
 
 
+def test_invoke_model_answers_novas_body_shape(aws, bedrock_endpoint):
+    import json
+
+    body = {"schemaVersion": "messages-v1", "messages": [{"role": "user", "content": [{"text": "abcdefgh"}]}]}
+    answer = runtime(bedrock_endpoint).invoke_model(
+        modelId=NOVA_2_LITE, body=json.dumps(body | {"inferenceConfig": {"maxTokens": 3}})
+    )
+    headers = answer["ResponseMetadata"]["HTTPHeaders"]
+    assert (headers["x-amzn-bedrock-input-token-count"], headers["x-amzn-bedrock-output-token-count"]) == ("2", "3")
+    reply = json.loads(answer["body"].read())
+    assert reply["usage"] == {"inputTokens": 2, "outputTokens": 3, "totalTokens": 5}
+    assert reply["output"]["message"]["content"][0]["text"]
+
+
+@pytest.mark.parametrize("shape", ["anthropic", "nova"])
+def test_invoke_model_with_response_stream_ends_with_the_invocation_metrics(aws, bedrock_endpoint, shape):
+    import json
+
+    model = "anthropic.claude-3-haiku-20240307-v1:0" if shape == "anthropic" else "amazon.nova-pro-v1:0"
+    if shape == "anthropic":
+        body = {
+            "anthropic_version": "bedrock-2023-05-31",
+            "max_tokens": 4,
+            "messages": [{"role": "user", "content": "abcd"}],
+        }
+    else:
+        body = {"messages": [{"role": "user", "content": [{"text": "abcd"}]}], "inferenceConfig": {"maxTokens": 4}}
+    answer = runtime(bedrock_endpoint).invoke_model_with_response_stream(modelId=model, body=json.dumps(body))
+    chunks = [json.loads(event["chunk"]["bytes"]) for event in answer["body"]]
+    text = "".join(
+        (chunk.get("delta") or {}).get("text", "")
+        or ((chunk.get("contentBlockDelta") or {}).get("delta") or {}).get("text", "")
+        for chunk in chunks
+    )
+    assert text == "This is the local Bedrock stand-in."
+    metrics = chunks[-1]["amazon-bedrock-invocationMetrics"]
+    assert (metrics["inputTokenCount"], metrics["outputTokenCount"]) == (1, 4)
+    assert bedrock_metric("OutputTokenCount", model) >= 4
+
+
 def test_a_converse_without_messages_is_a_validation_error(aws, bedrock_endpoint):
     request = {"modelId": NOVA_2_LITE, "messages": [], "inferenceConfig": {"maxTokens": 5}}
     assert error_code(lambda: runtime(bedrock_endpoint).converse(**request)) == "ValidationException"

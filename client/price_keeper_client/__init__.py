@@ -1,4 +1,5 @@
-"""Python client for Bedrock Price Keeper: guarded Bedrock calls, usage reporting, provisioning."""
+"""Python client for Bedrock Price Keeper: guarded Bedrock calls (or any boto3 client's, instrumented),
+usage reporting, provisioning."""
 
 from ._version import __version__
 from .admin import Provisioning
@@ -19,6 +20,7 @@ from .errors import (
     ServiceUnavailable,
     Unauthorized,
 )
+from .instrument import Instrumentation, instrument, uninstrument
 from .models import (
     BatchResult,
     CarriedSelection,
@@ -37,6 +39,9 @@ from .retry import RetryPolicy
 __all__ = [
     "__version__",
     "PriceKeeper",
+    "instrument",
+    "uninstrument",
+    "Instrumentation",
     "Provisioning",
     "GuardedBedrock",
     "ConverseResult",

@@ -4,25 +4,38 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import date
+from datetime import date, timedelta
+from pathlib import Path
 from typing import Any
 
 import requests
 
 from .auth import Principal, TokenManager
 from .bedrock import ConverseResult, ConverseStream, GuardedBedrock
-from .errors import PriceKeeperError, Unauthorized
-from .models import BatchResult, CarriedSelection, DailySpend, ModelChoice, Reservation, UsageReceipt, UsageRecord
+from .errors import PriceKeeperError, RateLimitExceeded, Unauthorized
+from .models import (
+    BatchResult,
+    CarriedSelection,
+    DailySpend,
+    LabelQuota,
+    ModelChoice,
+    Reservation,
+    UsageReceipt,
+    UsageRecord,
+)
 from .reporter import UsageReporter
 from .retry import RetryPolicy
 from .selection import ModelSelector
+from .spool import Spool
 from .transport import DEFAULT_URL, Transport
 
 log = logging.getLogger("price_keeper_client")
 
 API = "/api/v1"
+UNAVAILABLE_WARNING_EVERY_SECS = 60.0
 
 
 def url_from_env() -> str:
@@ -38,6 +51,12 @@ class PriceKeeper:
     hands the record to the queue only if the service stays unreachable after retries.
     With ``hard_cap=True`` every ``converse``/``converse_stream`` reserves its worst case
     first (``reserve``) and calls the label the reservation names; see ``GuardedBedrock``.
+
+    ``on_unavailable="fail_open"``: while the service cannot be reached (no connection, 5xx),
+    ``select_model`` keeps answering the last choice (else the first label of the ordering,
+    when a label map was read) for at most ``fail_open_for``, with a warning at most once a
+    minute; ``"fail_closed"`` (the default) raises. ``spool_dir`` (or
+    ``PRICE_KEEPER_SPOOL_DIR``): queued records are kept on disk until counted (``spool.py``).
     """
 
     def __init__(
@@ -57,22 +76,44 @@ class PriceKeeper:
         monotonic: Callable[[], float] = time.monotonic,
         hard_cap: bool = False,
         reservation_ttl_secs: int | None = None,
+        on_unavailable: str = "fail_closed",
+        fail_open_for: timedelta = timedelta(minutes=15),
+        spool_dir: str | os.PathLike | None = None,
+        spool_fsync: str = "batch",
+        redeliver_after: float = 5.0,
     ):
         if not client_id or not client_secret:
             raise ValueError("client_id and client_secret are required")
+        if on_unavailable not in ("fail_closed", "fail_open"):
+            raise ValueError('on_unavailable must be "fail_closed" or "fail_open"')
+        self.on_unavailable = on_unavailable
+        self.fail_open_for = fail_open_for
+        self._monotonic = monotonic
+        self._down_since: float | None = None
+        self._warned_at: float | None = None
+        self._last_choice: ModelChoice | None = None
+        self._label_models: list[tuple[str, str | None]] = []  # (label, bedrock_model_id) as last read
+        self._label_status: dict[str, str] = {}
+        self._state_lock = threading.Lock()
+        spool_dir = spool_dir or os.environ.get("PRICE_KEEPER_SPOOL_DIR")
         principal = Principal.from_client_id(client_id)
         self.org_id = org_id or principal.org_id
         self.app_id = app_id or principal.app_id
         self.transport = Transport(url, session=session, timeout=timeout)
         self.tokens = TokenManager(self.transport, client_id, client_secret, clock=clock)
         self.selector = ModelSelector(self._fetch_selection, clock=monotonic)
+        self.spool = Spool(Path(spool_dir), fsync=spool_fsync) if spool_dir else None
         self.reporter = UsageReporter(
             self._send_usage,
             self._send_usage_batch,
             retry=retry,
-            on_quota=self.selector.observe,
+            on_quota=self._heard_quota,
             on_total=self.selector.observe_total,
+            spool=self.spool,
+            redeliver_after=redeliver_after,
         )
+        if self.spool is not None:
+            self.reporter.resume(self.spool.adopt())
         self.report_in_background = report_in_background
         self._bedrock_client = bedrock_client
         self.hard_cap = hard_cap
@@ -113,11 +154,82 @@ class PriceKeeper:
 
     def _fetch_selection(self, force: bool) -> tuple[ModelChoice, str | None]:
         reply = self._call("GET", self._app_path("model-selection"), params={"force_check": "true"} if force else None)
-        return ModelChoice.from_json(reply.body), reply.headers.get("cache-control")
+        choice = ModelChoice.from_json(reply.body)
+        statuses = ((reply.body.get("quota_status") or {}).get("models_status")) or {}
+        with self._state_lock:
+            self._label_status = {label: value.get("status") for label, value in statuses.items() if value}
+        return choice, reply.headers.get("cache-control")
+
+    def _heard_quota(self, quota: LabelQuota | None) -> None:
+        """A label's position from a usage answer: the selection cache's, and ``label_status``."""
+        self.selector.observe(quota)
+        if quota is not None and quota.label and quota.status:
+            with self._state_lock:
+                self._label_status[quota.label] = quota.status
+
+    def label_status(self, label: str) -> str | None:
+        """The label's quota position as last heard (selection or usage answer): ``NORMAL``,
+        ``TIGHT``, ``EXCEEDED``, or None when the service has not said."""
+        with self._state_lock:
+            return self._label_status.get(label)
+
+    def label_models(self) -> list[tuple[str, str | None]]:
+        """Every label of the app's ordering (and any other it spent on today) with its model
+        or profile ARN, in the ordering's order, from today's aggregates."""
+        labels = [(label.label, label.bedrock_model_id) for label in self.daily_spend().labels]
+        with self._state_lock:
+            self._label_models = labels
+        return labels
 
     def select_model(self, force: bool = False) -> ModelChoice:
-        """The model to call now (cached as the service advises). Raises ``QuotaExceeded``."""
-        return self.selector.current(force)
+        """The model to call now (cached as the service advises). Raises ``QuotaExceeded``;
+        when the service cannot be reached, see ``on_unavailable``."""
+        try:
+            choice = self.selector.current(force)
+        except PriceKeeperError as error:
+            if not self.unreachable(error):
+                raise
+            return self._fail_open(error)
+        with self._state_lock:
+            self._last_choice, self._down_since = choice, None
+        return choice
+
+    @staticmethod
+    def unreachable(error: PriceKeeperError) -> bool:
+        """The service could not be reached or failed (no connection, 5xx), not a refusal."""
+        return error.retryable and not isinstance(error, RateLimitExceeded)
+
+    def failing_open(self, error: PriceKeeperError) -> bool:
+        """Whether a call may go on without the service (``fail_open``, within ``fail_open_for``
+        of the first failure); logs a warning at most once a minute. Raises nothing."""
+        if self.on_unavailable != "fail_open":
+            return False
+        now = self._monotonic()
+        with self._state_lock:
+            if self._down_since is None:
+                self._down_since = now
+            down_for = now - self._down_since
+            if down_for > self.fail_open_for.total_seconds():
+                return False
+            warn = self._warned_at is None or now - self._warned_at >= UNAVAILABLE_WARNING_EVERY_SECS
+            if warn:
+                self._warned_at = now
+        if warn:
+            left = self.fail_open_for.total_seconds() - down_for
+            log.warning("price keeper unreachable (%s): failing open for %.0f s more", error.code, left)
+        return True
+
+    def _fail_open(self, error: PriceKeeperError) -> ModelChoice:
+        if not self.failing_open(error):
+            raise error
+        with self._state_lock:
+            choice, labels = self._last_choice, self._label_models
+        if choice is None and labels and labels[0][1]:
+            label, model = labels[0]
+            choice = ModelChoice(label, model, "FAIL_OPEN", "NORMAL", None, 0, None, None, None, None, {})
+        if choice is None:
+            raise error
+        return choice
 
     # -- usage -----------------------------------------------------------------------------------
 

@@ -377,8 +377,8 @@ class LabelSpend:
             label=body.get("label", label),
             bedrock_model_id=body.get("bedrock_model_id"),
             cost_usd_micros=int(body.get("cost_usd_micros", 0)),
-            quota_usd_micros=int(body.get("quota_usd_micros", 0)),
-            quota_pct=float(body.get("quota_pct", 0)),
+            quota_usd_micros=int(body.get("quota_usd_micros") or 0),  # null: a label outside the orderings
+            quota_pct=float(body.get("quota_pct") or 0),
             quota_status=body.get("quota_status", "NORMAL"),
             input_tokens=int(body.get("input_tokens", 0)),
             output_tokens=int(body.get("output_tokens", 0)),
