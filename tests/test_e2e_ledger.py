@@ -1,17 +1,15 @@
-"""End to end over real HTTP against ``python -m local`` with every org day counted by the
-ledger (``metering.ledger_from``): reports, retries and a void reach today's aggregates
-through the stream's images, each record counted once."""
+"""End to end over real HTTP against ``python -m local``, which counts by the ledger:
+reports, retries and a void reach today's aggregates through the usage stream's images,
+each record counted once."""
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
 
-from price_keeper.config import config_path, read_raw
 from tests.local_server import local_server
 from tests.tenants import new_tenant
 from tests.usage_support import iso, usage_body
@@ -31,11 +29,7 @@ def eventually(check, what: str):
 
 
 def test_reports_retries_and_a_void_reach_the_aggregates_once_each(tmp_path):
-    raw = read_raw(config_path())
-    raw["metering"]["ledger_from"] = "20200101"
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(raw))
-    with local_server(tmp_path, KEY, PRICE_KEEPER_CONFIG=str(config)) as url:
+    with local_server(tmp_path, KEY) as url:
         tenant = new_tenant(url, KEY, ["web"], model_ordering=["premium", "standard"])
         app, headers = tenant.app_path("web"), tenant.bearer("web")
         bodies = [usage_body(model_label=label) for label in ("premium", "premium", "standard")]
@@ -80,10 +74,10 @@ def test_reports_retries_and_a_void_reach_the_aggregates_once_each(tmp_path):
 
 
 def test_near_its_quota_a_label_shows_each_report_before_its_fold_and_counts_it_once(tmp_path):
-    """An org made now counts by the ledger, whose totals lag the fold by a second or two; in
-    tight mode a report also goes on the label-day's live item, so a selection made right
-    after it (well inside the stream's 1 s batching window) already sees it, and once folded
-    it is counted once, not on the item and the total both."""
+    """The ledger's totals lag the fold by a second or two; in tight mode a report also goes
+    on the label-day's live item, so a selection made right after it (well inside the
+    stream's 1 s batching window) already sees it, and once folded it is counted once, not
+    on the item and the total both."""
     with local_server(tmp_path, KEY) as url:
         tenant = new_tenant(
             url,

@@ -9,7 +9,6 @@ from tests.test_ledger import (  # noqa: F401 - fixtures
     _records,
     deliver,
     expected,
-    ledger_days,
     stream,
     submit,
     totals_of,
@@ -32,9 +31,7 @@ def test_a_chunk_delivered_again_from_its_first_record_ever_longer_is_not_stuck(
     assert totals_of(tenant.scope) == expected(receipts)
 
 
-def test_a_ledger_record_whose_put_the_sdk_sent_again_is_answered_as_counted_not_as_a_duplicate(
-    ledger_days, monkeypatch
-):
+def test_a_ledger_record_whose_put_the_sdk_sent_again_is_answered_as_counted_not_as_a_duplicate(aws, monkeypatch):
     """A lone PutItem that DynamoDB applied but whose answer was lost is sent again by the
     SDK's retries, and cancels on the marker it wrote itself. The transaction path kept its
     ClientRequestToken for this (an SDK retry is applied at most once and answered as the

@@ -36,7 +36,7 @@ def test_a_hot_label_among_quiet_ones_over_16_stream_shards_is_counted_exactly(e
     from price_keeper.timeutil import org_day
     from tests.usage_support import usage_body
 
-    (hot_org, hot_app), *quiet = endpoint.seed_scopes(1 + QUIET_LABEL_DAYS, made_now=True)
+    (hot_org, hot_app), *quiet = endpoint.seed_scopes(1 + QUIET_LABEL_DAYS)  # every org counts by the ledger
     reader = StreamReader(tables.USAGE_AGG_SHARDED)
     assert len(reader.streams.describe_stream(StreamArn=reader.arn)["StreamDescription"]["Shards"]) == SHARDS
     stop = threading.Event()
