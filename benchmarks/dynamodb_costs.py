@@ -1,4 +1,4 @@
-"""DynamoDB calls and capacity units per operation of the metering engine, on moto.
+"""DynamoDB calls and capacity units per operation of the metering and the ledger's fold, on moto.
 
     .venv/bin/python benchmarks/dynamodb_costs.py [--scopes 1000]
 
@@ -7,16 +7,17 @@ Calls are counted with botocore event hooks on the service's own client. moto's
 (attribute names + values, as DynamoDB sizes items):
 
 - writes: 1 WCU per started KB of the larger of the item before and after; x2 inside a
-  transaction; a conditional write that fails still costs its units; creating a usage
-  shard also writes its ``active-by-day`` index entry (1 WCU, once per shard and day);
+  transaction; a conditional write that fails still costs its units; listing a label-day
+  also writes its ``active-by-day`` index entry (1 WCU, once per label-day);
 - reads: 0.5 RCU per started 4 KB eventually consistent, 1 strongly consistent, summed
   per item for GetItem/BatchGetItem and over all items for a Query.
 
 Each operation is measured warm (config, prices and token checks cached in memory, as in
 a warm Lambda container) for 1 active scope and for N active scopes (default 1,000): the
-stream folds cost the same at both (they read only the labels they are handed), the sweep
-grows with the active shards.
-The last table prints what the seed's ``request_ids`` string set would cost instead.
+stream folds (``ledger.fold_batch`` on the records ``StreamReader`` reads) cost the same at
+both (they read only the label-days they are handed), the audit (``aggregation.run``) grows
+with the label-days listed. The last table prints the items a record writes as a day grows,
+beside what the seed's ``request_ids`` string set would cost.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from moto import mock_aws  # noqa: E402
 
 from local import moto_patches  # noqa: E402
 from price_keeper.config import get_config  # noqa: E402
-from price_keeper.domain import aggregation, metering, orgs, selection  # noqa: E402
+from price_keeper.domain import aggregation, ledger, metering, orgs, selection  # noqa: E402
 from price_keeper.domain.models import UsageRequest  # noqa: E402
 from price_keeper.store import keys, tables  # noqa: E402
 from price_keeper.store.dynamo import (  # noqa: E402
@@ -131,7 +132,7 @@ class Meter:
                 size = item_size(body["Item"]) if kind == "Put" else self._size(body["TableName"], body["Key"])
                 self.wcu += 2 * max(1, math.ceil(max(size, before) / WRITE_UNIT))
                 if kind == "Update" and before == 0 and "active_day" in body["UpdateExpression"]:
-                    self.wcu += 1  # the new shard's index entry
+                    self.wcu += 1  # a new label-day's index entry
         elif operation == "UpdateItem":  # billed on the larger of before and after, failed or not
             after = self._size(params["TableName"], params["Key"])
             self.wcu += max(1, math.ceil(max(after, before_sizes[0]) / WRITE_UNIT))
@@ -163,17 +164,9 @@ def create_tables() -> None:
         client.create_table(**spec.create_table_kwargs())
 
 
-def seed_scopes(count: int, made_now: bool = False, ledger: bool | None = None) -> list[tuple[str, str]]:
-    """``count`` orgs with one app each (APP scope), config items in the seed's shape; with
-    ``made_now`` as provisioning makes them today (label-days start on one shard, boosts kept
-    on the items, config labels apart from the scope totals, every day counted by the ledger
-    unless ``ledger`` is False), else as orgs made before those were (all 8 shards, boosts
-    read by a Query, every label in the scope totals, shards)."""
-    made_now_attributes = (
-        {"first_shard_count": 1, "quota_boosts": {}, orgs.CONFIG_LABELS_APART: True} if made_now else {}
-    )
-    if made_now if ledger is None else ledger:
-        made_now_attributes[orgs.COUNTED_BY_LEDGER] = True
+def seed_scopes(count: int) -> list[tuple[str, str]]:
+    """``count`` orgs with one app each (APP scope), as provisioning makes them: the
+    default marker buckets, boosts kept on the config items."""
     config = boto3.resource("dynamodb").Table(tables.CONFIG.physical_name)
     tenants = []
     with config.batch_writer() as batch:
@@ -188,8 +181,8 @@ def seed_scopes(count: int, made_now: bool = False, ledger: bool | None = None) 
                     "quota_scope": "APP",
                     "model_ordering": ["premium", "standard", "economy"],
                     "quotas": {"premium": 10**12, "standard": 10**12, "economy": 10**12},
-                    "agg_shard_count": 8,
-                    **made_now_attributes,
+                    "agg_shard_count": get_config().metering.usage_agg_shard_count,
+                    "quota_boosts": {},
                     "sticky_fallback_enabled": True,
                 }
             )
@@ -198,7 +191,7 @@ def seed_scopes(count: int, made_now: bool = False, ledger: bool | None = None) 
                     "org_key": keys.org_key(org_id),
                     "resource_key": keys.app_resource(app_id),
                     "app_name": "bench",
-                    **({"quota_boosts": {}} if made_now else {}),
+                    "quota_boosts": {},
                 }
             )
             tenants.append((org_id, app_id))
@@ -232,7 +225,7 @@ def through_handlers(
     """Usage submission and model selection, ``requests`` times each, and usage batches of
     100 records ``batches`` times, through their real Lambda handlers (API Gateway events,
     in process) with one access token and rate limits on, as one warm container serves a
-    busy client, after ``busy_day`` submissions (so every shard of the day exists). Per
+    busy client, after ``busy_day`` submissions (so its label-day is listed). Per
     request: the calls, WCU and RCU, with token checks and rate-limit leases amortised over
     the run."""
     from local import gateway
@@ -274,31 +267,46 @@ def through_handlers(
     return measured
 
 
+def fold_event(event: dict) -> aggregation.RunReport:
+    """A stream shard's batch folded as the aggregator folds it (``ledger.fold_batch``),
+    without the handler's alerts and metrics."""
+    from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
+
+    return ledger.fold_batch(DynamoDBStreamEvent(event).records, event["shardId"]).report
+
+
+def fold_all(stream, read: dict[str, list[dict]] | None = None) -> int:
+    """Fold what ``stream`` gained (or its records ``read`` already), each shard's records in
+    batches of the mapping's size (``USAGE_STREAM.batch_size``): the batches folded."""
+    from local.streams import lambda_event
+
+    batches = 0
+    for shard_id, records in (stream.read() if read is None else read).items():
+        size = aggregation.USAGE_STREAM.batch_size
+        for first in range(0, len(records), size):
+            fold_event(lambda_event(records[first : first + size], shard_id))
+            batches += 1
+    return batches
+
+
 def stream_folds(
     meter: Meter, records_per_batch: tuple[int, ...] = (1, 10, 100)
 ) -> list[tuple[str, str, float, float]]:
-    """The aggregator function on stream batches of one scope's usage (one label on its one
-    shard: an org as provisioning makes it now), as the event source mapping invokes it,
-    warm: the calls and units of one batch of each size (alerts included; the heartbeat,
-    written at most once per 10 s per container, is not: see the first row)."""
-    from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
-
+    """The aggregator function on stream batches of one scope's usage (one label), as the
+    event source mapping invokes it, warm: the calls and units of one batch of each size
+    (alerts included; the heartbeat, written at most once per 10 s per container, is not:
+    see the first row)."""
     from local.streams import StreamReader
     from price_keeper import state
 
     state.reset()  # a fresh container: its first fold writes the heartbeat
     meter.attach()
-    org_id, app_id = seed_scopes(1, made_now=True)[0]
+    org_id, app_id = seed_scopes(1)[0]
     stream = StreamReader(tables.USAGE_AGG_SHARDED)
     stream.read()
     metering.submit(org_id, app_id, usage())
     first = stream.event()
-    rows = [
-        (
-            "stream fold, first of the container (heartbeat included)",
-            *measure(meter, lambda: aggregation.fold_stream(DynamoDBStreamEvent(first).records)),
-        )
-    ]
+    rows = [("stream fold, first of the container (heartbeat included)", *measure(meter, lambda: fold_event(first)))]
     for count in records_per_batch:
         for _ in range(count):
             metering.submit(org_id, app_id, usage())
@@ -315,43 +323,26 @@ def stream_folds(
 
 def many_labels(meter: Meter, labels: int = 400) -> list[tuple[str, str, float, float]]:
     """A scope that has spent on ``labels`` labels today (an app of a profile per customer,
-    labels of 40 characters): what one more record's stream fold (on a label folded before)
-    and a selection cost there. The labels are folded 90 at a time first (what a day of such
-    an app's batches would have done)."""
-    from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
-
+    labels of 40 characters), folded: what one more record's stream fold (on a label folded
+    before) and a selection cost there."""
     from local.streams import StreamReader
+    from tests.usage_support import put_records
 
-    org_id, app_id = seed_scopes(1, made_now=True)[0]
-    config = orgs.effective_config(org_id, app_id)
-    day = keys.day_key(org_day(TZ, datetime.now(UTC)))
-    shards = boto3.resource("dynamodb").Table(tables.USAGE_AGG_SHARDED.physical_name)
-    profile_labels = [f"customer-{uuid.UUID(int=n).hex[1:]}" for n in range(labels)]
-    with shards.batch_writer() as batch:
-        for label in profile_labels:
-            batch.put_item(
-                Item={
-                    "shard_key": keys.shard_key(config.scope, label, 0),
-                    "date_key": day,
-                    "cost_usd_micros": 10,
-                    "requests": 1,
-                    "updated_at_epoch": int(datetime.now(UTC).timestamp()),
-                }
-            )
-    names = [keys.usage_key(config.scope, label) for label in profile_labels]
-    for first in range(0, labels, 90):
-        aggregation.fold_label_days({(name, day) for name in names[first : first + 90]})
+    org_id, app_id = seed_scopes(1)[0]
+    scope = keys.scope_key(org_id, app_id, "APP")
+    day = org_day(TZ, datetime.now(UTC))
     stream = StreamReader(tables.USAGE_AGG_SHARDED)
-    stream.read()
+    for n in range(labels):
+        put_records(scope, f"customer-{uuid.UUID(int=n).hex[1:]}", day=day, cost=10)
     metering.submit(org_id, app_id, usage())
-    aggregation.fold_stream(DynamoDBStreamEvent(stream.event()).records)
+    fold_all(stream)
     metering.submit(org_id, app_id, usage())
     event = stream.event()
     selection.select_model(org_id, app_id)
     return [
         (
             f"stream fold, 1 record, in a scope that spent on {labels} labels today",
-            *measure(meter, lambda: aggregation.fold_stream(DynamoDBStreamEvent(event).records)),
+            *measure(meter, lambda: fold_event(event)),
         ),
         (
             f"model selection (force_check), in a scope that spent on {labels} labels today",
@@ -368,14 +359,16 @@ def handler(event: dict):
 
 
 def activate(tenants, submissions_per_scope: int) -> None:
-    """Give every scope usage today on all three labels (shards and, after a run, totals)."""
+    """Give every scope usage today on all three labels (markers, folded by ``fold_all``)."""
     for org_id, app_id in tenants:
         for index in range(submissions_per_scope):
             metering.submit(org_id, app_id, usage(("premium", "standard", "economy")[index % 3]))
 
 
 def scenario(meter: Meter, scopes: int, submissions_per_scope: int) -> list[tuple[str, str, float, float]]:
-    tenants = seed_scopes(scopes, made_now=True)
+    from local.streams import StreamReader
+
+    tenants = seed_scopes(scopes)
     org_id, app_id = tenants[0]
     rows = []
     metering.submit(org_id, app_id, usage())  # warm: config, price and profile lookups cached
@@ -399,12 +392,17 @@ def scenario(meter: Meter, scopes: int, submissions_per_scope: int) -> list[tupl
             *measure(meter, lambda: metering.submit_batch(org_id, app_id, [usage().model_dump() for _ in range(100)])),
         )
     )
+    stream = StreamReader(tables.USAGE_AGG_SHARDED)
+    fold_all(stream)
     activate(tenants, submissions_per_scope)
-    rows.append((f"sweep, first fold ({scopes} scopes x 3 labels)", *measure(meter, aggregation.run)))
-    rows.append(("sweep, nothing new", *measure(meter, aggregation.run)))
-    changed = tenants[: max(1, scopes // 10)]
-    activate(changed, 1)
-    rows.append((f"sweep, {len(changed)} scope(s) changed", *measure(meter, aggregation.run)))
+    labels = min(3, submissions_per_scope)
+    rows.append(
+        (
+            f"stream folds of {scopes * submissions_per_scope} records, {scopes} scopes x {labels} labels",
+            *measure(meter, lambda: fold_all(stream)),
+        )
+    )
+    rows.append((f"audit ({scopes * labels} label-days listed)", *measure(meter, aggregation.run)))
     selection.select_model(org_id, app_id)
     rows.append(("model selection (warm)", *measure(meter, lambda: selection.select_model(org_id, app_id))))
     rows.append(
@@ -416,19 +414,34 @@ def scenario(meter: Meter, scopes: int, submissions_per_scope: int) -> list[tupl
     return rows
 
 
-def size_after(meter: Meter, org_id: str, app_id: str, submissions: int) -> int:
+def sizes_as_a_day_grows(org_id: str, app_id: str, counts: tuple[int, ...] = (1, 1000, 5000)) -> list[tuple]:
+    """After each of ``counts`` records of one label today, folded: the largest marker the
+    stream carried and the label total's size (bytes)."""
+    from local.streams import StreamReader
+
     config = orgs.effective_config(org_id, app_id)
     now = datetime.now(UTC)
-    for _ in range(submissions):
-        metering.record(metering.prepare(config, usage(), now), now)
-    shards = [
-        meter.inspect.get_item(
-            TableName=tables.USAGE_AGG_SHARDED.physical_name,
-            Key={"shard_key": keys.shard_key(config.scope, "premium", n), "date_key": keys.day_key(org_day(TZ, now))},
-        ).get("Item")
-        for n in range(config.agg_shard_count)
-    ]
-    return max(item_size(shard) for shard in shards if shard)
+    stream = StreamReader(tables.USAGE_AGG_SHARDED)
+    fold_all(stream)
+    sizes, done = [], 0
+    for count in counts:
+        for _ in range(count - done):
+            metering.record(metering.prepare(config, usage(), now), now)
+        done = count
+        read = stream.read()
+        marker = max(
+            item_size(as_plain(record["dynamodb"]["NewImage"]))
+            for records in read.values()
+            for record in records
+            if record["dynamodb"]["Keys"]["date_key"] == {"S": keys.DEDUP_SORT_KEY} and "NewImage" in record["dynamodb"]
+        )
+        fold_all(stream, read)
+        usage_key, date_key = keys.usage_key(config.scope, "premium"), keys.day_key(org_day(TZ, now))
+        total = boto3.resource("dynamodb").Table(tables.DAILY_TOTAL.physical_name)
+        sizes.append(
+            (count, marker, item_size(total.get_item(Key={"usage_key": usage_key, "date_key": date_key})["Item"]))
+        )
+    return sizes
 
 
 def print_table(title: str, header: tuple, rows: list) -> None:
@@ -459,10 +472,7 @@ def main() -> None:
             for name, calls, wcu, rcu in stream_folds(meter) + (many_labels(meter) if scopes == 1 else []):
                 results.append((name, scopes, calls, f"{wcu:g}", f"{rcu:g}"))
             if scopes == 1:
-                org_id, app_id = seed_scopes(1)[0]
-                sizes = [
-                    (n, size_after(meter, org_id, app_id, n - done)) for done, n in ((0, 1), (1, 1000), (1000, 5000))
-                ]
+                sizes = sizes_as_a_day_grows(*seed_scopes(1)[0])
     results.sort(key=lambda row: (row[0], row[1]))
     print_table(
         "DynamoDB per operation (computed from item sizes; moto)",
@@ -470,15 +480,30 @@ def main() -> None:
         results,
     )
     seed_rows = []
-    for submissions, shard_size in sizes:
-        ids_per_shard = submissions / 8
-        seed_size = shard_size + 37 * ids_per_shard  # a UUID in a string set, the seed's dedup
+    for submissions, marker, total in sizes:
+        # the seed's dedup: every request_id (a UUID in a string set, 37 B) on one of 8 shard items
+        shard = item_size({"shard_key": "x" * 80, "date_key": "DAY#20260101", "cost_usd_micros": 10**9, "requests": 1})
+        seed_size = shard + 37 * submissions / 8
         seed_rows.append(
-            (submissions, f"{shard_size} B", 2 * 2, f"{seed_size / 1024:.1f} KB", math.ceil(seed_size / WRITE_UNIT))
+            (
+                submissions,
+                f"{marker} B",
+                f"{total} B",
+                math.ceil(marker / WRITE_UNIT),
+                f"{seed_size / 1024:.1f} KB",
+                math.ceil(seed_size / WRITE_UNIT),
+            )
         )
     print_table(
-        "Write units per submission as a day grows (8 shards, one label)",
-        ("submissions today", "largest shard (ours)", "WCU ours", "shard with request_ids set (seed)", "WCU seed"),
+        "Write units per record as a day grows (one label; the fold's write of the label total is shared by its batch)",
+        (
+            "records today",
+            "marker (ours)",
+            "label total (ours)",
+            "WCU ours",
+            "shard with request_ids (seed)",
+            "WCU seed",
+        ),
         seed_rows,
     )
 

@@ -2,7 +2,6 @@
 
     .venv/bin/python benchmarks/fleet.py [--containers 6] [--tenants 8] [--records 1600]
     .venv/bin/python benchmarks/fleet.py --rate-limits-only --containers 24
-    .venv/bin/python benchmarks/fleet.py --shards  # orgs made before the ledger (their shards)
 
 Each container is an OS process with its own process state (caches, leased rate-limit
 allowance, boto3 clients) that calls the real Lambda handlers with API Gateway events, as
@@ -29,13 +28,13 @@ Two runs:
   metered record and per selection: DynamoDB calls, write and read units
   (``dynamodb_costs.Meter``: computed from item sizes, transactions double), Lambda
   invocations (the aggregator's included) and dollars per million metered calls beside
-  the floor. Then exactness: every label's DailyTotal and shards equal the accepted records.
+  the floor. Then exactness: every label's DailyTotal equals the accepted records.
 - **rate limits**: one client sends 50 % of its limit, then another 150 %, spread over all
   containers at once: 429s at 50 %, and admissions per window at 150 %.
 - **hard cap**: one label reserved from every container at once, each hold settled at its
   worst case: the overshoot.
-- **hot label**: one label reported from every container at once: the shards its
-  conflicts spread it to, and exactness.
+- **hot label**: one label reported from every container at once: the calls and units of a
+  report (a record is its marker, shared by no other), and exactness.
 """
 
 from __future__ import annotations
@@ -54,8 +53,6 @@ import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from boto3.dynamodb.conditions import Attr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dynamodb_costs  # noqa: E402  (sets the layer's path and a test environment)
@@ -77,15 +74,15 @@ PRICE = {
 FLOOR_SINGLE = (1 * PRICE["wru"] + PRICE["http_api"] + PRICE["lambda_request"]) * 1e6  # $ per M calls
 FLOOR_BATCHED = (1 * PRICE["wru"] + (PRICE["http_api"] + PRICE["lambda_request"]) / 100) * 1e6
 # Lambda duration is not measurable on moto (its latency is not DynamoDB's): 10 ms per
-# DynamoDB call made one after another (the aggregator's fold threads write at once) plus
+# DynamoDB call made one after another (calls a thread pool makes at once count once) plus
 # 5 ms, at the stack's memory sizes (docs/infrastructure.md).
 MS_PER_CALL, MS_BASE = 10, 5
 HTTP_GB, AGGREGATOR_GB = 0.5, 1.0
 LABELS = ("premium", "standard", "economy")
 RETRIES_5XX = 3
 # How long a transaction holds its items on the benchmark's endpoint (``moto_patches``): about
-# a TransactWriteItems' own latency on DynamoDB, so concurrent reports of one label conflict
-# as they would there, and hot label-days spread.
+# a TransactWriteItems' own latency on DynamoDB, so concurrent transactions (the fold's, a
+# label-day's first records') conflict as they would there.
 TRANSACTION_HOLD_MS = 10.0
 
 
@@ -311,16 +308,13 @@ class Aggregator:
         had in it (a fold's work is per changed label-day, whatever its records): a batched
         client's 100 records of a label fold at the price of one, a single client's record
         alone at the price of one too. The label-days are those the aggregator folds
-        (``aggregation.changed_labels``: shard writes; on ledger days, ``ledger.changes``:
-        the markers, which this local stream delivers on other days too and AWS filters out)."""
+        (``ledger.changes``: the markers' changes)."""
         from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
-        from price_keeper.domain import aggregation, ledger
+        from price_keeper.domain import ledger
 
         records = list(DynamoDBStreamEvent({"Records": batch}).records)
-        changed = aggregation.changed_labels(records) | {
-            label_day for change in ledger.changes(records) for label_day in change.label_days
-        }
+        changed = {label_day for change in ledger.changes(records) for label_day in change.label_days}
         shapes = Counter(self.shape_of.get(keys.split_scope(usage_key)[0], "other") for usage_key, _ in changed)
         spent = Counter(self.meter.calls)
         spent.subtract(calls)
@@ -338,9 +332,8 @@ class Aggregator:
 
     def sequential_calls(self, before: Counter) -> int:
         """The calls of the invocations that just ran, one after another: those of the
-        invoking thread and, for each thread pool it waited on (a read of over 100 keys, the
-        fold's ``FOLD_THREADS`` writing scope-days at once), its busiest thread's. Lambda
-        bills the wall-clock time."""
+        invoking thread and, for each thread pool it waited on (reads of over 100 keys, pages
+        queried at once), its busiest thread's. Lambda bills the wall-clock time."""
         made = Counter(self.meter.by_thread)
         made.subtract(before)
         invoking = made.pop(threading.current_thread().name, 0)
@@ -403,20 +396,17 @@ class Tenant:
         return f"/api/v1/orgs/{self.org_id}/apps/{self.app_id}"
 
 
-def tenants(
-    count: int, rate_limits: dict[str, int] | None = None, made_now: bool = True, ledger: bool | None = None
-) -> list[Tenant]:
-    """``count`` orgs with one app (half of them single clients, half batched), each with an
-    access token, and the org's own ``rate_limits`` (``overrides.rate_limits``) if given;
-    ``made_now``: as provisioning makes orgs today, counted by the ledger unless ``ledger`` is
-    False (``dynamodb_costs.seed_scopes``)."""
+def tenants(count: int, rate_limits: dict[str, int] | None = None) -> list[Tenant]:
+    """``count`` orgs with one app as provisioning makes them (``dynamodb_costs.seed_scopes``;
+    half of them single clients, half batched), each with an access token, and the org's own
+    ``rate_limits`` (``overrides.rate_limits``) if given."""
     import boto3
 
     from price_keeper.domain import auth
 
     config = boto3.resource("dynamodb").Table(tables.CONFIG.physical_name)
     made = []
-    for n, (org_id, app_id) in enumerate(seed_scopes(count, made_now, ledger)):
+    for n, (org_id, app_id) in enumerate(seed_scopes(count)):
         if rate_limits:
             config.update_item(
                 Key={"org_key": keys.org_key(org_id), "resource_key": "#"},
@@ -505,8 +495,8 @@ def metering_work(clients: list[Tenant], records: int, containers: int, shape: S
 
 def opening_work(clients: list[Tenant], containers: int, seed: int) -> list[list[Request]]:
     """One report of each label of each tenant, each on a random container: the day's
-    first record of every label-day, which creates its shard and its total (a new shard's
-    index entry, the fold's first write). At fleet shape a label-day gets ~330 reports a
+    first record of every label-day, which lists it (its index entry, in a transaction with
+    the marker) and creates its total (the fold's first write). At fleet shape a label-day gets ~330 reports a
     day, so these writes are noise there; the measured phases must not count them in."""
     rng = random.Random(seed)
     work: list[list[Request]] = [[] for _ in range(containers)]
@@ -546,12 +536,11 @@ def carried_selections(replies: list) -> list[str]:
 
 
 def exactness(replies: list) -> list[str]:
-    """Every accepted record counted once: each label's shards and its DailyTotal equal the
-    accepted records' count and cost. The problems found (none: exact)."""
+    """Every accepted record counted once: each label's DailyTotal equals the accepted
+    records' count and cost. The problems found (none: exact)."""
     from datetime import UTC, datetime
 
-    from price_keeper.domain import orgs
-    from price_keeper.store import daily_totals, usage
+    from price_keeper.store import daily_totals
     from price_keeper.timeutil import org_day
 
     accepted = accepted_records(replies)
@@ -563,27 +552,10 @@ def exactness(replies: list) -> list[str]:
         scope = keys.scope_key(org_id, app_id, "APP")
         usage_key = keys.usage_key(scope, label)
         total = daily_totals.read_days([(usage_key, day)]).get((usage_key, day), {})
-        # on ledger days there are no shards: the markers are what the total must equal
-        counted_by_ledger = orgs.effective_config(org_id, app_id).counts_by_ledger(day)
-        shards = expected_cost if counted_by_ledger else usage.label_spends(scope, [label], day, 8)[label]
-        seen = (shards, int(total.get("cost_usd_micros", 0)), int(total.get("requests", 0)))
-        if seen != (expected_cost, expected_cost, len(ids)):
-            problems.append(f"{org_id}/{label}: shards, total, requests {seen}; accepted {expected_cost}, {len(ids)}")
+        seen = (int(total.get("cost_usd_micros", 0)), int(total.get("requests", 0)))
+        if seen != (expected_cost, len(ids)):
+            problems.append(f"{org_id}/{label}: total, requests {seen}; accepted {expected_cost}, {len(ids)}")
     return problems
-
-
-def spread_label_days() -> Counter:
-    """How many label-days a conflict spread, by the shard count they reached (``hot_labels``)."""
-    from price_keeper.store.dynamo import table
-
-    counts: Counter = Counter()
-    pages = {"FilterExpression": Attr("date_key").begins_with(keys.SHARD_COUNT_PREFIX)}
-    while True:
-        page = table(tables.USAGE_AGG_SHARDED).scan(**pages)
-        counts.update(int(item["shard_count"]) for item in page["Items"])
-        if "LastEvaluatedKey" not in page:
-            return counts
-        pages["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
 def dollars(calls_per_record: dict[str, float], wcu: float, rcu: float, invocations: float, gb_s: float, api: str):
@@ -737,7 +709,7 @@ FLEET_TENANT_LIMITS = {"usage": 100_000, "usage_batch": 10_000, "model_selection
 
 
 def metering_run(fleet: Fleet, args) -> tuple[list[tuple], list[str]]:
-    clients = tenants(args.tenants, FLEET_TENANT_LIMITS, made_now=not args.orgs_made_before, ledger=not args.shards)
+    clients = tenants(args.tenants, FLEET_TENANT_LIMITS)
     aggregator = Aggregator()
     aggregator.shape_of = {tenant.org_id: tenant.shape for tenant in clients}
     aggregator.meter.reset()
@@ -823,19 +795,13 @@ def reservation_run(fleet: Fleet, containers: int, per_container: int = 8, quota
     return len(replies), len(granted), quota, spend, max(0, spend - quota), worst
 
 
-def hot_label_run(fleet: Fleet, containers: int, per_container: int, ledger: bool = True) -> tuple:
+def hot_label_run(fleet: Fleet, containers: int, per_container: int) -> tuple:
     """One client's one label reported singly from every container at once: a hot label-day.
-    On an org counted by its shards (``ledger`` False) its transactions conflict (on this
-    endpoint as on DynamoDB), writers spread it over more shards (``hot_labels``), and every
-    record is still counted once, the fold reading every shard; on the ledger a record is its
-    marker, shared by no other. (reports, accepted, DynamoDB calls, write and read units,
-    TransactWriteItems a report, the shard count reached, the exactness problems.)"""
-    from datetime import UTC, datetime
-
-    from price_keeper.store import usage
-    from price_keeper.timeutil import org_day
-
-    client = tenants(1, FLEET_TENANT_LIMITS, ledger=ledger)[0]
+    A record is its marker, shared by no other: only a container's first record of the
+    label-day (which lists it) is a transaction, and those conflict on the index entry (on
+    this endpoint as on DynamoDB). (reports, accepted, DynamoDB calls, write and read units,
+    TransactWriteItems a report, the exactness problems.)"""
+    client = tenants(1, FLEET_TENANT_LIMITS)[0]
     path, token = client.path, client.token
     aggregator = Aggregator()
     # a batch record first: ``exactness`` takes a single report's cost from one of its label
@@ -854,9 +820,6 @@ def hot_label_run(fleet: Fleet, containers: int, per_container: int, ledger: boo
     aggregator.drain()
     aggregator.stop()
     tally = tallies["hot", "usage"]
-    scope = keys.scope_key(client.org_id, client.app_id, "APP")
-    day = org_day(dynamodb_costs.TZ, datetime.now(UTC))
-    count = usage.read_shards([keys.shard_count_key(scope, "premium", keys.day_key(day))], ["shard_count"])
     return (
         tally.requests,
         tally.statuses[202],
@@ -864,7 +827,6 @@ def hot_label_run(fleet: Fleet, containers: int, per_container: int, ledger: boo
         round(tally.wcu / tally.requests, 2),
         round(tally.rcu / tally.requests, 2),
         round(tally.calls["TransactWriteItems"] / tally.requests, 2),
-        int(count[0]["shard_count"]) if count else 1,
         exactness(priced + replies),
     )
 
@@ -909,12 +871,6 @@ def main() -> None:
     parser.add_argument("--rate-limits-only", action="store_true")
     parser.add_argument("--metering-only", action="store_true")
     parser.add_argument(
-        "--orgs-made-before",
-        action="store_true",
-        help="orgs as made before adaptive shards and boosts on config items (8 shards, a boosts Query)",
-    )
-    parser.add_argument("--shards", action="store_true", help="orgs made before the ledger, counted by their shards")
-    parser.add_argument(
         "--transaction-ms",
         type=float,
         default=TRANSACTION_HOLD_MS,
@@ -931,11 +887,6 @@ def main() -> None:
             finally:
                 fleet.stop()
             print("\nexactness:", "every accepted record counted once" if not problems else problems)
-            spread = spread_label_days()
-            print(
-                f"label-days spread by transaction conflicts ({args.transaction_ms:g} ms held):",
-                ", ".join(f"{n} to {count} shards" for count, n in sorted(spread.items())) or "none",
-            )
         if args.metering_only:
             return
         fleet = Fleet(args.rate_containers)
@@ -956,7 +907,7 @@ def main() -> None:
         )
         fleet = Fleet(args.rate_containers)
         try:
-            *hot, problems = hot_label_run(fleet, args.rate_containers, per_container=25, ledger=not args.shards)
+            *hot, problems = hot_label_run(fleet, args.rate_containers, per_container=25)
         finally:
             fleet.stop()
         print_table(
@@ -968,7 +919,6 @@ def main() -> None:
                 "WRU",
                 "RRU",
                 "TransactWriteItems",
-                "shards reached",
                 "exactness",
             ),
             [(*hot, "every accepted record counted once" if not problems else problems)],

@@ -1,20 +1,17 @@
 """Overshoot near the limit: how much clients spend on a label past its quota before model
-selection moves them off it, with DailyTotal refreshed by the minute schedule ("minute",
-before the stream folded usage) and by the usage table's stream ("stream", now).
+selection moves them off it, with DailyTotal refreshed by the fold of the usage table's stream.
 
 Everything runs on moto in-process with a simulated clock (no sleeping). Clients call
 Bedrock one call at a time: before each call they ask model selection (the real
-``selection.select_model``: DailyTotals, and the live shards in tight mode) — or, with
+``selection.select_model``: DailyTotals, and the live items in tight mode) — or, with
 ``cached``, ``price_keeper_client``'s own ``ModelSelector`` (the service's cache guidance,
 dropped when a usage answer shows the label spent or its mode changed) — and after it they
 report the usage (the real ``metering.submit``, whose answer carries the label's
-``daily_total``). The aggregator runs as deployed, on the same clock:
-
-- ``minute``: the sweep (``aggregation.run``) every 60 s; the burst starts PHASE s after one.
-- ``stream``: every ``BATCHING_WINDOW`` s the records the usage table's stream gained are
-  read (``local.streams.StreamReader``) and handed to the aggregator's fold (``ledger.fold_batch``)
-  ``DELIVERY`` s later (the event source mapping's polling and the invocation), so a write
-  reaches DailyTotal 0.5-1.5 s after it is made. PHASE offsets the burst within the window.
+``daily_total``). The aggregator runs as deployed, on the same clock: every
+``BATCHING_WINDOW`` s the records the usage table's stream gained are read
+(``local.streams.StreamReader``) and handed to the aggregator's fold (``ledger.fold_batch``)
+``DELIVERY`` s later (the event source mapping's polling and the invocation), so a write
+reaches DailyTotal 0.5-1.5 s after it is made. PHASE offsets the burst within the window.
 
 Scenarios:
 - ``cold``: one client at 20 calls/s, spend 0 when the burst starts, $2 quota.
@@ -29,9 +26,7 @@ Scenarios:
 
 Every call is a 3,760 micro-USD premium call (1,500 input + 800 output tokens).
 
-Run: ``.venv/bin/python benchmarks/overshoot.py [name part]`` (about 5 minutes on 2 cores for all);
-with ``PRICE_KEEPER_CONFIG`` naming a config.yaml that sets ``metering.ledger_from``, on
-ledger days (docs/metering.md, "The ledger").
+Run: ``.venv/bin/python benchmarks/overshoot.py [name part]`` (about 3 minutes on 2 cores for all).
 """
 
 from __future__ import annotations
@@ -60,7 +55,7 @@ from local import moto_patches  # noqa: E402
 from local.streams import StreamReader  # noqa: E402
 from price_keeper import state  # noqa: E402
 from price_keeper.config import get_config  # noqa: E402
-from price_keeper.domain import aggregation, ledger, metering, selection  # noqa: E402
+from price_keeper.domain import ledger, metering, selection  # noqa: E402
 from price_keeper.domain.models import UsageRequest  # noqa: E402
 from price_keeper.errors import ApiError  # noqa: E402
 from price_keeper.store import keys  # noqa: E402
@@ -70,10 +65,8 @@ from price_keeper_client.models import LabelQuota, ModelChoice, ScopeTotal  # no
 from price_keeper_client.selection import ModelSelector  # noqa: E402
 from tests.factories import seed_app, seed_org  # noqa: E402
 
-SWEEP_INTERVAL = 60  # the minute schedule the sweep runs on
 BATCHING_WINDOW = 1.0  # aggregation.USAGE_STREAM.batching_window_s
 DELIVERY = 0.5  # from the window's end to the fold's writes: polling, invocation, the fold itself
-SHARDS = 8
 CALL = {"input_tokens": 1500, "output_tokens": 800}  # premium: 3,760 micro-USD a call
 MAX_SECONDS = 600
 START = datetime(2026, 6, 10, 12, 0, tzinfo=UTC)  # mid-day for a UTC org
@@ -100,7 +93,7 @@ SCENARIOS = (
     Scenario("total cap, cached", 4, 0.2, 4_000_000, cached=True, total_cap=True),
     Scenario("total cap, label only", 4, 0.2, 4_000_000, cached=True, total_cap=True, observe_total=False),
 )
-PHASES = {"minute": (0, 30), "stream": (0.0, 0.5)}
+PHASES = (0.0, 0.5)
 
 
 @dataclass
@@ -144,7 +137,7 @@ class Clock:
         return START + timedelta(seconds=self.seconds)
 
 
-def run(scenario: Scenario, strategy: str, phase: float) -> Result:
+def run(scenario: Scenario, phase: float) -> Result:
     moto_patches.apply()  # serialised, per-item transaction rollback
     with mock_aws():
         _fresh_store()
@@ -153,7 +146,6 @@ def run(scenario: Scenario, strategy: str, phase: float) -> Result:
             quota_scope="APP",
             timezone="UTC",
             model_ordering=ORDERING,
-            agg_shard_count=SHARDS,
             quotas={"premium": (50 if scenario.total_cap else 1) * quota, "standard": 50 * quota},
         )
         if scenario.total_cap:
@@ -173,9 +165,7 @@ def run(scenario: Scenario, strategy: str, phase: float) -> Result:
                 "cost_usd_micros"
             ]
             tokens -= chunk
-        # folded before the burst, as the stream folds them (on ledger days the audit cannot)
-        fold(stream.event(), clock.now)
-        aggregation.run(clock.now)
+        fold(stream.event(), clock.now)  # folded before the burst
         selections = 0
 
         def fetch(force: bool):
@@ -189,10 +179,7 @@ def run(scenario: Scenario, strategy: str, phase: float) -> Result:
         def at(seconds: float, kind: str, payload=None) -> None:
             heapq.heappush(events, (seconds, next(order), kind, payload))
 
-        if strategy == "minute":
-            at(SWEEP_INTERVAL - phase, "sweep")
-        else:
-            at(BATCHING_WINDOW - phase, "window")
+        at(BATCHING_WINDOW - phase, "window")
         selectors = [ModelSelector(fetch, clock=lambda: clock.seconds) for _ in range(scenario.clients)]
         for client in range(scenario.clients):
             at(client * scenario.seconds_per_call / scenario.clients, "call", client)
@@ -201,10 +188,7 @@ def run(scenario: Scenario, strategy: str, phase: float) -> Result:
             clock.seconds, _, kind, payload = heapq.heappop(events)
             if clock.seconds > MAX_SECONDS:
                 break
-            if kind == "sweep":
-                aggregation.run(clock.now)
-                at(clock.seconds + SWEEP_INTERVAL, "sweep")
-            elif kind == "window":
+            if kind == "window":
                 at(clock.seconds + DELIVERY, "fold", stream.event())
                 at(clock.seconds + BATCHING_WINDOW, "window")
             elif kind == "fold":
@@ -233,33 +217,24 @@ def run(scenario: Scenario, strategy: str, phase: float) -> Result:
         return Result(max(0, spent - quota), past_quota, moved_at, selections)
 
 
-def _run_case(case: tuple[Scenario, str, float]) -> tuple[tuple[Scenario, str, float], Result]:
+def _run_case(case: tuple[Scenario, float]) -> tuple[tuple[Scenario, float], Result]:
     return case, run(*case)
 
 
 def main() -> None:
     only = sys.argv[1] if len(sys.argv) > 1 else ""  # run only the scenarios whose name has this in it
-    cases = [
-        (scenario, strategy, phase)
-        for scenario in SCENARIOS
-        if only in scenario.name
-        for strategy in ("minute", "stream")
-        for phase in PHASES[strategy]
-    ]
+    cases = [(scenario, phase) for scenario in SCENARIOS if only in scenario.name for phase in PHASES]
+    print(f"3,760 micro-USD premium calls; the stream: {BATCHING_WINDOW:g} s batching window + {DELIVERY:g} s delivery")
     print(
-        f"3,760 micro-USD premium calls, {SHARDS} shards; stream: {BATCHING_WINDOW:g} s batching window + "
-        f"{DELIVERY:g} s delivery; minute: sweep every {SWEEP_INTERVAL} s"
-    )
-    print(
-        f"{'scenario':<18} {'clients':>7} {'calls/s':>7} {'quota $':>7} {'aggregation':<11} {'phase':>5} "
+        f"{'scenario':<21} {'clients':>7} {'calls/s':>7} {'quota $':>7} {'phase':>5} "
         f"{'overshoot µ$':>12} {'% quota':>7} {'calls past':>10} {'all moved at s':>14} {'selections':>10}"
     )
     with ProcessPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
-        for (scenario, strategy, phase), result in pool.map(_run_case, cases):
+        for (scenario, phase), result in pool.map(_run_case, cases):
             rate = scenario.clients / scenario.seconds_per_call
             print(
-                f"{scenario.name:<18} {scenario.clients:>7} {rate:>7g} {scenario.quota_usd_micros / 1e6:>7g} "
-                f"{strategy:<11} {phase:>5g} {result.overshoot_usd_micros:>12,} "
+                f"{scenario.name:<21} {scenario.clients:>7} {rate:>7g} {scenario.quota_usd_micros / 1e6:>7g} "
+                f"{phase:>5g} {result.overshoot_usd_micros:>12,} "
                 f"{100 * result.overshoot_usd_micros / scenario.quota_usd_micros:>6.1f}% "
                 f"{result.calls_past_quota:>10} {result.seconds_to_move:>14.2f} {result.selections:>10}",
                 flush=True,

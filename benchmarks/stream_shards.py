@@ -71,7 +71,7 @@ def main() -> None:
 
     server = fleet.Endpoint(transaction_hold_ms=args.transaction_ms, stream_shards=args.shards)
     background_count = int(args.background * args.seconds)
-    hot, *background = fleet.seed_scopes(1 + background_count, made_now=True)
+    hot, *background = fleet.seed_scopes(1 + background_count)
     transactions = Transactions()
     stop = threading.Event()
     trigger = StreamTrigger("aggregator", StreamReader(tables.USAGE_AGG_SHARDED), stop)

@@ -200,8 +200,9 @@ def test_bad_or_missing_provisioning_key_is_401(api, org_scoped, api_key):
 # --- expiring ----------------------------------------------------------------------
 
 
-def _store_boost(org_id: str, label: str, amount: int, expires: datetime) -> None:
-    """A boost item as ``boosts.create`` writes it (to place expiries in the past)."""
+def _store_boost(org_id: str, label: str, amount: int, expires: datetime) -> str:
+    """An ORG boost as ``boosts.create`` writes it, its item and its entry on the org's item
+    (to place expiries in the past); its id."""
     boost_id = str(uuid.uuid4())
     table(tables.CONFIG).put_item(
         Item={
@@ -214,40 +215,49 @@ def _store_boost(org_id: str, label: str, amount: int, expires: datetime) -> Non
             tables.TTL_ATTRIBUTE: int(expires.timestamp()),
         }
     )
+    table(tables.CONFIG).update_item(
+        Key={"org_key": keys.org_key(org_id), "resource_key": keys.ROOT_RESOURCE},
+        UpdateExpression="SET #boosts.#id = :entry",
+        ExpressionAttributeNames={"#boosts": boost_store.BOOSTS_ATTRIBUTE, "#id": boost_id},
+        ExpressionAttributeValues={":entry": [label, amount, int(expires.timestamp())]},
+    )
+    return boost_id
 
 
-def test_expired_boost_no_longer_counts_while_its_item_still_exists(org_scoped):
+def test_expired_boost_no_longer_counts_while_its_item_and_entry_still_exist(org_scoped):
     now = datetime.now(UTC)
     _store_boost(org_scoped, "premium", 111, now - timedelta(hours=1))  # TTL has not deleted it yet
     _store_boost(org_scoped, "premium", 222, now + timedelta(hours=1))
     assert len(boost_items(org_scoped)) == 2
+    assert len(config_item(org_scoped)[boost_store.BOOSTS_ATTRIBUTE]) == 2  # until the next boost removes it
     assert boosts.active_boosts(orgs.effective_config(org_scoped), now) == {"premium": 222}
 
 
 def test_cached_boost_stops_counting_exactly_at_its_expiry(org_scoped):
     now = datetime.now(UTC)
     expiry = now + timedelta(minutes=10)
-    _store_boost(org_scoped, "economy", 500, expiry)
+    boost_id = _store_boost(org_scoped, "economy", 500, expiry)
     assert boosts.active_boosts(orgs.effective_config(org_scoped), now) == {"economy": 500}
     table(tables.CONFIG).delete_item(
         Key={"org_key": keys.org_key(org_scoped), "resource_key": boost_items(org_scoped)[0]["resource_key"]}
     )
-    # still cached (the item is gone), and still counted until the expiry, not after it
+    table(tables.CONFIG).update_item(
+        Key={"org_key": keys.org_key(org_scoped), "resource_key": keys.ROOT_RESOURCE},
+        UpdateExpression="REMOVE #boosts.#id",
+        ExpressionAttributeNames={"#boosts": boost_store.BOOSTS_ATTRIBUTE, "#id": boost_id},
+    )
+    # still cached (the item and its entry are gone), and still counted until the expiry, not after it
     assert boosts.active_boosts(orgs.effective_config(org_scoped), expiry - timedelta(seconds=1)) == {"economy": 500}
     assert boosts.active_boosts(orgs.effective_config(org_scoped), expiry) == {}
 
 
-def test_boost_keeps_a_spent_label_available_in_selection_and_aggregates(api):
-    from datetime import datetime, timedelta
-
-    from local.gateway import LambdaContext, load_handler
-    from tests.conftest import PROVISIONING_KEY
+def test_boost_keeps_a_spent_label_available_in_selection_and_aggregates(api, fold_stream):
     from tests.usage_support import iso, new_tenant, usage_body
 
     tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
     for _ in range(2):  # 2 x 3,760 µ$: premium is past its 4,000 µ$ quota
         assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
-    load_handler("aggregator")({}, LambdaContext(function_name="aggregator"))
+    fold_stream()
     boost = {
         "model_label": "premium",
         "amount_usd_micros": 10_000,
@@ -290,38 +300,49 @@ def test_a_new_apps_boosts_come_with_its_config_and_cost_no_call_of_their_own(ap
     assert config.quotas["economy"] == orgs.effective_config(org_id, "app-1").quotas.get("economy", 0) + 42
 
 
-def test_a_scope_made_before_the_map_gets_it_with_its_next_boost(api, org_scoped):
-    now = datetime.now(UTC)
-    _store_boost(org_scoped, "premium", 111, now - timedelta(hours=1))  # expired, TTL has not deleted it yet
-    _store_boost(org_scoped, "premium", 222, now + timedelta(hours=1))
-    assert boosts.active_boosts(orgs.effective_config(org_scoped), now) == {"premium": 222}  # from the items
-    assert post_boost(api, org_scoped, {"model_label": "premium", "amount_usd_micros": 5, "expires_at": _in(hours=3)})
-    entries = config_item(org_scoped)[boost_store.BOOSTS_ATTRIBUTE]
-    assert sorted(amount for _, amount, _ in entries.values()) == [5, 222]  # the expired one left behind
-    orgs.forget(org_scoped)
-    calls = _read_calls()
-    assert boosts.active_boosts(orgs.effective_config(org_scoped), now) == {"premium": 227}
-    assert calls == ["BatchGetItem"]
+def another_boost_between_the_read_and_the_write(monkeypatch, org_id: str, amount: int = 7) -> None:
+    """The next boost request of ``org_id`` reads the scope's item, then another container's
+    boost of the same quota (``standard``, ``amount``) is stored before it writes."""
+    from price_keeper.store import config_items
 
+    read = config_items.org_and_app
 
-def test_a_boost_racing_another_for_a_scope_without_the_map_retries_and_both_count(api, org_scoped, monkeypatch):
-    """Two boosts of a scope made before the map: both read no map, the other one creates
-    it first; this one's transaction is cancelled, reads again and adds its entry."""
-    read_items = boost_store.of_quota
-
-    def another_boost_first(*args):
-        monkeypatch.setattr(boost_store, "of_quota", read_items)
-        found = read_items(*args)
-        other = boosts.BoostRequest(model_label="standard", amount_usd_micros=7, expires_at=_in(hours=1))
-        boosts.create(org_scoped, other)  # another container's request, in between
+    def then_another_boost(*args):
+        monkeypatch.setattr(config_items, "org_and_app", read)
+        found = read(*args)
+        other = boosts.BoostRequest(model_label="standard", amount_usd_micros=amount, expires_at=_in(hours=1))
+        boosts.create(org_id, other)
         return found
 
-    monkeypatch.setattr(boost_store, "of_quota", another_boost_first)
+    monkeypatch.setattr(config_items, "org_and_app", then_another_boost)
+
+
+def test_two_boosts_racing_for_one_scope_both_count(api, org_scoped, monkeypatch):
+    """Each boost SETs its own entry of the scope item's map: one written between another's
+    read and write is kept, not overwritten."""
+    another_boost_between_the_read_and_the_write(monkeypatch, org_scoped)
     body = {"model_label": "premium", "amount_usd_micros": 9, "expires_at": _in(hours=1)}
     assert post_boost(api, org_scoped, body).status == 201
     entries = config_item(org_scoped)[boost_store.BOOSTS_ATTRIBUTE]
     assert sorted((label, amount) for label, amount, _ in entries.values()) == [("premium", 9), ("standard", 7)]
     assert len(boost_items(org_scoped)) == 2
+    orgs.forget(org_scoped)
+    assert boosts.active_boosts(orgs.effective_config(org_scoped), datetime.now(UTC)) == {"premium": 9, "standard": 7}
+
+
+def test_a_boost_racing_another_for_the_last_room_reads_again_and_is_refused(api, org_scoped, monkeypatch):
+    """The map's size is the transaction's condition: a boost whose read saw room that
+    another boost took meanwhile is cancelled, reads the item again, and is refused (the
+    quota holds at most ``MAX_ACTIVE_BOOSTS``); nothing of it is written."""
+    body = {"model_label": "premium", "amount_usd_micros": 1, "expires_at": _in(hours=1)}
+    for _ in range(boosts.MAX_ACTIVE_BOOSTS - 1):
+        assert post_boost(api, org_scoped, body).status == 201
+    another_boost_between_the_read_and_the_write(monkeypatch, org_scoped)
+    refused = assert_error(post_boost(api, org_scoped, body), 400, "INVALID_REQUEST")
+    assert refused["details"] == {"limit": 20, "active": 20}
+    entries = config_item(org_scoped)[boost_store.BOOSTS_ATTRIBUTE]
+    assert sorted(label for label, _, _ in entries.values()) == ["premium"] * 19 + ["standard"]
+    assert len(boost_items(org_scoped)) == 20
 
 
 def test_a_quota_holds_at_most_20_active_boosts_and_expired_ones_leave_its_item(api, org_scoped, monkeypatch):

@@ -8,13 +8,16 @@ from types import SimpleNamespace
 import pytest
 from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
 
+from local import gateway
+from local.streams import StreamReader, lambda_event
 from price_keeper import state
-from price_keeper.domain import aggregation, orgs
+from price_keeper.domain import ledger, orgs
 from price_keeper.store import dynamo, keys, tables, usage
 from price_keeper.store.dynamo import ddb_client
 from price_keeper.timeutil import org_day
 from tests.conftest import assert_error
 from tests.factories import seed_org
+from tests.iam_check import only_granted
 from tests.usage_support import daily_total, new_tenant, usage_body
 
 RECORD_COST_USD_MICROS = 3_760  # usage_body(): 1,500 input + 800 output tokens of premium
@@ -28,6 +31,7 @@ def fail_calls(
     after: int = 0,
     unreachable: bool = False,
     reply_lost: bool = False,
+    reasons: list[dict] | None = None,
 ):
     """Let ``after`` calls of ``operation`` (``*``: any) through, then fail the next ``times``
     as a throttled (or erring) DynamoDB would. The injected reply replaces the whole call,
@@ -36,6 +40,7 @@ def fail_calls(
     ``unreachable``: raise ``EndpointConnectionError`` instead, as botocore does once it gives
     up on a store it cannot connect to. ``reply_lost``: the call reaches the store and is
     applied; then the connection drops (``ConnectionClosedError``) and the reply is lost.
+    ``reasons``: the ``CancellationReasons`` of a ``TransactionCanceledException``.
     Setting ``["n"] = 0`` on the returned counters brings the store back.
     """
     left = {"n": times, "passed": after}
@@ -54,6 +59,7 @@ def fail_calls(
             raise EndpointConnectionError(endpoint_url=endpoint)
         return SimpleNamespace(status_code=400), {
             "Error": {"Code": code, "Message": "injected"},
+            **({"CancellationReasons": reasons} if reasons is not None else {}),
             "ResponseMetadata": {"HTTPStatusCode": 400},
         }
 
@@ -67,13 +73,14 @@ def assert_retryable(reply) -> None:
     assert reply.headers["retry-after"] == "1" and body["retry_after"] == 1
 
 
-def assert_counted_once(tenant, records: int = 1) -> None:
-    aggregation.run()
+def assert_counted_once(fold_stream, tenant, records: int = 1) -> None:
+    """The usage stream folded (``fold_stream``): the tenant's records counted once each."""
+    fold_stream()
     total = daily_total(tenant.scope, "premium", org_day("America/New_York"))
     assert total["requests"] == records and total["cost_usd_micros"] == records * RECORD_COST_USD_MICROS
 
 
-def test_throttled_store_is_503_and_the_retry_counts_once(api):
+def test_throttled_store_is_503_and_the_retry_counts_once(api, fold_stream):
     tenant = new_tenant()
     body = usage_body()
     fail_calls("TransactWriteItems", 3)
@@ -81,10 +88,10 @@ def test_throttled_store_is_503_and_the_retry_counts_once(api):
         assert_retryable(api.post(f"{tenant.app_path}/usage", body, token=tenant.token))
     for _ in range(2):  # the client retries (twice, even) with the same request_id
         assert api.post(f"{tenant.app_path}/usage", body, token=tenant.token).status == 202
-    assert_counted_once(tenant)
+    assert_counted_once(fold_stream, tenant)
 
 
-def test_a_transaction_still_in_progress_under_its_token_is_503_and_the_retry_counts_once(api):
+def test_a_transaction_still_in_progress_under_its_token_is_503_and_the_retry_counts_once(api, fold_stream):
     """A slow usage transaction that the SDK sent again under the same ClientRequestToken
     answers TransactionInProgressException until the first completes: retryable, not a 500."""
     tenant = new_tenant()
@@ -92,10 +99,10 @@ def test_a_transaction_still_in_progress_under_its_token_is_503_and_the_retry_co
     fail_calls("TransactWriteItems", 1, code="TransactionInProgressException")
     assert_retryable(api.post(f"{tenant.app_path}/usage", body, token=tenant.token))
     assert api.post(f"{tenant.app_path}/usage", body, token=tenant.token).status == 202
-    assert_counted_once(tenant)
+    assert_counted_once(fold_stream, tenant)
 
 
-def test_unreachable_store_is_503_on_usage_and_the_retry_counts_once(api):
+def test_unreachable_store_is_503_on_usage_and_the_retry_counts_once(api, fold_stream):
     tenant = new_tenant()
     body = usage_body()
     store = fail_calls("*", FOREVER, unreachable=True)
@@ -106,11 +113,13 @@ def test_unreachable_store_is_503_on_usage_and_the_retry_counts_once(api):
     again = api.post(f"{tenant.app_path}/usage", body, token=tenant.token)
     assert (first.status, first.json()["duplicate"]) == (202, False)
     assert (again.status, again.json()["duplicate"]) == (202, True)
-    assert_counted_once(tenant)
+    assert_counted_once(fold_stream, tenant)
 
 
 @pytest.mark.parametrize("busy", ["throttled", "keys left unprocessed"])
-def test_a_counted_report_whose_selection_the_store_cannot_read_is_answered_without_one(api, monkeypatch, busy):
+def test_a_counted_report_whose_selection_the_store_cannot_read_is_answered_without_one(
+    api, fold_stream, monkeypatch, busy
+):
     """The selection a report asked for (``?model_selection=true``) is read after the record is
     counted, with the totals the answer shows: a store too busy for that read leaves the
     selection out of the 202 (the totals read again on their own), and the record counted,
@@ -139,7 +148,7 @@ def test_a_counted_report_whose_selection_the_store_cannot_read_is_answered_with
     assert "model_selection" not in reply.json()
     assert reply.json()["daily_total"]["label"] == "premium" and reply.json()["scope_total"]["quota_usd_micros"] > 0
     store["n"] = 0
-    assert_counted_once(tenant, records=2)
+    assert_counted_once(fold_stream, tenant, records=2)
 
 
 def test_unreachable_store_is_503_on_model_selection(api):
@@ -160,7 +169,7 @@ def test_unreachable_store_is_503_on_the_token_endpoint(api):
     assert api.post("/auth/token", credentials).status == 200
 
 
-def test_a_write_whose_reply_was_lost_is_503_and_the_retry_counts_once(api):
+def test_a_write_whose_reply_was_lost_is_503_and_the_retry_counts_once(api, fold_stream):
     """The transaction landed but the connection dropped before its reply: the client sees a
     503 and retries; the dedup item written with the record makes the retry a duplicate."""
     tenant = new_tenant()
@@ -169,12 +178,15 @@ def test_a_write_whose_reply_was_lost_is_503_and_the_retry_counts_once(api):
     assert_retryable(api.post(f"{tenant.app_path}/usage", body, token=tenant.token))
     retry = api.post(f"{tenant.app_path}/usage", body, token=tenant.token)
     assert (retry.status, retry.json()["duplicate"]) == (202, True)
-    assert_counted_once(tenant)
+    assert_counted_once(fold_stream, tenant)
 
 
-def test_a_batch_throttled_part_way_fails_only_those_records_and_its_resubmission_counts_each_once(api, monkeypatch):
-    """A batch's records share transactions of up to 100 actions (here 3: two markers and
-    their shard's ADD); the one that meets a throttled store fails its records alone."""
+def test_a_batch_throttled_part_way_fails_only_those_records_and_its_resubmission_counts_each_once(
+    api, fold_stream, monkeypatch
+):
+    """A batch's records of a label-day not folded yet share transactions of up to 100
+    actions (here 3: two markers and the label-day's index entry); the one that meets a
+    throttled store fails its records alone."""
     monkeypatch.setattr(usage, "MAX_TRANSACTION_ACTIONS", 3)
     tenant = new_tenant()
     batch = {"requests": [usage_body() for _ in range(6)]}
@@ -195,46 +207,67 @@ def test_a_batch_throttled_part_way_fails_only_those_records_and_its_resubmissio
     again = api.post(f"{tenant.app_path}/usage/batch", batch, token=tenant.token).json()
     assert (again["accepted"], again["failed"]) == (6, 0)
     assert [result["duplicate"] for result in again["results"]] == [True, True, False, False, True, True]
-    assert_counted_once(tenant, records=6)
+    assert_counted_once(fold_stream, tenant, records=6)
+
+
+def deliver(records: list[dict], shard_id: str) -> dict:
+    """The aggregator, as the usage stream's event source mapping invokes it with a shard's
+    batch, within its role: its reply."""
+    with only_granted("aggregator"):
+        return gateway.load_handler("aggregator")(lambda_event(records, shard_id), gateway.LambdaContext("aggregator"))
 
 
 def test_aggregator_resumes_after_a_failed_run_without_double_counting(api, monkeypatch):
-    monkeypatch.setattr(aggregation, "FOLD_THREADS", 1)  # so that it is the second scope's write that fails
+    """A stream batch whose fold fails part-way names the first record not folded; the
+    mapping delivers the batch again from it, and a batch delivered again whole (a timed-out
+    invocation's) is skipped by the shard's progress: every record counted once."""
+    monkeypatch.setattr(ledger, "CHUNK_ACTIONS", 3)  # a scope's record a chunk: its own transaction
+    reader = StreamReader(tables.USAGE_AGG_SHARDED)
     tenants = [new_tenant(app_id=f"app-{n}") for n in range(3)]
     for tenant in tenants:
         assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
-    fail_calls("TransactWriteItems", 1, code="InternalServerError", after=1)  # one scope's totals fail
-    assert len(aggregation.run().failed) == 1  # logged; the other scopes are folded
+    event = reader.event()
+    records, shard_id = event["Records"], event["shardId"]
+    markers = [r for r in records if r["dynamodb"]["Keys"]["date_key"]["S"].startswith(keys.MARKER_PREFIX)]
+    assert len(markers) == 3
+    fail_calls("TransactWriteItems", 1, code="InternalServerError", after=1)  # the second scope's chunk fails
+    reply = deliver(records, shard_id)
+    assert reply["batchItemFailures"] == [{"itemIdentifier": markers[1]["dynamodb"]["SequenceNumber"]}]
     day = org_day("America/New_York")
 
     def totals():
         return [daily_total(keys.scope_key(t.org_id, t.app_id, "APP"), "premium", day) for t in tenants]
 
-    assert sum(total is not None for total in totals()) == 2  # the run failed; the other scopes' totals moved
-    aggregation.run()
-    aggregation.run()
+    assert [total is not None for total in totals()] == [True, False, False]  # folded up to the failed chunk
+    again = records[records.index(markers[1]) :]  # the mapping resumes at the named record
+    assert "batchItemFailures" not in deliver(again, shard_id)
+    assert "batchItemFailures" not in deliver(records, shard_id)  # the whole batch once more
     for total in totals():
         assert total["requests"] == 1 and total["cost_usd_micros"] == 3_760
 
 
-def test_a_config_labels_fold_that_meets_a_reservations_transaction_folds_again_in_the_same_run(api, monkeypatch):
-    """Where config labels are apart from the scope total, a config label's fold is a single
-    UpdateItem of its label total, the item whose reservation ledger holds and settlements
-    move in transactions. DynamoDB refuses a single write to an item a transaction is
-    writing (``TransactionConflictException``; botocore does not retry it): the fold re-reads
-    and writes again, as a lost race, instead of failing the scope-day and its stream batch."""
+def test_a_fold_that_meets_a_concurrent_transaction_folds_again_in_the_same_invocation(api, fold_stream, monkeypatch):
+    """A fold's transaction (its label totals and the shard's progress) cancelled by a
+    concurrent write to one of its items (another stream shard's fold of the same label-day,
+    a reservation's transaction: ``TransactionConflict``, which botocore does not retry) is
+    read and written again, as a lost race, instead of failing the stream batch."""
     monkeypatch.setattr(dynamo, "_backoff", lambda attempt: None)
     tenant = new_tenant()
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
     orgs.record_config_labels()  # as an aggregator container that folded before
-    conflict = fail_calls("UpdateItem", 1, code="TransactionConflictException")
-    report = aggregation.run()
-    assert conflict["n"] == 0 and report.failed == []
+    conflict = fail_calls(
+        "TransactWriteItems",
+        1,
+        code="TransactionCanceledException",
+        reasons=[{"Code": "TransactionConflict"}, {"Code": "None"}, {"Code": "None"}],
+    )
+    reply = fold_stream()
+    assert conflict["n"] == 0 and "batchItemFailures" not in reply
     total = daily_total(tenant.scope, "premium", org_day("America/New_York"))
     assert total["requests"] == 1 and total["cost_usd_micros"] == RECORD_COST_USD_MICROS
 
 
-def test_a_config_read_left_unprocessed_is_503_never_not_registered(api, monkeypatch):
+def test_a_config_read_left_unprocessed_is_503_never_not_registered(api, fold_stream, monkeypatch):
     """A throttled BatchGetItem answers 200 with the keys under ``UnprocessedKeys``. Read as
     "no item", the org looked unregistered (404, which a client treats as final and drops
     the record); the read is retried and then a retryable 503, and nothing is cached."""
@@ -260,7 +293,7 @@ def test_a_config_read_left_unprocessed_is_503_never_not_registered(api, monkeyp
     assert_retryable(api.get(f"{tenant.app_path}/model-selection", token=tenant.token))
     throttled["on"] = False
     assert api.post(f"{tenant.app_path}/usage", body, token=tenant.token).status == 202
-    assert_counted_once(tenant)
+    assert_counted_once(fold_stream, tenant)
 
 
 def test_a_read_of_many_keys_in_concurrent_calls_retries_only_the_part_left_unprocessed(aws, monkeypatch):

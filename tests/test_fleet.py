@@ -59,8 +59,6 @@ def test_a_fleet_counts_every_accepted_record_once(fleet):
             single_select_every=4,
             single_select_by_get=False,
             retries=0.2,
-            orgs_made_before=False,
-            shards=False,
         )
         costs, problems = fleet.metering_run(containers, args)
     finally:
@@ -100,23 +98,16 @@ def test_24_containers_reserving_one_label_never_overshoot_its_quota(fleet):
     assert quota - spend < worst
 
 
-def test_a_hot_label_reported_from_many_containers_spreads_and_still_counts_every_record_once(fleet):
+def test_a_hot_label_reported_from_many_containers_counts_every_record_once(fleet):
     """The endpoint holds a transaction's items as DynamoDB does (``moto_patches``), so
-    concurrent reports of one label of an org counted by its shards conflict; the label-day
-    spreads over more shards and the fold reads them all. On the ledger a record is its
-    marker: only a container's first record of the label-day (which lists the day's spend)
-    is a transaction, and nothing spreads. (One test: two hot runs at once on this machine's
-    two cores would starve each other of the overlap that makes conflicts.)"""
+    concurrent transactions conflict. A record is its marker, shared by no other: only a
+    container's first record of the label-day (which lists the day's spend) is a
+    transaction, and the fold counts every record once."""
     containers = fleet.Fleet(6)
     try:
-        on_shards = fleet.hot_label_run(containers, 6, per_container=20, ledger=False)
-        on_the_ledger = fleet.hot_label_run(containers, 6, per_container=20)
+        reports, accepted, *_, transactions, problems = fleet.hot_label_run(containers, 6, per_container=20)
     finally:
         containers.stop()
-    reports, accepted, *_, transactions, shards, problems = on_shards
-    assert (reports, accepted, problems) == (120, 120, [])
-    assert shards >= 8 and transactions > 1
-    reports, accepted, *_, transactions, shards, problems = on_the_ledger
     assert (reports, accepted, problems) == (120, 120, [])
     # a container's first record of the label-day (5 attempts at most, conflicting on the entry)
-    assert shards == 1 and transactions * reports <= 6 * 5
+    assert transactions * reports <= 6 * 5

@@ -114,7 +114,7 @@ def operations(calls: list[tuple[str, dict]]) -> dict[str, int]:
 
 def markers(batch: list[dict]) -> list[dict]:
     """The ledger's records of a stream batch (not the index entries of its first records)."""
-    return [record for record in batch if record["dynamodb"]["Keys"]["date_key"]["S"] == keys.DEDUP_SORT_KEY]
+    return [record for record in batch if record["dynamodb"]["Keys"]["date_key"]["S"].startswith(keys.MARKER_PREFIX)]
 
 
 def _records(batch: list[dict]):
@@ -146,7 +146,7 @@ def test_a_ledger_record_is_its_marker_alone_in_one_put(stream, dynamodb_calls):
     writes = [(op, params.get("TableName")) for op, params in dynamodb_calls if op in ("PutItem", "TransactWriteItems")]
     assert writes == [("PutItem", tables.USAGE_AGG_SHARDED.physical_name)]  # 1 write unit, not the transaction's 4
     assert listing["duplicate"] is False
-    marker = usage.read_marker(keys.dedup_key(tenant.org_id, tenant.app_id, first["request_id"]))
+    marker = usage.read_marker(keys.marker_key(tenant.org_id, tenant.app_id, first["request_id"], 8))
     assert marker["cost_usd_micros"] == first["processing"]["cost_usd_micros"] and marker["scopes"] == [tenant.scope]
     again = submit(tenant, request_id=first["request_id"])
     assert again["duplicate"] is True
@@ -250,7 +250,7 @@ def test_other_items_changes_and_ttl_removals_fold_nothing_and_read_nothing(stre
     first = stream()
     deliver(first)
     table(tables.USAGE_AGG_SHARDED).delete_item(  # as the TTL ends a marker
-        Key={"shard_key": keys.dedup_key(tenant.org_id, tenant.app_id, receipt["request_id"]), "date_key": "DEDUP"}
+        Key=keys.marker_key(tenant.org_id, tenant.app_id, receipt["request_id"], 8)
     )
     others = [record for record in first + stream() if record not in markers(first)]
     assert {record["eventName"] for record in others} == {"INSERT", "MODIFY", "REMOVE"}
@@ -291,10 +291,7 @@ def test_a_void_folds_back_what_the_record_counted_and_a_ttl_removal_nothing(str
         1,
     )
     table(tables.USAGE_AGG_SHARDED).delete_item(  # as the TTL ends a marker
-        Key={
-            "shard_key": keys.dedup_key(tenant.org_id, tenant.app_id, kept["request_id"]),
-            "date_key": keys.DEDUP_SORT_KEY,
-        }
+        Key=keys.marker_key(tenant.org_id, tenant.app_id, kept["request_id"], 8)
     )
     deliver(stream())
     assert int(label_total(tenant.scope, "premium")["cost_usd_micros"]) == kept["processing"]["cost_usd_micros"]
@@ -379,7 +376,7 @@ def test_a_lone_reports_fold_is_one_progress_read_one_batch_read_and_one_transac
 
 def test_a_scope_of_many_labels_folds_in_transactions_that_fit_and_its_total_stays_small(stream, dynamodb_calls):
     """40 labels of one scope changed at once (an app of many profiles): a transaction per
-    ``LABEL_DAYS_PER_CHUNK`` label-days, each within DynamoDB's 100 actions (a first fold
+    as many label-days as its writes let within DynamoDB's 100 actions (a first fold
     adds the label's listing and index entry); every label and the scope total are exact,
     each label is listed once, the scope total holds no list that grows, and the report
     names every label moved, for alerts."""
@@ -387,7 +384,6 @@ def test_a_scope_of_many_labels_folds_in_transactions_that_fit_and_its_total_sta
     labels = with_profiles(tenant, [f"profile-{n:02d}" for n in range(40)])
     bodies = [usage_body(model_label=label, calling_region="us-east-1") for label in labels]
     assert metering.submit_batch(tenant.org_id, tenant.app_id, bodies)["accepted"] == 40
-    per_chunk = ledger.LABEL_DAYS_PER_CHUNK
 
     def fold() -> list[int]:
         records = _records(stream())
@@ -397,8 +393,9 @@ def test_a_scope_of_many_labels_folds_in_transactions_that_fit_and_its_total_sta
         assert resume is None and changed == set(labels[: len(ledger.changes(records))])
         return [len(params["TransactItems"]) for op, params in dynamodb_calls if op == "TransactWriteItems"]
 
-    # per label-day its total, listing item and index entry; the scope total and the progress
-    assert fold() == [3 * per_chunk + 2, 3 * per_chunk + 2, 3 * (40 - 2 * per_chunk) + 2]
+    # per label-day its total, listing item and index entry; the scope total and the progress:
+    # 32 label-days fill a transaction (98 actions), the other 8 the next
+    assert fold() == [3 * 32 + 2, 3 * 8 + 2]
     assert [label_total(tenant.scope, label)["cost_usd_micros"] for label in (labels[0], labels[-1])] == [3760, 3760]
     stored = scope_total(tenant.scope)
     assert (stored["cost_usd_micros"], stored["requests"], stored["labels_listed"]) == (40 * 3760, 40, 40)
@@ -406,7 +403,7 @@ def test_a_scope_of_many_labels_folds_in_transactions_that_fit_and_its_total_sta
     assert spent_labels(tenant.scope, org_day("America/New_York")) == set(labels)
     again = [usage_body(model_label=label, calling_region="us-east-1") for label in labels[:20]]
     assert metering.submit_batch(tenant.org_id, tenant.app_id, again)["accepted"] == 20
-    assert fold() == [per_chunk + 2, 1 + 2]  # no listing again
+    assert fold() == [20 + 2]  # no listing or index entry again
     stored = scope_total(tenant.scope)
     assert (stored["cost_usd_micros"], stored["labels_listed"]) == (60 * 3760, 40)
     assert len(spent_labels(tenant.scope, org_day("America/New_York"))) == 40
@@ -419,11 +416,11 @@ def test_a_batch_delivered_again_from_the_chunk_that_failed_counts_every_record_
     """Enough label-days for three chunks (of two, here; 19 deployed: the same code path);
     the second fails: the run names its first record, the mapping delivers the batch again
     from there, and then the whole batch once more."""
-    monkeypatch.setattr(ledger, "LABEL_DAYS_PER_CHUNK", 2)
+    monkeypatch.setattr(ledger, "CHUNK_ACTIONS", 5)  # two config label-days a chunk
     tenants = [new_tenant() for _ in range(2)]
     receipts = {t.scope: [submit(t, label) for label in LABELS] for t in tenants}  # 6 label-days
     batch = stream()
-    cut = ledger.chunks(ledger.changes(_records(batch)))
+    cut = ledger.chunks(ledger.changes(_records(batch)), orgs.config_labels_ever())
     assert len(cut) == 3
     real = daily_totals.transact
 
@@ -585,7 +582,7 @@ def test_a_record_counts_once_however_its_stream_records_are_batched(stream, mon
 
     shard = f"shardId-{uuid.uuid4().hex}"  # a shard of its own per example
     with monkeypatch.context() as patched:  # undone after each example
-        patched.setattr(ledger, "LABEL_DAYS_PER_CHUNK", 1)
+        patched.setattr(ledger, "CHUNK_ACTIONS", 3)  # one config label-day a chunk
         patched.setattr(aggregation, "FOLD_ATTEMPTS", 1)
         patched.setattr(dynamo, "_backoff", lambda attempt: None)
         patched.setattr(daily_totals, "transact", fail_one_chunk)
@@ -634,7 +631,7 @@ def test_the_local_trigger_delivers_a_batch_again_from_the_chunk_whose_fold_fail
     from local.streams import StreamTrigger
     from tests.test_faults import fail_calls
 
-    monkeypatch.setattr(ledger, "LABEL_DAYS_PER_CHUNK", 1)  # a chunk a scope
+    monkeypatch.setattr(ledger, "CHUNK_ACTIONS", 3)  # a chunk a scope (one config label-day each)
     folded, failing = new_tenant(), new_tenant()
     receipts = [submit(folded), submit(failing)]
     batch = stream()
@@ -749,8 +746,9 @@ def test_a_tight_label_days_records_go_on_its_live_item_until_folded(stream, dyn
     assert daily_totals.live_costs([usage_key], day) == {}
     dynamodb_calls.clear()
     with only_granted("usage"):
-        second = submit(tenant)  # tight now: the marker and the live item together
-    assert [op for op, _ in dynamodb_calls if op in ("PutItem", "TransactWriteItems")] == ["TransactWriteItems"]
+        second = submit(tenant)  # tight now: its cost on a live item, then its marker
+    writes = [op for op, _ in dynamodb_calls if op in ("PutItem", "UpdateItem", "TransactWriteItems")]
+    assert writes == ["UpdateItem", "PutItem"]
     cost = second["processing"]["cost_usd_micros"]
     assert daily_totals.live_costs([usage_key], day) == {usage_key: cost}
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
@@ -763,10 +761,12 @@ def test_a_tight_label_days_records_go_on_its_live_item_until_folded(stream, dyn
     assert totals_of(tenant.scope)["premium"] == (first["processing"]["cost_usd_micros"] + cost, 2)
 
 
-def test_a_batchs_records_of_a_tight_label_day_go_on_its_live_item_in_one_transaction(stream, dynamodb_calls):
-    """A batch reads its answer before writing too: the records of a tight label-day are one
-    transaction of their markers and one ADD of their costs to the live item (one action an
-    item); a quiet label-day's records are still a PutItem each; the fold takes it back."""
+def test_a_batchs_records_of_a_tight_label_day_add_to_their_live_items_before_their_markers(stream, dynamodb_calls):
+    """A batch reads its answer before writing too: the records of a tight label-day add
+    their costs to their live items first, one UpdateItem a live item and never in a
+    transaction (a hot label's live items take single writes, which queue, where
+    transactions would cancel each other), then each record is a PutItem of its marker, as
+    a quiet label-day's are; the fold takes the live costs back."""
     from datetime import UTC, datetime
 
     from price_keeper.domain import selection
@@ -784,16 +784,16 @@ def test_a_batchs_records_of_a_tight_label_day_go_on_its_live_item_in_one_transa
     with only_granted("usage_batch"):
         reply = metering.submit_batch(config.org_id, config.app_id, records)
     assert reply["accepted"] == 4
-    writes = [(op, params) for op, params in dynamodb_calls if op in ("PutItem", "TransactWriteItems")]
-    assert sorted(op for op, _ in writes) == ["PutItem", "TransactWriteItems"]
-    (transaction,) = [params["TransactItems"] for op, params in writes if op == "TransactWriteItems"]
+    writes = [(op, params) for op, params in dynamodb_calls if op in ("PutItem", "UpdateItem", "TransactWriteItems")]
     tight = [
-        keys.dedup_key(tenant.org_id, tenant.app_id, r["request_id"]) for r in records if r["model_label"] == "premium"
+        keys.marker_key(tenant.org_id, tenant.app_id, r["request_id"], 8)
+        for r in records
+        if r["model_label"] == "premium"
     ]
-    parts = {keys.live_part(dedup_key) for dedup_key in tight}
-    assert len(transaction) == 3 + len(parts)  # three markers and one ADD a live item they go on
-    live_items = [a["Update"]["Key"]["date_key"] for a in transaction if "Update" in a]
+    parts = {keys.live_part(marker_key) for marker_key in tight}
+    live_items = [params["Key"]["date_key"] for op, params in writes if op == "UpdateItem"]
     assert sorted(live_items) == sorted(keys.live_day_key(org_day("America/New_York"), part) for part in parts)
+    assert [op for op, _ in writes] == ["UpdateItem"] * len(parts) + ["PutItem"] * 4  # live first, then markers
     usage_key, day = keys.usage_key(tenant.scope, "premium"), org_day("America/New_York")
     live_cost = sum(result["cost_usd_micros"] for result in reply["results"][:2] + reply["results"][3:])
     assert daily_totals.live_costs([usage_key], day) == {usage_key: live_cost}

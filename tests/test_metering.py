@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from botocore.stub import Stubber
 
-from price_keeper.domain import aggregation, metering, orgs
+from price_keeper.domain import metering, orgs
 from price_keeper.domain.models import UsageRequest
 from price_keeper.store import daily_totals, keys, tables, usage
 from price_keeper.store.dynamo import ddb_client, item_size
@@ -27,7 +27,6 @@ from tests.usage_support import (
     dedup_items,
     iso,
     new_tenant,
-    shard_items,
     usage_body,
     zone_away_from_midnight,
 )
@@ -58,7 +57,7 @@ def test_accepted_record_answers_202_with_shard_cost_and_daily_total(api, tenant
     assert answer["status"] == "accepted" and answer["message"] == "Usage data queued for processing"
     assert answer["duplicate"] is False
     assert answer["processing"] == {
-        "shard_id": keys.record_shard(body["request_id"], 8),
+        "shard_id": keys.marker_bucket("app-1", body["request_id"], 8),
         "expected_aggregation_lag_secs": 2,
         "cost_usd_micros": 3760,
     }
@@ -78,31 +77,42 @@ def test_accepted_record_answers_202_with_shard_cost_and_daily_total(api, tenant
     }
 
 
-def test_the_transaction_writes_one_dedup_item_and_adds_to_one_shard(api, tenant):
+def test_a_record_is_its_dedup_marker_and_the_fold_counts_it_in_its_label_total(api, tenant, fold_stream):
     body = usage_body(cache_read_input_tokens=2000, cache_write_input_tokens=1000)
     post(api, tenant, body)
     day = org_day("America/New_York")
-    shard_id = keys.record_shard(body["request_id"], 8)
-    [shard] = shard_items()
-    assert shard["shard_key"] == f"{tenant.scope}#LABEL#premium#SH#{shard_id}" and shard["date_key"] == f"DAY#{day}"
-    assert (shard["input_tokens"], shard["output_tokens"], shard["requests"]) == (1500, 800, 1)
-    assert (shard["cache_read_input_tokens"], shard["cache_write_input_tokens"]) == (2000, 1000)
-    assert shard["cost_usd_micros"] == 3760 + 400 + 800  # cache read 0.20, cache write 0.80 USD per 1M
-    assert shard["active_day"] == keys.active_day_key(day, tenant.org_id)  # f"DAY#{day}#{the org's bucket}"
-    assert int(shard["expires_at_epoch"]) > datetime.now(UTC).timestamp() + 399 * 86400
     [dedup] = dedup_items()
-    assert dedup["shard_key"] == f"{tenant.scope}#REQ#{body['request_id']}"
+    assert {"shard_key": dedup["shard_key"], "date_key": dedup["date_key"]} == keys.marker_key(
+        tenant.org_id, "app-1", body["request_id"], 8
+    )
     assert (dedup["shard_id"], dedup["cost_usd_micros"], dedup["model_label"], dedup["org_day"]) == (
-        shard_id,
-        4960,
+        keys.marker_bucket("app-1", body["request_id"], 8),
+        3760 + 400 + 800,  # cache read 0.20, cache write 0.80 USD per 1M
         "premium",
         day,
     )
+    assert (dedup["input_tokens"], dedup["output_tokens"]) == (1500, 800)
+    assert (dedup["cache_read_input_tokens"], dedup["cache_write_input_tokens"]) == (2000, 1000)
+    assert dedup["scopes"] == [tenant.scope]
     assert 3 * 86400 - 60 < int(dedup["expires_at_epoch"]) - datetime.now(UTC).timestamp() <= 3 * 86400
     assert "active_day" not in dedup  # not in the aggregator's index
+    # beside it only the new label-day's index entry: no counters, under the org's bucket
+    [entry] = [item for item in all_items(tables.USAGE_AGG_SHARDED) if not item["date_key"].startswith("APP#")]
+    assert {"shard_key": entry["shard_key"], "date_key": entry["date_key"]} == keys.day_entry_key(
+        tenant.scope, "premium", day
+    )
+    assert entry["active_day"] == keys.active_day_key(day, tenant.org_id)  # f"DAY#{day}#{the org's bucket}"
+    assert not set(entry) & set(usage.COUNTERS)
+    assert daily_total(tenant.scope, "premium", day) is None  # totals move only when the stream is folded
+    fold_stream()
+    total = daily_total(tenant.scope, "premium", day)
+    assert (total["input_tokens"], total["output_tokens"], total["requests"]) == (1500, 800, 1)
+    assert (total["cache_read_input_tokens"], total["cache_write_input_tokens"]) == (2000, 1000)
+    assert total["cost_usd_micros"] == 4960
+    assert int(total["expires_at_epoch"]) > datetime.now(UTC).timestamp() + 399 * 86400
 
 
-def test_a_retry_is_counted_once_and_answers_with_the_original(api, tenant):
+def test_a_retry_is_counted_once_and_answers_with_the_original(api, tenant, fold_stream):
     body = usage_body()
     first = post(api, tenant, body).json()
     changed = {"input_tokens": 999_999, "model_label": "standard", "bedrock_model_id": "amazon.nova-2-lite-v1:0"}
@@ -112,8 +122,12 @@ def test_a_retry_is_counted_once_and_answers_with_the_original(api, tenant):
     assert again["duplicate"] is True and "already accepted" in again["message"]
     assert again["processing"] == first["processing"]
     assert again["daily_total"]["label"] == "premium"
-    [shard] = shard_items()
-    assert (shard["requests"], shard["cost_usd_micros"]) == (1, 3760)
+    fold_stream()
+    day = org_day("America/New_York")
+    total = daily_total(tenant.scope, "premium", day)
+    assert (total["requests"], total["cost_usd_micros"]) == (1, 3760)
+    assert daily_total(tenant.scope, "standard", day) is None
+    assert len(dedup_items()) == 1
 
 
 def test_request_ids_are_case_insensitive_uuids(api, tenant):
@@ -122,41 +136,56 @@ def test_request_ids_are_case_insensitive_uuids(api, tenant):
     assert post(api, tenant, {**body, "request_id": body["request_id"].upper()}).json()["duplicate"] is True
 
 
-def test_org_scope_counts_every_app_in_one_scope_and_a_capped_app_in_its_own_counters(api):
+def test_org_scope_counts_every_app_in_one_scope_and_a_capped_app_in_its_own_counters(api, fold_stream):
     tenant = new_tenant(quota_scope="ORG", app_overrides={"app_daily_cap_usd_micros": 10**9})
     post(api, tenant, usage_body())
-    [shard] = shard_items(f"ORG#{tenant.org_id}")
-    assert shard["shard_key"].startswith(f"ORG#{tenant.org_id}#LABEL#premium#SH#")
-    [own] = shard_items(f"ORG#{tenant.org_id}#APP#{tenant.app_id}")  # its share, against its daily cap
+    app_counter = orgs.effective_config(tenant.org_id, tenant.app_id).app_counter
+    assert app_counter == f"ORG#{tenant.org_id}#APP#{tenant.app_id}"
+    [marker] = dedup_items()
+    assert marker["scopes"] == [f"ORG#{tenant.org_id}", app_counter]
+    fold_stream()
+    day = org_day("America/New_York")
+    org_total = daily_total(f"ORG#{tenant.org_id}", "premium", day)
+    assert (org_total["cost_usd_micros"], org_total["requests"]) == (3760, 1)
+    own = daily_total(app_counter, "premium", day)  # its share, against its daily cap
     assert {name: own[name] for name in ("cost_usd_micros", "requests")} == {
-        name: shard[name] for name in ("cost_usd_micros", "requests")
+        name: org_total[name] for name in ("cost_usd_micros", "requests")
     }
 
 
-def test_an_app_without_a_cap_writes_no_counters_of_its_own(api):
+def test_an_app_without_a_cap_writes_no_counters_of_its_own(api, fold_stream):
     tenant = new_tenant(quota_scope="ORG")
     post(api, tenant, usage_body())
-    assert len(shard_items(f"ORG#{tenant.org_id}")) == 1
-    assert shard_items(f"ORG#{tenant.org_id}#APP#{tenant.app_id}") == []  # two write units, not three
+    assert [marker["scopes"] for marker in dedup_items()] == [[f"ORG#{tenant.org_id}"]]
+    fold_stream()
+    day = org_day("America/New_York")
+    assert daily_total(f"ORG#{tenant.org_id}", "premium", day)["requests"] == 1
+    assert daily_total(f"ORG#{tenant.org_id}#APP#{tenant.app_id}", "premium", day) is None
 
 
 def test_an_org_token_may_report_for_its_apps(api, tenant):
     assert post(api, tenant, usage_body(), token=tenant.org_token).status == 202
 
 
-def test_a_record_stamped_yesterday_counts_toward_the_day_it_arrives(api):
+def test_a_record_stamped_yesterday_counts_toward_the_day_it_arrives(api, fold_stream):
     zone = zone_away_from_midnight()
     tenant = new_tenant(timezone=zone)
-    yesterday_noon = day_start_utc(zone, org_date(zone) - timedelta(days=1)) + timedelta(hours=12)
+    yesterday = org_date(zone) - timedelta(days=1)
+    yesterday_noon = day_start_utc(zone, yesterday) + timedelta(hours=12)
     reply = post(api, tenant, usage_body(timestamp=iso(yesterday_noon)))
     assert reply.status == 202 and reply.json()["daily_total"]["org_day"] == org_day(zone)
-    assert shard_items()[0]["date_key"] == f"DAY#{org_day(zone)}"  # today's quota, not yesterday's
+    assert dedup_items()[0]["org_day"] == org_day(zone)
+    fold_stream()
+    assert daily_total(tenant.scope, "premium", org_day(zone))["requests"] == 1  # today's quota, not yesterday's
+    assert daily_total(tenant.scope, "premium", yesterday.strftime("%Y%m%d")) is None
 
 
-def test_a_config_label_outside_the_ordering_is_counted(api, tenant):
+def test_a_config_label_outside_the_ordering_is_counted(api, tenant, fold_stream):
     reply = post(api, tenant, usage_body(model_label="ultra_premium"))  # in config.yaml, not in the ordering
     assert reply.status == 202, reply
-    assert shard_items()[0]["shard_key"].startswith(f"{tenant.scope}#LABEL#ultra_premium#SH#")
+    fold_stream()
+    total = daily_total(tenant.scope, "ultra_premium", org_day("America/New_York"))
+    assert (total["requests"], total["cost_usd_micros"]) == (1, reply.json()["processing"]["cost_usd_micros"])
 
 
 def test_token_counts_over_the_labels_cap_are_400_with_the_limit(api, tenant):
@@ -250,7 +279,15 @@ def post_batch(api, tenant, records):
     return api.post(tenant.app_path + "/usage/batch", {"requests": records}, token=tenant.token)
 
 
-def test_batch_answers_207_with_a_result_per_record(api, tenant):
+def folded_requests(fold_stream, tenant, labels=("premium", "standard", "economy")) -> dict[str, int]:
+    """The requests of each label of the tenant's scope today once the usage stream is folded."""
+    fold_stream()
+    day = org_day("America/New_York")
+    found = {label: daily_total(tenant.scope, label, day) for label in labels}
+    return {label: int(total["requests"]) for label, total in found.items() if total}
+
+
+def test_batch_answers_207_with_a_result_per_record(api, tenant, fold_stream):
     good, standard = usage_body(), usage_body(model_label="standard")
     records = [
         good,
@@ -278,7 +315,7 @@ def test_batch_answers_207_with_a_result_per_record(api, tenant):
     assert results[0] == {
         "request_id": good["request_id"],
         "status": "accepted",
-        "shard_id": keys.record_shard(good["request_id"], 8),
+        "shard_id": keys.marker_bucket("app-1", good["request_id"], 8),
         "cost_usd_micros": 3760,
         "duplicate": False,
     }
@@ -292,8 +329,8 @@ def test_batch_answers_207_with_a_result_per_record(api, tenant):
     assert results[5]["duplicate"] is True and results[5]["shard_id"] == results[0]["shard_id"]
     assert results[6]["error"] == "INVALID_REQUEST"  # an edge-of-calendar timestamp fails only its record
     assert body["timestamp"].endswith("Z")
-    assert sum(int(item["requests"]) for item in shard_items()) == 2
     assert len(dedup_items()) == 2
+    assert folded_requests(fold_stream, tenant) == {"premium": 1, "standard": 1}
     # The quota position of each label the batch counted, as a single report answers it.
     day = org_day("America/New_York")
     assert [(t["label"], t["org_day"], t["status"], t["mode"]) for t in body["daily_totals"]] == [
@@ -302,15 +339,16 @@ def test_batch_answers_207_with_a_result_per_record(api, tenant):
     ]
 
 
-def test_a_batch_retried_whole_is_counted_once(api, tenant):
+def test_a_batch_retried_whole_is_counted_once(api, tenant, fold_stream):
     records = [usage_body() for _ in range(20)]
     post_batch(api, tenant, records)
     again = post_batch(api, tenant, records).json()
     assert again["accepted"] == 20 and all(result["duplicate"] for result in again["results"])
-    assert sum(int(item["requests"]) for item in shard_items()) == 20
+    assert folded_requests(fold_stream, tenant) == {"premium": 20}
+    assert daily_total(tenant.scope, "premium", org_day("America/New_York"))["cost_usd_micros"] == 20 * 3760
 
 
-def test_a_request_id_repeated_in_a_batch_is_answered_from_its_first_without_a_write(api, tenant):
+def test_a_request_id_repeated_in_a_batch_is_answered_from_its_first_without_a_write(api, tenant, fold_stream):
     """Red-team note: each repeat was written on its own, so one id a hundred times was a
     hundred transactions for one rate-limited request."""
     transactions = []
@@ -320,7 +358,7 @@ def test_a_request_id_repeated_in_a_batch_is_answered_from_its_first_without_a_w
     assert len(transactions) == 1
     assert [result["duplicate"] for result in results] == [False] + [True] * 99
     assert {result["cost_usd_micros"] for result in results} == {3_760}
-    assert sum(int(item["requests"]) for item in shard_items()) == 1
+    assert folded_requests(fold_stream, tenant) == {"premium": 1}
 
 
 @pytest.mark.parametrize("records", [[], [usage_body() for _ in range(101)]])
@@ -337,18 +375,20 @@ def test_batch_body_must_be_an_object_with_requests(api, tenant):
     assert_error(api.post(tenant.app_path + "/usage/batch", {"requests": [usage_body()]}), 401, "UNAUTHORIZED")
 
 
-def test_a_full_batch_of_100_is_accepted(api, tenant):
+def test_a_full_batch_of_100_is_accepted(api, tenant, fold_stream):
     body = post_batch(api, tenant, [usage_body() for _ in range(100)]).json()
     assert body["accepted"] == 100
-    aggregation.run()
+    fold_stream()
     total = daily_total(tenant.scope, "premium", org_day("America/New_York"))
     assert (total["requests"], total["cost_usd_micros"]) == (100, 376_000)
 
 
-def test_a_batch_shares_transactions_a_marker_per_record_and_one_add_per_shard(api, tenant):
-    """100 records over three labels: two transactions (103 actions do not fit in one),
-    holding the 100 markers and one ADD per label's shard each: a record's write units
-    are its marker's alone."""
+def test_a_batch_of_new_label_days_shares_transactions_a_marker_per_record_and_one_entry_per_label_day(
+    api, tenant, fold_stream
+):
+    """100 records over three label-days not folded yet: two transactions (103 actions do
+    not fit in one), holding the 100 markers and one index entry per label-day each (a
+    record's write units are its marker's alone); the fold counts every record once."""
     transactions = []
     ddb_client().meta.events.register_first(
         "before-parameter-build.dynamodb.TransactWriteItems",
@@ -359,21 +399,18 @@ def test_a_batch_shares_transactions_a_marker_per_record_and_one_add_per_shard(a
     assert body["accepted"] == 100 and not any(result["duplicate"] for result in body["results"])
     assert len(transactions) == 2 and all(len(actions) <= 100 for actions in transactions)
     markers = [action for actions in transactions for action in actions if "Put" in action]
-    adds = [[a["Update"]["Key"]["shard_key"] for a in actions if "Update" in a] for actions in transactions]
-    assert len(markers) == 100 and all(len(shards) == len(set(shards)) <= 3 for shards in adds)
+    entries = [[a["Update"]["Key"]["shard_key"] for a in actions if "Update" in a] for actions in transactions]
+    assert len(markers) == 100 and all(len(listed) == len(set(listed)) <= 3 for listed in entries)
+    for actions, listed in zip(transactions, entries, strict=True):  # an entry for each label-day of its records
+        assert {action["Put"]["Item"]["model_label"] for action in actions if "Put" in action} == {
+            keys.split_usage_key(usage_key)[1] for usage_key in listed
+        }
     shard_of = {result["request_id"]: result["shard_id"] for result in body["results"]}
-    for actions in transactions:  # a label's records of one transaction are counted in one shard
-        by_label: dict[str, set[int]] = {}
-        for action in actions:
-            if "Put" in action:
-                item = action["Put"]["Item"]
-                by_label.setdefault(item["model_label"], set()).add(int(item["shard_id"]))
-        assert all(len(shards) == 1 for shards in by_label.values())
     assert all(
-        shard_of[action["Put"]["Item"]["shard_key"].rsplit("#", 1)[-1]] == int(action["Put"]["Item"]["shard_id"])
+        shard_of[action["Put"]["Item"]["date_key"].rsplit("#", 1)[-1]] == int(action["Put"]["Item"]["shard_id"])
         for action in markers
     )
-    aggregation.run()
+    fold_stream()
     day = org_day("America/New_York")
     for label in ("premium", "standard", "economy"):
         costs = [result["cost_usd_micros"] for result, of in zip(body["results"], labels, strict=True) if of == label]
@@ -381,7 +418,7 @@ def test_a_batch_shares_transactions_a_marker_per_record_and_one_add_per_shard(a
         assert (total["requests"], total["cost_usd_micros"]) == (len(costs), sum(costs)), label
 
 
-def test_a_batch_part_counted_before_writes_the_rest_once(api, tenant):
+def test_a_batch_part_counted_before_writes_the_rest_once(api, tenant, fold_stream):
     """The shared transaction cancels on the markers of the records counted before: those
     are answered as duplicates, the others written again (once)."""
     records = [usage_body() for _ in range(20)]
@@ -389,8 +426,8 @@ def test_a_batch_part_counted_before_writes_the_rest_once(api, tenant):
     body = post_batch(api, tenant, records).json()
     assert body["accepted"] == 20
     assert [result["duplicate"] for result in body["results"]] == [n in range(5, 12) for n in range(20)]
-    assert sum(int(item["requests"]) for item in shard_items()) == 20
     assert len(dedup_items()) == 20
+    assert folded_requests(fold_stream, tenant) == {"premium": 20}
 
 
 def prepared(count: int = 1) -> tuple[list[metering.Submission], datetime]:
@@ -414,79 +451,72 @@ def conflict_then(stubber: Stubber, reasons: list[dict], *responses: str) -> Non
         stubber.add_response(operation, {})
 
 
-def test_a_batch_that_meets_a_conflict_spreads_its_labels_and_retries(aws):
-    """A conflict on the shared transaction doubles each label-day's shard count (as for one
-    record) and writes the group again, with a new token, on the new shards."""
+def written_transactions() -> tuple[list[str], list[list[dict]]]:
+    """The ClientRequestToken and the actions (before boto3 serialises them) of each
+    TransactWriteItems the service's client sends from now on."""
+    tokens, items = [], []
+
+    def seen(params, **_):
+        tokens.append(params["ClientRequestToken"])
+        items.append(copy.deepcopy(params["TransactItems"]))
+
+    ddb_client().meta.events.register_first("before-parameter-build.dynamodb.TransactWriteItems", seen)
+    return tokens, items
+
+
+def test_a_batch_whose_transaction_meets_a_conflict_writes_it_again_with_a_new_token(aws):
+    """Three records of a label-day not folded yet share a transaction (their markers and
+    the label-day's index entry); cancelled by a concurrent write on the entry, the same
+    actions are written again, with a new token, and every record is counted."""
     submissions, now = prepared(3)
-    tokens = []
-    client = ddb_client()
-    client.meta.events.register_first(
-        "before-parameter-build.dynamodb.TransactWriteItems",
-        lambda params, **_: tokens.append(params["ClientRequestToken"]),
-    )
-    with Stubber(client) as stubber:
-        # one label-day: its shard count doubled once (UpdateItem), then the group written
-        conflict_then(
-            stubber, [{"Code": "None"}] * 3 + [{"Code": "TransactionConflict"}], "update_item", "transact_write_items"
-        )
+    submissions = [submission._replace(lists_day=True) for submission in submissions]
+    tokens, items = written_transactions()
+    with Stubber(ddb_client()) as stubber:
+        conflict_then(stubber, [{"Code": "None"}] * 3 + [{"Code": "TransactionConflict"}], "transact_write_items")
         outcomes = metering.record_group(submissions, now)
+        stubber.assert_no_pending_responses()
     assert [outcome.duplicate for outcome in outcomes] == [False] * 3
     assert len(tokens) == 2 and tokens[0] != tokens[1]
-    assert {outcome.shard_id for outcome in outcomes} == {keys.record_shard(submissions[0].request_id, 16)}
+    assert len(items[0]) == 4 and items[0] == items[1]
+    assert [outcome.shard_id for outcome in outcomes] == [submission.shard_id for submission in submissions]
 
 
 # --- the write under conflicts, races and volume ----------------------------------------------
 
 
-def test_a_transaction_conflict_is_retried_with_a_new_token(aws):
+@pytest.mark.parametrize(
+    "reasons",
+    [
+        [{"Code": "None"}, {"Code": "TransactionConflict"}],  # a concurrent write on the label-day's index entry
+        [{"Code": "None"}, {"Code": "ThrottlingError"}],
+        # a copy of the same record in flight on another container holds its marker
+        [{"Code": "TransactionConflict"}, {"Code": "None"}],
+    ],
+    ids=["conflict", "throttled", "own-marker"],
+)
+def test_a_transaction_conflict_is_retried_with_a_new_token(aws, reasons):
+    """A record of a label-day not folded yet is its marker and the label-day's index entry
+    in one transaction; cancelled for anything but its marker's condition, the very same
+    actions are written again with a new token."""
     (submission,), now = prepared()
-    tokens, items = [], []
-
-    def seen(params, **_):
-        tokens.append(params["ClientRequestToken"])
-        items.append(copy.deepcopy(params["TransactItems"]))  # before boto3 serialises them
-
-    client = ddb_client()
-    client.meta.events.register_first("before-parameter-build.dynamodb.TransactWriteItems", seen)
-    with Stubber(client) as stubber:  # the conflict doubles the label-day's shard count (UpdateItem)
-        conflict_then(
-            stubber, [{"Code": "None"}, {"Code": "TransactionConflict"}], "update_item", "transact_write_items"
-        )
+    submission = submission._replace(lists_day=True)
+    tokens, items = written_transactions()
+    with Stubber(ddb_client()) as stubber:
+        conflict_then(stubber, reasons, "transact_write_items")
         outcome = metering.record(submission, now)
+        stubber.assert_no_pending_responses()
     assert outcome.duplicate is False and outcome.cost_usd_micros == 3760
     assert len(tokens) == 2 and tokens[0] != tokens[1]
     # an SDK retry of one attempt resends the very same token: DynamoDB applies it once; the
-    # retry after the conflict may go to another shard, behind the same dedup item
+    # retry after the conflict writes the same actions, behind the same dedup item
     assert usage.request_token(items[0], 0) == tokens[0]
-    assert items[0][0]["Put"]["Item"]["shard_key"] == items[1][0]["Put"]["Item"]["shard_key"]
-    assert outcome.shard_id == keys.record_shard(submission.request_id, 16)
-
-
-def test_a_throttled_transaction_is_retried_on_the_same_shard(aws):
-    """Only a conflict spreads a label-day over more shards: a throttled write is retried
-    as it was, without raising the shard count (no UpdateItem is stubbed: one would fail)."""
-    (submission,), now = prepared()
-    with Stubber(ddb_client()) as stubber:
-        conflict_then(stubber, [{"Code": "None"}, {"Code": "ThrottlingError"}], "transact_write_items")
-        outcome = metering.record(submission, now)
-        stubber.assert_no_pending_responses()
-    assert (outcome.duplicate, outcome.shard_id) == (False, submission.shard_id)
-
-
-def test_a_conflict_on_the_records_own_marker_is_retried_on_the_same_shard(aws):
-    """A copy of the same record in flight on another container holds its marker, not a
-    shard: more shards would not help, so the label-day is not spread (red-team: a record
-    sent from 16 containers at once doubled its label-day's shards each time, to 32)."""
-    (submission,), now = prepared()
-    with Stubber(ddb_client()) as stubber:  # no UpdateItem stubbed: a raise would fail
-        conflict_then(stubber, [{"Code": "TransactionConflict"}, {"Code": "None"}], "transact_write_items")
-        outcome = metering.record(submission, now)
-        stubber.assert_no_pending_responses()
-    assert (outcome.duplicate, outcome.shard_id) == (False, submission.shard_id)
+    assert usage.request_token(items[1], 1) == tokens[1]
+    assert items[0] == items[1] and [next(iter(action)) for action in items[0]] == ["Put", "Update"]
+    assert outcome.shard_id == submission.shard_id == keys.marker_bucket("app-1", submission.request_id, 8)
 
 
 @pytest.mark.slow  # 400 submissions from 8 threads on moto; make test runs it
-def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws):
+def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws, fold_stream):
     tenant = new_tenant()
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
     rng = random.Random(7)
@@ -515,7 +545,7 @@ def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws
         thread.start()
     for thread in threads:
         thread.join()
-    aggregation.run()
+    fold_stream()
     assert errors == []
     assert len(answers) == 400 and sum(1 for a in answers if a["duplicate"]) == 120
     expected_cost = sum(
@@ -530,21 +560,23 @@ def test_concurrent_submissions_with_duplicates_total_exactly_the_unique_ids(aws
 
 
 @pytest.mark.slow
-def test_5000_submissions_for_one_label_and_day_keep_every_item_under_1_kb(aws):
+def test_5000_submissions_for_one_label_and_day_keep_every_item_under_1_kb(aws, fold_stream):
     tenant = new_tenant()
     config = orgs.effective_config(tenant.org_id, tenant.app_id)
     now = datetime.now(UTC)
     requests = [UsageRequest.model_validate(usage_body(output_tokens=1000 + i)) for i in range(5000)]
     for request in requests:
         metering.record(metering.prepare(config, request, now), now)
-    aggregation.run()
+    fold_stream()
     items = all_items(tables.USAGE_AGG_SHARDED) + all_items(tables.DAILY_TOTAL)
-    assert len(items) == 5000 + 8 + 3  # dedup items, 8 shards, the label and scope totals, the heartbeat
+    # the markers, the label-day's index entry, its label total (a config label: kept apart from
+    # the scope total, which has nothing), the config labels, the heartbeat, the stream shard's progress
+    assert len(dedup_items()) == 5000 and len(items) == 5000 + 5
     sizes = [item_size(item) for item in items]
     assert max(sizes) < 1024
-    shard_sizes = [item_size(item) for item in shard_items()]
-    assert max(shard_sizes) < 400  # a shard is a handful of counters, whatever the volume
-    assert daily_total(tenant.scope, "premium", org_day(config.timezone, now))["requests"] == 5000
+    total = daily_total(tenant.scope, "premium", org_day(config.timezone, now))
+    assert item_size(total) < 400  # a label total is a handful of counters, whatever the volume
+    assert total["requests"] == 5000
 
 
 def in_a_new_process(program: str) -> str:
@@ -559,24 +591,28 @@ def in_a_new_process(program: str) -> str:
 
 
 def test_the_same_write_from_two_containers_never_shares_a_request_token():
-    """A retry on another container, in the same second on a label-day of one shard, builds
-    the very same actions; with the same ClientRequestToken DynamoDB would answer it as an
-    idempotent repeat of the first (a success: a duplicate answered as counted). SDK retries
-    within one container keep their token."""
-    items = [{"Put": {"TableName": "t", "Item": {"shard_key": "ORG#o#APP#a#REQ#r", "date_key": "DEDUP"}}}]
+    """A retry on another container, in the same second, builds the very same actions; with
+    the same ClientRequestToken DynamoDB would answer it as an idempotent repeat of the
+    first (a success: a duplicate answered as counted). SDK retries within one container
+    keep their token."""
+    items = [{"Put": {"TableName": "t", "Item": keys.marker_key("o", "a", "r", 8)}}]
     program = f"from price_keeper.store import usage; print(usage.request_token({items!r}, 0))"
     assert len({in_a_new_process(program) for _ in range(2)}) == 2
     assert usage.request_token(items, 0) == usage.request_token(items, 0) != usage.request_token(items, 1)
 
 
-def test_a_records_shard_is_not_one_a_client_can_aim_at():
-    """The shard is a hash of the request id keyed by the process: the same within a
-    container (a batch's records of a label-day share one), unknown outside it (red-team
-    note: precomputed request ids all on shard 0 forced a label-day to 64 shards)."""
-    ids = [f"0b6a1c52-9f1e-4f5b-8d2a-{n:012d}" for n in range(32)]
-    program = f"from price_keeper.store import keys; print([keys.record_shard(i, 64) for i in {ids!r}])"
-    assert len({in_a_new_process(program) for _ in range(2)}) == 2
-    assert [keys.record_shard(i, 64) for i in ids] == [keys.record_shard(i, 64) for i in ids]
+def test_a_records_marker_bucket_is_the_same_in_every_process_and_spreads_an_orgs_records():
+    """A retry served by another container must find the first acceptance's marker: its
+    bucket (``processing.shard_id``) is a hash of the app and request id, the same in every
+    process, and an org's records spread over its ``agg_shard_count`` buckets."""
+    ids = [f"0b6a1c52-9f1e-4f5b-8d2a-{n:012d}" for n in range(64)]
+    program = f"from price_keeper.store import keys; print([keys.marker_bucket('app-1', i, 8) for i in {ids!r}])"
+    here = [keys.marker_bucket("app-1", i, 8) for i in ids]
+    assert in_a_new_process(program).strip() == str(here)
+    assert set(here) == set(range(8))
+    assert {keys.marker_key("o", "app-1", i, 8)["shard_key"] for i in ids} == {
+        keys.markers_partition("o", bucket) for bucket in range(8)
+    }
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["single", "batch"])

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from price_keeper.domain import aggregation, metering, orgs, reservations
+from price_keeper.domain import metering, orgs, reservations
 from price_keeper.domain.models import UsageRequest
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import ddb_client, item_size, table
@@ -89,15 +89,14 @@ def test_the_total_cap_must_hold_the_reservation_too(api):
     assert ledger(t) == {"committed": WORST, "settled": 0}
 
 
-@pytest.mark.parametrize("labels_apart", [False, True])
-def test_spend_without_a_reservation_on_another_label_takes_room_from_the_total_cap(api, labels_apart):
-    """The scope's unreserved spend is over every label, whether its scope total counts the
-    config labels or leaves them apart (``EffectiveConfig.labels_apart``)."""
-    t = tenant(labels_apart=labels_apart)
+def test_spend_without_a_reservation_on_another_label_takes_room_from_the_total_cap(api, fold_stream):
+    """The scope's unreserved spend is over every label, the config labels too, whose totals
+    are kept apart from the scope total (``EffectiveConfig.apart_labels``)."""
+    t = tenant()
     set_total_cap(t.org_id, 6_000)
     standard = usage_body(model_label="standard", bedrock_model_id="amazon.nova-2-lite-v1:0", input_tokens=10_000)
     assert api.post(f"{t.app_path}/usage", standard, token=t.token).status == 202
-    aggregation.run()
+    fold_stream()
     assert_error(reserve(api, t, {"model_label": "premium"}), 429, "QUOTA_EXCEEDED")  # 4 000 > 6 000 - 3 300+
     assert ledger(t) == {"committed": 0, "settled": 0}
 
@@ -122,7 +121,7 @@ def test_settlement_moves_the_hold_to_actual_spend_exactly_once(api):
     assert [reserve(api, t, {"model_label": "premium"}).status for _ in range(3)] == [201, 201, 429]
 
 
-def test_a_settlement_the_fold_has_not_counted_yet_never_hides_spend_it_has(api):
+def test_a_settlement_the_fold_has_not_counted_yet_never_hides_spend_it_has(api, fold_stream):
     """Settled spend is in the ledger at once and in the folded totals a fold later; what
     the hard cap takes off the folded cost is only the settled spend the fold has counted
     (red-team note: the unfolded settlement was taken off the folded unreserved spend, and a
@@ -130,18 +129,18 @@ def test_a_settlement_the_fold_has_not_counted_yet_never_hides_spend_it_has(api)
     t = tenant()  # premium: quota 10 000; a call's worst case 4 000
     call = {"input_tokens": 1000, "output_tokens": 1000}  # 4 000
     assert api.post(f"{t.app_path}/usage", usage_body(**call), token=t.token).status == 202  # unreserved
-    aggregation.run()
+    fold_stream()
     held = reserve(api, t, {"model_label": "premium"}).json()
     settling = usage_body(**call, reservation_id=held["reservation_id"])
     assert api.post(f"{t.app_path}/usage", settling, token=t.token).status == 202  # settled, not folded yet
     assert ledger(t, "premium") == {"committed": WORST, "settled": WORST}
     assert_error(reserve(api, t, {"model_label": "premium"}), 429, "QUOTA_EXCEEDED")  # 8 000 spent + 4 000
-    aggregation.run()
+    fold_stream()
     assert_error(reserve(api, t, {"model_label": "premium"}), 429, "QUOTA_EXCEEDED")  # and once it is folded
     assert reserve(api, t, {"model_label": "premium", "max_input_tokens": 500, "max_output_tokens": 500}).status == 201
 
 
-def test_a_void_of_a_settling_record_takes_its_settled_spend_back_with_its_cost(api):
+def test_a_void_of_a_settling_record_takes_its_settled_spend_back_with_its_cost(api, fold_stream):
     from price_keeper.domain import voids
 
     t = tenant()
@@ -150,7 +149,7 @@ def test_a_void_of_a_settling_record_takes_its_settled_spend_back_with_its_cost(
     assert api.post(f"{t.app_path}/usage", body, token=t.token).status == 202
     request = voids.VoidRequest(app_id=t.app_id, request_ids=[body["request_id"]], reason="test")
     assert voids.void(t.org_id, request)["voided"] == 1
-    aggregation.run()
+    fold_stream()
     day = org_day("America/New_York", datetime.now(UTC))
     item = table(tables.DAILY_TOTAL).get_item(
         Key={"usage_key": keys.usage_key(t.scope, "premium"), "date_key": keys.day_key(day)}
@@ -163,10 +162,9 @@ def test_unreserved_spend_takes_off_only_the_settled_spend_the_fold_counted():
     from price_keeper.domain.aggregation import Totals
 
     ledger = {"committed": 4_000, "settled": 4_000}
-    assert Totals(cost_usd_micros=4_000, **ledger, settled_on_shards=4_000).unreserved == 4_000  # not folded yet
+    assert Totals(cost_usd_micros=4_000, **ledger).unreserved == 4_000  # the settling record not folded yet
     folded = {"cost_usd_micros": 8_000, "settled_usd_micros": 4_000}
-    assert Totals(**folded, **ledger, settled_on_shards=4_000).unreserved == 4_000
-    assert Totals(cost_usd_micros=8_000, **ledger).unreserved == 4_000  # settled before shards carried it
+    assert Totals(**folded, **ledger).unreserved == 4_000
 
 
 def test_actual_cost_above_the_hold_is_counted_and_flagged(api):
@@ -354,9 +352,10 @@ def test_an_unknown_label_is_400(api):
     assert_error(reserve(api, t, {"model_label": "nope"}), 400, "INVALID_MODEL_LABEL")
 
 
-def test_write_units_of_a_reserved_call(api, dynamodb_calls):
+def test_write_units_of_a_reserved_call(api, dynamodb_calls, fold_stream):
     """What docs/performance.md states: a reservation is one transaction of 3 items, its
-    settlement adds 3 items to the usage write's 2, and every item stays under 1 KB (1 unit,
+    settlement adds 3 items to the usage write (the record's marker, and on a label-day not
+    folded yet the day's index entry: 1 or 2 items), and every item stays under 1 KB (1 unit,
     doubled in a transaction). The scope's first hold of the day flags its total (one
     UpdateItem, once), so selection reads the ledgers (a second BatchGetItem) only in a
     scope reserving that day."""
@@ -379,19 +378,24 @@ def test_write_units_of_a_reserved_call(api, dynamodb_calls):
     seen.clear()
     api.post(f"{t.app_path}/usage", usage_body(reservation_id=held["reservation_id"]), token=t.token)
     settle_writes = [p for name, p in seen if name == "TransactWriteItems"]
+    fold_stream()  # the label-day has a total now: its records list nothing
+    later = reserve(api, t, {"model_label": "premium", "max_input_tokens": 100, "max_output_tokens": 100}).json()
+    seen.clear()
+    api.post(f"{t.app_path}/usage", usage_body(reservation_id=later["reservation_id"]), token=t.token)
+    settle_writes += [p for name, p in seen if name == "TransactWriteItems"]
     seen.clear()
     api.get(f"{t.app_path}/model-selection", token=t.token)
     selection_calls = [name for name, _ in seen]
     assert [len(p["TransactItems"]) for p in reserve_writes] == [3]
     assert (first_hold_flags, second_hold_flags) == (["UpdateItem"], [])
-    assert [len(p["TransactItems"]) for p in settle_writes] == [5]
+    assert [len(p["TransactItems"]) for p in settle_writes] == [5, 4]
     day = org_day("America/New_York", datetime.now(UTC))
     stored = [
         table(tables.DAILY_TOTAL).get_item(Key={"usage_key": key, "date_key": keys.ledger_day_key(day)})["Item"]
         for key in (keys.usage_key(t.scope, "premium"), keys.scope_total_key(t.scope))
     ]
     assert max(hold_size, *(item_size(item) for item in stored)) < 1024
-    print(f"reserve: {2 * 3} WCU, settlement: {2 * 5} WCU (usage alone: 4); hold item {hold_size} B")
+    print(f"reserve: {2 * 3} WCU, settlement: {2 * 4} WCU (usage alone: 1); hold item {hold_size} B")
     assert quiet_selection_calls == ["BatchGetItem"]
     assert selection_calls == ["BatchGetItem", "BatchGetItem"]  # the totals, then the ledgers
 
@@ -534,29 +538,47 @@ def test_a_batch_record_on_another_label_than_its_reservation_fails_alone(api):
 
 
 def test_a_hold_in_flight_never_blocks_the_fold_of_its_label(api, clock):
-    """DynamoDB refuses a single write to an item a transaction is writing. The ledgers are
-    items of their own, so the fold of a label's total never meets a hold's or a
-    settlement's transaction (red-team: with the ledger on the total's item, steady reserved
-    traffic kept the total from being folded for 15 s while holds were granted on it)."""
+    """DynamoDB cancels a write to an item a transaction is writing. The ledgers are items
+    of their own, so the fold of a label's total (a transaction of the total and the stream
+    shard's progress) never meets a hold's or a settlement's transaction (red-team: with the
+    ledger on the total's item, steady reserved traffic kept the total from being folded for
+    15 s while holds were granted on it)."""
     import threading
 
-    t = tenant()  # the fold of a config label writes its total alone: one UpdateItem
+    from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
+
+    from local.streams import StreamReader
+    from price_keeper.domain import ledger as usage_ledger
+
+    reader = StreamReader(tables.USAGE_AGG_SHARDED)
+
+    def fold_batch():
+        event = reader.event()
+        return usage_ledger.fold_batch(DynamoDBStreamEvent(event).records, event["shardId"])
+
+    t = tenant()
     day = org_day("America/New_York", datetime.now(UTC))
-    label_day = (keys.usage_key(t.scope, "premium"), keys.day_key(day))
+    total_key = {"usage_key": keys.usage_key(t.scope, "premium"), "date_key": keys.day_key(day)}
     assert api.post(f"{t.app_path}/usage", usage_body(), token=t.token).status == 202
-    aggregation.fold_label_days({label_day}).raise_if_failed()  # the label-day's first fold (a transaction)
+    assert fold_batch().resume_at is None  # the label-day's first fold
     assert api.post(f"{t.app_path}/usage", usage_body(), token=t.token).status == 202  # the record to fold
-    clock.answer.clear()  # the hold's transaction is applied, and in flight until the test lets it answer
+    clock.answer.clear()  # each transaction is applied, and in flight until the test lets it answer
     holding = threading.Thread(target=reserve, args=(api, t))
     holding.start()
     while not ledger(t, "premium")["committed"]:
         holding.join(0.001)
-    report = aggregation.fold_label_days({label_day})
+    folded = []
+    folding = threading.Thread(target=lambda: folded.append(fold_batch()))
+    folding.start()
+    # the fold's transaction lands while the hold's is in flight (one that met it would be
+    # cancelled, retried on a clock that stands still, and fail its batch)
+    while folding.is_alive() and int(table(tables.DAILY_TOTAL).get_item(Key=total_key)["Item"]["requests"]) < 2:
+        folding.join(0.001)
     clock.answer.set()
     holding.join(10)
-    report.raise_if_failed()
-    total = table(tables.DAILY_TOTAL).get_item(Key=dict(zip(("usage_key", "date_key"), label_day, strict=True)))
-    assert int(total["Item"]["requests"]) == 2
+    folding.join(10)
+    assert folded[0].resume_at is None
+    assert int(table(tables.DAILY_TOTAL).get_item(Key=total_key)["Item"]["requests"]) == 2
     assert ledger(t, "premium") == {"committed": WORST, "settled": 0}
 
 
@@ -637,8 +659,8 @@ def test_a_reservation_is_counted_whatever_becomes_of_its_scopes_flag(api):
     assert ledger(t, "premium") == {"committed": WORST, "settled": 0}
 
 
-def test_a_void_of_a_settling_record_gives_its_hold_room_back(api):
-    """A voided record's cost leaves its ledgers as it leaves its shards (review: the voided
+def test_a_void_of_a_settling_record_gives_its_hold_room_back(api, fold_stream):
+    """A voided record's cost leaves its ledgers as it leaves its totals (review: the voided
     settled spend kept its hard-cap room until midnight, so holds were refused)."""
     from price_keeper.domain import voids
 
@@ -649,18 +671,8 @@ def test_a_void_of_a_settling_record_gives_its_hold_room_back(api):
     request = voids.VoidRequest(app_id=t.app_id, request_ids=[body["request_id"]], reason="test")
     assert voids.void(t.org_id, request)["voided"] == 1
     assert ledger(t, "premium") == {"committed": 0, "settled": 0}
-    aggregation.run()
+    fold_stream()
     assert [reserve(api, t, {"model_label": "premium"}).status for _ in range(2)] == [201, 201]
-
-
-def test_a_scope_with_ledger_counters_of_before_the_move_reads_its_ledger_items():
-    """On the day of the deploy a hold made before it has its amount on the totals' own
-    items; ended since, it took its amount back from the ledger items, which every reader
-    must then add (review: unflagged readers showed it held until the scope's next hold)."""
-    legacy = {"usage_key": "ORG#o#APP#a#TOTAL", "date_key": keys.day_key("20261126"), "committed": 4000}
-    assert aggregation.DailyRead.from_items([legacy]).reserving
-    spent_only = {"usage_key": legacy["usage_key"], "date_key": legacy["date_key"], "requests": 1}
-    assert not aggregation.DailyRead.from_items([spent_only]).reserving
 
 
 def test_the_reserving_flag_is_the_quota_scopes_whatever_other_totals_carry(api):

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from price_keeper import state
-from price_keeper.domain import aggregation, orgs, selection
+from price_keeper.domain import orgs, selection
 from price_keeper.domain.quota import Sticky, decide, quota_pct, quota_status
 from price_keeper.metric_names import STICKY_FLIPS
-from price_keeper.store import keys, tables
+from price_keeper.store import daily_totals, keys, tables
 from price_keeper.store.dynamo import ddb_client, table
 from price_keeper.timeutil import next_midnight_utc, org_day
 from tests.conftest import assert_error
@@ -268,9 +268,9 @@ def test_response_has_the_spec_shape(api):
     assert select(api, tenant).headers["etag"] == reply.headers["etag"]
 
 
-def spend(api, tenant, label: str, output_tokens: int):
+def spend(api, tenant, label: str, output_tokens: int, fold_stream):
     """Report calls of ``output_tokens`` in all (each within the per-record cap) and fold
-    them into DailyTotal; the last reply."""
+    them into DailyTotal (the usage stream: ``fold_stream``); the last reply."""
     for chunk in output_chunks(output_tokens):
         reply = api.post(
             tenant.app_path + "/usage",
@@ -278,13 +278,13 @@ def spend(api, tenant, label: str, output_tokens: int):
             token=tenant.token,
         )
         assert reply.status == 202, reply
-    aggregation.run()
+    fold_stream()
     return reply.json()
 
 
-def test_tight_mode_shortens_the_polling_interval(api):
+def test_tight_mode_shortens_the_polling_interval(api, fold_stream):
     tenant = new_tenant()
-    spend(api, tenant, "premium", 3_000_000)  # 9.6 of 10 USD
+    spend(api, tenant, "premium", 3_000_000, fold_stream)  # 9.6 of 10 USD
     reply = select(api, tenant)
     body = reply.json()
     assert body["quota_status"]["mode"] == "TIGHT" and body["quota_status"]["quota_pct"] == 96.0
@@ -292,10 +292,10 @@ def test_tight_mode_shortens_the_polling_interval(api):
     assert reply.headers["cache-control"] == "max-age=60, private"
 
 
-def test_fallback_is_sticky_for_the_rest_of_the_day(api):
+def test_fallback_is_sticky_for_the_rest_of_the_day(api, fold_stream):
     tenant = new_tenant()
     before = select(api, tenant).headers["etag"]
-    spend(api, tenant, "premium", 3_200_000)  # 10.24 USD: premium spent
+    spend(api, tenant, "premium", 3_200_000, fold_stream)  # 10.24 USD: premium spent
     reply = select(api, tenant)
     body = reply.json()
     assert body["recommended_model"]["label"] == "standard"
@@ -316,19 +316,21 @@ def test_fallback_is_sticky_for_the_rest_of_the_day(api):
     assert (body["recommended_model"]["label"], body["recommended_model"]["reason"]) == ("standard", "STICKY_FALLBACK")
 
 
-def test_sticky_disabled_writes_no_state(api):
+def test_sticky_disabled_writes_no_state(api, fold_stream):
     tenant = new_tenant(sticky_fallback_enabled=False)
-    spend(api, tenant, "premium", 3_200_000)
+    spend(api, tenant, "premium", 3_200_000, fold_stream)
     body = select(api, tenant).json()
     assert body["recommended_model"]["label"] == "standard"
     assert body["quota_status"]["sticky_fallback_active"] is False
-    assert table(tables.STICKY_STATE).scan()["Items"] == []
+    # (the fold records the alerts it fired in the same table)
+    stored = table(tables.STICKY_STATE).scan()["Items"]
+    assert [item for item in stored if not item["date_key"].startswith(keys.alert_prefix(today()))] == []
 
 
-def test_all_labels_spent_is_429_until_the_next_org_midnight(api):
+def test_all_labels_spent_is_429_until_the_next_org_midnight(api, fold_stream):
     tenant = new_tenant(quotas={"premium": 1_000_000, "standard": 1_000_000, "economy": 1_000_000})
     for label, tokens in (("premium", 400_000), ("standard", 400_000), ("economy", 8_000_000)):
-        spend(api, tenant, label, tokens)
+        spend(api, tenant, label, tokens, fold_stream)
     reply = select(api, tenant)
     body = assert_error(reply, 429, "QUOTA_EXCEEDED")
     assert body["message"] == "All model quotas exceeded for today"
@@ -347,10 +349,10 @@ def test_all_labels_spent_is_429_until_the_next_org_midnight(api):
     assert details["total_overage_usd_micros"] == 280_000 + 100_000 + 120_000
 
 
-def test_org_scope_shares_the_quota_between_apps(api):
+def test_org_scope_shares_the_quota_between_apps(api, fold_stream):
     tenant = new_tenant(quota_scope="ORG")
     seed_app(tenant.org_id, "app-2")
-    spend(api, tenant, "premium", 3_200_000)
+    spend(api, tenant, "premium", 3_200_000, fold_stream)
     other = api.get(f"/api/v1/orgs/{tenant.org_id}/apps/app-2/model-selection", token=token_for(tenant.org_id, "app-2"))
     assert other.json()["recommended_model"]["label"] == "standard"
     assert other.json()["quota_status"]["scope"] == "ORG"
@@ -374,31 +376,35 @@ def test_auth_and_ids(api):
     assert_error(api.get(f"/api/v1/orgs/{tenant.org_id}/apps/ghost/model-selection", token=ghost), 404, "NOT_FOUND")
 
 
-def test_tight_mode_reads_live_shards_so_a_stale_total_cannot_overspend(api):
-    """DailyTotal says premium is at 94 % (tight); the shards already hold 188 %: fall back now,
-    not one aggregation interval later."""
-    from local.gateway import LambdaContext, load_handler
-    from price_keeper.domain import aggregation
-    from price_keeper.store import keys, tables
-    from price_keeper.store.dynamo import table
-    from price_keeper.timeutil import org_day
-    from tests.usage_support import new_tenant, usage_body
-
+def test_tight_mode_reads_totals_plus_live_items_so_a_stale_total_cannot_overspend(api, fold_stream):
+    """DailyTotal says premium is at 94 % (tight); a record counted since, not folded yet,
+    is on the label-day's live items (a tight record's cost is ADDed there with its marker):
+    188 %, fall back now, not one fold later. The fold moves it from the live items to the
+    total."""
     tenant = new_tenant(
         quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000}, tight_mode_threshold_pct=90
     )
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
-    load_handler("aggregator")({}, LambdaContext(function_name="aggregator"))
-    assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
+    fold_stream()
+    second = api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token)
+    assert second.status == 202 and second.json()["daily_total"]["mode"] == "TIGHT"
     day = org_day("America/New_York")
-    stale = table(tables.DAILY_TOTAL).get_item(
-        Key={"usage_key": keys.usage_key(tenant.scope, "premium"), "date_key": keys.day_key(day)}
-    )["Item"]
-    assert stale["cost_usd_micros"] == 3_760  # the aggregator has not seen the second call
+    usage_key = keys.usage_key(tenant.scope, "premium")
+
+    def stored() -> int:
+        item = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": usage_key, "date_key": keys.day_key(day)})["Item"]
+        return int(item["cost_usd_micros"])
+
+    assert stored() == 3_760  # the aggregator has not seen the second call
+    assert daily_totals.live_costs([usage_key], day) == {usage_key: 3_760}
 
     chosen = api.get(f"{tenant.app_path}/model-selection", token=tenant.token).json()["recommended_model"]
     assert (chosen["label"], chosen["reason"]) == ("standard", "QUOTA_EXCEEDED_PREMIUM")
-    assert aggregation.run().totals_written == 2  # premium and the scope's total
+    fold_stream()
+    assert stored() == 2 * 3_760
+    assert daily_totals.live_costs([usage_key], day).get(usage_key, 0) == 0  # taken back by the fold
+    chosen = api.get(f"{tenant.app_path}/model-selection", token=tenant.token).json()["recommended_model"]
+    assert (chosen["label"], chosen["reason"]) == ("standard", "QUOTA_EXCEEDED_PREMIUM")  # the total alone now
 
 
 # --- the selection a usage answer carries (?model_selection=true) ------------------------
@@ -430,9 +436,9 @@ def test_a_usage_answer_asked_for_it_carries_the_selection_the_endpoint_answers(
     }
 
 
-def test_a_usage_answer_carries_the_fallback_and_moves_sticky_state_as_the_endpoint_would(api):
+def test_a_usage_answer_carries_the_fallback_and_moves_sticky_state_as_the_endpoint_would(api, fold_stream):
     tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
-    spend(api, tenant, "premium", 2_000)  # 7,500 µUSD at $3/$15: premium is spent
+    spend(api, tenant, "premium", 2_000, fold_stream)  # 7,500 µUSD at $3/$15: premium is spent
     carried = report(api, tenant, model_label="standard").json()["model_selection"]
     assert (carried["recommended_model"]["label"], carried["recommended_model"]["reason"]) == (
         "standard",
@@ -442,10 +448,10 @@ def test_a_usage_answer_carries_the_fallback_and_moves_sticky_state_as_the_endpo
     assert selection.read_sticky(tenant.scope, today()) == Sticky(frozenset({"premium"}))
 
 
-def test_a_usage_answer_when_every_label_is_spent_carries_no_selection(api):
+def test_a_usage_answer_when_every_label_is_spent_carries_no_selection(api, fold_stream):
     tenant = new_tenant(quotas={"premium": 1_000, "standard": 1_000, "economy": 1_000})
     for label in ORDER:
-        spend(api, tenant, label, 2_000)
+        spend(api, tenant, label, 2_000, fold_stream)
     reply = report(api, tenant, model_label="economy")
     assert reply.status == 202 and reply.json()["model_selection"] is None
     assert_error(select(api, tenant), 429, "QUOTA_EXCEEDED")

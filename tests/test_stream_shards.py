@@ -4,7 +4,7 @@ invoked with one batch at a time per shard and the shards at once (``local/strea
 and transactions that touch an item another holds cancelled with ``TransactionConflict``
 (3.). One hot label among quiet label-days reaches every shard, so every shard's fold
 writes its label total and scope total at once. The count is exact; speed is for
-``benchmarks/fleet.py`` to print."""
+``benchmarks/stream_shards.py`` to print."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_a_hot_label_among_quiet_ones_over_16_stream_shards_is_counted_exactly(e
     from price_keeper.timeutil import org_day
     from tests.usage_support import usage_body
 
-    (hot_org, hot_app), *quiet = endpoint.seed_scopes(1 + QUIET_LABEL_DAYS)  # every org counts by the ledger
+    (hot_org, hot_app), *quiet = endpoint.seed_scopes(1 + QUIET_LABEL_DAYS)
     reader = StreamReader(tables.USAGE_AGG_SHARDED)
     assert len(reader.streams.describe_stream(StreamArn=reader.arn)["StreamDescription"]["Shards"]) == SHARDS
     stop = threading.Event()

@@ -19,16 +19,17 @@ from botocore.stub import Stubber
 from local.gateway import LambdaContext, load_handler
 from price_keeper.config import Prices, get_config
 from price_keeper.domain import aggregation, alerts, pricing, profiles
+from price_keeper.domain.aggregation import Totals
 from price_keeper.store import daily_totals, keys, tables
 from price_keeper.store import prices as price_store
 from price_keeper.store import usage as usage_store
-from price_keeper.store.dynamo import ddb_client, table
+from price_keeper.store.dynamo import ddb_client, table, transact
 from price_keeper.timeutil import parse_day, utc_now
 from tests.iam_check import only_granted
 from tests.test_alerts import bus  # noqa: F401 - the fixture: the service bus delivering to a queue
 from tests.test_pricing import product, put_price, stub_price_list
 from tests.test_profiles import bedrock, register  # noqa: F401 - bedrock: the stand-in fixture
-from tests.usage_support import new_tenant, shard_items, usage_body
+from tests.usage_support import dedup_items, new_tenant, usage_body
 
 LLAMA = "meta.llama3-3-70b-instruct-v1:0"
 LLAMA_US = f"arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.{LLAMA}"
@@ -50,7 +51,7 @@ def report(api, tenant, label: str, **fields):
     )
 
 
-def test_usage_on_a_model_without_a_price_is_counted_at_the_estimate(api, tenant, bus):
+def test_usage_on_a_model_without_a_price_is_counted_at_the_estimate(api, tenant, bus, fold_stream):
     assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
     reply = report(api, tenant, "llama", input_tokens=1000, output_tokens=1000)
     assert reply.status == 202, reply
@@ -60,7 +61,9 @@ def test_usage_on_a_model_without_a_price_is_counted_at_the_estimate(api, tenant
     assert reply.json()["processing"]["cost_usd_micros"] == pricing.cost_usd_micros(
         pricing.Tokens(1000, 1000), estimate
     )
-    assert [int(item["cost_usd_micros"]) for item in shard_items()] == [(estimate.input + estimate.output) // 1000]
+    fold_stream()
+    day = reply.json()["daily_total"]["org_day"]
+    assert scope_cost(tenant, "llama", day) == ((estimate.input + estimate.output) // 1000, 1)
 
 
 def test_an_unpriced_model_alerts_once_per_model_and_day(api, tenant, bus):
@@ -107,7 +110,9 @@ def test_a_failing_alert_never_fails_the_usage(api, tenant, caplog):
     ddb_client().delete_table(TableName=tables.STICKY_STATE.physical_name)  # where alerts are recorded
     reply = report(api, tenant, "llama")
     assert reply.status == 202, reply
-    assert len(shard_items()) == 1
+    assert [int(marker["cost_usd_micros"]) for marker in dedup_items()] == [
+        reply.json()["processing"]["cost_usd_micros"]
+    ]
     assert "UNPRICED_MODEL alert failed" in caplog.text
 
 
@@ -266,10 +271,15 @@ def test_the_estimate_is_at_least_the_costliest_model_in_the_price_list_data(aws
 
 
 def scope_cost(tenant, label: str | None, day: str) -> tuple[int, int]:
-    """(cost, requests) of a label's DailyTotal, or of the scope's total when ``label`` is None."""
-    usage_key = keys.usage_key(tenant.scope, label) if label else keys.scope_total_key(tenant.scope)
-    item = table(tables.DAILY_TOTAL).get_item(Key={"usage_key": usage_key, "date_key": keys.day_key(day)})["Item"]
-    return int(item["cost_usd_micros"]), int(item["requests"])
+    """(cost, requests) of a label's DailyTotal, or of the scope's spend when ``label`` is
+    None (its scope total and its config labels' totals, which are kept apart from it)."""
+    if label:
+        key = {"usage_key": keys.usage_key(tenant.scope, label), "date_key": keys.day_key(day)}
+        item = table(tables.DAILY_TOTAL).get_item(Key=key)["Item"]
+        return int(item["cost_usd_micros"]), int(item["requests"])
+    found = daily_totals.read_days([(usage_key, day) for usage_key in aggregation.scope_usage_keys(tenant.scope)])
+    spent = aggregation.scope_totals(tenant.scope, lambda usage_key: Totals.from_item(found.get((usage_key, day))))
+    return spent.cost_usd_micros, spent.requests
 
 
 def fetch_on(event: dict, monkeypatch, products: list[str]) -> dict:
@@ -286,34 +296,38 @@ def fetch_on(event: dict, monkeypatch, products: list[str]) -> dict:
             return load_handler("pricing_fetcher")(json.loads(json.dumps(event)), LambdaContext("pricing_fetcher"))
 
 
-def test_records_counted_at_the_estimate_are_repriced_once_the_price_is_known(api, tenant, bus, monkeypatch):
+def test_records_counted_at_the_estimate_are_repriced_once_the_price_is_known(
+    api, tenant, bus, monkeypatch, fold_stream
+):
     assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
     replies = [report(api, tenant, "llama", input_tokens=1000, output_tokens=1000).json() for _ in range(3)]
     assert {reply["pricing"]["source"] for reply in replies} == {"ESTIMATE"}
     day, estimated = replies[0]["daily_total"]["org_day"], replies[0]["processing"]["cost_usd_micros"]
     assert report(api, tenant, "premium", bedrock_model_id="amazon.nova-pro-v1:0").status == 202  # 3760, priced
-    aggregation.run()
+    fold_stream()
     assert scope_cost(tenant, "llama", day) == (3 * estimated, 3)
     assert scope_cost(tenant, None, day) == (3 * estimated + 3760, 4)
 
     (event,) = bus()
     assert fetch_on(event, monkeypatch, LLAMA_PRODUCTS)["repriced"] == 3
-    aggregation.run()
+    fold_stream()
     real = 720 + 720  # 1000 + 1000 tokens at $0.72 per 1M each
     assert scope_cost(tenant, "llama", day) == (3 * real, 3)
     assert scope_cost(tenant, None, day) == (3 * real + 3760, 4)
-    assert sum(int(s["cost_usd_micros"]) for s in shard_items() if "#LABEL#llama#" in s["shard_key"]) == 3 * real
+    llama_markers = [m for m in dedup_items() if m["model_label"] == "llama"]
+    assert [int(m["cost_usd_micros"]) for m in llama_markers] == [real] * 3
 
-    # the daily run, the same alert again, and the sweep: nothing is corrected twice
+    # the daily run, the same alert again, and the audit: nothing is corrected twice
     assert fetch_on({"detail": {}}, monkeypatch, LLAMA_PRODUCTS)["repriced"] == 0
     assert run_fetcher(event, monkeypatch, stub_price_list({})[0])["repriced"] == 0
+    assert fold_stream() is None  # nothing new on the stream
     aggregation.run()
     assert scope_cost(tenant, "llama", day) == (3 * real, 3)
 
 
-def test_records_of_a_batch_counted_at_the_estimate_are_repriced_once(api, tenant, bus, monkeypatch):
+def test_records_of_a_batch_counted_at_the_estimate_are_repriced_once(api, tenant, bus, monkeypatch, fold_stream):
     """A batch's records share a transaction; each still leaves its estimate's item, naming
-    the shard it was counted in, so each is corrected once."""
+    the record's marker, so each is corrected once."""
     assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
     record = {"model_label": "llama", "calling_region": "us-east-1", "bedrock_model_id": LLAMA}
     body = {"requests": [usage_body(**record, input_tokens=1000, output_tokens=1000) for _ in range(3)]}
@@ -324,11 +338,11 @@ def test_records_of_a_batch_counted_at_the_estimate_are_repriced_once(api, tenan
     (event,) = bus()
     assert fetch_on(event, monkeypatch, LLAMA_PRODUCTS)["repriced"] == 3
     assert fetch_on({"detail": {}}, monkeypatch, LLAMA_PRODUCTS)["repriced"] == 0
-    aggregation.run()
+    fold_stream()
     assert scope_cost(tenant, "llama", day) == (3 * 1440, 3)  # 1000 + 1000 tokens at $0.72 per 1M each
 
 
-def test_a_record_is_repriced_once_when_runs_overlap(api, tenant, bus):
+def test_a_record_is_repriced_once_when_runs_overlap(api, tenant, bus, fold_stream):
     assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
     reply = report(api, tenant, "llama", input_tokens=1000, output_tokens=1000).json()
     day = reply["daily_total"]["org_day"]
@@ -339,11 +353,9 @@ def test_a_record_is_repriced_once_when_runs_overlap(api, tenant, bus):
         assert pricing.reprice(pending, utc_now()) is True
         assert pricing.reprice(pending, utc_now()) is False  # the other run, or a retry
         assert pricing.reprice_estimates([LLAMA]) == 0
-    assert [int(s["cost_usd_micros"]) for s in shard_items()] == [1440]
     marker = table(tables.USAGE_AGG_SHARDED).get_item(
         Key={
-            "shard_key": keys.dedup_key(tenant.org_id, tenant.app_id, reply["request_id"]),
-            "date_key": keys.DEDUP_SORT_KEY,
+            **keys.marker_key(tenant.org_id, tenant.app_id, reply["request_id"], 8),
         }
     )["Item"]
     window = get_config().metering.dedup_ttl_days * 86400  # kept as any marker once re-priced, not its day's 400
@@ -351,8 +363,12 @@ def test_a_record_is_repriced_once_when_runs_overlap(api, tenant, bus):
         1440,
         True,
     )
-    aggregation.run()
+    fold_stream()
     assert scope_cost(tenant, "llama", day) == (1440, 1)
+    total = table(tables.DAILY_TOTAL).get_item(
+        Key={"usage_key": keys.usage_key(tenant.scope, "llama"), "date_key": keys.day_key(day)}
+    )["Item"]
+    assert int(total[usage_store.CORRECTIONS]) == 1  # corrected once
 
 
 def void(tenant, request_id: str) -> dict:
@@ -363,9 +379,11 @@ def void(tenant, request_id: str) -> dict:
 
 
 @pytest.mark.parametrize("voided_first", [True, False], ids=["void-then-reprice", "reprice-then-void"])
-def test_a_voided_record_counted_at_the_estimate_is_taken_back_once_whatever_the_order(api, tenant, bus, voided_first):
+def test_a_voided_record_counted_at_the_estimate_is_taken_back_once_whatever_the_order(
+    api, tenant, bus, fold_stream, voided_first
+):
     """A void takes back what the record's marker says it counted; re-pricing corrects the
-    shard and the marker together and leaves a voided record alone. So in either order the
+    marker and leaves a voided record alone. So in either order the
     record leaves nothing behind (red-team note: both took it back, -87,120 µ$ of spend)."""
     assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
     assert report(api, tenant, "llama", input_tokens=1000, output_tokens=1000).status == 202  # kept
@@ -381,11 +399,11 @@ def test_a_voided_record_counted_at_the_estimate_is_taken_back_once_whatever_the
     if not voided_first:
         assert void(tenant, gone["request_id"])["voided_cost_usd_micros"] == 1440  # what is counted by then
     assert list(usage_store.estimated_records(LLAMA)) == []
-    aggregation.run()
+    fold_stream()
     assert scope_cost(tenant, "llama", day) == (1440, 1)  # the kept record, at its real price
 
 
-def test_a_voided_estimate_is_never_repriced_however_late_its_price_comes(api, tenant, bus):
+def test_a_voided_estimate_is_never_repriced_however_late_its_price_comes(api, tenant, bus, fold_stream):
     """The marker of a record counted at the estimate lives as long as its estimated item
     (not the dedup window's 3 days), so re-pricing always learns that it was voided; an
     estimated item whose marker is gone anyway (counted before that) is left at the
@@ -397,8 +415,7 @@ def test_a_voided_estimate_is_never_repriced_however_late_its_price_comes(api, t
     day = gone["daily_total"]["org_day"]
     markers = {
         reply["request_id"]: {
-            "shard_key": keys.dedup_key(tenant.org_id, tenant.app_id, reply["request_id"]),
-            "date_key": keys.DEDUP_SORT_KEY,
+            **keys.marker_key(tenant.org_id, tenant.app_id, reply["request_id"], 8),
         }
         for reply in (gone, left)
     }
@@ -412,12 +429,12 @@ def test_a_voided_estimate_is_never_repriced_however_late_its_price_comes(api, t
     with only_granted("pricing_fetcher"):
         assert pricing.reprice_estimates([LLAMA]) == 0
     assert list(usage_store.estimated_records(LLAMA)) == []
-    aggregation.run()
+    fold_stream()
     assert scope_cost(tenant, "llama", day) == (left["processing"]["cost_usd_micros"], 1)  # at the estimate
 
 
 def test_a_void_that_read_the_record_before_it_was_repriced_takes_back_what_it_counts_now(
-    api, tenant, bus, monkeypatch
+    api, tenant, bus, monkeypatch, fold_stream
 ):
     assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
     gone = report(api, tenant, "llama", input_tokens=1000, output_tokens=1000).json()
@@ -426,8 +443,8 @@ def test_a_void_that_read_the_record_before_it_was_repriced_takes_back_what_it_c
     pricing._stored.clear()
     read_marker, repriced = usage_store.read_marker, []
 
-    def read_then_reprice(dedup_key: str):
-        marker = read_marker(dedup_key)
+    def read_then_reprice(marker_key: dict):
+        marker = read_marker(marker_key)
         if not repriced:  # the fetcher's run, between the void's read and its write
             repriced.append(pricing.reprice_estimates([LLAMA]))
         return marker
@@ -435,16 +452,18 @@ def test_a_void_that_read_the_record_before_it_was_repriced_takes_back_what_it_c
     monkeypatch.setattr(usage_store, "read_marker", read_then_reprice)
     assert void(tenant, gone["request_id"])["voided_cost_usd_micros"] == 1440
     assert repriced == [1]
-    aggregation.run()
+    fold_stream()
     assert scope_cost(tenant, "llama", day) == (0, 0)
 
 
-def test_a_record_whose_price_is_still_unknown_stays_at_the_estimate(api, tenant, bus):
+def test_a_record_whose_price_is_still_unknown_stays_at_the_estimate(api, tenant, bus, fold_stream):
     assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
     reply = report(api, tenant, "llama", input_tokens=1000, output_tokens=1000).json()
     with only_granted("pricing_fetcher"):
         assert pricing.reprice_estimates([LLAMA]) == 0
-    assert [int(s["cost_usd_micros"]) for s in shard_items()] == [reply["processing"]["cost_usd_micros"]]
+    fold_stream()
+    day = reply["daily_total"]["org_day"]
+    assert scope_cost(tenant, "llama", day) == (reply["processing"]["cost_usd_micros"], 1)
     assert len(list(usage_store.estimated_records(LLAMA))) == 1  # still to be re-priced
 
 
@@ -459,7 +478,7 @@ def test_a_record_of_no_tokens_counted_at_the_estimate_leaves_nothing_to_reprice
     assert len(list(usage_store.estimated_records(LLAMA))) == 1  # a record with tokens still has one
 
 
-def test_repricing_reads_the_backlog_a_page_at_a_time(api, tenant, bus, dynamodb_calls):
+def test_repricing_reads_the_backlog_a_page_at_a_time(api, tenant, bus, dynamodb_calls, fold_stream):
     """Read whole, the backlog was held in memory at once (~1.9 KB a record: a 512 MB fetcher
     failed near 250k, every run, before re-pricing any). Each page is re-priced before the
     next is read, so the fetcher holds one page; every record is still corrected once."""
@@ -485,10 +504,11 @@ def test_repricing_reads_the_backlog_a_page_at_a_time(api, tenant, bus, dynamodb
     assert names[reads[0] : reads[1]].count("TransactWriteItems") == usage_store.ESTIMATED_PAGE
     with only_granted("pricing_fetcher"):
         assert pricing.reprice_estimates([LLAMA]) == 0
-    assert sum(int(s["cost_usd_micros"]) for s in shard_items()) == backlog * 1440  # each corrected once
+    fold_stream()
+    assert scope_cost(tenant, "llama", day) == (backlog * 1440, backlog)  # each corrected once
 
 
-def test_a_model_whose_repricing_fails_holds_back_no_other_model(api, tenant, bus):
+def test_a_model_whose_repricing_fails_holds_back_no_other_model(api, tenant, bus, fold_stream):
     """Before, the first model whose re-pricing raised ended the daily loop: every model
     after it stayed at the estimate. Now each is tried, and the run fails after them all."""
     assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
@@ -513,7 +533,8 @@ def test_a_model_whose_repricing_fails_holds_back_no_other_model(api, tenant, bu
     finally:
         events.unregister("before-call.dynamodb.Query", denied_for_broken)
     assert list(usage_store.estimated_records(LLAMA)) == []
-    assert [int(s["cost_usd_micros"]) for s in shard_items()] == [1440]
+    fold_stream()
+    assert scope_cost(tenant, "llama", day) == (1440, 1)
 
 
 def test_a_stale_fold_never_undoes_a_correction(aws):
@@ -526,7 +547,8 @@ def test_a_stale_fold_never_undoes_a_correction(aws):
     def fold(values: dict, read: tuple | None) -> bool:
         move = daily_totals.LabelFold(key, day, values, read)
         scope_values = {"updated_at_epoch": 1, tables.TTL_ATTRIBUTE: 2}
-        return daily_totals.fold_scope("ORG#o", day, [move], {"cost_usd_micros": 0}, scope_values, [], [])
+        actions = daily_totals.fold_scope_actions("ORG#o", day, [move], {"cost_usd_micros": 0}, scope_values, [])
+        return transact(actions) is None
 
     assert fold(before, None) is True
     assert fold(after, daily_totals.progress_fields(before)) is True  # the correction is written

@@ -120,8 +120,13 @@ def shard_items(scope: str | None = None) -> list[dict]:
     ]
 
 
+def marker_of(org_id: str, app_id: str, request_id: str) -> dict:
+    """The key of a record's marker in a seeded org (``agg_shard_count`` 8)."""
+    return keys.marker_key(org_id, app_id, request_id, 8)
+
+
 def dedup_items() -> list[dict]:
-    return [item for item in all_items(tables.USAGE_AGG_SHARDED) if item["date_key"] == "DEDUP"]
+    return [item for item in all_items(tables.USAGE_AGG_SHARDED) if item["date_key"].startswith(keys.MARKER_PREFIX)]
 
 
 def daily_total(scope: str, label: str, day: str) -> dict | None:
@@ -142,8 +147,7 @@ def put_records(scope: str, label: str, *, day: str, cost: int = 100, requests: 
     for each in costs:
         table(tables.USAGE_AGG_SHARDED).put_item(
             Item={
-                "shard_key": keys.dedup_key(org_id, app_id or "app-1", str(uuid.uuid4())),
-                "date_key": keys.DEDUP_SORT_KEY,
+                **keys.marker_key(org_id, app_id or "app-1", str(uuid.uuid4()), 8),
                 "model_label": label,
                 "org_day": day,
                 "shard_id": 0,

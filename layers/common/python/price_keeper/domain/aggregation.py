@@ -59,7 +59,7 @@ USAGE_STREAM = StreamTrigger(batch_size=1000, batching_window_s=1, tumbling_wind
 # Records worth a run: the markers' inserts and updates (not the TTL's deletions, not the
 # index entries or estimated items beside them).
 USAGE_STREAM_FILTERS = (
-    {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"Keys": {"date_key": {"S": [keys.DEDUP_SORT_KEY]}}}},
+    {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"Keys": {"date_key": {"S": [{"prefix": keys.MARKER_PREFIX}]}}}},
 )
 
 

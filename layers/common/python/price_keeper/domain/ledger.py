@@ -28,7 +28,7 @@ the argument and what it costs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -42,11 +42,7 @@ from .aggregation import SUM_FIELDS, LabelDay, RunReport
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 
-# What a chunk may add to its transaction, with the shard's progress within 100 actions: per
-# label-day its label total, its listing item, its index entry and its scope total's update;
-# and the live items its tight records take back from (up to ``keys.LIVE_PARTS`` a label-day).
-LABEL_DAYS_PER_CHUNK = 19
-LIVE_ITEMS_PER_CHUNK = 100 - 1 - 4 * LABEL_DAYS_PER_CHUNK
+CHUNK_ACTIONS = 100  # TransactWriteItems' limit: a chunk's writes and the shard's progress
 PROGRESS_DAYS = 2  # a shard's progress outlives the shard (about 4 h of writes, read for 24 h)
 # Reads of a chunk's totals gone stale because another stream shard's fold wrote one first:
 # read again at once, without using up an attempt. A hot label's total is written by every
@@ -90,7 +86,9 @@ def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
     found = []
     for position, record in enumerate(records):
         new = record.dynamodb.new_image if record.dynamodb else None
-        marker = record.dynamodb.keys.get("date_key") == keys.DEDUP_SORT_KEY if record.dynamodb else False
+        marker = (
+            str(record.dynamodb.keys.get("date_key", "")).startswith(keys.MARKER_PREFIX) if record.dynamodb else False
+        )
         inserted_or_updated = record.event_name is not None and record.event_name.name in ("INSERT", "MODIFY")
         if not (marker and inserted_or_updated and new):
             continue
@@ -106,31 +104,38 @@ def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
                 {name: after[name] - before[name] for name in SUM_FIELDS},
                 int(record.dynamodb.approximate_creation_date_time or new["accepted_at_epoch"]),
                 int(new["cost_usd_micros"]) if record.event_name.name == "INSERT" and new.get(usage.LIVE) else 0,
-                keys.live_part(record.dynamodb.keys["shard_key"]),
+                keys.live_part(record.dynamodb.keys),
             )
         )
     return found
 
 
-def chunks(found: list[Change]) -> list[list[Change]]:
-    """``found`` cut greedily in order, each chunk within ``LABEL_DAYS_PER_CHUNK`` label-days
-    and ``LIVE_ITEMS_PER_CHUNK`` live items: the same records are always cut the same way
-    from the same first one."""
+def chunks(found: list[Change], config_labels: Collection[str]) -> list[list[Change]]:
+    """``found`` cut greedily in order, each chunk's writes within one transaction with the
+    shard's progress (``CHUNK_ACTIONS``): per label-day at most its label total and its index
+    entry, and for a label the scope total counts (not one of ``config_labels``: they are
+    kept apart) its listing item and, once a scope-day, the scope total. So a batch of quiet
+    config-label label-days is two writes each, 49 to a chunk, and a hot label among them is
+    in a few chunks a batch, not in one of every 19 records."""
     cut: list[list[Change]] = []
     label_days: set[LabelDay] = set()
-    live: set[tuple[LabelDay, int]] = set()
+    scope_days: set[tuple[str, str]] = set()
+    actions = 0
     for change in found:
-        its_live = {(change.label_days[0], change.live_part)} if change.live_cost else set()
-        if (
-            not cut
-            or len(label_days | set(change.label_days)) > LABEL_DAYS_PER_CHUNK
-            or len(live | its_live) > LIVE_ITEMS_PER_CHUNK
-        ):
-            cut.append([])
-            label_days, live = set(), set()
+        for fresh_chunk in (False, True):
+            if fresh_chunk or not cut:
+                cut.append([])
+                label_days, scope_days, actions = set(), set(), 1
+            new = [label_day for label_day in change.label_days if label_day not in label_days]
+            counted = [ld for ld in new if keys.split_usage_key(ld[0])[1] not in config_labels]
+            new_scope_days = {(keys.split_usage_key(ld[0])[0], ld[1]) for ld in counted} - scope_days
+            need = 2 * len(new) + len(counted) + len(new_scope_days)
+            if actions + need <= CHUNK_ACTIONS or not cut[-1]:
+                break
         cut[-1].append(change)
-        label_days |= set(change.label_days)
-        live |= its_live
+        label_days |= set(new)
+        scope_days |= new_scope_days
+        actions += need
     return cut
 
 
@@ -161,7 +166,7 @@ def fold_batch(records: Sequence[DynamoDBRecord], shard_id: str, now: datetime |
     if not found:  # (no marker changes: no progress to read)
         return Folded(RunReport(days=[]), None)
     progress = Progress(shard_id)
-    cut = chunks(progress.unfolded(found))
+    cut = chunks(progress.unfolded(found), orgs.config_labels_ever())
     report = RunReport(days=sorted({keys.day_of_key(d) for chunk in cut for c in chunk for _, d in c.label_days}))
     if not cut:
         return Folded(report, None)
@@ -186,12 +191,12 @@ def _fold_chunk(chunk: list[Change], configs: dict, now: datetime, progress: Pro
     while pending:
         scope_days, snapshot, moves = _moves(pending, configs, now, fresh=fresh)
         actions = [action for scope_day in scope_days for action in _scope_day_actions(scope_day, moves, now)]
-        actions += _live_taken_back(pending)
         expires_at = int(now.timestamp()) + PROGRESS_DAYS * 86400
         read = progress.folded_to
         written = daily_totals.write_folded(actions, progress.shard_id, read, pending[-1].sequence, expires_at)
         progress.folded_to = written.folded_to
         if written.done:
+            _take_back_live(pending)
             for scope_day in scope_days:
                 report.merge(_moved(scope_day, snapshot, moves, pending, now))
             return report
@@ -267,25 +272,23 @@ def _scope_day_actions(scope_day: aggregation.ScopeDay, moves: dict, now: dateti
     return actions
 
 
-def _live_taken_back(pending: list[Change]) -> list[dict]:
-    """The live items' ADDs that take back what ``pending``'s tight records put on them, one
-    a live item of a quota scope's label-day (its first), in the chunk's transaction: so a
-    live item holds exactly its tight records not folded yet."""
-    live: dict[tuple[str, str, int], int] = {}
-    for change in pending:
+def _take_back_live(folded: list[Change]) -> None:
+    """Take what ``folded``'s tight records put on their live items back off them, now that
+    their totals hold them (``usage.add_live``, after the chunk's transaction, never in it:
+    a live item of a hot label takes a write a record). A failure leaves a live item holding
+    a record's cost too many, never too few: logged, the fold goes on."""
+    live: dict[usage.LiveItem, int] = {}
+    for change in folded:
         if change.live_cost:
-            where = (*change.label_days[0], change.live_part)
-            live[where] = live.get(where, 0) + change.live_cost
-    return [
-        usage.live_update(
-            usage_key,
-            keys.day_of_key(date_key),
-            part,
-            -cost,
-            aggregation.usage_expires_at(keys.day_of_key(date_key)),
-        )
-        for (usage_key, date_key, part), cost in live.items()
-    ]
+            usage_key, date_key = change.label_days[0]
+            where = (usage_key, keys.day_of_key(date_key), change.live_part)
+            live[where] = live.get(where, 0) - change.live_cost
+    if not live:
+        return
+    try:
+        usage.add_live(live, aggregation.usage_expires_at(max(day for _, day, _ in live)))
+    except Exception:  # noqa: BLE001 - over-counts tight mode's live spend until the day ends; never under
+        logger.exception("live spend not taken back", extra={"live_items": len(live)})
 
 
 def _moved(scope_day: aggregation.ScopeDay, snapshot, moves: dict, pending: list[Change], now: datetime) -> RunReport:

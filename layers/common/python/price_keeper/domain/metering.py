@@ -21,6 +21,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
@@ -53,11 +54,12 @@ class Submission(NamedTuple):
     """A validated, priced usage record, ready to be written."""
 
     request_id: str
-    dedup_key: str
+    dedup_key: str  # the record's identity (``keys.dedup_key``)
+    marker_key: dict  # its marker's key (``keys.marker_key``)
     scopes: tuple[str, ...]  # the quota scope's counters, and in ORG scope the app's own
     label: str
     day: str  # org-local yyyymmdd the record counts toward (see ``booking_day``)
-    shard_id: int  # the reply's ``processing.shard_id``: the record's bucket among the org's ``agg_shard_count``
+    shard_id: int  # the reply's ``processing.shard_id``: its marker's bucket among the org's ``agg_shard_count``
     tokens: pricing.Tokens
     cost_usd_micros: int
     quote: pricing.PriceQuote
@@ -200,10 +202,11 @@ def _priced_on(config: EffectiveConfig, request: UsageRequest, priced: profiles.
     return Submission(
         request_id=request.request_id,
         dedup_key=keys.dedup_key(config.org_id, config.app_id, request.request_id),
+        marker_key=keys.marker_key(config.org_id, config.app_id, request.request_id, config.agg_shard_count),
         scopes=config.counted_scopes,
         label=request.model_label,
         day=day,
-        shard_id=keys.record_shard(request.request_id, config.agg_shard_count),
+        shard_id=keys.marker_bucket(config.app_id, request.request_id, config.agg_shard_count),
         tokens=tokens,
         cost_usd_micros=pricing.cost_usd_micros(tokens, quote.prices),
         quote=quote,
@@ -253,7 +256,9 @@ def record(submission: Submission, now: datetime, settle: reservations.Settlemen
     """Write a submission exactly once (``store.usage``): a group of one (``_write_chunk``);
     a duplicate answers with the original's outcome. ``settle`` adds a reservation's
     settlement to the same transaction (so the dedup marker makes it exactly once too)."""
-    return _write_chunk([(0, submission)], now, settle)[0]
+    with _live_first([submission], now, settle) as outcomes:
+        outcomes.update(_write_chunk([(0, submission)], now, settle))
+    return outcomes[0]
 
 
 def _pause(attempt: int) -> None:
@@ -294,24 +299,53 @@ def record_group(submissions: list[Submission], now: datetime) -> list[Outcome |
     actions. A request id counted before is answered as ``record`` answers it and the others
     are written again. A chunk that kept conflicting (or failed otherwise) answers its
     records' error; the other chunks are written all the same."""
-    outcomes: dict[int, Outcome | ApiError] = _put_markers(
-        [(index, submission) for index, submission in enumerate(submissions) if _a_marker_alone(submission)], now
-    )
-    for chunk in _chunks([(index, s) for index, s in enumerate(submissions) if index not in outcomes], now):
-        try:
-            outcomes.update(_write_chunk(chunk, now))
-        except Exception as error:  # noqa: BLE001 - the other chunks' records are written all the same
-            outcomes.update((index, as_api_error(error)) for index, _ in chunk if index not in outcomes)
+    with _live_first(submissions, now) as outcomes:
+        outcomes.update(
+            _put_markers(
+                [(index, submission) for index, submission in enumerate(submissions) if _a_marker_alone(submission)],
+                now,
+            )
+        )
+        for chunk in _chunks([(index, s) for index, s in enumerate(submissions) if index not in outcomes], now):
+            try:
+                outcomes.update(_write_chunk(chunk, now))
+            except Exception as error:  # noqa: BLE001 - the other chunks' records are written all the same
+                outcomes.update((index, as_api_error(error)) for index, _ in chunk if index not in outcomes)
     return [outcomes[index] for index in range(len(submissions))]
+
+
+@contextmanager
+def _live_first(submissions: list[Submission], now: datetime, settle: reservations.Settlement | None = None):
+    """Around the writes of ``submissions`` (their outcomes, by index, filled in the block):
+    the tight records' costs ADDed to their live items before (``usage.add_live``), and taken
+    back after from those not counted now (a duplicate, an error). So a live item never
+    holds less than its tight records not folded yet (the fold takes each back once it is in
+    its total): a crash between the two writes leaves it holding a record's cost too many
+    until the day ends (tight mode then a little early), never too few."""
+    records = {index: _record_args(s, now, settles=bool(settle)) for index, s in enumerate(submissions) if s.live}
+    expires_at = usage_expires_at(max((s.day for s in submissions), default="19700101"))
+    if records:
+        usage.add_live(usage.live_costs_of(list(records.values())), expires_at)
+    outcomes: dict[int, Outcome | ApiError] = {}
+    try:
+        yield outcomes
+    finally:
+        uncounted = [
+            record
+            for index, record in records.items()
+            if not isinstance(outcome := outcomes.get(index), Outcome) or outcome.duplicate
+        ]
+        if uncounted:
+            usage.add_live({where: -cost for where, cost in usage.live_costs_of(uncounted).items()}, expires_at)
 
 
 MARKER_THREADS = 10  # a batch's ledger markers written at once (the store client's connections)
 
 
 def _a_marker_alone(submission: Submission) -> bool:
-    """A record with nothing to write beside its marker (no estimated item, no live item or
-    index entry: a batch's records share their label-day's in one transaction)."""
-    return not (submission.live or submission.lists_day) and _estimated(submission) is None
+    """A record with nothing to write beside its marker (no estimated item or index entry: a
+    batch's records share their label-day's in one transaction)."""
+    return not submission.lists_day and _estimated(submission) is None
 
 
 # Label-days (scope, label, yyyymmdd) this container's records listed (``_as_answered``): a
@@ -395,6 +429,7 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
     estimated = _estimated(submission)
     return {
         "dedup_key": submission.dedup_key,
+        "marker_key": submission.marker_key,
         "live": submission.live,
         "lists_day": submission.lists_day,
         "scopes": list(submission.scopes),

@@ -64,14 +64,14 @@ def _result(request_id: str, status: str, marker: dict | None = None) -> dict:
 
 
 def _void_one(config: orgs.EffectiveConfig, request_id: str, reason: str, now_epoch: int) -> dict:
-    dedup_key = keys.dedup_key(config.org_id, config.app_id, request_id)
+    marker_key = keys.marker_key(config.org_id, config.app_id, request_id, config.agg_shard_count)
     for attempt in range(TRANSACTION_ATTEMPTS):
-        marker = usage.read_marker(dedup_key)
+        marker = usage.read_marker(marker_key)
         if marker is None:
             return _result(request_id, "not_found")
         if "voided_at_epoch" in marker:
             return _result(request_id, "already_voided", marker)
-        items = [usage.void_mark(dedup_key, marker, now_epoch, reason)]
+        items = [usage.void_mark(marker_key, marker, now_epoch, reason)]
         if usage.SETTLED in marker:  # it settled a reservation: its ledgers give the room back
             items += reservations.void_actions(
                 list(marker["scopes"]), marker["model_label"], marker["org_day"], int(marker[usage.SETTLED])

@@ -7,7 +7,6 @@ UUID and app ids / labels cannot contain ``#``, so no id can address another ten
 from __future__ import annotations
 
 import hashlib
-import secrets
 
 ROOT_RESOURCE = "#"
 
@@ -82,9 +81,9 @@ def live_day_key(day: str, part: int) -> str:
     return f"LIVE#{day}#{part}"
 
 
-def live_part(dedup_key: str) -> int:
-    """The live item a record of ``dedup_key`` goes on: the same for its write and its fold."""
-    return stable_shard(dedup_key, LIVE_PARTS)
+def live_part(marker_key: dict) -> int:
+    """The live item a record of ``marker_key`` goes on: the same for its write and its fold."""
+    return stable_shard(marker_key["date_key"], LIVE_PARTS)
 
 
 def ledger_day_key(day: str) -> str:
@@ -188,16 +187,33 @@ def page_key(key: dict, page: int) -> dict:
     return {**key, "date_key": f"{key['date_key']}#{page:04d}"}
 
 
-DEDUP_SORT_KEY = "DEDUP"
+MARKER_PREFIX = "APP#"  # the sort key of every usage marker, and of nothing else in UsageAggSharded
 
 
 def dedup_key(org_id: str, app_id: str, request_id: str) -> str:
-    """Key of the per-request dedup marker: the record (``store.usage``).
-
-    It names the reporting app, not the quota scope, so a ``request_id`` stays a duplicate
-    whatever the org's ``quota_scope`` or timezone becomes during the dedup window.
-    """
+    """A record's identity: the app and its ``request_id`` (not the quota scope or the day,
+    so a ``request_id`` stays a duplicate whatever the org's ``quota_scope`` or timezone
+    becomes during the dedup window)."""
     return f"{profile_org_key(org_id, app_id)}#REQ#{request_id}"
+
+
+def marker_bucket(app_id: str, request_id: str, buckets: int) -> int:
+    """Which of the org's ``buckets`` (its ``agg_shard_count``) a record's marker is under."""
+    return stable_shard(f"{app_id}#{request_id}", buckets)
+
+
+def marker_key(org_id: str, app_id: str, request_id: str, buckets: int) -> dict:
+    """The usage marker of a record: ``ORG#{org}#MARKERS#{bucket}`` /
+    ``APP#{app}#REQ#{request_id}``. An org's markers are under its ``buckets`` partition
+    keys alone, so they reach at most as many stream shards however many the table has: each
+    label total and scope total has that many concurrent folds at most (``domain.ledger``),
+    and the audit reads an org's records by key (``usage.org_markers``)."""
+    bucket = marker_bucket(app_id, request_id, buckets)
+    return {"shard_key": markers_partition(org_id, bucket), "date_key": f"{MARKER_PREFIX}{app_id}#REQ#{request_id}"}
+
+
+def markers_partition(org_id: str, bucket: int) -> str:
+    return f"{org_key(org_id)}#MARKERS#{bucket:02d}"
 
 
 def application_profile_owner_key(arn: str) -> dict:
@@ -209,17 +225,6 @@ def application_profile_owner_key(arn: str) -> dict:
 def stable_shard(value: str, shard_count: int) -> int:
     """Shard for ``value``: the same in every process (unlike the salted ``hash()``)."""
     digest = hashlib.blake2b(value.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % shard_count
-
-
-# A record's bucket is a hash of its request id keyed by this process, so a client that
-# chooses its request ids cannot aim them at one bucket.
-_RECORD_SHARD_KEY = secrets.token_bytes(16)
-
-
-def record_shard(request_id: str, shard_count: int) -> int:
-    """A record's bucket among ``shard_count`` (the reply's ``processing.shard_id``)."""
-    digest = hashlib.blake2b(request_id.encode(), key=_RECORD_SHARD_KEY, digest_size=8).digest()
     return int.from_bytes(digest, "big") % shard_count
 
 

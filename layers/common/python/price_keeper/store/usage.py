@@ -1,12 +1,12 @@
 """UsageAggSharded: the exactly-once usage write.
 
-A record is its dedup marker (``ORG#{org}#APP#{app}#REQ#{id}`` / ``DEDUP``), put with
-``attribute_not_exists``: a duplicate cancels on it, and its ``ALL_OLD`` item tells the
-retry what the first acceptance counted. The aggregator folds the markers' inserts and
-updates from the table's stream (``domain.ledger``); a void or a re-pricing is an update
-of the marker alone. A record written with something beside its marker (a live item, the
-label-day's index entry, an estimated item, a settlement) is one TransactWriteItems, all
-or nothing; a batch's records share them (``group_items``).
+A record is its dedup marker (``keys.marker_key``: ``ORG#{org}#MARKERS#{bucket}`` /
+``APP#{app}#REQ#{id}``), put with ``attribute_not_exists``: a duplicate cancels on it, and
+its ``ALL_OLD`` item tells the retry what the first acceptance counted. The aggregator
+folds the markers' inserts and updates from the table's stream (``domain.ledger``); a void
+or a re-pricing is an update of the marker alone. A record written with something beside
+its marker (the label-day's index entry, an estimated item, a settlement) is one
+TransactWriteItems, all or nothing; a batch's records share them (``group_items``).
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ MAX_TRANSACTION_ACTIONS = 100  # TransactWriteItems' limit
 
 # On a marker written by a lone PutItem: the call that wrote it (``write_group``).
 PUT_BY = "put_by"
-# On a marker written while its label-day was tight: its cost was also ADDed to one of the
-# label-day's live items, which the fold takes it back from (``domain.ledger``).
+# On a marker written while its label-day was tight: its cost was ADDed to one of the
+# label-day's live items first (``add_live``), and the fold takes it back (``domain.ledger``).
 LIVE = "live"
 
 
@@ -93,45 +93,51 @@ def day_listed(scope: str, label: str, day: str, now_epoch: int, expires_at: int
     }
 
 
-def live_update(usage_key: str, day: str, part: int, cost_usd_micros: int, expires_at: int) -> dict:
-    """ADD ``cost_usd_micros`` (negative: folded) to one of a label-day's live items
-    (``keys.live_part``), as a TransactWriteItems action."""
-    return {
-        "Update": {
-            "TableName": tables.DAILY_TOTAL.physical_name,
-            "Key": {"usage_key": usage_key, "date_key": keys.live_day_key(day, part)},
-            "UpdateExpression": "ADD cost_usd_micros :c SET "
-            + f"{tables.TTL_ATTRIBUTE} = if_not_exists({tables.TTL_ATTRIBUTE}, :e)",
-            "ExpressionAttributeValues": {":c": cost_usd_micros, ":e": expires_at},
-        }
-    }
+LiveItem = tuple[str, str, int]  # (usage key, yyyymmdd, part): one of a label-day's live items
+
+
+def add_live(costs: dict[LiveItem, int], expires_at: int) -> None:
+    """ADD each cost (negative: taken back) to its live item (``keys.live_part``), one
+    UpdateItem each, never in a transaction: single writes to one item queue, where
+    transactions on it would cancel each other (a hot label in tight mode)."""
+    for (usage_key, day, part), cost in costs.items():
+        table(tables.DAILY_TOTAL).update_item(
+            Key={"usage_key": usage_key, "date_key": keys.live_day_key(day, part)},
+            UpdateExpression="ADD cost_usd_micros :c SET #ttl = if_not_exists(#ttl, :e)",
+            ExpressionAttributeNames={"#ttl": tables.TTL_ATTRIBUTE},
+            ExpressionAttributeValues={":c": cost, ":e": expires_at},
+        )
+
+
+def live_costs_of(records: list[dict]) -> dict[LiveItem, int]:
+    """The cost each live item takes of ``records`` (``group_items``' records) that are tight."""
+    costs: dict[LiveItem, int] = {}
+    for record in records:
+        if record.get("live"):
+            where = _live_item(record)
+            costs[where] = costs.get(where, 0) + record["counts"]["cost_usd_micros"]
+    return costs
 
 
 def group_items(records: list[dict]) -> list[dict]:
     """The actions of records written in one transaction (one, or a batch's). Per record:
-    its dedup ``marker`` (what a duplicate is answered with; ``dedup_key``, ``now_epoch``,
+    its dedup ``marker`` (what a duplicate is answered with; ``marker_key``, ``now_epoch``,
     ``marker_expires_at``) and, for one counted at the estimate, its ``estimated`` item
     (``model_id`` and what re-pricing needs, written once with the record since the marker
-    is); once per transaction, a tight label-day's live item (``live``) and a new label-day's
-    index entry (``lists_day``). The markers come first, in the order of ``records``, so a
-    cancellation reason's index names its record."""
-    live: dict[tuple[str, str, int], int] = {}  # one ADD a live item: a transaction touches an item once
-    for record in records:
-        if record.get("live"):
-            where = _live_item(record)
-            live[where] = live.get(where, 0) + record["counts"]["cost_usd_micros"]
+    is); once per transaction, a new label-day's index entry (``lists_day``). The markers come
+    first, in the order of ``records``, so a cancellation reason's index names its record. (A
+    tight record's live cost is added before, on its own: ``add_live``.)"""
     now_epoch, expires_at = max(r["now_epoch"] for r in records), max(r["expires_at"] for r in records)
     return [
         *(_marker_put(record) for record in records),
         *(_estimated_put(record) for record in records if record.get("estimated")),
-        *(live_update(*where, cost, expires_at) for where, cost in live.items()),
         *(day_listed(*where, now_epoch, expires_at) for where in sorted(_days_listed(records))),
     ]
 
 
-def _live_item(record: dict) -> tuple[str, str, int]:
+def _live_item(record: dict) -> LiveItem:
     """The live item (usage key, day, part) a tight record ADDs its cost to."""
-    return keys.usage_key(record["scopes"][0], record["label"]), record["day"], keys.live_part(record["dedup_key"])
+    return keys.usage_key(record["scopes"][0], record["label"]), record["day"], keys.live_part(record["marker_key"])
 
 
 def _days_listed(records: list[dict]) -> set[tuple[str, str, str]]:
@@ -141,15 +147,13 @@ def _days_listed(records: list[dict]) -> set[tuple[str, str, str]]:
 
 def group_size(records: list[dict]) -> int:
     """How many actions ``group_items`` makes of ``records`` (a transaction takes 100)."""
-    live = {_live_item(r) for r in records if r.get("live")}
     estimated = sum(1 for r in records if r.get("estimated"))
-    return len(records) + len(live) + len(_days_listed(records)) + estimated
+    return len(records) + len(_days_listed(records)) + estimated
 
 
 def _marker_put(record: dict) -> dict:
     item = {
-        "shard_key": record["dedup_key"],
-        "date_key": keys.DEDUP_SORT_KEY,
+        **record["marker_key"],
         **record["marker"],
         **({LIVE: 1} if record.get("live") else {}),
         "accepted_at_epoch": record["now_epoch"],
@@ -171,6 +175,7 @@ def _estimated_put(record: dict) -> dict:
         **record["estimated"],
         "shard_key": keys.estimated_key(record["estimated"]["model_id"]),
         "date_key": record["dedup_key"],
+        "marker_key": record["marker_key"],
         "scopes": record["scopes"],
         "model_label": record["label"],
         "org_day": record["day"],
@@ -232,23 +237,30 @@ def write_group(items: list[dict], records: int, attempt: int) -> dict[int, dict
     raise Conflict(reasons)
 
 
-def read_marker(dedup_key: str) -> dict | None:
+def read_marker(marker_key: dict) -> dict | None:
     """A record's dedup marker (strongly consistent): what it counted, where, and whether it was voided."""
-    return (
-        table(tables.USAGE_AGG_SHARDED)
-        .get_item(Key={"shard_key": dedup_key, "date_key": keys.DEDUP_SORT_KEY}, ConsistentRead=True)
-        .get("Item")
-    )
+    return table(tables.USAGE_AGG_SHARDED).get_item(Key=marker_key, ConsistentRead=True).get("Item")
 
 
-def void_mark(dedup_key: str, marker: dict, now_epoch: int, reason: str) -> dict:
+def org_markers(org_id: str, buckets: int) -> Iterator[dict]:
+    """Every usage marker of an org (of the last ``dedup_ttl_days``), read by key: a Query
+    of each of its ``buckets`` partition keys (``keys.marker_key``), a page at a time."""
+    for bucket in range(buckets):
+        for page in query_pages(
+            table(tables.USAGE_AGG_SHARDED).query,
+            KeyConditionExpression=Key("shard_key").eq(keys.markers_partition(org_id, bucket)),
+        ):
+            yield from page
+
+
+def void_mark(marker_key: dict, marker: dict, now_epoch: int, reason: str) -> dict:
     """A void's update of the record's marker, for ``write_once``: voided only once (the
     condition fails on a marker already voided or gone, or re-priced since ``marker`` was
     read); the fold takes its counts back from the marker's images."""
     return {
         "Update": {
             "TableName": tables.USAGE_AGG_SHARDED.physical_name,
-            "Key": {"shard_key": dedup_key, "date_key": keys.DEDUP_SORT_KEY},
+            "Key": marker_key,
             "UpdateExpression": "SET voided_at_epoch = :now, void_reason = :reason",
             "ConditionExpression": (
                 "attribute_exists(shard_key) AND attribute_not_exists(voided_at_epoch) AND cost_usd_micros = :read"
@@ -330,7 +342,7 @@ def reprice_once(
     left); ``Conflict`` to retry."""
     name = tables.USAGE_AGG_SHARDED.physical_name
     estimated = {"shard_key": pending["shard_key"], "date_key": pending["date_key"]}
-    marker = {"shard_key": pending["date_key"], "date_key": keys.DEDUP_SORT_KEY}  # (keyed by the record's dedup key)
+    marker = pending["marker_key"]
     marker_update = {
         "Update": {
             "TableName": name,
