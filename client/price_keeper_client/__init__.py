@@ -2,6 +2,7 @@
 
 from ._version import __version__
 from .admin import Provisioning
+from .batch_jobs import BatchJobReport, report_batch_job
 from .bedrock import ConverseResult, ConverseStream, GuardedBedrock
 from .client import PriceKeeper
 from .errors import (
@@ -42,6 +43,8 @@ __all__ = [
     "ConverseResult",
     "ConverseStream",
     "RetryPolicy",
+    "report_batch_job",
+    "BatchJobReport",
     "PriceKeeperError",
     "ConnectionFailed",
     "InvalidRequest",
