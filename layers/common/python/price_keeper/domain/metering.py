@@ -491,7 +491,7 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
             "output_tokens": tokens.output,
             "cache_read_input_tokens": tokens.cache_read,
             "cache_write_input_tokens": tokens.cache_write,
-            "cache_write_1h_input_tokens": tokens.cache_write_1h,
+            **({"cache_write_1h_input_tokens": tokens.cache_write_1h} if tokens.cache_write_1h else {}),
             "cost_usd_micros": submission.cost_usd_micros,
             "price_source": submission.quote.source,
             "profile_kind": submission.quote.profile_kind,
