@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import boto3
 import pytest
+import requests
 import yaml
 
 from price_keeper_client import PriceKeeper
+from tests.client.conftest import CallLog
 from tests.local_server import ROOT, local_server
 from tests.tenants import new_tenant
 
@@ -49,7 +51,8 @@ def base_url(tmp_path_factory):
         yield url
 
 
-def keeper(base_url: str, **options) -> PriceKeeper:
+def keeper(base_url: str, **options) -> tuple[PriceKeeper, CallLog]:
+    """A keeper of a new org whose only label is ``claude``, and the log of its calls."""
     tenant = new_tenant(base_url, KEY, {"web": {"app_name": "W"}}, model_ordering=["claude"], quotas={"claude": 10**8})
     credentials = tenant.credentials["web"]
     runtime = boto3.client(
@@ -59,9 +62,17 @@ def keeper(base_url: str, **options) -> PriceKeeper:
         aws_access_key_id="local",
         aws_secret_access_key="local",
     )
-    return PriceKeeper(
-        base_url, credentials["client_id"], credentials["client_secret"], bedrock_client=runtime, **options
+    session = requests.Session()
+    calls = CallLog(session)
+    keeper = PriceKeeper(
+        base_url,
+        credentials["client_id"],
+        credentials["client_secret"],
+        bedrock_client=runtime,
+        session=session,
+        **options,
     )
+    return keeper, calls
 
 
 def priority_cost(input_tokens: int, output_tokens: int, one_hour_writes: int) -> int:
@@ -71,7 +82,7 @@ def priority_cost(input_tokens: int, output_tokens: int, one_hour_writes: int) -
 
 
 def test_converse_on_the_priority_tier_with_a_1_hour_cache_point_is_priced_at_both_rates(base_url):
-    client = keeper(base_url)
+    client, _ = keeper(base_url)
     answer = client.converse(messages=MESSAGES, inferenceConfig={"maxTokens": 50}, serviceTier={"type": "priority"})
     usage = answer.response["usage"]
     assert answer.response["serviceTier"] == {"type": "priority"}  # Bedrock's echo
@@ -99,7 +110,7 @@ def test_converse_on_the_priority_tier_with_a_1_hour_cache_point_is_priced_at_bo
 
 
 def test_converse_stream_and_the_hard_cap_carry_the_tier_too(base_url):
-    client = keeper(base_url, hard_cap=True)
+    client, calls = keeper(base_url, hard_cap=True)
     stream = client.converse_stream(
         messages=[{**MESSAGES[0], "content": [{"text": "Streamed " + PREFIX}, *MESSAGES[0]["content"][1:]]}],
         inferenceConfig={"maxTokens": 50},
@@ -113,6 +124,8 @@ def test_converse_stream_and_the_hard_cap_carry_the_tier_too(base_url):
     assert stream.receipt.cost_usd_micros == priority_cost(
         usage["inputTokens"], usage["outputTokens"], usage["cacheWriteInputTokens"]
     )
+    (held,) = calls.bodies("POST", "/reservations")
+    assert held["service_tier"] == "priority"
     settled = stream.receipt.raw["reservation"]
     assert settled["settled"] is True
     # the hold was priced at the priority tier: at least the call's actual cost

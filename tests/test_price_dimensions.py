@@ -23,6 +23,9 @@ from tests.usage_support import dedup_items, new_tenant, usage_body
 QWEN, SONNET_4, SONNET_45, LLAMA = "Qwen3 32B", "Claude Sonnet 4", "Claude Sonnet 4.5", "Llama 3.1 70B"
 SONNET_4_ID = "anthropic.claude-sonnet-4-20250514-v1:0"
 ON_DEMAND_ORG = "5e1f0c2a-7d3b-4c1e-9a2f-0b6d8e4c3a21"  # counts its reserved-tier calls at on-demand rates
+SONNET_45_GLOBAL = (
+    "arn:aws:bedrock:us-east-1:123456789012:inference-profile/global.anthropic.claude-sonnet-4-5-20250929-v1:0"
+)
 SONNET_4_GLOBAL = f"arn:aws:bedrock:us-east-1:123456789012:inference-profile/global.{SONNET_4_ID}"
 
 
@@ -58,6 +61,8 @@ PRICE_LIST = {
         recorded(
             "USE1-Claude4.5Sonnet-cache-write-1h-input-token-count", SONNET_45, "Cache write input tokens", "0.006"
         ),
+        recorded("USE1-Claude4.5Sonnet-input-tokens-cross-region-global", SONNET_45, "Input tokens", "0.0027"),
+        recorded("USE1-Claude4.5Sonnet-output-tokens-cross-region-global", SONNET_45, "Output tokens", "0.0135"),
     ],
     SONNET_4: [
         recorded("USE1-Claude4Sonnet-input-tokens-cross-region-global", SONNET_4, "Input tokens", "0.003"),
@@ -109,6 +114,7 @@ LABELS = {
         **FAR,
     },
     "sonnet4-global": {"type": "profile", "id": SONNET_4_GLOBAL, **FAR},
+    "sonnet45-global": {"type": "profile", "id": SONNET_45_GLOBAL, **FAR},
     "llama": {"type": "model", "id": "meta.llama3-1-70b-instruct-v1:0", "price_list_model": LLAMA, **FAR},
 }
 
@@ -190,6 +196,25 @@ def test_a_1_hour_cache_write_is_priced_at_its_own_rate(fetched, api):
     )  # 1,000 written for 5 minutes, 2,000 for an hour
     assert body["processing"]["cost_usd_micros"] == expected
     assert body["pricing"]["rates"]["cache_write_1h_price_usd_micros_per_1m"] == 6_000_000
+
+
+def test_a_global_call_without_a_1_hour_price_of_its_own_takes_the_in_region_one(fetched, api):
+    tenant = new_tenant()
+    body = cost(
+        api,
+        tenant,
+        model_label="sonnet45-global",
+        calling_region="us-east-1",
+        bedrock_model_id="anthropic.claude-sonnet-4-5-20250929-v1:0",
+        input_tokens=1_000,
+        output_tokens=1_000,
+        cache_write_input_tokens=1_000,
+        cache_write_1h_input_tokens=1_000,
+    )
+    assert (body["pricing"]["profile_kind"], body["pricing"]["source"]) == ("GLOBAL", "PRICING_API")
+    assert body["processing"]["cost_usd_micros"] == micros("0.0027", 1_000) + micros("0.0135", 1_000) + micros(
+        "0.006", 1_000
+    )
 
 
 def test_a_request_over_the_threshold_is_priced_whole_at_the_long_context_rate(fetched, api):

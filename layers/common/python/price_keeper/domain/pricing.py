@@ -114,9 +114,7 @@ def cost_usd_micros(tokens: Tokens, prices: Prices) -> int:
 
 # --- how a call was made ------------------------------------------------------------
 
-SERVICE_TIERS = ("default", PRIORITY, FLEX, "reserved")
-ON_DEMAND, BATCH_INFERENCE = "ON_DEMAND", "BATCH"
-INFERENCE_TYPES = (ON_DEMAND, BATCH_INFERENCE)
+ON_DEMAND, BATCH_INFERENCE = "ON_DEMAND", "BATCH"  # the wire's values: models.CallDimensions
 
 
 class Dimensions(NamedTuple):
@@ -247,7 +245,10 @@ def _lookup(items: list[dict], configured: dict[str, Prices] | None, kind: str, 
         own = configured.get(offer_key(candidate, offer)) if configured else None
         for item in items:
             if offer == STANDARD:
-                prices = _prices_from_item(item, candidate, standard)
+                # a cross-region kind's component the Price List lacks (a 1-hour write price, say)
+                # and config.yaml too: the in-region one's (over-counts, never under-counts)
+                fill = standard or (_prices_from_item(item, IN_REGION, None) if candidate != IN_REGION else None)
+                prices = _prices_from_item(item, candidate, fill)
                 if prices is not None:
                     return _Card(prices, PRICING_API)
                 continue
