@@ -235,6 +235,16 @@ class _Card(NamedTuple):
     source: str
 
 
+def _fill(item: dict, kind: str, configured: Prices | None) -> Prices | None:
+    """What a standard price of ``kind`` takes the components the Price List lacks from: its
+    config.yaml prices; a cross-region kind's 1-hour write price neither has, the in-region
+    one's (over-counts a little, never under-counts)."""
+    in_region = _prices_from_item(item, IN_REGION, None) if kind != IN_REGION else None
+    if in_region is None or (configured and configured.cache_write_1h):
+        return configured
+    return (configured or in_region)._replace(cache_write_1h=in_region.cache_write_1h)
+
+
 def _lookup(items: list[dict], configured: dict[str, Prices] | None, kind: str, offer: str) -> _Card | None:
     """An offer's prices for ``kind``, then (a cross-region kind without a price of its own)
     for IN_REGION: PricingCache (region, then default), then config.yaml. Components the
@@ -245,10 +255,7 @@ def _lookup(items: list[dict], configured: dict[str, Prices] | None, kind: str, 
         own = configured.get(offer_key(candidate, offer)) if configured else None
         for item in items:
             if offer == STANDARD:
-                # a cross-region kind's component the Price List lacks (a 1-hour write price, say)
-                # and config.yaml too: the in-region one's (over-counts, never under-counts)
-                fill = standard or (_prices_from_item(item, IN_REGION, None) if candidate != IN_REGION else None)
-                prices = _prices_from_item(item, candidate, fill)
+                prices = _prices_from_item(item, candidate, _fill(item, candidate, standard))
                 if prices is not None:
                     return _Card(prices, PRICING_API)
                 continue
