@@ -4,14 +4,16 @@ Cost is integer micro-USD computed server-side: every token count times its pric
 per 1M tokens) is summed exactly in integers and divided by 1M **once**, rounding **up**
 (a spend guard never under-counts; the error is below one micro-USD per record).
 
-A price depends on the model, the day, the calling region and the profile kind (in-region,
-geographic or global cross-region inference). It comes from PricingCache items
-``{yyyy-mm-dd}#{region}`` then ``{yyyy-mm-dd}`` (each holding every kind the Price List
-has), then ``config.yaml``; a kind without a price of its own is priced as in-region, and a
-model with no price anywhere at the estimate (``ESTIMATE``: each component at least the
-highest price the service knows, see ``estimate``). The pricing fetcher fills PricingCache
-from the AWS Price List API: daily, and on the first sight of a model outside
-``config.yaml``; then it re-prices the records counted at the estimate (``reprice``).
+A price depends on the model, the day, the calling region, the profile kind (in-region,
+geographic or global cross-region inference) and the offer: how the call was made
+(``Dimensions``: service tier, batch, latency-optimized; long context from its tokens). It
+comes from PricingCache items ``{yyyy-mm-dd}#{region}`` then ``{yyyy-mm-dd}`` (each holding
+every kind and offer the Price List has), then ``config.yaml``; a kind without a price of its
+own is priced as in-region, and a model or offer with no price anywhere at the estimate
+(``ESTIMATE``: each component at least the highest price the service knows, see
+``estimate``). The pricing fetcher fills PricingCache from the AWS Price List API: daily, and
+on the first sight of a model outside ``config.yaml``; then it re-prices the records counted
+at the estimate (``reprice``).
 """
 
 from __future__ import annotations
