@@ -385,6 +385,7 @@ class Runtime:
                 raise BedrockError("UnknownOperationException", 400, "Unknown bedrock-runtime operation")
             model, operation = unquote(match["model"]), match["operation"]
             request = _json(body)
+            echoed = _service_tier(request)
             usage = self.usage(model, request)
             self.record_metrics(region, model, usage)
         except BedrockError as error:
@@ -397,7 +398,7 @@ class Runtime:
             return {
                 "statusCode": 200,
                 "headers": {"Content-Type": "application/vnd.amazon.eventstream"},
-                "body": b"".join(self._stream(usage)),
+                "body": b"".join(self._stream(usage, echoed)),
             }
         if operation == "invoke":
             return invoke_answer(request, usage)
@@ -408,15 +409,16 @@ class Runtime:
             "stopReason": "end_turn",
             "usage": usage,
             "metrics": {"latencyMs": 1},
+            **echoed,
         }
         return {"statusCode": 200, "headers": {"Content-Type": "application/json"}, "body": json.dumps(answer)}
 
     def usage(self, model: str, request: dict) -> dict:
         """The call's ``usage`` as Bedrock reports it, from the request's text and ``maxTokens``."""
-        text, cached_prefix = "", None
+        text, cached_prefix, ttl = "", None, None
         for block in _blocks(request):
             if "cachePoint" in block:
-                cached_prefix = text
+                cached_prefix, ttl = text, (block["cachePoint"] or {}).get("ttl")
             else:
                 text += block.get("text", "")
         output = _output_tokens(request)
@@ -429,6 +431,8 @@ class Runtime:
         usage["totalTokens"] = usage["inputTokens"] + output + cache_read + cache_write
         if cached_prefix:
             usage["cacheReadInputTokens"], usage["cacheWriteInputTokens"] = cache_read, cache_write
+        if cache_write and ttl:  # a cache point with a TTL: the writes by TTL, as Bedrock splits them
+            usage["cacheDetails"] = [{"ttl": ttl, "inputTokens": cache_write}]
         return usage
 
     def _cache(self, model: str, prefix: str) -> bool:
@@ -463,14 +467,28 @@ class Runtime:
         )
 
     @staticmethod
-    def _stream(usage: dict):
+    def _stream(usage: dict, echoed: dict):
         half = len(REPLY_TEXT) // 2
         yield stream_event("messageStart", {"role": "assistant"})
         for piece in (REPLY_TEXT[:half], REPLY_TEXT[half:]):
             yield stream_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": piece}})
         yield stream_event("contentBlockStop", {"contentBlockIndex": 0})
         yield stream_event("messageStop", {"stopReason": "end_turn"})
-        yield stream_event("metadata", {"usage": usage, "metrics": {"latencyMs": 1}})
+        yield stream_event("metadata", {"usage": usage, "metrics": {"latencyMs": 1}, **echoed})
+
+
+SERVICE_TIERS = ("priority", "default", "flex", "reserved")
+
+
+def _service_tier(request: dict) -> dict:
+    """The request's ``serviceTier``, which Bedrock's answer repeats ({} without one); its
+    ValidationException for a type it does not know."""
+    tier = request.get("serviceTier")
+    if tier is None:
+        return {}
+    if not isinstance(tier, dict) or tier.get("type") not in SERVICE_TIERS:
+        raise _invalid(f"serviceTier.type must be one of {', '.join(SERVICE_TIERS)}")
+    return {"serviceTier": {"type": tier["type"]}}
 
 
 def _is_anthropic(request: dict) -> bool:

@@ -229,7 +229,12 @@ NOVA_2_LITE = [
 ]
 LITE_ON_THE_23RD = {
     (LITE, "us-east-1"): {
-        IN_REGION: Prices(330_000, 2_750_000, 82_500, 330_000),
+        # the 1-hour cache write from its own usage type
+        IN_REGION: Prices(330_000, 2_750_000, 82_500, 330_000, 660_000),
+        # offers with an input and an output price; what they leave out at their input ratio
+        "IN_REGION/batch": Prices(165_000, 1_375_000, 41_250, 165_000, 330_000),
+        "IN_REGION/priority": Prices(578_000, 4_800_000, 144_500, 578_000, 1_156_000),
+        "IN_REGION/long_context": Prices(660_000, 5_500_000, 165_000, 660_000, 1_320_000),
         GLOBAL: Prices(300_000, 2_500_000, 75_000, 0),
         GEOGRAPHIC: Prices(363_000, 3_025_000, 0, 0),
     },
@@ -237,13 +242,13 @@ LITE_ON_THE_23RD = {
 }
 
 
-def test_each_kind_gets_its_standard_on_demand_price_and_no_other_offers():
+def test_each_kind_and_offer_gets_its_price_and_offers_without_input_and_output_none():
     assert pricing.parse_price_list(NOVA_2_LITE, {LITE}, DAY) == LITE_ON_THE_23RD
 
 
 def test_a_price_takes_effect_on_its_day():
     parsed = pricing.parse_price_list(NOVA_2_LITE, {LITE}, DAY + timedelta(days=1))
-    assert parsed[(LITE, "us-east-1")][IN_REGION] == Prices(330_000, 2_500_000, 82_500, 330_000)
+    assert parsed[(LITE, "us-east-1")][IN_REGION] == Prices(330_000, 2_500_000, 82_500, 330_000, 660_000)
     assert pricing.parse_price_list(NOVA_2_LITE, {LITE}, date(2025, 12, 31)) == {}  # nothing in effect yet
 
 
@@ -283,22 +288,68 @@ def test_the_standard_price_does_not_depend_on_the_order_the_price_list_answers_
             "On-demand Inference",
             None,
         ),
-        ("USE1-Claude4Sonnet-input-tokens-lctx", "Input tokens", "On-demand Inference", None),
-        ("USE1-NovaPro-output-tokens-priority", "Output tokens priority", "On-demand Inference", None),
-        ("USE1-NovaPro-input-tokens", "Input tokens", "Batch Inference", None),
+        # each other offer, under its usage type
+        (
+            "USE1-Claude4Sonnet-input-tokens-lctx",
+            "Input tokens",
+            "On-demand Inference",
+            (IN_REGION, "input", "long_context"),
+        ),
+        (
+            "USE1-NovaPro-output-tokens-priority",
+            "Output tokens priority",
+            "On-demand Inference",
+            (IN_REGION, "output", "priority"),
+        ),
+        ("USE1-Qwen3-32B-input-tokens-flex", "Input tokens flex", "On-demand Inference", (IN_REGION, "input", "flex")),
+        ("USE1-Qwen3-32B-input-tokens-batch", "Input tokens", "Batch Inference", (IN_REGION, "input", "batch")),
+        (
+            "USE1-Nova2.0Lite-input-tokens-cross-region-global-batch",
+            "Input tokens",
+            "Batch Inference",
+            (GLOBAL, "input", "batch"),
+        ),
+        (
+            "USW2-Nova2.0Lite-input-tokens-priority-cross-region-global",
+            "Input tokens priority",
+            "On-demand Inference",
+            (GLOBAL, "input", "priority"),
+        ),
+        (
+            "USE1-Claude4Sonnet-cache-write-input-token-count-long-context-cross-region-global",
+            "Cache write input tokens",
+            "On-demand Inference",
+            (GLOBAL, "cache_write", "long_context"),
+        ),
+        (
+            "USE1-Claude4.5Sonnet-cache-write-1h-input-token-count",
+            "Cache write input tokens",
+            "On-demand Inference",
+            (IN_REGION, "cache_write_1h"),
+        ),
+        (
+            "USE1-Llama3-1-70B-LatencyOptimized-input-tokens",
+            "Input tokens",
+            "On-demand Inference",
+            (IN_REGION, "input", "latency_optimized"),
+        ),
         ("USE1-NovaPro-ProvisionedThroughput", "Model units", "Provisioned Throughput", None),
+        ("USE1-qwen.qwen3-32b-mantle-input-tokens-priority", "Input tokens priority", "", None),
+        ("USE1-NovaLite-input-tokens-custom-model", "Input tokens", "Model Customization", None),
     ],
 )
 def test_usage_types_are_classified_by_kind_and_offer(usage_type, inference_type, feature, expected):
-    assert pricing.classify({"usagetype": usage_type, "inferenceType": inference_type, "feature": feature}) == expected
+    classified = pricing.classify({"usagetype": usage_type, "inferenceType": inference_type, "feature": feature})
+    assert classified == (pricing.Classified(*expected) if expected else None)
 
 
 def stub_price_list(pages_by_model: dict[str, list[list[str]]]):
     """A pricing client answering GetProducts per model name with the given pages."""
     client = boto3.client("pricing", region_name="us-east-1")
     stubber = Stubber(client)
-    for name in sorted(pages_by_model):
-        pages = pages_by_model[name]
+    asked = [name for name in pages_by_model if not name.endswith(pricing.LATENCY_OPTIMIZED_MODEL)]
+    for name in pricing.price_list_queries(asked):  # each model, then its latency-optimized offer
+        pages = pages_by_model.get(name, [[]])
         for number, entries in enumerate(pages):
             expected = {
                 "ServiceCode": "AmazonBedrock",
@@ -558,6 +609,17 @@ def test_usage_is_priced_from_the_pricing_cache(api):
         "source": "PRICING_API",
         "version": today.isoformat(),
         "profile_kind": "IN_REGION",
+        "service_tier": "default",
+        "latency_optimized": False,
+        "inference_type": "ON_DEMAND",
+        "long_context": False,
+        "rates": {
+            "input_price_usd_micros_per_1m": 1_000_000,
+            "output_price_usd_micros_per_1m": 4_000_000,
+            "cache_read_price_usd_micros_per_1m": 200_000,  # the components it lacks: config.yaml's
+            "cache_write_price_usd_micros_per_1m": 800_000,
+            "cache_write_1h_price_usd_micros_per_1m": 0,
+        },
     }
     assert plain.json()["processing"]["cost_usd_micros"] == 5_000
     regional = api.post(

@@ -12,8 +12,10 @@ from price_keeper.timeutil import day_start_utc, next_midnight_utc, org_date, or
 
 counts = st.integers(min_value=0, max_value=10_000_000)
 rates = st.integers(min_value=0, max_value=100_000_000)
-tokens = st.builds(Tokens, counts, counts, counts, counts)
-prices = st.builds(Prices, rates, rates, rates, rates)
+tokens = st.builds(Tokens, counts, counts, counts, counts).flatmap(
+    lambda t: st.integers(0, t.cache_write).map(lambda one_hour: t._replace(cache_write_1h=one_hour))
+)  # the 1-hour writes are a part of the cache writes
+prices = st.builds(Prices, rates, rates, rates, rates, rates)
 # DST and odd-offset zones named so every run meets them, plus any IANA zone the system has.
 DST_ZONES = [
     "UTC",
@@ -37,7 +39,8 @@ def test_cost_is_the_exact_total_rounded_up_once(usage, price):
         usage.input * price.input
         + usage.output * price.output
         + usage.cache_read * price.cache_read
-        + usage.cache_write * price.cache_write,
+        + (usage.cache_write - usage.cache_write_1h) * price.cache_write
+        + usage.cache_write_1h * price.cache_write_1h,
         1_000_000,
     )
     cost = cost_usd_micros(usage, price)
@@ -45,15 +48,17 @@ def test_cost_is_the_exact_total_rounded_up_once(usage, price):
     assert cost - 1 < exact <= cost
 
 
-@given(tokens, prices, st.sampled_from(["input", "output", "cache_read", "cache_write"]), counts)
+@given(tokens, prices, st.sampled_from(["input", "output", "cache_read", "cache_write", "cache_write_1h"]), counts)
 def test_more_tokens_never_cost_less(usage, price, field, extra):
     more = usage._replace(**{field: getattr(usage, field) + extra})
+    if field == "cache_write_1h":  # a 1-hour write is a cache write too
+        more = more._replace(cache_write=usage.cache_write + extra)
     assert cost_usd_micros(more, price) >= cost_usd_micros(usage, price)
 
 
 @given(tokens, tokens, prices)
 def test_splitting_a_call_costs_at_most_one_micro_usd_more(a, b, price):
-    whole = Tokens(a.input + b.input, a.output + b.output, a.cache_read + b.cache_read, a.cache_write + b.cache_write)
+    whole = Tokens(*(x + y for x, y in zip(a, b, strict=True)))
     assert 0 <= cost_usd_micros(a, price) + cost_usd_micros(b, price) - cost_usd_micros(whole, price) <= 1
 
 

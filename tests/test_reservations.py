@@ -629,8 +629,8 @@ def test_a_free_label_in_the_ordering_leaves_the_others_reservable(api, monkeypa
 
     real = pricing.price_of
 
-    def free_standard(priced, day):
-        quote = real(priced, day)
+    def free_standard(priced, day, *how):
+        quote = real(priced, day, *how)
         return quote._replace(prices=pricing.Prices(0, 0, 0, 0)) if priced.label == "standard" else quote
 
     monkeypatch.setattr(pricing, "price_of", free_standard)

@@ -3,6 +3,7 @@ usage reporting, provisioning."""
 
 from ._version import __version__
 from .admin import Provisioning
+from .batch_jobs import BatchJobReport, report_batch_job
 from .bedrock import ConverseResult, ConverseStream, GuardedBedrock
 from .client import PriceKeeper
 from .errors import (
@@ -47,6 +48,8 @@ __all__ = [
     "ConverseResult",
     "ConverseStream",
     "RetryPolicy",
+    "report_batch_job",
+    "BatchJobReport",
     "PriceKeeperError",
     "ConnectionFailed",
     "InvalidRequest",

@@ -58,15 +58,34 @@ def max_input_tokens(messages: list[dict], kwargs: dict) -> int:
     return content + TOKENS_PER_MESSAGE * len(messages) + PROMPT_OVERHEAD_TOKENS
 
 
+def how_called(request: dict, answer: dict | None = None) -> dict:
+    """The record fields of how a Converse call was made: its service tier and whether it was
+    latency-optimized, as Bedrock's answer (a response, a stream's ``metadata``) says, else as
+    the request asked."""
+    answer = answer or {}
+    tier = (answer.get("serviceTier") or request.get("serviceTier") or {}).get("type") or "default"
+    latency = (answer.get("performanceConfig") or request.get("performanceConfig") or {}).get("latency")
+    return {"service_tier": tier, "latency_optimized": latency == "optimized"}
+
+
+def one_hour_writes(usage: dict) -> int:
+    """The cache writes made with the 1-hour TTL (``usage.cacheDetails``)."""
+    return sum(
+        int(detail.get("inputTokens", 0)) for detail in usage.get("cacheDetails") or [] if detail.get("ttl") == "1h"
+    )
+
+
 def usage_record(
     choice: ModelChoice,
     usage: dict | None,
     calling_region: str | None,
     status: str = "OK",
     reservation_id: str | None = None,
+    how: dict | None = None,
 ) -> UsageRecord:
     """A record of Bedrock's ``usage`` (Converse's, or a stream's ``metadata``), under a fresh
-    ``request_id``; with ``reservation_id`` it settles that reservation."""
+    ``request_id``; with ``reservation_id`` it settles that reservation; ``how``: the call's
+    service tier and latency setting (``how_called``)."""
     usage = usage or {}
     return UsageRecord(
         request_id=str(uuid.uuid4()),
@@ -76,10 +95,12 @@ def usage_record(
         output_tokens=int(usage.get("outputTokens", 0)),
         cache_read_input_tokens=int(usage.get("cacheReadInputTokens", 0)),
         cache_write_input_tokens=int(usage.get("cacheWriteInputTokens", 0)),
+        cache_write_1h_input_tokens=one_hour_writes(usage),
         timestamp=datetime.now(UTC),
         calling_region=calling_region,
         status=status,
         reservation_id=reservation_id,
+        **(how or {}),
     )
 
 
@@ -124,9 +145,12 @@ class ConverseStream:
         calling_region: str | None,
         record_usage: Callable[[UsageRecord], UsageReceipt | None],
         reservation_id: str | None = None,
+        request: dict | None = None,
     ):
         self.response = response
         self.reservation_id = reservation_id
+        self._request = request or {}
+        self._answered: dict = {}  # the metadata event's serviceTier / performanceConfig
         self.choice = choice
         self.usage: UsageRecord | None = None
         self.receipt: UsageReceipt | None = None
@@ -155,6 +179,7 @@ class ConverseStream:
             for event in stream:
                 if "metadata" in event:
                     usage = event["metadata"].get("usage") or {}
+                    self._answered = event["metadata"]
                 yield event
         except BaseException:  # broken, or closed by the reader: report what is known
             self._report(usage, "ERROR", quietly=True)
@@ -164,7 +189,8 @@ class ConverseStream:
     def _report(self, usage: dict, status: str, quietly: bool = False) -> None:
         if self.usage is not None:
             return
-        self.usage = usage_record(self.choice, usage, self._region, status, self.reservation_id)
+        how = how_called(self._request, self._answered)
+        self.usage = usage_record(self.choice, usage, self._region, status, self.reservation_id, how)
         if quietly:
             self.receipt = report_quietly(self._record_usage, self.usage)
         else:
@@ -214,12 +240,14 @@ class GuardedBedrock:
 
     def _hold(self, messages: list[dict], kwargs: dict) -> Reservation:
         """Reserve the call's worst case: ``inferenceConfig.maxTokens`` (required: without it
-        the output has no bound) and ``max_input_tokens`` (a caller's bound, else ours)."""
+        the output has no bound) and ``max_input_tokens`` (a caller's bound, else ours), at the
+        call's service tier and latency setting."""
         max_output = (kwargs.get("inferenceConfig") or {}).get("maxTokens")
         if not max_output:
             raise ValueError("hard_cap needs inferenceConfig.maxTokens: the reservation holds its worst case")
         bound = kwargs.pop("max_input_tokens", None) or max_input_tokens(messages, kwargs)
-        return self._reserve(int(bound), int(max_output), calling_region=self.client.meta.region_name)
+        how = {name: value for name, value in how_called(kwargs).items() if value not in ("default", False)}
+        return self._reserve(int(bound), int(max_output), calling_region=self.client.meta.region_name, **how)
 
     def _call(
         self, operation: Callable[..., dict], messages: list[dict], kwargs: dict
@@ -235,7 +263,8 @@ class GuardedBedrock:
         try:
             return choice, reservation_id, operation(modelId=choice.bedrock_model_id, messages=messages, **kwargs)
         except SENT_ERRORS:
-            report_quietly(self._record_usage, usage_record(choice, None, region, "ERROR", reservation_id))
+            failed = usage_record(choice, None, region, "ERROR", reservation_id, how_called(kwargs))
+            report_quietly(self._record_usage, failed)
             raise
         except BaseException:
             if reservation_id and self._release:
@@ -247,9 +276,11 @@ class GuardedBedrock:
 
     def converse(self, messages: list[dict], **kwargs: Any) -> ConverseResult:
         choice, reservation_id, response = self._call(self.client.converse, messages, kwargs)
-        record = usage_record(choice, response.get("usage"), self.client.meta.region_name, "OK", reservation_id)
+        how = how_called(kwargs, response)
+        record = usage_record(choice, response.get("usage"), self.client.meta.region_name, "OK", reservation_id, how)
         return ConverseResult(response, choice, record, self._record_usage(record))
 
     def converse_stream(self, messages: list[dict], **kwargs: Any) -> ConverseStream:
         choice, reservation_id, response = self._call(self.client.converse_stream, messages, kwargs)
-        return ConverseStream(response, choice, self.client.meta.region_name, self._record_usage, reservation_id)
+        region = self.client.meta.region_name
+        return ConverseStream(response, choice, region, self._record_usage, reservation_id, kwargs)

@@ -296,11 +296,17 @@ class PriceKeeper:
         max_cache_write_input_tokens: int = 0,
         ttl_secs: int | None = None,
         calling_region: str | None = None,
+        service_tier: str | None = None,
+        latency_optimized: bool = False,
     ) -> Reservation:
         """Hold a call's worst-case cost on the first label (or ``model_label``) whose quota,
         and the scope's total cap, can hold it, priced in ``calling_region`` (the Bedrock
-        Region the call goes to). Raises ``QuotaExceeded`` when none can."""
+        Region the call goes to) at ``service_tier``. Raises ``QuotaExceeded`` when none can."""
         body: dict[str, Any] = {"max_input_tokens": max_input_tokens, "max_output_tokens": max_output_tokens}
+        if service_tier and service_tier != "default":
+            body["service_tier"] = service_tier
+        if latency_optimized:
+            body["latency_optimized"] = True
         if model_label:
             body["model_label"] = model_label
         if calling_region:

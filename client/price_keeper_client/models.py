@@ -116,8 +116,12 @@ class UsageRecord:
     status: str = "OK"
     calling_region: str | None = None
     cache_read_input_tokens: int = 0
-    cache_write_input_tokens: int = 0
+    cache_write_input_tokens: int = 0  # every cache write, the 1-hour ones included
     reservation_id: str | None = None  # settles this reservation (hard cap)
+    cache_write_1h_input_tokens: int = 0  # the part of the cache writes made with the 1-hour TTL
+    service_tier: str = "default"  # Bedrock's serviceTier.type: default, priority, flex or reserved
+    latency_optimized: bool = False  # performanceConfig.latency = optimized
+    inference_type: str = "ON_DEMAND"  # BATCH: a record of a batch inference job's output
 
     def to_json(self) -> dict:
         body = {
@@ -138,6 +142,15 @@ class UsageRecord:
             body["cache_write_input_tokens"] = self.cache_write_input_tokens
         if self.reservation_id:
             body["reservation_id"] = self.reservation_id
+        # How the call was made: sent only when not the default, as the cache counts are.
+        if self.cache_write_1h_input_tokens:
+            body["cache_write_1h_input_tokens"] = self.cache_write_1h_input_tokens
+        if self.service_tier != "default":
+            body["service_tier"] = self.service_tier
+        if self.latency_optimized:
+            body["latency_optimized"] = True
+        if self.inference_type != "ON_DEMAND":
+            body["inference_type"] = self.inference_type
         return body
 
 

@@ -35,7 +35,33 @@ PRICE_FIELDS = {
     "output": "output_price_usd_micros_per_1m",
     "cache_read": "cache_read_price_usd_micros_per_1m",
     "cache_write": "cache_write_price_usd_micros_per_1m",
+    # cache writes made with the 1-hour TTL (0: not known); the other writes are at cache_write
+    "cache_write_1h": "cache_write_1h_price_usd_micros_per_1m",
 }
+
+# The offers Bedrock bills the same tokens at (docs/metering.md, "What a call costs"): the
+# standard on-demand one, the service tiers, batch, latency-optimized inference, and a
+# long-context rate of each (a request whose prompt is over the model's threshold).
+STANDARD = "standard"
+PRIORITY, FLEX, BATCH, LATENCY_OPTIMIZED = "priority", "flex", "batch", "latency_optimized"
+LONG_CONTEXT = "long_context"
+OFFERS = (
+    STANDARD,
+    PRIORITY,
+    FLEX,
+    BATCH,
+    LATENCY_OPTIMIZED,
+    LONG_CONTEXT,
+    *(f"{offer}_{LONG_CONTEXT}" for offer in (PRIORITY, FLEX, BATCH)),
+)
+DEFAULT_LONG_CONTEXT_THRESHOLD = 200_000  # input tokens (Anthropic's, for the 1M-context models)
+MAX_OFFER_PCT = 1000
+
+
+def offer_key(kind: str, offer: str) -> str:
+    """The key of a kind's offer among a label's configured prices (``Label.configured_prices``):
+    the kind itself for the standard offer (``IN_REGION``), else ``IN_REGION/priority``."""
+    return kind if offer == STANDARD else f"{kind}/{offer}"
 
 
 class Prices(NamedTuple):
@@ -45,6 +71,19 @@ class Prices(NamedTuple):
     output: int
     cache_read: int = 0
     cache_write: int = 0
+    cache_write_1h: int = 0
+
+
+def scaled(prices: Prices, numerator: int, denominator: int) -> Prices:
+    """Each component times numerator / denominator, rounded up (never under-counts)."""
+    return Prices(*(-(-value * numerator // denominator) for value in prices))
+
+
+def completed(card: dict[str, int], standard: Prices) -> Prices:
+    """An offer's prices with the components it leaves out derived from the standard ones at the
+    offer's input ratio (a priority tier at 175 % of the input price: its cache prices too)."""
+    ratio_of = scaled(standard, card["input"], standard.input) if standard.input else standard
+    return Prices(*(card[c] if c in card else getattr(ratio_of, c) for c in PRICE_FIELDS))
 
 
 class Label(NamedTuple):
@@ -64,10 +103,20 @@ class Label(NamedTuple):
     # Most tokens one usage record may report per field (``None``: the metering default).
     max_input_tokens: int | None = None
     max_output_tokens: int | None = None
+    # In-region prices of the other offers (``OFFERS``), explicit or a percentage of ``prices``.
+    offer_prices: dict[str, Prices] = {}
+    # Input tokens (input + cache reads + cache writes) above which a request is billed at the
+    # long-context rate; None: the default threshold, where a long-context price is known.
+    long_context_threshold_tokens: int | None = None
 
     def configured_prices(self) -> dict[str, Prices]:
-        """The label's config.yaml prices by profile kind (IN_REGION always present)."""
-        return {IN_REGION: self.prices, **self.cross_region_prices}
+        """The label's config.yaml prices by profile kind (IN_REGION always present), and by
+        ``offer_key`` for the other offers."""
+        return {
+            IN_REGION: self.prices,
+            **self.cross_region_prices,
+            **{offer_key(IN_REGION, offer): prices for offer, prices in self.offer_prices.items()},
+        }
 
 
 class Metering(NamedTuple):
@@ -136,6 +185,29 @@ def _reconciliation(raw: dict) -> Reconciliation:
     return settings
 
 
+class ReservedTier(NamedTuple):
+    """Calls on the ``reserved`` service tier are prepaid capacity: their tokens are counted
+    at no marginal cost, unless an org counts them at on-demand rates (so its quotas bound
+    them as any call)."""
+
+    count_at_on_demand: bool = False  # every org
+    orgs_at_on_demand: frozenset[str] = frozenset()  # these orgs
+
+    def at_on_demand(self, org_id: str) -> bool:
+        return self.count_at_on_demand or org_id in self.orgs_at_on_demand
+
+
+def _reserved_tier(raw: dict) -> ReservedTier:
+    unknown = sorted(set(raw) - set(ReservedTier._fields))
+    if unknown:
+        raise ValueError(f"reserved_tier: unknown settings {unknown}")
+    at_on_demand = raw.get("count_at_on_demand", False)
+    orgs = raw.get("orgs_at_on_demand") or []
+    if not isinstance(at_on_demand, bool) or not all(isinstance(org, str) for org in orgs):
+        raise ValueError("reserved_tier: count_at_on_demand must be a boolean, orgs_at_on_demand a list of org ids")
+    return ReservedTier(at_on_demand, frozenset(orgs))
+
+
 class RateLimit(NamedTuple):
     name: str
     requests: int
@@ -157,6 +229,10 @@ class ServiceConfig:
     # read): each component the higher of config.yaml ``unknown_model_estimate`` and every
     # label's price.
     unknown_model_estimate: Prices = Prices(0, 0)
+    # The estimate of each other offer: the highest of its floor (``unknown_model_estimate.offers``)
+    # and every label's price of that offer (``pricing.estimate``).
+    unknown_model_offer_estimates: dict[str, Prices] = field(default_factory=dict)
+    reserved_tier: ReservedTier = field(default_factory=ReservedTier)
 
     def token_caps(self, label: str) -> tuple[int, int]:
         """(max input, max output) tokens one usage record of ``label`` may report."""
@@ -207,6 +283,30 @@ def _prices(spec: dict, where: str) -> Prices:
     return Prices(**values)
 
 
+def _offer_prices(spec: dict, standard: Prices, where: str) -> dict[str, Prices]:
+    """``offers: {priority: {pct: 175}, long_context: {input_price_usd_micros_per_1m: ..., ...}}``:
+    each offer's in-region prices, explicit (input and output required, the cache prices
+    left out derived at the input ratio: ``completed``) or a percentage of every standard one."""
+    raw = spec.get("offers") or {}
+    unknown = sorted(set(raw) - set(OFFERS[1:]))
+    if unknown:
+        raise ValueError(f"{where}: offers keys must be among {list(OFFERS[1:])}")
+    offers = {}
+    for offer, card in raw.items():
+        if not isinstance(card, dict):
+            raise ValueError(f"{where} offers.{offer}: prices or pct")
+        if "pct" in card:
+            pct = card["pct"]
+            if len(card) > 1 or not isinstance(pct, int) or isinstance(pct, bool) or not 1 <= pct <= MAX_OFFER_PCT:
+                raise ValueError(f"{where} offers.{offer}: pct must be an integer from 1 to {MAX_OFFER_PCT}, alone")
+            offers[offer] = scaled(standard, pct, 100)
+        else:
+            explicit = _prices(card, f"{where} offers.{offer}")
+            given = {c: getattr(explicit, c) for c, name in PRICE_FIELDS.items() if name in card}
+            offers[offer] = completed(given, standard)
+    return offers
+
+
 def _cross_region_prices(spec: dict, label: str) -> dict[str, Prices]:
     raw = spec.get("cross_region_prices") or {}
     unknown = sorted(set(raw) - set(CROSS_REGION_KEYS))
@@ -240,8 +340,13 @@ def parse_config(raw: dict) -> ServiceConfig:
             price_list_model=spec.get("price_list_model", ""),
             max_input_tokens=_positive_or_none(spec, "max_input_tokens", name),
             max_output_tokens=_positive_or_none(spec, "max_output_tokens", name),
+            long_context_threshold_tokens=_positive_or_none(spec, "long_context_threshold_tokens", name),
         )
+        labels[name] = labels[name]._replace(offer_prices=_offer_prices(spec, labels[name].prices, f"label {name}"))
     service = raw.get("service") or {}
+    floor = raw.get("unknown_model_estimate") or {}
+    floor_prices = [_prices(floor, "unknown_model_estimate")] if floor else []
+    floor_offers = _offer_prices(floor, floor_prices[0], "unknown_model_estimate") if floor else {}
     return ServiceConfig(
         service_name=service.get("name", "bedrock-price-keeper"),
         version=str(service.get("version", "1.0.0")),
@@ -254,14 +359,15 @@ def parse_config(raw: dict) -> ServiceConfig:
         },
         alerts=_alerts(raw.get("alerts") or {}),
         reconciliation=_reconciliation(raw.get("reconciliation") or {}),
-        unknown_model_estimate=_highest(
-            [label.prices for label in labels.values()]
-            + (
-                [_prices(raw["unknown_model_estimate"], "unknown_model_estimate")]
-                if raw.get("unknown_model_estimate")
-                else []
+        unknown_model_estimate=_highest([label.prices for label in labels.values()] + floor_prices),
+        unknown_model_offer_estimates={
+            offer: _highest(
+                [label.offer_prices[offer] for label in labels.values() if offer in label.offer_prices]
+                + ([floor_offers[offer]] if offer in floor_offers else [])
             )
-        ),
+            for offer in OFFERS[1:]
+        },
+        reserved_tier=_reserved_tier(raw.get("reserved_tier") or {}),
     )
 
 

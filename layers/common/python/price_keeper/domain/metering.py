@@ -83,6 +83,7 @@ class Outcome(NamedTuple):
     price_source: str
     profile_kind: str
     duplicate: bool
+    applied: dict | None = None  # the rates it was priced at (``pricing.PriceQuote.applied``)
 
 
 # --- validation --------------------------------------------------------------------
@@ -143,6 +144,7 @@ def check_token_caps(request: UsageRequest) -> None:
         ("output_tokens", max_output),
         ("cache_read_input_tokens", max_input),
         ("cache_write_input_tokens", max_input),
+        ("cache_write_1h_input_tokens", max_input),
     ):
         if getattr(request, name) > cap:
             raise invalid_request(
@@ -195,10 +197,14 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
 
 def _priced_on(config: EffectiveConfig, request: UsageRequest, priced: profiles.PricedModel, day: str) -> Submission:
     """``request`` priced and counted on org day ``day``."""
-    quote = pricing.price_of(priced, parse_day(day))
     tokens = pricing.Tokens(
-        request.input_tokens, request.output_tokens, request.cache_read_input_tokens, request.cache_write_input_tokens
+        request.input_tokens,
+        request.output_tokens,
+        request.cache_read_input_tokens,
+        request.cache_write_input_tokens,
+        request.cache_write_1h_input_tokens,
     )
+    quote = pricing.price_of(priced, parse_day(day), pricing.Dimensions.of(request), tokens, config.org_id)
     return Submission(
         request_id=request.request_id,
         dedup_key=keys.dedup_key(config.org_id, config.app_id, request.request_id),
@@ -249,6 +255,7 @@ def _estimated(submission: Submission) -> dict | None:
         "profile_kind": quote.profile_kind,
         **({"region": quote.region} if quote.region else {}),
         **submission.tokens._asdict(),
+        **quote.marker_fields(),  # the rates it needs a price of
     }
 
 
@@ -275,6 +282,7 @@ def _counted(submission: Submission) -> Outcome:
         submission.quote.source,
         submission.quote.profile_kind,
         duplicate=False,
+        applied=submission.quote.applied(),
     )
 
 
@@ -289,6 +297,7 @@ def _duplicate(submission: Submission, first: dict) -> Outcome:
         first.get("price_source", ""),
         first.get("profile_kind", IN_REGION),
         duplicate=True,
+        applied=pricing.applied_from_marker(first),
     )
 
 
@@ -453,9 +462,11 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
             "output_tokens": tokens.output,
             "cache_read_input_tokens": tokens.cache_read,
             "cache_write_input_tokens": tokens.cache_write,
+            **({"cache_write_1h_input_tokens": tokens.cache_write_1h} if tokens.cache_write_1h else {}),
             "cost_usd_micros": submission.cost_usd_micros,
             "price_source": submission.quote.source,
             "profile_kind": submission.quote.profile_kind,
+            **submission.quote.marker_fields(),  # how the call was made (voids, re-pricing, duplicates)
             **settled,  # what a void takes back of it too
         },
         "expires_at": usage_expires_at(submission.day),
@@ -588,6 +599,7 @@ def _accepted_body(outcome: Outcome, now: datetime) -> dict:
             "source": outcome.price_source,
             "version": parse_day(outcome.day).isoformat(),
             "profile_kind": outcome.profile_kind,
+            **(outcome.applied or {}),
         },
         "timestamp": iso_utc(now),
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints, field_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from ..validation import APP_ID_PATTERN, REGION_PATTERN, StrictBody, is_uuid
 
@@ -16,8 +16,32 @@ MAX_BATCH = 100
 
 TokenCount = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
 
+# How a call was made, which selects its rates (docs/metering.md, "What a call costs").
+ServiceTier = Annotated[
+    Literal["default", "priority", "flex", "reserved"],
+    Field(description="Bedrock's serviceTier.type of the call: priority costs more, flex less, reserved is prepaid"),
+]
+LatencyOptimized = Annotated[bool, Field(description="performanceConfig.latency = optimized")]
+InferenceType = Annotated[
+    Literal["ON_DEMAND", "BATCH"], Field(description="BATCH: a record of a batch inference job's output")
+]
 
-class UsageRequest(StrictBody):
+
+class CallDimensions(StrictBody):
+    """The fields of a usage record or a reservation that say how the call was made."""
+
+    service_tier: ServiceTier = "default"
+    latency_optimized: LatencyOptimized = False
+    inference_type: InferenceType = "ON_DEMAND"
+
+    @model_validator(mode="after")
+    def _one_way_of_calling(self):
+        if self.inference_type == "BATCH" and (self.service_tier != "default" or self.latency_optimized):
+            raise ValueError("a BATCH record takes no service_tier or latency_optimized")
+        return self
+
+
+class UsageRequest(CallDimensions):
     request_id: Annotated[
         str, Field(description="UUID of the Bedrock call; the idempotency key", min_length=36, max_length=36)
     ]
@@ -27,7 +51,10 @@ class UsageRequest(StrictBody):
     input_tokens: TokenCount
     output_tokens: TokenCount
     cache_read_input_tokens: TokenCount = 0
-    cache_write_input_tokens: TokenCount = 0
+    cache_write_input_tokens: TokenCount = Field(0, description="Every cache write, the 1-hour ones included")
+    cache_write_1h_input_tokens: TokenCount = Field(
+        0, description="The part of cache_write_input_tokens written with the 1-hour TTL"
+    )
     status: Literal["OK", "ERROR"]
     timestamp: Annotated[
         str, Field(description="ISO 8601 time of the call, e.g. 2026-01-23T15:30:45Z", min_length=16, max_length=40)
@@ -42,6 +69,12 @@ class UsageRequest(StrictBody):
         if not isinstance(value, str) or not is_uuid(value.lower()):
             raise ValueError("request_id must be a UUID")
         return value.lower()  # one request, one dedup key, whatever the client's case
+
+    @model_validator(mode="after")
+    def _one_hour_writes_are_cache_writes(self):
+        if self.cache_write_1h_input_tokens > self.cache_write_input_tokens:
+            raise ValueError("cache_write_1h_input_tokens is part of cache_write_input_tokens: it cannot exceed it")
+        return self
 
 
 class UsageBatchRequest(StrictBody):

@@ -4,14 +4,16 @@ Cost is integer micro-USD computed server-side: every token count times its pric
 per 1M tokens) is summed exactly in integers and divided by 1M **once**, rounding **up**
 (a spend guard never under-counts; the error is below one micro-USD per record).
 
-A price depends on the model, the day, the calling region and the profile kind (in-region,
-geographic or global cross-region inference). It comes from PricingCache items
-``{yyyy-mm-dd}#{region}`` then ``{yyyy-mm-dd}`` (each holding every kind the Price List
-has), then ``config.yaml``; a kind without a price of its own is priced as in-region, and a
-model with no price anywhere at the estimate (``ESTIMATE``: each component at least the
-highest price the service knows, see ``estimate``). The pricing fetcher fills PricingCache
-from the AWS Price List API: daily, and on the first sight of a model outside
-``config.yaml``; then it re-prices the records counted at the estimate (``reprice``).
+A price depends on the model, the day, the calling region, the profile kind (in-region,
+geographic or global cross-region inference) and the offer: how the call was made
+(``Dimensions``: service tier, batch, latency-optimized; long context from its tokens). It
+comes from PricingCache items ``{yyyy-mm-dd}#{region}`` then ``{yyyy-mm-dd}`` (each holding
+every kind and offer the Price List has), then ``config.yaml``; a kind without a price of its
+own is priced as in-region, and a model or offer with no price anywhere at the estimate
+(``ESTIMATE``: each component at least the highest price the service knows, see
+``estimate``). The pricing fetcher fills PricingCache from the AWS Price List API: daily, and
+on the first sight of a model outside ``config.yaml``; then it re-prices the records counted
+at the estimate (``reprice``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,24 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from .. import state
 from ..cache import TTLCache
-from ..config import GEOGRAPHIC, GLOBAL, IN_REGION, PRICE_FIELDS, Prices, get_config
+from ..config import (
+    BATCH,
+    DEFAULT_LONG_CONTEXT_THRESHOLD,
+    FLEX,
+    GEOGRAPHIC,
+    GLOBAL,
+    IN_REGION,
+    LATENCY_OPTIMIZED,
+    LONG_CONTEXT,
+    OFFERS,
+    PRICE_FIELDS,
+    PRIORITY,
+    STANDARD,
+    Prices,
+    completed,
+    get_config,
+    offer_key,
+)
 from ..observability import logger
 from ..store import keys, tables
 from ..store import prices as price_store
@@ -46,24 +65,27 @@ MICROS_PER_USD = 1_000_000
 
 PRICING_API = "PRICING_API"
 CONFIG_FALLBACK = "CONFIG_FALLBACK"
-ESTIMATE = "ESTIMATE"  # a model with no known price, counted at ``estimate()``
+ESTIMATE = "ESTIMATE"  # a model (or a dimension of it) with no known price, counted at ``estimate()``
+RESERVED = "RESERVED"  # a call on the reserved tier: prepaid capacity, 0 marginal cost
+_WORST = (PRICING_API, CONFIG_FALLBACK, ESTIMATE)  # a price made of several: its least sure source
 
 PRICE_CACHE_SECONDS = 600
 PRICE_TTL_DAYS = 3
 PRICE_LIST_ENDPOINT_REGION = "us-east-1"  # the Price List API answers from us-east-1 for every region
 SERVICE_CODE = "AmazonBedrock"
+KINDS = (IN_REGION, GEOGRAPHIC, GLOBAL)
 
 
-def price_attribute(kind: str, component: str) -> str:
-    """PricingCache attribute of a price: the seed's names for in-region prices
-    (``input_price_usd_micros_per_1m``), prefixed by the kind for cross-region ones
-    (``global_input_price_usd_micros_per_1m``)."""
+def price_attribute(kind: str, component: str, offer: str = STANDARD) -> str:
+    """PricingCache attribute of a price: the seed's names for in-region standard prices
+    (``input_price_usd_micros_per_1m``), prefixed by the kind for cross-region ones and by the
+    offer for the others (``global_priority_input_price_usd_micros_per_1m``)."""
     name = PRICE_FIELDS[component]
-    return name if kind == IN_REGION else f"{kind.lower()}_{name}"
+    return ("" if kind == IN_REGION else f"{kind.lower()}_") + ("" if offer == STANDARD else f"{offer}_") + name
 
 
 PRICE_ATTRIBUTES = [
-    price_attribute(kind, component) for kind in (IN_REGION, GEOGRAPHIC, GLOBAL) for component in PRICE_FIELDS
+    price_attribute(kind, component, offer) for offer in OFFERS for kind in KINDS for component in PRICE_FIELDS
 ]
 
 
@@ -71,7 +93,13 @@ class Tokens(NamedTuple):
     input: int
     output: int
     cache_read: int = 0
-    cache_write: int = 0
+    cache_write: int = 0  # every cache write, the 1-hour ones included
+    cache_write_1h: int = 0  # the part of ``cache_write`` written with the 1-hour TTL
+
+    @property
+    def prompt(self) -> int:
+        """The request's input tokens, as a long-context threshold counts them."""
+        return self.input + self.cache_read + self.cache_write
 
 
 def cost_usd_micros(tokens: Tokens, prices: Prices) -> int:
@@ -80,9 +108,51 @@ def cost_usd_micros(tokens: Tokens, prices: Prices) -> int:
         tokens.input * prices.input
         + tokens.output * prices.output
         + tokens.cache_read * prices.cache_read
-        + tokens.cache_write * prices.cache_write
+        + (tokens.cache_write - tokens.cache_write_1h) * prices.cache_write
+        + tokens.cache_write_1h * prices.cache_write_1h
     )
     return -(-scaled // TOKENS_PER_PRICE)
+
+
+# --- how a call was made ------------------------------------------------------------
+
+ON_DEMAND, BATCH_INFERENCE = "ON_DEMAND", "BATCH"  # the wire's values: models.CallDimensions
+
+
+class Dimensions(NamedTuple):
+    """How a call was made, as its usage record (or reservation) says: what selects its
+    rates beside the model, the day, the region and the profile kind."""
+
+    service_tier: str = "default"
+    latency_optimized: bool = False
+    inference_type: str = ON_DEMAND
+
+    @classmethod
+    def of(cls, body) -> Dimensions:
+        """A usage record's or a reservation's (defaults for what it leaves out)."""
+        return cls(*(getattr(body, name, default) for name, default in cls._field_defaults.items()))
+
+    @classmethod
+    def from_item(cls, item: dict) -> Dimensions:
+        """A dedup marker's or an estimated item's (a record written before they had them: defaults)."""
+        return cls(*(type(default)(item.get(name, default)) for name, default in cls._field_defaults.items()))
+
+    def as_item(self) -> dict:
+        return self._asdict()
+
+    @property
+    def offer(self) -> str:
+        """The offer whose rates apply (before long context and latency-optimized inference)."""
+        if self.inference_type == BATCH_INFERENCE:
+            return BATCH
+        return self.service_tier if self.service_tier in (PRIORITY, FLEX) else STANDARD
+
+
+DEFAULT_DIMENSIONS = Dimensions()
+
+
+def long_offer(offer: str) -> str:
+    return LONG_CONTEXT if offer == STANDARD else f"{offer}_{LONG_CONTEXT}"
 
 
 # --- the price of a day ------------------------------------------------------------
@@ -90,29 +160,57 @@ def cost_usd_micros(tokens: Tokens, prices: Prices) -> int:
 
 class PriceQuote(NamedTuple):
     prices: Prices
-    source: str  # PRICING_API | CONFIG_FALLBACK | ESTIMATE
+    source: str  # PRICING_API | CONFIG_FALLBACK | ESTIMATE | RESERVED
     version: str  # the day, yyyy-mm-dd
     model_id: str
     region: str | None
     profile_kind: str = IN_REGION
+    dimensions: Dimensions = DEFAULT_DIMENSIONS
+    long_context: bool = False  # the request was over the model's long-context threshold
 
     def as_response(self) -> dict:
+        """The selection's ``pricing`` (standard on-demand prices)."""
         return {
-            **{PRICE_FIELDS[component]: getattr(self.prices, component) for component in PRICE_FIELDS},
+            **{PRICE_FIELDS[component]: getattr(self.prices, component) for component in SELECTION_COMPONENTS},
             "version": self.version,
             "source": self.source,
             "profile_kind": self.profile_kind,
         }
 
+    def applied(self) -> dict:
+        """Which rates a record was priced at (the usage reply's ``pricing`` beside its source),
+        and what goes on its dedup marker (``marker_fields``)."""
+        return {
+            **self.dimensions.as_item(),
+            "long_context": self.long_context,
+            "rates": {PRICE_FIELDS[component]: getattr(self.prices, component) for component in PRICE_FIELDS},
+        }
 
-def _prices_from_item(item: dict, kind: str, fill: Prices | None) -> Prices | None:
-    """The item's prices of ``kind`` (None when it has none); missing components (e.g. cache
-    prices) from ``fill``."""
-    if item.get(price_attribute(kind, "input")) is None:
+    def marker_fields(self) -> dict:
+        """What a dedup marker (and an estimated item) keeps of how the call was made: the
+        dimensions that are not the default (a marker stays small; ``Dimensions.from_item``)."""
+        fields = {**self.dimensions.as_item(), "long_context": self.long_context}
+        defaults = {**DEFAULT_DIMENSIONS.as_item(), "long_context": False}
+        return {name: value for name, value in fields.items() if value != defaults[name]}
+
+
+SELECTION_COMPONENTS = ("input", "output", "cache_read", "cache_write")
+
+
+def applied_from_marker(marker: dict) -> dict:
+    """``PriceQuote.applied`` of a record as its dedup marker has it (a duplicate's answer):
+    the dimensions and long context, not the rates (the marker keeps the cost, not the card)."""
+    return {**Dimensions.from_item(marker).as_item(), "long_context": bool(marker.get("long_context", False))}
+
+
+def _prices_from_item(item: dict, kind: str, fill: Prices | None, offer: str = STANDARD) -> Prices | None:
+    """The item's prices of ``kind`` and ``offer`` (None when it has none); missing components
+    (e.g. cache prices) from ``fill``."""
+    if item.get(price_attribute(kind, "input", offer)) is None:
         return None
 
     def component(name: str) -> int:
-        value = item.get(price_attribute(kind, name))
+        value = item.get(price_attribute(kind, name, offer))
         if value is not None:
             return int(value)
         return getattr(fill, name) if fill else 0
@@ -134,68 +232,199 @@ def _stored_items(model_id: str, day: date, region: str | None) -> list[dict]:
     return _stored.get_or_load((model_id, day, region), load)
 
 
-def quote(
-    model_id: str, day: date, region: str | None, kind: str = IN_REGION, configured: dict[str, Prices] | None = None
-) -> PriceQuote:
-    """The price of ``day`` for ``model_id`` called in ``region`` through a ``kind`` profile.
+class _Card(NamedTuple):
+    prices: Prices
+    source: str
 
-    ``configured`` holds the config.yaml prices by kind (``Label.configured_prices``; None
-    for a model outside config.yaml). For the kind, then (a cross-region kind without a
-    price of its own) for IN_REGION: PricingCache (region, then default), then config.yaml.
-    Nothing anywhere: the configured estimate, ``ESTIMATE``. Global cross-region inference
-    is cheaper than in-region, so pricing it as in-region over-counts, never under-counts.
-    """
-    items = _stored_items(model_id, day, region)
+
+def _fill(item: dict, kind: str, configured: Prices | None) -> Prices | None:
+    """What a standard price of ``kind`` takes the components the Price List lacks from: its
+    config.yaml prices; a cross-region kind's 1-hour write price neither has, the in-region
+    one's (over-counts a little, never under-counts)."""
+    in_region = _prices_from_item(item, IN_REGION, None) if kind != IN_REGION else None
+    if in_region is None or (configured and configured.cache_write_1h):
+        return configured
+    return (configured or in_region)._replace(cache_write_1h=in_region.cache_write_1h)
+
+
+def _lookup(items: list[dict], configured: dict[str, Prices] | None, kind: str, offer: str) -> _Card | None:
+    """An offer's prices for ``kind``, then (a cross-region kind without a price of its own)
+    for IN_REGION: PricingCache (region, then default), then config.yaml. Components the
+    Price List leaves out come from config.yaml: the offer's own prices there, else (another
+    offer than the standard one) the standard ones at the offer's input ratio (``completed``)."""
     for candidate in dict.fromkeys((kind, IN_REGION)):
-        fill = (configured.get(candidate) or configured[IN_REGION]) if configured else None
+        standard = (configured.get(candidate) or configured[IN_REGION]) if configured else None
+        own = configured.get(offer_key(candidate, offer)) if configured else None
         for item in items:
-            prices = _prices_from_item(item, candidate, fill)
-            if prices is not None:
-                return PriceQuote(prices, PRICING_API, day.isoformat(), model_id, region, kind)
-        if configured and candidate in configured:
-            return PriceQuote(configured[candidate], CONFIG_FALLBACK, day.isoformat(), model_id, region, kind)
-    return PriceQuote(estimate(), ESTIMATE, day.isoformat(), model_id, region, kind)
+            if offer == STANDARD:
+                prices = _prices_from_item(item, candidate, _fill(item, candidate, standard))
+                if prices is not None:
+                    return _Card(prices, PRICING_API)
+                continue
+            given = {c: int(item[name]) for c in PRICE_FIELDS if (name := price_attribute(candidate, c, offer)) in item}
+            if "input" not in given:
+                continue
+            if own is not None:
+                return _Card(Prices(*(given.get(c, getattr(own, c)) for c in PRICE_FIELDS)), PRICING_API)
+            base = _prices_from_item(item, candidate, standard) or standard
+            return _Card(
+                completed(given, base) if base else Prices(**{**dict.fromkeys(PRICE_FIELDS, 0), **given}), PRICING_API
+            )
+        if own is not None:
+            return _Card(own, CONFIG_FALLBACK)
+    return None
 
 
-def estimate() -> Prices:
-    """The price of a model with no known price, deliberately high: each component the
-    highest of the ``config.yaml`` floor (``unknown_model_estimate``, itself at least every
-    label's price) and every on-demand price the fetcher has read from the Price List (of any
-    model, Region or kind: PricingCache's ceiling item, cached like the prices). Records
-    counted at it are re-priced once the model's price is known (``reprice``)."""
-    floor = get_config().unknown_model_estimate
+def _offer_card(items: list[dict], configured: dict[str, Prices] | None, kind: str, offer: str) -> _Card | None:
+    """``_lookup``, and a tier's long-context rate Bedrock lists no price for derived: the
+    tier's prices times the long-context ones over the standard ones, each component."""
+    found = _lookup(items, configured, kind, offer)
+    if found is not None or not offer.endswith(LONG_CONTEXT) or offer == LONG_CONTEXT:
+        return found
+    parts = [_lookup(items, configured, kind, name) for name in (offer.removesuffix(f"_{LONG_CONTEXT}"), LONG_CONTEXT)]
+    standard = _lookup(items, configured, kind, STANDARD)
+    if None in parts or standard is None:
+        return None
+    tier, long = parts
+    derived = Prices(
+        *(
+            -(-t * lc // s) if s else max(t, lc)
+            for t, lc, s in zip(tier.prices, long.prices, standard.prices, strict=True)
+        )
+    )
+    return _Card(derived, max(tier.source, long.source, standard.source, key=_WORST.index))
+
+
+def _highest_of(cards: list[_Card]) -> _Card:
+    """Two rates that apply together without a joint price (latency-optimized on a tier):
+    each component at the higher."""
+    return _Card(
+        Prices(*(max(values) for values in zip(*(card.prices for card in cards), strict=True))),
+        max((card.source for card in cards), key=_WORST.index),
+    )
+
+
+def long_context_threshold(model_id: str) -> tuple[int, bool]:
+    """(the model's long-context threshold in input tokens, whether config.yaml declares it)."""
+    for label in get_config().labels.values():
+        if label.id == model_id and label.long_context_threshold_tokens:
+            return label.long_context_threshold_tokens, True
+    return DEFAULT_LONG_CONTEXT_THRESHOLD, False
+
+
+def quote(
+    model_id: str,
+    day: date,
+    region: str | None,
+    kind: str = IN_REGION,
+    configured: dict[str, Prices] | None = None,
+    dimensions: Dimensions = DEFAULT_DIMENSIONS,
+    tokens: Tokens | None = None,
+    reserved_at_on_demand: bool = False,
+) -> PriceQuote:
+    """The price of ``day`` for ``model_id`` called in ``region`` through a ``kind`` profile,
+    in the way ``dimensions`` says, for a request of ``tokens`` (its long context).
+
+    ``configured`` holds the config.yaml prices by kind and offer (``Label.configured_prices``;
+    None for a model outside config.yaml). Each offer's price: PricingCache for the kind,
+    then config.yaml, then the same for IN_REGION (``_lookup``). Global cross-region
+    inference is cheaper than in-region, so pricing it as in-region over-counts, never
+    under-counts. A rate with no known price (the model's, a tier's, long context's, or
+    1-hour cache writes' when the record has some) counts the record at the estimate,
+    ``ESTIMATE``, re-priced once known (``reprice``). The reserved tier is 0 marginal cost
+    (``RESERVED``) unless ``reserved_at_on_demand`` (the org's choice: config ``reserved_tier``).
+    """
+    tokens = tokens or Tokens(0, 0)
+    base = dimensions.offer
+    if dimensions.service_tier == "reserved" and not reserved_at_on_demand:
+        return PriceQuote(Prices(0, 0), RESERVED, day.isoformat(), model_id, region, kind, dimensions)
+    items = _stored_items(model_id, day, region)
+    threshold, declared = long_context_threshold(model_id)
+    long = tokens.prompt > threshold and (declared or _offer_card(items, configured, kind, LONG_CONTEXT) is not None)
+    offers = [long_offer(base) if long else base] + ([LATENCY_OPTIMIZED] if dimensions.latency_optimized else [])
+    cards = [_offer_card(items, configured, kind, offer) for offer in offers]
+    if None not in cards:
+        card = _highest_of(cards)
+        if not (tokens.cache_write_1h and not card.prices.cache_write_1h):
+            return PriceQuote(card.prices, card.source, day.isoformat(), model_id, region, kind, dimensions, long)
+    prices = _highest_of([_Card(estimate(offer), ESTIMATE) for offer in offers]).prices
+    return PriceQuote(prices, ESTIMATE, day.isoformat(), model_id, region, kind, dimensions, long)
+
+
+def estimate(offer: str = STANDARD) -> Prices:
+    """The price of a model (or an offer of it) with no known price, deliberately high: each
+    component the highest of the ``config.yaml`` floor (``unknown_model_estimate``, itself at
+    least every label's price, and for an offer its ``offers`` floor and every label's price
+    of that offer) and every on-demand price the fetcher has read from the Price List (of any
+    model, Region, kind or offer: PricingCache's ceiling item, cached like the prices); a
+    1-hour cache write at least twice the input price (Anthropic's ratio). Records counted at
+    it are re-priced once the price is known (``reprice``)."""
+    config = get_config()
+    floors = [config.unknown_model_estimate, config.unknown_model_offer_estimates.get(offer, Prices(0, 0))]
     read = _stored.get_or_load("ceiling", lambda: price_store.ceiling(PRICE_FIELDS.values()))
-    return Prices(*(max(getattr(floor, c), int(read.get(PRICE_FIELDS[c], 0))) for c in PRICE_FIELDS))
+    highest = Prices(
+        *(max(*(getattr(floor, c) for floor in floors), int(read.get(PRICE_FIELDS[c], 0))) for c in PRICE_FIELDS)
+    )
+    return highest._replace(cache_write_1h=max(highest.cache_write_1h, 2 * highest.input))
 
 
-def price_of(priced: profiles.PricedModel, day: date) -> PriceQuote:
-    """The price of ``day`` for what a label bills (``profiles.priced_model``)."""
-    return quote(priced.model_id, day, priced.region, priced.profile_kind, priced.configured)
+def price_of(
+    priced: profiles.PricedModel,
+    day: date,
+    dimensions: Dimensions = DEFAULT_DIMENSIONS,
+    tokens: Tokens | None = None,
+    org_id: str | None = None,
+) -> PriceQuote:
+    """The price of ``day`` for what a label bills (``profiles.priced_model``), for a call made
+    as ``dimensions`` says with ``tokens`` (``quote``)."""
+    at_on_demand = org_id is not None and get_config().reserved_tier.at_on_demand(org_id)
+    return quote(
+        priced.model_id, day, priced.region, priced.profile_kind, priced.configured, dimensions, tokens, at_on_demand
+    )
 
 
 # --- the AWS Price List ------------------------------------------------------------
 #
 # GetProducts answers every Bedrock product of a model: on-demand token prices per region,
-# and the same tokens under other offers, told apart by the usage type (and feature):
-#   USE1-NovaPro-input-tokens                        standard, in-region
-#   USE1-Claude4.5Sonnet-input-tokens-cross-region-global   global cross-region
-#   USE1-NovaPro-input-tokens-batch / -flex / -priority / -latency-optimized ...  other offers
-#   USE1-Claude4Sonnet-input-tokens-long-context     long-context tier
-#   USE1-Claude4.5Sonnet-cache-write-1h-input-token-count   1-hour cache writes
-# Only standard on-demand token prices are kept, per kind.
+# and the same tokens under other offers, told apart by the usage type, the inference type
+# and the feature (the names as the Price List has them):
+#   USE1-NovaPro-input-tokens                                   standard, in-region
+#   USE1-Claude4.5Sonnet-input-tokens-cross-region-global       global cross-region
+#   USE1-Qwen3-32B-input-tokens-priority / -flex                service tiers
+#   USW2-Nova2.0Lite-input-tokens-priority-cross-region-global  a tier, global cross-region
+#   USE1-Qwen3-32B-input-tokens-batch (feature "Batch Inference")  batch inference
+#   USE1-Claude4Sonnet-input-tokens-long-context-cross-region-global  the long-context rate
+#   USE1-Claude4.5Sonnet-cache-write-1h-input-token-count       1-hour cache writes
+#   USE1-Llama3-1-70B-LatencyOptimized-input-tokens (model "Llama 3.1 70B Latency Optimized")
+# Token prices of each kind and offer are kept; capacity, customization and storage are not.
 
-# Dash-delimited words of an offer that is not the standard on-demand one.
-_OTHER_OFFER = re.compile(
-    r"(?:^|-)(?:batch|flex|priority|latency-optimized|provisioned|reserved|commitment|custom|training|"
-    r"storage|import|long-context|long-ctx|lctx|1h|mantle)(?:-|$)"
+# Dash-delimited words of a product that is not a token price of an on-demand or batch call.
+_NOT_TOKENS = re.compile(
+    r"(?:^|-)(?:provisioned|provisionedthroughput|reserved|commitment|custom|customization|training|storage|import|"
+    r"mantle|per-minute)(?:-|$)"
 )
 _GLOBAL_OFFER = re.compile(r"(?:^|-)global(?:-|$)")
 _GEOGRAPHIC_OFFER = re.compile(r"(?:^|-)(?:cross-region|geo)(?:-|$)")
+_WORD = {
+    PRIORITY: re.compile(r"(?:^|-)priority(?:-|$)"),
+    FLEX: re.compile(r"(?:^|-)flex(?:-|$)"),
+    BATCH: re.compile(r"(?:^|-)batch(?:-|$)"),
+    LATENCY_OPTIMIZED: re.compile(r"(?:^|-)(?:latencyoptimized|latency-optimized)(?:-|$)"),
+    LONG_CONTEXT: re.compile(r"(?:^|-)(?:long-context|longcontext|long-ctx|lctx)(?:-|$)"),
+}
+_ONE_HOUR = re.compile(r"(?:^|-)1h(?:-|$)")
+LATENCY_OPTIMIZED_MODEL = " Latency Optimized"  # the Price List's model name of a model's latency-optimized offer
 _TOKEN_COMPONENTS = (
     ("cache read", "cache_read"),
     ("cache write", "cache_write"),
     ("input", "input"),
     ("output", "output"),
+)
+_USAGE_COMPONENTS = (  # a product without an inference type: its usage type names the tokens
+    ("cache-read", "cache_read"),
+    ("cache-write", "cache_write"),
+    ("input-token", "input"),
+    ("output-token", "output"),
 )
 _TOKENS_PER_UNIT = {"1k tokens": 1_000, "1m tokens": 1_000_000, "tokens": 1, "token": 1}
 
@@ -204,22 +433,49 @@ def _words(*texts: str) -> str:
     return "-".join(re.sub(r"[\s_]+", "-", text.strip().lower()) for text in texts if text)
 
 
-def classify(attributes: dict) -> tuple[str, str] | None:
-    """(profile kind, token component) of a standard on-demand token product, else None."""
-    inference = attributes.get("inferenceType", "").strip().lower()
-    component = next((name for prefix, name in _TOKEN_COMPONENTS if inference.startswith(prefix)), None)
-    if component is None or "token" not in inference:
+class Classified(NamedTuple):
+    kind: str
+    component: str
+    offer: str = STANDARD
+
+
+def _offer(words: str) -> str | None:
+    """The offer a product's words name; None for a combination Bedrock does not bill."""
+    named = [offer for offer, word in _WORD.items() if word.search(words)]
+    long = LONG_CONTEXT in named
+    rest = [offer for offer in named if offer != LONG_CONTEXT]
+    if len(rest) > 1 or (long and rest == [LATENCY_OPTIMIZED]):
         return None
+    base = rest[0] if rest else STANDARD
+    return long_offer(base) if long else base
+
+
+def classify(attributes: dict) -> Classified | None:
+    """(profile kind, token component, offer) of an on-demand or batch token product, else None."""
+    inference = attributes.get("inferenceType", "").strip().lower()
     # the usage type without its region prefix (USE1-), which is not an offer word
     usage = attributes.get("usagetype", "").partition("-")[2]
     words = _words(usage, inference, attributes.get("feature", ""))
-    if _OTHER_OFFER.search(words):
+    if inference:
+        component = next((name for prefix, name in _TOKEN_COMPONENTS if inference.startswith(prefix)), None)
+        tokens = "token" in inference
+    else:
+        component = next((name for word, name in _USAGE_COMPONENTS if word in usage.lower()), None)
+        tokens = component is not None
+    if component is None or not tokens or _NOT_TOKENS.search(words):
         return None
+    if attributes.get("model", "").endswith(LATENCY_OPTIMIZED_MODEL):
+        words += "-latency-optimized"
+    offer = _offer(words)
+    if offer is None:
+        return None
+    if component == "cache_write" and _ONE_HOUR.search(words):
+        component = "cache_write_1h"
     if _GLOBAL_OFFER.search(words):
-        return GLOBAL, component
+        return Classified(GLOBAL, component, offer)
     if _GEOGRAPHIC_OFFER.search(words):
-        return GEOGRAPHIC, component
-    return IN_REGION, component
+        return Classified(GEOGRAPHIC, component, offer)
+    return Classified(IN_REGION, component, offer)
 
 
 def micros_per_1m(usd_per_unit: str, unit: str) -> int:
@@ -231,14 +487,15 @@ def micros_per_1m(usd_per_unit: str, unit: str) -> int:
 
 
 class PricePoint(NamedTuple):
-    """One standard on-demand token price of the Price List, from its term's effective date."""
+    """One token price of the Price List, from its term's effective date."""
 
-    model: str  # the Price List model name
+    model: str  # the Price List model name (a latency-optimized offer's: its model's)
     region: str
     kind: str
     component: str
     effective: date
     micros: int
+    offer: str = STANDARD
 
 
 def _effective(term: dict) -> date:
@@ -261,13 +518,14 @@ def _first_tier(dimensions: Iterable[dict]) -> dict | None:
 
 
 def price_points(entries: Iterable[str | dict], model_names: set[str]) -> list[PricePoint]:
-    """The standard on-demand token prices of ``model_names`` in GetProducts ``PriceList``
-    entries (JSON strings); other offers, models and units are skipped."""
+    """The token prices of ``model_names`` (each offer: ``classify``) in GetProducts
+    ``PriceList`` entries (JSON strings); other products, models and units are skipped."""
     points = []
     for entry in entries:
         product = json.loads(entry) if isinstance(entry, str) else entry
         attributes = product.get("product", {}).get("attributes", {})
-        name, region, classified = attributes.get("model"), attributes.get("regionCode"), classify(attributes)
+        name, region, classified = attributes.get("model") or "", attributes.get("regionCode"), classify(attributes)
+        name = name.removesuffix(LATENCY_OPTIMIZED_MODEL)
         if name not in model_names or not region or classified is None:
             continue
         for term in product.get("terms", {}).get("OnDemand", {}).values():
@@ -277,35 +535,46 @@ def price_points(entries: Iterable[str | dict], model_names: set[str]) -> list[P
                     PricePoint(
                         name,
                         region,
-                        *classified,
+                        classified.kind,
+                        classified.component,
                         _effective(term),
                         micros_per_1m(dimension["pricePerUnit"]["USD"], dimension["unit"]),
+                        classified.offer,
                     )
                 )
     return points
 
 
 def prices_on(points: Iterable[PricePoint], day: date) -> dict[tuple[str, str], dict[str, Prices]]:
-    """``{(model name, region): {kind: Prices}}`` in effect on ``day``: for each price, the
-    term effective latest on or before the day; products that tie (same model, region, kind
-    and component) give the highest price, so the choice never depends on the order the API
-    answers in and never under-counts. A kind needs both an input and an output price."""
+    """``{(model name, region): {offer_key(kind, offer): Prices}}`` in effect on ``day``: for
+    each price, the term effective latest on or before the day; products that tie (same
+    model, region, kind, offer and component) give the highest price, so the choice never
+    depends on the order the API answers in and never under-counts. A card needs both an
+    input and an output price; the components an offer leaves out are its kind's standard
+    ones at the offer's input ratio (``config.completed``)."""
     best: dict[tuple, tuple[date, int]] = {}
     for point in points:
         if point.effective > day:
             continue
-        key = (point.model, point.region, point.kind, point.component)
+        key = (point.model, point.region, offer_key(point.kind, point.offer), point.component)
         best[key] = max(best.get(key, (date.min, -1)), (point.effective, point.micros))
     grouped: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
-    for (model, region, kind, component), (_, micros) in best.items():
-        grouped.setdefault((model, region), {}).setdefault(kind, {})[component] = micros
+    for (model, region, card, component), (_, micros) in best.items():
+        grouped.setdefault((model, region), {}).setdefault(card, {})[component] = micros
     result = {}
-    for key, kinds in grouped.items():
+    for key, cards in grouped.items():
         complete = {
-            kind: Prices(c["input"], c["output"], c.get("cache_read", 0), c.get("cache_write", 0))
-            for kind, c in kinds.items()
-            if "input" in c and "output" in c
+            card: Prices(**{**dict.fromkeys(PRICE_FIELDS, 0), **c})
+            for card, c in cards.items()
+            if "/" not in card and "input" in c and "output" in c
         }
+        for card, c in cards.items():
+            kind = card.partition("/")[0]
+            standard = complete.get(kind) or complete.get(IN_REGION)
+            if "/" in card and "input" in c and "output" in c:
+                complete[card] = (
+                    completed(c, standard) if standard else Prices(**{**dict.fromkeys(PRICE_FIELDS, 0), **c})
+                )
         if complete:
             result[key] = complete
     return result
@@ -314,7 +583,7 @@ def prices_on(points: Iterable[PricePoint], day: date) -> dict[tuple[str, str], 
 def parse_price_list(
     entries: Iterable[str | dict], model_names: set[str], day: date
 ) -> dict[tuple[str, str], dict[str, Prices]]:
-    """The standard on-demand token prices of ``model_names`` in effect on ``day``."""
+    """The token prices of ``model_names`` in effect on ``day``, by kind and offer (``prices_on``)."""
     return prices_on(price_points(entries, model_names), day)
 
 
@@ -330,11 +599,17 @@ def pricing_client():
 state.kept(pricing_client.cache_clear)
 
 
+def price_list_queries(model_names: Iterable[str]) -> list[str]:
+    """The Price List model names to ask for: each model's, then its latency-optimized
+    offer's, which the Price List lists as a model of its own."""
+    return [query for name in sorted(set(model_names)) for query in (name, name + LATENCY_OPTIMIZED_MODEL)]
+
+
 def fetch_price_list(client, model_names: Iterable[str]) -> list[str]:
     """Every AmazonBedrock product of the named models (all regions), paginated."""
     entries: list[str] = []
     paginator = client.get_paginator("get_products")
-    for name in sorted(set(model_names)):
+    for name in price_list_queries(model_names):
         for page in paginator.paginate(
             ServiceCode=SERVICE_CODE,
             FormatVersion="aws_v1",
@@ -371,14 +646,19 @@ def configured_models() -> list[PricedModelId]:
     ]
 
 
+def _kind_and_offer(card: str) -> tuple[str, str]:
+    kind, _, offer = card.partition("/")
+    return kind, offer or STANDARD
+
+
 def pricing_items(points: list[PricePoint], models: list[PricedModelId], now: datetime) -> list[dict]:
     """PricingCache items for ``models`` and every day that can still be metered, each day
     priced by the terms in effect on it: ``{day}#{region}`` for each region and ``{day}``
-    for the default region, with the prices of every kind found."""
+    for the default region, with the prices of every kind and offer found."""
     fetched = int(now.timestamp())
     items: dict[tuple[str, str], dict] = {}
     for day in org_days_in_play(now):
-        for (name, region), kinds in sorted(prices_on(points, day).items()):
+        for (name, region), cards in sorted(prices_on(points, day).items()):
             for model in (model for model in models if model.price_list_model == name):
                 for key_region in [region] + ([None] if region == default_price_region() else []):
                     key = (model.model_id, keys.price_key(day.isoformat(), key_region))
@@ -389,9 +669,13 @@ def pricing_items(points: list[PricePoint], models: list[PricedModelId], now: da
                             "price_key": key[1],
                             **model.details,
                             **{
-                                price_attribute(kind, component): getattr(prices, component)
-                                for kind, prices in kinds.items()
+                                price_attribute(_kind_and_offer(card)[0], component, _kind_and_offer(card)[1]): getattr(
+                                    prices, component
+                                )
+                                for card, prices in cards.items()
                                 for component in PRICE_FIELDS
+                                # a 1-hour write price the Price List lacks is left to config.yaml
+                                if component != "cache_write_1h" or prices.cache_write_1h
                             },
                             "fetched_at_epoch": fetched,
                             tables.TTL_ATTRIBUTE: fetched + PRICE_TTL_DAYS * 86400,
@@ -419,7 +703,7 @@ def _write(points: list[PricePoint], models: list[PricedModelId], now: datetime)
         else:
             kept += 1
     highest: dict[str, int] = {}
-    for point in points:  # every on-demand price read, of any model, Region or kind
+    for point in points:  # every token price read, of any model, Region, kind or offer
         name = PRICE_FIELDS[point.component]
         highest[name] = max(highest.get(name, 0), point.micros)
     price_store.raise_ceiling(highest)
@@ -442,7 +726,7 @@ def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
     """The daily run: read the Price List for every configured model and every model
     outside config.yaml seen since (``store.prices.registered_models``), add the days' prices to
     PricingCache (``_store``), then re-price the registered models' records counted at the
-    estimate (``reprice_estimates``; a configured model always has a config price).
+    estimate (``reprice_estimates``: of a configured model, those of a rate it had no price of).
 
     When the Price List cannot be read, nothing is written and the stored or config prices
     keep serving (the run reports ``unavailable`` instead of failing, so the schedule does
@@ -455,7 +739,8 @@ def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
     if points is None:
         return {"status": "unavailable", "written": 0, "kept": 0, "models": 0}
     report = {"status": "ok", **_write(points, models, now)}
-    report["repriced"] = reprice_estimates(model_id for model_id, _ in registered)
+    # a configured model's records are counted at the estimate only for a rate it has no price of (a tier, ...)
+    report["repriced"] = reprice_estimates(dict.fromkeys(model.model_id for model in models))
     logger.info("pricing refreshed", extra=report)
     return report
 
@@ -506,9 +791,19 @@ def reprice(pending: dict, now: datetime) -> bool:
     """Correct one record counted at the estimate (``store.usage.estimated_records``) to its
     day's price, exactly once; False when its price is still unknown, it was corrected
     before (by a re-run, an overlapping run, or a retry) or it was voided."""
-    tokens = Tokens(*(int(pending[name]) for name in Tokens._fields))
+    tokens = Tokens(*(int(pending.get(name, 0)) for name in Tokens._fields))
     day = datetime.strptime(pending["org_day"], "%Y%m%d").date()
-    known = quote(pending["model_id"], day, pending.get("region"), pending.get("profile_kind", IN_REGION))
+    model_id = pending["model_id"]
+    known = quote(
+        model_id,
+        day,
+        pending.get("region"),
+        pending.get("profile_kind", IN_REGION),
+        profiles.configured_for_model(model_id),
+        Dimensions.from_item(pending),
+        tokens,
+        reserved_at_on_demand=True,  # a reserved-tier record is counted at the estimate only when so
+    )
     if known.source == ESTIMATE:
         return False
     delta = cost_usd_micros(tokens, known.prices) - int(pending["cost_usd_micros"])

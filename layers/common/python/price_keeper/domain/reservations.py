@@ -31,10 +31,10 @@ from ..observability import logger
 from ..store import daily_totals, keys
 from ..store import reservations as store
 from ..timeutil import iso_utc, org_day, parse_day, utc_now
-from ..validation import APP_ID_PATTERN, REGION_PATTERN, StrictBody
+from ..validation import APP_ID_PATTERN, REGION_PATTERN
 from . import alerts, boosts, pricing, profiles
 from .aggregation import read_daily_totals, scope_totals, scope_usage_keys, usage_expires_at
-from .models import TokenCount
+from .models import CallDimensions, TokenCount
 from .orgs import EffectiveConfig
 
 DEFAULT_TTL_SECS = 600
@@ -46,7 +46,7 @@ SWEEP_LIMIT = 25
 _ID = re.compile(r"^(\d{8})-([oa])-(\d{10})-([0-9a-f]{32})$")
 
 
-class ReservationRequest(StrictBody):
+class ReservationRequest(CallDimensions):
     max_input_tokens: TokenCount = Field(description="Upper bound of the prompt's input tokens")
     max_output_tokens: TokenCount = Field(description="The call's maxTokens")
     max_cache_write_input_tokens: TokenCount = 0
@@ -112,20 +112,25 @@ def _held_ledgers(item: dict, scope: str, day: str) -> list[dict]:
 
 def worst_case(config: EffectiveConfig, label: str, request: ReservationRequest, day: str) -> int | None:
     """The most the call can cost on ``label``, priced in the request's ``calling_region``
-    as its settling record will be (else as model selection prices it), or None when the
-    label cannot be priced now or the request is over its token caps."""
+    as its settling record will be (else as model selection prices it), at its service tier,
+    latency-optimized or not, at the long-context rate when its bounds are over the model's
+    threshold, and every cache write at the dearer of the 5-minute and 1-hour rates; None when
+    the label cannot be priced now or the request is over its token caps."""
     max_input, max_output = get_config().token_caps(label)
     if max(request.max_input_tokens, request.max_cache_write_input_tokens) > max_input:
         return None
     if request.max_output_tokens > max_output or profiles.known_label(config, label) is None:
         return None
-    try:
-        quote = pricing.price_of(profiles.priced_model(config, label, request.calling_region), parse_day(day))
-    except ApiError:
-        return None
     tokens = pricing.Tokens(
         request.max_input_tokens, request.max_output_tokens, 0, request.max_cache_write_input_tokens
     )
+    try:
+        priced = profiles.priced_model(config, label, request.calling_region)
+        quote = pricing.price_of(priced, parse_day(day), pricing.Dimensions.of(request), tokens, config.org_id)
+    except ApiError:
+        return None
+    if quote.prices.cache_write_1h > quote.prices.cache_write:
+        tokens = tokens._replace(cache_write_1h=tokens.cache_write)
     return pricing.cost_usd_micros(tokens, quote.prices)
 
 

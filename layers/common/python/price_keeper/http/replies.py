@@ -27,7 +27,7 @@ def published(model: type[Reply], body: dict) -> dict:
 
 Status = Literal["NORMAL", "TIGHT", "EXCEEDED"]
 Mode = Literal["NORMAL", "TIGHT"]
-PriceSource = Literal["PRICING_API", "CONFIG_FALLBACK", "ESTIMATE", "UNAVAILABLE"]
+PriceSource = Literal["PRICING_API", "CONFIG_FALLBACK", "ESTIMATE", "RESERVED", "UNAVAILABLE"]
 ProfileKind = Literal["IN_REGION", "GEOGRAPHIC", "GLOBAL"]
 
 
@@ -37,10 +37,27 @@ class Processing(Reply):
     cost_usd_micros: int = Field(description="Server-computed cost of the call")
 
 
+class Rates(Reply):
+    """The prices a record was counted at, micro-USD per 1M tokens."""
+
+    input_price_usd_micros_per_1m: int
+    output_price_usd_micros_per_1m: int
+    cache_read_price_usd_micros_per_1m: int
+    cache_write_price_usd_micros_per_1m: int = Field(description="A cache write with the 5-minute TTL")
+    cache_write_1h_price_usd_micros_per_1m: int = Field(description="A cache write with the 1-hour TTL")
+
+
 class UsagePricing(Reply):
-    source: PriceSource
+    """Which rates applied to the record (docs/metering.md, "What a call costs")."""
+
+    source: PriceSource = Field(description="RESERVED: a reserved-tier call, prepaid (0 marginal cost)")
     version: str = Field(description="The price day, YYYY-MM-DD")
     profile_kind: ProfileKind
+    service_tier: Literal["default", "priority", "flex", "reserved"] | None = None
+    latency_optimized: bool | None = None
+    inference_type: Literal["ON_DEMAND", "BATCH"] | None = None
+    long_context: bool | None = Field(None, description="Priced at the model's long-context rate")
+    rates: Rates | None = Field(None, description="Left out of a duplicate's answer")
 
 
 class DailyStatus(Reply):
