@@ -15,7 +15,7 @@ Calls are counted with botocore event hooks on the service's own client. moto's
 Each operation is measured warm (config, prices and token checks cached in memory, as in
 a warm Lambda container) for 1 active scope and for N active scopes (default 1,000): the
 stream folds (``ledger.fold_batch`` on the records ``StreamReader`` reads) cost the same at
-both (they read only the label-days they are handed), the audit (``aggregation.run``) grows
+both (they read only the label-days they are handed), the audit (``repair.run``) grows
 with the label-days listed. The last table prints the items a record writes as a day grows,
 beside what the seed's ``request_ids`` string set would cost.
 """
@@ -61,7 +61,7 @@ from moto import mock_aws  # noqa: E402
 
 from local import moto_patches  # noqa: E402
 from price_keeper.config import get_config  # noqa: E402
-from price_keeper.domain import aggregation, ledger, metering, orgs, selection  # noqa: E402
+from price_keeper.domain import aggregation, ledger, metering, orgs, repair, selection  # noqa: E402
 from price_keeper.domain.models import UsageRequest  # noqa: E402
 from price_keeper.store import keys, tables  # noqa: E402
 from price_keeper.store.dynamo import (  # noqa: E402
@@ -402,7 +402,7 @@ def scenario(meter: Meter, scopes: int, submissions_per_scope: int) -> list[tupl
             *measure(meter, lambda: fold_all(stream)),
         )
     )
-    rows.append((f"audit ({scopes * labels} label-days listed)", *measure(meter, aggregation.run)))
+    rows.append((f"audit ({scopes * labels} label-days listed)", *measure(meter, repair.run)))
     selection.select_model(org_id, app_id)
     rows.append(("model selection (warm)", *measure(meter, lambda: selection.select_model(org_id, app_id))))
     rows.append(

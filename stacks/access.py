@@ -82,12 +82,12 @@ SELECTION = merge(SELECTION_READ, STICKY_ADVANCE, PRICE_QUOTE, PROFILE_LOOKUP)
 USAGE_RECORD = {USAGE_AGG_SHARDED: (PUT, UPDATE)}
 # voids: usage.read_marker, then usage.write_once of the marker's Update
 USAGE_VOID = {USAGE_AGG_SHARDED: (GET, UPDATE), DAILY_TOTAL: (UPDATE,)}  # (a settling record's ledgers)
-AGGREGATION = {  # aggregation.run (the audit) and ledger.fold_batch
+AGGREGATION = {  # repair.run and plan_audit (the audit), ledger.fold_batch, rederive.rederive
     (USAGE_AGG_SHARDED, ACTIVE_BY_DAY): (QUERY,),  # usage.active_label_days (the audit)
     # one BatchGetItem of daily_totals.fold_read and sticky.days_read; put_heartbeat; the
     # ledger's chunks: their totals, the stream shard's progress (daily_totals.folded_to,
-    # write_folded) and label-days' index entries (usage.day_listed)
-    USAGE_AGG_SHARDED: (UPDATE,),
+    # write_folded) and label-days' index entries (usage.day_listed); usage.org_markers
+    USAGE_AGG_SHARDED: (UPDATE, QUERY),
     DAILY_TOTAL: (BATCH_GET, GET, UPDATE, PUT),
     STICKY_STATE: (BATCH_GET,),
 }

@@ -220,9 +220,10 @@ def test_the_audit_evaluates_todays_scope_days_of_the_days_in_play_and_writes_no
     gone = keys.scope_key(str(uuid.uuid4()), "app-1", "APP")
     list_day(gone, "premium", today)
     dynamodb_calls.clear()
-    report = aggregation.run()
+    report = repair.run()
     calls = operations(dynamodb_calls)
-    assert "Scan" not in calls and calls["Query"] == len(days) * keys.ACTIVE_DAY_BUCKETS
+    # the index pages of each day in play, and of the one more day only re-derivation reads
+    assert "Scan" not in calls and calls["Query"] == (len(days) + 1) * keys.ACTIVE_DAY_BUCKETS
     writes = [params for op, params in dynamodb_calls if op in ("PutItem", "UpdateItem", "TransactWriteItems")]
     assert [params["Item"]["usage_key"] for params in writes] == [keys.HEARTBEAT_KEY["usage_key"]]
     assert (report.days, report.totals_written, report.evaluated) == (days, 0, [(tenant.scope, today)])
@@ -320,7 +321,9 @@ def test_the_audit_fans_out_over_the_repair_queue_in_chunks(repair_queue, stream
     dynamodb_calls.clear()
     planned = schedule()  # only the plan
     assert (planned["label_days"], planned["messages"]) == (2 * len(scopes) + 1, 3)
-    assert set(operations(dynamodb_calls)) == {"Query", "PutItem"}  # the index, one page a key; the heartbeat
+    # the index, one page a key; the timezones of the orgs that spent on a day that may be due
+    # to be re-derived (``rederive.due_org_days``); the heartbeat
+    assert set(operations(dynamodb_calls)) == {"Query", "BatchGetItem", "PutItem"}
     dynamodb_calls.clear()
     assert repair_queue() == 1  # 3 messages, one invocation of up to 10
     assert written_tables(dynamodb_calls) == {tables.STICKY_STATE.physical_name}  # the alert's record alone

@@ -409,7 +409,7 @@ def test_the_audit_raises_no_alert_for_a_past_day_on_quotas_that_are_todays(api,
     """The audit evaluates an unmoved scope-day only on the scope's today: yesterday's spend,
     below yesterday's quota, is not alerted on because the quota was lowered since (red-team
     note: it fired a THRESHOLD 80 % for yesterday on today's quota)."""
-    from price_keeper.domain import aggregation
+    from price_keeper.domain import repair
     from price_keeper.timeutil import utc_now
     from tests.usage_support import fold_usage, new_tenant, usage_body
 
@@ -423,10 +423,10 @@ def test_the_audit_raises_no_alert_for_a_past_day_on_quotas_that_are_todays(api,
     )
     orgs.forget(tenant.org_id)
     tomorrow = utc_now() + timedelta(days=1)
-    audit = aggregation.run(tomorrow)  # yesterday is still in play; nothing moves
+    audit = repair.run(tomorrow)  # yesterday is still in play; nothing moves
     assert audit.totals_written == 0
     assert alerts.fire_after_run(audit, tomorrow) == [] and bus() == []
-    today = aggregation.run()  # the same spend on its own day, against the lowered quota: 94 %
+    today = repair.run()  # the same spend on its own day, against the lowered quota: 94 %
     assert [(alert.type, alert.label, alert.threshold_pct) for alert in alerts.fire_after_run(today, utc_now())] == [
         (alerts.THRESHOLD, "premium", 80)
     ]

@@ -18,7 +18,7 @@ from botocore.stub import Stubber
 
 from local.gateway import LambdaContext, load_handler
 from price_keeper.config import Prices, get_config
-from price_keeper.domain import aggregation, alerts, pricing, profiles
+from price_keeper.domain import aggregation, alerts, pricing, profiles, repair
 from price_keeper.domain.aggregation import Totals
 from price_keeper.store import daily_totals, keys, tables
 from price_keeper.store import prices as price_store
@@ -322,7 +322,7 @@ def test_records_counted_at_the_estimate_are_repriced_once_the_price_is_known(
     assert fetch_on({"detail": {}}, monkeypatch, LLAMA_PRODUCTS)["repriced"] == 0
     assert run_fetcher(event, monkeypatch, stub_price_list({})[0])["repriced"] == 0
     assert fold_stream() is None  # nothing new on the stream
-    aggregation.run()
+    repair.run()
     assert scope_cost(tenant, "llama", day) == (3 * real, 3)
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
-from price_keeper.domain import aggregation, alerts, ledger, repair
+from price_keeper.domain import alerts, ledger, repair
 from price_keeper.metric_names import AGGREGATOR_LAG_SECONDS, SPEND_PCT
 from price_keeper.observability import logger, metrics
 from price_keeper.timeutil import utc_now
@@ -35,7 +35,7 @@ def lambda_handler(event: dict, context) -> dict:
         return {**planned, "trigger": trigger}
     failed_items: list[str] = []  # what the event source mapping delivers again (messages, or where a stream resumes)
     if trigger == "schedule":  # no repair queue (tests, tools): the audit in this invocation
-        report = aggregation.run()
+        report = repair.run()
     else:
         report, failed_items = repair.repair({record["messageId"]: record["body"] for record in records})
     return _reported(report, trigger, failed_items)

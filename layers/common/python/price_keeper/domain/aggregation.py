@@ -475,14 +475,3 @@ def audit_label_days(label_days: Iterable[LabelDay], now: datetime | None = None
         report_moved(evaluated, scope_day, snapshot, [], int(stored.get("cost_usd_micros", 0)))
         report.merge(evaluated)
     return report
-
-
-def run(now: datetime | None = None) -> RunReport:
-    """The audit in one process (tests and tools; deployed, ``repair.plan_audit`` fans it
-    out over the repair queue): every label-day listed on the org days in play."""
-    now = now or utc_now()
-    days = days_in_play(now)
-    report = audit_label_days([label_day for day in days for label_day in usage.active_label_days(day)], now)
-    report.days = days
-    heartbeat(report.lag_seconds, now)
-    return report

@@ -9,7 +9,9 @@ mapping):
   (``SendMessageBatch``, 10 messages a call).
 - **The worker** (``repair``): each chunk's label-days audited
   (``aggregation.audit_label_days``), the chunks in parallel: the audit finishes in the time
-  the planner pages the index plus one chunk's reads, however many scopes there are.
+  the planner pages the index plus one chunk's reads, however many scopes there are. And
+  each org day settled since the last audit re-derived from its records, a message each
+  (``rederive``: what the stream lost is recovered).
 
 A message audited twice changes nothing. One that cannot be read is reported to the
 mapping (``ReportBatchItemFailures``): SQS delivers it again and then moves it to the
@@ -28,7 +30,7 @@ from ..aws import client
 from ..observability import logger
 from ..store import usage
 from ..timeutil import utc_now
-from . import aggregation
+from . import aggregation, rederive
 from .aggregation import LabelDay, RunReport
 
 AUDIT_CHUNK = 100  # label-days per message: a few BatchGetItems
@@ -43,13 +45,17 @@ def queue_url() -> str | None:
 
 def plan_audit(now: datetime | None = None) -> dict:
     """Enqueue every label-day written on the org days in play (``[usage_key, date_key]``),
-    ``AUDIT_CHUNK`` to a message; what was sent. The heartbeat too: the aggregator ran."""
+    ``AUDIT_CHUNK`` to a message, and each org day due to be re-derived
+    (``rederive.due_org_days``), a message each; what was sent. The heartbeat too: the
+    aggregator ran."""
     now = now or utc_now()
     days = aggregation.days_in_play(now)
-    entries = [list(label_day) for day in days for label_day in sorted(usage.active_label_days(day))]
+    listed = _listed(now)
+    entries = [list(label_day) for day in days for label_day in sorted(listed[day])]
+    settled = rederive.due_org_days([label_day for found in listed.values() for label_day in found], now)
     bodies = [
         json.dumps({"audit": entries[start : start + AUDIT_CHUNK]}) for start in range(0, len(entries), AUDIT_CHUNK)
-    ]
+    ] + [json.dumps({"rederive": list(org_day)}) for org_day in settled]
     sqs = client("sqs")
     for batch in _send_batches(bodies):
         entries_sent = [{"Id": str(n), "MessageBody": body} for n, body in enumerate(batch)]
@@ -57,7 +63,14 @@ def plan_audit(now: datetime | None = None) -> dict:
         if failed:
             raise RuntimeError(f"{len(failed)} audit messages not enqueued")  # the schedule retries the plan
     aggregation.heartbeat(0, now)
-    return {"days": days, "label_days": len(entries), "messages": len(bodies)}
+    return {"days": days, "label_days": len(entries), "org_days_rederived": len(settled), "messages": len(bodies)}
+
+
+def _listed(now: datetime) -> dict[str, list[LabelDay]]:
+    """The label-days the ``active-by-day`` index lists, by org day: the days in play (the
+    audit's) and the one more that only re-derivation reads (``rederive.candidate_days``)."""
+    days = sorted({*aggregation.days_in_play(now), *rederive.candidate_days(now)})
+    return {day: usage.active_label_days(day) for day in days}
 
 
 def _send_batches(bodies: list[str]) -> list[list[str]]:
@@ -77,19 +90,49 @@ def _send_batches(bodies: list[str]) -> list[list[str]]:
 
 class Repaired(NamedTuple):
     report: RunReport
-    failed_messages: list[str]  # ids of the messages that cannot be read
+    failed_messages: list[str]  # ids of the messages that cannot be read or whose org day failed
 
 
 def repair(messages: Mapping[str, str], now: datetime | None = None) -> Repaired:
-    """The worker: audit what a batch of audit messages (id -> body) names. A message that
-    cannot be read (a malformed body) is named failed on its own: it comes back alone, and
-    the others are audited all the same."""
+    """The worker: audit the label-days and re-derive the org days a batch of messages (id
+    -> body) names. A message that cannot be read (a malformed body), or whose org day could
+    not be re-derived, is named failed on its own: it comes back alone, and the others are
+    done all the same."""
+    now = now or utc_now()
     audited: list[LabelDay] = []
-    unreadable: list[str] = []
+    org_days: dict[str, tuple[str, str]] = {}
+    failed: list[str] = []
     for message_id, body in messages.items():
         try:
-            audited += [(str(usage_key), str(date_key)) for usage_key, date_key in json.loads(body)["audit"]]
+            message = json.loads(body)
+            if "rederive" in message:
+                org_id, day = message["rederive"]
+                org_days[message_id] = (str(org_id), str(day))
+            else:
+                audited += [(str(usage_key), str(date_key)) for usage_key, date_key in message["audit"]]
         except (ValueError, KeyError, TypeError):
             logger.exception("repair message not readable", extra={"message_id": message_id})
-            unreadable.append(message_id)
-    return Repaired(aggregation.audit_label_days(audited, now), unreadable)
+            failed.append(message_id)
+    report = aggregation.audit_label_days(audited, now)
+    for message_id, (org_id, day) in org_days.items():
+        try:
+            report.merge(rederive.rederive(org_id, day, now))
+        except Exception:  # noqa: BLE001 - its message comes back alone; the others are done
+            logger.exception("re-derivation failed", extra={"org": org_id, "day": day})
+            failed.append(message_id)
+    return Repaired(report, failed)
+
+
+def run(now: datetime | None = None) -> RunReport:
+    """The audit in one process (tests and tools; deployed, ``plan_audit`` fans it out over
+    the repair queue): every label-day listed on the org days in play, and the org days due
+    to be re-derived (``domain.rederive``)."""
+    now = now or utc_now()
+    days = aggregation.days_in_play(now)
+    listed = _listed(now)
+    report = aggregation.audit_label_days([label_day for day in days for label_day in listed[day]], now)
+    for org_id, day in rederive.due_org_days([label_day for found in listed.values() for label_day in found], now):
+        report.merge(rederive.rederive(org_id, day, now))
+    report.days = days
+    aggregation.heartbeat(report.lag_seconds, now)
+    return report
