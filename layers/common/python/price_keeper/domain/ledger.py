@@ -110,13 +110,15 @@ def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
     return found
 
 
-def chunks(found: list[Change], config_labels: Collection[str]) -> list[list[Change]]:
+def chunks(
+    found: list[Change], config_labels: Collection[str], folded_before: Collection[LabelDay] = ()
+) -> list[list[Change]]:
     """``found`` cut greedily in order, each chunk's writes within one transaction with the
-    shard's progress (``CHUNK_ACTIONS``): per label-day at most its label total and its index
-    entry, and for a label the scope total counts (not one of ``config_labels``: they are
-    kept apart) its listing item and, once a scope-day, the scope total. So a batch of quiet
-    config-label label-days is two writes each, 49 to a chunk, and a hot label among them is
-    in a few chunks a batch, not in one of every 19 records."""
+    shard's progress (``CHUNK_ACTIONS``): per label-day its label total, and on its first fold
+    (not among ``folded_before``) its index entry and, for a label the scope total counts (not
+    one of ``config_labels``: they are kept apart), its listing item; and once a scope-day of
+    such labels, the scope total. So a batch of label-days folded before is one write each, 97
+    to a chunk, and a hot label or a hot scope total is in a chunk or two of a shard's batch."""
     cut: list[list[Change]] = []
     label_days: set[LabelDay] = set()
     scope_days: set[tuple[str, str]] = set()
@@ -128,8 +130,10 @@ def chunks(found: list[Change], config_labels: Collection[str]) -> list[list[Cha
                 label_days, scope_days, actions = set(), set(), 1
             new = [label_day for label_day in change.label_days if label_day not in label_days]
             counted = [ld for ld in new if keys.split_usage_key(ld[0])[1] not in config_labels]
+            first = [ld for ld in new if ld not in folded_before]
+            listed = [ld for ld in first if ld in counted]
             new_scope_days = {(keys.split_usage_key(ld[0])[0], ld[1]) for ld in counted} - scope_days
-            need = 2 * len(new) + len(counted) + len(new_scope_days)
+            need = len(new) + len(first) + len(listed) + len(new_scope_days)
             if actions + need <= CHUNK_ACTIONS or not cut[-1]:
                 break
         cut[-1].append(change)
@@ -166,15 +170,19 @@ def fold_batch(records: Sequence[DynamoDBRecord], shard_id: str, now: datetime |
     if not found:  # (no marker changes: no progress to read)
         return Folded(RunReport(days=[]), None)
     progress = Progress(shard_id)
-    cut = chunks(progress.unfolded(found), orgs.config_labels_ever())
-    report = RunReport(days=sorted({keys.day_of_key(d) for chunk in cut for c in chunk for _, d in c.label_days}))
-    if not cut:
+    unfolded = progress.unfolded(found)
+    report = RunReport(days=sorted({keys.day_of_key(d) for change in unfolded for _, d in change.label_days}))
+    if not unfolded:
         return Folded(report, None)
-    configs = aggregation.configs_of(scopes_of(change for chunk in cut for change in chunk))
+    configs = aggregation.configs_of(scopes_of(unfolded))
     orgs.record_config_labels()  # stored before any spend is kept apart from a scope total under one of them
-    for chunk in cut:
+    # the batch's totals read once (each chunk's first attempt writes on what it read), so the
+    # chunks can be cut by what they will write
+    read = aggregation.read_for_fold(_scope_days(unfolded, configs))
+    folded_before = {label_day for label_day, item in read.totals.items() if "requests" in item}
+    for chunk in chunks(unfolded, orgs.config_labels_ever(), folded_before):
         try:
-            report.merge(_fold_chunk(chunk, configs, now, progress))
+            report.merge(_fold_chunk(chunk, configs, now, progress, read))
         except Exception:  # noqa: BLE001 - named to the mapping, which delivers the batch again from it
             logger.exception("ledger fold failed", extra={"sequence": chunk[0].sequence, "shard": shard_id})
             return Folded(report, records[chunk[0].position].dynamodb.sequence_number)
@@ -182,14 +190,17 @@ def fold_batch(records: Sequence[DynamoDBRecord], shard_id: str, now: datetime |
     return Folded(report, None)
 
 
-def _fold_chunk(chunk: list[Change], configs: dict, now: datetime, progress: Progress) -> RunReport:
+def _fold_chunk(
+    chunk: list[Change], configs: dict, now: datetime, progress: Progress, batch_read: aggregation.Snapshot
+) -> RunReport:
     """Write one chunk (its label-days' actions and the shard's progress) until it lands, leaving
-    out what the shard's progress shows folded meanwhile (another run of the same records)."""
+    out what the shard's progress shows folded meanwhile (another run of the same records): on
+    the batch's ``batch_read`` first (which it updates with what it wrote), then on reads of its own."""
     report = RunReport(days=[])
     pending = chunk
     attempt, overtaken, fresh = 0, 0, False
     while pending:
-        scope_days, snapshot, moves = _moves(pending, configs, now, fresh=fresh)
+        scope_days, snapshot, moves = _moves(pending, configs, now, None if fresh else batch_read)
         actions = [action for scope_day in scope_days for action in _scope_day_actions(scope_day, moves, now)]
         expires_at = int(now.timestamp()) + PROGRESS_DAYS * 86400
         read = progress.folded_to
@@ -199,6 +210,7 @@ def _fold_chunk(chunk: list[Change], configs: dict, now: datetime, progress: Pro
             _take_back_live(pending)
             for scope_day in scope_days:
                 report.merge(_moved(scope_day, snapshot, moves, pending, now))
+            _written(batch_read, scope_days, moves)
             return report
         fresh = True
         if written.folded_to != read:  # another run folded some of them: no failed attempt
@@ -215,11 +227,35 @@ def _fold_chunk(chunk: list[Change], configs: dict, now: datetime, progress: Pro
     return report
 
 
+def _scope_days(pending: list[Change], configs: dict) -> list[aggregation.ScopeDay]:
+    """The scope-days of ``pending``'s label-days."""
+    by_scope_day: dict[tuple[str, str], list[LabelDay]] = {}
+    for label_day in dict.fromkeys(label_day for change in pending for label_day in change.label_days):
+        by_scope_day.setdefault((keys.split_usage_key(label_day[0])[0], label_day[1]), []).append(label_day)
+    return [
+        aggregation.ScopeDay(scope, date_key, label_days, configs.get(scope))
+        for (scope, date_key), label_days in sorted(by_scope_day.items())
+    ]
+
+
+def _written(read: aggregation.Snapshot, scope_days: list[aggregation.ScopeDay], moves: dict) -> None:
+    """The batch's ``read`` of totals with what a chunk wrote: its label totals' new values and
+    its scope totals' differences (the next chunks write on them)."""
+    for scope_day in scope_days:
+        total = (scope_day.total_key["usage_key"], scope_day.date_key)
+        for move in moves[(scope_day.scope, scope_day.date_key)]:
+            read.totals[(move.fold.usage_key, move.fold.date_key)] = dict(move.fold.values)
+            if scope_day.in_scope_total(move.label):
+                stored = read.totals.setdefault(total, {})
+                for name, value in move.difference.items():
+                    stored[name] = int(stored.get(name, 0)) + value
+
+
 def _moves(
-    pending: list[Change], configs: dict, now: datetime, fresh: bool
+    pending: list[Change], configs: dict, now: datetime, read: aggregation.Snapshot | None
 ) -> tuple[list[aggregation.ScopeDay], aggregation.Snapshot, dict[tuple[str, str], list[aggregation.Move]]]:
-    """The scope-days of ``pending``, what was read of them, and each one's label moves:
-    the stored totals plus the changes."""
+    """The scope-days of ``pending``, what was read of them (``read``, else a strongly
+    consistent read now), and each one's label moves: the stored totals plus the changes."""
     deltas: dict[LabelDay, dict[str, int]] = {}
     created: dict[LabelDay, int] = {}
     for change in pending:
@@ -228,14 +264,8 @@ def _moves(
             for name, value in change.delta.items():
                 sums[name] += value
             created[label_day] = max(created.get(label_day, 0), change.created_epoch)
-    by_scope_day: dict[tuple[str, str], list[LabelDay]] = {}
-    for usage_key, date_key in deltas:
-        by_scope_day.setdefault((keys.split_usage_key(usage_key)[0], date_key), []).append((usage_key, date_key))
-    scope_days = [
-        aggregation.ScopeDay(scope, date_key, label_days, configs.get(scope))
-        for (scope, date_key), label_days in sorted(by_scope_day.items())
-    ]
-    snapshot = aggregation.read_for_fold(scope_days, fresh_totals=fresh)
+    scope_days = _scope_days(pending, configs)
+    snapshot = read if read is not None else aggregation.read_for_fold(scope_days, fresh_totals=True)
     moves = {
         (scope_day.scope, scope_day.date_key): [
             aggregation.label_move(
