@@ -76,7 +76,8 @@ def one_hour_writes(usage: dict) -> int:
 
 
 def usage_record(
-    choice: ModelChoice,
+    label: str,
+    bedrock_model_id: str,
     usage: dict | None,
     calling_region: str | None,
     status: str = "OK",
@@ -89,8 +90,8 @@ def usage_record(
     usage = usage or {}
     return UsageRecord(
         request_id=str(uuid.uuid4()),
-        model_label=choice.label,
-        bedrock_model_id=choice.bedrock_model_id,
+        model_label=label,
+        bedrock_model_id=bedrock_model_id,
         input_tokens=int(usage.get("inputTokens", 0)),
         output_tokens=int(usage.get("outputTokens", 0)),
         cache_read_input_tokens=int(usage.get("cacheReadInputTokens", 0)),
@@ -190,7 +191,9 @@ class ConverseStream:
         if self.usage is not None:
             return
         how = how_called(self._request, self._answered)
-        self.usage = usage_record(self.choice, usage, self._region, status, self.reservation_id, how)
+        self.usage = usage_record(
+            self.choice.label, self.choice.bedrock_model_id, usage, self._region, status, self.reservation_id, how
+        )
         if quietly:
             self.receipt = report_quietly(self._record_usage, self.usage)
         else:
@@ -263,7 +266,9 @@ class GuardedBedrock:
         try:
             return choice, reservation_id, operation(modelId=choice.bedrock_model_id, messages=messages, **kwargs)
         except SENT_ERRORS:
-            failed = usage_record(choice, None, region, "ERROR", reservation_id, how_called(kwargs))
+            failed = usage_record(
+                choice.label, choice.bedrock_model_id, None, region, "ERROR", reservation_id, how_called(kwargs)
+            )
             report_quietly(self._record_usage, failed)
             raise
         except BaseException:
@@ -277,7 +282,15 @@ class GuardedBedrock:
     def converse(self, messages: list[dict], **kwargs: Any) -> ConverseResult:
         choice, reservation_id, response = self._call(self.client.converse, messages, kwargs)
         how = how_called(kwargs, response)
-        record = usage_record(choice, response.get("usage"), self.client.meta.region_name, "OK", reservation_id, how)
+        record = usage_record(
+            choice.label,
+            choice.bedrock_model_id,
+            response.get("usage"),
+            self.client.meta.region_name,
+            "OK",
+            reservation_id,
+            how,
+        )
         return ConverseResult(response, choice, record, self._record_usage(record))
 
     def converse_stream(self, messages: list[dict], **kwargs: Any) -> ConverseStream:

@@ -26,20 +26,17 @@ import logging
 import re
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from botocore.eventstream import EventStream
 from botocore.exceptions import ConnectionClosedError, ReadTimeoutError, ResponseStreamingError
 from botocore.response import StreamingBody
 
-from .bedrock import PROMPT_OVERHEAD_TOKENS, max_input_tokens
+from .bedrock import PROMPT_OVERHEAD_TOKENS, how_called, max_input_tokens, usage_record
 from .errors import InvalidModelLabel, PriceKeeperError, QuotaExceeded
-from .models import UsageRecord
 
 log = logging.getLogger("price_keeper_client")
 
@@ -132,6 +129,7 @@ class _Call:
     model_id: str
     region: str | None
     reservation_id: str | None = None
+    how: dict = field(default_factory=dict)  # a Converse call's service tier and latency setting (``how_called``)
     reported: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -188,6 +186,8 @@ class Instrumentation:
             log.info("routing %s (%s, spent) to %s", model_id, label, choice.bedrock_model_id)
             params["modelId"], label, model_id = choice.bedrock_model_id, choice.label, choice.bedrock_model_id
         call = _Call(model.name, label, model_id, context.get("client_region"))
+        if model.name.startswith("Converse"):
+            call.how = how_called(params)
         if self.mode == "hard_cap":
             call.reservation_id = self._reserve(call, params).reservation_id
         context[_CONTEXT] = call
@@ -294,19 +294,7 @@ class Instrumentation:
             call.reported = True
         with self._lock:
             self.reported += 1
-        record = UsageRecord(
-            request_id=str(uuid.uuid4()),
-            model_label=call.label,
-            bedrock_model_id=call.model_id,
-            input_tokens=int(usage.get("inputTokens", 0)),
-            output_tokens=int(usage.get("outputTokens", 0)),
-            cache_read_input_tokens=int(usage.get("cacheReadInputTokens", 0)),
-            cache_write_input_tokens=int(usage.get("cacheWriteInputTokens", 0)),
-            timestamp=datetime.now(UTC),
-            calling_region=call.region,
-            status=status,
-            reservation_id=call.reservation_id,
-        )
+        record = usage_record(call.label, call.model_id, usage, call.region, status, call.reservation_id, call.how)
         try:
             if self.background:
                 self.keeper.submit_usage(record)
