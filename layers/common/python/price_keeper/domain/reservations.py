@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, NamedTuple
 
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field, StringConstraints
 
 from ..config import get_config
@@ -32,7 +33,7 @@ from ..store import daily_totals, keys
 from ..store import reservations as store
 from ..timeutil import iso_utc, org_day, parse_day, utc_now
 from ..validation import APP_ID_PATTERN, REGION_PATTERN
-from . import alerts, boosts, pricing, profiles
+from . import alerts, boosts, pricing, profiles, slices
 from .aggregation import read_daily_totals, scope_totals, scope_usage_keys, usage_expires_at
 from .models import CallDimensions, TokenCount
 from .orgs import EffectiveConfig
@@ -161,47 +162,112 @@ class Attempt(NamedTuple):
     total_reserved: int
 
 
-def _try_hold(
-    config: EffectiveConfig, day: str, label: str, amount: int, ttl_secs: int, app_id: str, now: datetime
-) -> Attempt:
-    """Hold ``amount`` on ``label`` if its quota, the scope's total cap and (ORG scope) the
-    app's daily cap and its share of the scope's headroom all have room."""
-    scopes = config.counted_scopes  # each scope total a record counts in has a ledger
-    ledgers = _ledger_keys(scopes, label, day)
-    app_holds = _app_holds_ledger(config, day)  # an uncapped app's, of its holds alone
+FROM_SLICE = "from_slice"  # a hold granted from a container's slice: its end is netted later
+
+
+def _ledger_set(config: EffectiveConfig, label: str, day: str) -> list[dict]:
+    """The ledgers a hold of ``label`` adds to: the label's, each counted scope total's and,
+    in ORG scope, the app's own (an uncapped app's, of its holds alone)."""
+    ledgers = _ledger_keys(config.counted_scopes, label, day)
+    app_holds = _app_holds_ledger(config, day)
     if app_holds is not None and app_holds not in ledgers:
         ledgers.append(app_holds)
-    read = read_daily_totals(
-        [ledgers[0]["usage_key"], *(key for scope in scopes for key in scope_usage_keys(scope))],
-        day,
-        consistent=True,
-        ledgers=True,
+    return ledgers
+
+
+def _fingerprint(config: EffectiveConfig, label: str) -> tuple:
+    """The limits a slice is leased under: a slice of other limits grants nothing."""
+    return (
+        config.quota(label),
+        config.total_quota,
+        config.app_daily_cap_usd_micros,
+        get_config().metering.app_hold_share_pct if config.app_counter is not None else None,
     )
-    # a scope's unreserved spend is over every label (the config labels' too, where its total leaves them apart)
+
+
+def _set_key(ledgers: list[dict], day: str) -> slices.SetKey:
+    return day, tuple(ledger["usage_key"] for ledger in ledgers)
+
+
+def _ledger_days(ledgers: list[dict], day: str) -> list[slices.LedgerDay]:
+    return [(ledger["usage_key"], ledger["date_key"], day) for ledger in ledgers]
+
+
+class _Rooms(NamedTuple):
+    """A ledger set as read: each ledger's room for a hold of ``size`` (``room(size)``: the
+    most its ``committed`` may be before the write) and its limit (the near-cap rule)."""
+
+    base: list[int]  # room for a hold of 0 (the share's part computed for ``amount``)
+    limits: list[int]
+    share: int | None  # the app's share of the scope's headroom (ORG scope), before ``max(·, amount)``
+
+    def room(self, size: int) -> list[int]:
+        return [room - size for room in self.base]
+
+
+def _rooms(config: EffectiveConfig, label: str, amount: int, ledgers: list[dict], read) -> _Rooms:
+    """Each ledger's room as the per-call hold has it (``quota − unreserved spend − size``;
+    the app's share of the scope's headroom in ORG scope), less what the totals' own items
+    held before the ledgers had items of their own."""
+    scopes = config.counted_scopes
     label_totals = read.of(ledgers[0]["usage_key"])
     scope_spend, *app_spend = (scope_totals(scope, read.of) for scope in scopes)
-    rooms = [
-        config.quota(label) - label_totals.unreserved - amount,
-        config.total_quota - scope_spend.unreserved - amount,
-        *(config.app_daily_cap_usd_micros - spend.unreserved - amount for spend in app_spend),
+    limits = [config.quota(label), config.total_quota, *(config.app_daily_cap_usd_micros for _ in app_spend)]
+    base = [
+        config.quota(label) - label_totals.unreserved,
+        config.total_quota - scope_spend.unreserved,
+        *(config.app_daily_cap_usd_micros - spend.unreserved for spend in app_spend),
     ]
-    if app_holds is not None:
+    share = None
+    if config.app_counter is not None:
         # the app's live holds (its ledger's committed less settled) within its share, or one
         # call's when it holds none (near the cap a share is below a call; the cap still fills)
         share = (config.total_quota - scope_spend.unreserved) * get_config().metering.app_hold_share_pct // 100
-        share = max(share, amount)
-        if len(rooms) == len(ledgers):  # a capped app: its cap's ledger, whose settled spend is no hold
-            rooms[-1] = min(rooms[-1], share - amount + read.of(app_holds["usage_key"]).settled)
+        allowed = max(share, amount)
+        if len(base) == len(ledgers):  # a capped app: its cap's ledger, whose settled spend is no hold
+            base[-1] = min(base[-1], allowed + read.of(ledgers[-1]["usage_key"]).settled)
         else:
-            rooms.append(share - amount)
-    refused = Attempt(None, label_totals.reserved, scope_spend.reserved)
-    if min(rooms) < 0:
-        return refused
+            base.append(allowed)
+            limits.append(max(share, 0))
     # the condition is on the ledger item: what totals' own items held before it had one is fixed
-    rooms = [
+    base = [
         room - int(read.items.get(ledger["usage_key"], {}).get("committed", 0))
-        for ledger, room in zip(ledgers, rooms, strict=True)
+        for ledger, room in zip(ledgers, base, strict=True)
     ]
+    return _Rooms(base, limits, share)
+
+
+def _lease_size(rooms: _Rooms, ledgers: list[dict], read, wanted: int, amount: int) -> int:
+    """What to lease: ``wanted``, at most ``1 / LEFT_SLICES`` of what any ledger has left (so
+    the containers' slices together keep little of it), or the call's ``amount`` alone near
+    a cap: when that leaves under two calls, or the lease would leave under ``NEAR_PERCENT``
+    of a ledger's limit (the last of a cap is granted call by call)."""
+    left = [room - read.of(ledger["usage_key"]).committed for ledger, room in zip(ledgers, rooms.base, strict=True)]
+    size = min(wanted, min(left) // slices.LEFT_SLICES)
+    if size < 2 * amount:
+        return amount
+    if any(have - size < limit * slices.NEAR_PERCENT // 100 for have, limit in zip(left, rooms.limits, strict=True)):
+        return amount
+    return size
+
+
+def _try_hold(
+    config: EffectiveConfig,
+    day: str,
+    label: str,
+    amount: int,
+    ttl_secs: int,
+    app_id: str,
+    now: datetime,
+    kept: slices.Slices,
+) -> Attempt:
+    """Hold ``amount`` on ``label`` if its quota, the scope's total cap and (ORG scope) the
+    app's daily cap and its share of the scope's headroom all have room: from this
+    container's slice when it covers the call (one PutItem), else with one transaction that
+    puts the hold and leases a new slice (or, near a cap, exactly the call's amount), netting
+    the container's old slice and pending refunds of those ledgers into it."""
+    ledgers = _ledger_set(config, label, day)
+    key, fingerprint = _set_key(ledgers, day), _fingerprint(config, label)
     kind = "o" if config.scope == keys.org_key(config.org_id) else "a"
     expires_epoch = int(now.timestamp()) + ttl_secs
     rid = ReservationId(day, kind, expires_epoch, secrets.token_hex(16))
@@ -213,47 +279,139 @@ def _try_hold(
         "expires_epoch": expires_epoch,
         "ledgers": [ledger["usage_key"] for ledger in ledgers],
     }
-    try:
-        store.hold(
-            rid.key(config.org_id, app_id),
-            attributes,
-            expires_epoch + HOLD_RETENTION_SECS,
-            list(zip(ledgers, rooms, strict=True)),
-            usage_expires_at(day),
-        )
-    except store.Refused:
+    hold_key, hold_ttl = rid.key(config.org_id, app_id), expires_epoch + HOLD_RETENTION_SECS
+    if kept.take(key, fingerprint, amount):
+        # covered by the slice's committed capacity; a Put that fails is not given back to
+        # the slice (it may have been written: its expiry then gives the amount back)
+        store.put_hold(store.hold_put(hold_key, {**attributes, FROM_SLICE: True}, hold_ttl))
+        return Attempt(rid, 0, 0)
+    read = read_daily_totals(
+        [ledgers[0]["usage_key"], *(key for scope in config.counted_scopes for key in scope_usage_keys(scope))],
+        day,
+        consistent=True,
+        ledgers=True,
+    )
+    rooms = _rooms(config, label, amount, ledgers, read)
+    scope_reserved = scope_totals(config.counted_scopes[0], read.of).reserved
+    refused = Attempt(None, read.of(ledgers[0]["usage_key"]).reserved, scope_reserved)
+    if min(rooms.room(amount)) < 0:  # no room whatever is given back (it is all in committed)
+        _give_back(kept, kept.claim(key, _ledger_days(ledgers, day)))
         return refused
-    except store.Conflict:
-        raise service_unavailable("Reservation kept conflicting with concurrent writes; retry") from None
-    if daily_totals.RESERVING not in read.items.get(ledgers[1]["usage_key"], {}):
-        store.mark_reserving(ledgers[1]["usage_key"], day, usage_expires_at(day))
-    return refused._replace(reservation=rid)
+    size = _lease_size(rooms, ledgers, read, kept.next_size(key, amount), amount)
+    claim = kept.claim(key, _ledger_days(ledgers, day))
+    for lease in dict.fromkeys((size, amount)):  # a slice refused: the call alone
+        sliced = lease > amount
+        try:
+            _net(
+                claim,
+                ledgers,
+                day,
+                lease,
+                rooms.room(lease),
+                store.hold_put(hold_key, {**attributes, **({FROM_SLICE: True} if sliced else {})}, hold_ttl),
+            )
+        except store.Refused:
+            continue
+        except store.Conflict:
+            kept.unclaim(claim)
+            raise service_unavailable("Reservation kept conflicting with concurrent writes; retry") from None
+        except store.Unsure:
+            raise service_unavailable("The store did not answer the reservation; retry") from None
+        except BaseException:
+            kept.unclaim(claim)  # a definite error: nothing was written
+            raise
+        kept.leased(key, fingerprint, lease, amount)
+        if daily_totals.RESERVING not in read.items.get(ledgers[1]["usage_key"], {}):
+            store.mark_reserving(ledgers[1]["usage_key"], day, usage_expires_at(day))
+        return refused._replace(reservation=rid)
+    _give_back(kept, claim)
+    return refused
 
 
-def _end_hold(scope: str, day: str, item: dict) -> bool:
+def _net(claim: slices.Claim, ledgers: list[dict], day: str, size: int, rooms: list[int], hold: dict) -> None:
+    """Put ``hold`` and ADD ``size`` less the claim's free slice and pending refunds to each of
+    ``ledgers``, each under its room for ``size`` plus what the write gives back to it (given
+    back in the same write, so it is room); the claim's other deltas ride along unconditioned
+    (each a refund: it only lowers ``committed``)."""
+    parts = []
+    for ledger, (usage_key, date_key, _), room in zip(ledgers, _ledger_days(ledgers, day), rooms, strict=True):
+        committed, settled = claim.deltas.get((usage_key, date_key, day), (0, 0))
+        given = claim.free - committed
+        parts.append(store.Netted(ledger, size - given, settled, room + given, usage_expires_at(day)))
+    parts += _refund_parts(
+        {ledger: delta for ledger, delta in claim.deltas.items() if ledger not in _ledger_days(ledgers, day)}
+    )
+    store.net(parts, hold)
+
+
+def _refund_parts(deltas: dict[slices.LedgerDay, list[int]]) -> list[store.Netted]:
+    return [
+        store.Netted({"usage_key": usage_key, "date_key": date_key}, committed, settled, None, usage_expires_at(day))
+        for (usage_key, date_key, day), (committed, settled) in deltas.items()
+        if committed or settled
+    ]
+
+
+def _give_back(kept: slices.Slices, *claims: slices.Claim) -> None:
+    """Write claims back alone, netted into one write (a refusal's, an idle container's: what
+    it kept is room for the others): each free slice off its set's ledgers, the pending deltas."""
+    claims = tuple(claim for claim in claims if claim)
+    if not claims:
+        return
+    deltas: dict[slices.LedgerDay, list[int]] = {}
+    for claim in claims:
+        for ledger, (committed, settled) in claim.deltas.items():
+            delta = deltas.setdefault(ledger, [0, 0])
+            delta[0], delta[1] = delta[0] + committed, delta[1] + settled
+        if claim.free and claim.key is not None:
+            day, usage_keys = claim.key
+            for usage_key in usage_keys:
+                deltas.setdefault((usage_key, keys.ledger_day_key(day), day), [0, 0])[0] -= claim.free
+    parts, start = _refund_parts(deltas), 0
+    try:
+        for start in range(0, len(parts), store.MAX_NETTED):
+            store.net(parts[start : start + store.MAX_NETTED])
+    except (store.Conflict, BotoCoreError, ClientError):
+        if start == 0:  # nothing written: kept for the next write
+            for claim in claims:
+                kept.unclaim(claim)
+        logger.warning("refunds not written (a part written already: the rest left out)", exc_info=True)
+    except store.Unsure:  # it may be in: never written a second time (left out, its headroom stays held)
+        logger.warning("refunds unanswered: left out", exc_info=True)
+
+
+def flush(kept: slices.Slices | None = None, force: bool = False) -> None:
+    """Write back what this container kept long enough (``Slices.due``: idle slices, pending
+    refunds), or everything (``force``). Never fails its caller: what was not written is kept."""
+    kept = kept or slices.current()
+    _give_back(kept, *kept.due(force))
+
+
+def _end_hold(scope: str, day: str, item: dict, kept: slices.Slices | None = None) -> bool:
     """Delete a live hold and give its amount back to its ledgers, at most once (the delete
-    is conditional): True when this call ended it; ``store.Conflict`` to retry."""
+    is conditional): True when this call ended it; ``store.Conflict`` to retry. A hold of a
+    slice gives it back later, netted into this container's next ledger write."""
     key = {"scope_key": item["scope_key"], "date_key": item["date_key"]}
     amount = int(item["amount_usd_micros"])
-    return store.end(
-        [
-            store.delete_hold(key),
-            *(
-                store.ledger_update(ledger, -amount, 0, usage_expires_at(day))
-                for ledger in _held_ledgers(item, scope, day)
-            ),
-        ]
-    )
+    held = _held_ledgers(item, scope, day)
+    if item.get(FROM_SLICE):
+        ended = store.end([store.delete_hold(key)])
+        if ended:
+            refund = {(ledger["usage_key"], ledger["date_key"], day): (-amount, 0) for ledger in held}
+            (kept or slices.current()).defer(refund)
+        return ended
+    ledgers = [store.ledger_update(ledger, -amount, 0, usage_expires_at(day)) for ledger in held]
+    return store.end([store.delete_hold(key), *ledgers])
 
 
-def sweep(scope: str, day: str, now: datetime) -> int:
+def sweep(scope: str, day: str, now: datetime, kept: slices.Slices | None = None) -> int:
     """Give back the amount of the holds of ``scope`` and ``day`` that expired by ``now``
     and are still held, the longest expired first and at most ``SWEEP_LIMIT`` of them
     (each exactly once); how many this call ended."""
     ended = 0
     for item in store.expired(scope, day, int(now.timestamp()), SWEEP_LIMIT):
         try:
-            ended += _end_hold(scope, day, item)
+            ended += _end_hold(scope, day, item, kept)
         except store.Conflict:
             logger.info("expired hold raced; the next sweep ends it", extra={"hold": item["reservation_id"]})
     return ended
@@ -281,10 +439,12 @@ def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime
     config = boosts.boosted_config(org_id, app_id, now)
     day = org_day(config.timezone, now)
     candidates = _candidates(config, request, day)
+    kept = slices.current()
+    flush(kept)
     seen: dict[str, Attempt] = {}
     for attempt in range(2):
         for label, amount in candidates:
-            seen[label] = _try_hold(config, day, label, amount, request.ttl_secs, app_id, now)
+            seen[label] = _try_hold(config, day, label, amount, request.ttl_secs, app_id, now, kept)
             rid = seen[label].reservation
             if rid is not None:
                 return {
@@ -294,7 +454,7 @@ def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime
                     "amount_usd_micros": amount,
                     "expires_at": iso_utc(datetime.fromtimestamp(rid.expires_epoch, UTC)),
                 }
-        if attempt == 0 and not sweep(config.scope, day, now):
+        if attempt == 0 and not sweep(config.scope, day, now, kept):
             break
     raise ApiError(
         429,
@@ -325,6 +485,7 @@ def release(org_id: str, app_id: str, reservation_id: str) -> None:
             return
         try:
             _end_hold(rid.scope(org_id, app_id), rid.day, item)
+            flush()
             return
         except store.Conflict:
             continue
@@ -355,6 +516,8 @@ class Settlement:
                 reservation_label=self.item["label"],
             )
         self.settled_amount: int | None = None  # the hold this record's write ended, when it did
+        self.kept = slices.current()  # the container this settlement's refund is netted in
+        self.deferred: dict[slices.LedgerDay, tuple[int, int]] = {}  # that refund, once written
 
     def _read(self) -> dict | None:
         return self._own(store.read(self.key))
@@ -376,7 +539,15 @@ class Settlement:
             for ledger in _held_ledgers(self.item, self.rid.scope(self.org_id, self.app_id), self.rid.day):
                 deltas.setdefault((ledger["usage_key"], ledger["date_key"], self.rid.day), [0, 0])[0] -= amount
         self.settled_amount = int(self.item["amount_usd_micros"]) if self.item is not None else None
+        # a hold of a slice: what gives room back (and settled spend beside it) waits in the
+        # container, netted into its next ledger write (``counted``); what takes room (cost
+        # above the hold, another day's spend) is written now
+        sliced = self.item is not None and self.item.get(FROM_SLICE)
+        self.deferred = {}
         for (usage_key, date_key, day), (committed, settled) in deltas.items():
+            if sliced and committed <= 0:
+                self.deferred[(usage_key, date_key, day)] = (committed, settled)
+                continue
             ledger = {"usage_key": usage_key, "date_key": date_key}
             actions.append(store.ledger_update(ledger, committed, settled, usage_expires_at(day)))
         return actions
@@ -387,8 +558,13 @@ class Settlement:
         return max(0, self.submission.cost_usd_micros - held) if held is not None else 0
 
     def counted(self, config: EffectiveConfig, duplicate: bool, now: datetime) -> None:
-        """After the write: actual cost above the hold raises ``OVER_RESERVATION`` (never
-        failing the record: it is counted; a failed alert is logged)."""
+        """After the write: a slice hold's refund handed to the container (``actions``; a
+        duplicate's write ended nothing), and actual cost above the hold raises
+        ``OVER_RESERVATION`` (never failing the record: it is counted; a failed alert is logged)."""
+        if not duplicate and self.settled_amount is not None and self.deferred:
+            self.kept.defer(self.deferred)
+        self.deferred = {}
+        flush(self.kept)
         over = self.over(duplicate)
         if not over:
             return

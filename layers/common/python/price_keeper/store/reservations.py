@@ -22,13 +22,17 @@ update, so each happens at most once and a second attempt finds nothing to undo.
 
 from __future__ import annotations
 
+import secrets
+from typing import NamedTuple
+
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ..errors import RETRYABLE_CODES, error_code
 from ..observability import logger
 from . import keys, tables
 from .daily_totals import RESERVING
-from .dynamo import _backoff, batch_get, table, transact
+from .dynamo import ConditionFailed, _backoff, batch_get, conditional, table, transact
 
 
 class Refused(Exception):
@@ -72,38 +76,96 @@ def ledger_update(key: dict, committed: int, settled: int, expires_at: int) -> d
 
 
 CONFLICT_ATTEMPTS = 5
+MAX_NETTED = 100  # a transaction's actions
+UNSURE_ATTEMPTS = 3  # sends of one write, under one ClientRequestToken, whose outcome is unknown
 
 
-def hold(key: dict, attributes: dict, hold_ttl: int, ledgers: list[tuple[dict, int]], expires_at: int) -> None:
-    """Put the hold (``attributes`` with ``amount_usd_micros``, kept until ``hold_ttl``) and
-    ADD its amount to each ledger whose ``committed`` is at most the given room (quota −
-    unreserved spend − amount): one TransactWriteItems, so the check and the hold are one
-    atomic step. ``Refused`` when a ledger had no room; ``Conflict`` after
-    ``CONFLICT_ATTEMPTS`` lost races (jittered backoff between them)."""
-    item = {**key, **attributes, tables.TTL_ATTRIBUTE: hold_ttl}
-    amount = item["amount_usd_micros"]
-    actions = [
-        {
-            "Put": {
-                "TableName": tables.STICKY_STATE.physical_name,
-                "Item": item,
-                "ConditionExpression": "attribute_not_exists(scope_key)",
+class Unsure(Exception):
+    """A ledger write whose outcome stayed unknown (no answer after ``UNSURE_ATTEMPTS``
+    sends under one token): it may have been applied; never net its refunds again."""
+
+
+class Netted(NamedTuple):
+    """One ledger's part of a write (``net``): ADD ``committed`` and ``settled``, under
+    ``committed <= room`` when a room is given."""
+
+    key: dict
+    committed: int
+    settled: int
+    room: int | None
+    expires_at: int
+
+
+def hold_put(key: dict, attributes: dict, hold_ttl: int) -> dict:
+    """The hold item (``attributes`` with ``amount_usd_micros``, kept until ``hold_ttl``)."""
+    return {**key, **attributes, tables.TTL_ATTRIBUTE: hold_ttl}
+
+
+def put_hold(item: dict) -> None:
+    """A hold granted from a container's slice: one conditional PutItem, no ledger. An SDK
+    retry of a Put that was applied finds its own item: granted all the same."""
+    try:
+        conditional(
+            table(tables.STICKY_STATE).put_item,
+            Item=item,
+            ConditionExpression="attribute_not_exists(scope_key)",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+    except ConditionFailed as failed:
+        if (failed.item or {}).get("reservation_id") != item["reservation_id"]:
+            raise
+
+
+def net(ledgers: list[Netted], hold: dict | None = None) -> None:
+    """One TransactWriteItems: Put ``hold`` (when given) and ADD each ledger's deltas, each
+    under its room: a hold, a lease of a slice or a flush of refunds, netted together, so
+    the check and the write are one atomic step. Idempotent against retries: sent under a
+    ClientRequestToken, and a send without an answer is sent again under the same token
+    (DynamoDB applies it at most once); ``Unsure`` when none answered. ``Refused`` when a
+    ledger had no room; ``Conflict`` after ``CONFLICT_ATTEMPTS`` lost races (each attempt a
+    new token: a cancelled transaction applied nothing)."""
+    actions = []
+    if hold is not None:
+        actions.append(
+            {
+                "Put": {
+                    "TableName": tables.STICKY_STATE.physical_name,
+                    "Item": hold,
+                    "ConditionExpression": "attribute_not_exists(scope_key)",
+                }
             }
-        }
-    ]
-    for key, room in ledgers:
-        update = ledger_update(key, amount, 0, expires_at)
-        update["Update"]["ConditionExpression"] = "attribute_not_exists(committed) OR committed <= :room"
-        update["Update"]["ExpressionAttributeValues"][":room"] = room
+        )
+    for part in ledgers:
+        update = ledger_update(part.key, part.committed, part.settled, part.expires_at)
+        if part.room is not None:
+            update["Update"]["ConditionExpression"] = "attribute_not_exists(committed) OR committed <= :room"
+            update["Update"]["ExpressionAttributeValues"][":room"] = part.room
         actions.append(update)
     for attempt in range(CONFLICT_ATTEMPTS):
-        reasons = transact(actions)
+        reasons = _send_once(actions, secrets.token_hex(16))
         if reasons is None:
             return
-        if any(reason.get("Code") == "ConditionalCheckFailed" for reason in reasons[1:]):
+        if any(reason.get("Code") == "ConditionalCheckFailed" for reason in reasons):
             raise Refused()
         _backoff(attempt)
     raise Conflict()
+
+
+def _send_once(actions: list[dict], token: str) -> list[dict] | None:
+    """``transact`` under ``token``, sent again under it while no answer says what became of
+    it (a lost answer, a timeout, a throttle, a transaction still in progress)."""
+    for attempt in range(UNSURE_ATTEMPTS):
+        try:
+            return transact(actions, ClientRequestToken=token)
+        except ClientError as error:
+            if error_code(error) not in RETRYABLE_CODES:
+                raise  # a definite answer: nothing was applied
+            unsure = error
+        except BotoCoreError as error:
+            unsure = error
+        logger.warning("ledger write unanswered; sent again under its token", extra={"attempt": attempt})
+        _backoff(attempt)
+    raise Unsure() from unsure
 
 
 def delete_hold(key: dict) -> dict:

@@ -1,0 +1,210 @@
+"""A container's slices of a quota's headroom (docs/hard-cap.md, "Slices"), as rate limits
+lease requests (``ratelimit``): the local state only; ``reservations`` writes the ledgers.
+
+A *ledger set* is the ledgers one hold adds to (the label's, each scope total's and, in ORG
+scope, the app's), on one org day. A container leases a slice of a set's headroom with one
+transaction that ADDs it to ``committed`` on each ledger under the per-call hold's
+conditions, then grants holds from it locally (a hold is then one PutItem). The ends of
+holds granted from a slice (settle's amount − actual, a release's or an expiry's amount)
+are kept here as *pending* ledger deltas, netted into the container's next ledger write
+(a lease, or a flush of its own) instead of one write per call.
+
+Everything here is covered by ``committed`` already: a free slice and a pending refund are
+headroom this container keeps from the others, never headroom it may hand out twice. So a
+container that dies leaks them (the ledger stays higher than its holds: refusals early,
+never an overshoot).
+
+One ``Slices`` is one container; ``DEFAULT`` is the Lambda's. A benchmark or test runs
+several "containers" in one process by giving each thread its own (``container``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from .. import state
+
+LEASE_MIN_CALLS = 4  # a first slice: this many of the call's worst case
+LEASE_MAX_CALLS = 64  # the largest slice: this many of the call's worst case
+NEAR_PERCENT = 10  # the last 10 % of a cap is granted call by call
+LEFT_SLICES = 32  # a slice is at most this fraction of what its ledgers have left
+IDLE_SECS = 2.0  # a slice unused this long is given back, and refunds of a container idle this long
+PENDING_SECS = 5.0  # refunds are written at least this often (netted into a lease before, if one comes)
+MAX_AGE_SECS = 15.0  # a slice older than this grants nothing more (its rooms are read again)
+
+# (org day, the set's ledger usage keys); a pending delta's key: (usage key, date key, day)
+SetKey = tuple[str, tuple[str, ...]]
+LedgerDay = tuple[str, str, str]
+
+
+@dataclass
+class _Slice:
+    free: int = 0  # leased, not granted yet
+    fingerprint: tuple = ()  # the limits it was leased under: another limit, another slice
+    leased_at: float = 0.0
+    used_at: float = 0.0
+    granted: int = 0  # granted from the slices leased since the last growth
+    size: int = 0  # the last lease
+
+
+@dataclass
+class Claim:
+    """What a ledger write takes out of a container to net: the set's free slice (given back
+    to each of the set's ledgers) and pending deltas [committed, settled] by ledger-day."""
+
+    key: SetKey | None
+    free: int = 0
+    deltas: dict[LedgerDay, list[int]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.free or any(any(delta) for delta in self.deltas.values()))
+
+
+class Slices:
+    """One container's slices and pending refunds (thread-safe)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._sets: dict[SetKey, _Slice] = {}
+        self._pending: dict[LedgerDay, list[int]] = {}
+        self._pending_since: float | None = None
+        self._active_at = 0.0  # this container's last hold on any set
+
+    def reset(self) -> None:
+        with self._lock:
+            self._sets.clear()
+            self._pending.clear()
+            self._pending_since = None
+
+    def take(self, key: SetKey, fingerprint: tuple, amount: int) -> bool:
+        """Grant ``amount`` from the set's free slice when it covers it and was leased under
+        the same limits, not too long ago."""
+        now = self.clock()
+        with self._lock:
+            held = self._sets.get(key)
+            if held is None or held.free < amount or held.fingerprint != fingerprint:
+                return False
+            if now - held.leased_at > MAX_AGE_SECS:
+                return False
+            held.free -= amount
+            held.granted += amount
+            held.used_at = self._active_at = now
+            return True
+
+    def next_size(self, key: SetKey, amount: int) -> int:
+        """The next lease: the call alone when the container has held nothing on the set
+        lately (a lone call leaves nothing behind, as ``ratelimit`` leases no more than was
+        used), else twice what it held since, between ``LEASE_MIN_CALLS`` and
+        ``LEASE_MAX_CALLS`` calls of ``amount``."""
+        with self._lock:
+            held = self._sets.get(key)
+            granted = held.granted if held else 0
+        if not granted:
+            return amount
+        return min(LEASE_MAX_CALLS * amount, max(LEASE_MIN_CALLS * amount, 2 * granted))
+
+    def claim(self, key: SetKey | None, ledgers: list[LedgerDay] | None) -> Claim:
+        """Take the set's free slice and the pending deltas of ``ledgers`` (all, when None)
+        out, to net them into one write: ``unclaim`` when it was not applied."""
+        with self._lock:
+            held = self._sets.get(key) if key is not None else None
+            free = held.free if held else 0
+            if held:
+                held.free = 0
+            wanted = (
+                self._pending.keys() if ledgers is None else [ledger for ledger in ledgers if ledger in self._pending]
+            )
+            deltas = {ledger: self._pending[ledger] for ledger in list(wanted)}
+            for ledger in deltas:
+                del self._pending[ledger]
+            if not self._pending:
+                self._pending_since = None
+        return Claim(key, free, deltas)
+
+    def unclaim(self, claim: Claim) -> None:
+        """A write that was not applied (cancelled): what it claimed is back."""
+        with self._lock:
+            if claim.free and claim.key is not None:
+                self._sets.setdefault(claim.key, _Slice()).free += claim.free
+            self._add(claim.deltas)
+
+    def leased(self, key: SetKey, fingerprint: tuple, size: int, granted: int) -> None:
+        """A lease of ``size`` applied (a hold alone: ``size == granted``), ``granted`` of it
+        held at once by the lease's own hold."""
+        now = self.clock()
+        with self._lock:
+            held = self._sets.setdefault(key, _Slice())
+            if held.fingerprint != fingerprint:
+                held.granted = 0
+            held.free += size - granted
+            held.granted += granted
+            held.fingerprint, held.leased_at, held.used_at, held.size = fingerprint, now, now, size
+            self._active_at = now
+
+    def defer(self, deltas: dict[LedgerDay, tuple[int, int]]) -> None:
+        """Ledger deltas (committed, settled) of holds ended here, kept for a later write."""
+        with self._lock:
+            self._add(deltas)
+
+    def _add(self, deltas: dict) -> None:
+        for ledger, (committed, settled) in deltas.items():
+            pending = self._pending.setdefault(ledger, [0, 0])
+            pending[0] += committed
+            pending[1] += settled
+        if self._pending and self._pending_since is None:
+            self._pending_since = self.clock()
+
+    def due(self, force: bool = False) -> list[Claim]:
+        """What should be written back now (all when ``force``): each free slice unused for
+        ``IDLE_SECS`` (its growth starts over) or leased ``MAX_AGE_SECS`` ago, and every
+        pending delta once the oldest has waited ``PENDING_SECS``, or ``IDLE_SECS`` in a
+        container that held nothing for as long (one that only settles, or went quiet)."""
+        now = self.clock()
+        with self._lock:
+            idle = [
+                key
+                for key, held in self._sets.items()
+                if held.free and (force or now - held.used_at >= IDLE_SECS or now - held.leased_at >= MAX_AGE_SECS)
+            ]
+            for key in idle:
+                if force or now - self._sets[key].used_at >= IDLE_SECS:
+                    self._sets[key].granted = self._sets[key].size = 0
+            waited = now - self._pending_since if self._pending_since is not None else None
+            flush = waited is not None and (
+                force or waited >= PENDING_SECS or (waited >= IDLE_SECS and now - self._active_at >= IDLE_SECS)
+            )
+        claims = [self.claim(key, []) for key in idle]
+        if flush:
+            claims.append(self.claim(None, None))
+        return [claim for claim in claims if claim]
+
+    def held(self) -> tuple[int, dict[LedgerDay, list[int]]]:
+        """(free slices, pending deltas): what this container keeps (tests, benchmarks)."""
+        with self._lock:
+            return sum(held.free for held in self._sets.values()), {k: list(v) for k, v in self._pending.items()}
+
+
+DEFAULT = Slices()
+state.kept(DEFAULT.reset)
+_current: ContextVar[Slices | None] = ContextVar("hold_slices", default=None)
+
+
+def current() -> Slices:
+    """This context's container (``container``), else the process's."""
+    return _current.get() or DEFAULT
+
+
+@contextmanager
+def container(slices: Slices) -> Iterator[Slices]:
+    """Run the block as the container ``slices`` (a benchmark's thread, a test)."""
+    token = _current.set(slices)
+    try:
+        yield slices
+    finally:
+        _current.reset(token)
