@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from datetime import UTC, datetime
 
 import boto3
@@ -16,6 +15,7 @@ from price_keeper_client.instrument import LabelMap, body_usage, model_key
 from price_keeper_client.models import UsageRecord
 from price_keeper_client.spool import Spool, read_unfinished
 from tests.client.conftest import FakeClock
+from tests.client.test_reporting_unit import record as reporting_record
 
 APP_PROFILE = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/abc123"
 
@@ -82,17 +82,8 @@ def test_usage_from_each_providers_invoke_body():
 
 
 def record(**fields) -> UsageRecord:
-    return UsageRecord(
-        **{
-            "request_id": str(uuid.uuid4()),
-            "model_label": "economy",
-            "bedrock_model_id": "amazon.nova-micro-v1:0",
-            "input_tokens": 1,
-            "output_tokens": 2,
-            "timestamp": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
-            **fields,
-        }
-    )
+    """A usage record stamped to the second (as a spool line keeps it)."""
+    return reporting_record(**{"timestamp": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), **fields})
 
 
 def test_the_spool_keeps_what_is_not_done_and_a_torn_last_line_is_skipped(tmp_path):
