@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import time as clock
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, available_timezones
 
@@ -16,6 +18,11 @@ LAST_DAY = date(9998, 12, 31)
 def in_calendar(day: date) -> bool:
     """Whether ``day`` is in the calendar clients may name (``FIRST_DAY``..``LAST_DAY``)."""
     return FIRST_DAY <= day <= LAST_DAY
+
+
+def retry_pause(attempt: int) -> None:
+    """Sleep before retrying a conflicting write: capped exponential backoff with jitter."""
+    clock.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
 
 
 def utc_now() -> datetime:

@@ -2,14 +2,10 @@
 or an app, read from DailyTotal (one BatchGetItem, which also fetches the aggregator's
 heartbeat for ``X-Data-Lag-Secs``).
 
-Org aggregates of an org with ``quota_scope: APP`` sum the org's apps (their scopes hold
-the data), found with one Config Query. The models map covers the labels in the orderings
-and quotas, and every other label with spend that day: each scope lists the labels it spent
-on (its ``{scope}#TOTAL`` item, read in the same BatchGetItem, and its spent-label items),
-and a label outside the orderings is read in a second one for the scopes that listed it
-only, up to ``MAX_KEYS_OUTSIDE_ORDERINGS`` keys (``models_omitted`` counts the labels left
-out). DailyTotal is never scanned. The labels' Bedrock ids come from one read of the app's
-profiles (``profiles.bedrock_ids``).
+Org aggregates of an APP-scoped org sum its apps. The models map covers the labels of the
+orderings and quotas, and every other label a scope lists as spent on that day, read in a
+second BatchGetItem up to ``MAX_KEYS_OUTSIDE_ORDERINGS`` keys (``models_omitted`` counts the
+rest). DailyTotal is never scanned.
 """
 
 from __future__ import annotations
@@ -21,15 +17,13 @@ from ..errors import invalid_request, not_found
 from ..store import config_items, daily_totals, keys
 from ..timeutil import iso_utc, org_date, utc_now
 from . import boosts, profiles, reports
-from .aggregation import SUM_FIELDS, Totals, read_daily_totals, scope_totals
+from .aggregation import Totals, read_daily_totals, scope_totals
 from .orgs import EffectiveConfig
 from .quota import Total, decide, quota_pct, quota_status
 from .selection import read_sticky
 
 CACHE_CONTROL = "max-age=30, private"
-# (app, label) keys outside the orderings one answer reads and shows: one app's 400 profiles
-# and more, while an org of apps x 400 profiles stays a few BatchGetItems and a reply of
-# ~0.4 MB (Lambda's limit: 6 MB).
+# (app, label) keys outside the orderings one answer reads: a few BatchGetItems, a reply far below 6 MB.
 MAX_KEYS_OUTSIDE_ORDERINGS = 1_000
 
 
@@ -60,10 +54,8 @@ def _labels_and_scopes(config: EffectiveConfig, whole_org_of_apps: bool) -> tupl
 
 
 def _labels_to_show(unread: dict[str, set[str]]) -> tuple[dict[str, list[str]], int]:
-    """Of the labels outside the orderings (``unread``: by scope, those it listed), the ones an
-    answer shows, with the scopes that listed each (only those are read): whole labels in
-    label order while their keys number at most ``MAX_KEYS_OUTSIDE_ORDERINGS``; and how many
-    it leaves out."""
+    """Of the labels outside the orderings (``unread``: by scope), the ones shown with the scopes
+    listing each, in label order within ``MAX_KEYS_OUTSIDE_ORDERINGS`` keys; and how many are left out."""
     scopes_of: dict[str, list[str]] = {}
     for scope, labels in unread.items():
         for label in labels:
@@ -100,20 +92,13 @@ def _model_entry(config: EffectiveConfig, label: str, totals: Totals, bedrock_id
 
 
 def _sum(totals: list[Totals]) -> Totals:
-    updated = [t.updated_at_epoch for t in totals if t.updated_at_epoch is not None]
-    return Totals(
-        *(sum(getattr(t, name) for t in totals) for name in SUM_FIELDS),
-        updated_at_epoch=max(updated) if updated else None,
-        committed=sum(t.committed for t in totals),
-        settled=sum(t.settled for t in totals),
-    )
+    return Totals(committed=sum(t.committed for t in totals), settled=sum(t.settled for t in totals)).plus(totals)
 
 
 def daily_aggregates(
     org_id: str, app_id: str | None, date_text: str | None = None, now: datetime | None = None
 ) -> tuple[dict, dict]:
-    """(body, headers) of the aggregates of an org (``app_id=None``) or app for today or
-    ``date_text``; 404 for a past date without data."""
+    """(body, headers) of an org's or app's aggregates of a day; 404 for a past day without data."""
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
     today = org_date(config.timezone, now)

@@ -1,18 +1,11 @@
 """DailyTotal: what the aggregator writes (``domain.ledger`` folds the usage stream into
 it), reading it back, and the hourly audit.
 
-- **Totals.** A label total (``{scope}#LABEL#{label}`` / ``DAY#yyyymmdd``) holds a
-  label-day's sums; a scope total (``{scope}#TOTAL``) the sums of the scope's labels that
-  config.yaml does not name (profiles an app registered), with the labels listed
-  (``Move.listed``). A scope's spend of a day is its scope total plus each config label's
-  total (``scope_usage_keys``): a config label's record is a write of its label total alone.
-- **Hour marks.** Each label total keeps its sums as of each UTC hour it was folded in
-  (``label_move``), which reconciliation compares with Bedrock's own counts.
-- **The audit** (``audit``; EventBridge, fanned out over the repair queue by
-  ``domain.repair``): every label-day listed in the ``active-by-day`` index on the org days
-  in play (UTC today-2 .. today+1) has its scope-day's alerts evaluated against its totals,
-  so a level-triggered alert that two concurrent folds both missed fires then; and the
-  heartbeat the aggregates endpoint reports as ``X-Data-Lag-Secs``.
+A label total holds a label-day's sums; a scope total the sums of the labels config.yaml
+does not name (registered profiles), which it lists. A scope's spend of a day is its scope
+total plus each config label's total (``scope_usage_keys``). Label totals keep hour marks
+for reconciliation. The audit re-evaluates the alerts of every active scope-day of today, so
+a level-triggered alert two concurrent folds both missed still fires.
 """
 
 from __future__ import annotations
@@ -20,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from ..cache import TTLCache
 from ..config import get_config
@@ -31,9 +24,6 @@ from ..timeutil import org_day, org_days_in_play, parse_day, utc_now
 from . import orgs
 from .orgs import EffectiveConfig
 
-if TYPE_CHECKING:
-    pass
-
 # what re-pricing, voids and settlements add, folded too
 SUM_FIELDS = (*usage.COUNTERS, usage.CORRECTIONS, usage.VOIDS, usage.SETTLED)
 HEARTBEAT_SECONDS = 10
@@ -41,23 +31,18 @@ _recent_heartbeat = TTLCache(HEARTBEAT_SECONDS)  # a stream run of this containe
 
 
 class StreamTrigger(NamedTuple):
-    """How the usage table's stream invokes the aggregator (the CDK event source mapping
-    and the local server's poller both follow it). A failed batch is delivered again, from
-    the first record its reply names, until it is folded: no retry or record age limit, no
-    bisecting, one batch at a time per stream shard (``domain.ledger``)."""
+    """How the usage stream invokes the aggregator (CDK and the local poller): a failed batch is
+    delivered again from the first record its reply names, one batch at a time per shard."""
 
     batch_size: int
     batching_window_s: int
-    # the window carries no state: it is there because only a windowed event names its
-    # stream shard (``shardId``), which the ledger's progress is kept by
-    tumbling_window_s: int
+    tumbling_window_s: int  # stateless: only a windowed event names its stream shard (``shardId``)
 
 
 USAGE_STREAM = StreamTrigger(batch_size=1000, batching_window_s=1, tumbling_window_s=900)
 
 
-# Records worth a run: the markers' inserts and updates (not the TTL's deletions, not the
-# index entries or estimated items beside them).
+# Records worth a run: the markers' inserts and updates (not TTL deletions or other items).
 USAGE_STREAM_FILTERS = (
     {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"Keys": {"date_key": {"S": [{"prefix": keys.MARKER_PREFIX}]}}}},
 )
@@ -74,8 +59,7 @@ class Totals(NamedTuple):
     voids: int = 0  # usage.VOIDS
     settled_usd_micros: int = 0  # usage.SETTLED: of ``cost_usd_micros``, what settled a reservation
     updated_at_epoch: int | None = None
-    # The reservation ledger of these totals (``store.reservations``, an item of its own):
-    # settled reserved spend plus live holds, and the settled part.
+    # The reservation ledger (an item of its own): settled reserved spend plus live holds, and the settled part.
     committed: int = 0
     settled: int = 0
 
@@ -100,14 +84,9 @@ class Totals(NamedTuple):
 
     @property
     def unreserved(self) -> int:
-        """Spend counted without a reservation, as far as the aggregation has folded it: the
-        folded cost less the settled spend it holds. A settlement is in the ledger at once
-        but in the folded cost only after its fold, so what is taken off is the settled spend
-        the fold has counted (``settled_usd_micros``)."""
+        """Folded spend counted without a reservation: the folded cost less the settled spend the
+        fold has counted (a settlement reaches the ledger at once, the folded cost later)."""
         return max(0, self.cost_usd_micros - self.settled_usd_micros)
-
-    def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in SUM_FIELDS}
 
     def plus(self, others: Iterable[Totals]) -> Totals:
         """These totals with the sums of ``others`` added (the ledger stays this one's)."""
@@ -120,15 +99,13 @@ class Totals(NamedTuple):
 
 
 def scope_usage_keys(scope: str) -> list[str]:
-    """The DailyTotal keys whose sum is ``scope``'s spend on a day: its scope total and each
-    config label's total (``EffectiveConfig.apart_labels``: a few, bounded by config.yaml,
-    never by the profiles an app registers)."""
+    """The DailyTotal keys whose sum is ``scope``'s spend on a day: its scope total and each config
+    label's total (bounded by config.yaml, never by registered profiles)."""
     return [keys.scope_total_key(scope), *(keys.usage_key(scope, label) for label in orgs.config_labels_ever())]
 
 
 def scope_totals(scope: str, of: Callable[[str], Totals]) -> Totals:
-    """``scope``'s totals over every label on a day, from the totals ``of`` each
-    ``scope_usage_keys`` key gives; the reservation ledger is its scope total's."""
+    """``scope``'s totals over every label on a day, from ``of`` each ``scope_usage_keys`` key."""
     total_key, *apart = scope_usage_keys(scope)
     return of(total_key).plus(of(key) for key in apart)
 
@@ -142,8 +119,7 @@ class DailyRead(NamedTuple):
         return self.totals.get(usage_key, Totals())
 
     def listed_apart(self, scope: str, labels: Iterable[str]) -> bool:
-        """Whether the scope's spent-label items (``keys.spent_label_key``) name a label
-        other than ``labels`` that day (``daily_totals.lists_apart_beyond``)."""
+        """Whether the scope's spent-label items name a label other than ``labels`` that day."""
         item = self.items.get(keys.scope_total_key(scope))
         held = {label: self.items[key] for label in labels if (key := keys.usage_key(scope, label)) in self.items}
         return item is not None and daily_totals.lists_apart_beyond(item, held, orgs.config_labels_ever())
@@ -155,8 +131,7 @@ class DailyRead(NamedTuple):
 
     @classmethod
     def from_items(cls, items: Iterable[dict]) -> DailyRead:
-        """From DailyTotal items of one org day: totals, ledger items (added to their
-        totals' ledgers) and the heartbeat."""
+        """From DailyTotal items of one org day: totals, ledger items and the heartbeat."""
         items = list(items)
         totals, last_run, read = {}, None, {}
         for item in items:
@@ -171,8 +146,7 @@ class DailyRead(NamedTuple):
         return cls(totals, last_run, read)
 
     def with_ledgers(self, usage_keys: Iterable[str], day: str) -> DailyRead:
-        """This read with the ledgers of ``usage_keys`` added when a scope read is reserving
-        that day (one more BatchGetItem, then); as it is otherwise."""
+        """This read with the ledgers of ``usage_keys`` added, when the day is reserving."""
         if not self.reserving:
             return self
         ledgers = batch_get_many([daily_totals.ledger_read(usage_keys, day)])[0]
@@ -187,8 +161,7 @@ def read_daily_totals(
     include_heartbeat: bool = False,
     ledgers: bool = False,
 ) -> DailyRead:
-    """DailyTotals of one org day in one BatchGetItem (more when over 100 keys); with
-    ``ledgers``, their reservation ledgers in the same call."""
+    """DailyTotals of one org day in one BatchGetItem (with ``ledgers``, their reservation ledgers)."""
     read = daily_totals.day_read(usage_keys, day, include_heartbeat=include_heartbeat, ledgers=ledgers)
     return DailyRead.from_items(batch_get_many([read], consistent=consistent)[0])
 
@@ -209,29 +182,21 @@ class RunReport:
     days: list[str]
     totals_written: int = 0
     lag_seconds: int = 0  # age of the oldest record this run folded (0: nothing new)
-    # (usage_key, yyyymmdd, cost_usd_micros) of the labels alerts need (the ordering's and
-    # the ones moved) of every scope/day this run changed, and the labels this run changed
+    # (usage_key, yyyymmdd, cost_usd_micros) of the labels alerts need, and the labels changed
     costs: list[tuple[str, str, int]] = field(default_factory=list)
     changed: list[tuple[str, str]] = field(default_factory=list)
-    # (scope, yyyymmdd) whose alerts the run evaluates: those it moved; the audit, every one it
-    # read (level-triggered alerts that two concurrent folds of a scope both missed fire then)
-    evaluated: list[tuple[str, str]] = field(default_factory=list)
-    # (scope, yyyymmdd) -> the scope's cost over every label, and its sticky label (read
-    # beside the totals when the scope uses sticky fallback), for the scopes changed
+    evaluated: list[tuple[str, str]] = field(default_factory=list)  # (scope, yyyymmdd) whose alerts run
+    # (scope, yyyymmdd) -> the scope's cost over every label, and its sticky labels passed
     scope_costs: dict[tuple[str, str], int] = field(default_factory=dict)
-    sticky: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)  # labels passed
-    # (scope, yyyymmdd) whose fold failed: logged, the others folded; the handler names the
-    # stream records or repair messages to deliver again (``first_unfolded``, ``repair``),
-    # else fails the run (``raise_if_failed``)
-    failed: list[tuple[str, str]] = field(default_factory=list)
+    sticky: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (scope, yyyymmdd) not folded (logged)
 
     def raise_if_failed(self) -> None:
         if self.failed:
             raise FoldFailed(self.failed)
 
     def evaluated_spends(self) -> dict[tuple[str, str], dict[str, int]]:
-        """(scope, yyyymmdd) -> ``cost_usd_micros`` by label, for every scope/day whose
-        alerts this run evaluates (``evaluated``), in the order it folded them."""
+        """(scope, yyyymmdd) -> ``cost_usd_micros`` by label, for each ``evaluated`` scope-day."""
         spends: dict[tuple[str, str], dict[str, int]] = {scope_day: {} for scope_day in self.evaluated}
         for usage_key, day, cost in self.costs:
             scope, label = keys.split_usage_key(usage_key)
@@ -253,12 +218,6 @@ class RunReport:
         self.scope_costs.update(other.scope_costs)
         self.sticky.update(other.sticky)
         self.failed += other.failed
-
-
-def scope_day_of(label_day: LabelDay) -> tuple[str, str]:
-    """(scope, yyyymmdd) of a (usage_key, date_key): how ``RunReport`` names scope-days."""
-    usage_key, date_key = label_day
-    return keys.split_usage_key(usage_key)[0], keys.day_of_key(date_key)
 
 
 def usage_expires_at(day: str) -> int:
@@ -302,19 +261,16 @@ class ScopeDay(NamedTuple):
         return self.config is not None and org_day(self.config.timezone, now) == keys.day_of_key(self.date_key)
 
     def alert_label_days(self) -> list[LabelDay]:
-        """The label totals alerts evaluate beside the moved ones: the ordering's, and where
-        the scope total leaves them apart, every config label's (the scope's spend)."""
+        """The label totals alerts evaluate beside the moved ones: the ordering's and every config label's."""
         ordering = self.config.model_ordering if self.config else ()
         labels = dict.fromkeys([*ordering, *self.apart_labels])
         return [(keys.usage_key(self.scope, label), self.date_key) for label in labels]
 
 
 def read_for_fold(scope_days: list[ScopeDay], fresh_totals: bool = False) -> Snapshot:
-    """One BatchGetItem (per 100 keys, over two tables) of everything a fold of
-    ``scope_days`` needs: the label and scope totals, the ordering's totals and the sticky
-    labels that alerts evaluate. Eventually consistent, at half the units, unless
-    ``fresh_totals``: a stale total only makes the fold's conditional write fail, and the
-    retry reads them fresh (alerts may see the ordering a second late)."""
+    """One BatchGetItem of everything a fold of ``scope_days`` needs (totals and sticky labels).
+    Eventually consistent unless ``fresh_totals``: a stale total only fails the conditional write,
+    and the retry reads fresh."""
     total_keys = {
         (usage_key, date_key)
         for scope_day in scope_days
@@ -339,7 +295,7 @@ def read_for_fold(scope_days: list[ScopeDay], fresh_totals: bool = False) -> Sna
         {(item["usage_key"], item["date_key"]): item for item in totals},
         {
             (scope, day): passed_of.get(
-                (keys.sticky_key(scope, day)["scope_key"], keys.sticky_key(scope, day)["date_key"]), frozenset()
+                tuple(keys.sticky_key(scope, day)[name] for name in ("scope_key", "date_key")), frozenset()
             )
             for scope, day in sticky_days
         },
@@ -347,9 +303,7 @@ def read_for_fold(scope_days: list[ScopeDay], fresh_totals: bool = False) -> Sna
 
 
 class Move(NamedTuple):
-    """A label total a fold moves, by how much, and whether its label is listed for the
-    scope-day (``keys.spent_label_key``): the label-day's first fold of a label the scope
-    total counts (not a config label)."""
+    """A label total a fold moves, by how much, and whether this first fold lists its label."""
 
     fold: daily_totals.LabelFold
     difference: dict[str, int]
@@ -361,24 +315,18 @@ class Move(NamedTuple):
 
 
 def scope_fold_actions(scope_day: ScopeDay, group: list[Move], now: datetime) -> list[dict]:
-    """The actions of one transaction of ``group``'s label totals, their differences added to
-    the scope total, and the labels folded for the first time listed."""
-    return daily_totals.fold_scope_actions(*_scope_fold(scope_day, group, now))
-
-
-def _scope_fold(scope_day: ScopeDay, group: list[Move], now: datetime) -> tuple:
-    """``daily_totals.fold_scope_actions``' arguments for ``group``."""
+    """One transaction's actions: ``group``'s label totals, their differences added to the scope
+    total, and the labels folded for the first time listed."""
     scope_values = {
         "updated_at_epoch": int(now.timestamp()),
         "source_updated_at_epoch": max(move.fold.values["source_updated_at_epoch"] for move in group),
         tables.TTL_ATTRIBUTE: usage_expires_at(keys.day_of_key(scope_day.date_key)),
     }
-    delta = {name: sum(move.difference[name] for move in group) for name in SUM_FIELDS}
-    return (
+    return daily_totals.fold_scope_actions(
         scope_day.scope,
         scope_day.date_key,
         [move.fold for move in group],
-        delta,
+        {name: sum(move.difference[name] for move in group) for name in SUM_FIELDS},
         scope_values,
         [move.label for move in group if move.listed],
     )
@@ -387,9 +335,7 @@ def _scope_fold(scope_day: ScopeDay, group: list[Move], now: datetime) -> tuple:
 def report_moved(
     report: RunReport, scope_day: ScopeDay, snapshot: Snapshot, folded: list[Move], scope_cost: int
 ) -> None:
-    """What alerts evaluate after a scope-day's fold: the labels moved, their costs and the
-    ordering's, the scope's cost (``scope_cost``, its scope total's, and the config labels'
-    where it leaves them apart), its sticky labels."""
+    """What alerts evaluate after a scope-day's fold: labels moved, costs, scope cost, sticky labels."""
     day = keys.day_of_key(scope_day.date_key)
     costs = {move.fold.usage_key: move.fold.values["cost_usd_micros"] for move in folded}
     for usage_key, date_key in scope_day.alert_label_days():
@@ -407,8 +353,7 @@ def report_moved(
 def label_move(
     scope_day: ScopeDay, label_day: LabelDay, stored: dict, sums: dict, source_updated_at: int, now: datetime
 ) -> Move:
-    """A label total's move from ``stored`` to ``sums`` (what it holds plus a batch's
-    changes): conditional on ``stored``'s progress, with
+    """A label total's move from ``stored`` to ``sums``: conditional on ``stored``'s progress, with
     this UTC hour's mark, and listed for the scope-day when it is the label-day's first."""
     day = keys.day_of_key(scope_day.date_key)
     values = {
@@ -428,8 +373,7 @@ def label_move(
 
 
 def configs_of(scopes: Iterable[str]) -> dict[str, EffectiveConfig]:
-    """Each scope's effective config, read together; scopes of orgs or apps no longer
-    registered are left out."""
+    """Each scope's effective config, read together (unregistered ones left out)."""
     pairs = {keys.split_scope(scope) for scope in scopes}
     configs = orgs.effective_configs(pairs)
     return {scope: configs[keys.split_scope(scope)] for scope in scopes if keys.split_scope(scope) in configs}
@@ -452,22 +396,24 @@ def days_in_play(now: datetime) -> list[str]:
     return [day.strftime("%Y%m%d") for day in org_days_in_play(now)]
 
 
-def audit_label_days(label_days: Iterable[LabelDay], now: datetime | None = None) -> RunReport:
-    """The audit of these label-days: each scope-day of its scope's today has its alerts
-    evaluated against its totals as they stand (``report_moved`` with nothing moved), read
-    together; a past day's are not raised late against quotas and boosts that are today's.
-    Spend of orgs no longer registered is left out."""
-    now = now or utc_now()
+def scope_days_of(label_days: Iterable[LabelDay], configs: dict[str, EffectiveConfig]) -> list[ScopeDay]:
+    """``label_days`` (deduplicated) grouped by scope-day, in scope-day order."""
     by_scope_day: dict[tuple[str, str], list[LabelDay]] = {}
-    for usage_key, date_key in label_days:
+    for usage_key, date_key in dict.fromkeys(label_days):
         by_scope_day.setdefault((keys.split_usage_key(usage_key)[0], date_key), []).append((usage_key, date_key))
-    configs = configs_of({scope for scope, _ in by_scope_day})
-    scope_days = [
-        scope_day
-        for (scope, date_key), days in sorted(by_scope_day.items())
-        if (scope_day := ScopeDay(scope, date_key, days, configs.get(scope))).is_today(now)
+    return [
+        ScopeDay(scope, date_key, days, configs.get(scope)) for (scope, date_key), days in sorted(by_scope_day.items())
     ]
-    report = RunReport(days=sorted({keys.day_of_key(date_key) for _, date_key in by_scope_day}))
+
+
+def audit_label_days(label_days: Iterable[LabelDay], now: datetime | None = None) -> RunReport:
+    """The audit of these label-days: each scope-day of its scope's today has its alerts evaluated
+    against its totals as they stand (a past day's are not raised against today's quotas)."""
+    now = now or utc_now()
+    label_days = list(label_days)
+    every = scope_days_of(label_days, configs_of({keys.split_usage_key(usage_key)[0] for usage_key, _ in label_days}))
+    scope_days = [scope_day for scope_day in every if scope_day.is_today(now)]
+    report = RunReport(days=sorted({keys.day_of_key(scope_day.date_key) for scope_day in every}))
     snapshot = read_for_fold(scope_days)
     for scope_day in scope_days:
         stored = snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {})

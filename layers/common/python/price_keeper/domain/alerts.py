@@ -1,45 +1,17 @@
 """Spend alerts: detection (pure functions), a once-per-day record, and EventBridge events.
 
-Alert kinds, for one quota scope (``ORG#{org}`` or ``ORG#{org}#APP#{app}``) and org-local day:
-
-- ``THRESHOLD`` (label, pct): the label's spend reached ``pct`` % of its daily quota
-  (quota boosts included), for each pct of config.yaml ``alerts.thresholds_pct``; with no
-  label, the scope's spend over every label (in the ordering or not) reached ``pct`` % of
-  its total cap (``total_quota_usd_micros``).
-- ``FALLBACK`` (label): selection moved off ``label`` to the next one in the ordering,
-  because the label is spent or the day's sticky state has already passed it.
-- ``ALL_EXHAUSTED``: every label of the ordering is spent, or the total cap is reached
-  (selection answers 429).
-- ``UNPRICED_MODEL`` (label, model): usage was counted at the configured estimate because
-  its model (a profile routing outside config.yaml) has no known price. Raised by the usage
-  path, not the aggregator; its event also makes the pricing fetcher look the model up.
-- ``UNREPORTED_USAGE`` (model): Bedrock counted spend on a model, on a UTC day, that was
-  never metered (``domain.reconciliation``). Raised by the reconciler, on the scope of the
-  org whose application inference profile it is, else on ``OPERATOR_SCOPE``.
-- ``OVER_RESERVATION`` (label): a usage record settling a reservation cost more than the
-  reservation held (the hard cap's worst case was not one). Raised by the usage path.
-
-Thresholds are config.yaml ``alerts.thresholds_pct`` unless the org sets its own
-(``overrides.alert_thresholds_pct``).
+Kinds, per quota scope and org-local day: ``THRESHOLD`` (a label's spend, or with no label
+the scope's total, reached a percentage of its quota or cap), ``FALLBACK`` (selection moved
+off a label), ``ALL_EXHAUSTED`` (selection answers 429), ``UNPRICED_MODEL`` (usage counted at
+the estimate), ``UNREPORTED_USAGE`` (Bedrock counted spend never metered: the reconciler)
+and ``OVER_RESERVATION`` (a settlement cost more than its reservation held).
 
 Detection is level-triggered: an alert is due whenever its condition holds, and "once per
-day" comes from the record, not from comparing old and new totals, so a run that crashed
-after writing totals loses nothing. Below every threshold there is no I/O at all.
-
-Each alert fires at most once per (scope, day, type, label, threshold): the first run to
-see it writes a StickyState item with a conditional PutItem (``attribute_not_exists``)::
-
-    scope_key = {scope}
-    date_key  = ALERT#{yyyymmdd}#{type}#{label or -}#{threshold_pct or -}
-
-(kept ``ALERT_RETENTION_DAYS`` through the table's TTL). Only the writer publishes the
-event (EventBridge ``PutEvents``, Source ``price-keeper``, DetailType ``SpendAlert``)
-and then marks the record ``published``. When publishing fails the record stays
-``published = false`` and a later run retries it: a retry first claims the record with a
-conditional update (``claimed_at_epoch`` unchanged and older than ``RETRY_AFTER_SECONDS``),
-so concurrent runs retry it once, and a slow first publisher is never raced. A run that
-dies between PutEvents succeeding and the mark is the one case that publishes twice
-(at-least-once delivery for that crash; never zero times).
+day" comes from its record, so a run that crashed after writing totals loses nothing. The
+first run to see an alert creates its record (conditional PutItem) and alone publishes the
+EventBridge event, then marks it ``published``; a failed publish is retried by a later run
+that claims the stale record. A crash between PutEvents and the mark publishes twice, never
+zero times.
 """
 
 from __future__ import annotations
@@ -113,13 +85,9 @@ def due_alerts(
     total_quota: int | None = None,
     total_spend: int | None = None,
 ) -> list[Alert]:
-    """Every alert whose condition holds for these spends (label -> micro-USD, every label
-    with spend, in the ordering or not; or only some, with ``total_spend`` the scope's spend
-    over every label) and the scope's total cap.
-
-    A label is spent, and has fallen back to its successor, by the rules model selection
-    applies (``quota.first_unspent`` past the day's sticky ``passed`` labels).
-    """
+    """Every alert whose condition holds for these spends (label -> micro-USD; ``total_spend``:
+    the scope's spend over every label, when ``spends`` has only some) and the total cap. A label
+    is spent by the rules model selection applies (``quota.first_unspent``)."""
 
     def spend(label: str) -> int:
         return int(spends.get(label, 0))
@@ -192,20 +160,9 @@ def _claim_retry(item: dict, now: datetime) -> dict | None:
     return alert_records.claim(item, now_epoch)
 
 
-EVENT_FIELDS = (
-    "type",
-    "label",
-    "threshold_pct",
-    "scope",
-    "org_id",
-    "app_id",
-    "date",
-    "fired_at",
-    "spend_usd_micros",
-    "quota_usd_micros",
-    "fallback_to",
-    "model_id",
-    "region",
+EVENT_FIELDS = tuple(
+    "type label threshold_pct scope org_id app_id date fired_at spend_usd_micros quota_usd_micros fallback_to "
+    "model_id region".split()
 )
 
 
@@ -234,19 +191,13 @@ def _publish(item: dict) -> bool:
             ]
         )
     except (ClientError, BotoCoreError) as error:
-        logger.warning(
-            "Spend alert not published; the next run retries it",
-            extra={"alert": detail, "error_type": type(error).__name__},
-        )
-        return False
-    if reply.get("FailedEntryCount"):
-        entry = reply["Entries"][0]
-        logger.warning(
-            "Spend alert not published; the next run retries it",
-            extra={"alert": detail, "error_code": entry.get("ErrorCode")},
-        )
-        return False
-    return True
+        failure = {"error_type": type(error).__name__}
+    else:
+        if not reply.get("FailedEntryCount"):
+            return True
+        failure = {"error_code": reply["Entries"][0].get("ErrorCode")}
+    logger.warning("Spend alert not published; the next run retries it", extra={"alert": detail, **failure})
+    return False
 
 
 def evaluate_and_fire(
@@ -258,16 +209,9 @@ def evaluate_and_fire(
     now: datetime,
     total_spend: int | None = None,
 ) -> list[Alert]:
-    """Fire the alerts due for one scope and org-local day; the ones this call published.
-
-    For the aggregator, after it wrote the day's totals: ``scope`` is the quota scope
-    (``config.scope``), ``config`` its effective config (the app's in APP-scoped orgs),
-    ``day`` the org-local ``yyyymmdd``, ``totals_by_label`` the day's ``cost_usd_micros``
-    per label (labels without spend may be left out), ``passed`` the labels the day's
-    StickyState has fallen back past, ``now`` an aware datetime. Costs nothing
-    while every label is under the lowest threshold; otherwise one Boost Query (cached),
-    one StickyState Query, and a write per alert not yet published.
-    """
+    """Fire the alerts due for one scope and org-local day (``totals_by_label``: the day's cost per
+    label; ``passed``: the sticky labels passed); the ones this call published. No I/O while
+    every label is under the lowest threshold."""
 
     def due(quotas: Mapping[str, int]) -> list[Alert]:
         return due_alerts(
@@ -292,8 +236,7 @@ def evaluate_and_fire(
 def fire_unpriced_model(
     config: EffectiveConfig, day: str, label: str, model_id: str, region: str | None, now: datetime
 ) -> list[Alert]:
-    """``UNPRICED_MODEL`` for the scope, day and model (once; a warm container that saw it
-    published does no I/O): for the usage path, after counting a record at the estimate."""
+    """``UNPRICED_MODEL`` for the scope, day and model (once): after counting a record at the estimate."""
     return _fire(config.scope, config, day, [Alert(UNPRICED_MODEL, label, model_id=model_id, region=region)], now)
 
 
@@ -306,8 +249,7 @@ def fire_unreported_usage(
     bedrock_usd_micros: int,
     now: datetime,
 ) -> list[Alert]:
-    """``UNREPORTED_USAGE`` for a model and UTC day (once): on ``config``'s scope (the org
-    whose profile it is), or on ``OPERATOR_SCOPE`` when ``config`` is None. The event's
+    """``UNREPORTED_USAGE`` for a model and UTC day (once), on ``config``'s scope or ``OPERATOR_SCOPE``:
     ``spend_usd_micros`` is the unmetered estimate, ``quota_usd_micros`` Bedrock's whole count."""
     alert = Alert(
         UNREPORTED_USAGE,
@@ -320,16 +262,14 @@ def fire_unreported_usage(
 
 
 def fire_over_reservation(config: EffectiveConfig, day: str, label: str, now: datetime) -> list[Alert]:
-    """``OVER_RESERVATION`` for the scope, day and label (once): for the usage path, after a
-    record settled a reservation with more than it held."""
+    """``OVER_RESERVATION`` for the scope, day and label (once): a settlement cost more than it held."""
     return _fire(config.scope, config, day, [Alert(OVER_RESERVATION, label)], now)
 
 
 def _fire(
     scope: str, config: EffectiveConfig | None, day: str, candidates: Sequence[Alert], now: datetime
 ) -> list[Alert]:
-    """Record and publish each alert not yet published for the scope and day; the ones
-    this call published."""
+    """Record and publish each alert not yet published for the scope and day; the ones published."""
     pending = [alert for alert in candidates if not _published.get((scope, alert.date_key(day)))]
     if not pending:
         return []
@@ -353,10 +293,7 @@ def _fire(
 
 
 def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
-    """Evaluate every scope/day the aggregation run evaluates (``RunReport.evaluated``: those
-    whose totals it changed; the audit's, every one it read), with the totals of all its
-    labels in play; the alerts published. A scope whose evaluation fails is logged and
-    retried by the next run that evaluates it, without failing the others."""
+    """Evaluate every scope-day of ``RunReport.evaluated``; one failing scope is logged, not fatal."""
     fired: list[Alert] = []
     changed = report.evaluated_spends()
     orgs.effective_configs({keys.split_scope(scope) for scope, _ in changed})  # the uncached in one read
@@ -379,22 +316,14 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
 
 
 def spend_pcts(report: RunReport, now: datetime) -> list[float]:
-    """The share of each daily quota used (``quota.quota_pct``, boosts included), for
-    every scope of its current org-local day the run evaluates (``fire_after_run``): one
-    value per label of the ordering with a quota, and one for the scope's total cap. The
-    aggregator publishes them as the ``SpendPct`` metric.
-
-    Scopes of another day (late usage of yesterday) are left out: the metric is how close
-    scopes are to being cut off now. So are counters that are no longer a quota scope (the
-    org changed ``quota_scope`` during the day) and, logged, scopes whose config cannot be
-    read (the run's totals and alerts are done; a metric must not fail it). The config and
-    its boosts come from the cache ``fire_after_run`` filled.
-    """
+    """The share of each daily quota used (boosts included) for every evaluated scope of its
+    current day: the ``SpendPct`` metric, how close scopes are to being cut off now. Past days,
+    stale scopes and (logged) unreadable configs are left out: a metric must not fail the run."""
     pcts: list[float] = []
     for (scope, day), spends in report.evaluated_spends().items():
         try:
             config = boosts.boosted_config(*keys.split_scope(scope), now)
-        except Exception:  # noqa: BLE001 - see above: logged, and the other scopes still count
+        except Exception:  # noqa: BLE001 - logged; the other scopes still count
             logger.exception("spend % of quota not computed", extra={"scope": scope, "day": day})
             continue
         if config.scope != scope or day != org_day(config.timezone, now):
@@ -419,8 +348,7 @@ def _row(item: dict) -> dict:
 
 
 def list_alerts(org_id: str, date_text: str | None) -> dict:
-    """Alerts recorded for an org-local day (default: today in the org's timezone), from the
-    org scope and, in APP-scoped orgs, every app scope (one Query per scope)."""
+    """Alerts recorded for an org-local day (default today), of every quota scope of the org."""
     config = orgs.effective_config(org_id)
     day = (
         reports.parse_date(date_text, "date").strftime("%Y%m%d") if date_text is not None else org_day(config.timezone)

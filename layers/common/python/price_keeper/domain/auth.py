@@ -1,20 +1,15 @@
 """OAuth2 client credentials: secrets, JWTs, revocation and the per-request authorizer.
 
-- Client secrets are 32 random bytes (base64), stored only as bcrypt hashes, each with a
-  short fingerprint. During a rotation grace period the previous hash is kept beside the
-  new one; the fingerprint picks the one hash to check, so every attempt costs one bcrypt
-  check. Token requests are limited per source address, and failed ones per client and
-  address (a client id is public: a limit on it alone would be a lock-out switch).
-- Tokens are HS256 JWTs signed with a key from Secrets Manager (Powertools Parameters,
-  cached). Access tokens live 1 h, refresh tokens 7 d; every token has a ``jti`` and an
-  access token names the refresh token it came from (``rjti``), so revoking a refresh
-  token ends the access tokens issued from it. ``auth_time_ms`` is when the client
-  authenticated with its secret (kept by refreshed access tokens).
-- Revocation is a RevokedTokens item with TTL = token expiry, and a per-client cutoff item
-  ends every token authenticated before it (revoke-tokens, rotation). "Not revoked"
-  answers are cached for ``REVOCATION_CACHE_SECONDS`` per process (the seed's
-  negative-lookup cache): another warm Lambda container may accept a just-revoked access
-  token for that long; ``/auth/refresh`` always reads what is stored.
+- Client secrets are stored only as bcrypt hashes with a short fingerprint, which picks the
+  one hash to check during a rotation grace period (one bcrypt check per attempt). Failed
+  attempts are limited per client *and* source address: a client id is public, so a limit
+  on it alone would be a lock-out switch.
+- Tokens are HS256 JWTs (key from Secrets Manager). Access tokens live 1 h and name their
+  refresh token (``rjti``), so revoking it ends them; ``auth_time_ms`` is when the client
+  presented its secret.
+- Revocation is a RevokedTokens item (TTL = token expiry) plus a per-client cutoff. "Not
+  revoked" is cached for ``REVOCATION_CACHE_SECONDS`` per container; ``/auth/refresh``
+  always reads what is stored.
 """
 
 from __future__ import annotations
@@ -92,9 +87,8 @@ def hash_secret(secret: str) -> str:
 
 
 def secret_fingerprint(secret: str) -> str:
-    """A short digest stored beside a secret's hash. During a rotation grace period it picks
-    which of the two hashes to check, so every attempt costs one bcrypt check. 16 bits of a
-    256-bit random secret tell nothing about the secret (rotation keeps the two distinct)."""
+    """A short digest stored beside a secret's hash, picking which hash to check during a rotation
+    grace period (16 bits of a 256-bit random secret tell nothing about it)."""
     return hashlib.sha256(secret.encode()).hexdigest()[:FINGERPRINT_CHARS]
 
 
@@ -105,9 +99,7 @@ def secret_attributes(secret: str) -> dict:
 
 @functools.lru_cache(maxsize=1)
 def _secrets() -> parameters.SecretsProvider:
-    """Powertools' provider (it caches each value for ``max_age``) on the process's one
-    Secrets Manager client: its default provider would build a boto3 session of its own,
-    loading every service model a second time in a cold container."""
+    """Powertools' provider on the process's one Secrets Manager client (no second boto3 session)."""
     return parameters.SecretsProvider(boto3_client=aws.client("secretsmanager"))
 
 
@@ -187,14 +179,9 @@ def _hash_to_check(item: dict, secret: str, now: float) -> tuple[str, int | None
 def authenticate_client(
     client_id: str, client_secret: str, *, source_ip: str, now: float | None = None
 ) -> Authenticated:
-    """The client for valid credentials; 401 otherwise.
-
-    Every attempt costs exactly one bcrypt check (unknown clients check a dummy hash). A
-    ``client_id`` is public, so the limits are keyed on the caller's address: all attempts
-    per source address, and failed attempts per client and source address (charged before
-    the check, refunded when the secret was right), so wrong secrets sent from elsewhere
-    never lock the real client out.
-    """
+    """The client for valid credentials; 401 otherwise. Every attempt costs one bcrypt check
+    (unknown clients check a dummy hash); the limits are keyed on the source address, so wrong
+    secrets sent from elsewhere never lock the real client out."""
     ratelimit.consume(f"source:{source_ip}", limit_name=SOURCE_LIMIT)
     principal = parse_client_id(client_id)
     failure = ratelimit.consume(
@@ -246,16 +233,14 @@ def _access_token(principal: Principal, refresh_jti: str, now: int, exp: int, au
 
 
 def grant_tokens(client: Authenticated) -> dict:
-    """The token endpoint's answer to an authenticated client, at most ``CLIENT_LIMIT`` a
-    minute per client id. Counted once the secret was right: only the client itself can spend
-    this limit (wrong secrets count per source address), so nobody else can lock it out."""
+    """The token endpoint's answer, at most ``CLIENT_LIMIT`` a minute per client id (counted
+    after the secret checked, so only the client itself can spend it)."""
     ratelimit.consume(client.principal.client_id, limit_name=CLIENT_LIMIT)
     return issue_tokens(client.principal, not_after=client.not_after)
 
 
 def issue_tokens(principal: Principal, not_after: int | None = None) -> dict:
-    """An access and a refresh token; neither lives past ``not_after`` (the end of the grace
-    period of a previous secret)."""
+    """An access and a refresh token; neither lives past ``not_after`` (an old secret's grace end)."""
     authenticated_ms = now_ms()
     now = authenticated_ms // 1000
     refresh_exp = min(now + REFRESH_TTL, not_after or now + REFRESH_TTL)
@@ -272,8 +257,7 @@ def issue_tokens(principal: Principal, not_after: int | None = None) -> dict:
 
 
 def _verified_claims(token: str) -> dict:
-    """The claims of a token signed by this service (HS256 only, so ``alg: none`` and
-    algorithm swaps fail), with ``exp``, ``iat``, ``iss``, ``sub`` and ``jti`` required."""
+    """The claims of a token of this service (HS256 only; exp, iat, iss, sub and jti required)."""
     return jwt.decode(
         token,
         signing_key(),
@@ -286,14 +270,9 @@ def _verified_claims(token: str) -> dict:
 def decode(
     token: str, token_type: str, *, fresh: bool = False, along: Callable[[dict], ReadAlong | None] | None = None
 ) -> dict:
-    """Verified claims of a token of the given type; 401 for anything else.
-
-    Only HS256 is accepted (so ``alg: none`` and algorithm swaps fail), and ``exp``,
-    ``iat``, ``iss``, ``sub`` and ``jti`` are required. ``fresh``: check revocations with a
-    consistent read instead of this container's cached answers. ``along``: given the
-    verified claims, a read the revocation check carries in its BatchGetItem when it makes
-    one (``authenticate_bearer``).
-    """
+    """Verified claims of a token of the given type; 401 for anything else. ``fresh``: check
+    revocations with a consistent read, not cached answers. ``along``: given the claims, a read
+    the revocation check carries in its BatchGetItem when it makes one."""
     try:
         claims = _verified_claims(token)
     except jwt.ExpiredSignatureError:
@@ -309,10 +288,9 @@ def decode(
 
 
 def refresh_access_token(refresh_token: str, client: Principal | None = None) -> dict:
-    """A new access token for a refresh token, checked against revocations and the client's
-    cutoff as stored now (not as cached), so revoke-tokens ends refreshing at once.
-    ``client``: the client that authenticated for the request (an OAuth2 form, RFC 6749 §6),
-    whose own refresh token it must be (401 otherwise)."""
+    """A new access token for a refresh token, checked against revocations as stored now, so
+    revoke-tokens ends refreshing at once. ``client``: the authenticated client of an OAuth2
+    form, whose own token it must be."""
     claims = decode(refresh_token, "refresh", fresh=True)
     if client is not None and claims["sub"] != client.client_id:
         raise unauthorized("Refresh token was issued to another client")
@@ -328,16 +306,13 @@ def refresh_access_token(refresh_token: str, client: Principal | None = None) ->
 
 
 def _auth_time_ms(claims: dict) -> int:
-    """When the client authenticated with its secret for this token (tokens issued before
-    the claim existed: their issue second)."""
+    """When the client authenticated with its secret for this token (else its issue second)."""
     return int(claims.get("auth_time_ms") or int(claims["iat"]) * 1000)
 
 
 def _ensure_not_revoked(claims: dict, *, fresh: bool, along: ReadAlong | None = None) -> None:
-    """401 for a revoked token (its ``jti``, its refresh token's ``rjti``) or one authenticated
-    before its client's cutoff: one BatchGetItem for all three (and ``along``'s keys),
-    answers cached for ``REVOCATION_CACHE_SECONDS`` unless ``fresh``. An incomplete read is
-    retried and then a 503: it never passes for "not revoked"."""
+    """401 for a revoked token (``jti`` or ``rjti``) or one authenticated before its client's
+    cutoff: one BatchGetItem, cached unless ``fresh``; an incomplete read is a 503, never "not revoked"."""
     jtis = [claims["jti"]] + ([claims["rjti"]] if claims.get("rjti") else [])
     if any(_revoked.get(jti) for jti in jtis):
         raise unauthorized("Token revoked")
@@ -362,13 +337,8 @@ def _ensure_not_revoked(claims: dict, *, fresh: bool, along: ReadAlong | None = 
 
 
 def revoke(caller: Principal, token: str, *, ignore_invalid: bool = False) -> None:
-    """Revoke ``token`` (access or refresh) on behalf of the caller (``/auth/revoke``'s bearer,
-    or the client that authenticated for an OAuth2 form).
-
-    The token must belong to the caller's client (403); revoking it twice is fine. A string
-    that is not a token of this service is a 400, or nothing with ``ignore_invalid`` (RFC 7009
-    §2.2: "invalid tokens do not cause an error response").
-    """
+    """Revoke ``token`` (access or refresh) for the caller, whose client it must belong to (403);
+    twice is fine. Not a token of ours: 400, or nothing with ``ignore_invalid`` (RFC 7009 §2.2)."""
     try:
         claims = _verified_claims(token)
     except jwt.ExpiredSignatureError:
@@ -397,14 +367,9 @@ def revoke(caller: Principal, token: str, *, ignore_invalid: bool = False) -> No
 
 # --- per-client cutoffs: revoke-tokens and rotation ---------------------------------
 #
-# One RevokedTokens item per client (``token_jti = CLIENT#{client_id}``) ends every token
-# the client authenticated for before a given millisecond (``auth_time_ms`` claim):
-# ``cutoff_ms`` at once (revoke-tokens, rotation without grace), ``pending_cutoff_ms`` from
-# ``pending_cutoff_at_epoch`` on (rotation with grace: the old secret's tokens end when
-# its grace period does). A rotation that replaces a pending cutoff moves it to
-# ``superseded_cutoff_ms``, effective at once: rotating again during a grace period ends
-# the older secret, and its tokens, immediately. Every write is a blind update (cutoffs
-# only grow), and the item expires when the last token it can refuse has.
+# One RevokedTokens item per client ends every token authenticated before a millisecond:
+# ``cutoff_ms`` at once, ``pending_cutoff_ms`` from ``pending_cutoff_at_epoch`` on (rotation
+# with grace), ``superseded_cutoff_ms`` at once (a pending cutoff a new rotation replaced).
 
 
 def _effective_cutoff_ms(item: dict, now: float) -> int:
@@ -413,9 +378,8 @@ def _effective_cutoff_ms(item: dict, now: float) -> int:
 
 
 def cutoff_update(client_id: str, before_ms: int, effective_at: int | None = None) -> dict:
-    """The transaction action that ends the client's tokens authenticated before
-    ``before_ms``: at once, or from ``effective_at`` (epoch seconds) on. Tokens
-    authenticated before the cutoff expire within ``REFRESH_TTL`` of it, and so does the item."""
+    """The transaction action ending the client's tokens authenticated before ``before_ms``, at
+    once or from ``effective_at`` on; the item expires ``REFRESH_TTL`` after, as they do."""
     return revocations.cutoff_update(client_id, before_ms, effective_at, before_ms // 1000 + REFRESH_TTL)
 
 
@@ -442,9 +406,7 @@ def authenticate_bearer(authorization: str | None, along: Callable[[dict], ReadA
 
 
 def check_access(claims: dict, org_id: str, app_id: str | None = None) -> None:
-    """403 unless the token may act on ``org_id``/``app_id``: an org token on its org and
-    every app in it, an app token only on its own app (the token is valid, the resource is
-    not its own)."""
+    """403 unless the token may act on ``org_id``/``app_id`` (an app token only on its own app)."""
     if claims["org_id"] != org_id:
         raise forbidden()
     token_app = claims.get("app_id")

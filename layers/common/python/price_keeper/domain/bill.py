@@ -1,13 +1,9 @@
 """The bill: a UTC day's metered spend per application inference profile against Cost
 Explorer's cost for that profile's cost-allocation tag (optional; daily).
 
-An application inference profile can carry tags, and a tag activated as a cost-allocation
-tag splits the Bedrock bill by its value. With config.yaml ``reconciliation.bill_tag_key``
-set (the tag whose value is the profile's id), the daily run asks ``GetCostAndUsage`` for
-the day grouped by that tag and compares each value with the metered usage of that profile
-(``reconciliation.metered_counts``: arrivals in the UTC day and its tolerance, priced at
-the label's price of the day). Tags reach billing 24-48 h after the usage, so the run compares the day three days
-back; Cost Explorer's figure for a day can still move until the month's bill is final.
+With config.yaml ``reconciliation.bill_tag_key`` set (a cost-allocation tag whose value is
+the profile's id), the daily run compares ``GetCostAndUsage`` grouped by that tag with each
+profile's metered usage of the day, three days back (tags reach billing in 24-48 h).
 """
 
 from __future__ import annotations
@@ -50,8 +46,7 @@ def billed_by_tag(tag_key: str, day: date) -> dict[str, int]:
 
 
 def compare(day: date, now: datetime | None = None) -> dict | None:
-    """Metered vs billed per tagged profile for UTC ``day``, kept in DailyTotal
-    (``BILL#{yyyymmdd}``); None when no ``bill_tag_key`` is configured."""
+    """Metered vs billed per tagged profile for UTC ``day``, stored; None without ``bill_tag_key``."""
     tag_key = get_config().reconciliation.bill_tag_key
     if not tag_key:
         return None

@@ -1,22 +1,10 @@
 """Temporary quota boosts: N micro-USD added to one label's daily quota until an expiry.
 
-A boost raises exactly one quota counter, the one the org's ``quota_scope`` uses: in an
-ORG-scoped org the org's quota (no ``app_id``), in an APP-scoped org one app's quota
-(``app_id`` required). A boost is a Config item beside the org's own items::
-
-    org_key      = ORG#{org_id}
-    resource_key = BOOST#ORG#{boost_id}                 (ORG-scoped orgs)
-                   BOOST#APP#{app_id}#{boost_id}        (APP-scoped orgs)
-
-(``expires_at_epoch`` is the table's TTL attribute) and an entry of the ``quota_boosts``
-map on the scope's own item, the org's or the app's (``store.boosts``), written together.
-Every reader takes the boosts from that map, which comes with the config it reads anyway:
-no call of their own. DynamoDB's TTL deletes an item up to 48 h late and expired entries
-stay in the map until the next boost of the quota removes them, so every read filters by
-expiry.
-
-A boost applies to every day it overlaps, for as long as it has not expired: a boost
-expiring at 15:00 counts in selection and aggregates until 15:00 and not after.
+A boost raises the quota counter the org's ``quota_scope`` uses (the org's, or one app's:
+``app_id`` required). It is a Config item plus an entry of the ``quota_boosts`` map on the
+scope's own item, written together; readers take the boosts from that map, which comes with
+the config they read anyway. Expired entries linger (TTL is late), so every read filters by
+expiry: a boost counts until the moment it expires.
 """
 
 from __future__ import annotations
@@ -83,8 +71,7 @@ def parse_expiry(value: str, now: datetime) -> datetime:
 
 
 def _check_target(org_id: str, request: BoostRequest) -> tuple[orgs.EffectiveConfig, dict]:
-    """The effective config of the boosted scope and the scope's own item (the org's or the
-    app's, which keeps the boosts); 404/400 when the boost cannot apply."""
+    """The boosted scope's effective config and its own item; 404/400 when the boost cannot apply."""
     org, app = config_items.org_and_app(org_id, request.app_id)  # consistent reads: an admin write, no stale cache
     if org is None:
         raise not_found("Organization not registered", org_id=org_id)
@@ -111,8 +98,7 @@ def _check_target(org_id: str, request: BoostRequest) -> tuple[orgs.EffectiveCon
 
 
 def create(org_id: str, request: BoostRequest, now: datetime | None = None) -> dict:
-    """Store a boost (its item and its entry on the scope's item, one transaction, after
-    every check passed) and return it as the API shows it."""
+    """Store a boost (its item and its entry on the scope's item, one transaction) and return it."""
     now = now or datetime.now(UTC)
     audit.note(app_id=request.app_id, model_label=request.model_label, amount_usd_micros=request.amount_usd_micros)
     expires = parse_expiry(request.expires_at, now)
@@ -145,9 +131,8 @@ def create(org_id: str, request: BoostRequest, now: datetime | None = None) -> d
 
 
 def _store(org_id: str, request: BoostRequest, item: dict, now: datetime) -> bool:
-    """One attempt to write ``item`` and its entry on the quota scope's item (read afresh);
-    False when the scope item changed in between. 400 when the quota already has
-    ``MAX_ACTIVE_BOOSTS`` boosts that have not expired."""
+    """One attempt to write ``item`` and its entry on the scope's item (read afresh); False when
+    that changed in between, 400 at ``MAX_ACTIVE_BOOSTS`` active boosts."""
     config, scope_item = _check_target(org_id, request)
     stored = boost_store.entries_of(scope_item)
     active = {boost_id: entry for boost_id, entry in stored.items() if entry[2] > now.timestamp()}
@@ -166,26 +151,16 @@ def _store(org_id: str, request: BoostRequest, item: dict, now: datetime) -> boo
 
 
 def active_boosts(config: orgs.EffectiveConfig, now: datetime) -> dict[str, int]:
-    """Micro-USD to add to each label's daily quota at ``now``, for the quota of ``config``'s
-    scope; ``apply(config.quotas, active_boosts(config, now))`` gives the quotas to compare
-    spend with. The boosts come with the config (``EffectiveConfig.boosts``, cached for
-    ``orgs.CONFIG_CACHE_SECONDS``): a new boost reaches other warm containers within that;
-    an expired one stops counting at once.
-    """
-    entries = config.boosts
-    cutoff = now.timestamp()
+    """Micro-USD to add to each label's daily quota of ``config``'s scope at ``now``."""
     totals: dict[str, int] = {}
-    for label, amount, expires_at_epoch in entries.values():
-        if expires_at_epoch > cutoff:
+    for label, amount, expires_at_epoch in config.boosts.values():
+        if expires_at_epoch > now.timestamp():
             totals[label] = totals.get(label, 0) + amount
     return totals
 
 
 def apply(quotas: dict, boosts: dict) -> dict:
-    """``quotas`` (label -> micro-USD) raised by ``boosts`` (from ``active_boosts``); a new dict.
-
-    A boosted label without a quota of its own gets the boost as its quota.
-    """
+    """``quotas`` raised by ``boosts``, as a new dict (a label without a quota gets the boost)."""
     boosted = {label: int(amount) for label, amount in quotas.items()}
     for label, amount in boosts.items():
         boosted[label] = boosted.get(label, 0) + amount
@@ -193,8 +168,7 @@ def apply(quotas: dict, boosts: dict) -> dict:
 
 
 def boosted_config(org_id: str, app_id: str | None, now: datetime) -> orgs.EffectiveConfig:
-    """The effective config with the boosts active at ``now`` added to its quotas: what
-    model selection, aggregates and the usage response compare spend against."""
+    """The effective config with the boosts active at ``now`` added to its quotas."""
     config = orgs.effective_config(org_id, app_id)
     extra = active_boosts(config, now)
     return config._replace(quotas=apply(config.quotas, extra)) if extra else config

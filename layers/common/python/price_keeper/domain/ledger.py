@@ -1,29 +1,12 @@
 """The ledger: usage counted by its dedup marker alone, folded from the stream's images.
 
-A record is one conditional PutItem of its marker (1 write unit), and a void or a
-re-pricing is an update of that marker. The usage table's stream carries each change with
-its old and new image, and what a change counts is what its new image counts less what its
-old one did (``counted``). The aggregator adds that to the label totals, exactly once:
-
-- A stream shard's progress is one item (``keys.ledger_shard_key``): the sequence number
-  of the last record folded from it. A run reads it and skips every record at or before it,
-  so a record counts once however its deliveries are cut: a batch delivered again, longer or
-  shorter, from any record, or a restart's replay of the whole stream.
-- The rest is cut into chunks in record order (``chunks``: as many label-days as one
-  transaction holds with their listings and scope totals). A chunk is one
-  TransactWriteItems: its label totals SET to what they held plus the chunk's changes (each
-  conditional on the progress read, as every fold's write is), its scope totals' ADDs and
-  listings, and the shard's progress moved to its last record, conditional on the progress
-  the run read.
-- A run stops at the first chunk it could not write and names that chunk's first record to
-  the event source mapping (``ReportBatchItemFailures``), which delivers the batch again
-  from there. The mapping never gives a batch up (no retry or age limit): every record is
-  folded while the stream holds it (24 h).
-
-Sequence numbers order the records of one stream shard only, and a Lambda stream event
-names its shard only with a tumbling window (``shardId``): the mapping has one
-(``USAGE_STREAM.tumbling_window_s``) for that alone. docs/metering.md ("The ledger") has
-the argument and what it costs.
+A record is one conditional PutItem of its marker; a void or re-pricing updates it. What a
+stream change counts is its new image's count less its old one's (``counted``), added to the
+label totals exactly once: each stream shard's progress (the last sequence number folded) is
+an item, and each chunk of a batch is one transaction that writes its totals and moves the
+progress, conditional on the progress read, so redelivered or replayed records are skipped.
+A run stops at the first chunk it could not write and names its first record to the event
+source mapping, which delivers the batch again from there. See docs/metering.md ("The ledger").
 """
 
 from __future__ import annotations
@@ -44,17 +27,14 @@ if TYPE_CHECKING:
 
 CHUNK_ACTIONS = 100  # TransactWriteItems' limit: a chunk's writes and the shard's progress
 PROGRESS_DAYS = 2  # a shard's progress outlives the shard (about 4 h of writes, read for 24 h)
-# Reads of a chunk's totals gone stale because another stream shard's fold wrote one first:
-# read again at once, without using up an attempt. A hot label's total is written by every
-# shard's fold; counted as failures, these stopped its batches after ``FOLD_ATTEMPTS`` and
-# the fold fell behind (benchmarks/stream_shards.py). Each one is another fold's progress.
+# Reads gone stale because another shard's fold wrote first are retried at once without using
+# up an attempt: a hot label's total is written by every shard's fold, and each is progress.
 OVERTAKEN_LIMIT = 100
 
 
 def counted(image: dict | None) -> dict[str, int]:
-    """What a marker counts toward its label totals (nothing for none): its cost, tokens
-    and one request, or once voided none of them and one void; one correction once
-    re-priced."""
+    """What a marker counts toward its label totals: its cost, tokens and one request (voided:
+    one void instead), and one correction once re-priced."""
     sums = dict.fromkeys(SUM_FIELDS, 0)
     if not image:
         return sums
@@ -81,8 +61,7 @@ class Change(NamedTuple):
 
 
 def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
-    """The markers' inserts and updates of a stream batch, in order (a TTL's removal takes
-    nothing back)."""
+    """The markers' inserts and updates of a stream batch, in order (TTL removals take nothing back)."""
     found = []
     for position, record in enumerate(records):
         new = record.dynamodb.new_image if record.dynamodb else None
@@ -113,12 +92,9 @@ def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
 def chunks(
     found: list[Change], config_labels: Collection[str], folded_before: Collection[LabelDay] = ()
 ) -> list[list[Change]]:
-    """``found`` cut greedily in order, each chunk's writes within one transaction with the
-    shard's progress (``CHUNK_ACTIONS``): per label-day its label total, and on its first fold
-    (not among ``folded_before``) its index entry and, for a label the scope total counts (not
-    one of ``config_labels``: they are kept apart), its listing item; and once a scope-day of
-    such labels, the scope total. So a batch of label-days folded before is one write each, 97
-    to a chunk, and a hot label or a hot scope total is in a chunk or two of a shard's batch."""
+    """``found`` cut greedily in order so each chunk's writes fit one transaction with the shard's
+    progress: per label-day its total, on its first fold its index entry and (labels the scope
+    total counts) listing, and once per scope-day the scope total."""
     cut: list[list[Change]] = []
     label_days: set[LabelDay] = set()
     scope_days: set[tuple[str, str]] = set()
@@ -145,9 +121,7 @@ def chunks(
 
 class Folded(NamedTuple):
     report: RunReport
-    # the sequence number of the first record of the chunk that could not be written: where
-    # the mapping delivers the batch again from (``ReportBatchItemFailures``)
-    resume_at: str | None
+    resume_at: str | None  # the first record of the chunk not written (``ReportBatchItemFailures``)
 
 
 class Progress:
@@ -162,8 +136,7 @@ class Progress:
 
 
 def fold_batch(records: Sequence[DynamoDBRecord], shard_id: str, now: datetime | None = None) -> Folded:
-    """Fold a stream shard's batch of marker changes past the shard's progress, chunk by
-    chunk, stopping at the first that fails."""
+    """Fold a shard's batch past its progress, chunk by chunk, stopping at the first that fails."""
     now = now or utc_now()
     records = list(records)  # the handler's are a generator: read by ``changes``, then indexed at a failure
     found = changes(records)
@@ -176,9 +149,7 @@ def fold_batch(records: Sequence[DynamoDBRecord], shard_id: str, now: datetime |
         return Folded(report, None)
     configs = aggregation.configs_of(scopes_of(unfolded))
     orgs.record_config_labels()  # stored before any spend is kept apart from a scope total under one of them
-    # the batch's totals read once (each chunk's first attempt writes on what it read), so the
-    # chunks can be cut by what they will write
-    read = aggregation.read_for_fold(_scope_days(unfolded, configs))
+    read = aggregation.read_for_fold(aggregation.scope_days_of(_label_days(unfolded), configs))  # once a batch
     folded_before = {label_day for label_day, item in read.totals.items() if "requests" in item}
     for chunk in chunks(unfolded, orgs.config_labels_ever(), folded_before):
         try:
@@ -193,9 +164,9 @@ def fold_batch(records: Sequence[DynamoDBRecord], shard_id: str, now: datetime |
 def _fold_chunk(
     chunk: list[Change], configs: dict, now: datetime, progress: Progress, batch_read: aggregation.Snapshot
 ) -> RunReport:
-    """Write one chunk (its label-days' actions and the shard's progress) until it lands, leaving
-    out what the shard's progress shows folded meanwhile (another run of the same records): on
-    the batch's ``batch_read`` first (which it updates with what it wrote), then on reads of its own."""
+    """Write one chunk (its label-days' actions and the shard's progress) until it lands, leaving out
+    what another run folded meanwhile: on ``batch_read`` first (updated with what it wrote), then
+    on reads of its own."""
     report = RunReport(days=[])
     pending = chunk
     attempt, overtaken, fresh = 0, 0, False
@@ -227,20 +198,12 @@ def _fold_chunk(
     return report
 
 
-def _scope_days(pending: list[Change], configs: dict) -> list[aggregation.ScopeDay]:
-    """The scope-days of ``pending``'s label-days."""
-    by_scope_day: dict[tuple[str, str], list[LabelDay]] = {}
-    for label_day in dict.fromkeys(label_day for change in pending for label_day in change.label_days):
-        by_scope_day.setdefault((keys.split_usage_key(label_day[0])[0], label_day[1]), []).append(label_day)
-    return [
-        aggregation.ScopeDay(scope, date_key, label_days, configs.get(scope))
-        for (scope, date_key), label_days in sorted(by_scope_day.items())
-    ]
+def _label_days(pending: list[Change]) -> list[LabelDay]:
+    return [label_day for change in pending for label_day in change.label_days]
 
 
 def _written(read: aggregation.Snapshot, scope_days: list[aggregation.ScopeDay], moves: dict) -> None:
-    """The batch's ``read`` of totals with what a chunk wrote: its label totals' new values and
-    its scope totals' differences (the next chunks write on them)."""
+    """``read`` updated with what a chunk wrote (label totals, scope total differences)."""
     for scope_day in scope_days:
         total = (scope_day.total_key["usage_key"], scope_day.date_key)
         for move in moves[(scope_day.scope, scope_day.date_key)]:
@@ -254,8 +217,7 @@ def _written(read: aggregation.Snapshot, scope_days: list[aggregation.ScopeDay],
 def _moves(
     pending: list[Change], configs: dict, now: datetime, read: aggregation.Snapshot | None
 ) -> tuple[list[aggregation.ScopeDay], aggregation.Snapshot, dict[tuple[str, str], list[aggregation.Move]]]:
-    """The scope-days of ``pending``, what was read of them (``read``, else a strongly
-    consistent read now), and each one's label moves: the stored totals plus the changes."""
+    """The scope-days of ``pending``, their read (``read``, else a consistent one) and label moves."""
     deltas: dict[LabelDay, dict[str, int]] = {}
     created: dict[LabelDay, int] = {}
     for change in pending:
@@ -264,7 +226,7 @@ def _moves(
             for name, value in change.delta.items():
                 sums[name] += value
             created[label_day] = max(created.get(label_day, 0), change.created_epoch)
-    scope_days = _scope_days(pending, configs)
+    scope_days = aggregation.scope_days_of(_label_days(pending), configs)
     snapshot = read if read is not None else aggregation.read_for_fold(scope_days, fresh_totals=True)
     moves = {
         (scope_day.scope, scope_day.date_key): [
@@ -284,9 +246,8 @@ def _moves(
 
 
 def _scope_day_actions(scope_day: aggregation.ScopeDay, moves: dict, now: datetime) -> list[dict]:
-    """One scope-day's writes: its label totals (those the scope total leaves apart alone,
-    the others with the scope total's ADD and their listings), and the index entry of each
-    label-day folded for the first time (``usage.day_listed``)."""
+    """One scope-day's writes: its label totals (with the scope total's ADD and listings for the
+    labels it counts), and the index entry of each label-day folded for the first time."""
     folded = moves[(scope_day.scope, scope_day.date_key)]
     alone = [daily_totals.label_total_action(m.fold) for m in folded if not scope_day.in_scope_total(m.label)]
     together = [m for m in folded if scope_day.in_scope_total(m.label)]
@@ -303,10 +264,8 @@ def _scope_day_actions(scope_day: aggregation.ScopeDay, moves: dict, now: dateti
 
 
 def _take_back_live(folded: list[Change]) -> None:
-    """Take what ``folded``'s tight records put on their live items back off them, now that
-    their totals hold them (``usage.add_live``, after the chunk's transaction, never in it:
-    a live item of a hot label takes a write a record). A failure leaves a live item holding
-    a record's cost too many, never too few: logged, the fold goes on."""
+    """Take ``folded``'s tight records' costs back off their live items now their totals hold them
+    (after the transaction, not in it). A failure is logged: a live item too high, never too low."""
     live: dict[usage.LiveItem, int] = {}
     for change in folded:
         if change.live_cost:

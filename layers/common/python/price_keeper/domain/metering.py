@@ -1,24 +1,19 @@
 """Usage metering: validate a usage record, price it, and count it exactly once.
 
-A record is its dedup marker (``store.usage``): one conditional PutItem, which the
-aggregator folds from the usage stream (``domain.ledger``). A retry of the same request id
-cancels on the marker and is answered with what the first acceptance counted. The write
-costs the same on the first and the millionth request of a day.
+A record is its dedup marker (``store.usage``): one conditional write, folded by the
+aggregator from the usage stream (``domain.ledger``); a retry of the request id cancels on
+the marker and is answered with what the first acceptance counted.
 
-The day a record counts toward is the org-local day it *arrives* on, whatever its
-``timestamp``: spend reported today counts against today's quota, so stamping records
-yesterday cannot spend around it. Only a record stamped within ``backdate_grace_secs``
-(15 min) before local midnight that arrives within as long after it keeps its own day, and
-only while that day has room left for it under its quotas (``_room_on_closed_day``). The dedup item
-names the app and the ``request_id``, not the day or the quota scope, so a retry that
-crosses midnight, a timezone or a scope change is still a duplicate.
+A record counts toward the org-local day it *arrives* on, so back-dating cannot spend around
+today's quota; only one stamped within ``backdate_grace_secs`` before midnight and arriving
+as soon after keeps its day, while that day has room for it (``_room_on_closed_day``). The
+dedup key names the app and request id only, so a retry across midnight or a scope change is
+still a duplicate. See docs/metering.md.
 """
 
 from __future__ import annotations
 
-import random
 import re
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -34,7 +29,7 @@ from ..config import IN_REGION, get_config
 from ..errors import ApiError, as_api_error, invalid_request, service_unavailable
 from ..observability import logger
 from ..store import daily_totals, keys, usage
-from ..timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, utc_now
+from ..timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, retry_pause, utc_now
 from ..validation import is_label
 from . import alerts, boosts, pricing, profiles, reservations, selection
 from .aggregation import Totals, scope_totals, scope_usage_keys, usage_expires_at
@@ -64,9 +59,7 @@ class Submission(NamedTuple):
     cost_usd_micros: int
     quote: pricing.PriceQuote
     live: bool = False  # a record of a tight label-day: its cost on a live item too
-    # a record of a label-day not folded yet: its index entry too, so ``org_has_spend`` sees
-    # the day's spend before the fold lists it (``usage.day_listed``)
-    lists_day: bool = False
+    lists_day: bool = False  # a label-day not folded yet: its index entry too (``usage.day_listed``)
 
     @property
     def scope(self) -> str:
@@ -103,14 +96,8 @@ def parse_timestamp(text: str) -> datetime:
 
 
 def booking_day(moment: datetime, tz_name: str, now: datetime) -> str:
-    """The org day a record stamped ``moment`` counts toward, if it is acceptable ``now``.
-
-    Accepted (the spec's window): from the start of the previous org-local day (DST-safe:
-    a whole local day whatever its length) up to ``now`` plus the clock skew. It counts
-    toward today, except that a record stamped within ``backdate_grace_secs`` before local
-    midnight keeps the previous day while ``now`` is within as long after it (a call made
-    just before midnight, reported just after).
-    """
+    """The org day a record stamped ``moment`` counts toward, if acceptable ``now`` (from the start
+    of the previous local day to ``now`` plus the clock skew): today, but for the midnight grace."""
     if moment > now + timedelta(seconds=CLOCK_SKEW_SECS):
         raise invalid_request(
             "Timestamp is in the future",
@@ -157,12 +144,8 @@ def check_token_caps(request: UsageRequest) -> None:
 
 
 def priced_label(config: EffectiveConfig, label: str, calling_region: str | None) -> profiles.PricedModel:
-    """Check the usage label and resolve what it bills (spec error codes and details).
-
-    Any label the service can price is accepted, in the app's ordering or not (a label
-    dropped from the ordering during the day, another config label, a profile the app
-    registered): the call was made and billed, so it is counted, toward the scope's total cap.
-    """
+    """Check the usage label and resolve what it bills. Any label the service can price is
+    accepted, in the app's ordering or not: the call was made and billed, so it is counted."""
     known = profiles.known_label(config, label) if is_label(label) else None
     if known is None:
         raise ApiError(
@@ -182,8 +165,7 @@ def priced_label(config: EffectiveConfig, label: str, calling_region: str | None
 
 
 def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Submission:
-    """Validate and price one record (no writes, but for a grace booking's claim on what its
-    closed day has left: ``_room_on_closed_day``)."""
+    """Validate and price one record (no writes but a grace booking's claim: ``_room_on_closed_day``)."""
     day = booking_day(parse_timestamp(request.timestamp), config.timezone, now)
     check_token_caps(request)
     priced = priced_label(config, request.model_label, request.calling_region)
@@ -220,15 +202,10 @@ def _priced_on(config: EffectiveConfig, request: UsageRequest, priced: profiles.
 
 
 def _room_on_closed_day(config: EffectiveConfig, submission: Submission) -> bool:
-    """Whether the closed day a grace booking counts toward still has room for it under its
-    label's quota and the scope's total cap, taking the room if so (``daily_totals.claim_grace``).
-
-    The grace keeps a call made just before midnight on its own day; it must not make that
-    day a place to put unbounded spend (an outside review booked 10.9x a closed day's quota
-    there, and today's quota saw none of it). What the day has left is read from its totals
-    at the day's first grace booking, as folded then (records counted just before midnight
-    and folded after that read, about a second's worth, are not in it), and each grace
-    booking takes its cost from it; a record that does not fit counts today."""
+    """Whether the closed day a grace booking counts toward still has room for it under the
+    label's quota and the scope's cap, taking the room if so (``daily_totals.claim_grace``), so
+    the grace cannot make a closed day a place for unbounded spend; a record that does not fit
+    counts today."""
     day, scope = submission.day, config.scope
     label_key = keys.usage_key(scope, submission.label)
     usage_keys = scope_usage_keys(scope)
@@ -245,8 +222,7 @@ def _room_on_closed_day(config: EffectiveConfig, submission: Submission) -> bool
 
 
 def _estimated(submission: Submission) -> dict | None:
-    """What re-pricing needs of a record counted at the estimate (``pricing.reprice``);
-    None for a priced record and for one of no tokens (0 at any price: nothing to correct)."""
+    """What re-pricing needs of a record counted at the estimate; None when priced or of no tokens."""
     quote = submission.quote
     if quote.source != pricing.ESTIMATE or not any(submission.tokens):
         return None
@@ -260,16 +236,10 @@ def _estimated(submission: Submission) -> dict | None:
 
 
 def record(submission: Submission, now: datetime, settle: reservations.Settlement | None = None) -> Outcome:
-    """Write a submission exactly once (``store.usage``): a group of one (``_write_chunk``);
-    a duplicate answers with the original's outcome. ``settle`` adds a reservation's
-    settlement to the same transaction (so the dedup marker makes it exactly once too)."""
+    """Write a submission exactly once (with ``settle``'s settlement); a duplicate answers the original's outcome."""
     with _live_first([submission], now, settle) as outcomes:
         outcomes.update(_write_chunk([(0, submission)], now, settle))
     return outcomes[0]
-
-
-def _pause(attempt: int) -> None:
-    time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
 
 
 def _counted(submission: Submission) -> Outcome:
@@ -302,11 +272,8 @@ def _duplicate(submission: Submission, first: dict) -> Outcome:
 
 
 def record_group(submissions: list[Submission], now: datetime) -> list[Outcome | ApiError]:
-    """Write distinct request ids exactly once: a record with nothing beside its marker is a
-    PutItem of its own (``_put_markers``); the others share transactions (``usage.group_items``:
-    each record's marker, a label-day's live item and index entry once), up to DynamoDB's 100
-    actions. A request id counted before is answered as ``record`` answers it and the others
-    are written again. A chunk that kept conflicting (or failed otherwise) answers its
+    """Write distinct request ids exactly once: a record with nothing beside its marker is a PutItem
+    of its own, the others share transactions of up to 100 actions. A failed chunk answers its
     records' error; the other chunks are written all the same."""
     with _live_first(submissions, now) as outcomes:
         outcomes.update(
@@ -325,12 +292,9 @@ def record_group(submissions: list[Submission], now: datetime) -> list[Outcome |
 
 @contextmanager
 def _live_first(submissions: list[Submission], now: datetime, settle: reservations.Settlement | None = None):
-    """Around the writes of ``submissions`` (their outcomes, by index, filled in the block):
-    the tight records' costs ADDed to their live items before (``usage.add_live``), and taken
-    back after from those not counted now (a duplicate, an error). So a live item never
-    holds less than its tight records not folded yet (the fold takes each back once it is in
-    its total): a crash between the two writes leaves it holding a record's cost too many
-    until the day ends (tight mode then a little early), never too few."""
+    """Around the writes of ``submissions`` (the block fills their outcomes by index): tight
+    records' costs added to their live items before, and taken back after from those not
+    counted. A crash in between leaves a live item too high, never too low."""
     records = {index: _record_args(s, now, settles=bool(settle)) for index, s in enumerate(submissions) if s.live}
     expires_at = usage_expires_at(max((s.day for s in submissions), default="19700101"))
     if records:
@@ -352,20 +316,17 @@ MARKER_THREADS = 10  # a batch's ledger markers written at once (the store clien
 
 
 def _a_marker_alone(submission: Submission) -> bool:
-    """A record with nothing to write beside its marker (no estimated item or index entry: a
-    batch's records share their label-day's in one transaction)."""
+    """A record with nothing to write beside its marker (no estimated item or index entry)."""
     return not submission.lists_day and _estimated(submission) is None
 
 
-# Label-days (scope, label, yyyymmdd) this container's records listed (``_as_answered``): a
-# hot label's first second is one transaction a container on the index entry, not one a record.
+# Label-days (scope, label, yyyymmdd) this container's records listed (``_as_answered``).
 _listed = TTLCache(86_400)
 
 
 def _as_answered(submission: Submission, statuses: list[dict]) -> Submission:
-    """A record as the answer read before its write has it (``_daily_status`` of its
-    label-day among ``statuses``): live when the label-day is tight, and listing the day
-    while the label-day has no total yet (unless this container listed it)."""
+    """A record as the answer read before its write has it: live when its label-day is tight,
+    listing the day while it has no total yet (unless this container listed it)."""
     status = next((s for s in statuses if (s["label"], s["org_day"]) == (submission.label, submission.day)), None)
     if status is None:
         return submission
@@ -374,8 +335,7 @@ def _as_answered(submission: Submission, statuses: list[dict]) -> Submission:
 
 
 def _put_markers(entries: list[tuple[int, Submission]], now: datetime) -> dict[int, Outcome | ApiError]:
-    """Records written each on its own, one conditional PutItem (1 write unit, not a
-    transaction's 2 a marker), ``MARKER_THREADS`` at once: each record's outcome or error."""
+    """Records written each as one conditional PutItem, ``MARKER_THREADS`` at once: outcome or error."""
 
     def put(entry: tuple[int, Submission]) -> tuple[int, Outcome | ApiError]:
         try:
@@ -392,9 +352,7 @@ def _put_markers(entries: list[tuple[int, Submission]], now: datetime) -> dict[i
 def _write_chunk(
     chunk: list[tuple[int, Submission]], now: datetime, settle: reservations.Settlement | None = None
 ) -> dict[int, Outcome]:
-    """Write ``chunk``'s records in one transaction (with ``settle``'s actions: the one
-    record's settlement), until each is counted or found counted before; conflicts retried,
-    up to ``TRANSACTION_ATTEMPTS``."""
+    """Write ``chunk``'s records in one transaction until each is counted; conflicts retried."""
     outcomes: dict[int, Outcome] = {}
     attempt = 0
     while chunk:
@@ -405,7 +363,7 @@ def _write_chunk(
             attempt += 1
             if attempt == TRANSACTION_ATTEMPTS:
                 raise service_unavailable("Usage write kept conflicting with concurrent writes; retry") from None
-            _pause(attempt)
+            retry_pause(attempt)
             continue
         if not counted_before:
             outcomes.update((index, _counted(submission)) for index, submission in chunk)
@@ -436,6 +394,12 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
     tokens = submission.tokens
     settled = {usage.SETTLED: submission.cost_usd_micros} if settles else {}
     estimated = _estimated(submission)
+    token_counts = {
+        "input_tokens": tokens.input,
+        "output_tokens": tokens.output,
+        "cache_read_input_tokens": tokens.cache_read,
+        "cache_write_input_tokens": tokens.cache_write,
+    }
     return {
         "dedup_key": submission.dedup_key,
         "marker_key": submission.marker_key,
@@ -445,23 +409,13 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
         "label": submission.label,
         "day": submission.day,
         "now_epoch": now_epoch,
-        "counts": {
-            "cost_usd_micros": submission.cost_usd_micros,
-            "input_tokens": tokens.input,
-            "output_tokens": tokens.output,
-            "cache_read_input_tokens": tokens.cache_read,
-            "cache_write_input_tokens": tokens.cache_write,
-            **settled,
-        },
+        "counts": {"cost_usd_micros": submission.cost_usd_micros, **token_counts, **settled},
         "marker": {
             "model_label": submission.label,
             "org_day": submission.day,
             "shard_id": submission.shard_id,
             "scopes": list(submission.scopes),  # what a void subtracts from (domain.voids)
-            "input_tokens": tokens.input,
-            "output_tokens": tokens.output,
-            "cache_read_input_tokens": tokens.cache_read,
-            "cache_write_input_tokens": tokens.cache_write,
+            **token_counts,
             **({"cache_write_1h_input_tokens": tokens.cache_write_1h} if tokens.cache_write_1h else {}),
             "cost_usd_micros": submission.cost_usd_micros,
             "price_source": submission.quote.source,
@@ -470,8 +424,7 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
             **settled,  # what a void takes back of it too
         },
         "expires_at": usage_expires_at(submission.day),
-        # a record counted at the estimate keeps its marker as long as its estimated item, so
-        # re-pricing always finds whether it was voided (``usage.reprice_once``)
+        # an estimated record's marker lives as long as its estimated item, so re-pricing sees a void
         "marker_expires_at": max(
             get_config().metering.marker_expires_at(now_epoch),
             usage_expires_at(submission.day) if estimated else 0,
@@ -483,9 +436,7 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
 def count(
     config: EffectiveConfig, submission: Submission, now: datetime, settle: reservations.Settlement | None = None
 ) -> Outcome:
-    """``record``; a record newly counted at the estimate (a model with no known price)
-    raises ``UNPRICED_MODEL`` for its scope, day and model. The alert never fails the
-    record: a failure is logged and the next estimated record retries it."""
+    """``record``, then ``_after_counting``."""
     outcome = record(submission, now, settle)
     _after_counting(config, submission, outcome, now, settle)
     return outcome
@@ -498,8 +449,7 @@ def _after_counting(
     now: datetime,
     settle: reservations.Settlement | None = None,
 ) -> None:
-    """A reservation's settlement noted, the label-day's spend noted listed (``_as_answered``),
-    and ``UNPRICED_MODEL`` for a record newly counted at the estimate."""
+    """Note the listing and settlement; fire ``UNPRICED_MODEL`` for a new estimated record (failure logged)."""
     if submission.lists_day:
         _listed.put((submission.scope, submission.label, submission.day), True)
     if settle is not None:
@@ -537,8 +487,7 @@ def _daily_status(config: EffectiveConfig, label: str, day: str, item: dict | No
 
 
 def position_keys(config: EffectiveConfig, counted: list[tuple[str, str]], now: datetime) -> list[tuple[str, str]]:
-    """The (usage_key, yyyymmdd) totals ``quota_position`` shows: the counted label-days and
-    what the scope's spend of today sums (``aggregation.scope_usage_keys``)."""
+    """The (usage_key, yyyymmdd) totals ``quota_position`` shows: counted label-days and today's scope spend."""
     today = org_day(config.timezone, now)
     return [
         *((keys.usage_key(config.scope, label), day) for label, day in counted),
@@ -552,11 +501,8 @@ def quota_position(
     now: datetime,
     found: dict[tuple[str, str], dict] | None = None,
 ) -> tuple[list[dict], dict]:
-    """(each counted (label, day)'s ``_daily_status``, the scope's total of today against its
-    cap), as of the last aggregation, in one read (none when ``found`` holds the
-    ``position_keys`` items, read with the selection): a client that caches its model choice
-    learns from any usage reply that the scope's total cap is near or passed, whichever
-    label it spent."""
+    """(each counted label-day's ``_daily_status``, today's scope total against its cap) as of the
+    last aggregation, in one read unless ``found`` holds the ``position_keys`` items already."""
     today = org_day(config.timezone, now)
     if found is None:
         found = daily_totals.read_days(position_keys(config, counted, now))
@@ -608,12 +554,8 @@ def _accepted_body(outcome: Outcome, now: datetime) -> dict:
 def _position(
     config: EffectiveConfig, counted: list[tuple[str, str]], now: datetime, asked: bool
 ) -> tuple[list[dict], dict, dict]:
-    """(``quota_position``, and ``{"model_selection": ...}`` when the client asked for it):
-    the selection it would get from ``GET .../model-selection`` now, so a reporting client
-    keeps its cached choice fresh without a request of its own (docs/metering.md, "Selection
-    with a report"), read in one round trip with the totals the answer shows. The records
-    are counted by now: a store too busy to read the selection leaves it out rather than
-    answering them 503."""
+    """(``quota_position``, and ``{"model_selection": ...}`` when asked: docs/metering.md, "Selection
+    with a report"). A store too busy for the selection leaves it out rather than answering 503."""
     if asked:
         try:
             carried = selection.carried(config, now, position_keys(config, counted, now))
@@ -628,8 +570,7 @@ def _position(
 def submit(
     org_id: str, app_id: str, request: UsageRequest, now: datetime | None = None, with_selection: bool = False
 ) -> dict:
-    """``POST .../usage``: the 202 body (with the label's current DailyTotal, and the
-    selection of now when ``with_selection``)."""
+    """``POST .../usage``: the 202 body (the label's DailyTotal; the selection when ``with_selection``)."""
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
     submission = prepare(config, request, now)
@@ -664,8 +605,7 @@ class _Prepared(NamedTuple):
 
 
 def _prepare_all(config: EffectiveConfig, records: list, now: datetime) -> list[_Prepared | dict]:
-    """Each record validated and priced, with the reservation it settles (the holds the
-    batch names read together), or its failed result."""
+    """Each record validated and priced with the reservation it settles, or its failed result."""
     _read_profiles_together(config, records)
     validated = [_one_record(raw, _validated, config, raw, now) for raw in records]
     named = [entry[1].reservation_id for entry in validated if isinstance(entry, tuple) and entry[1].reservation_id]
@@ -680,10 +620,8 @@ def _prepare_all(config: EffectiveConfig, records: list, now: datetime) -> list[
 
 
 def _read_profiles_together(config: EffectiveConfig, records: list) -> None:
-    """Read the app's profiles among the labels the batch names in one BatchGetItem (100
-    records on 100 profiles were 100 GetItems in a row), so each record's ``known_label``
-    finds its profile cached. A read that fails leaves each record to read its own, so a
-    store error fails only the records it reaches, as before."""
+    """Read the profiles the batch names in one BatchGetItem, so each record finds its own cached;
+    on failure each record reads its own, so a store error fails only the records it reaches."""
     named = [raw.get("model_label") for raw in records if isinstance(raw, dict)]
     try:
         profiles.known_labels(config, [label for label in named if isinstance(label, str) and is_label(label)])
@@ -718,13 +656,9 @@ def _one_record(raw, step: Callable, *args):
 def _count_batch(
     config: EffectiveConfig, prepared: list, now: datetime, client: str | None = None
 ) -> dict[int, tuple[dict, Outcome | None]]:
-    """Each prepared record's result and outcome, by index: the records that only report
-    written together (``record_group``); one settling a reservation on its own after them
-    (``count``); one repeating a request id of the batch answered as a duplicate of the
-    first, without a write (a batch of one id a hundred times was a hundred transactions:
-    a red-team note), or written on its own when the first failed. A record written on its
-    own is a transaction of its own, as a single report is, and is charged to ``client``'s
-    ``usage`` limit as one (a refused one fails alone, ``RATE_LIMIT_EXCEEDED``)."""
+    """Each prepared record's result and outcome, by index. Plain records are written together;
+    one settling a reservation is written alone (charged to ``client``'s ``usage`` limit); a
+    repeated request id is a duplicate of the first without a write, or alone if the first failed."""
     first_of: dict[str, int] = {}
     together, alone, repeats = [], [], []
     for index, entry in enumerate(prepared):
@@ -756,8 +690,7 @@ def _count_batch(
 def _count_alone(
     config: EffectiveConfig, entry: _Prepared, now: datetime, client: str | None
 ) -> tuple[dict, Outcome | None]:
-    """One batch record written on its own (``count``), charged to ``client``'s ``usage``
-    limit first: its result and outcome."""
+    """One batch record written on its own, charged to ``client``'s ``usage`` limit first."""
     submission, settle = entry
     try:
         if client is not None:
@@ -790,13 +723,9 @@ def submit_batch(
     with_selection: bool = False,
     client: str | None = None,
 ) -> dict:
-    """``POST .../usage/batch``: each record validated on its own, so one bad or duplicate
-    record never affects another, and written exactly once (``_count_batch``: the records
-    share transactions, a record's write units are its marker's). ``daily_totals`` gives the
-    quota position of each label the batch counted, as the single report's ``daily_total``
-    does, so a batching client learns a label is spent; the quotas are today's boosted ones,
-    as in selection and the single report. ``client``: the caller's rate-limit client, which
-    records written on their own are charged to."""
+    """``POST .../usage/batch``: each record validated and written exactly once on its own merits
+    (``_count_batch``); ``daily_totals`` gives each counted label's quota position, as the single
+    report's ``daily_total`` does. ``client``: the rate-limit client for records written alone."""
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
     prepared = _prepare_all(config, records, now)

@@ -1,10 +1,9 @@
 """Reading org and app configuration, and the inheritance rules between them.
 
 An app inherits every setting from its org unless it overrides it; ``quota_scope``,
-``timezone``, ``agg_shard_count`` and the alert thresholds always come from the org, and so do the quotas while
-the org is ORG-scoped (an app's own ``quotas``/``total_quota_usd_micros``, kept from an
-earlier APP scope, are ignored then). The effective config is cached in memory for
-``CONFIG_CACHE_SECONDS`` (changes reach warm containers within that).
+``timezone``, ``agg_shard_count`` and the alert thresholds always come from the org, and so
+do the quotas while the org is ORG-scoped. The effective config is cached in memory for
+``CONFIG_CACHE_SECONDS``.
 """
 
 from __future__ import annotations
@@ -22,9 +21,7 @@ from ..validation import is_app_id, is_uuid
 
 CONFIG_CACHE_SECONDS = 30
 _effective = TTLCache(CONFIG_CACHE_SECONDS)
-# The labels stored by ``record_config_labels`` (they only grow: a minute old at most is enough
-# for a container whose config.yaml lacks a label the store added since)
-_config_labels = TTLCache(60)
+_config_labels = TTLCache(60)  # the labels ``record_config_labels`` stored (they only grow)
 
 APP_OVERRIDABLE = (
     "model_ordering",
@@ -54,16 +51,10 @@ class EffectiveConfig(NamedTuple):
     refresh_interval_normal_secs: int
     refresh_interval_tight_secs: int
     total_quota_usd_micros: int | None = None  # None: the sum of the ordering's label quotas
-    # THRESHOLD alert percentages (the org's overrides.alert_thresholds_pct, else config.yaml's)
-    alert_thresholds_pct: tuple[int, ...] = ()
-    # requests per window of the org's clients, by limit (overrides.rate_limits; else config.yaml's)
-    rate_limits: dict[str, int] = {}
-    # ORG scope: the most one app may spend a day over every label (the org's default for its
-    # apps, or the app's own); None: no cap of its own, the org's quotas only.
-    app_daily_cap_usd_micros: int | None = None
-    # The quota's boosts, from the scope's own item (``store.boosts``): id -> (label,
-    # micro-USD, expiry epoch), expired ones included.
-    boosts: dict[str, tuple[str, int, int]] = {}
+    alert_thresholds_pct: tuple[int, ...] = ()  # THRESHOLD alert percentages
+    rate_limits: dict[str, int] = {}  # requests per window of the org's clients, by limit (overrides)
+    app_daily_cap_usd_micros: int | None = None  # ORG scope: the most one app may spend a day; None: no cap
+    boosts: dict[str, tuple[str, int, int]] = {}  # id -> (label, micro-USD, expiry epoch), expired included
 
     @property
     def total_quota(self) -> int:
@@ -74,17 +65,15 @@ class EffectiveConfig(NamedTuple):
 
     @property
     def app_counter(self) -> str | None:
-        """ORG scope: the key prefix (``ORG#{org}#APP#{app}``) of the app's own counters, which
-        every record of the app also adds to, so its share of the org's spend (and its daily
-        cap) is known; None for the org itself and in APP scope (the scope is the app's)."""
+        """ORG scope: the scope key of the app's own counters (held to its daily cap); None for the
+        org itself and in APP scope."""
         if self.quota_scope != "ORG" or self.app_id is None:
             return None
         return keys.scope_key(self.org_id, self.app_id, "APP")
 
     @property
     def counted_scopes(self) -> tuple[str, ...]:
-        """The scopes a record of this app counts in: the quota scope and, in ORG scope with
-        an app cap, the app's own counters (which then exist to hold it to its cap)."""
+        """The scopes a record counts in: the quota scope and, with an app cap, the app's own counters."""
         if self.app_counter is None or self.app_daily_cap_usd_micros is None:
             return (self.scope,)
         return (self.scope, self.app_counter)
@@ -99,9 +88,8 @@ class EffectiveConfig(NamedTuple):
 
     @property
     def apart_labels(self) -> tuple[str, ...]:
-        """The labels the scope totals leave out, whose own totals readers add
-        (``aggregation.scope_totals``), so that folding one is a write of its label total
-        alone: every label config.yaml has or had (``config_labels_ever``)."""
+        """The labels the scope totals leave out (readers add their own totals): every label
+        config.yaml has or had, so folding one is a write of its label total alone."""
         return config_labels_ever()
 
 
@@ -154,26 +142,22 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
 
 
 def _boosts(org: dict, app: dict | None, app_id: str | None) -> dict[str, tuple[str, int, int]]:
-    """The boosts kept on the quota scope's item: the org's in ORG scope, the app's in APP
-    scope (none for the org itself there: it has no quota of its own)."""
+    """The boosts kept on the quota scope's item: the org's in ORG scope, the app's in APP scope."""
     if org["quota_scope"] == "ORG":
         return boost_store.entries_of(org)
     return boost_store.entries_of(app) if app_id and app is not None else {}
 
 
 def config_labels_ever() -> tuple[str, ...]:
-    """config.yaml's labels, then every other label a config.yaml of this deployment had when
-    the aggregator folded with it (``record_config_labels``). Where config labels are kept
-    apart from the scope totals, a label's spend of a day is only in its own label total, so
-    a label removed from config.yaml must still be added by every reader of those days."""
+    """config.yaml's labels, then every other label it had when the aggregator folded with it: a
+    removed label's spend is still only in its own label total, so readers must still add it."""
     labels = tuple(get_config().labels)
     return labels + tuple(sorted(_stored_config_labels() - set(labels)))
 
 
 def record_config_labels() -> None:
-    """Add config.yaml's labels to the stored ones unless they are there: the aggregator
-    does it before it folds (once per container and config), so a label is stored before
-    any of its spend is kept apart from a scope total."""
+    """Store config.yaml's labels unless they are there: the aggregator does it before it folds,
+    so a label is stored before any of its spend is kept apart from a scope total."""
     stored = _stored_config_labels()
     if missing := set(get_config().labels) - stored:
         daily_totals.record_config_labels(missing)
@@ -200,9 +184,7 @@ def effective_config(org_id: str, app_id: str | None = None) -> EffectiveConfig:
 
 
 def effective_configs(pairs: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str | None], EffectiveConfig]:
-    """``effective_config`` of many (org, app or None) pairs, the ones not cached read in one
-    BatchGetItem (per 100 items) instead of one each: the aggregator's configs of a batch.
-    Pairs not registered are left out."""
+    """``effective_config`` of many (org, app) pairs, read together; unregistered left out."""
     pairs = set(pairs)
     configs = {pair: _effective.get(pair) for pair in pairs}
     missing = [pair for pair, config in configs.items() if config is None]
@@ -213,13 +195,9 @@ def effective_configs(pairs: Iterable[tuple[str, str | None]]) -> dict[tuple[str
 
 
 def config_along(org_id: str, app_id: str | None) -> ReadAlong | None:
-    """The read of an org's or app's config items when this container has not cached its
-    config, for a BatchGetItem made anyway (a cold request's token check,
-    ``auth.authenticate_bearer``): at fleet shape a container rarely serves a client twice,
-    so this saves a round trip on most requests. What it finds is cached as
-    ``effective_config`` would, the org's own config too; an org or app it did not find is
-    left to ``effective_config``, which reads it again strongly (it may be a moment old) or
-    404s."""
+    """The read of an uncached org's or app's config items, for a BatchGetItem made anyway (the
+    token check): saves a round trip on most cold requests. What it finds is cached; what it
+    does not is left to ``effective_config``."""
     if _effective.get((org_id, app_id)) is not None:
         return None
     pairs = {(org_id, None), (org_id, app_id)}
@@ -233,8 +211,7 @@ def config_along(org_id: str, app_id: str | None) -> ReadAlong | None:
 
 
 def _cached(items: dict[tuple[str, str | None], dict], org_id: str, app_id: str | None) -> EffectiveConfig | None:
-    """The effective config of (org, app) from the config items read, cached; None when
-    either is not among them."""
+    """The effective config of (org, app) from the items read, cached; None when either is missing."""
     org, app = _org_and_app(items, org_id, app_id)
     if org is None or (app_id and app is None):
         return None
@@ -244,9 +221,7 @@ def _cached(items: dict[tuple[str, str | None], dict], org_id: str, app_id: str 
 
 
 def _client_items(pairs: set[tuple[str, str | None]]) -> dict[tuple[str, str | None], dict]:
-    """The config items of ``pairs`` read eventually consistent, at half the units (what is
-    read is cached for ``CONFIG_CACHE_SECONDS`` anyway); the ones not found read again,
-    strongly, so an org or app created a moment ago is never answered as not registered."""
+    """The config items of ``pairs``; those not found read again strongly (created a moment ago)."""
     items = config_items.clients(pairs, consistent=False)
     if missing := pairs - items.keys():
         items |= config_items.clients(missing)

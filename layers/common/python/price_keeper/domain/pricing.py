@@ -1,28 +1,20 @@
 """Prices and cost maths.
 
-Cost is integer micro-USD computed server-side: every token count times its price (micro-USD
-per 1M tokens) is summed exactly in integers and divided by 1M **once**, rounding **up**
-(a spend guard never under-counts; the error is below one micro-USD per record).
+Cost is integer micro-USD: Σ tokens × price (micro-USD per 1M tokens) in integers, divided
+by 1M once and rounded up, so a spend guard never under-counts.
 
-A price depends on the model, the day, the calling region, the profile kind (in-region,
-geographic or global cross-region inference) and the offer: how the call was made
-(``Dimensions``: service tier, batch, latency-optimized; long context from its tokens). It
-comes from PricingCache items ``{yyyy-mm-dd}#{region}`` then ``{yyyy-mm-dd}`` (each holding
-every kind and offer the Price List has), then ``config.yaml``; a kind without a price of its
-own is priced as in-region, and a model or offer with no price anywhere at the estimate
-(``ESTIMATE``: each component at least the highest price the service knows, see
-``estimate``). The pricing fetcher fills PricingCache from the AWS Price List API: daily, and
-on the first sight of a model outside ``config.yaml``; then it re-prices the records counted
-at the estimate (``reprice``).
+A price depends on the model, the day, the calling region, the profile kind and the offer
+(``Dimensions``; long context from the tokens). It comes from PricingCache (``{day}#{region}``,
+then ``{day}``), then ``config.yaml``; a kind without its own price is priced as in-region, and
+a rate with no price anywhere at the deliberately high ``estimate`` (``ESTIMATE``), re-priced
+once the fetcher learns it (``reprice``). See docs/metering.md.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import re
-import time
 from collections.abc import Iterable
 from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -57,7 +49,7 @@ from ..observability import logger
 from ..store import keys, tables
 from ..store import prices as price_store
 from ..store import usage as usage_store
-from ..timeutil import org_days_in_play, utc_now
+from ..timeutil import org_days_in_play, retry_pause, utc_now
 from . import profiles
 
 TOKENS_PER_PRICE = 1_000_000  # prices are per 1M tokens
@@ -77,9 +69,7 @@ KINDS = (IN_REGION, GEOGRAPHIC, GLOBAL)
 
 
 def price_attribute(kind: str, component: str, offer: str = STANDARD) -> str:
-    """PricingCache attribute of a price: the seed's names for in-region standard prices
-    (``input_price_usd_micros_per_1m``), prefixed by the kind for cross-region ones and by the
-    offer for the others (``global_priority_input_price_usd_micros_per_1m``)."""
+    """PricingCache attribute of a price, e.g. ``global_priority_input_price_usd_micros_per_1m``."""
     name = PRICE_FIELDS[component]
     return ("" if kind == IN_REGION else f"{kind.lower()}_") + ("" if offer == STANDARD else f"{offer}_") + name
 
@@ -120,8 +110,7 @@ ON_DEMAND, BATCH_INFERENCE = "ON_DEMAND", "BATCH"  # the wire's values: models.C
 
 
 class Dimensions(NamedTuple):
-    """How a call was made, as its usage record (or reservation) says: what selects its
-    rates beside the model, the day, the region and the profile kind."""
+    """How a call was made (usage record or reservation): what selects its rates beside the model."""
 
     service_tier: str = "default"
     latency_optimized: bool = False
@@ -134,7 +123,7 @@ class Dimensions(NamedTuple):
 
     @classmethod
     def from_item(cls, item: dict) -> Dimensions:
-        """A dedup marker's or an estimated item's (a record written before they had them: defaults)."""
+        """A dedup marker's or an estimated item's (defaults for what it leaves out)."""
         return cls(*(type(default)(item.get(name, default)) for name, default in cls._field_defaults.items()))
 
     def as_item(self) -> dict:
@@ -178,8 +167,7 @@ class PriceQuote(NamedTuple):
         }
 
     def applied(self) -> dict:
-        """Which rates a record was priced at (the usage reply's ``pricing`` beside its source),
-        and what goes on its dedup marker (``marker_fields``)."""
+        """Which rates a record was priced at (the usage reply's ``pricing``)."""
         return {
             **self.dimensions.as_item(),
             "long_context": self.long_context,
@@ -187,8 +175,7 @@ class PriceQuote(NamedTuple):
         }
 
     def marker_fields(self) -> dict:
-        """What a dedup marker (and an estimated item) keeps of how the call was made: the
-        dimensions that are not the default (a marker stays small; ``Dimensions.from_item``)."""
+        """How the call was made, as a marker keeps it: only what is not the default."""
         fields = {**self.dimensions.as_item(), "long_context": self.long_context}
         defaults = {**DEFAULT_DIMENSIONS.as_item(), "long_context": False}
         return {name: value for name, value in fields.items() if value != defaults[name]}
@@ -198,14 +185,16 @@ SELECTION_COMPONENTS = ("input", "output", "cache_read", "cache_write")
 
 
 def applied_from_marker(marker: dict) -> dict:
-    """``PriceQuote.applied`` of a record as its dedup marker has it (a duplicate's answer):
-    the dimensions and long context, not the rates (the marker keeps the cost, not the card)."""
+    """``PriceQuote.applied`` for a duplicate, from its marker: dimensions and long context, no rates."""
     return {**Dimensions.from_item(marker).as_item(), "long_context": bool(marker.get("long_context", False))}
 
 
+def _zero_filled(components: dict[str, int]) -> Prices:
+    return Prices(**{**dict.fromkeys(PRICE_FIELDS, 0), **components})
+
+
 def _prices_from_item(item: dict, kind: str, fill: Prices | None, offer: str = STANDARD) -> Prices | None:
-    """The item's prices of ``kind`` and ``offer`` (None when it has none); missing components
-    (e.g. cache prices) from ``fill``."""
+    """The item's prices of ``kind`` and ``offer`` (None when it has none); missing components from ``fill``."""
     if item.get(price_attribute(kind, "input", offer)) is None:
         return None
 
@@ -222,8 +211,7 @@ _stored = TTLCache(PRICE_CACHE_SECONDS)
 
 
 def _stored_items(model_id: str, day: date, region: str | None) -> list[dict]:
-    """The day's PricingCache items of the model: the region's, then the default one (one
-    BatchGetItem on a miss, then cached in memory per model, day and region)."""
+    """The day's PricingCache items of the model, the region's then the default (cached in memory)."""
 
     def load() -> list[dict]:
         wanted = [keys.price_key(day.isoformat(), region)] + ([keys.price_key(day.isoformat())] if region else [])
@@ -238,9 +226,8 @@ class _Card(NamedTuple):
 
 
 def _fill(item: dict, kind: str, configured: Prices | None) -> Prices | None:
-    """What a standard price of ``kind`` takes the components the Price List lacks from: its
-    config.yaml prices; a cross-region kind's 1-hour write price neither has, the in-region
-    one's (over-counts a little, never under-counts)."""
+    """Where a standard price of ``kind`` takes the components the Price List lacks: config.yaml;
+    a cross-region 1-hour write price neither has, the in-region one's (never under-counts)."""
     in_region = _prices_from_item(item, IN_REGION, None) if kind != IN_REGION else None
     if in_region is None or (configured and configured.cache_write_1h):
         return configured
@@ -248,10 +235,9 @@ def _fill(item: dict, kind: str, configured: Prices | None) -> Prices | None:
 
 
 def _lookup(items: list[dict], configured: dict[str, Prices] | None, kind: str, offer: str) -> _Card | None:
-    """An offer's prices for ``kind``, then (a cross-region kind without a price of its own)
-    for IN_REGION: PricingCache (region, then default), then config.yaml. Components the
-    Price List leaves out come from config.yaml: the offer's own prices there, else (another
-    offer than the standard one) the standard ones at the offer's input ratio (``completed``)."""
+    """An offer's prices for ``kind``, then for IN_REGION: PricingCache, then config.yaml. Missing
+    components come from config.yaml's prices of the offer, else the standard ones at the offer's
+    input ratio (``completed``)."""
     for candidate in dict.fromkeys((kind, IN_REGION)):
         standard = (configured.get(candidate) or configured[IN_REGION]) if configured else None
         own = configured.get(offer_key(candidate, offer)) if configured else None
@@ -267,17 +253,14 @@ def _lookup(items: list[dict], configured: dict[str, Prices] | None, kind: str, 
             if own is not None:
                 return _Card(Prices(*(given.get(c, getattr(own, c)) for c in PRICE_FIELDS)), PRICING_API)
             base = _prices_from_item(item, candidate, standard) or standard
-            return _Card(
-                completed(given, base) if base else Prices(**{**dict.fromkeys(PRICE_FIELDS, 0), **given}), PRICING_API
-            )
+            return _Card(completed(given, base) if base else _zero_filled(given), PRICING_API)
         if own is not None:
             return _Card(own, CONFIG_FALLBACK)
     return None
 
 
 def _offer_card(items: list[dict], configured: dict[str, Prices] | None, kind: str, offer: str) -> _Card | None:
-    """``_lookup``, and a tier's long-context rate Bedrock lists no price for derived: the
-    tier's prices times the long-context ones over the standard ones, each component."""
+    """``_lookup``; an unlisted tier long-context rate is derived as tier × long-context / standard."""
     found = _lookup(items, configured, kind, offer)
     if found is not None or not offer.endswith(LONG_CONTEXT) or offer == LONG_CONTEXT:
         return found
@@ -296,8 +279,7 @@ def _offer_card(items: list[dict], configured: dict[str, Prices] | None, kind: s
 
 
 def _highest_of(cards: list[_Card]) -> _Card:
-    """Two rates that apply together without a joint price (latency-optimized on a tier):
-    each component at the higher."""
+    """Rates that apply together without a joint price: each component at the highest."""
     return _Card(
         Prices(*(max(values) for values in zip(*(card.prices for card in cards), strict=True))),
         max((card.source for card in cards), key=_WORST.index),
@@ -322,17 +304,11 @@ def quote(
     tokens: Tokens | None = None,
     reserved_at_on_demand: bool = False,
 ) -> PriceQuote:
-    """The price of ``day`` for ``model_id`` called in ``region`` through a ``kind`` profile,
-    in the way ``dimensions`` says, for a request of ``tokens`` (its long context).
+    """The price of ``day`` for ``model_id`` in ``region`` through a ``kind`` profile, called as
+    ``dimensions`` says with ``tokens``; ``configured``: config.yaml prices by kind and offer.
 
-    ``configured`` holds the config.yaml prices by kind and offer (``Label.configured_prices``;
-    None for a model outside config.yaml). Each offer's price: PricingCache for the kind,
-    then config.yaml, then the same for IN_REGION (``_lookup``). Global cross-region
-    inference is cheaper than in-region, so pricing it as in-region over-counts, never
-    under-counts. A rate with no known price (the model's, a tier's, long context's, or
-    1-hour cache writes' when the record has some) counts the record at the estimate,
-    ``ESTIMATE``, re-priced once known (``reprice``). The reserved tier is 0 marginal cost
-    (``RESERVED``) unless ``reserved_at_on_demand`` (the org's choice: config ``reserved_tier``).
+    A rate with no known price counts the record at the ``estimate`` (``ESTIMATE``). The reserved
+    tier costs 0 (``RESERVED``) unless ``reserved_at_on_demand`` (config ``reserved_tier``).
     """
     tokens = tokens or Tokens(0, 0)
     base = dimensions.offer
@@ -352,13 +328,9 @@ def quote(
 
 
 def estimate(offer: str = STANDARD) -> Prices:
-    """The price of a model (or an offer of it) with no known price, deliberately high: each
-    component the highest of the ``config.yaml`` floor (``unknown_model_estimate``, itself at
-    least every label's price, and for an offer its ``offers`` floor and every label's price
-    of that offer) and every on-demand price the fetcher has read from the Price List (of any
-    model, Region, kind or offer: PricingCache's ceiling item, cached like the prices); a
-    1-hour cache write at least twice the input price (Anthropic's ratio). Records counted at
-    it are re-priced once the price is known (``reprice``)."""
+    """The price of a rate with no known price, deliberately high: each component the highest of
+    config.yaml's floors and every price the fetcher has read (PricingCache's ceiling item); a
+    1-hour cache write at least twice the input price."""
     config = get_config()
     floors = [config.unknown_model_estimate, config.unknown_model_offer_estimates.get(offer, Prices(0, 0))]
     read = _stored.get_or_load("ceiling", lambda: price_store.ceiling(PRICE_FIELDS.values()))
@@ -375,8 +347,7 @@ def price_of(
     tokens: Tokens | None = None,
     org_id: str | None = None,
 ) -> PriceQuote:
-    """The price of ``day`` for what a label bills (``profiles.priced_model``), for a call made
-    as ``dimensions`` says with ``tokens`` (``quote``)."""
+    """``quote`` for what a label bills (``profiles.priced_model``)."""
     at_on_demand = org_id is not None and get_config().reserved_tier.at_on_demand(org_id)
     return quote(
         priced.model_id, day, priced.region, priced.profile_kind, priced.configured, dimensions, tokens, at_on_demand
@@ -479,8 +450,7 @@ def classify(attributes: dict) -> Classified | None:
 
 
 def micros_per_1m(usd_per_unit: str, unit: str) -> int:
-    """A Price List ``pricePerUnit.USD`` for ``unit`` as integer micro-USD per 1M tokens
-    (exact decimal arithmetic, rounded half up)."""
+    """A Price List ``pricePerUnit.USD`` for ``unit`` as micro-USD per 1M tokens, rounded half up."""
     tokens_per_unit = _TOKENS_PER_UNIT[unit.strip().lower()]
     exact = Decimal(usd_per_unit) * MICROS_PER_USD * TOKENS_PER_PRICE / tokens_per_unit
     return int(exact.quantize(Decimal(1), rounding=ROUND_HALF_UP))
@@ -507,8 +477,7 @@ def _effective(term: dict) -> date:
 
 
 def _first_tier(dimensions: Iterable[dict]) -> dict | None:
-    """The token dimension starting at 0 tokens (a tiered term's later ranges are not the
-    standard price)."""
+    """The token dimension starting at 0 tokens (a tiered term's standard price)."""
     tokens = [
         d
         for d in dimensions
@@ -518,8 +487,7 @@ def _first_tier(dimensions: Iterable[dict]) -> dict | None:
 
 
 def price_points(entries: Iterable[str | dict], model_names: set[str]) -> list[PricePoint]:
-    """The token prices of ``model_names`` (each offer: ``classify``) in GetProducts
-    ``PriceList`` entries (JSON strings); other products, models and units are skipped."""
+    """The token prices of ``model_names`` in GetProducts ``PriceList`` entries; others are skipped."""
     points = []
     for entry in entries:
         product = json.loads(entry) if isinstance(entry, str) else entry
@@ -546,12 +514,9 @@ def price_points(entries: Iterable[str | dict], model_names: set[str]) -> list[P
 
 
 def prices_on(points: Iterable[PricePoint], day: date) -> dict[tuple[str, str], dict[str, Prices]]:
-    """``{(model name, region): {offer_key(kind, offer): Prices}}`` in effect on ``day``: for
-    each price, the term effective latest on or before the day; products that tie (same
-    model, region, kind, offer and component) give the highest price, so the choice never
-    depends on the order the API answers in and never under-counts. A card needs both an
-    input and an output price; the components an offer leaves out are its kind's standard
-    ones at the offer's input ratio (``config.completed``)."""
+    """``{(model name, region): {offer_key(kind, offer): Prices}}`` in effect on ``day``: the latest
+    term on or before it, ties at the highest price (order-independent, never under-counts). A card
+    needs input and output; an offer's missing components follow its kind's standard ones."""
     best: dict[tuple, tuple[date, int]] = {}
     for point in points:
         if point.effective > day:
@@ -564,17 +529,12 @@ def prices_on(points: Iterable[PricePoint], day: date) -> dict[tuple[str, str], 
     result = {}
     for key, cards in grouped.items():
         complete = {
-            card: Prices(**{**dict.fromkeys(PRICE_FIELDS, 0), **c})
-            for card, c in cards.items()
-            if "/" not in card and "input" in c and "output" in c
+            card: _zero_filled(c) for card, c in cards.items() if "/" not in card and "input" in c and "output" in c
         }
         for card, c in cards.items():
-            kind = card.partition("/")[0]
-            standard = complete.get(kind) or complete.get(IN_REGION)
+            standard = complete.get(card.partition("/")[0]) or complete.get(IN_REGION)
             if "/" in card and "input" in c and "output" in c:
-                complete[card] = (
-                    completed(c, standard) if standard else Prices(**{**dict.fromkeys(PRICE_FIELDS, 0), **c})
-                )
+                complete[card] = completed(c, standard) if standard else _zero_filled(c)
         if complete:
             result[key] = complete
     return result
@@ -600,8 +560,7 @@ state.kept(pricing_client.cache_clear)
 
 
 def price_list_queries(model_names: Iterable[str]) -> list[str]:
-    """The Price List model names to ask for: each model's, then its latency-optimized
-    offer's, which the Price List lists as a model of its own."""
+    """Each model's Price List name, then its latency-optimized offer's (listed as a model of its own)."""
     return [query for name in sorted(set(model_names)) for query in (name, name + LATENCY_OPTIMIZED_MODEL)]
 
 
@@ -620,14 +579,12 @@ def fetch_price_list(client, model_names: Iterable[str]) -> list[str]:
 
 
 def default_price_region() -> str:
-    """The region whose price becomes a model's default ``{yyyy-mm-dd}`` price (a label reported
-    without ``calling_region``): the stack's own (Lambda's ``AWS_REGION``) unless set."""
+    """The region whose price becomes a model's default ``{yyyy-mm-dd}`` price: the stack's unless set."""
     return os.environ.get("DEFAULT_PRICE_REGION") or os.environ.get("AWS_REGION") or "us-east-1"
 
 
 class PricedModelId(NamedTuple):
-    """A Bedrock model id the fetcher prices, under its Price List name, with the config
-    label's descriptive attributes (empty for a model outside config.yaml)."""
+    """A model the fetcher prices: its Price List name and config label details (empty outside config.yaml)."""
 
     model_id: str
     price_list_model: str
@@ -646,15 +603,14 @@ def configured_models() -> list[PricedModelId]:
     ]
 
 
-def _kind_and_offer(card: str) -> tuple[str, str]:
+def _card_attribute(card: str, component: str) -> str:
+    """``price_attribute`` of a component of an ``offer_key`` card (``kind`` or ``kind/offer``)."""
     kind, _, offer = card.partition("/")
-    return kind, offer or STANDARD
+    return price_attribute(kind, component, offer or STANDARD)
 
 
 def pricing_items(points: list[PricePoint], models: list[PricedModelId], now: datetime) -> list[dict]:
-    """PricingCache items for ``models`` and every day that can still be metered, each day
-    priced by the terms in effect on it: ``{day}#{region}`` for each region and ``{day}``
-    for the default region, with the prices of every kind and offer found."""
+    """PricingCache items (``{day}#{region}``, and ``{day}`` for the default region) of every day in play."""
     fetched = int(now.timestamp())
     items: dict[tuple[str, str], dict] = {}
     for day in org_days_in_play(now):
@@ -669,9 +625,7 @@ def pricing_items(points: list[PricePoint], models: list[PricedModelId], now: da
                             "price_key": key[1],
                             **model.details,
                             **{
-                                price_attribute(_kind_and_offer(card)[0], component, _kind_and_offer(card)[1]): getattr(
-                                    prices, component
-                                )
+                                _card_attribute(card, component): getattr(prices, component)
                                 for card, prices in cards.items()
                                 for component in PRICE_FIELDS
                                 # a 1-hour write price the Price List lacks is left to config.yaml
@@ -684,21 +638,12 @@ def pricing_items(points: list[PricePoint], models: list[PricedModelId], now: da
     return list(items.values())
 
 
-def _store(item: dict) -> bool:
-    """Add the item's prices to the day's PricingCache item; False when it had them all.
-
-    Every attribute is written only if absent (``if_not_exists``): a price, once written
-    for a day, is kept, so usage of a day is priced the same whenever it arrives, while a
-    kind or component learned later (a new cross-region offer, a model first seen
-    mid-day) is still added. The condition skips the write when nothing is new.
-    """
-    return price_store.add_missing(item, PRICE_ATTRIBUTES)
-
-
 def _write(points: list[PricePoint], models: list[PricedModelId], now: datetime) -> dict:
+    """Add the days' prices to PricingCache. A price once written for a day is kept (only absent
+    attributes are written), so a day's usage is priced the same whenever it arrives."""
     written = kept = 0
     for item in pricing_items(points, models, now):
-        if _store(item):
+        if price_store.add_missing(item, PRICE_ATTRIBUTES):
             written += 1
         else:
             kept += 1
@@ -723,15 +668,9 @@ def _price_list_points(client, names: set[str]) -> list[PricePoint] | None:
 
 
 def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
-    """The daily run: read the Price List for every configured model and every model
-    outside config.yaml seen since (``store.prices.registered_models``), add the days' prices to
-    PricingCache (``_store``), then re-price the registered models' records counted at the
-    estimate (``reprice_estimates``: of a configured model, those of a rate it had no price of).
-
-    When the Price List cannot be read, nothing is written and the stored or config prices
-    keep serving (the run reports ``unavailable`` instead of failing, so the schedule does
-    not turn into a crash loop).
-    """
+    """The daily run: price every configured and registered model from the Price List, then
+    re-price their records counted at the estimate. An unreadable Price List reports
+    ``unavailable`` rather than failing, so the schedule does not become a crash loop."""
     now = now or utc_now()
     registered = sorted(price_store.registered_models().items())
     models = configured_models() + [PricedModelId(model_id, name, {}) for model_id, name in registered]
@@ -739,7 +678,6 @@ def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
     if points is None:
         return {"status": "unavailable", "written": 0, "kept": 0, "models": 0}
     report = {"status": "ok", **_write(points, models, now)}
-    # a configured model's records are counted at the estimate only for a rate it has no price of (a tier, ...)
     report["repriced"] = reprice_estimates(dict.fromkeys(model.model_id for model in models))
     logger.info("pricing refreshed", extra=report)
     return report
@@ -749,8 +687,7 @@ def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
 
 
 def price_list_name(model_id: str, region: str) -> str | None:
-    """The model's Price List name: Bedrock's ``modelName`` (GetFoundationModel) in
-    ``region``; None (logged) when Bedrock does not answer it."""
+    """The model's Price List name (GetFoundationModel's ``modelName``); None (logged) when unavailable."""
     try:
         reply = profiles.bedrock_client(region).get_foundation_model(modelIdentifier=model_id)
     except (ClientError, BotoCoreError) as error:
@@ -762,10 +699,8 @@ def price_list_name(model_id: str, region: str) -> str | None:
 
 
 def price_unpriced_model(model_id: str, region: str | None, now: datetime | None = None, client=None) -> dict:
-    """First sight of a model outside config.yaml (its ``UNPRICED_MODEL`` alert event):
-    look its prices up at once and register it for the daily run. A model already
-    registered is left to the daily run (the alert fires once per scope and day, so many
-    first sights may arrive)."""
+    """First sight of a model outside config.yaml (``UNPRICED_MODEL``): price it now and register
+    it for the daily run; one registered already only has its estimated records re-priced."""
     now = now or utc_now()
     if model_id in price_store.registered_models():  # priced already: only records counted meanwhile
         return {"status": "registered", "written": 0, "kept": 0, "models": 0, "repriced": reprice_estimates([model_id])}
@@ -788,9 +723,7 @@ REPRICE_ATTEMPTS = 5
 
 
 def reprice(pending: dict, now: datetime) -> bool:
-    """Correct one record counted at the estimate (``store.usage.estimated_records``) to its
-    day's price, exactly once; False when its price is still unknown, it was corrected
-    before (by a re-run, an overlapping run, or a retry) or it was voided."""
+    """Correct one estimated record to its day's price, exactly once; False when unknown or done already."""
     tokens = Tokens(*(int(pending.get(name, 0)) for name in Tokens._fields))
     day = datetime.strptime(pending["org_day"], "%Y%m%d").date()
     model_id = pending["model_id"]
@@ -813,20 +746,17 @@ def reprice(pending: dict, now: datetime) -> bool:
         try:
             return usage_store.reprice_once(pending, delta, known.source, now_epoch, kept_until, attempt)
         except usage_store.Conflict:
-            time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
+            retry_pause(attempt)
     raise RuntimeError("re-pricing kept conflicting with concurrent usage writes")  # the next run retries
 
 
 class RepricingFailed(Exception):
-    """Re-pricing some models failed (each logged); the others were re-priced. Raised after
-    them all, so the invocation fails and is retried, the retry finding only what is left."""
+    """Re-pricing some models failed (each logged) after the others were done, so a retry finds only the rest."""
 
 
 def reprice_estimates(model_ids: Iterable[str], now: datetime | None = None) -> int:
-    """Re-price every record of ``model_ids`` counted at the estimate whose price is known
-    now (``reprice``), a page at a time; how many were corrected. A model that fails does
-    not stop the others (``RepricingFailed`` once they are done). The aggregator folds the
-    corrections into the day's totals like any shard change."""
+    """Re-price the estimated records of ``model_ids`` whose price is known now; how many were
+    corrected. A failing model does not stop the others (``RepricingFailed`` after)."""
     now = now or utc_now()
     _stored.clear()  # the prices just written, not a quote cached before
     corrected, failed = 0, []

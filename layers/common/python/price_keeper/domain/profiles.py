@@ -1,18 +1,12 @@
 """Inference profiles and label resolution.
 
-An app can register Bedrock inference profiles under its own labels (Config item
-``ORG#{org}#APP#{app}`` / ``PROFILE#{label}``). A usage label resolves to a registered
-profile first, then to a ``config.yaml`` label. For a profile, the billed model depends on
-the calling region: Bedrock's GetInferenceProfile answers which model serves each region;
-the answer is memoized in memory (AWS is the source of truth, nothing is stored).
-Registration asks it too, so a profile the service cannot resolve — unknown to Bedrock,
-or of another AWS account (the service sees its own account only) — is refused up front.
-
-The profile's kind selects the price: a system-defined profile's id names it (``global.``
-is GLOBAL, a geography such as ``us.``/``eu.``/``apac.`` is GEOGRAPHIC); an application
-profile has the kind of what it copies, which its models show (a Region-less foundation
-model ARN: a global profile; several Regions: a geographic one; one Region: a foundation
-model, in-region).
+An app can register Bedrock inference profiles under its own labels; a usage label resolves
+to a config.yaml label or the app's profile. A profile's billed model depends on the calling
+region, as GetInferenceProfile answers (memoized; AWS is the source of truth), which
+registration asks too, so a profile the service cannot resolve is refused up front. The
+profile's kind selects the price: a system profile's id prefix names it (``global.``, or a
+geography); an application profile's models show it (Region-less: global; several Regions:
+geographic; one: in-region).
 """
 
 from __future__ import annotations
@@ -74,8 +68,7 @@ def is_known_region(region: str) -> bool:
 
 
 def check_profile_arn(arn: str) -> None:
-    """400 unless ``arn`` is a profile ARN of a Region of its partition: checked before
-    any Bedrock client exists for the Region, so made-up Regions cost no memory."""
+    """400 unless ``arn`` is a profile ARN of a known Region (before any Bedrock client exists for it)."""
     parsed = PROFILE_ARN.fullmatch(arn) if isinstance(arn, str) else None
     if parsed is None:
         raise invalid_request(f"Invalid inference profile ARN: {arn[:200]}")
@@ -89,9 +82,8 @@ def check_calling_region(region: str | None) -> None:
         raise invalid_request(f"Unknown AWS region: {region}", calling_region=region)
 
 
-# Profiles an app may register: bounds the labels a scope can spend on (and so the scope
-# total's label set; docs/metering.md, "Bounded growth"). Concurrent registrations at the
-# limit may pass it by the few in flight.
+# Bounds the labels a scope can spend on (docs/metering.md, "Bounded growth"); concurrent
+# registrations at the limit may pass it by the few in flight.
 MAX_PROFILES_PER_APP = 400
 
 
@@ -145,10 +137,8 @@ def register(config: EffectiveConfig, label: str, arn: str, description: str | N
 
 
 def _claim(arn: str, org_id: str, label: str, now) -> None:
-    """An application inference profile is one org's (the account holds every tenant's): the
-    first org to register it owns it, and another org's registration is 409, so it can
-    neither take the owner's reconciliation alerts nor be sent the owner's spend (a
-    red-team note). Apps of the owning org may all register it."""
+    """An application inference profile belongs to the first org to register it (409 for any
+    other), so no org can take another's reconciliation alerts or spend."""
     if profile_store.claim(arn, org_id, int(now.timestamp())) != org_id:
         raise ApiError(
             409,
@@ -159,9 +149,7 @@ def _claim(arn: str, org_id: str, label: str, now) -> None:
 
 
 def find_many(org_id: str, app_id: str | None, labels: Iterable[str]) -> dict[str, Profile | None]:
-    """The app's registered profile of each of ``labels`` (None: none), cached in memory,
-    misses included. The labels not cached are read together (``profile_store.find_many``),
-    so a reply naming 400 profiles is a few BatchGetItems, not 400 GetItems in a row."""
+    """The app's registered profile of each of ``labels`` (None: none), cached; the uncached read together."""
     labels = list(dict.fromkeys(labels))
     if app_id is None:
         return dict.fromkeys(labels)
@@ -190,8 +178,7 @@ state.kept(bedrock_client.cache_clear)
 
 
 class Routing(NamedTuple):
-    """What GetInferenceProfile says about a profile: its kind, the foundation model serving
-    each Region, and (global profiles) the model serving any Region."""
+    """What GetInferenceProfile says: the kind, the model of each Region, and a global profile's model."""
 
     kind: str
     by_region: dict[str, str]
@@ -240,8 +227,7 @@ def _routing_of(arn: str) -> Routing:
 
 
 def model_for_region(profile: Profile, region: str) -> tuple[str, str]:
-    """(foundation model id, profile kind) of the profile called in ``region``
-    (GetInferenceProfile, memoized). A global profile serves every Region."""
+    """(foundation model id, profile kind) of the profile called in ``region``."""
     routing = _routing_of(profile.arn)
     model_id = routing.by_region.get(region) or routing.anywhere
     if model_id is None:
@@ -258,9 +244,8 @@ def model_for_region(profile: Profile, region: str) -> tuple[str, str]:
 
 
 class PricedModel(NamedTuple):
-    """What a label bills: the foundation model, the region whose price applies, how the
-    call reaches the model, and the config.yaml prices by kind (``None`` when the model is
-    not in config.yaml)."""
+    """What a label bills: the foundation model, the region whose price applies, how the call
+    reaches it, and its config.yaml prices by kind (None outside config.yaml)."""
 
     label: str
     kind: str  # model | profile
@@ -272,11 +257,7 @@ class PricedModel(NamedTuple):
 
 
 def known_labels(config: EffectiveConfig, labels: Iterable[str]) -> dict[str, Profile | str | None]:
-    """For each of ``labels``: ``"config"`` for a config.yaml label, else the app's registered
-    profile, else None; the profiles read together (``find_many``). Registration refuses
-    config labels (``register``), so a config label is answered without a read: a cold
-    container's report or selection saves a read per label. (A profile registered under a
-    label config.yaml gained later is shadowed by it.)"""
+    """For each label: ``"config"`` (no read: registration refuses them), the app's profile, or None."""
     configured = get_config().labels
     labels = list(labels)
     registered = find_many(config.org_id, config.app_id, [label for label in labels if label not in configured])
@@ -289,8 +270,7 @@ def known_label(config: EffectiveConfig, label: str) -> Profile | str | None:
 
 
 def bedrock_ids(config: EffectiveConfig, labels: Iterable[str]) -> dict[str, str | None]:
-    """What a client passes to Bedrock for each of ``labels``: model id or profile ARN (None:
-    an unknown label); the profiles read together (``known_labels``)."""
+    """What a client passes to Bedrock for each of ``labels``: model id or profile ARN (None: unknown)."""
     configured = get_config().labels
     return {
         label: resolved.arn if isinstance(resolved, Profile) else (configured[label].id if resolved else None)
@@ -311,11 +291,7 @@ def configured_for_model(model_id: str) -> dict[str, Prices] | None:
 
 
 def priced_model(config: EffectiveConfig, label: str, calling_region: str | None) -> PricedModel:
-    """Resolve a known label (see ``known_label``) to the model and region it is billed at.
-
-    A profile is priced in ``calling_region`` (its own region when none is given, as for
-    the price shown by model selection).
-    """
+    """Resolve a known label to the model and region it is billed at (a profile: ``calling_region``)."""
     check_calling_region(calling_region)
     resolved = known_label(config, label)
     if resolved is None:
@@ -353,11 +329,9 @@ def _resource(bedrock_id: str) -> str:
 
 
 def check_reported_model(priced: PricedModel, reported: str) -> None:
-    """400 unless ``reported`` (the record's ``bedrock_model_id``) names what the label bills:
-    the label's model or profile in any form Bedrock takes (id, ARN, a model id behind a
-    cross-Region prefix such as ``us.`` or ``global.``), or for a profile any of its models
-    (which one served depends on the Region). A record naming another model would be priced
-    as its label's: it is refused, so a misreport shows at once instead of under-counting."""
+    """400 unless ``reported`` (``bedrock_model_id``) names what the label bills, in any form
+    Bedrock takes (id, ARN, cross-Region prefix; for a profile any of its models): a misreport
+    shows at once instead of under-counting."""
     models = [priced.model_id]
     if priced.kind == "profile":
         routing = _routing_of(priced.bedrock_id)

@@ -1,24 +1,13 @@
 """Provisioning: creating and updating orgs and apps, rotating their client secrets and
 revoking their tokens.
 
-Each request is validated completely before it writes, and then writes one item with one
-conditional DynamoDB call (rotation and revoke-tokens: the client's item and its token
-cutoff in one transaction), so a rejected request changes nothing and two concurrent
-requests can never both issue credentials:
-
-- An update is tried first (``UpdateItem``, condition ``attribute_exists``). When there is
-  no item yet the request becomes a create (``PutItem``, ``attribute_not_exists``) that
-  issues the one-time client secret; the loser of a create race becomes an update.
-- ``agg_shard_count`` is immutable: the update's condition requires the stored value to
-  equal the requested one, so no read-then-write window exists.
-- PUT replaces the configuration: org settings left out of the body return to the
-  service defaults (except ``agg_shard_count``, which is kept), and app settings left out
-  are removed so the app inherits them from its org.
-- ``timezone`` and ``quota_scope`` move "today" and the quota counters: changing either is
-  refused with 409 while the org has spend on its current org-local day (in any scope), so
-  a change can never hand back a spent quota (docs/metering.md).
-
-See ``docs/provisioning.md`` for the validation rules and the decisions behind them.
+Each request is validated completely, then makes one conditional write, so a rejected
+request changes nothing and two concurrent ones never both issue credentials: an update
+(``attribute_exists``) is tried first, else a create that issues the one-time secret (the
+loser of a create race updates). PUT replaces the configuration (left-out org settings
+return to the defaults, left-out app settings are inherited); ``agg_shard_count`` is
+immutable; ``timezone`` and ``quota_scope`` cannot change while today has spend. See
+docs/provisioning.md.
 """
 
 from __future__ import annotations
@@ -205,11 +194,8 @@ def _check_app(org_id: str, app_id: str, request: AppRequest, org: dict) -> None
 
 
 def _update(key: dict, values: dict, remove: Iterable[str] = (), must_match: dict | None = None) -> dict | None:
-    """Update an existing item and return it; ``None`` when there is no item.
-
-    ``must_match`` names immutable attributes: the update happens only if each stored
-    value equals the requested one; otherwise 400 ``INVALID_CONFIG`` (nothing written).
-    """
+    """Update an existing item and return it; ``None`` when there is none. ``must_match``: immutable
+    attributes whose stored value must equal the requested one (else 400 ``INVALID_CONFIG``)."""
     try:
         return config_items.update_existing(key, values, remove, must_match)
     except ConditionFailed as failed:
@@ -273,6 +259,10 @@ def _reply(ids: dict, stored: dict, secret: str | None, configuration: dict) -> 
 # --- orgs --------------------------------------------------------------------------
 
 
+def _given(**values) -> dict:
+    return {name: value for name, value in values.items() if value is not None}
+
+
 def _org_values(request: OrgRequest) -> dict:
     """The org item's settings for this request (service defaults where the body is silent)."""
     defaults = get_config().metering
@@ -291,20 +281,12 @@ def _org_values(request: OrgRequest) -> dict:
         "tight_mode_threshold_pct": given(overrides.tight_mode_threshold_pct, defaults.tight_mode_threshold_pct),
         "refresh_interval_normal_secs": given(overrides.refresh_interval_secs, defaults.refresh_interval_normal_secs),
         "refresh_interval_tight_secs": defaults.refresh_interval_tight_secs,
-        **(
-            {} if request.total_quota_usd_micros is None else {"total_quota_usd_micros": request.total_quota_usd_micros}
+        **_given(
+            total_quota_usd_micros=request.total_quota_usd_micros,
+            app_daily_cap_usd_micros=request.app_daily_cap_usd_micros,
+            alert_thresholds_pct=overrides.alert_thresholds_pct and sorted(set(overrides.alert_thresholds_pct)),
+            rate_limits=overrides.rate_limits and dict(overrides.rate_limits),
         ),
-        **(
-            {}
-            if request.app_daily_cap_usd_micros is None
-            else {"app_daily_cap_usd_micros": request.app_daily_cap_usd_micros}
-        ),
-        **(
-            {}
-            if overrides.alert_thresholds_pct is None
-            else {"alert_thresholds_pct": sorted(set(overrides.alert_thresholds_pct))}
-        ),
-        **({} if overrides.rate_limits is None else {"rate_limits": dict(overrides.rate_limits)}),
         "updated_at_epoch": int(time.time()),
     }
 
@@ -313,11 +295,8 @@ DAY_BOUND_SETTINGS = ("timezone", "quota_scope")
 
 
 def _check_day_bound_change(org_id: str, stored: dict | None, request: OrgRequest, now: datetime) -> None:
-    """409 when the request moves ``timezone`` or ``quota_scope`` while today has spend.
-
-    Either would start a new day or a new counter with the day's spend left behind. Checked
-    on the usage shards (not the lagging totals), for the org day under the stored timezone.
-    """
+    """409 when the request moves ``timezone`` or ``quota_scope`` while today has spend: either
+    would start a new day or counter, leaving the spend behind (docs/metering.md)."""
     if stored is None:
         return
     changed = [name for name in DAY_BOUND_SETTINGS if stored[name] != getattr(request, name)]
@@ -446,14 +425,7 @@ def _write_with_cutoff(org_id: str, app_id: str | None, client_action: dict, cut
 
 
 def rotate_credentials(org_id: str, app_id: str | None, grace_period_hours: int) -> dict:
-    """Issue a new client secret; the old one keeps working for ``grace_period_hours``.
-
-    Only one previous secret is kept: rotating again during a grace period ends the older
-    secret at once. With 0 hours the previous secret is removed immediately. The tokens the
-    old secret obtained end with it: those issued before the rotation by the client's
-    cutoff (in the same transaction), those issued during the grace period by their
-    ``exp``, which is capped at its end.
-    """
+    """Issue a new client secret; the old one (and its tokens) keeps working for ``grace_period_hours``."""
     audit.note(grace_period_hours=grace_period_hours)
     rotated_ms = auth.now_ms()
     now = rotated_ms // 1000
@@ -480,9 +452,7 @@ def rotate_credentials(org_id: str, app_id: str | None, grace_period_hours: int)
 
 
 def revoke_tokens(org_id: str, app_id: str | None) -> None:
-    """End every token issued to the org's or app's client before now: refresh tokens at
-    once, access tokens within the revocation cache window (``auth.REVOCATION_CACHE_SECONDS``).
-    The secret stays valid; tokens obtained from now on work."""
+    """End every token issued to the client before now; the secret stays valid."""
     _write_with_cutoff(
         org_id,
         app_id,

@@ -2,17 +2,12 @@
 EXCEEDED) and the selection decision. Model selection, the usage reply, aggregates and
 alerts all apply these, so they can never disagree about what "spent" means.
 
-- The choice is the first label in ``model_ordering`` whose spend is under its quota and
-  that the scope has not fallen back past today (sticky fallback: the day's sticky state is
-  the *set* of labels passed, each spent when it was added, so the choice never goes back to
-  one during an org day; ``STICKY_FALLBACK`` when the label before the choice would be
-  available again). A set, not a
-  position: the apps of an ORG scope share it whatever their orderings, and it moves an app
-  only past labels that were spent, never past one its own ordering put first and nobody spent.
-- Tight mode: the chosen label's spend, or the scope's total, is at or above
+- The choice is the first label of ``model_ordering`` under its quota and not fallen back
+  past today (sticky fallback: the *set* of labels passed, each spent when added, shared by
+  the apps of an ORG scope whatever their orderings).
+- Tight mode: the chosen label's spend, the scope's total or the app's cap is at or above
   ``tight_mode_threshold_pct`` of its quota.
-- Every label spent, the scope's total cap reached, or (ORG scope) the app's own daily cap
-  reached: no label (429 ``QUOTA_EXCEEDED``). Tight mode counts the app's cap too.
+- Every label spent, or the total or app cap reached: no label (429 ``QUOTA_EXCEEDED``).
 """
 
 from __future__ import annotations
@@ -82,9 +77,7 @@ class Total(NamedTuple):
 def first_unspent(
     ordering: Sequence[str], quotas: Mapping[str, int], spends: Mapping[str, int], passed: Collection[str] = ()
 ) -> int | None:
-    """Position of the first label still under its quota and not ``passed`` (a label without
-    a quota is always spent); None when every one is spent or passed. Every label before it
-    has fallen back to its successor."""
+    """Position of the first label under its quota and not ``passed`` (no quota: spent); None when none is."""
     return next(
         (
             i
@@ -105,8 +98,7 @@ def decide(
     total: Total | None = None,
     app_total: Total | None = None,
 ) -> Decision:
-    """The selection rules (pure). ``spends`` may omit labels with no spend yet; ``app_total``
-    is the app's spend against its own daily cap in an ORG scope."""
+    """The selection rules (pure). ``app_total``: the app's spend against its own cap in an ORG scope."""
 
     def spend(label: str) -> int:
         return spends.get(label, 0)

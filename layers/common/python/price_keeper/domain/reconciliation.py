@@ -1,30 +1,15 @@
 """Reconciliation: Bedrock's own counts against the metered ones, per model and UTC day.
 
-Bedrock counts every call: CloudWatch's ``AWS/Bedrock`` namespace has ``Invocations``,
-``InputTokenCount``, ``OutputTokenCount``, ``CacheReadInputTokenCount`` and
-``CacheWriteInputTokenCount`` by ``ModelId`` (the model id, system profile id or profile
-ARN the caller named), in one-minute datapoints, in the Region of the call. The
-reconciler (hourly) sums them for a UTC day and compares them with what was metered for
-the same model, keeping the result per day (DailyTotal ``#RECONCILIATION`` /
-``RECON#{yyyymmdd}``) and raising ``UNREPORTED_USAGE`` where the unmetered spend is large.
+The hourly reconciler sums CloudWatch's ``AWS/Bedrock`` counts (by ``ModelId``) for a UTC
+day, compares them with what was metered for the same model, keeps the result and raises
+``UNREPORTED_USAGE`` where the unmetered spend is large. Metered arrivals by hour come from
+the hour marks the aggregator keeps on each label total (``store.reconciliation``), so they
+cost no write of their own.
 
-**Metered usage by hour, without a write per record.** The aggregator already rewrites a
-label's DailyTotal seconds after its usage arrives; each of those writes also sets the
-total's sums as of that UTC hour (an ``H{yyyymmddHH}`` attribute, ``store.reconciliation``).
-What arrived between two instants is the difference of the marks around them, so the
-hours cost no write at all (a label total grows by ~40 bytes per active hour). A label maps
-to one model: what its clients call (``profiles.bedrock_id``: a config.yaml model id or
-a profile ARN).
-
-**Late reports.** Metered usage is counted when it arrives; Bedrock's when the call was
-made. A call at ``c`` is reported and folded by ``c + tolerance`` (config.yaml
-``reconciliation.tolerance_seconds``), so for day D at time ``now`` the reconciler compares
-Bedrock's counts of calls made in [D, min(D + 1 day, now - tolerance)) with metered
-arrivals in [D, min(now, D + 1 day + tolerance)) (hour marks: the window's ends round
-outwards to the hour). Every call of the first window that was reported in time is in the
-second, so a report late within the tolerance never shows as unmetered; the price of that
-guarantee is that reports of calls made in the last ``tolerance`` (or of the previous day's
-last hour) may hide as much unreported usage.
+Metered usage counts when it arrives, Bedrock's when the call was made: for day D the
+reconciler compares calls made in [D, min(D + 1 day, now - tolerance)) with arrivals in
+[D, min(now, D + 1 day + tolerance)), so a report late within the tolerance never shows as
+unmetered.
 """
 
 from __future__ import annotations
@@ -54,12 +39,10 @@ METRICS = {
     "CacheReadInputTokenCount": "cache_read_input_tokens",
     "CacheWriteInputTokenCount": "cache_write_input_tokens",
 }
-FIELDS = tuple(METRICS.values())
 PERIOD_SECONDS = 60  # Bedrock's datapoints are per minute
 MAX_QUERIES = 500  # per GetMetricData call
-# The most a one-minute datapoint of one model's count can be: a trillion, a million times
-# the tokens per minute Bedrock's quotas grant. Beyond it a datapoint is no count Bedrock
-# made (anyone allowed PutMetricData can write into AWS/Bedrock).
+# The most a one-minute datapoint can be: far beyond any quota, so a larger one is not Bedrock's
+# count (anyone allowed PutMetricData can write into AWS/Bedrock).
 MAX_DATAPOINT = 10**12
 _SYSTEM_PROFILE = re.compile(r"^(?P<geography>[a-z-]+)\.(?P<model>[a-z0-9-]+\..+)$")
 
@@ -84,8 +67,8 @@ class Counts(NamedTuple):
 
 
 class Label(NamedTuple):
-    """What a metered label bills: the model as CloudWatch names it, how it is priced, and
-    the org (and app) that registered it when it is an application inference profile."""
+    """What a metered label bills: the model as CloudWatch names it, its price, and the (org, app)
+    owning it when it is an application inference profile."""
 
     model_id: str
     priced: profiles.PricedModel | None
@@ -94,9 +77,7 @@ class Label(NamedTuple):
 
 
 def model_key(identifier: str) -> str:
-    """The ``ModelId`` a call is counted under, from what the caller named (an ARN's
-    resource id: ``.../foundation-model/x`` is ``x``, ``.../inference-profile/us.x`` is
-    ``us.x``, an application profile ARN its id)."""
+    """The ``ModelId`` a call is counted under: an ARN's resource id, else what the caller named."""
     return identifier.rsplit("/", 1)[-1] if identifier.startswith("arn:") else identifier
 
 
@@ -104,8 +85,7 @@ def model_key(identifier: str) -> str:
 
 
 def bedrock_counts(start: datetime, end: datetime) -> dict[str, Counts]:
-    """Bedrock's counts of calls made in [start, end) by model: ListMetrics finds the
-    ModelIds with data, GetMetricData sums their one-minute datapoints."""
+    """Bedrock's counts of calls made in [start, end) by model (ListMetrics, then GetMetricData)."""
     cloudwatch = client("cloudwatch")
     model_ids = sorted(
         {
@@ -152,10 +132,8 @@ def bedrock_counts(start: datetime, end: datetime) -> dict[str, Counts]:
 
 
 def _plausible_sum(result: dict, model_id: str, metric: str) -> int:
-    """The sum of a query's datapoints that can be counts: whole numbers from 0 to
-    ``MAX_DATAPOINT``. Any other datapoint (infinite, negative, fractional, absurd) is
-    logged and left out. It costs its own minute's count, where it would otherwise stop
-    every run for the day: a count past 38 digits is no DynamoDB number."""
+    """The sum of a query's datapoints that can be counts (whole, 0 to ``MAX_DATAPOINT``); any
+    other is logged and left out rather than stop every run of the day."""
     total = 0
     for at, value in zip(result.get("Timestamps", []), result.get("Values", []), strict=True):
         if math.isfinite(value) and 0 <= value <= MAX_DATAPOINT and value == int(value):
@@ -172,9 +150,8 @@ def _plausible_sum(result: dict, model_id: str, metric: str) -> int:
 
 
 def _resolve(scope: str, label: str, cache: dict) -> Label | None:
-    """The model a scope's label bills (None: an org, app or label no longer known). A
-    config.yaml label bills the same model in every scope: resolved once, without reading
-    any org's config (a fleet's day has ~100,000 scopes; a read each would not finish)."""
+    """The model a scope's label bills (None: no longer known). A config.yaml label is resolved
+    once for every scope, without reading any org's config."""
     org_id, app_id = keys.split_scope(scope)
     if label in get_config().labels:
         if label not in cache:
@@ -207,9 +184,8 @@ def _marks(item: dict) -> list[tuple[str, Counts]]:
 
 
 def arrived_between(item: dict, start: datetime, end: datetime | None) -> Counts:
-    """What a label total gained from ``start`` to ``end`` (None: until now), from its hour
-    marks: the mark of the last hour before ``start``'s, to the mark of the hour ``end`` falls
-    in (the whole hour: arrivals up to its end count)."""
+    """What a label total gained from ``start`` to ``end`` (None: until now), from its hour marks
+    (rounded outwards to whole hours)."""
     marks = _marks(item)
     first_hour = start.strftime("%Y%m%d%H")
     before = [counts for hour, counts in marks if hour < first_hour]
@@ -223,8 +199,7 @@ def arrived_between(item: dict, start: datetime, end: datetime | None) -> Counts
 
 
 def metered_counts(day: date, start: datetime, end: datetime | None) -> tuple[dict[str, Counts], dict[str, Label]]:
-    """Metered arrivals in [start, end) by model, over the label totals of every org day
-    that overlaps UTC ``day``; and the label behind each model (for its price and owner)."""
+    """Metered arrivals in [start, end) by model over the org days overlapping ``day``, and their labels."""
     org_days = [(day + timedelta(days=offset)).strftime("%Y%m%d") for offset in (-1, 0, 1, 2)]
     counts: dict[str, Counts] = defaultdict(Counts)
     labels: dict[str, Label] = {}
@@ -244,9 +219,8 @@ def metered_counts(day: date, start: datetime, end: datetime | None) -> tuple[di
 
 
 def common_owner(owners: set) -> tuple[str, str | None] | None:
-    """Whose alert a model's unmetered spend is, from the (org, app) owning each of its labels
-    (None: a label no org owns): its one app's; its org's, when its labels are several apps'
-    of one org; else nobody's (the operator's)."""
+    """Whose alert a model's unmetered spend is, from its labels' (org, app) owners: its one
+    owner's, else its one org's, else None (the operator's)."""
     if len(owners) == 1:
         return next(iter(owners))
     orgs_owning = {owner[0] if owner else None for owner in owners}
@@ -257,8 +231,7 @@ def common_owner(owners: set) -> tuple[str, str | None] | None:
 
 
 def price_of_model(model_id: str, label: Label | None, day: date, region: str) -> pricing.PriceQuote:
-    """The price of a model's tokens: its metered label's, else from the id itself (a
-    system profile's geography names its kind), else the unknown-model estimate."""
+    """A model's price: its metered label's, else from the id (a system profile's prefix: its kind)."""
     if label and label.priced:
         return pricing.price_of(label.priced, day)
     system = _SYSTEM_PROFILE.match(model_id)
@@ -274,8 +247,7 @@ def _side(counts: Counts) -> dict:
 
 
 def reconcile(day: date, now: datetime | None = None) -> dict:
-    """Compare UTC ``day`` as of ``now``, store the result and fire the alerts it calls for;
-    the result (the reply of ``GET /api/v1/reconciliation``)."""
+    """Compare UTC ``day`` as of ``now``, store the result and fire its alerts; the result."""
     now = now or utc_now()
     settings = get_config().reconciliation
     tolerance = timedelta(seconds=settings.tolerance_seconds)
@@ -327,8 +299,7 @@ def _alert(
     quote: pricing.PriceQuote,
     now: datetime,
 ) -> None:
-    """``UNREPORTED_USAGE`` when the unmetered spend reaches the configured share or amount:
-    to the org (its scope) whose application inference profile it is, else the operator."""
+    """``UNREPORTED_USAGE`` when the unmetered spend reaches the configured share or amount."""
     settings = get_config().reconciliation
     bedrock_cost = pricing.cost_usd_micros(bedrock.tokens(), quote.prices)
     share_reached = unmetered_cost * 100 >= settings.alert_share_pct * bedrock_cost
@@ -360,9 +331,7 @@ def run(now: datetime | None = None) -> list[dict]:
 
 
 def stored(date_text: str | None, page: int = 0) -> dict:
-    """One page of the kept result of a UTC day (default today): what ``GET
-    /api/v1/reconciliation`` answers. A day of a fleet's application profiles is thousands
-    of models, past what one answer may carry: ``store.PAGE_ROWS`` a page, 400 past the last."""
+    """``GET /api/v1/reconciliation``: one page of a UTC day's kept result (default today)."""
     day = reports.parse_date(date_text, "date") if date_text is not None else utc_now().date()
     found = store.get_result(day.strftime("%Y%m%d"), page)
     pages = int(found["pages"]) if found else 0

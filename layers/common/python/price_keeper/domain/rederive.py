@@ -1,19 +1,11 @@
 """Totals re-derived from their records, read by key: what the stream lost is recovered.
 
-A record the stream trimmed before the fold read it (a shard's fold stuck for 24 h) is
-counted nowhere but in its marker. Once a day, for each org day old enough, the audit
-(``repair``) reads the org's markers by key (``usage.org_markers``: a Query of each of its
-``agg_shard_count`` buckets, never a Scan), sums each label-day of that day from them
-exactly as the fold would (``ledger.counted``), and writes the label totals that differ,
-with their scope totals' differences, listings and hour marks.
-
-Why it is exact: it runs only when no stream record about the day's markers can still be
-folded. Every change to a marker (its insert, a void, a re-pricing) leaves its time on the
-marker; the stream keeps a record 24 h and a fold holds what it read for at most the
-function's timeout, so once the day's latest change is ``SETTLED_SECS`` old, each change
-is in its total or lost for good. Each total's write is conditional on the total read
-beside the markers, so a fold that wrote meanwhile makes the write fail (read again).
-A day whose latest change is more recent is left for the next day's audit and logged.
+A record the stream trimmed before the fold read it is counted only in its marker. Once a
+day, for each settled org day, the audit reads the org's markers by key (a Query per bucket,
+never a Scan), sums each label-day as the fold would (``ledger.counted``), and writes the
+label totals that differ. It is exact because it runs only once the day's latest marker
+change is ``SETTLED_SECS`` old (past the stream's 24 h and a fold's timeout), and each write
+is conditional on the total it read.
 """
 
 from __future__ import annotations
@@ -30,24 +22,20 @@ from ..timeutil import day_start_utc, parse_day
 from . import aggregation, ledger, orgs
 from .aggregation import SUM_FIELDS, LabelDay, Move, RunReport, ScopeDay
 
-# The stream keeps a record 24 h; a fold holds a read record at most the function's timeout
-# (15 min); and a margin.
-SETTLED_SECS = 26 * 3600
+SETTLED_SECS = 26 * 3600  # the stream's 24 h, a fold's 15 min timeout, and a margin
 CHANGE_TIMES = ("accepted_at_epoch", "voided_at_epoch", "repriced_at_epoch")
 WRITE_ATTEMPTS = 3
 
 
 def due(timezone: str, day: str, now: datetime, every_secs: int = 3600) -> bool:
-    """Whether org day ``day`` is re-derived by the audit that runs at ``now`` (the audits
-    run every ``every_secs``): the first one past the day's end + its grace + ``SETTLED_SECS``."""
+    """Whether the audit at ``now`` is the first past the day's end + grace + ``SETTLED_SECS``."""
     end = day_start_utc(timezone, parse_day(day) + timedelta(days=1))
     ready = end + timedelta(seconds=get_config().metering.backdate_grace_secs + SETTLED_SECS)
     return ready <= now < ready + timedelta(seconds=every_secs)
 
 
 def rederive(org_id: str, day: str, now: datetime) -> RunReport:
-    """Re-derive org ``org_id``'s label totals of org day ``day`` (``yyyymmdd``) from its
-    markers; what was written (nothing when the totals were right, or the day not settled)."""
+    """Re-derive the org's label totals of org day ``day`` from its markers; what was written."""
     config = orgs.effective_config(org_id)
     markers = [m for m in usage.org_markers(org_id, config.agg_shard_count) if m.get("org_day") == day]
     report = RunReport(days=[day])
@@ -68,8 +56,7 @@ def rederive(org_id: str, day: str, now: datetime) -> RunReport:
 
 
 class _Derived:
-    """A label-day's sums from its markers, and its hour marks (sums as of each UTC hour a
-    change of it was made in)."""
+    """A label-day's sums from its markers, and its hour marks."""
 
     def __init__(self):
         self.sums = dict.fromkeys(SUM_FIELDS, 0)
@@ -90,8 +77,7 @@ class _Derived:
 
 
 def _sums(markers: list[dict]) -> dict[LabelDay, _Derived]:
-    """Each label-day's sums, as the fold adds a marker's insert and then its void or
-    re-pricing (``ledger.counted`` of its image as inserted, then as it is now)."""
+    """Each label-day's sums, as the fold adds a marker's insert and then its void or re-pricing."""
     derived: dict[LabelDay, _Derived] = {}
     for marker in markers:
         inserted = {
@@ -113,14 +99,9 @@ class _Raced(Exception):
 
 
 def _write(derived: dict[LabelDay, _Derived], now: datetime) -> RunReport:
-    """The label totals that differ from what their markers sum to, set (each conditional on
-    the total read), with their scope totals' differences and listings: one transaction a
-    scope-day (and per 100 actions)."""
-    by_scope_day: dict[tuple[str, str], list[LabelDay]] = {}
-    for usage_key, date_key in derived:
-        by_scope_day.setdefault((keys.split_usage_key(usage_key)[0], date_key), []).append((usage_key, date_key))
-    configs = aggregation.configs_of({scope for scope, _ in by_scope_day})
-    scope_days = [ScopeDay(scope, d, label_days, configs.get(scope)) for (scope, d), label_days in by_scope_day.items()]
+    """Set the label totals that differ from their markers' sums: one transaction a scope-day."""
+    configs = aggregation.configs_of({keys.split_usage_key(usage_key)[0] for usage_key, _ in derived})
+    scope_days = aggregation.scope_days_of(derived, configs)
     snapshot = aggregation.read_for_fold(scope_days, fresh_totals=True)
     report = RunReport(days=[])
     for scope_day in scope_days:
@@ -167,14 +148,12 @@ def _move(scope_day: ScopeDay, label_day: LabelDay, stored: dict, derived: _Deri
 
 
 def candidate_days(now: datetime) -> list[str]:
-    """The org days (``yyyymmdd``) that can be due at ``now`` in some timezone: those ending
-    26 to 27 hours ago, UTC today - 3 .. - 1."""
+    """The org days (``yyyymmdd``) that can be due at ``now`` in some timezone: UTC today - 3 .. - 1."""
     return [(now - timedelta(days=back)).strftime("%Y%m%d") for back in (3, 2, 1)]
 
 
 def due_org_days(listed: Iterable[LabelDay], now: datetime) -> list[tuple[str, str]]:
-    """The (org id, yyyymmdd) the audit at ``now`` re-derives: each org day with spend among
-    ``listed`` (label-days of the ``active-by-day`` index) that ``due`` says is settled now."""
+    """The (org id, yyyymmdd) the audit at ``now`` re-derives: each org day with spend in ``listed`` that is ``due``."""
     candidates = set(candidate_days(now))
     org_days = {
         (keys.split_scope(keys.split_usage_key(usage_key)[0])[0], keys.day_of_key(date_key))

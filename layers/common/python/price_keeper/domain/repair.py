@@ -1,21 +1,10 @@
 """The hourly audit, fanned out through one SQS queue.
 
-The queue has one producer and one worker (the aggregator, on the queue's event source
-mapping):
-
-- **The plan** (``plan_audit``, the schedule): for each org day in play, a paginated Query
-  of each of the day's partition keys of the sparse ``active-by-day`` index (at once) lists
-  the label-days written that day; they are enqueued in chunks of ``AUDIT_CHUNK``
-  (``SendMessageBatch``, 10 messages a call).
-- **The worker** (``repair``): each chunk's label-days audited
-  (``aggregation.audit_label_days``), the chunks in parallel: the audit finishes in the time
-  the planner pages the index plus one chunk's reads, however many scopes there are. And
-  each org day settled since the last audit re-derived from its records, a message each
-  (``rederive``: what the stream lost is recovered).
-
-A message audited twice changes nothing. One that cannot be read is reported to the
-mapping (``ReportBatchItemFailures``): SQS delivers it again and then moves it to the
-queue's dead-letter queue, which is alarmed; the other messages of the batch are done.
+The plan (``plan_audit``, scheduled) lists the label-days of the org days in play from the
+``active-by-day`` index and enqueues them ``AUDIT_CHUNK`` to a message, plus each settled org
+day to re-derive; the worker (``repair``, the aggregator) audits each chunk and re-derives
+each org day. A message handled twice changes nothing; one that fails comes back alone and
+ends in the alarmed dead-letter queue.
 """
 
 from __future__ import annotations
@@ -44,10 +33,8 @@ def queue_url() -> str | None:
 
 
 def plan_audit(now: datetime | None = None) -> dict:
-    """Enqueue every label-day written on the org days in play (``[usage_key, date_key]``),
-    ``AUDIT_CHUNK`` to a message, and each org day due to be re-derived
-    (``rederive.due_org_days``), a message each; what was sent. The heartbeat too: the
-    aggregator ran."""
+    """Enqueue the label-days of the org days in play, ``AUDIT_CHUNK`` to a message, and each org
+    day due to be re-derived; write the heartbeat. What was sent."""
     now = now or utc_now()
     days = aggregation.days_in_play(now)
     listed = _listed(now)
@@ -67,15 +54,13 @@ def plan_audit(now: datetime | None = None) -> dict:
 
 
 def _listed(now: datetime) -> dict[str, list[LabelDay]]:
-    """The label-days the ``active-by-day`` index lists, by org day: the days in play (the
-    audit's) and the one more that only re-derivation reads (``rederive.candidate_days``)."""
+    """The label-days the ``active-by-day`` index lists, by org day (the audit's and re-derivation's days)."""
     days = sorted({*aggregation.days_in_play(now), *rederive.candidate_days(now)})
     return {day: usage.active_label_days(day) for day in days}
 
 
 def _send_batches(bodies: list[str]) -> list[list[str]]:
-    """``bodies`` in SendMessageBatch calls of at most ``SEND_BATCH`` messages and
-    ``SEND_BATCH_BYTES`` together (a chunk of hot label-days of long ids is ~45 KB)."""
+    """``bodies`` in SendMessageBatch calls of at most ``SEND_BATCH`` messages and ``SEND_BATCH_BYTES``."""
     batches: list[list[str]] = []
     size = 0
     for body in bodies:
@@ -94,10 +79,8 @@ class Repaired(NamedTuple):
 
 
 def repair(messages: Mapping[str, str], now: datetime | None = None) -> Repaired:
-    """The worker: audit the label-days and re-derive the org days a batch of messages (id
-    -> body) names. A message that cannot be read (a malformed body), or whose org day could
-    not be re-derived, is named failed on its own: it comes back alone, and the others are
-    done all the same."""
+    """The worker: audit the label-days and re-derive the org days a batch of messages (id -> body)
+    names; a message unreadable or whose org day failed is named failed on its own."""
     now = now or utc_now()
     audited: list[LabelDay] = []
     org_days: dict[str, tuple[str, str]] = {}
@@ -124,9 +107,7 @@ def repair(messages: Mapping[str, str], now: datetime | None = None) -> Repaired
 
 
 def run(now: datetime | None = None) -> RunReport:
-    """The audit in one process (tests and tools; deployed, ``plan_audit`` fans it out over
-    the repair queue): every label-day listed on the org days in play, and the org days due
-    to be re-derived (``domain.rederive``)."""
+    """The whole audit in one process (tests and tools; deployed, ``plan_audit`` fans it out)."""
     now = now or utc_now()
     days = aggregation.days_in_play(now)
     listed = _listed(now)

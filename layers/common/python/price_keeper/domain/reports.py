@@ -1,21 +1,9 @@
 """Spend report: per day x app x label totals from DailyTotal, as JSON rows or CSV.
 
-Which DailyTotal keys are read (one Query per key, ``date_key BETWEEN DAY#from AND DAY#to``,
-never a Scan):
-
-- APP-scoped org: every registered app (one Config Query, ``begins_with APP#``) x every
-  label of that app's effective ``model_ordering``; ``app_id`` narrows to one app.
-- ORG-scoped org: the org scope x the org's labels. Spend is not kept per app there, so
-  rows have ``app_id: null`` and an ``app_id`` filter (an app token) still sees the
-  org's rows, as the app aggregates endpoint of ``api_spec.md`` does.
-
-Every label with spend is reported, in the ordering or not: each scope's ``{scope}#TOTAL``
-items over the range (one more Query per scope) name the labels summed each day, and the
-labels outside the current ordering (a dropped label, a self-registered profile) are read
-in a second round of Queries. Days without spend have no row. A day's rows hold the spend
-that arrived on that day (the metering's booking rule, docs/metering.md). Days are
-org-local (``DAY#yyyymmdd`` as the metering wrote them), so a 23 h or 25 h DST day is one
-row like any other.
+One Query per usage key over the range (never a Scan): each app's scope (APP-scoped orgs) or
+the org scope (ORG-scoped: rows have ``app_id: null``, and an app token sees the org's rows)
+x the labels of its ordering; labels with spend outside the ordering, named by the scope
+totals, in a second round. Days without spend have no row; days are org-local.
 """
 
 from __future__ import annotations
@@ -32,19 +20,15 @@ from ..timeutil import FIRST_DAY, LAST_DAY, in_calendar, parse_day
 from . import orgs
 
 MAX_DAYS = 92
-# 200 keys x 92 days of rows stays well under Lambda's 6 MB response limit (JSON ~230 B a row).
-MAX_USAGE_KEYS = 200
-# Usage keys a report Queries, with the labels spent on outside the ordering: one app's 400
-# profiles and its ordering.
-MAX_QUERIES = 500
+MAX_USAGE_KEYS = 200  # x 92 days of rows stays well under Lambda's 6 MB response limit
+MAX_QUERIES = 500  # usage keys a report Queries: one app's 400 profiles and its ordering
 COUNTERS = usage.COUNTERS
 COLUMNS = ("date", "app_id", "label", *COUNTERS)
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def parse_date(value: str | None, name: str) -> date:
-    """A ``YYYY-MM-DD`` query or path value in the calendar clients may name
-    (``timeutil.in_calendar``); 400 in the ``api_spec.md`` shape otherwise."""
+    """A ``YYYY-MM-DD`` query or path value in the calendar clients may name; 400 otherwise."""
     if value is None:
         raise invalid_request(f"{name} is required", **{name: None, "expected_format": "YYYY-MM-DD"})
     try:
@@ -73,11 +57,8 @@ def check_range(first: date, last: date) -> None:
 
 
 def _check_rows(usage_keys: int, days: int) -> None:
-    """A report's labels outside the ordering (profiles: up to 400 a scope) are only known
-    once its totals are read; with them it may answer at most as many key-days as
-    ``MAX_USAGE_KEYS`` keys over ``MAX_DAYS`` days (its reply's size), and Query at most
-    ``MAX_QUERIES`` usage keys (beside its scopes' totals and spent-label lists, which the
-    first check bounds)."""
+    """400 when the report, with its labels outside the ordering, would answer more key-days than
+    ``MAX_USAGE_KEYS`` x ``MAX_DAYS`` or Query more than ``MAX_QUERIES`` usage keys."""
     if usage_keys * days > MAX_USAGE_KEYS * MAX_DAYS or usage_keys > MAX_QUERIES:
         raise invalid_request(
             f"{usage_keys} apps x labels with spend over {days} days is too many for one report; "
@@ -133,8 +114,7 @@ def _row(key: UsageKey, item: dict) -> dict:
 
 
 def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id: str | None = None) -> list[dict]:
-    """Rows for ``from``..``to`` (``YYYY-MM-DD``, inclusive) sorted by date, app and ordering
-    position; 400 for bad dates or ranges, 404 for an unknown org or app."""
+    """Rows for ``from``..``to`` (inclusive) sorted by date, app and ordering position."""
     first, last = parse_date(first_day, "from"), parse_date(last_day, "to")
     check_range(first, last)
     scopes = _scopes(org_id, app_id)

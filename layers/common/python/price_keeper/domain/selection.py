@@ -1,9 +1,8 @@
 """Model selection: which label a client should call right now.
 
-The rules are the pure ones of ``quota``; this module reads what they need (the
-StickyState choice and the DailyTotals in one BatchGetItem, the live shards in tight
-mode), writes StickyState only when the choice moves forward (the seed's conditional
-write), and shapes the reply.
+The rules are the pure ones of ``quota``; this module reads what they need (StickyState and
+the DailyTotals in one BatchGetItem, the live items in tight mode), writes StickyState only
+when the choice moves forward, and shapes the reply.
 """
 
 from __future__ import annotations
@@ -66,8 +65,7 @@ def read_sticky(scope: str, day: str, consistent: bool = False) -> Sticky | None
 
 
 def write_sticky(config: EffectiveConfig, day: str, labels: frozenset[str], now: datetime) -> Sticky:
-    """Add ``labels`` (spent, fallen back past) to the day's sticky state; the whole state
-    after, other writers' labels included. Each label a call adds is one sticky flip."""
+    """Add ``labels`` (fallen back past) to the day's sticky state; the whole state after."""
     next_midnight = day_start_utc(config.timezone, parse_day(day) + timedelta(days=1))
     passed, added = sticky_store.add_passed(
         config.scope, day, set(labels), int(now.timestamp()), int(next_midnight.timestamp()) + STICKY_GRACE_SECS
@@ -95,8 +93,7 @@ MAX_STICKY_RACES = 3
 
 
 def _live_spends(config: EffectiveConfig, day: str, spends: dict[str, int]) -> dict[str, int]:
-    """Each ordering label's spend as it stands, for tight mode: its total plus its live
-    items, the tight records not folded yet."""
+    """Each ordering label's spend for tight mode: its total plus the live items not folded yet."""
     usage_keys = {label: keys.usage_key(config.scope, label) for label in config.model_ordering}
     live = daily_totals.live_costs(usage_keys.values(), day)
     return {label: spends[label] + live.get(usage_key, 0) for label, usage_key in usage_keys.items()}
@@ -105,17 +102,9 @@ def _live_spends(config: EffectiveConfig, day: str, spends: dict[str, int]) -> d
 def current_decision(
     config: EffectiveConfig, day: str, now: datetime, consistent: bool = False, also: Iterable[tuple[str, str]] = ()
 ) -> Snapshot:
-    """Read sticky state and totals (one BatchGetItem, with the totals of ``also``'s
-    (usage_key, yyyymmdd) pairs for the caller), decide, and move sticky state forward
-    when needed.
-
-    In tight mode the DailyTotals (up to one aggregation interval old) are not trusted:
-    the live shards are read too (one BatchGetItem) and the larger spend counts, which
-    bounds a burst's overshoot past the quota (``benchmarks/overshoot.py``); on a ledger
-    day, the totals and their live items (``_live_spends``).
-    When the choice passes labels the sticky state does not hold yet, they are added, and
-    the decision made again over the whole state the write returns (another app's labels).
-    """
+    """Read sticky state and totals in one BatchGetItem (with ``also``'s (usage_key, yyyymmdd)
+    totals for the caller), decide, and move sticky state forward when needed. In tight mode
+    the lagging totals are topped up with the live items, bounding a burst's overshoot."""
     usage_keys = [keys.usage_key(config.scope, label) for label in config.model_ordering]
     total_key = keys.scope_total_key(config.scope)
     app_counter = config.app_counter if config.app_daily_cap_usd_micros is not None else None
@@ -150,9 +139,8 @@ def current_decision(
     total_reserved = totals.of(total_key).reserved
 
     def decide_now(state: Sticky | None, held: bool = True) -> Decision:
-        """The rules over the spends, and with ``held`` the live holds too: the answer is
-        what a reservation would be granted (a label its holds fill is not offered), while
-        only spend passes a label for the rest of the day (a hold may yet be given back)."""
+        """The rules over the spends, with ``held`` the live holds too: holds shape the answer,
+        but only spend passes a label for the day (a hold may yet be given back)."""
         return decide(
             config.model_ordering,
             config.quotas,
@@ -193,8 +181,7 @@ def models_status(config: EffectiveConfig, spends: dict[str, int], reserved: dic
 
 
 def _pricing(config: EffectiveConfig, label: str, day: str) -> dict:
-    """The chosen label's price of the day; ``source: UNAVAILABLE`` when it cannot be
-    priced right now (a profile whose routing Bedrock does not answer)."""
+    """The chosen label's price of the day; ``source: UNAVAILABLE`` when it cannot be priced now."""
     version = parse_day(day).isoformat()
     if profiles.known_label(config, label) is None:
         return {"version": version, "source": "UNAVAILABLE"}
@@ -252,8 +239,7 @@ def all_exceeded(config: EffectiveConfig, snapshot: Snapshot, now: datetime) -> 
 
 
 def select_model(org_id: str, app_id: str, force_check: bool = False, now: datetime | None = None) -> tuple[dict, dict]:
-    """(body, headers) of ``GET .../model-selection``; 429 ``QUOTA_EXCEEDED`` when every
-    label is spent. ``force_check`` re-reads the config and reads strongly consistent."""
+    """``GET .../model-selection``; ``force_check`` re-reads the config, strongly consistent."""
     now = now or utc_now()
     if force_check:
         orgs.forget(org_id, app_id)
@@ -268,10 +254,7 @@ class Carried(NamedTuple):
 
 
 def carried(config: EffectiveConfig, now: datetime, also: Iterable[tuple[str, str]]) -> Carried:
-    """The selection a usage answer carries when the client asks for it
-    (``?model_selection=true``): the body ``GET .../model-selection`` would answer now;
-    read together with the totals of ``also`` (usage_key, yyyymmdd) that the answer shows,
-    so asking costs no read of its own."""
+    """The selection a usage answer carries, read together with the totals of ``also`` it shows."""
     snapshot = current_decision(config, org_day(config.timezone, now), now, also=also)
     try:
         return Carried(answer(config, snapshot, now)[0], snapshot.items)
@@ -282,14 +265,12 @@ def carried(config: EffectiveConfig, now: datetime, also: Iterable[tuple[str, st
 
 
 def recommend(config: EffectiveConfig, now: datetime, consistent: bool = False) -> tuple[dict, dict]:
-    """(body, headers) of a selection for ``config`` now; 429 ``QUOTA_EXCEEDED`` when every
-    label is spent."""
+    """(body, headers) of a selection for ``config`` now; 429 ``QUOTA_EXCEEDED`` when all is spent."""
     return answer(config, current_decision(config, org_day(config.timezone, now), now, consistent=consistent), now)
 
 
 def answer(config: EffectiveConfig, snapshot: Snapshot, now: datetime) -> tuple[dict, dict]:
-    """(body, headers) of the selection ``snapshot`` decided; 429 ``QUOTA_EXCEEDED`` when
-    every label is spent."""
+    """(body, headers) of the selection ``snapshot`` decided; 429 ``QUOTA_EXCEEDED`` when all is spent."""
     org_id, app_id = config.org_id, config.app_id
     day = snapshot.day
     decision = snapshot.decision
@@ -334,18 +315,6 @@ def answer(config: EffectiveConfig, snapshot: Snapshot, now: datetime) -> tuple[
         "org_day": day,
         "org_local_time": now.astimezone(ZoneInfo(config.timezone)).replace(microsecond=0).isoformat(),
     }
-    headers = {
-        "Cache-Control": f"max-age={secs}, private",
-        "ETag": etag(
-            org_id,
-            app_id,
-            day,
-            label,
-            decision.reason,
-            decision.mode,
-            snapshot.spends,
-            snapshot.total,
-            snapshot.app_total,
-        ),
-    }
+    state = (decision.reason, decision.mode, snapshot.spends, snapshot.total, snapshot.app_total)
+    headers = {"Cache-Control": f"max-age={secs}, private", "ETag": etag(org_id, app_id, day, label, *state)}
     return body, headers

@@ -1,22 +1,14 @@
 """Voiding usage reported in error: an operator's ``POST .../usage/void`` (X-API-Key).
 
-A void takes a counted record back out, exactly once: an update marks the record's dedup
-marker voided (only if it exists and is not voided yet), and the aggregator takes the
-record's counts back from the marker's images (``ledger.counted``), with ``voids`` + 1; a
-record that settled a reservation gives its ledgers the room back in the same
-transaction. The same pattern as the record itself
-(``usage.write_once``): a repeated void, concurrent or later, cancels on the marker and is
-answered ``already_voided``; the marker stays, so a retry of the voided ``request_id`` is
-still a duplicate and is not counted again. Records older than the dedup window (the
-marker's TTL, ``dedup_ttl_days``; for one counted at the estimate, its day's totals') are
-``not_found``. The marker's condition includes the cost read, so a re-pricing between the
-read and the write (``usage.reprice_once``) makes the void read again.
+A void marks the record's dedup marker voided, exactly once (conditional on it existing, not
+voided, and the cost read, so a re-pricing in between makes it read again); the aggregator
+then takes the record's counts back (``ledger.counted``), and a settled reservation gets its
+room back in the same transaction. The marker stays, so a retry of the request id is still a
+duplicate; records past the dedup window are ``not_found``.
 """
 
 from __future__ import annotations
 
-import random
-import time
 from datetime import datetime
 from typing import Annotated
 
@@ -25,7 +17,7 @@ from pydantic import Field, StringConstraints, field_validator
 from .. import audit
 from ..errors import service_unavailable
 from ..store import keys, usage
-from ..timeutil import iso_utc, utc_now
+from ..timeutil import iso_utc, retry_pause, utc_now
 from ..validation import APP_ID_PATTERN, StrictBody, is_uuid
 from . import orgs, reservations
 
@@ -79,7 +71,7 @@ def _void_one(config: orgs.EffectiveConfig, request_id: str, reason: str, now_ep
         try:
             first = usage.write_once(items, attempt)
         except usage.Conflict:
-            time.sleep(min(0.5, 0.02 * 2**attempt) * random.uniform(0.5, 1.0))
+            retry_pause(attempt)
             continue
         if first is None:
             return _result(request_id, "voided", marker)
