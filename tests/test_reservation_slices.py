@@ -214,7 +214,7 @@ def test_several_containers_never_overshoot(api):
 
 
 def test_a_dead_containers_slice_and_refunds_leak_only_headroom(api):
-    quota = 200 * WORST  # (a slice is at most 1/32 of what is left: 4 calls' worth fit)
+    quota = 300 * WORST  # (a slice is at most 1/64 of what is left: 4 calls' worth fit)
     t, dead, alive = tenant(quota), slices.Slices(), slices.Slices()
     first, second = reserve(t, dead), reserve(t, dead)  # the second leased a slice
     spent = [settle(t, dead, first, 0.5), settle(t, dead, second, 0.5)]

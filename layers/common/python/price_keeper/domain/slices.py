@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from .. import state
 
 LEASE_MIN_CALLS = 4  # a first slice: this many of the call's worst case
-LEASE_MAX_CALLS = 64  # the largest slice: this many of the call's worst case
+LEASE_MAX_CALLS = 32  # the largest slice: this many of the call's worst case
 NEAR_PERCENT = 10  # the last 10 % of a cap is granted call by call
-LEFT_SLICES = 32  # a slice is at most this fraction of what its ledgers have left
+LEFT_SLICES = 64  # a slice is at most this fraction of what its ledgers have left
 IDLE_SECS = 2.0  # a slice unused this long is given back, and refunds of a container idle this long
 PENDING_SECS = 5.0  # refunds are written at least this often (netted into a lease before, if one comes)
 MAX_AGE_SECS = 15.0  # a slice older than this grants nothing more (its rooms are read again)
