@@ -10,6 +10,7 @@ from price_keeper.domain import ledger, metering, rederive, repair, voids
 from price_keeper.domain.models import UsageRequest
 from price_keeper.store import keys, tables
 from price_keeper.store import reconciliation as reconciliation_store
+from price_keeper.store.dynamo import table
 from price_keeper.timeutil import day_start_utc, org_date, org_day, utc_now
 from tests.iam_check import only_granted
 from tests.usage_support import daily_total, fold_usage, new_tenant, usage_body
@@ -71,6 +72,13 @@ def test_a_batch_the_stream_lost_is_recovered_by_the_audit_from_the_markers_by_k
         1,
         folded[1]["processing"]["cost_usd_micros"],
     )
+    # config labels are kept apart from the scope total: re-deriving them adds nothing to it
+    scope_total = (
+        table(tables.DAILY_TOTAL)
+        .get_item(Key={"usage_key": keys.scope_total_key(tenant.scope), "date_key": keys.day_key(day)})
+        .get("Item", {})
+    )
+    assert int(scope_total.get("cost_usd_micros", 0)) == 0
 
     dynamodb_calls.clear()
     assert repair.run(settled_audit_time(day) + timedelta(minutes=1)).totals_written == 0  # right now: read only

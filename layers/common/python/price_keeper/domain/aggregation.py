@@ -351,10 +351,17 @@ def report_moved(
 
 
 def label_move(
-    scope_day: ScopeDay, label_day: LabelDay, stored: dict, sums: dict, source_updated_at: int, now: datetime
+    scope_day: ScopeDay,
+    label_day: LabelDay,
+    stored: dict,
+    sums: dict,
+    source_updated_at: int,
+    now: datetime,
+    marks: bytes | None = None,
 ) -> Move:
     """A label total's move from ``stored`` to ``sums``: conditional on ``stored``'s progress, with
-    this UTC hour's mark, and listed for the scope-day when it is the label-day's first."""
+    ``marks`` (else ``stored``'s with this UTC hour's mark), and listed for the scope-day when it
+    is the label-day's first."""
     day = keys.day_of_key(scope_day.date_key)
     values = {
         **sums,
@@ -362,7 +369,7 @@ def label_move(
         "source_updated_at_epoch": source_updated_at,
         tables.TTL_ATTRIBUTE: usage_expires_at(day),
         # its sums as of this UTC hour, beside those of the hours before (domain.reconciliation)
-        keys.HOUR_MARKS: reconciliation_store.with_mark(stored, now, sums),
+        keys.HOUR_MARKS: marks if marks is not None else reconciliation_store.with_mark(stored, now, sums),
     }
     first = "requests" not in stored
     fold = daily_totals.LabelFold(*label_day, values, None if first else daily_totals.progress_fields(stored))
@@ -370,6 +377,22 @@ def label_move(
     label = keys.split_usage_key(label_day[0])[1]
     # a label the scope total leaves apart is never listed: readers read them all
     return Move(fold, difference, first and scope_day.in_scope_total(label))
+
+
+def scope_day_actions(scope_day: ScopeDay, moves: list[Move], now: datetime) -> list[dict]:
+    """One scope-day's writes for ``moves``: the label totals the scope total leaves apart alone,
+    the others with the scope total's ADD and their listings, and the index entry of each
+    label-day written for the first time (``usage.day_listed``)."""
+    actions = [daily_totals.label_total_action(m.fold) for m in moves if not scope_day.in_scope_total(m.label)]
+    together = [m for m in moves if scope_day.in_scope_total(m.label)]
+    if together:
+        actions += scope_fold_actions(scope_day, together, now)
+    day = keys.day_of_key(scope_day.date_key)
+    return actions + [
+        usage.day_listed(scope_day.scope, m.label, day, int(now.timestamp()), usage_expires_at(day))
+        for m in moves
+        if m.fold.read_progress is None
+    ]
 
 
 def configs_of(scopes: Iterable[str]) -> dict[str, EffectiveConfig]:

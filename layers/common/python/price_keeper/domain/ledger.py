@@ -172,7 +172,11 @@ def _fold_chunk(
     attempt, overtaken, fresh = 0, 0, False
     while pending:
         scope_days, snapshot, moves = _moves(pending, configs, now, None if fresh else batch_read)
-        actions = [action for scope_day in scope_days for action in _scope_day_actions(scope_day, moves, now)]
+        actions = [
+            action
+            for scope_day in scope_days
+            for action in aggregation.scope_day_actions(scope_day, moves[(scope_day.scope, scope_day.date_key)], now)
+        ]
         expires_at = int(now.timestamp()) + PROGRESS_DAYS * 86400
         read = progress.folded_to
         written = daily_totals.write_folded(actions, progress.shard_id, read, pending[-1].sequence, expires_at)
@@ -243,24 +247,6 @@ def _moves(
         for scope_day in scope_days
     }
     return scope_days, snapshot, moves
-
-
-def _scope_day_actions(scope_day: aggregation.ScopeDay, moves: dict, now: datetime) -> list[dict]:
-    """One scope-day's writes: its label totals (with the scope total's ADD and listings for the
-    labels it counts), and the index entry of each label-day folded for the first time."""
-    folded = moves[(scope_day.scope, scope_day.date_key)]
-    alone = [daily_totals.label_total_action(m.fold) for m in folded if not scope_day.in_scope_total(m.label)]
-    together = [m for m in folded if scope_day.in_scope_total(m.label)]
-    actions = [*alone]
-    if together:
-        actions += aggregation.scope_fold_actions(scope_day, together, now)
-    day = keys.day_of_key(scope_day.date_key)
-    actions += [
-        usage.day_listed(scope_day.scope, m.label, day, int(now.timestamp()), aggregation.usage_expires_at(day))
-        for m in folded
-        if m.fold.read_progress is None
-    ]
-    return actions
 
 
 def _take_back_live(folded: list[Change]) -> None:

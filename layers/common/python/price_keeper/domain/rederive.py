@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from ..config import get_config
 from ..errors import service_unavailable
 from ..observability import logger
-from ..store import daily_totals, dynamo, keys, tables, usage
+from ..store import dynamo, keys, usage
 from ..store import reconciliation as reconciliation_store
 from ..timeutil import day_start_utc, parse_day
 from . import aggregation, ledger, orgs
@@ -112,14 +112,8 @@ def _write(derived: dict[LabelDay, _Derived], now: datetime) -> RunReport:
         moves = [move for move in moves if move is not None]
         if not moves:
             continue
-        actions = aggregation.scope_fold_actions(scope_day, moves, now)
         day = keys.day_of_key(scope_day.date_key)
-        actions += [
-            usage.day_listed(scope_day.scope, move.label, day, int(now.timestamp()), aggregation.usage_expires_at(day))
-            for move in moves
-            if move.fold.read_progress is None
-        ]
-        if dynamo.transact(actions) is not None:
+        if dynamo.transact(aggregation.scope_day_actions(scope_day, moves, now)) is not None:
             raise _Raced()
         logger.warning(
             "label totals re-derived from their records",
@@ -134,17 +128,8 @@ def _move(scope_day: ScopeDay, label_day: LabelDay, stored: dict, derived: _Deri
     """The move of a label total to what its markers sum to; None when it holds that already."""
     if all(int(stored.get(name, 0)) == derived.sums[name] for name in SUM_FIELDS) and "requests" in stored:
         return None
-    values = {
-        **derived.sums,
-        "updated_at_epoch": int(now.timestamp()),
-        "source_updated_at_epoch": max(epoch for epoch, _ in derived.changes),
-        tables.TTL_ATTRIBUTE: aggregation.usage_expires_at(keys.day_of_key(label_day[1])),
-        keys.HOUR_MARKS: derived.marks(),
-    }
-    first = "requests" not in stored
-    fold = daily_totals.LabelFold(*label_day, values, None if first else daily_totals.progress_fields(stored))
-    difference = {name: derived.sums[name] - int(stored.get(name, 0)) for name in SUM_FIELDS}
-    return Move(fold, difference, first and scope_day.in_scope_total(keys.split_usage_key(label_day[0])[1]))
+    latest = max(epoch for epoch, _ in derived.changes)
+    return aggregation.label_move(scope_day, label_day, stored, derived.sums, latest, now, marks=derived.marks())
 
 
 def candidate_days(now: datetime) -> list[str]:
