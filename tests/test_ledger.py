@@ -728,9 +728,9 @@ def test_tight_mode_decides_on_the_totals_reading_no_usage_items(stream, dynamod
 
 
 def test_a_tight_label_days_records_go_on_its_live_item_until_folded(stream, dynamodb_calls):
-    """Tight mode on a ledger day sees past the fold's lag: a record of a tight label-day is a
-    transaction of its marker and an ADD to the label-day's live item, which selection adds
-    to the total; the fold takes it back once, however often it is delivered."""
+    """Tight mode sees past the fold's lag: a record of a tight label-day ADDs its cost to one
+    of the label-day's live items, then puts its marker; selection adds the live items to the
+    total, and the fold takes the cost back once, however often it is delivered."""
     from datetime import UTC, datetime
 
     from price_keeper.domain import selection
@@ -759,6 +759,31 @@ def test_a_tight_label_days_records_go_on_its_live_item_until_folded(stream, dyn
     deliver(batch)  # delivered again: the checkpoint keeps the live item from going below
     assert daily_totals.live_costs([usage_key], day) == {usage_key: 0}
     assert totals_of(tenant.scope)["premium"] == (first["processing"]["cost_usd_micros"] + cost, 2)
+
+
+def test_a_tight_record_sent_again_over_http_leaves_one_cost_on_the_live_items(stream, api):
+    """A client retrying a tight record (the same request id, single or in a batch) adds its
+    cost to a live item again, and takes it back at once as the duplicate it is: the live
+    items hold each counted record once, so a retry cannot make tight mode miss or double it."""
+    from price_keeper.store import daily_totals
+
+    tenant = new_tenant(
+        quotas={"premium": 100_000, "standard": 10**9, "economy": 10**9},
+        tight_mode_threshold_pct=1,
+    )
+    submit(tenant)
+    deliver(stream())  # premium is tight now
+    body = usage_body()
+    first = api.post(f"{tenant.app_path}/usage", body, token=tenant.token)
+    again = api.post(f"{tenant.app_path}/usage", body, token=tenant.token)
+    batch = api.post(f"{tenant.app_path}/usage/batch", {"requests": [body]}, token=tenant.token)
+    assert (first.status, again.status, batch.status) == (202, 202, 207)
+    assert again.json()["duplicate"] and batch.json()["results"][0]["duplicate"]
+    usage_key, day = keys.usage_key(tenant.scope, "premium"), org_day("America/New_York")
+    cost = first.json()["processing"]["cost_usd_micros"]
+    assert daily_totals.live_costs([usage_key], day) == {usage_key: cost}
+    deliver(stream())
+    assert daily_totals.live_costs([usage_key], day) == {usage_key: 0}
 
 
 def test_a_batchs_records_of_a_tight_label_day_add_to_their_live_items_before_their_markers(stream, dynamodb_calls):
