@@ -160,10 +160,6 @@ class LocalAws:
         existing = set(ddb.list_tables()["TableNames"])
         for spec in ALL_TABLES:
             if spec.physical_name in existing:
-                # a journal written before the table had its stream replays a CreateTable without it
-                streamed = ddb.describe_table(TableName=spec.physical_name)["Table"].get("StreamSpecification")
-                if spec.stream and not (streamed or {}).get("StreamEnabled"):
-                    ddb.update_table(TableName=spec.physical_name, StreamSpecification=spec.stream_specification())
                 continue
             ddb.create_table(**spec.create_table_kwargs())
             if spec.ttl_attribute:

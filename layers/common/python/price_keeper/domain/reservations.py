@@ -207,8 +207,7 @@ class _Rooms(NamedTuple):
 
 def _rooms(config: EffectiveConfig, label: str, amount: int, ledgers: list[dict], read) -> _Rooms:
     """Each ledger's room as the per-call hold has it (``quota − unreserved spend − size``;
-    the app's share of the scope's headroom in ORG scope), less what the totals' own items
-    held before the ledgers had items of their own."""
+    the app's share of the scope's headroom in ORG scope)."""
     scopes = config.counted_scopes
     label_totals = read.of(ledgers[0]["usage_key"])
     scope_spend, *app_spend = (scope_totals(scope, read.of) for scope in scopes)
@@ -229,11 +228,6 @@ def _rooms(config: EffectiveConfig, label: str, amount: int, ledgers: list[dict]
         else:
             base.append(allowed)
             limits.append(max(share, 0))
-    # the condition is on the ledger item: what totals' own items held before it had one is fixed
-    base = [
-        room - int(read.items.get(ledger["usage_key"], {}).get("committed", 0))
-        for ledger, room in zip(ledgers, base, strict=True)
-    ]
     return _Rooms(base, limits, share)
 
 
