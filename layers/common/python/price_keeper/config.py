@@ -260,7 +260,8 @@ def read_raw(path: Path) -> dict:
         return json.loads(text)
     import yaml  # only where config.yaml itself is read: the local stack, tests and synth
 
-    return yaml.safe_load(text)
+    # libyaml's loader when PyYAML was built with it: about ten times faster than the pure one
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _positive_or_none(spec: dict, name: str, label: str) -> int | None:
