@@ -194,16 +194,16 @@ PROVISIONING_READERS = frozenset(
 INFERENCE_PROFILE_READERS = frozenset(
     {"inference_profiles", "usage", "usage_batch", "model_selection", "reconciler", "reservations"}
 )
-# Functions that read AWS Price List prices (pricing.fetch_price_list → GetProducts).
+# Functions that read AWS Price List prices (aws.price_list.fetch_price_list → GetProducts).
 PRICE_LIST_READERS = frozenset({"pricing_fetcher"})
-# Functions that look up a foundation model's name (pricing.price_list_name → GetFoundationModel).
+# Functions that look up a foundation model's name (aws.bedrock.foundation_model_name → GetFoundationModel).
 FOUNDATION_MODEL_READERS = frozenset({"pricing_fetcher"})
 # Functions that publish alert events on the service's event bus (alerts._publish): the
 # aggregator (spend alerts), metering (UNPRICED_MODEL) and the reconciler (UNREPORTED_USAGE).
 ALERT_PUBLISHERS = frozenset({"aggregator", "usage", "usage_batch", "reconciler"})
-# Functions that read Bedrock's own counts (reconciliation.bedrock_counts: ListMetrics, GetMetricData).
+# Functions that read Bedrock's own counts (aws.cloudwatch.bedrock_sums: ListMetrics, GetMetricData).
 BEDROCK_METRICS_READERS = frozenset({"reconciler"})
-# Functions that read Cost Explorer (bill.billed_by_tag: GetCostAndUsage).
+# Functions that read Cost Explorer (aws.cost_explorer.billed_by_tag: GetCostAndUsage).
 COST_EXPLORER_READERS = frozenset({"bill"})
 
 

@@ -37,7 +37,7 @@ from price_keeper import (  # noqa: E402
     routes,
     state,  # noqa: E402
 )
-from price_keeper.domain import profiles  # noqa: E402
+from price_keeper.aws import bedrock  # noqa: E402
 from price_keeper.store.tables import ALL_TABLES, TTL_ATTRIBUTE  # noqa: E402
 from tests.iam_check import only_granted  # noqa: E402
 
@@ -337,7 +337,7 @@ def bedrock_endpoint(monkeypatch) -> str:
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}"
     monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK", url)
-    clients = profiles.bedrock_client  # a test may replace it (botocore Stubber)
+    clients = bedrock.bedrock_client  # a test may replace it (botocore Stubber)
     clients.cache_clear()
     yield url
     clients.cache_clear()

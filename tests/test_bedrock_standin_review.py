@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 
 from local import bedrock as standin
 from local.bedrock import MAX_OUTPUT_TOKENS, REGIONS, BedrockError, Runtime
+from price_keeper.aws import bedrock
 from price_keeper.config import get_config
-from price_keeper.domain import alerts, profiles, reconciliation
+from price_keeper.domain import alerts, reconciliation
 from price_keeper.store import alert_records
 from tests.factories import seed_app, seed_org
 from tests.test_local_bedrock import runtime as local_runtime
@@ -105,7 +106,7 @@ def test_a_call_signed_for_a_made_up_region_is_refused_as_aws_refuses_it(aws, be
 
 
 def test_every_listed_region_is_served_and_the_clients_are_at_most_one_a_region(aws):
-    assert set(REGIONS) == {region for _, region in profiles.known_regions()}  # the layer's known Regions
+    assert set(REGIONS) == {region for _, region in bedrock.known_regions()}  # the layer's known Regions
     body = json.dumps({"messages": MESSAGES}).encode()
     for region in REGIONS:
         assert Runtime().respond("POST", f"/model/{NOVA_PRO}/converse", region, body)["statusCode"] == 200

@@ -14,6 +14,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodb.models import dynamodb_backends
 
 from price_keeper import state
+from price_keeper.aws import price_list
 from price_keeper.config import config_path, get_config, read_raw
 from price_keeper.domain import pricing
 from price_keeper.store import keys, tables
@@ -169,7 +170,7 @@ def cost(api, tenant, **fields) -> dict:
 
 def micros(usd_per_1k: str, tokens: int) -> int:
     """What ``tokens`` cost at a Price List price, micro-USD (exact; the records are round)."""
-    exact = pricing.micros_per_1m(usd_per_1k, "1K tokens") * tokens
+    exact = price_list.micros_per_1m(usd_per_1k, "1K tokens") * tokens
     assert exact % 1_000_000 == 0
     return exact // 1_000_000
 

@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from local.gateway import LambdaContext, load_handler
+from price_keeper.aws import price_list
 from price_keeper.config import GEOGRAPHIC, GLOBAL, IN_REGION, Prices, get_config, parse_config
 from price_keeper.domain import pricing
 from price_keeper.store import tables
@@ -70,7 +71,7 @@ def test_cost_is_the_exact_value_rounded_up(i, o, cr, cw, pi, po, pcr, pcw):
     ],
 )
 def test_price_list_units_become_micro_usd_per_million_tokens(usd, unit, micros):
-    assert pricing.micros_per_1m(usd, unit) == micros
+    assert price_list.micros_per_1m(usd, unit) == micros
 
 
 # --- the Price List ----------------------------------------------------------------
@@ -339,16 +340,16 @@ def test_the_standard_price_does_not_depend_on_the_order_the_price_list_answers_
     ],
 )
 def test_usage_types_are_classified_by_kind_and_offer(usage_type, inference_type, feature, expected):
-    classified = pricing.classify({"usagetype": usage_type, "inferenceType": inference_type, "feature": feature})
-    assert classified == (pricing.Classified(*expected) if expected else None)
+    classified = price_list.classify({"usagetype": usage_type, "inferenceType": inference_type, "feature": feature})
+    assert classified == (price_list.Classified(*expected) if expected else None)
 
 
 def stub_price_list(pages_by_model: dict[str, list[list[str]]]):
     """A pricing client answering GetProducts per model name with the given pages."""
     client = boto3.client("pricing", region_name="us-east-1")
     stubber = Stubber(client)
-    asked = [name for name in pages_by_model if not name.endswith(pricing.LATENCY_OPTIMIZED_MODEL)]
-    for name in pricing.price_list_queries(asked):  # each model, then its latency-optimized offer
+    asked = [name for name in pages_by_model if not name.endswith(price_list.LATENCY_OPTIMIZED_MODEL)]
+    for name in price_list.price_list_queries(asked):  # each model, then its latency-optimized offer
         pages = pages_by_model.get(name, [[]])
         for number, entries in enumerate(pages):
             expected = {
@@ -478,7 +479,7 @@ def test_price_list_failure_writes_nothing_and_config_prices_keep_serving(api, m
     stubber = Stubber(client)
     stubber.add_client_error("get_products", "AccessDeniedException", "not authorized", 400)
     stubber.activate()
-    monkeypatch.setattr(pricing, "pricing_client", lambda: client)
+    monkeypatch.setattr(price_list, "pricing_client", lambda: client)
     report = load_handler("pricing_fetcher")({"source": "aws.events"}, LambdaContext("pricing_fetcher"))
     assert report == {"status": "unavailable", "written": 0, "kept": 0, "models": 0}
     assert table(tables.PRICING_CACHE).scan()["Items"] == []

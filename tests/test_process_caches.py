@@ -14,8 +14,9 @@ import pytest
 
 import price_keeper
 from price_keeper import aws
+from price_keeper.aws import bedrock as bedrock_control_plane
 from price_keeper.cache import TTLCache
-from price_keeper.domain import pricing, profiles
+from price_keeper.domain import pricing
 from tests.conftest import assert_error
 from tests.test_profiles import bedrock, register  # noqa: F401 - bedrock: the stand-in fixture
 from tests.usage_support import new_tenant, usage_body
@@ -33,18 +34,18 @@ def bogus_regions(count: int) -> list[str]:
 
 
 def test_profiles_naming_made_up_regions_are_400_and_create_no_client(api, tenant):
-    profiles.bedrock_client.cache_clear()
+    bedrock_control_plane.bedrock_client.cache_clear()
     for region in bogus_regions(300):
         arn = f"arn:aws:bedrock:{region}:123456789012:inference-profile/us.amazon.nova-pro-v1:0"
         body = assert_error(register(api, tenant, "p1", arn=arn), 400, "INVALID_REQUEST")
         assert body["message"] == f"Invalid inference profile ARN: unknown AWS region {region}"
-    assert profiles.bedrock_client.cache_info().currsize == 0
+    assert bedrock_control_plane.bedrock_client.cache_info().currsize == 0
 
 
 def test_a_region_of_another_partition_is_unknown_too(api, tenant):
     arn = "arn:aws:bedrock:cn-north-1:123456789012:inference-profile/us.amazon.nova-pro-v1:0"
     assert_error(register(api, tenant, "p1", arn=arn), 400, "INVALID_REQUEST")
-    assert profiles.bedrock_client.cache_info().currsize == 0
+    assert bedrock_control_plane.bedrock_client.cache_info().currsize == 0
 
 
 def test_usage_naming_a_made_up_calling_region_is_400_and_reads_no_price(api, tenant):
@@ -57,8 +58,8 @@ def test_usage_naming_a_made_up_calling_region_is_400_and_reads_no_price(api, te
 
 def test_no_bedrock_client_is_built_for_an_unknown_region():
     with pytest.raises(ValueError, match="unknown AWS region"):
-        profiles.bedrock_client("zz-aaaa-1")
-    assert profiles.bedrock_client.cache_info().currsize == 0
+        bedrock_control_plane.bedrock_client("zz-aaaa-1")
+    assert bedrock_control_plane.bedrock_client.cache_info().currsize == 0
 
 
 def _process_caches() -> dict[str, object]:
@@ -78,7 +79,7 @@ def test_every_process_cache_of_the_layer_is_bounded():
     caches = _process_caches()
     # the ones this issue is about are among them (the walk finds caches)
     assert {
-        "price_keeper.domain.profiles.bedrock_client",
+        "price_keeper.aws.bedrock.bedrock_client",
         "price_keeper.domain.profiles._routing",
         "price_keeper.domain.pricing._stored",
         "price_keeper.aws.client",
@@ -106,6 +107,6 @@ def test_a_full_ttl_cache_keeps_its_bound_and_its_newest_entries():
 
 def test_known_region_clients_are_reused_within_the_bound():
     assert aws.client.cache_info().maxsize is not None
-    first = profiles.bedrock_client("us-east-1")
-    assert profiles.bedrock_client("us-east-1") is first
-    assert isinstance(profiles.bedrock_client, functools._lru_cache_wrapper)
+    first = bedrock_control_plane.bedrock_client("us-east-1")
+    assert bedrock_control_plane.bedrock_client("us-east-1") is first
+    assert isinstance(bedrock_control_plane.bedrock_client, functools._lru_cache_wrapper)

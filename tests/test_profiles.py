@@ -14,7 +14,7 @@ import pytest
 from botocore.stub import Stubber
 
 from price_keeper import state
-from price_keeper.domain import profiles
+from price_keeper.aws import bedrock as bedrock_control_plane
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_date
@@ -74,7 +74,7 @@ def stub_bedrock(monkeypatch, routing: dict[str, str], arn: str = ARN, error: st
             expected,
         )
     stubber.activate()
-    monkeypatch.setattr(profiles, "bedrock_client", lambda region: client)
+    monkeypatch.setattr(bedrock_control_plane, "bedrock_client", lambda region: client)
     return stubber
 
 

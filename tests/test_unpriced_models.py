@@ -17,8 +17,10 @@ import pytest
 from botocore.stub import Stubber
 
 from local.gateway import LambdaContext, load_handler
+from price_keeper.aws import bedrock as bedrock_control_plane
+from price_keeper.aws import price_list
 from price_keeper.config import Prices, get_config
-from price_keeper.domain import aggregation, alerts, pricing, profiles, repair
+from price_keeper.domain import aggregation, alerts, pricing, repair
 from price_keeper.domain.aggregation import Totals
 from price_keeper.store import daily_totals, keys, tables
 from price_keeper.store import prices as price_store
@@ -150,7 +152,7 @@ def stub_foundation_model(monkeypatch, *names: str) -> Stubber:
             {"modelIdentifier": LLAMA},
         )
     stubber.activate()
-    monkeypatch.setattr(profiles, "bedrock_client", lambda region: client)
+    monkeypatch.setattr(bedrock_control_plane, "bedrock_client", lambda region: client)
     return stubber
 
 
@@ -170,7 +172,7 @@ def unpriced_model_event(model_id: str = LLAMA) -> dict:
 
 
 def run_fetcher(event: dict, monkeypatch, client) -> dict:
-    monkeypatch.setattr(pricing, "pricing_client", lambda: client)
+    monkeypatch.setattr(price_list, "pricing_client", lambda: client)
     monkeypatch.setattr(pricing, "utc_now", lambda: NOW)
     with only_granted("pricing_fetcher"):
         return load_handler("pricing_fetcher")(event, LambdaContext("pricing_fetcher"))
@@ -202,7 +204,7 @@ def test_first_sight_looks_the_model_up_and_the_daily_run_keeps_it_priced(aws, m
     ]
     client, daily = stub_price_list({**{name: [[]] for name in configured}, LLAMA_NAME: [LLAMA_PRODUCTS + cheaper]})
     monkeypatch.setattr(pricing, "utc_now", lambda: NOW.replace(day=24))
-    monkeypatch.setattr(pricing, "pricing_client", lambda: client)
+    monkeypatch.setattr(price_list, "pricing_client", lambda: client)
     with only_granted("pricing_fetcher"):
         load_handler("pricing_fetcher")(
             {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}, LambdaContext("pricing_fetcher")
@@ -216,7 +218,7 @@ def test_a_model_bedrock_cannot_name_is_left_at_the_estimate(aws, monkeypatch):
     stubber = Stubber(client)
     stubber.add_client_error("get_foundation_model", "ResourceNotFoundException", "no such model", 404)
     stubber.activate()
-    monkeypatch.setattr(profiles, "bedrock_client", lambda region: client)
+    monkeypatch.setattr(bedrock_control_plane, "bedrock_client", lambda region: client)
     pricing_client, prices = stub_price_list({})
     report = run_fetcher(unpriced_model_event(), monkeypatch, pricing_client)
     assert report == {"status": "unresolved", "written": 0, "kept": 0, "models": 0}
@@ -230,7 +232,7 @@ def test_usage_after_the_lookup_is_priced_from_the_price_list(api, tenant, bus, 
     with monkeypatch.context() as patched:
         stub_foundation_model(patched, LLAMA_NAME)
         client, _ = stub_price_list({LLAMA_NAME: [LLAMA_PRODUCTS]})
-        patched.setattr(pricing, "pricing_client", lambda: client)
+        patched.setattr(price_list, "pricing_client", lambda: client)
         with only_granted("pricing_fetcher"):
             load_handler("pricing_fetcher")(json.loads(json.dumps(event)), LambdaContext("pricing_fetcher"))
     pricing._stored.clear()  # as after the quote cache's 10 minutes
@@ -292,7 +294,7 @@ def fetch_on(event: dict, monkeypatch, products: list[str]) -> dict:
         else:
             pages = {**{name: [[]] for name in configured_names()}, LLAMA_NAME: [products]}
         client, _ = stub_price_list(pages)
-        patched.setattr(pricing, "pricing_client", lambda: client)
+        patched.setattr(price_list, "pricing_client", lambda: client)
         with only_granted("pricing_fetcher"):
             return load_handler("pricing_fetcher")(json.loads(json.dumps(event)), LambdaContext("pricing_fetcher"))
 

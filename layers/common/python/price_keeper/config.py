@@ -58,14 +58,22 @@ DEFAULT_LONG_CONTEXT_THRESHOLD = 200_000  # input tokens (Anthropic's, for the 1
 MAX_OFFER_PCT = 1000
 
 
+def long_offer(offer: str) -> str:
+    """The long-context variant of an offer (a request whose prompt is over the model's threshold)."""
+    return LONG_CONTEXT if offer == STANDARD else f"{offer}_{LONG_CONTEXT}"
+
+
 def offer_key(kind: str, offer: str) -> str:
     """The key of a kind's offer among a label's configured prices (``Label.configured_prices``):
     the kind itself for the standard offer (``IN_REGION``), else ``IN_REGION/priority``."""
     return kind if offer == STANDARD else f"{kind}/{offer}"
 
 
+TOKENS_PER_PRICE = 1_000_000  # prices are per 1M tokens
+
+
 class Prices(NamedTuple):
-    """Integer micro-USD per 1M tokens."""
+    """Integer micro-USD per ``TOKENS_PER_PRICE`` tokens."""
 
     input: int
     output: int

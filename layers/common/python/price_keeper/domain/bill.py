@@ -9,9 +9,8 @@ profile's metered usage of the day, three days back (tags reach billing in 24-48
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import Decimal
 
-from ..aws import client
+from ..aws import cost_explorer, stack_region
 from ..config import get_config
 from ..observability import logger
 from ..store import reconciliation as store
@@ -21,28 +20,6 @@ from .aggregation import usage_expires_at
 from .reconciliation import metered_counts, price_of_model
 
 BILL_DELAY_DAYS = 3  # cost-allocation tags take 24-48 h to reach billing
-UNTAGGED = ""  # Cost Explorer's group of the cost without the tag
-
-
-def billed_by_tag(tag_key: str, day: date) -> dict[str, int]:
-    """Cost Explorer's unblended cost of ``day`` per value of ``tag_key``, in micro-USD."""
-    billed: dict[str, int] = {}
-    request = {
-        "TimePeriod": {"Start": day.isoformat(), "End": (day + timedelta(days=1)).isoformat()},
-        "Granularity": "DAILY",
-        "Metrics": ["UnblendedCost"],
-        "GroupBy": [{"Type": "TAG", "Key": tag_key}],
-    }
-    while True:
-        page = client("ce").get_cost_and_usage(**request)
-        for result in page["ResultsByTime"]:
-            for group in result.get("Groups", []):
-                value = group["Keys"][0].partition("$")[2]  # "<key>$<value>"; "<key>$" is untagged
-                amount = Decimal(group["Metrics"]["UnblendedCost"]["Amount"]) * 1_000_000
-                billed[value] = billed.get(value, 0) + int(amount.to_integral_value())
-        if not page.get("NextPageToken"):
-            return billed
-        request["NextPageToken"] = page["NextPageToken"]
 
 
 def compare(day: date, now: datetime | None = None) -> dict | None:
@@ -51,13 +28,13 @@ def compare(day: date, now: datetime | None = None) -> dict | None:
     if not tag_key:
         return None
     now = now or utc_now()
-    billed = billed_by_tag(tag_key, day)
+    billed = cost_explorer.billed_by_tag(tag_key, day)
     start = datetime.combine(day, time(0), UTC)
     tolerance = timedelta(seconds=get_config().reconciliation.tolerance_seconds)
     metered, labels = metered_counts(day, start, min(now, start + timedelta(days=1) + tolerance))
-    region = client("cloudwatch").meta.region_name
+    region = stack_region()
     profiles = []
-    for profile_id in sorted(value for value in billed if value != UNTAGGED):
+    for profile_id in sorted(value for value in billed if value != cost_explorer.UNTAGGED):
         counts, label = metered.get(profile_id), labels.get(profile_id)
         metered_cost = (
             pricing.cost_usd_micros(counts.tokens(), price_of_model(profile_id, label, day, region).prices)

@@ -2,42 +2,26 @@
 
 An app can register Bedrock inference profiles under its own labels; a usage label resolves
 to a config.yaml label or the app's profile. A profile's billed model depends on the calling
-region, as GetInferenceProfile answers (memoized; AWS is the source of truth), which
-registration asks too, so a profile the service cannot resolve is refused up front. The
-profile's kind selects the price: a system profile's id prefix names it (``global.``, or a
-geography); an application profile's models show it (Region-less: global; several Regions:
-geographic; one: in-region).
+region, as GetInferenceProfile answers (``aws.bedrock``, memoized; AWS is the source of
+truth), which registration asks too, so a profile the service cannot resolve is refused up
+front.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from functools import lru_cache
 from typing import NamedTuple
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.loaders import create_loader
-
-from .. import state
+from ..aws import bedrock
+from ..aws.bedrock import PROFILE_ARN
 from ..cache import TTLCache
-from ..config import GEOGRAPHIC, GLOBAL, IN_REGION, Prices, get_config
-from ..errors import ApiError, invalid_request, service_unavailable
-from ..observability import logger
+from ..config import IN_REGION, Prices, get_config
+from ..errors import ApiError, invalid_request
 from ..store import profiles as profile_store
 from ..store.dynamo import ConditionFailed
 from ..timeutil import iso_utc, utc_now
 from .orgs import EffectiveConfig
-
-PROFILE_ARN = re.compile(
-    r"^arn:(?P<partition>aws|aws-cn|aws-us-gov):bedrock:(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d):(?P<account>\d{12}):"
-    r"(?P<kind>inference-profile|application-inference-profile)/(?P<id>[A-Za-z0-9][A-Za-z0-9._:-]{0,127})$"
-)
-# A global profile lists its model once without a Region (``arn:aws:bedrock:::foundation-model/...``).
-_FOUNDATION_MODEL_ARN = re.compile(r"^arn:[a-z-]+:bedrock:(?P<region>[a-z0-9-]*):\d*:foundation-model/(?P<model>.+)$")
-GLOBAL_PROFILE_PREFIX = "global."
 
 PROFILE_CACHE_SECONDS = 30  # same as the config cache: a registration reaches other containers within it
 ROUTING_CACHE_SECONDS = 3600
@@ -55,30 +39,18 @@ class Profile(NamedTuple):
         return PROFILE_ARN.match(self.arn)["region"]
 
 
-@lru_cache(maxsize=1)
-def known_regions() -> frozenset[tuple[str, str]]:
-    """(partition, region) of every AWS Region botocore knows (its endpoint data)."""
-    partitions = create_loader().load_data("endpoints")["partitions"]
-    return frozenset((partition["partition"], region) for partition in partitions for region in partition["regions"])
-
-
-def is_known_region(region: str) -> bool:
-    """Whether ``region`` is a Region of any partition."""
-    return any(known == region for _, known in known_regions())
-
-
 def check_profile_arn(arn: str) -> None:
     """400 unless ``arn`` is a profile ARN of a known Region (before any Bedrock client exists for it)."""
     parsed = PROFILE_ARN.fullmatch(arn) if isinstance(arn, str) else None
     if parsed is None:
         raise invalid_request(f"Invalid inference profile ARN: {arn[:200]}")
-    if (parsed["partition"], parsed["region"]) not in known_regions():
+    if (parsed["partition"], parsed["region"]) not in bedrock.known_regions():
         raise invalid_request(f"Invalid inference profile ARN: unknown AWS region {parsed['region']}")
 
 
 def check_calling_region(region: str | None) -> None:
     """400 for a ``calling_region`` that is no AWS Region (before any price is read for it)."""
-    if region is not None and not is_known_region(region):
+    if region is not None and not bedrock.is_known_region(region):
         raise invalid_request(f"Unknown AWS region: {region}", calling_region=region)
 
 
@@ -162,68 +134,9 @@ def find_many(org_id: str, app_id: str | None, labels: Iterable[str]) -> dict[st
     return {label: profile for (_, _, label), profile in found.items()}
 
 
-@lru_cache(maxsize=64)  # more than AWS has Regions
-def bedrock_client(region: str):
-    """Bedrock's client of a known Region (refused for any other: no client, no memory)."""
-    if not is_known_region(region):
-        raise ValueError(f"unknown AWS region {region[:64]}")
-    return boto3.client(
-        "bedrock",
-        region_name=region,
-        config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=5),
-    )
-
-
-state.kept(bedrock_client.cache_clear)
-
-
-class Routing(NamedTuple):
-    """What GetInferenceProfile says: the kind, the model of each Region, and a global profile's model."""
-
-    kind: str
-    by_region: dict[str, str]
-    anywhere: str | None = None
-
-
-def _kind(arn: str, by_region: dict[str, str], anywhere: str | None) -> str:
-    parsed = PROFILE_ARN.match(arn)
-    if parsed["kind"] == "inference-profile":  # system-defined: the id's prefix names the geography
-        return GLOBAL if parsed["id"].startswith(GLOBAL_PROFILE_PREFIX) else GEOGRAPHIC
-    if anywhere is not None:
-        return GLOBAL
-    return GEOGRAPHIC if len(by_region) > 1 else IN_REGION
-
-
-def _resolve(arn: str) -> Routing:
-    try:
-        reply = bedrock_client(PROFILE_ARN.match(arn)["region"]).get_inference_profile(inferenceProfileIdentifier=arn)
-    except ClientError as error:
-        code = error.response["Error"]["Code"]
-        if code in ("ResourceNotFoundException", "ValidationException"):
-            raise invalid_request("Inference profile not found in AWS Bedrock", inference_profile_arn=arn) from None
-        if code == "AccessDeniedException":  # the role may read its own account's profiles only
-            raise invalid_request(
-                "Inference profile not accessible: it must belong to the service's AWS account",
-                inference_profile_arn=arn,
-            ) from None
-        logger.warning("GetInferenceProfile failed", extra={"aws_error": code})
-        raise service_unavailable("Inference profile details unavailable; retry") from None
-    except BotoCoreError as error:
-        logger.warning("GetInferenceProfile unreachable", extra={"error_type": type(error).__name__})
-        raise service_unavailable("Inference profile details unavailable; retry") from None
-    by_region, anywhere = {}, None
-    for model in reply.get("models", []):
-        parsed = _FOUNDATION_MODEL_ARN.match(model.get("modelArn", ""))
-        if parsed and parsed["region"]:
-            by_region.setdefault(parsed["region"], parsed["model"])
-        elif parsed:
-            anywhere = anywhere or parsed["model"]
-    return Routing(_kind(arn, by_region, anywhere), by_region, anywhere)
-
-
-def _routing_of(arn: str) -> Routing:
+def _routing_of(arn: str) -> bedrock.Routing:
     """The profile's kind and models (GetInferenceProfile, memoized)."""
-    return _routing.get_or_load(arn, lambda: _resolve(arn))
+    return _routing.get_or_load(arn, lambda: bedrock.inference_profile(arn))
 
 
 def model_for_region(profile: Profile, region: str) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """Reconciliation: Bedrock's own counts against the metered ones, per model and UTC day.
 
-The hourly reconciler sums CloudWatch's ``AWS/Bedrock`` counts (by ``ModelId``) for a UTC
+The hourly reconciler sums CloudWatch's ``AWS/Bedrock`` counts (``aws.cloudwatch``) for a UTC
 day, compares them with what was metered for the same model, keeps the result and raises
 ``UNREPORTED_USAGE`` where the unmetered spend is large. Metered arrivals by hour come from
 the hour marks the aggregator keeps on each label total (``store.reconciliation``), so they
@@ -14,13 +14,12 @@ unmetered.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from datetime import UTC, date, datetime, time, timedelta
 from typing import NamedTuple
 
-from ..aws import client
+from ..aws import cloudwatch, stack_region
 from ..config import GEOGRAPHIC, GLOBAL, IN_REGION, get_config
 from ..errors import ApiError, invalid_request
 from ..observability import logger
@@ -30,20 +29,6 @@ from ..timeutil import iso_utc, utc_now
 from . import alerts, orgs, pricing, profiles, reports
 from .aggregation import usage_expires_at
 
-NAMESPACE = "AWS/Bedrock"
-# CloudWatch metric -> counter, in store.reconciliation.MARK_FIELDS order
-METRICS = {
-    "Invocations": "requests",
-    "InputTokenCount": "input_tokens",
-    "OutputTokenCount": "output_tokens",
-    "CacheReadInputTokenCount": "cache_read_input_tokens",
-    "CacheWriteInputTokenCount": "cache_write_input_tokens",
-}
-PERIOD_SECONDS = 60  # Bedrock's datapoints are per minute
-MAX_QUERIES = 500  # per GetMetricData call
-# The most a one-minute datapoint can be: far beyond any quota, so a larger one is not Bedrock's
-# count (anyone allowed PutMetricData can write into AWS/Bedrock).
-MAX_DATAPOINT = 10**12
 _SYSTEM_PROFILE = re.compile(r"^(?P<geography>[a-z-]+)\.(?P<model>[a-z0-9-]+\..+)$")
 
 
@@ -85,65 +70,11 @@ def model_key(identifier: str) -> str:
 
 
 def bedrock_counts(start: datetime, end: datetime) -> dict[str, Counts]:
-    """Bedrock's counts of calls made in [start, end) by model (ListMetrics, then GetMetricData)."""
-    cloudwatch = client("cloudwatch")
-    model_ids = sorted(
-        {
-            dimension["Value"]
-            for page in cloudwatch.get_paginator("list_metrics").paginate(Namespace=NAMESPACE, MetricName="Invocations")
-            for metric in page["Metrics"]
-            for dimension in metric.get("Dimensions", [])
-            if dimension["Name"] == "ModelId" and len(metric["Dimensions"]) == 1
-        }
-    )
-    asked = {
-        f"m{index}_{position}": (model_id, metric)
-        for index, model_id in enumerate(model_ids)
-        for position, metric in enumerate(METRICS)
-    }
-    queries = [
-        {
-            "Id": query_id,
-            "MetricStat": {
-                "Metric": {
-                    "Namespace": NAMESPACE,
-                    "MetricName": metric,
-                    "Dimensions": [{"Name": "ModelId", "Value": model_id}],
-                },
-                "Period": PERIOD_SECONDS,
-                "Stat": "Sum",
-            },
-            "ReturnData": True,
-        }
-        for query_id, (model_id, metric) in asked.items()
-    ]
-    sums: dict[str, int] = defaultdict(int)
-    for first in range(0, len(queries), MAX_QUERIES):
-        for page in cloudwatch.get_paginator("get_metric_data").paginate(
-            MetricDataQueries=queries[first : first + MAX_QUERIES], StartTime=start, EndTime=end
-        ):
-            for result in page["MetricDataResults"]:
-                sums[result["Id"]] += _plausible_sum(result, *asked[result["Id"]])
+    """Bedrock's counts of calls made in [start, end), by the model they are counted under."""
     counts: dict[str, Counts] = defaultdict(Counts)
-    for index, model_id in enumerate(model_ids):
-        found = Counts(*(sums[f"m{index}_{position}"] for position in range(len(METRICS))))
-        counts[model_key(model_id)] += found
+    for model_id, sums in cloudwatch.bedrock_sums(start, end).items():
+        counts[model_key(model_id)] += Counts(*sums)
     return dict(counts)
-
-
-def _plausible_sum(result: dict, model_id: str, metric: str) -> int:
-    """The sum of a query's datapoints that can be counts (whole, 0 to ``MAX_DATAPOINT``); any
-    other is logged and left out rather than stop every run of the day."""
-    total = 0
-    for at, value in zip(result.get("Timestamps", []), result.get("Values", []), strict=True):
-        if math.isfinite(value) and 0 <= value <= MAX_DATAPOINT and value == int(value):
-            total += int(value)
-        else:
-            logger.warning(
-                "AWS/Bedrock datapoint left out: not a count",
-                extra={"model_id": model_id, "metric": metric, "at": iso_utc(at), "value": repr(value)},
-            )
-    return total
 
 
 # --- the metered side --------------------------------------------------------------
@@ -257,7 +188,7 @@ def reconcile(day: date, now: datetime | None = None) -> dict:
     bedrock = bedrock_counts(start, bedrock_until) if bedrock_until > start else {}
     metered_until = end + tolerance
     metered, labels = metered_counts(day, start, None if metered_until >= now else metered_until)
-    region = client("cloudwatch").meta.region_name
+    region = stack_region()
     models = []
     for model_id in sorted(set(bedrock) | {key for key, counts in metered.items() if any(counts)}):
         ours, theirs = metered.get(model_id, Counts()), bedrock.get(model_id, Counts())
@@ -340,7 +271,7 @@ def stored(date_text: str | None, page: int = 0) -> dict:
     if not found:
         return {
             "date": day.isoformat(),
-            "region": client("cloudwatch").meta.region_name,
+            "region": stack_region(),
             "models": [],
             "page": 0,
             "pages": 0,
