@@ -79,10 +79,18 @@ def refresh(api, refresh_token: str):
     return api.post("/auth/refresh", {"refresh_token": refresh_token, "grant_type": "refresh_token"})
 
 
+def authorize(authorization: str | None, org_id: str, app_id: str | None = None) -> dict:
+    """The authorizer step of the runtime endpoints (``http.pipeline.admit``): the claims of a
+    valid, unrevoked access token allowed on ``org_id``/``app_id``."""
+    claims = auth.authenticate_bearer(authorization)
+    auth.check_access(claims, org_id, app_id)
+    return claims
+
+
 def accepted(access_token: str, org_id: str, app_id: str | None = None) -> bool:
     """Does the authorizer step of the runtime endpoints accept the token here?"""
     try:
-        auth.authorize(f"Bearer {access_token}", org_id, app_id)
+        authorize(f"Bearer {access_token}", org_id, app_id)
         return True
     except ApiError as error:
         assert error.status == 401, error.status

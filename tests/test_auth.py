@@ -18,7 +18,7 @@ from price_keeper.metric_names import CLIENT_TOKENS_REVOKED, TOKENS_REVOKED
 from price_keeper.store import dynamo, tables
 from price_keeper.store.dynamo import ddb_client, table
 from tests.conftest import PROVISIONING_KEY, assert_error, cold_handler
-from tests.provisioned import ORG_BODY, accepted, claims_of, get_tokens, new_app, new_org, refresh, tokens
+from tests.provisioned import ORG_BODY, accepted, authorize, claims_of, get_tokens, new_app, new_org, refresh, tokens
 
 
 @pytest.fixture
@@ -236,7 +236,7 @@ def test_missing_or_malformed_authorization_is_401(api, app_client, authorizatio
     headers = {} if authorization is None else {"Authorization": authorization}
     assert_error(api.post("/auth/revoke", {"token": refresh_token}, headers=headers), 401, "UNAUTHORIZED")
     with pytest.raises(ApiError) as refused:
-        auth.authorize(authorization, org_id, "app-production-api")
+        authorize(authorization, org_id, "app-production-api")
     assert refused.value.status == 401
 
 
@@ -246,20 +246,20 @@ def test_missing_or_malformed_authorization_is_401(api, app_client, authorizatio
 def test_app_token_is_403_on_another_app_and_on_org_level_resources(api, app_client):
     org_id, credentials = app_client
     access = tokens(api, credentials)["access_token"]
-    assert auth.authorize(f"Bearer {access}", org_id, "app-production-api")["app_id"] == "app-production-api"
+    assert authorize(f"Bearer {access}", org_id, "app-production-api")["app_id"] == "app-production-api"
     for app_id in ("other-app", None):
         with pytest.raises(ApiError) as refused:
-            auth.authorize(f"Bearer {access}", org_id, app_id)
+            authorize(f"Bearer {access}", org_id, app_id)
         assert refused.value.status == 403 and refused.value.code == "FORBIDDEN"
 
 
 def test_org_token_acts_on_its_apps_but_not_on_another_org(api, org):
     org_id, credentials = org
     access = tokens(api, credentials)["access_token"]
-    assert auth.authorize(f"Bearer {access}", org_id)["org_id"] == org_id
-    assert auth.authorize(f"Bearer {access}", org_id, "any-app")["org_id"] == org_id
+    assert authorize(f"Bearer {access}", org_id)["org_id"] == org_id
+    assert authorize(f"Bearer {access}", org_id, "any-app")["org_id"] == org_id
     with pytest.raises(ApiError) as refused:
-        auth.authorize(f"Bearer {access}", str(uuid.uuid4()))
+        authorize(f"Bearer {access}", str(uuid.uuid4()))
     assert refused.value.status == 403
 
 
@@ -426,7 +426,7 @@ def test_a_revocation_read_left_unprocessed_never_accepts_a_revoked_token(api, a
     state.reset()  # another container: nothing known in memory
     throttled = leave_revocation_keys_unprocessed(monkeypatch, times=10**9)
     with pytest.raises(ApiError) as refused:
-        auth.authorize(f"Bearer {issued['access_token']}", org_id, "app-production-api")
+        authorize(f"Bearer {issued['access_token']}", org_id, "app-production-api")
     assert refused.value.status == 503 and refused.value.code == "SERVICE_UNAVAILABLE"
     assert_error(refresh(api, issued["refresh_token"]), 503, "SERVICE_UNAVAILABLE")
     throttled["n"] = 0
@@ -448,7 +448,7 @@ def test_an_incomplete_revocation_read_is_not_cached_as_not_revoked(api, app_cli
     issued = tokens(api, credentials)
     throttled = leave_revocation_keys_unprocessed(monkeypatch, times=10**9)
     with pytest.raises(ApiError) as refused:
-        auth.authorize(f"Bearer {issued['access_token']}", org_id, "app-production-api")
+        authorize(f"Bearer {issued['access_token']}", org_id, "app-production-api")
     assert refused.value.status == 503
     throttled["n"] = 0
     claims = claims_of(issued["access_token"])

@@ -2,7 +2,7 @@
 positive and negative data, no 5xx and every response within its documented schema.
 
 Two passes: one with the path ids pinned to a provisioned org and app and a real bearer
-token, so the authenticated handlers run past ``auth.authorize``; one with generated ids,
+token, so the authenticated handlers run past ``pipeline.admit``; one with generated ids,
 so id validation and tenant checks see hostile paths. The credential operations (rotation,
 revoke-tokens) end the tokens they concern, so they get the same two passes last, with the
 provisioning key only."""

@@ -16,7 +16,7 @@ router = Router()
 
 
 @router.post(routes.rule(routes.AUTH_REFRESH), responses=documented(200, replies.RefreshedToken, "A new access token"))
-def refresh_token(body: Annotated[auth.RefreshRequest, Body()]):
+def refresh_token(body: Annotated[oauth.RefreshRequest, Body()]):
     return reply(200, replies.RefreshedToken, auth.refresh_access_token(body.refresh_token), oauth.NO_STORE)
 
 

@@ -16,7 +16,7 @@ router = Router()
 
 
 @router.post(routes.rule(routes.AUTH_TOKEN), responses=documented(200, replies.Tokens, "Access and refresh tokens"))
-def issue_token(body: Annotated[auth.TokenRequest, Body()]):
+def issue_token(body: Annotated[oauth.TokenRequest, Body()]):
     client = auth.authenticate_client(body.client_id, body.client_secret, source_ip=source_ip(router))
     return reply(200, replies.Tokens, auth.grant_tokens(client), oauth.NO_STORE)
 

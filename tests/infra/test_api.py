@@ -40,7 +40,7 @@ def _http_routes(synth) -> dict[str, str]:
     found = {}
     for route in synth.resources("AWS::ApiGatewayV2::Route").values():
         props = route["Properties"]
-        assert props["AuthorizationType"] == "NONE"  # the functions authorize (auth.authorize)
+        assert props["AuthorizationType"] == "NONE"  # the functions authorize (pipeline.admit)
         (integration,) = referenced_ids(props["Target"])
         found[props["RouteKey"]] = integrations[integration]
     return found
@@ -128,7 +128,7 @@ def test_every_route_is_a_rest_proxy_method_of_its_function(synth_rest):
         assert integration["Type"] == "AWS_PROXY"
         assert integration["IntegrationHttpMethod"] == "POST"
         assert referenced_ids(integration["Uri"]) == {function_ids[route.function]}, route
-        assert method["AuthorizationType"] == "NONE"  # the functions authorize (auth.authorize)
+        assert method["AuthorizationType"] == "NONE"  # the functions authorize (pipeline.admit)
 
 
 def test_rest_api_may_invoke_each_http_function_only_from_its_methods(synth_rest):

@@ -23,21 +23,20 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable
-from typing import Annotated, Literal, NamedTuple
+from typing import NamedTuple
 
 import bcrypt
 import jwt
 from aws_lambda_powertools.utilities import parameters
-from pydantic import ConfigDict, Field, StringConstraints
 
 from .. import audit, aws, ratelimit, state
 from ..cache import TTLCache
-from ..errors import ApiError, forbidden, unauthorized
+from ..errors import ApiError, forbidden, invalid_request, unauthorized
 from ..metric_names import TOKENS_REVOKED
 from ..observability import count
 from ..store import config_items, revocations
 from ..store.dynamo import ReadAlong, batch_get_many
-from ..validation import Schema, StrictBody
+from ..validation import is_app_id, is_uuid
 
 ISSUER = "bedrock-cost-keeper"
 ALGORITHM = "HS256"
@@ -63,16 +62,11 @@ def _bcrypt_rounds() -> int:
     return int(os.environ.get("BCRYPT_ROUNDS", "12"))
 
 
-# A valid hash to compare against when the client is unknown, so that an unknown
-# client id costs the same bcrypt time as a wrong secret (no enumeration by timing).
-_DUMMY_HASH: bytes | None = None
-
-
+@functools.lru_cache(maxsize=1)
 def _dummy_hash() -> bytes:
-    global _DUMMY_HASH
-    if _DUMMY_HASH is None:
-        _DUMMY_HASH = bcrypt.hashpw(b"unknown-client", bcrypt.gensalt(_bcrypt_rounds()))
-    return _DUMMY_HASH
+    """A valid hash to compare against when the client is unknown, so that an unknown client id
+    costs the same bcrypt time as a wrong secret (no enumeration by timing)."""
+    return bcrypt.hashpw(b"unknown-client", bcrypt.gensalt(_bcrypt_rounds()))
 
 
 # --- secrets -----------------------------------------------------------------------
@@ -80,10 +74,6 @@ def _dummy_hash() -> bytes:
 
 def new_client_secret() -> str:
     return base64.b64encode(secrets.token_bytes(32)).decode()
-
-
-def hash_secret(secret: str) -> str:
-    return bcrypt.hashpw(secret.encode(), bcrypt.gensalt(_bcrypt_rounds())).decode()
 
 
 def secret_fingerprint(secret: str) -> str:
@@ -94,7 +84,8 @@ def secret_fingerprint(secret: str) -> str:
 
 def secret_attributes(secret: str) -> dict:
     """The Config item attributes that store a client secret."""
-    return {"client_secret_hash": hash_secret(secret), "client_secret_fingerprint": secret_fingerprint(secret)}
+    hashed = bcrypt.hashpw(secret.encode(), bcrypt.gensalt(_bcrypt_rounds())).decode()
+    return {"client_secret_hash": hashed, "client_secret_fingerprint": secret_fingerprint(secret)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -147,8 +138,6 @@ def client_id_for(org_id: str, app_id: str | None = None) -> str:
 
 def parse_client_id(client_id: str) -> Principal | None:
     """``org-{uuid}`` or ``org-{uuid}-app-{app_id}``; ``None`` when malformed."""
-    from ..validation import is_app_id, is_uuid
-
     if not isinstance(client_id, str) or not client_id.startswith("org-"):
         return None
     org_id, rest = client_id[4:40], client_id[40:]
@@ -226,10 +215,10 @@ def _claims(principal: Principal, token_type: str, now: int, exp: int, auth_time
     }
 
 
-def _access_token(principal: Principal, refresh_jti: str, now: int, exp: int, auth_time_ms: int) -> str:
-    return _encode(
-        {**_claims(principal, "access", now, exp, auth_time_ms), "scope": ACCESS_SCOPES, "rjti": refresh_jti}
-    )
+def _access(principal: Principal, refresh_jti: str, now: int, exp: int, auth_time_ms: int) -> dict:
+    """The access token part of the token and refresh replies."""
+    claims = {**_claims(principal, "access", now, exp, auth_time_ms), "scope": ACCESS_SCOPES, "rjti": refresh_jti}
+    return {"access_token": _encode(claims), "token_type": "Bearer", "expires_in": exp - now}
 
 
 def grant_tokens(client: Authenticated) -> dict:
@@ -247,10 +236,8 @@ def issue_tokens(principal: Principal, not_after: int | None = None) -> dict:
     access_exp = min(now + ACCESS_TTL, refresh_exp)
     refresh = _claims(principal, "refresh", now, refresh_exp, authenticated_ms)
     return {
-        "access_token": _access_token(principal, refresh["jti"], now, access_exp, authenticated_ms),
+        **_access(principal, refresh["jti"], now, access_exp, authenticated_ms),
         "refresh_token": _encode(refresh),
-        "token_type": "Bearer",
-        "expires_in": access_exp - now,
         "refresh_expires_in": refresh_exp - now,
         "scope": principal.scope,
     }
@@ -298,11 +285,7 @@ def refresh_access_token(refresh_token: str, client: Principal | None = None) ->
     principal = Principal(claims["org_id"], claims.get("app_id"))
     now = int(time.time())
     exp = min(now + ACCESS_TTL, int(claims["exp"]))
-    return {
-        "access_token": _access_token(principal, claims["jti"], now, exp, _auth_time_ms(claims)),
-        "token_type": "Bearer",
-        "expires_in": exp - now,
-    }
+    return _access(principal, claims["jti"], now, exp, _auth_time_ms(claims))
 
 
 def _auth_time_ms(claims: dict) -> int:
@@ -346,16 +329,15 @@ def revoke(caller: Principal, token: str, *, ignore_invalid: bool = False) -> No
     except jwt.PyJWTError:
         if ignore_invalid:
             return
-        raise ApiError(400, "INVALID_REQUEST", "token is not a token issued by this service") from None
+        raise invalid_request("token is not a token issued by this service") from None
     if claims["sub"] != caller.client_id:
         raise forbidden("Token belongs to another client")
-    now = int(time.time())
     revocations.revoke(
         claims["jti"],
         {
             "token_type": claims.get("token_type", "access"),
             "client_id": claims["sub"],
-            "revoked_at_epoch": now,
+            "revoked_at_epoch": int(time.time()),
             "original_expiry_epoch": int(claims["exp"]),
         },
         expires_at=int(claims["exp"]),
@@ -391,107 +373,18 @@ def forget_cutoff(client_id: str) -> None:
 # --- the authorizer step of every runtime endpoint ---------------------------------
 
 
-def bearer_token(authorization: str | None) -> str:
+def authenticate_bearer(authorization: str | None, along: Callable[[dict], ReadAlong | None] | None = None) -> dict:
+    """Claims of the caller's valid, unrevoked access token (``along``: as ``decode``'s)."""
     if not authorization:
         raise unauthorized("Missing Authorization header")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise unauthorized("Authorization must be 'Bearer <access token>'")
-    return token.strip()
-
-
-def authenticate_bearer(authorization: str | None, along: Callable[[dict], ReadAlong | None] | None = None) -> dict:
-    """Claims of the caller's valid, unrevoked access token (``along``: as ``decode``'s)."""
-    return decode(bearer_token(authorization), "access", along=along)
+    return decode(token.strip(), "access", along=along)
 
 
 def check_access(claims: dict, org_id: str, app_id: str | None = None) -> None:
     """403 unless the token may act on ``org_id``/``app_id`` (an app token only on its own app)."""
-    if claims["org_id"] != org_id:
-        raise forbidden()
     token_app = claims.get("app_id")
-    if token_app is not None and token_app != app_id:
+    if claims["org_id"] != org_id or (token_app is not None and token_app != app_id):
         raise forbidden()
-
-
-def authorize(authorization: str | None, org_id: str, app_id: str | None = None) -> dict:
-    """Claims of a valid, unrevoked access token allowed on ``org_id``/``app_id``."""
-    claims = authenticate_bearer(authorization)
-    check_access(claims, org_id, app_id)
-    return claims
-
-
-# --- request bodies of the auth endpoints ------------------------------------------
-
-# Far above any id or token this service issues; longer input is refused before any work.
-_Credential = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-_Token = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
-
-
-class TokenRequest(StrictBody):
-    client_id: _Credential
-    client_secret: _Credential
-    grant_type: Literal["client_credentials"]
-
-
-class RefreshRequest(StrictBody):
-    refresh_token: _Token
-    grant_type: Literal["refresh_token"]
-
-
-class RevokeRequest(StrictBody):
-    token: _Token
-    token_type_hint: Literal["access_token", "refresh_token"] | None = None
-
-
-# The same requests as OAuth2 forms (``oauth.py``). The docstrings and descriptions are the
-# OpenAPI document's.
-
-
-class FormBody(Schema):
-    """Base of the OAuth2 form bodies: strings only, unrecognized parameters ignored (RFC 6749
-    §3.2), and the client's credentials when it authenticates in the body."""
-
-    model_config = ConfigDict(extra="ignore", strict=True)
-
-    client_id: Annotated[
-        _Credential | None,
-        Field(
-            description=(
-                "client_secret_post: the client's id. Beside HTTP Basic (client_secret_basic) it may only "
-                "repeat the Basic client's id."
-            )
-        ),
-    ] = None
-    client_secret: Annotated[
-        _Credential | None,
-        Field(
-            description=(
-                "client_secret_post: the client's secret. Never with HTTP Basic: one client authentication "
-                "method per request (RFC 6749 §2.3)."
-            )
-        ),
-    ] = None
-
-
-class TokenForm(FormBody):
-    """The client credentials grant as an OAuth2 form (RFC 6749 §4.4): the client authenticates
-    with HTTP Basic or with client_id and client_secret."""
-
-    grant_type: Literal["client_credentials"]
-
-
-class RefreshForm(FormBody):
-    """Refreshing as an OAuth2 form (RFC 6749 §6): the client authenticates, and the refresh
-    token must be its own."""
-
-    grant_type: Literal["refresh_token"]
-    refresh_token: _Token
-
-
-class RevokeForm(FormBody):
-    """Revocation as an OAuth2 form (RFC 7009): the client authenticates instead of showing a
-    bearer token. 200, also for an invalid token; 400 invalid_grant for another client's."""
-
-    token: _Token
-    token_type_hint: Literal["access_token", "refresh_token"] | None = None

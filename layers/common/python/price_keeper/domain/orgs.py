@@ -13,11 +13,11 @@ from typing import NamedTuple
 
 from ..cache import TTLCache
 from ..config import get_config
-from ..errors import ApiError, not_found
+from ..errors import invalid_request, not_found
 from ..store import boosts as boost_store
 from ..store import config_items, daily_totals, keys
 from ..store.dynamo import ReadAlong
-from ..validation import is_app_id, is_uuid
+from ..validation import APP_ID_PATTERN, is_app_id, is_uuid
 
 CONFIG_CACHE_SECONDS = 30
 _effective = TTLCache(CONFIG_CACHE_SECONDS)
@@ -96,19 +96,20 @@ class EffectiveConfig(NamedTuple):
 def check_ids(org_id: str, app_id: str | None = None) -> None:
     """400 for path ids that cannot be keys (before anything touches the store)."""
     if not is_uuid(org_id):
-        raise ApiError(400, "INVALID_REQUEST", "org_id must be a UUID", {"org_id": org_id[:100]})
+        raise invalid_request("org_id must be a UUID", org_id=org_id[:100])
     if app_id is not None and not is_app_id(app_id):
-        raise ApiError(
-            400, "INVALID_REQUEST", "app_id must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", {"app_id": app_id[:100]}
-        )
+        raise invalid_request(f"app_id must match {APP_ID_PATTERN}", app_id=app_id[:100])
 
 
 def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> EffectiveConfig:
     defaults = get_config().metering
     overridable = [k for k in APP_OVERRIDABLE if org["quota_scope"] == "APP" or k not in APP_QUOTA_SETTINGS]
     source = {**org, **{k: app[k] for k in overridable if app and k in app}}
-    total = source.get("total_quota_usd_micros")
-    shards = int(org.get("agg_shard_count", defaults.usage_agg_shard_count))
+
+    def number(name: str, default: int | None = None) -> int | None:
+        value = source.get(name, default)
+        return None if value is None else int(value)
+
     return EffectiveConfig(
         org_id=org_id,
         app_id=app_id,
@@ -119,18 +120,12 @@ def merge(org: dict, app: dict | None, org_id: str, app_id: str | None) -> Effec
         model_ordering=tuple(source["model_ordering"]),
         quotas={label: int(value) for label, value in source["quotas"].items()},
         sticky_fallback_enabled=bool(org.get("sticky_fallback_enabled", defaults.sticky_fallback_enabled)),
-        agg_shard_count=shards,
-        tight_mode_threshold_pct=int(source.get("tight_mode_threshold_pct", defaults.tight_mode_threshold_pct)),
-        refresh_interval_normal_secs=int(
-            source.get("refresh_interval_normal_secs", defaults.refresh_interval_normal_secs)
-        ),
-        refresh_interval_tight_secs=int(
-            source.get("refresh_interval_tight_secs", defaults.refresh_interval_tight_secs)
-        ),
-        total_quota_usd_micros=int(total) if total is not None else None,
-        app_daily_cap_usd_micros=(
-            int(source["app_daily_cap_usd_micros"]) if source.get("app_daily_cap_usd_micros") is not None else None
-        ),
+        agg_shard_count=int(org.get("agg_shard_count", defaults.usage_agg_shard_count)),
+        tight_mode_threshold_pct=number("tight_mode_threshold_pct", defaults.tight_mode_threshold_pct),
+        refresh_interval_normal_secs=number("refresh_interval_normal_secs", defaults.refresh_interval_normal_secs),
+        refresh_interval_tight_secs=number("refresh_interval_tight_secs", defaults.refresh_interval_tight_secs),
+        total_quota_usd_micros=number("total_quota_usd_micros"),
+        app_daily_cap_usd_micros=number("app_daily_cap_usd_micros"),
         alert_thresholds_pct=(
             tuple(sorted({int(pct) for pct in org["alert_thresholds_pct"]}))
             if org.get("alert_thresholds_pct")

@@ -13,7 +13,6 @@ docs/provisioning.md.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
@@ -32,27 +31,16 @@ from ..timeutil import is_valid_timezone, iso_utc, next_midnight_utc, org_day, p
 from ..validation import StrictBody
 from . import auth, orgs
 
-NAME_MAX_CHARS = 200
-LABEL_MAX_CHARS = 64
 MAX_LABELS = 32
 MAX_QUOTA_USD_MICROS = 2**63 - 1  # the spec's CostAmount is a 64-bit integer
-MAX_REFRESH_INTERVAL_SECS = 86_400
 MAX_GRACE_HOURS = 168
-SHARD_COUNTS = (8, 16, 32, 64)
 # Settings that only an org has: an app always takes them from its org.
 ORG_ONLY_SETTINGS = frozenset({"timezone", "quota_scope", "agg_shard_count", "sticky_fallback_enabled"})
-# The settings an app may override: wire name -> attribute of the app item.
-APP_ATTRIBUTES = {
-    "model_ordering": "model_ordering",
-    "quotas": "quotas",
-    "total_quota_usd_micros": "total_quota_usd_micros",
-    "app_daily_cap_usd_micros": "app_daily_cap_usd_micros",
-    "tight_mode_threshold_pct": "tight_mode_threshold_pct",
-    "refresh_interval_secs": "refresh_interval_normal_secs",
-}
+# The wire name of an app override -> its attribute in the app item, where they differ.
+ATTRIBUTES = {"refresh_interval_secs": "refresh_interval_normal_secs"}
 
-Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=NAME_MAX_CHARS)]
-Label = Annotated[str, StringConstraints(min_length=1, max_length=LABEL_MAX_CHARS)]
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+Label = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 Ordering = Annotated[list[Label], Field(min_length=1, max_length=MAX_LABELS)]
 QuotaAmount = Annotated[int, Field(ge=0, le=MAX_QUOTA_USD_MICROS)]
 Quotas = Annotated[dict[Label, QuotaAmount], Field(max_length=MAX_LABELS)]
@@ -65,7 +53,7 @@ APP_CAP_DESCRIPTION = (
 )
 ThresholdPct = Annotated[int, Field(ge=50, le=100)]
 AlertThresholds = Annotated[list[Annotated[int, Field(ge=1, le=100)]], Field(min_length=1, max_length=10)]
-RefreshSecs = Annotated[int, Field(ge=1, le=MAX_REFRESH_INTERVAL_SECS)]
+RefreshSecs = Annotated[int, Field(ge=1, le=86_400)]  # at most a day
 RateLimits = Annotated[
     dict[str, Annotated[int, Field(ge=1, le=ratelimit.MAX_ORG_REQUESTS)]],
     Field(min_length=1, max_length=len(ratelimit.ORG_ADJUSTABLE)),
@@ -77,7 +65,7 @@ RateLimits = Annotated[
 
 class OrgOverrides(StrictBody):
     tight_mode_threshold_pct: ThresholdPct | None = None
-    agg_shard_count: Literal[SHARD_COUNTS] | None = None
+    agg_shard_count: Literal[8, 16, 32, 64] | None = None
     sticky_fallback_enabled: bool | None = None
     refresh_interval_secs: RefreshSecs | None = Field(
         None, description="Stored as refresh_interval_normal_secs; the tight-mode interval stays the default"
@@ -154,9 +142,8 @@ class RevokeTokensRequest(StrictBody):
 # --- validation against config.yaml and the stored org ------------------------------
 
 
-def _check_labels(ordering: Iterable[str], quotas: dict, valid: list[str], where: str) -> None:
+def _check_labels(ordering: list[str], quotas: dict, valid: list[str], where: str) -> None:
     """Every label known, none repeated, and a quota for every label in the ordering."""
-    ordering = list(ordering)
     invalid = list(dict.fromkeys(label for label in [*ordering, *quotas] if label not in valid))
     if invalid:
         quoted = ", ".join(f"'{label}'" for label in invalid)
@@ -193,7 +180,11 @@ def _check_app(org_id: str, app_id: str, request: AppRequest, org: dict) -> None
 # --- conditional writes --------------------------------------------------------------
 
 
-def _update(key: dict, values: dict, remove: Iterable[str] = (), must_match: dict | None = None) -> dict | None:
+def _ids(org_id: str, app_id: str | None) -> dict:
+    return {"org_id": org_id, **({"app_id": app_id} if app_id else {})}
+
+
+def _update(key: dict, values: dict, remove: list[str], must_match: dict | None) -> dict | None:
     """Update an existing item and return it; ``None`` when there is none. ``must_match``: immutable
     attributes whose stored value must equal the requested one (else 400 ``INVALID_CONFIG``)."""
     try:
@@ -208,15 +199,13 @@ def _update(key: dict, values: dict, remove: Iterable[str] = (), must_match: dic
 
 
 def _save(
-    key: dict,
-    principal: auth.Principal,
-    values: dict,
-    *,
-    remove: Iterable[str] = (),
-    create_only: dict | None = None,
-    must_match: dict | None = None,
+    org_id: str, app_id: str | None, settings: dict, create_only: dict, must_match: dict | None = None
 ) -> tuple[dict, str | None]:
-    """Update the config item, or create it with new credentials: (stored item, new secret or None)."""
+    """Update the org's or app's config item, or create it with new credentials: (stored item, new
+    secret or None). A setting that is None is removed (the body left it out)."""
+    key = config_items.client_key(org_id, app_id)
+    values = {name: value for name, value in settings.items() if value is not None}
+    remove = [name for name, value in settings.items() if value is None]
     stored = _update(key, values, remove, must_match)
     if stored is not None:
         return stored, None
@@ -225,8 +214,8 @@ def _save(
     item = {
         **key,
         **values,
-        **(create_only or {}),
-        "client_id": principal.client_id,
+        **create_only,
+        "client_id": auth.client_id_for(org_id, app_id),
         **auth.secret_attributes(secret),
         "client_secret_created_at_epoch": now,
         "created_at_epoch": now,
@@ -242,28 +231,23 @@ def _iso(epoch) -> str:
     return iso_utc(datetime.fromtimestamp(int(epoch), UTC))
 
 
-def _reply(ids: dict, stored: dict, secret: str | None, configuration: dict) -> tuple[bool, dict]:
-    body = dict(ids)
+def _reply(org_id: str, app_id: str | None, stored: dict, secret: str | None, configuration: dict) -> tuple[bool, dict]:
+    """(created, response body); the secret appears only on create."""
     if secret is None:
-        body.update(status="updated", updated_at=_iso(stored["updated_at_epoch"]))
+        outcome = {"status": "updated", "updated_at": _iso(stored["updated_at_epoch"])}
     else:
-        body.update(
-            status="created",
-            created_at=_iso(stored["created_at_epoch"]),
-            credentials={"client_id": stored["client_id"], "client_secret": secret},
-        )
-    body["configuration"] = configuration
-    return secret is not None, body
+        outcome = {
+            "status": "created",
+            "created_at": _iso(stored["created_at_epoch"]),
+            "credentials": {"client_id": stored["client_id"], "client_secret": secret},
+        }
+    return secret is not None, {**_ids(org_id, app_id), **outcome, "configuration": configuration}
 
 
 # --- orgs --------------------------------------------------------------------------
 
 
-def _given(**values) -> dict:
-    return {name: value for name, value in values.items() if value is not None}
-
-
-def _org_values(request: OrgRequest) -> dict:
+def _org_settings(request: OrgRequest) -> dict:
     """The org item's settings for this request (service defaults where the body is silent)."""
     defaults = get_config().metering
     overrides = request.overrides
@@ -281,17 +265,13 @@ def _org_values(request: OrgRequest) -> dict:
         "tight_mode_threshold_pct": given(overrides.tight_mode_threshold_pct, defaults.tight_mode_threshold_pct),
         "refresh_interval_normal_secs": given(overrides.refresh_interval_secs, defaults.refresh_interval_normal_secs),
         "refresh_interval_tight_secs": defaults.refresh_interval_tight_secs,
-        **_given(
-            total_quota_usd_micros=request.total_quota_usd_micros,
-            app_daily_cap_usd_micros=request.app_daily_cap_usd_micros,
-            alert_thresholds_pct=overrides.alert_thresholds_pct and sorted(set(overrides.alert_thresholds_pct)),
-            rate_limits=overrides.rate_limits and dict(overrides.rate_limits),
-        ),
+        # None: no such setting (removed)
+        "total_quota_usd_micros": request.total_quota_usd_micros,
+        "app_daily_cap_usd_micros": request.app_daily_cap_usd_micros,
+        "alert_thresholds_pct": overrides.alert_thresholds_pct and sorted(set(overrides.alert_thresholds_pct)),
+        "rate_limits": overrides.rate_limits and dict(overrides.rate_limits),
         "updated_at_epoch": int(time.time()),
     }
-
-
-DAY_BOUND_SETTINGS = ("timezone", "quota_scope")
 
 
 def _check_day_bound_change(org_id: str, stored: dict | None, request: OrgRequest, now: datetime) -> None:
@@ -299,12 +279,9 @@ def _check_day_bound_change(org_id: str, stored: dict | None, request: OrgReques
     would start a new day or counter, leaving the spend behind (docs/metering.md)."""
     if stored is None:
         return
-    changed = [name for name in DAY_BOUND_SETTINGS if stored[name] != getattr(request, name)]
-    if not changed:
-        return
+    changed = [name for name in ("timezone", "quota_scope") if stored[name] != getattr(request, name)]
     day = org_day(stored["timezone"], now)
-    if usage.org_has_spend(org_id, day):
-        next_midnight = next_midnight_utc(stored["timezone"], now)
+    if changed and usage.org_has_spend(org_id, day):
         raise ApiError(
             409,
             "CONFLICT",
@@ -313,7 +290,7 @@ def _check_day_bound_change(org_id: str, stored: dict | None, request: OrgReques
                 "changed": changed,
                 "org_day": parse_day(day).isoformat(),
                 "timezone": stored["timezone"],
-                "next_org_midnight": iso_utc(next_midnight),
+                "next_org_midnight": iso_utc(next_midnight_utc(stored["timezone"], now)),
             },
             hint="Today's spend is counted in the current day and scope; apply the change on a "
             "day without spend (e.g. right after the next org-local midnight, before any usage)",
@@ -327,21 +304,15 @@ def _ignored_app_quotas(org_id: str) -> list[str]:
 
 
 def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tuple[bool, dict]:
-    """Create or update an org: (created, response body); the secret appears only on create."""
+    """Create or update an org: (created, response body)."""
     _check_org(request)
     stored, _ = config_items.org_and_app(org_id, None)
     _check_day_bound_change(org_id, stored, request, now or datetime.now(UTC))
     shards = request.overrides.agg_shard_count
-    values = _org_values(request)
     stored, secret = _save(
-        config_items.client_key(org_id, None),
-        auth.Principal(org_id, None),
-        values,
-        remove=[
-            name
-            for name in ("total_quota_usd_micros", "app_daily_cap_usd_micros", "alert_thresholds_pct", "rate_limits")
-            if name not in values
-        ],
+        org_id,
+        None,
+        _org_settings(request),
         create_only={
             "agg_shard_count": shards or get_config().metering.usage_agg_shard_count,
             boost_store.BOOSTS_ATTRIBUTE: {},
@@ -358,22 +329,10 @@ def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tu
     }
     if stored["quota_scope"] == "ORG" and secret is None:
         configuration["ignored_app_quota_overrides"] = _ignored_app_quotas(org_id)
-    return _reply({"org_id": org_id}, stored, secret, configuration)
+    return _reply(org_id, None, stored, secret, configuration)
 
 
 # --- apps --------------------------------------------------------------------------
-
-
-def _app_overrides(request: AppRequest) -> dict:
-    """Overridable settings by wire name; ``None`` for a setting the app inherits."""
-    return {
-        "model_ordering": request.model_ordering,
-        "quotas": request.quotas,
-        "total_quota_usd_micros": request.total_quota_usd_micros,
-        "app_daily_cap_usd_micros": request.app_daily_cap_usd_micros,
-        "tight_mode_threshold_pct": request.overrides.tight_mode_threshold_pct,
-        "refresh_interval_secs": request.overrides.refresh_interval_secs,
-    }
 
 
 def put_app(org_id: str, app_id: str, request: AppRequest) -> tuple[bool, dict]:
@@ -388,27 +347,25 @@ def put_app(org_id: str, app_id: str, request: AppRequest) -> tuple[bool, dict]:
             hint=f"Call PUT /api/v1/orgs/{org_id} first",
         )
     _check_app(org_id, app_id, request, org)
-    overrides = _app_overrides(request)
-    inherited = [name for name, value in overrides.items() if value is None]
-    values = {APP_ATTRIBUTES[name]: value for name, value in overrides.items() if value is not None}
+    # The overridable settings by wire name; None: inherited from the org (removed from the item).
+    overrides = {**request.model_dump(exclude={"app_name", "overrides"}), **request.overrides.model_dump()}
     stored, secret = _save(
-        config_items.client_key(org_id, app_id),
-        auth.Principal(org_id, app_id),
-        {"app_name": request.app_name, **values, "updated_at_epoch": int(time.time())},
-        remove=[APP_ATTRIBUTES[name] for name in inherited],
+        org_id,
+        app_id,
+        {
+            "app_name": request.app_name,
+            **{ATTRIBUTES.get(name, name): value for name, value in overrides.items()},
+            "updated_at_epoch": int(time.time()),
+        },
         create_only={boost_store.BOOSTS_ATTRIBUTE: {}},
     )
     orgs.forget(org_id, app_id)
-    return _reply(
-        {"org_id": org_id, "app_id": app_id},
-        stored,
-        secret,
-        {
-            "app_name": stored["app_name"],
-            "model_ordering": stored.get("model_ordering", org["model_ordering"]),
-            "inherited_fields": sorted(ORG_ONLY_SETTINGS) + inherited,
-        },
-    )
+    configuration = {
+        "app_name": stored["app_name"],
+        "model_ordering": stored.get("model_ordering", org["model_ordering"]),
+        "inherited_fields": sorted(ORG_ONLY_SETTINGS) + [name for name, value in overrides.items() if value is None],
+    }
+    return _reply(org_id, app_id, stored, secret, configuration)
 
 
 # --- credential rotation and revoke-tokens -------------------------------------------
@@ -418,8 +375,9 @@ def _write_with_cutoff(org_id: str, app_id: str | None, client_action: dict, cut
     """``config_items.write_with_cutoff``; 404 when the org or app is not registered."""
     written = config_items.write_with_cutoff(client_action, cutoff)
     if written is None:
-        ids = {"org_id": org_id, **({"app_id": app_id} if app_id else {})}
-        raise not_found("Application not registered" if app_id else "Organization not registered", **ids)
+        raise not_found(
+            "Application not registered" if app_id else "Organization not registered", **_ids(org_id, app_id)
+        )
     auth.forget_cutoff(auth.client_id_for(org_id, app_id))
     return written
 
@@ -431,7 +389,8 @@ def rotate_credentials(org_id: str, app_id: str | None, grace_period_hours: int)
     now = rotated_ms // 1000
     old_expires = now + grace_period_hours * 3600
     grace_end = old_expires if grace_period_hours else None
-    cutoff = auth.cutoff_update(auth.client_id_for(org_id, app_id), rotated_ms, grace_end)
+    client_id = auth.client_id_for(org_id, app_id)
+    cutoff = auth.cutoff_update(client_id, rotated_ms, grace_end)
     while True:  # again only if the new secret's fingerprint equals the current one's (1 in 65,536)
         secret = auth.new_client_secret()
         rotation = config_items.rotation(org_id, app_id, auth.secret_attributes(secret), now, grace_end)
@@ -439,9 +398,8 @@ def rotate_credentials(org_id: str, app_id: str | None, grace_period_hours: int)
             break
     orgs.forget(org_id, app_id)
     return {
-        "org_id": org_id,
-        **({"app_id": app_id} if app_id else {}),
-        "client_id": auth.client_id_for(org_id, app_id),
+        **_ids(org_id, app_id),
+        "client_id": client_id,
         "client_secret": secret,
         "rotation": {
             "rotated_at": _iso(now),
@@ -453,10 +411,6 @@ def rotate_credentials(org_id: str, app_id: str | None, grace_period_hours: int)
 
 def revoke_tokens(org_id: str, app_id: str | None) -> None:
     """End every token issued to the client before now; the secret stays valid."""
-    _write_with_cutoff(
-        org_id,
-        app_id,
-        config_items.registered(org_id, app_id),
-        auth.cutoff_update(auth.client_id_for(org_id, app_id), auth.now_ms()),
-    )
+    cutoff = auth.cutoff_update(auth.client_id_for(org_id, app_id), auth.now_ms())
+    _write_with_cutoff(org_id, app_id, config_items.registered(org_id, app_id), cutoff)
     count(CLIENT_TOKENS_REVOKED)

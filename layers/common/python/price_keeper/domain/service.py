@@ -9,11 +9,14 @@ from ..store import config_items
 from ..timeutil import iso_utc, utc_now
 
 
-def info() -> dict:
+def _service() -> dict:
     config = get_config()
+    return {"service": config.service_name, "version": config.version}
+
+
+def info() -> dict:
     return {
-        "service": config.service_name,
-        "version": config.version,
+        **_service(),
         "description": "Bedrock model cost tracking and intelligent model selection service",
         "documentation": "/docs",
         "endpoints": {"authentication": "/auth/token", "health": "/health", "api": "/api/v1"},
@@ -22,13 +25,7 @@ def info() -> dict:
 
 def health() -> tuple[bool, dict]:
     """(healthy, body): one eventually consistent GetItem proves the store answers."""
-    config = get_config()
-    body = {
-        "status": "healthy",
-        "service": config.service_name,
-        "version": config.version,
-        "timestamp": iso_utc(utc_now()),
-    }
+    body = {"status": "healthy", **_service(), "timestamp": iso_utc(utc_now())}
     started = time.perf_counter()
     try:
         config_items.probe()

@@ -2,9 +2,9 @@
 them: RFC 6749 (client authentication §2.3, the client credentials grant §4.4, refreshing
 §6, errors §5.2) and RFC 7009 (revocation).
 
-The JSON requests of ``api_spec.md`` stay as they are (``lambdas/auth_*``). A request with
-an ``application/x-www-form-urlencoded`` body to a path of ``ENDPOINTS`` is answered here,
-from ``api.lambda_entry``:
+The JSON requests of ``api_spec.md`` (``TokenRequest`` etc.) are answered by ``lambdas/auth_*``.
+A request with an ``application/x-www-form-urlencoded`` body to a path of ``ENDPOINTS`` is
+answered here, from ``api.lambda_entry``:
 
 - ``POST /auth/token`` ``grant_type=client_credentials``: the spec's token reply;
 - ``POST /auth/refresh`` ``grant_type=refresh_token&refresh_token=…``: the spec's refresh reply;
@@ -29,16 +29,17 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import Annotated, Literal, NamedTuple
 from urllib.parse import parse_qsl, unquote
 
 from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
-from pydantic import ValidationError
+from pydantic import ConfigDict, Field, StringConstraints, ValidationError
 
 from .. import ratelimit, routes
 from ..domain import auth, orgs
 from ..errors import ApiError, validation_details
 from ..routes import Route
+from ..validation import Schema, StrictBody
 from . import replies
 
 CONTENT_TYPE = "application/x-www-form-urlencoded"
@@ -82,7 +83,73 @@ def _refused_as(status: int, error: Callable[[str], ApiError]) -> Iterator[None]
         raise error(refusal.message) from None
 
 
-# --- the request: form and client credentials -------------------------------------------
+# --- the request bodies: JSON (``lambdas/auth_*``) and OAuth2 forms ------------------------
+# The forms' docstrings and descriptions are the OpenAPI document's.
+
+# Far above any id or token this service issues; longer input is refused before any work.
+Credential = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+Token = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+TokenTypeHint = Literal["access_token", "refresh_token"] | None
+
+
+class TokenRequest(StrictBody):
+    client_id: Credential
+    client_secret: Credential
+    grant_type: Literal["client_credentials"]
+
+
+class RefreshRequest(StrictBody):
+    refresh_token: Token
+    grant_type: Literal["refresh_token"]
+
+
+class RevokeRequest(StrictBody):
+    token: Token
+    token_type_hint: TokenTypeHint = None
+
+
+class FormBody(Schema):
+    """Base of the OAuth2 form bodies: strings only, unrecognized parameters ignored (RFC 6749
+    §3.2), and the client's credentials when it authenticates in the body."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    client_id: Credential | None = Field(
+        None,
+        description="client_secret_post: the client's id. Beside HTTP Basic (client_secret_basic) it may only "
+        "repeat the Basic client's id.",
+    )
+    client_secret: Credential | None = Field(
+        None,
+        description="client_secret_post: the client's secret. Never with HTTP Basic: one client authentication "
+        "method per request (RFC 6749 §2.3).",
+    )
+
+
+class TokenForm(FormBody):
+    """The client credentials grant as an OAuth2 form (RFC 6749 §4.4): the client authenticates
+    with HTTP Basic or with client_id and client_secret."""
+
+    grant_type: Literal["client_credentials"]
+
+
+class RefreshForm(FormBody):
+    """Refreshing as an OAuth2 form (RFC 6749 §6): the client authenticates, and the refresh
+    token must be its own."""
+
+    grant_type: Literal["refresh_token"]
+    refresh_token: Token
+
+
+class RevokeForm(FormBody):
+    """Revocation as an OAuth2 form (RFC 7009): the client authenticates instead of showing a
+    bearer token. 200, also for an invalid token; 400 invalid_grant for another client's."""
+
+    token: Token
+    token_type_hint: TokenTypeHint = None
+
+
+# --- the form's client credentials ---------------------------------------------------------
 
 
 def parse_form(body: str) -> dict[str, str]:
@@ -98,7 +165,7 @@ def parse_form(body: str) -> dict[str, str]:
     return {name: value for name, value in pairs if value}
 
 
-def _validated(model: type[auth.FormBody], params: dict[str, str]) -> auth.FormBody:
+def _validated(model: type[FormBody], params: dict[str, str]) -> FormBody:
     try:
         return model.model_validate(params)
     except ValidationError as error:
@@ -132,7 +199,7 @@ def basic_credentials(authorization: str) -> tuple[str, str]:
     return client_id, client_secret
 
 
-def client_credentials(authorization: str | None, form: auth.FormBody) -> tuple[str, str]:
+def client_credentials(authorization: str | None, form: FormBody) -> tuple[str, str]:
     """The client's id and secret, presented with exactly one method (RFC 6749 §2.3)."""
     if authorization is None:
         if form.client_id is None or form.client_secret is None:
@@ -151,16 +218,16 @@ def client_credentials(authorization: str | None, form: auth.FormBody) -> tuple[
 # --- the endpoints ----------------------------------------------------------------------
 
 
-def _issue(_route: Route, _form: auth.TokenForm, client: auth.Authenticated) -> dict:
+def _issue(_route: Route, _form: TokenForm, client: auth.Authenticated) -> dict:
     return auth.grant_tokens(client)
 
 
-def _refresh(_route: Route, form: auth.RefreshForm, client: auth.Authenticated) -> dict:
+def _refresh(_route: Route, form: RefreshForm, client: auth.Authenticated) -> dict:
     with _refused_as(401, invalid_grant):  # invalid, expired, revoked or another client's (§5.2)
         return auth.refresh_access_token(form.refresh_token, client=client.principal)
 
 
-def _revoke(route: Route, form: auth.RevokeForm, client: auth.Authenticated) -> dict:
+def _revoke(route: Route, form: RevokeForm, client: auth.Authenticated) -> dict:
     principal, org_limit = client.principal, None  # counted as the pipeline counts JSON ones: on the org's limit
     if ratelimit.enabled():
         org_limit = orgs.effective_config(principal.org_id, principal.app_id).rate_limits.get(route.rate_limit)
@@ -171,15 +238,15 @@ def _revoke(route: Route, form: auth.RevokeForm, client: auth.Authenticated) -> 
 
 
 class Endpoint(NamedTuple):
-    form: type[auth.FormBody]
-    answer: Callable[[Route, auth.FormBody, auth.Authenticated], dict]
+    form: type[FormBody]
+    answer: Callable[[Route, FormBody, auth.Authenticated], dict]
     reply: type[replies.Reply]  # the 200's model: the JSON request's, or RFC 7009's empty one
 
 
 ENDPOINTS: dict[str, Endpoint] = {
-    routes.AUTH_TOKEN: Endpoint(auth.TokenForm, _issue, replies.Tokens),
-    routes.AUTH_REFRESH: Endpoint(auth.RefreshForm, _refresh, replies.RefreshedToken),
-    routes.AUTH_REVOKE: Endpoint(auth.RevokeForm, _revoke, replies.Revoked),
+    routes.AUTH_TOKEN: Endpoint(TokenForm, _issue, replies.Tokens),
+    routes.AUTH_REFRESH: Endpoint(RefreshForm, _refresh, replies.RefreshedToken),
+    routes.AUTH_REVOKE: Endpoint(RevokeForm, _revoke, replies.Revoked),
 }
 
 
