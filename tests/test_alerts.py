@@ -132,7 +132,7 @@ def org_config(aws):
 
 
 def fire(config, spends, sticky=(), day=DAY, now=NOW):
-    return alerts.evaluate_and_fire(config.scope, config, day, spends, sticky, now)
+    return alerts.evaluate_and_fire(config, day, spends, sticky, now)
 
 
 def records(scope: str) -> list[dict]:

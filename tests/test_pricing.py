@@ -28,6 +28,11 @@ from tests.usage_support import new_tenant, usage_body
 # --- cost maths --------------------------------------------------------------------
 
 
+def parse_price_list(entries, model_names: set[str], day: date) -> dict:
+    """The token prices of ``model_names`` in ``entries`` in effect on ``day``, by kind and offer."""
+    return pricing.prices_on(price_list.price_points(entries, model_names), day)
+
+
 def test_cost_matches_the_spec_example():
     # api_spec: 1500 input + 800 output at $3 / $15 per 1M tokens = 16,500 micro-USD
     assert pricing.cost_usd_micros(pricing.Tokens(1500, 800), Prices(3_000_000, 15_000_000)) == 16_500
@@ -160,7 +165,7 @@ NOVA_PRO = [
 
 
 def test_price_list_parsing_keeps_on_demand_token_prices_only():
-    parsed = pricing.parse_price_list(
+    parsed = parse_price_list(
         NOVA_PRO
         + [
             product("Titan Text", "us-east-1", "Input tokens", "0.0003"),
@@ -244,20 +249,20 @@ LITE_ON_THE_23RD = {
 
 
 def test_each_kind_and_offer_gets_its_price_and_offers_without_input_and_output_none():
-    assert pricing.parse_price_list(NOVA_2_LITE, {LITE}, DAY) == LITE_ON_THE_23RD
+    assert parse_price_list(NOVA_2_LITE, {LITE}, DAY) == LITE_ON_THE_23RD
 
 
 def test_a_price_takes_effect_on_its_day():
-    parsed = pricing.parse_price_list(NOVA_2_LITE, {LITE}, DAY + timedelta(days=1))
+    parsed = parse_price_list(NOVA_2_LITE, {LITE}, DAY + timedelta(days=1))
     assert parsed[(LITE, "us-east-1")][IN_REGION] == Prices(330_000, 2_500_000, 82_500, 330_000, 660_000)
-    assert pricing.parse_price_list(NOVA_2_LITE, {LITE}, date(2025, 12, 31)) == {}  # nothing in effect yet
+    assert parse_price_list(NOVA_2_LITE, {LITE}, date(2025, 12, 31)) == {}  # nothing in effect yet
 
 
 def test_the_standard_price_does_not_depend_on_the_order_the_price_list_answers_in():
     for seed in range(20):
         entries = list(NOVA_2_LITE)
         random.Random(seed).shuffle(entries)
-        assert pricing.parse_price_list(entries, {LITE}, DAY) == LITE_ON_THE_23RD, seed
+        assert parse_price_list(entries, {LITE}, DAY) == LITE_ON_THE_23RD, seed
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,6 @@ def _reported(report, trigger: str, failed_items: list[str]) -> dict:
         metrics.add_metric(name=SPEND_PCT, unit=MetricUnit.Percent, value=pct)
     summary = {  # counts of the report's lists and maps (their tuples are not JSON)
         **asdict(report),
-        "failed": len(report.failed),
         "costs": len(report.costs),
         "changed": len(report.changed),
         "evaluated": len(report.evaluated),
@@ -74,5 +73,4 @@ def _reported(report, trigger: str, failed_items: list[str]) -> dict:
     logger.info("aggregation run", extra={"report": summary})
     if failed_items:  # a failed fold's records or messages, or unreadable ones: the others are done
         return {"batchItemFailures": [{"itemIdentifier": item} for item in failed_items]}
-    report.raise_if_failed()  # the schedule's run, or failures no item names: retry it all
     return summary

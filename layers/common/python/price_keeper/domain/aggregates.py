@@ -10,11 +10,12 @@ rest). DailyTotal is never scanned.
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import datetime
+from itertools import accumulate
 
 from ..cache import etag
-from ..errors import invalid_request, not_found
-from ..store import config_items, daily_totals, keys
+from ..errors import not_found
+from ..store import config_items, daily_totals, keys, usage
 from ..timeutil import iso_utc, org_date, utc_now
 from . import boosts, profiles, reports
 from .aggregation import Totals, read_daily_totals, scope_totals
@@ -27,47 +28,29 @@ CACHE_CONTROL = "max-age=30, private"
 MAX_KEYS_OUTSIDE_ORDERINGS = 1_000
 
 
-def parse_date(text: str, org_today: date) -> date:
-    """A ``YYYY-MM-DD`` path date that is a real date and not after the org's today."""
-    parsed = reports.parse_date(text, "date")
-    if parsed > org_today:
-        raise invalid_request("Date cannot be in the future", date=text, org_today=org_today.isoformat())
-    return parsed
-
-
-def _app_scopes(org_id: str) -> list[tuple[str, tuple[str, ...]]]:
-    """(scope, model_ordering override) of every app of an org (one paginated Config Query)."""
-    return [
-        (keys.scope_key(org_id, item["app_id"], "APP"), tuple(item.get("model_ordering") or ()))
-        for item in config_items.app_items(org_id, ["model_ordering"])
-    ]
-
-
 def _labels_and_scopes(config: EffectiveConfig, whole_org_of_apps: bool) -> tuple[list[str], list[str]]:
-    labels = list(dict.fromkeys([*config.model_ordering, *config.quotas]))
+    """The labels of the orderings and quotas, and the scopes summed: every app's of an APP-scoped
+    org (one paginated Config Query), else the config's own."""
+    labels = [*config.model_ordering, *config.quotas]
     if not whole_org_of_apps:
-        return labels, [config.scope]
-    apps = _app_scopes(config.org_id)
-    for _, ordering in apps:
-        labels.extend(label for label in ordering if label not in labels)
-    return labels, [scope for scope, _ in apps]
+        return list(dict.fromkeys(labels)), [config.scope]
+    apps = config_items.app_items(config.org_id, ["model_ordering"])
+    labels += [label for item in apps for label in item.get("model_ordering") or ()]
+    return list(dict.fromkeys(labels)), [keys.scope_key(config.org_id, item["app_id"], "APP") for item in apps]
 
 
-def _labels_to_show(unread: dict[str, set[str]]) -> tuple[dict[str, list[str]], int]:
-    """Of the labels outside the orderings (``unread``: by scope), the ones shown with the scopes
-    listing each, in label order within ``MAX_KEYS_OUTSIDE_ORDERINGS`` keys; and how many are left out."""
+def _labels_to_show(listed: dict[str, set[str]], read: set[str]) -> tuple[dict[str, list[str]], int]:
+    """Of the labels the scopes list (``listed``: by scope) that were not ``read``, the ones shown with
+    the scopes listing each, in label order within ``MAX_KEYS_OUTSIDE_ORDERINGS`` keys; and how many
+    are left out."""
     scopes_of: dict[str, list[str]] = {}
-    for scope, labels in unread.items():
-        for label in labels:
+    for scope, labels in listed.items():
+        for label in labels - read:
             scopes_of.setdefault(label, []).append(scope)
-    shown: dict[str, list[str]] = {}
-    keys_read = 0
-    for label in sorted(scopes_of):
-        keys_read += len(scopes_of[label])
-        if keys_read > MAX_KEYS_OUTSIDE_ORDERINGS:
-            break
-        shown[label] = scopes_of[label]
-    return shown, len(scopes_of) - len(shown)
+    labels = sorted(scopes_of)
+    keys_read = accumulate(len(scopes_of[label]) for label in labels)
+    fitting = sum(1 for count in keys_read if count <= MAX_KEYS_OUTSIDE_ORDERINGS)
+    return {label: scopes_of[label] for label in labels[:fitting]}, len(labels) - fitting
 
 
 def _model_entry(config: EffectiveConfig, label: str, totals: Totals, bedrock_id: str | None) -> dict:
@@ -80,11 +63,7 @@ def _model_entry(config: EffectiveConfig, label: str, totals: Totals, bedrock_id
         "quota_usd_micros": quota,
         "quota_pct": quota_pct(totals.cost_usd_micros, quota),
         "quota_status": quota_status(totals.cost_usd_micros, quota, config.tight_mode_threshold_pct),
-        "input_tokens": totals.input_tokens,
-        "output_tokens": totals.output_tokens,
-        "cache_read_input_tokens": totals.cache_read_input_tokens,
-        "cache_write_input_tokens": totals.cache_write_input_tokens,
-        "requests": totals.requests,
+        **{name: getattr(totals, name) for name in usage.COUNTERS[1:]},  # the tokens and requests
         "average_cost_per_request": (
             (2 * totals.cost_usd_micros + totals.requests) // (2 * totals.requests) if totals.requests else 0
         ),
@@ -95,14 +74,12 @@ def _sum(totals: list[Totals]) -> Totals:
     return Totals(committed=sum(t.committed for t in totals), settled=sum(t.settled for t in totals)).plus(totals)
 
 
-def daily_aggregates(
-    org_id: str, app_id: str | None, date_text: str | None = None, now: datetime | None = None
-) -> tuple[dict, dict]:
+def daily_aggregates(org_id: str, app_id: str | None, date_text: str | None = None) -> tuple[dict, dict]:
     """(body, headers) of an org's or app's aggregates of a day; 404 for a past day without data."""
-    now = now or utc_now()
+    now = utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
     today = org_date(config.timezone, now)
-    wanted = today if date_text is None else parse_date(date_text, today)
+    wanted = today if date_text is None else reports.parse_date(date_text, "date", today)
     day = wanted.strftime("%Y%m%d")
     whole_org_of_apps = app_id is None and config.quota_scope == "APP"
     labels, scopes = _labels_and_scopes(config, whole_org_of_apps)
@@ -118,12 +95,10 @@ def daily_aggregates(
             reason="Data expired (TTL) or date predates org registration",
         )
     found = dict(read.totals)
-    listing_apart = [scope for scope in scopes if read.listed_apart(scope, labels)]
-    listed_apart = dict(zip(listing_apart, daily_totals.spent_labels(listing_apart, wanted, wanted), strict=True))
-    read_already = {*labels, *apart}
     # labels outside every ordering (self-registered profiles, dropped labels), per scope listing them
-    unread = {scope: listed_apart.get(scope, set()) - read_already for scope in scopes}
-    shown, omitted = _labels_to_show(unread)
+    listing_apart = [scope for scope in scopes if read.listed_apart(scope, labels)]
+    listed = dict(zip(listing_apart, daily_totals.spent_labels(listing_apart, wanted, wanted), strict=True))
+    shown, omitted = _labels_to_show(listed, {*labels, *apart})
     if shown:
         unread_keys = [keys.usage_key(scope, label) for label, listing in shown.items() for scope in listing]
         found.update(read_daily_totals(unread_keys, day, ledgers=read.reserving).totals)
@@ -152,25 +127,22 @@ def daily_aggregates(
     bedrock_ids = profiles.bedrock_ids(config, labels)
     models = {label: _model_entry(config, label, per_label[label], bedrock_ids[label]) for label in labels}
     updated = _sum(list(per_label.values())).updated_at_epoch or read.last_run_epoch
-    body = {"org_id": org_id}
-    if app_id is not None:
-        body.update(app_id=app_id, app_name=config.app_name)
-    body.update(
-        {
-            "date": wanted.isoformat(),
-            "timezone": config.timezone,
-            "quota_scope": config.quota_scope,
-            "models": models,
-            "total_cost_usd_micros": total_cost,
-            "total_reserved_usd_micros": sum(read.of(key).reserved for key in total_keys),
-            "total_quota_usd_micros": total_quota,
-            "total_quota_pct": quota_pct(total_cost, total_quota),
-            "sticky_fallback_active": sticky is not None and sticky.applies_to(config.model_ordering),
-            "current_active_model": decision.label,
-            "updated_at": iso_utc(datetime.fromtimestamp(updated, now.tzinfo)) if updated else None,
-            "models_omitted": omitted,
-        }
-    )
+    body = {
+        "org_id": org_id,
+        **({"app_id": app_id, "app_name": config.app_name} if app_id is not None else {}),
+        "date": wanted.isoformat(),
+        "timezone": config.timezone,
+        "quota_scope": config.quota_scope,
+        "models": models,
+        "total_cost_usd_micros": total_cost,
+        "total_reserved_usd_micros": sum(read.of(key).reserved for key in total_keys),
+        "total_quota_usd_micros": total_quota,
+        "total_quota_pct": quota_pct(total_cost, total_quota),
+        "sticky_fallback_active": sticky is not None and sticky.applies_to(config.model_ordering),
+        "current_active_model": decision.label,
+        "updated_at": iso_utc(datetime.fromtimestamp(updated, now.tzinfo)) if updated else None,
+        "models_omitted": omitted,
+    }
     headers = {"Cache-Control": CACHE_CONTROL, "ETag": etag(org_id, app_id, day, models, decision.label)}
     if read.last_run_epoch is not None:
         headers["X-Data-Lag-Secs"] = str(max(0, int(now.timestamp()) - read.last_run_epoch))

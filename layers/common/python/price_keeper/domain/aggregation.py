@@ -20,7 +20,7 @@ from ..config import get_config
 from ..store import daily_totals, keys, sticky, tables, usage
 from ..store import reconciliation as reconciliation_store
 from ..store.dynamo import batch_get_many
-from ..timeutil import org_day, org_days_in_play, parse_day, utc_now
+from ..timeutil import org_day, org_days_in_play, parse_day
 from . import orgs
 from .orgs import EffectiveConfig
 
@@ -73,10 +73,6 @@ class Totals(NamedTuple):
             updated_at_epoch=int(updated) if updated is not None else None,
         )
 
-    def with_ledger(self, item: dict) -> Totals:
-        """These totals with their ledger item's counters."""
-        return self._replace(**{name: int(item.get(name, 0)) for name in daily_totals.LEDGER})
-
     @property
     def reserved(self) -> int:
         """Micro-USD held by live reservations (expired ones until a sweep ends them)."""
@@ -94,7 +90,7 @@ class Totals(NamedTuple):
         updated = [t.updated_at_epoch for t in [self, *others] if t.updated_at_epoch is not None]
         return self._replace(
             **{name: getattr(self, name) + sum(getattr(t, name) for t in others) for name in SUM_FIELDS},
-            updated_at_epoch=max(updated) if updated else None,
+            updated_at_epoch=max(updated, default=None),
         )
 
 
@@ -142,7 +138,8 @@ class DailyRead(NamedTuple):
                 read[item["usage_key"]] = item
         for item in items:
             if item["date_key"].startswith(keys.ledger_day_key("")):
-                totals[item["usage_key"]] = totals.get(item["usage_key"], Totals()).with_ledger(item)
+                ledger = {name: int(item.get(name, 0)) for name in daily_totals.LEDGER}
+                totals[item["usage_key"]] = totals.get(item["usage_key"], Totals())._replace(**ledger)
         return cls(totals, last_run, read)
 
     def with_ledgers(self, usage_keys: Iterable[str], day: str) -> DailyRead:
@@ -169,14 +166,6 @@ def read_daily_totals(
 # --- the aggregator ----------------------------------------------------------------
 
 
-class FoldFailed(Exception):
-    """Some scope-days of a run could not be folded (each logged); the rest were."""
-
-    def __init__(self, scope_days: list[tuple[str, str]]):
-        super().__init__(f"{len(scope_days)} scope-days not folded, e.g. {scope_days[0]}")
-        self.scope_days = scope_days
-
-
 @dataclass
 class RunReport:
     days: list[str]
@@ -189,11 +178,6 @@ class RunReport:
     # (scope, yyyymmdd) -> the scope's cost over every label, and its sticky labels passed
     scope_costs: dict[tuple[str, str], int] = field(default_factory=dict)
     sticky: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
-    failed: list[tuple[str, str]] = field(default_factory=list)  # (scope, yyyymmdd) not folded (logged)
-
-    def raise_if_failed(self) -> None:
-        if self.failed:
-            raise FoldFailed(self.failed)
 
     def evaluated_spends(self) -> dict[tuple[str, str], dict[str, int]]:
         """(scope, yyyymmdd) -> ``cost_usd_micros`` by label, for each ``evaluated`` scope-day."""
@@ -217,7 +201,6 @@ class RunReport:
         self.evaluated += other.evaluated
         self.scope_costs.update(other.scope_costs)
         self.sticky.update(other.sticky)
-        self.failed += other.failed
 
 
 def usage_expires_at(day: str) -> int:
@@ -248,13 +231,9 @@ class ScopeDay(NamedTuple):
     def total_key(self) -> dict:
         return {"usage_key": keys.scope_total_key(self.scope), "date_key": self.date_key}
 
-    @property
-    def apart_labels(self) -> tuple[str, ...]:
-        """The labels the scope total leaves out (``EffectiveConfig.apart_labels``)."""
-        return orgs.config_labels_ever()
-
     def in_scope_total(self, label: str) -> bool:
-        return label not in self.apart_labels
+        """Whether the scope total counts ``label``: not a config label (``EffectiveConfig.apart_labels``)."""
+        return label not in orgs.config_labels_ever()
 
     def is_today(self, now: datetime) -> bool:
         """The scope's org-local day is this scope-day's (the day its config's quotas are for)."""
@@ -263,7 +242,7 @@ class ScopeDay(NamedTuple):
     def alert_label_days(self) -> list[LabelDay]:
         """The label totals alerts evaluate beside the moved ones: the ordering's and every config label's."""
         ordering = self.config.model_ordering if self.config else ()
-        labels = dict.fromkeys([*ordering, *self.apart_labels])
+        labels = dict.fromkeys([*ordering, *orgs.config_labels_ever()])
         return [(keys.usage_key(self.scope, label), self.date_key) for label in labels]
 
 
@@ -281,23 +260,18 @@ def read_for_fold(scope_days: list[ScopeDay], fresh_totals: bool = False) -> Sna
         for scope_day in scope_days
         if scope_day.config and scope_day.config.sticky_fallback_enabled
     ]
-    totals, sticky_items = batch_get_many(
-        [
-            daily_totals.fold_read({"usage_key": u, "date_key": d} for u, d in total_keys),
-            sticky.days_read(sticky_days),
-        ],
-        consistent=fresh_totals,
-    )
-    passed_of = {
-        (item["scope_key"], item["date_key"]): frozenset(item.get("passed_labels", ())) for item in sticky_items
-    }
+    reads = [
+        daily_totals.fold_read({"usage_key": u, "date_key": d} for u, d in total_keys),
+        sticky.days_read(sticky_days),
+    ]
+    totals, sticky_items = batch_get_many(reads, consistent=fresh_totals)
+    passed = {(item["scope_key"], item["date_key"]): frozenset(item.get("passed_labels", ())) for item in sticky_items}
+    sticky_keys = {scope_day: keys.sticky_key(*scope_day) for scope_day in sticky_days}
     return Snapshot(
         {(item["usage_key"], item["date_key"]): item for item in totals},
         {
-            (scope, day): passed_of.get(
-                tuple(keys.sticky_key(scope, day)[name] for name in ("scope_key", "date_key")), frozenset()
-            )
-            for scope, day in sticky_days
+            scope_day: passed.get((key["scope_key"], key["date_key"]), frozenset())
+            for scope_day, key in sticky_keys.items()
         },
     )
 
@@ -314,37 +288,20 @@ class Move(NamedTuple):
         return keys.split_usage_key(self.fold.usage_key)[1]
 
 
-def scope_fold_actions(scope_day: ScopeDay, group: list[Move], now: datetime) -> list[dict]:
-    """One transaction's actions: ``group``'s label totals, their differences added to the scope
-    total, and the labels folded for the first time listed."""
-    scope_values = {
-        "updated_at_epoch": int(now.timestamp()),
-        "source_updated_at_epoch": max(move.fold.values["source_updated_at_epoch"] for move in group),
-        tables.TTL_ATTRIBUTE: usage_expires_at(keys.day_of_key(scope_day.date_key)),
-    }
-    return daily_totals.fold_scope_actions(
-        scope_day.scope,
-        scope_day.date_key,
-        [move.fold for move in group],
-        {name: sum(move.difference[name] for move in group) for name in SUM_FIELDS},
-        scope_values,
-        [move.label for move in group if move.listed],
-    )
-
-
 def report_moved(
     report: RunReport, scope_day: ScopeDay, snapshot: Snapshot, folded: list[Move], scope_cost: int
 ) -> None:
-    """What alerts evaluate after a scope-day's fold: labels moved, costs, scope cost, sticky labels."""
+    """Add to ``report`` what alerts evaluate after a scope-day's fold: labels moved, costs, scope
+    cost, sticky labels."""
     day = keys.day_of_key(scope_day.date_key)
     costs = {move.fold.usage_key: move.fold.values["cost_usd_micros"] for move in folded}
     for usage_key, date_key in scope_day.alert_label_days():
         costs.setdefault(usage_key, int((snapshot.totals.get((usage_key, date_key)) or {}).get("cost_usd_micros", 0)))
-    report.changed = [(move.fold.usage_key, day) for move in folded]
-    report.evaluated = [(scope_day.scope, day)]
-    report.costs = [(usage_key, day, cost) for usage_key, cost in costs.items()]
+    report.changed += [(move.fold.usage_key, day) for move in folded]
+    report.evaluated.append((scope_day.scope, day))
+    report.costs += [(usage_key, day, cost) for usage_key, cost in costs.items()]
     report.scope_costs[(scope_day.scope, day)] = scope_cost + sum(  # their costs are all in ``costs``
-        costs[keys.usage_key(scope_day.scope, label)] for label in scope_day.apart_labels
+        costs[keys.usage_key(scope_day.scope, label)] for label in orgs.config_labels_ever()
     )
     if (scope_day.scope, day) in snapshot.sticky:
         report.sticky[(scope_day.scope, day)] = snapshot.sticky[(scope_day.scope, day)]
@@ -383,11 +340,22 @@ def scope_day_actions(scope_day: ScopeDay, moves: list[Move], now: datetime) -> 
     """One scope-day's writes for ``moves``: the label totals the scope total leaves apart alone,
     the others with the scope total's ADD and their listings, and the index entry of each
     label-day written for the first time (``usage.day_listed``)."""
+    day = keys.day_of_key(scope_day.date_key)
     actions = [daily_totals.label_total_action(m.fold) for m in moves if not scope_day.in_scope_total(m.label)]
     together = [m for m in moves if scope_day.in_scope_total(m.label)]
-    if together:
-        actions += scope_fold_actions(scope_day, together, now)
-    day = keys.day_of_key(scope_day.date_key)
+    if together:  # one transaction: their label totals, their differences added to the scope total
+        actions += daily_totals.fold_scope_actions(
+            scope_day.scope,
+            scope_day.date_key,
+            [m.fold for m in together],
+            {name: sum(m.difference[name] for m in together) for name in SUM_FIELDS},
+            {
+                "updated_at_epoch": int(now.timestamp()),
+                "source_updated_at_epoch": max(m.fold.values["source_updated_at_epoch"] for m in together),
+                tables.TTL_ATTRIBUTE: usage_expires_at(day),
+            },
+            [m.label for m in together if m.listed],
+        )
     return actions + [
         usage.day_listed(scope_day.scope, m.label, day, int(now.timestamp()), usage_expires_at(day))
         for m in moves
@@ -397,9 +365,8 @@ def scope_day_actions(scope_day: ScopeDay, moves: list[Move], now: datetime) -> 
 
 def configs_of(scopes: Iterable[str]) -> dict[str, EffectiveConfig]:
     """Each scope's effective config, read together (unregistered ones left out)."""
-    pairs = {keys.split_scope(scope) for scope in scopes}
-    configs = orgs.effective_configs(pairs)
-    return {scope: configs[keys.split_scope(scope)] for scope in scopes if keys.split_scope(scope) in configs}
+    configs = orgs.effective_configs({keys.split_scope(scope) for scope in scopes})
+    return {scope: configs[pair] for scope in scopes if (pair := keys.split_scope(scope)) in configs}
 
 
 def heartbeat(lag_seconds: int, now: datetime) -> None:
@@ -429,10 +396,9 @@ def scope_days_of(label_days: Iterable[LabelDay], configs: dict[str, EffectiveCo
     ]
 
 
-def audit_label_days(label_days: Iterable[LabelDay], now: datetime | None = None) -> RunReport:
+def audit_label_days(label_days: Iterable[LabelDay], now: datetime) -> RunReport:
     """The audit of these label-days: each scope-day of its scope's today has its alerts evaluated
     against its totals as they stand (a past day's are not raised against today's quotas)."""
-    now = now or utc_now()
     label_days = list(label_days)
     every = scope_days_of(label_days, configs_of({keys.split_usage_key(usage_key)[0] for usage_key, _ in label_days}))
     scope_days = [scope_day for scope_day in every if scope_day.is_today(now)]
@@ -440,7 +406,5 @@ def audit_label_days(label_days: Iterable[LabelDay], now: datetime | None = None
     snapshot = read_for_fold(scope_days)
     for scope_day in scope_days:
         stored = snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {})
-        evaluated = RunReport(days=[])
-        report_moved(evaluated, scope_day, snapshot, [], int(stored.get("cost_usd_micros", 0)))
-        report.merge(evaluated)
+        report_moved(report, scope_day, snapshot, [], int(stored.get("cost_usd_micros", 0)))
     return report

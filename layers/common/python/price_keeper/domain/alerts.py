@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
@@ -88,24 +88,19 @@ def due_alerts(
     """Every alert whose condition holds for these spends (label -> micro-USD; ``total_spend``:
     the scope's spend over every label, when ``spends`` has only some) and the total cap. A label
     is spent by the rules model selection applies (``quota.first_unspent``)."""
-
-    def spend(label: str) -> int:
-        return int(spends.get(label, 0))
-
-    def quota(label: str) -> int:
-        return int(quotas.get(label, 0))
-
+    spend = {label: int(spends.get(label, 0)) for label in ordering}
+    quota = {label: int(quotas.get(label, 0)) for label in ordering}
     due = [
-        Alert(THRESHOLD, label, pct, spend(label), quota(label))
+        Alert(THRESHOLD, label, pct, spend[label], quota[label])
         for label in ordering
-        if quota(label) > 0
+        if quota[label] > 0
         for pct in thresholds_pct
-        if reached(spend(label), quota(label), pct)
+        if reached(spend[label], quota[label], pct)
     ]
     active = first_unspent(ordering, quotas, spends, passed)
     active = len(ordering) if active is None else active
     due += [
-        Alert(FALLBACK, ordering[i], None, spend(ordering[i]), quota(ordering[i]), ordering[i + 1])
+        Alert(FALLBACK, ordering[i], None, spend[ordering[i]], quota[ordering[i]], ordering[i + 1])
         for i in range(min(active, len(ordering) - 1))
     ]
     total = sum(int(value) for value in spends.values()) if total_spend is None else total_spend
@@ -133,14 +128,7 @@ def _record(scope: str, config: EffectiveConfig | None, day: str, alert: Alert, 
         "org_id": config.org_id if config else None,
         "app_id": config.app_id if config and config.quota_scope == "APP" else None,
         "date": parse_day(day).isoformat(),
-        "type": alert.type,
-        "label": alert.label,
-        "threshold_pct": alert.threshold_pct,
-        "spend_usd_micros": alert.spend_usd_micros,
-        "quota_usd_micros": alert.quota_usd_micros,
-        "fallback_to": alert.fallback_to,
-        "model_id": alert.model_id,
-        "region": alert.region,
+        **asdict(alert),
         "fired_at": iso_utc(now),
         "fired_at_epoch": now_epoch,
         "claimed_at_epoch": now_epoch,
@@ -164,32 +152,22 @@ EVENT_FIELDS = tuple(
     "type label threshold_pct scope org_id app_id date fired_at spend_usd_micros quota_usd_micros fallback_to "
     "model_id region".split()
 )
+LISTED_FIELDS = ("type", "label", "threshold_pct", "model_id", "scope", "app_id", "fired_at")  # GET .../alerts
 
 
-def event_detail(item: dict) -> dict:
-    """The event's ``detail``: the record's alert fields (numbers as ints, absent ones null)."""
-    return {
-        name: int(value) if isinstance(value, Decimal) else value
-        for name, value in ((name, item.get(name)) for name in EVENT_FIELDS)
-    }
+def record_fields(item: dict, names: Sequence[str] = EVENT_FIELDS) -> dict:
+    """``names`` of an alert record, numbers as ints, absent ones null (by default the event's ``detail``)."""
+    values = {name: item.get(name) for name in names}
+    return {name: int(value) if isinstance(value, Decimal) else value for name, value in values.items()}
 
 
 def _publish(item: dict) -> bool:
     """PutEvents for one alert record; False (logged) when EventBridge did not take it."""
-    detail = event_detail(item)
+    detail = record_fields(item)
     logger.warning("Spend alert", extra={"alert": detail})
+    entry = dict(Source=EVENT_SOURCE, DetailType=DETAIL_TYPE, Detail=json.dumps(detail), EventBusName=event_bus())
     try:
-        reply = client("events").put_events(
-            Entries=[
-                {
-                    "Source": EVENT_SOURCE,
-                    "DetailType": DETAIL_TYPE,
-                    "Detail": json.dumps(detail),
-                    "EventBusName": event_bus(),
-                    "Resources": [],
-                }
-            ]
-        )
+        reply = client("events").put_events(Entries=[{**entry, "Resources": []}])
     except (ClientError, BotoCoreError) as error:
         failure = {"error_type": type(error).__name__}
     else:
@@ -201,7 +179,6 @@ def _publish(item: dict) -> bool:
 
 
 def evaluate_and_fire(
-    scope: str,
     config: EffectiveConfig,
     day: str,
     totals_by_label: Mapping[str, int],
@@ -209,9 +186,9 @@ def evaluate_and_fire(
     now: datetime,
     total_spend: int | None = None,
 ) -> list[Alert]:
-    """Fire the alerts due for one scope and org-local day (``totals_by_label``: the day's cost per
-    label; ``passed``: the sticky labels passed); the ones this call published. No I/O while
-    every label is under the lowest threshold."""
+    """Fire the alerts due for ``config``'s scope and an org-local day (``totals_by_label``: the
+    day's cost per label; ``passed``: the sticky labels passed); the ones this call published. No
+    I/O while every label is under the lowest threshold."""
 
     def due(quotas: Mapping[str, int]) -> list[Alert]:
         return due_alerts(
@@ -230,14 +207,14 @@ def evaluate_and_fire(
     extra = boosts.active_boosts(config, now)
     if extra:
         candidates = due(boosts.apply(config.quotas, extra))
-    return _fire(scope, config, day, candidates, now)
+    return _fire(config, day, candidates, now)
 
 
 def fire_unpriced_model(
     config: EffectiveConfig, day: str, label: str, model_id: str, region: str | None, now: datetime
 ) -> list[Alert]:
     """``UNPRICED_MODEL`` for the scope, day and model (once): after counting a record at the estimate."""
-    return _fire(config.scope, config, day, [Alert(UNPRICED_MODEL, label, model_id=model_id, region=region)], now)
+    return _fire(config, day, [Alert(UNPRICED_MODEL, label, model_id=model_id, region=region)], now)
 
 
 def fire_unreported_usage(
@@ -252,24 +229,20 @@ def fire_unreported_usage(
     """``UNREPORTED_USAGE`` for a model and UTC day (once), on ``config``'s scope or ``OPERATOR_SCOPE``:
     ``spend_usd_micros`` is the unmetered estimate, ``quota_usd_micros`` Bedrock's whole count."""
     alert = Alert(
-        UNREPORTED_USAGE,
-        model_id=model_id,
-        region=region,
-        spend_usd_micros=unmetered_usd_micros,
-        quota_usd_micros=bedrock_usd_micros,
+        UNREPORTED_USAGE, None, None, unmetered_usd_micros, bedrock_usd_micros, model_id=model_id, region=region
     )
-    return _fire(config.scope if config else OPERATOR_SCOPE, config, day, [alert], now)
+    return _fire(config, day, [alert], now)
 
 
 def fire_over_reservation(config: EffectiveConfig, day: str, label: str, now: datetime) -> list[Alert]:
     """``OVER_RESERVATION`` for the scope, day and label (once): a settlement cost more than it held."""
-    return _fire(config.scope, config, day, [Alert(OVER_RESERVATION, label)], now)
+    return _fire(config, day, [Alert(OVER_RESERVATION, label)], now)
 
 
-def _fire(
-    scope: str, config: EffectiveConfig | None, day: str, candidates: Sequence[Alert], now: datetime
-) -> list[Alert]:
-    """Record and publish each alert not yet published for the scope and day; the ones published."""
+def _fire(config: EffectiveConfig | None, day: str, candidates: Sequence[Alert], now: datetime) -> list[Alert]:
+    """Record and publish each alert not yet published for the scope (``config``'s, else
+    ``OPERATOR_SCOPE``) and day; the ones published."""
+    scope = config.scope if config else OPERATOR_SCOPE
     pending = [alert for alert in candidates if not _published.get((scope, alert.date_key(day)))]
     if not pending:
         return []
@@ -289,9 +262,6 @@ def _fire(
     return fired
 
 
-# --- GET .../alerts -----------------------------------------------------------------
-
-
 def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
     """Evaluate every scope-day of ``RunReport.evaluated``; one failing scope is logged, not fatal."""
     fired: list[Alert] = []
@@ -302,14 +272,12 @@ def fire_after_run(report: RunReport, now: datetime) -> list[Alert]:
             config = orgs.effective_config(*keys.split_scope(scope))
             if config.scope != scope:  # an app's own counters in an ORG scope: no quota of their own
                 continue
-            passed: frozenset[str] = frozenset()
-            if (scope, day) in report.sticky:  # the run read it beside the totals
-                passed = report.sticky[(scope, day)]
-            elif config.sticky_fallback_enabled:
-                sticky = read_sticky(scope, day)
+            passed = report.sticky.get((scope, day))  # the run read it beside the totals
+            if passed is None:
+                sticky = read_sticky(scope, day) if config.sticky_fallback_enabled else None
                 passed = sticky.passed if sticky else frozenset()
             total = report.scope_cost(scope, day, spends)
-            fired += evaluate_and_fire(scope, config, day, spends, passed, now, total)
+            fired += evaluate_and_fire(config, day, spends, passed, now, total)
         except Exception:  # noqa: BLE001 - one scope's failure must not stop the others' alerts
             logger.exception("alert evaluation failed", extra={"scope": scope, "day": day})
     return fired
@@ -334,17 +302,7 @@ def spend_pcts(report: RunReport, now: datetime) -> list[float]:
     return pcts
 
 
-def _row(item: dict) -> dict:
-    threshold = item.get("threshold_pct")
-    return {
-        "type": item["type"],
-        "label": item.get("label"),
-        "threshold_pct": int(threshold) if threshold is not None else None,
-        "model_id": item.get("model_id"),
-        "scope": item["scope"],
-        "app_id": item.get("app_id"),
-        "fired_at": item["fired_at"],
-    }
+# --- GET .../alerts -----------------------------------------------------------------
 
 
 def list_alerts(org_id: str, date_text: str | None) -> dict:
@@ -358,7 +316,7 @@ def list_alerts(org_id: str, date_text: str | None) -> dict:
         scopes += [keys.scope_key(org_id, item["app_id"], "APP") for item in config_items.app_items(org_id)]
     found = alert_records.of_day_many(scopes, day)
     rows = sorted(
-        (_row(item) for item in found),
+        (record_fields(item, LISTED_FIELDS) for item in found),
         key=lambda row: (row["fired_at"], row["scope"], row["type"], row["label"] or "", row["threshold_pct"] or 0),
     )
     return {"date": parse_day(day).isoformat(), "alerts": rows}

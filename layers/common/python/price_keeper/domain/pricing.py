@@ -367,13 +367,6 @@ def prices_on(points: Iterable[PricePoint], day: date) -> dict[tuple[str, str], 
     return result
 
 
-def parse_price_list(
-    entries: Iterable[str | dict], model_names: set[str], day: date
-) -> dict[tuple[str, str], dict[str, Prices]]:
-    """The token prices of ``model_names`` in effect on ``day``, by kind and offer (``prices_on``)."""
-    return prices_on(price_list.price_points(entries, model_names), day)
-
-
 def default_price_region() -> str:
     """The region whose price becomes a model's default ``{yyyy-mm-dd}`` price: the stack's unless set."""
     return os.environ.get("DEFAULT_PRICE_REGION") or os.environ.get("AWS_REGION") or "us-east-1"

@@ -22,13 +22,13 @@ from . import orgs
 MAX_DAYS = 92
 MAX_USAGE_KEYS = 200  # x 92 days of rows stays well under Lambda's 6 MB response limit
 MAX_QUERIES = 500  # usage keys a report Queries: one app's 400 profiles and its ordering
-COUNTERS = usage.COUNTERS
-COLUMNS = ("date", "app_id", "label", *COUNTERS)
+COLUMNS = ("date", "app_id", "label", *usage.COUNTERS)
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
-def parse_date(value: str | None, name: str) -> date:
-    """A ``YYYY-MM-DD`` query or path value in the calendar clients may name; 400 otherwise."""
+def parse_date(value: str | None, name: str, latest: date | None = None) -> date:
+    """A ``YYYY-MM-DD`` query or path value in the calendar clients may name, not after ``latest``
+    (an org's today); 400 otherwise."""
     if value is None:
         raise invalid_request(f"{name} is required", **{name: None, "expected_format": "YYYY-MM-DD"})
     try:
@@ -42,6 +42,8 @@ def parse_date(value: str | None, name: str) -> date:
             "Date outside the supported range",
             **{name: value, "earliest": FIRST_DAY.isoformat(), "latest": LAST_DAY.isoformat()},
         )
+    if latest is not None and parsed > latest:
+        raise invalid_request("Date cannot be in the future", **{name: value, "org_today": latest.isoformat()})
     return parsed
 
 
@@ -71,9 +73,21 @@ def _check_rows(usage_keys: int, days: int) -> None:
 
 
 class UsageKey(NamedTuple):
-    app_id: str | None
+    scope: orgs.EffectiveConfig
     label: str
-    usage_key: str
+
+    @property
+    def usage_key(self) -> str:
+        return keys.usage_key(self.scope.scope, self.label)
+
+    def row(self, item: dict) -> dict:
+        """The row of this key's total ``item`` of a day (an ORG scope's rows have no app)."""
+        return {
+            "date": parse_day(keys.day_of_key(item["date_key"])).isoformat(),
+            "app_id": self.scope.app_id if self.scope.quota_scope == "APP" else None,
+            "label": self.label,
+            **{name: int(item.get(name, 0)) for name in usage.COUNTERS},
+        }
 
 
 def _scopes(org_id: str, app_id: str | None) -> list[orgs.EffectiveConfig]:
@@ -91,50 +105,26 @@ def _scopes(org_id: str, app_id: str | None) -> list[orgs.EffectiveConfig]:
     ]
 
 
-def _scope_app(scope: orgs.EffectiveConfig) -> str | None:
-    return scope.app_id if scope.quota_scope == "APP" else None
-
-
-def _usage_keys(scopes: list[orgs.EffectiveConfig], labels_of) -> list[UsageKey]:
-    return [
-        UsageKey(_scope_app(scope), label, keys.usage_key(scope.scope, label))
-        for scope in scopes
-        for label in labels_of(scope)
-    ]
-
-
-def _row(key: UsageKey, item: dict) -> dict:
-    day = parse_day(keys.day_of_key(item["date_key"]))
-    return {
-        "date": day.isoformat(),
-        "app_id": key.app_id,
-        "label": key.label,
-        **{name: int(item.get(name, 0)) for name in COUNTERS},
-    }
-
-
 def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id: str | None = None) -> list[dict]:
     """Rows for ``from``..``to`` (inclusive) sorted by date, app and ordering position."""
     first, last = parse_date(first_day, "from"), parse_date(last_day, "to")
     check_range(first, last)
     scopes = _scopes(org_id, app_id)
-    usage_keys = _usage_keys(scopes, lambda scope: scope.model_ordering)
+    usage_keys = [UsageKey(scope, label) for scope in scopes for label in scope.model_ordering]
     if len(usage_keys) + len(scopes) > MAX_USAGE_KEYS:
         raise invalid_request(
             "Too many apps x labels for one report; narrow it with app_id",
             usage_keys=len(usage_keys),
             max_usage_keys=MAX_USAGE_KEYS,
         )
-
-    def query(usage_keys: list[str]) -> list[list[dict]]:
-        return daily_totals.days_between(usage_keys, first, last)
-
-    (*results,) = query([key.usage_key for key in usage_keys] + [keys.scope_total_key(s.scope) for s in scopes])
-    scope_totals, results = results[len(usage_keys) :], results[: len(usage_keys)]
+    found = daily_totals.days_between(
+        [key.usage_key for key in usage_keys] + [keys.scope_total_key(scope.scope) for scope in scopes], first, last
+    )
+    results, scope_totals = found[: len(usage_keys)], found[len(usage_keys) :]
     held: dict[tuple[str, str], dict[str, dict]] = {}  # (scope, date_key) -> label -> its total
     for key, items in zip(usage_keys, results, strict=True):
         for item in items:
-            held.setdefault((keys.split_usage_key(key.usage_key)[0], item["date_key"]), {})[key.label] = item
+            held.setdefault((key.scope.scope, item["date_key"]), {})[key.label] = item
     config_labels = orgs.config_labels_ever()
     apart = [
         scope.scope
@@ -145,24 +135,18 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
         )
     ]
     listed = dict(zip(apart, daily_totals.spent_labels(apart, first, last), strict=True))
-    outside = {
-        scope.scope: sorted(
-            (listed.get(scope.scope, set()) | set(scope.apart_labels)) - set(scope.model_ordering)  # apart: not listed
-        )
+    # labels with spend outside the ordering: those listed, and the config labels (never listed)
+    extra_keys = [
+        UsageKey(scope, label)
         for scope in scopes
-    }
-    extra_keys = _usage_keys(scopes, lambda scope: outside[scope.scope])
-    _check_rows(len(usage_keys) + len(extra_keys), (last - first).days + 1)
-    if extra_keys:  # labels with spend outside the ordering
-        usage_keys += extra_keys
-        results += query([key.usage_key for key in extra_keys])
-    rows = [
-        (_row(key, item), position)
-        for position, (key, items) in enumerate(zip(usage_keys, results, strict=True))
-        for item in items
+        for label in sorted((listed.get(scope.scope, set()) | set(scope.apart_labels)) - set(scope.model_ordering))
     ]
-    rows.sort(key=lambda pair: (pair[0]["date"], pair[1]))
-    return [row for row, _ in rows]
+    _check_rows(len(usage_keys) + len(extra_keys), (last - first).days + 1)
+    if extra_keys:
+        usage_keys += extra_keys
+        results += daily_totals.days_between([key.usage_key for key in extra_keys], first, last)
+    rows = [key.row(item) for key, items in zip(usage_keys, results, strict=True) for item in items]
+    return sorted(rows, key=lambda row: row["date"])  # stable: the keys' order within a date
 
 
 def to_csv(rows: list[dict]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from contextlib import suppress
 from datetime import datetime, timedelta
 from typing import NamedTuple
 from zoneinfo import ZoneInfo
@@ -39,6 +40,7 @@ from .quota import (
 )
 
 STICKY_GRACE_SECS = 3600  # StickyState lives until the next org-local midnight + 1 h
+MAX_STICKY_RACES = 3
 
 
 def describe(decision: Decision, ordering) -> str:
@@ -49,10 +51,6 @@ def describe(decision: Decision, ordering) -> str:
     return f"{ordering[decision.index - 1].capitalize()} quota exceeded, using {decision.label} tier"
 
 
-def refresh_secs(config: EffectiveConfig, mode: str) -> int:
-    return config.refresh_interval_tight_secs if mode == TIGHT else config.refresh_interval_normal_secs
-
-
 # --- reading and moving the day's choice -------------------------------------------
 
 
@@ -60,8 +58,8 @@ def _sticky(item: dict | None) -> Sticky | None:
     return Sticky(frozenset(item.get("passed_labels", ()))) if item else None
 
 
-def read_sticky(scope: str, day: str, consistent: bool = False) -> Sticky | None:
-    return _sticky(sticky_store.read(scope, day, consistent))
+def read_sticky(scope: str, day: str) -> Sticky | None:
+    return _sticky(sticky_store.read(scope, day))
 
 
 def write_sticky(config: EffectiveConfig, day: str, labels: frozenset[str], now: datetime) -> Sticky:
@@ -89,16 +87,6 @@ class Snapshot(NamedTuple):
     items: dict[tuple[str, str], dict] = {}  # the DailyTotal items read, by (usage_key, yyyymmdd)
 
 
-MAX_STICKY_RACES = 3
-
-
-def _live_spends(config: EffectiveConfig, day: str, spends: dict[str, int]) -> dict[str, int]:
-    """Each ordering label's spend for tight mode: its total plus the live items not folded yet."""
-    usage_keys = {label: keys.usage_key(config.scope, label) for label in config.model_ordering}
-    live = daily_totals.live_costs(usage_keys.values(), day)
-    return {label: spends[label] + live.get(usage_key, 0) for label, usage_key in usage_keys.items()}
-
-
 def current_decision(
     config: EffectiveConfig, day: str, now: datetime, consistent: bool = False, also: Iterable[tuple[str, str]] = ()
 ) -> Snapshot:
@@ -106,37 +94,28 @@ def current_decision(
     totals for the caller), decide, and move sticky state forward when needed. In tight mode
     the lagging totals are topped up with the live items, bounding a burst's overshoot."""
     usage_keys = [keys.usage_key(config.scope, label) for label in config.model_ordering]
-    total_key = keys.scope_total_key(config.scope)
     app_counter = config.app_counter if config.app_daily_cap_usd_micros is not None else None
-    scope_keys = [
-        *scope_usage_keys(config.scope),
-        *(scope_usage_keys(app_counter) if app_counter else ()),
-    ]
-    totals_read = daily_totals.day_read([*usage_keys, *scope_keys], day)
+    day_keys = [*usage_keys, *scope_usage_keys(config.scope), *(scope_usage_keys(app_counter) if app_counter else ())]
+    totals_read = daily_totals.day_read(day_keys, day)
     extra = [{"usage_key": usage_key, "date_key": keys.day_key(other_day)} for usage_key, other_day in also]
     reads = [totals_read._replace(keys=[*totals_read.keys, *extra])]
     if config.sticky_fallback_enabled:
         reads.append(sticky_store.day_read(config.scope, day))
     found = batch_get_many(reads, consistent=consistent)  # one round trip for both tables
     items = {(item["usage_key"], keys.day_of_key(item["date_key"])): item for item in found[0]}
-    totals = DailyRead.from_items(item for (_, item_day), item in items.items() if item_day == day).with_ledgers(
-        [*usage_keys, *scope_keys], day
-    )
+    totals = DailyRead.from_items(item for (_, item_day), item in items.items() if item_day == day)
+    totals = totals.with_ledgers(day_keys, day)
     sticky = _sticky(found[1][0]) if config.sticky_fallback_enabled and found[1] else None
-    spends = {
-        label: totals.of(key).cost_usd_micros for label, key in zip(config.model_ordering, usage_keys, strict=True)
-    }
+    of_label = dict(zip(config.model_ordering, map(totals.of, usage_keys), strict=True))
+    spends = {label: label_totals.cost_usd_micros for label, label_totals in of_label.items()}
+    reserved = {label: label_totals.reserved for label, label_totals in of_label.items()}
+    total_reserved = totals.of(keys.scope_total_key(config.scope)).reserved
     # The scope's spend over every label; never below the ordering's own sum (the scope total may lag it).
     scope_spend = scope_totals(config.scope, totals.of).cost_usd_micros
     total = Total(max(scope_spend, sum(spends.values())), config.total_quota)
-    app_total = (
-        Total(scope_totals(app_counter, totals.of).cost_usd_micros, config.app_daily_cap_usd_micros)
-        if app_counter
-        else None
-    )
-
-    reserved = {label: totals.of(key).reserved for label, key in zip(config.model_ordering, usage_keys, strict=True)}
-    total_reserved = totals.of(total_key).reserved
+    app_total = None
+    if app_counter:
+        app_total = Total(scope_totals(app_counter, totals.of).cost_usd_micros, config.app_daily_cap_usd_micros)
 
     def decide_now(state: Sticky | None, held: bool = True) -> Decision:
         """The rules over the spends, with ``held`` the live holds too: holds shape the answer,
@@ -152,12 +131,11 @@ def current_decision(
             app_total,
         )
 
-    decision = decide_now(sticky)
-    if decision.mode == TIGHT:
-        live = _live_spends(config, day, spends)
-        unfolded = sum(max(0, live[label] - spend) for label, spend in spends.items())
-        spends = {label: max(spend, live[label]) for label, spend in spends.items()}
-        total = total._replace(spend=total.spend + unfolded)
+    if decide_now(sticky).mode == TIGHT:  # each label's total plus its live items not folded yet
+        live = daily_totals.live_costs(usage_keys, day)
+        unfolded = {label: max(0, live.get(keys.usage_key(config.scope, label), 0)) for label in spends}
+        spends = {label: spend + unfolded[label] for label, spend in spends.items()}
+        total = total._replace(spend=total.spend + sum(unfolded.values()))
     for _ in range(MAX_STICKY_RACES):
         passed = decide_now(sticky, held=False).newly_passed
         if not passed:
@@ -182,14 +160,10 @@ def models_status(config: EffectiveConfig, spends: dict[str, int], reserved: dic
 
 def _pricing(config: EffectiveConfig, label: str, day: str) -> dict:
     """The chosen label's price of the day; ``source: UNAVAILABLE`` when it cannot be priced now."""
-    version = parse_day(day).isoformat()
-    if profiles.known_label(config, label) is None:
-        return {"version": version, "source": "UNAVAILABLE"}
-    try:
-        priced = profiles.priced_model(config, label, None)
-        return pricing.price_of(priced, parse_day(day)).as_response()
-    except ApiError:
-        return {"version": version, "source": "UNAVAILABLE"}
+    if profiles.known_label(config, label) is not None:
+        with suppress(ApiError):
+            return pricing.price_of(profiles.priced_model(config, label, None), parse_day(day)).as_response()
+    return {"version": parse_day(day).isoformat(), "source": "UNAVAILABLE"}
 
 
 def _total_status(total: Total | None, reserved: int = 0) -> dict | None:
@@ -205,9 +179,9 @@ def _total_status(total: Total | None, reserved: int = 0) -> dict | None:
     }
 
 
-def all_exceeded(config: EffectiveConfig, snapshot: Snapshot, now: datetime) -> ApiError:
+def all_exceeded(snapshot: Snapshot, now: datetime) -> ApiError:
+    config, spends = snapshot.config, snapshot.spends
     retry_at = next_midnight_utc(config.timezone, now)
-    spends, total = snapshot.spends, snapshot.total
     message = {
         REASON_TOTAL_EXCEEDED: "Daily total quota exceeded for today",
         REASON_APP_EXCEEDED: "Daily app quota exceeded for today",
@@ -230,7 +204,7 @@ def all_exceeded(config: EffectiveConfig, snapshot: Snapshot, now: datetime) -> 
             "total_overage_usd_micros": sum(
                 max(0, spends.get(label, 0) - config.quota(label)) for label in config.model_ordering
             ),
-            "total": _total_status(total, snapshot.total_reserved),
+            "total": _total_status(snapshot.total, snapshot.total_reserved),
             "app_total": _total_status(snapshot.app_total),
         },
         headers={"Retry-After": str(max(1, math.ceil((retry_at - now) / timedelta(seconds=1))))},
@@ -256,29 +230,23 @@ class Carried(NamedTuple):
 def carried(config: EffectiveConfig, now: datetime, also: Iterable[tuple[str, str]]) -> Carried:
     """The selection a usage answer carries, read together with the totals of ``also`` it shows."""
     snapshot = current_decision(config, org_day(config.timezone, now), now, also=also)
-    try:
-        return Carried(answer(config, snapshot, now)[0], snapshot.items)
-    except ApiError as error:
-        if error.code == "QUOTA_EXCEEDED":
-            return Carried(None, snapshot.items)
-        raise
+    return Carried(answer(snapshot, now)[0] if snapshot.decision.index is not None else None, snapshot.items)
 
 
 def recommend(config: EffectiveConfig, now: datetime, consistent: bool = False) -> tuple[dict, dict]:
     """(body, headers) of a selection for ``config`` now; 429 ``QUOTA_EXCEEDED`` when all is spent."""
-    return answer(config, current_decision(config, org_day(config.timezone, now), now, consistent=consistent), now)
+    return answer(current_decision(config, org_day(config.timezone, now), now, consistent=consistent), now)
 
 
-def answer(config: EffectiveConfig, snapshot: Snapshot, now: datetime) -> tuple[dict, dict]:
+def answer(snapshot: Snapshot, now: datetime) -> tuple[dict, dict]:
     """(body, headers) of the selection ``snapshot`` decided; 429 ``QUOTA_EXCEEDED`` when all is spent."""
+    config, day, decision = snapshot.config, snapshot.day, snapshot.decision
     org_id, app_id = config.org_id, config.app_id
-    day = snapshot.day
-    decision = snapshot.decision
     if decision.index is None:
-        raise all_exceeded(config, snapshot, now)
+        raise all_exceeded(snapshot, now)
     label = decision.label
     spend, quota = snapshot.spends.get(label, 0), config.quota(label)
-    secs = refresh_secs(config, decision.mode)
+    secs = config.refresh_interval_tight_secs if decision.mode == TIGHT else config.refresh_interval_normal_secs
     body = {
         "org_id": org_id,
         "app_id": app_id,
