@@ -102,31 +102,26 @@ def create(org_id: str, request: BoostRequest, now: datetime | None = None) -> d
     now = now or datetime.now(UTC)
     audit.note(app_id=request.app_id, model_label=request.model_label, amount_usd_micros=request.amount_usd_micros)
     expires = parse_expiry(request.expires_at, now)
-    boost_id = str(uuid.uuid4())
-    audit.note(boost_id=boost_id, expires_at=iso_utc(expires))
-    item = {
-        "org_key": keys.org_key(org_id),
-        "boost_id": boost_id,
+    boost = {
+        "boost_id": str(uuid.uuid4()),
+        "org_id": org_id,
+        "app_id": request.app_id,
         "model_label": request.model_label,
         "amount_usd_micros": request.amount_usd_micros,
         "expires_at": iso_utc(expires),
-        tables.TTL_ATTRIBUTE: int(expires.timestamp()),
         "created_at": iso_utc(now),
+    }
+    audit.note(boost_id=boost["boost_id"], expires_at=boost["expires_at"])
+    item = {
+        "org_key": keys.org_key(org_id),
+        **{name: value for name, value in boost.items() if name != "org_id" and value is not None},
+        tables.TTL_ATTRIBUTE: int(expires.timestamp()),
         "created_at_epoch": int(now.timestamp()),
-        **({"app_id": request.app_id} if request.app_id else {}),
     }
     for _ in range(CREATE_ATTEMPTS):
         if _store(org_id, request, item, now):
             orgs.forget(org_id, request.app_id)
-            return {
-                "boost_id": item["boost_id"],
-                "org_id": org_id,
-                "app_id": request.app_id,
-                "model_label": request.model_label,
-                "amount_usd_micros": request.amount_usd_micros,
-                "expires_at": item["expires_at"],
-                "created_at": item["created_at"],
-            }
+            return boost
     raise service_unavailable("Concurrent boosts of this quota kept changing it; retry")
 
 

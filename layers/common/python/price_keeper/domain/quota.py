@@ -23,16 +23,9 @@ REASON_TOTAL_EXCEEDED = "TOTAL_QUOTA_EXCEEDED"
 REASON_APP_EXCEEDED = "APP_QUOTA_EXCEEDED"
 
 
-def exceeded_reason(label: str) -> str:
-    return f"QUOTA_EXCEEDED_{label.upper()}"
-
-
 def quota_pct(spend: int, quota: int) -> float | None:
     """Spend as a percentage of quota, to one decimal (half up); None without a quota."""
-    if quota <= 0:
-        return None
-    tenths = (spend * 2000 + quota) // (2 * quota)
-    return tenths / 10
+    return (spend * 2000 + quota) // (2 * quota) / 10 if quota > 0 else None
 
 
 def reached(spend: int, quota: int, pct: int) -> bool:
@@ -78,14 +71,10 @@ def first_unspent(
     ordering: Sequence[str], quotas: Mapping[str, int], spends: Mapping[str, int], passed: Collection[str] = ()
 ) -> int | None:
     """Position of the first label under its quota and not ``passed`` (no quota: spent); None when none is."""
-    return next(
-        (
-            i
-            for i, label in enumerate(ordering)
-            if label not in passed and int(spends.get(label, 0)) < int(quotas.get(label, 0))
-        ),
-        None,
-    )
+    for i, label in enumerate(ordering):
+        if label not in passed and int(spends.get(label, 0)) < int(quotas.get(label, 0)):
+            return i
+    return None
 
 
 def decide(
@@ -99,10 +88,6 @@ def decide(
     app_total: Total | None = None,
 ) -> Decision:
     """The selection rules (pure). ``app_total``: the app's spend against its own cap in an ORG scope."""
-
-    def spend(label: str) -> int:
-        return spends.get(label, 0)
-
     passed = sticky.passed if sticky_enabled and sticky else frozenset()
     sticky_applies = sticky_enabled and sticky is not None and sticky.applies_to(ordering)
     chosen = first_unspent(ordering, quotas, spends, passed)
@@ -114,13 +99,12 @@ def decide(
     label = ordering[chosen]
     if chosen == 0:
         reason = REASON_NORMAL
-    elif spend(ordering[chosen - 1]) < quotas.get(ordering[chosen - 1], 0):
+    elif spends.get(ordering[chosen - 1], 0) < quotas.get(ordering[chosen - 1], 0):
         reason = REASON_STICKY  # the label before is available again, but the day stays past it
     else:
-        reason = exceeded_reason(ordering[chosen - 1])
+        reason = f"QUOTA_EXCEEDED_{ordering[chosen - 1].upper()}"
     newly_passed = frozenset(ordering[:chosen]) - passed if sticky_enabled else frozenset()
-    tight = quota_status(spend(label), quotas.get(label, 0), threshold_pct) == TIGHT or any(
-        cap is not None and quota_status(cap.spend, cap.quota, threshold_pct) == TIGHT for cap in (total, app_total)
-    )
-    mode = TIGHT if tight else NORMAL
+    # each of these is under its quota here (the label is unspent, a cap reached returned above)
+    limits = [(spends.get(label, 0), quotas.get(label, 0)), *(cap for cap in (total, app_total) if cap is not None)]
+    mode = TIGHT if any(reached(spend, quota, threshold_pct) for spend, quota in limits) else NORMAL
     return Decision(chosen, label, reason, mode, sticky_enabled and chosen > 0, newly_passed)

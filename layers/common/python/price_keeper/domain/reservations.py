@@ -1,25 +1,20 @@
-"""Reservations: a hard daily cap. Hold a call's worst-case cost before the call, settle
-the actual cost after it (docs/metering.md, "Reservations").
+"""Reservations: a hard daily cap (docs/hard-cap.md). Hold a call's worst-case cost before
+the call, settle the actual cost after it.
 
 The quota check and the hold are one atomic step: a TransactWriteItems that puts the hold
-and ADDs its amount to the label's and the scope total's ledgers (``committed``), each
-under the condition ``committed <= quota − unreserved spend − amount``. Two reservations
-racing for the last headroom are serialised by DynamoDB on the ledger items: one commits,
-the other's condition is evaluated on the new value. Settlement moves the hold to actual
-spend in the same transaction as the usage write (the dedup marker makes it exactly once);
-release and expiry give the amount back by deleting the hold under ``attribute_exists``.
-
-``unreserved spend`` is what the label's (and scope's) DailyTotal counts beyond the ledger's
-``settled``: calls reported without a reservation. It is read just before the hold (with the
-ledgers, items of their own beside the totals: ``store.reservations``), so it is as fresh as
-the aggregation; the guarantee is exact for calls that reserve.
+and ADDs its amount to each ledger's ``committed`` under ``committed <= quota − unreserved
+spend − amount``, so DynamoDB serialises two reservations racing for the last headroom: the
+second's condition sees what the first left. Settlement (in the usage write's transaction,
+exactly once by its dedup marker), release and expiry each delete the hold under
+``attribute_exists``, so each gives its amount back once. A ledger is named by its total's
+usage key and its org day (``slices.LedgerDay``).
 """
 
 from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, NamedTuple
 
@@ -40,10 +35,10 @@ from .orgs import EffectiveConfig
 
 DEFAULT_TTL_SECS = 600
 HOLD_RETENTION_SECS = 2 * 86400  # a hold's item outlives its expiry (TTL), so a sweep can still release it
-CONFLICT_ATTEMPTS = 5
 # expired holds one refusal ends within its own request: a backlog of them is ended a page
 # at a time by later refusals, so no refusal's cost grows with the backlog
 SWEEP_LIMIT = 25
+FROM_SLICE = "from_slice"  # a hold granted from a container's slice: its end is netted later
 _ID = re.compile(r"^(\d{8})-([oa])-(\d{10})-([0-9a-f]{32})$")
 
 
@@ -74,41 +69,51 @@ class ReservationId(NamedTuple):
         found = _ID.match(text) if isinstance(text, str) else None
         return cls(found[1], found[2], int(found[3]), found[4]) if found else None
 
-    def scope(self, org_id: str, app_id: str) -> str:
-        return keys.scope_key(org_id, app_id, "ORG" if self.kind == "o" else "APP")
-
     def key(self, org_id: str, app_id: str) -> dict:
-        return keys.reservation_key(self.scope(org_id, app_id), self.day, self.expires_epoch, self.token)
+        scope = keys.scope_key(org_id, app_id, "ORG" if self.kind == "o" else "APP")
+        return keys.reservation_key(scope, self.day, self.expires_epoch, self.token)
 
 
-def _ledger_keys(scopes: tuple[str, ...], label: str, day: str) -> list[dict]:
+def _quota_ledgers(scopes: Sequence[str], label: str) -> list[str]:
     """The label's ledger in the quota scope, then each scope total's (the quota scope's,
     then the app's own, when it is capped)."""
+    return [keys.usage_key(scopes[0], label), *(keys.scope_total_key(scope) for scope in scopes)]
+
+
+def _ledger_set(config: EffectiveConfig, label: str) -> list[str]:
+    """The ledgers a hold of ``label`` adds to: its quota ledgers and, in ORG scope, the
+    app's own scope total's, which each of its holds adds to and so bounds to its share of
+    the scope's headroom (an uncapped app's, of its holds alone)."""
+    ledgers = _quota_ledgers(config.counted_scopes, label)
+    if config.app_counter is not None and keys.scope_total_key(config.app_counter) not in ledgers:
+        ledgers.append(keys.scope_total_key(config.app_counter))
+    return ledgers
+
+
+def _held_ledgers(item: dict, day: str) -> list[slices.LedgerDay]:
+    """The ledgers a hold's amount was added to, as it recorded them: a cap set or dropped
+    while it is held does not change where its amount is taken back from."""
+    return [(usage_key, day) for usage_key in item["ledgers"]]
+
+
+def _part(ledger: slices.LedgerDay, committed: int, settled: int, room: int | None = None) -> store.Netted:
+    """A ledger's ADD (``store.ledger_update``, ``store.net``), under ``room`` when given."""
+    usage_key, day = ledger
+    return store.Netted(store.ledger_key(usage_key, day), committed, settled, usage_expires_at(day), room)
+
+
+def _refund_parts(deltas: Mapping[slices.LedgerDay, Sequence[int]]) -> list[store.Netted]:
     return [
-        store.ledger_key(keys.usage_key(scopes[0], label), day),
-        *(store.ledger_key(keys.scope_total_key(scope), day) for scope in scopes),
+        _part(ledger, committed, settled) for ledger, (committed, settled) in deltas.items() if committed or settled
     ]
 
 
-def _app_holds_ledger(config: EffectiveConfig, day: str) -> dict | None:
-    """In ORG scope, the ledger of the app's own scope total, which each of its holds adds
-    to and so bounds to its share of the scope's headroom; None in APP scope (one app)."""
-    if config.app_counter is None:
-        return None
-    return store.ledger_key(keys.scope_total_key(config.app_counter), day)
-
-
-def void_actions(scopes: list[str], label: str, day: str, settled: int) -> list[dict]:
+def void_actions(scopes: Sequence[str], label: str, day: str, settled: int) -> list[dict]:
     """A voided settling record's actual cost taken off its ledgers (``committed`` and
     ``settled``), as the void takes it off its totals: the hold room it used is free again."""
-    expires_at = usage_expires_at(day)
-    return [store.ledger_update(key, -settled, -settled, expires_at) for key in _ledger_keys(tuple(scopes), label, day)]
-
-
-def _held_ledgers(item: dict, scope: str, day: str) -> list[dict]:
-    """The ledgers a hold's amount was added to, as it recorded them: a cap set or dropped
-    while it is held does not change where its amount is taken back from."""
-    return [store.ledger_key(usage_key, day) for usage_key in item["ledgers"]]
+    return [
+        store.ledger_update(_part((usage_key, day), -settled, -settled)) for usage_key in _quota_ledgers(scopes, label)
+    ]
 
 
 def worst_case(config: EffectiveConfig, label: str, request: ReservationRequest, day: str) -> int | None:
@@ -118,9 +123,8 @@ def worst_case(config: EffectiveConfig, label: str, request: ReservationRequest,
     threshold, and every cache write at the dearer of the 5-minute and 1-hour rates; None when
     the label cannot be priced now or the request is over its token caps."""
     max_input, max_output = get_config().token_caps(label)
-    if max(request.max_input_tokens, request.max_cache_write_input_tokens) > max_input:
-        return None
-    if request.max_output_tokens > max_output or profiles.known_label(config, label) is None:
+    over_caps = max(request.max_input_tokens, request.max_cache_write_input_tokens) > max_input
+    if over_caps or request.max_output_tokens > max_output or profiles.known_label(config, label) is None:
         return None
     tokens = pricing.Tokens(
         request.max_input_tokens, request.max_output_tokens, 0, request.max_cache_write_input_tokens
@@ -162,19 +166,6 @@ class Attempt(NamedTuple):
     total_reserved: int
 
 
-FROM_SLICE = "from_slice"  # a hold granted from a container's slice: its end is netted later
-
-
-def _ledger_set(config: EffectiveConfig, label: str, day: str) -> list[dict]:
-    """The ledgers a hold of ``label`` adds to: the label's, each counted scope total's and,
-    in ORG scope, the app's own (an uncapped app's, of its holds alone)."""
-    ledgers = _ledger_keys(config.counted_scopes, label, day)
-    app_holds = _app_holds_ledger(config, day)
-    if app_holds is not None and app_holds not in ledgers:
-        ledgers.append(app_holds)
-    return ledgers
-
-
 def _fingerprint(config: EffectiveConfig, label: str) -> tuple:
     """The limits a slice is leased under: a slice of other limits grants nothing."""
     return (
@@ -185,125 +176,93 @@ def _fingerprint(config: EffectiveConfig, label: str) -> tuple:
     )
 
 
-def _set_key(ledgers: list[dict], day: str) -> slices.SetKey:
-    return day, tuple(ledger["usage_key"] for ledger in ledgers)
-
-
-def _ledger_days(ledgers: list[dict], day: str) -> list[slices.LedgerDay]:
-    return [(ledger["usage_key"], ledger["date_key"], day) for ledger in ledgers]
-
-
 class _Rooms(NamedTuple):
     """A ledger set as read: each ledger's room for a hold of ``size`` (``room(size)``: the
-    most its ``committed`` may be before the write) and its limit (the near-cap rule)."""
+    most its ``committed`` may be before the write), what it has left and its limit."""
 
     base: list[int]  # room for a hold of 0 (the share's part computed for ``amount``)
-    limits: list[int]
-    share: int | None  # the app's share of the scope's headroom (ORG scope), before ``max(·, amount)``
+    left: list[int]  # ``base`` less the ledger's ``committed``
+    limits: list[int]  # (the near-cap rule)
 
     def room(self, size: int) -> list[int]:
         return [room - size for room in self.base]
 
+    def lease_size(self, wanted: int, amount: int) -> int:
+        """What to lease: ``wanted``, at most ``1 / LEFT_SLICES`` of what any ledger has left (so
+        the containers' slices together keep little of it), or the call's ``amount`` alone near
+        a cap: when that leaves under two calls, or the lease would leave under ``NEAR_PERCENT``
+        of a ledger's limit (the last of a cap is granted call by call)."""
+        size = min(wanted, min(self.left) // slices.LEFT_SLICES)
+        limits = zip(self.left, self.limits, strict=True)
+        near = any(have - size < limit * slices.NEAR_PERCENT // 100 for have, limit in limits)
+        return amount if size < 2 * amount or near else size
 
-def _rooms(config: EffectiveConfig, label: str, amount: int, ledgers: list[dict], read) -> _Rooms:
+
+def _rooms(config: EffectiveConfig, label: str, amount: int, ledgers: list[str], read) -> _Rooms:
     """Each ledger's room as the per-call hold has it (``quota − unreserved spend − size``;
     the app's share of the scope's headroom in ORG scope)."""
-    scopes = config.counted_scopes
-    label_totals = read.of(ledgers[0]["usage_key"])
-    scope_spend, *app_spend = (scope_totals(scope, read.of) for scope in scopes)
+    scope_spend, *app_spend = (scope_totals(scope, read.of) for scope in config.counted_scopes)
     limits = [config.quota(label), config.total_quota, *(config.app_daily_cap_usd_micros for _ in app_spend)]
     base = [
-        config.quota(label) - label_totals.unreserved,
+        config.quota(label) - read.of(ledgers[0]).unreserved,
         config.total_quota - scope_spend.unreserved,
         *(config.app_daily_cap_usd_micros - spend.unreserved for spend in app_spend),
     ]
-    share = None
     if config.app_counter is not None:
         # the app's live holds (its ledger's committed less settled) within its share, or one
         # call's when it holds none (near the cap a share is below a call; the cap still fills)
         share = (config.total_quota - scope_spend.unreserved) * get_config().metering.app_hold_share_pct // 100
         allowed = max(share, amount)
         if len(base) == len(ledgers):  # a capped app: its cap's ledger, whose settled spend is no hold
-            base[-1] = min(base[-1], allowed + read.of(ledgers[-1]["usage_key"]).settled)
+            base[-1] = min(base[-1], allowed + read.of(ledgers[-1]).settled)
         else:
             base.append(allowed)
             limits.append(max(share, 0))
-    return _Rooms(base, limits, share)
+    return _Rooms(base, [room - read.of(ledger).committed for ledger, room in zip(ledgers, base, strict=True)], limits)
 
 
-def _lease_size(rooms: _Rooms, ledgers: list[dict], read, wanted: int, amount: int) -> int:
-    """What to lease: ``wanted``, at most ``1 / LEFT_SLICES`` of what any ledger has left (so
-    the containers' slices together keep little of it), or the call's ``amount`` alone near
-    a cap: when that leaves under two calls, or the lease would leave under ``NEAR_PERCENT``
-    of a ledger's limit (the last of a cap is granted call by call)."""
-    left = [room - read.of(ledger["usage_key"]).committed for ledger, room in zip(ledgers, rooms.base, strict=True)]
-    size = min(wanted, min(left) // slices.LEFT_SLICES)
-    if size < 2 * amount:
-        return amount
-    if any(have - size < limit * slices.NEAR_PERCENT // 100 for have, limit in zip(left, rooms.limits, strict=True)):
-        return amount
-    return size
-
-
-def _try_hold(
-    config: EffectiveConfig,
-    day: str,
-    label: str,
-    amount: int,
-    ttl_secs: int,
-    app_id: str,
-    now: datetime,
-    kept: slices.Slices,
-) -> Attempt:
+def _try_hold(config: EffectiveConfig, day: str, label: str, amount: int, ttl_secs: int, now: datetime) -> Attempt:
     """Hold ``amount`` on ``label`` if its quota, the scope's total cap and (ORG scope) the
     app's daily cap and its share of the scope's headroom all have room: from this
     container's slice when it covers the call (one PutItem), else with one transaction that
     puts the hold and leases a new slice (or, near a cap, exactly the call's amount), netting
     the container's old slice and pending refunds of those ledgers into it."""
-    ledgers = _ledger_set(config, label, day)
-    key, fingerprint = _set_key(ledgers, day), _fingerprint(config, label)
+    kept, ledgers = slices.current(), _ledger_set(config, label)
+    key, fingerprint = (day, tuple(ledgers)), _fingerprint(config, label)
     kind = "o" if config.scope == keys.org_key(config.org_id) else "a"
     expires_epoch = int(now.timestamp()) + ttl_secs
     rid = ReservationId(day, kind, expires_epoch, secrets.token_hex(16))
     attributes = {
         "reservation_id": str(rid),
-        "app_id": app_id,
+        "app_id": config.app_id,
         "label": label,
         "amount_usd_micros": amount,
         "expires_epoch": expires_epoch,
-        "ledgers": [ledger["usage_key"] for ledger in ledgers],
+        "ledgers": ledgers,
     }
-    hold_key, hold_ttl = rid.key(config.org_id, app_id), expires_epoch + HOLD_RETENTION_SECS
+    hold = store.hold_put(rid.key(config.org_id, config.app_id), attributes, expires_epoch + HOLD_RETENTION_SECS)
+    sliced_hold = {**hold, FROM_SLICE: True}
     if kept.take(key, fingerprint, amount):
         # covered by the slice's committed capacity; a Put that fails is not given back to
         # the slice (it may have been written: its expiry then gives the amount back)
-        store.put_hold(store.hold_put(hold_key, {**attributes, FROM_SLICE: True}, hold_ttl))
+        store.put_hold(sliced_hold)
         return Attempt(rid, 0, 0)
     read = read_daily_totals(
-        [ledgers[0]["usage_key"], *(key for scope in config.counted_scopes for key in scope_usage_keys(scope))],
+        [ledgers[0], *(usage_key for scope in config.counted_scopes for usage_key in scope_usage_keys(scope))],
         day,
         consistent=True,
         ledgers=True,
     )
     rooms = _rooms(config, label, amount, ledgers, read)
-    scope_reserved = scope_totals(config.counted_scopes[0], read.of).reserved
-    refused = Attempt(None, read.of(ledgers[0]["usage_key"]).reserved, scope_reserved)
+    refused = Attempt(None, read.of(ledgers[0]).reserved, scope_totals(config.counted_scopes[0], read.of).reserved)
     if min(rooms.room(amount)) < 0:  # no room whatever is given back (it is all in committed)
-        _give_back(kept, kept.claim(key, _ledger_days(ledgers, day)))
+        _give_back(kept, kept.claim(key))
         return refused
-    size = _lease_size(rooms, ledgers, read, kept.next_size(key, amount), amount)
-    claim = kept.claim(key, _ledger_days(ledgers, day))
+    size = rooms.lease_size(kept.next_size(key, amount), amount)
+    claim = kept.claim(key)
     for lease in dict.fromkeys((size, amount)):  # a slice refused: the call alone
-        sliced = lease > amount
         try:
-            _net(
-                claim,
-                ledgers,
-                day,
-                lease,
-                rooms.room(lease),
-                store.hold_put(hold_key, {**attributes, **({FROM_SLICE: True} if sliced else {})}, hold_ttl),
-            )
+            _net(claim, lease, rooms.room(lease), sliced_hold if lease > amount else hold)
         except store.Refused:
             continue
         except store.Conflict:
@@ -315,53 +274,35 @@ def _try_hold(
             kept.unclaim(claim)  # a definite error: nothing was written
             raise
         kept.leased(key, fingerprint, lease, amount)
-        if daily_totals.RESERVING not in read.items.get(ledgers[1]["usage_key"], {}):
-            store.mark_reserving(ledgers[1]["usage_key"], day, usage_expires_at(day))
+        if daily_totals.RESERVING not in read.items.get(ledgers[1], {}):
+            store.mark_reserving(ledgers[1], day, usage_expires_at(day))
         return refused._replace(reservation=rid)
     _give_back(kept, claim)
     return refused
 
 
-def _net(claim: slices.Claim, ledgers: list[dict], day: str, size: int, rooms: list[int], hold: dict) -> None:
-    """Put ``hold`` and ADD ``size`` less the claim's free slice and pending refunds to each of
-    ``ledgers``, each under its room for ``size`` plus what the write gives back to it (given
-    back in the same write, so it is room); the claim's other deltas ride along unconditioned
-    (each a refund: it only lowers ``committed``)."""
+def _net(claim: slices.Claim, size: int, rooms: list[int], hold: dict) -> None:
+    """Put ``hold`` and ADD ``size`` less the claim's free slice and pending refunds to each
+    ledger of the claim's set, each under its room for ``size`` plus what the write gives
+    back to it (given back in the same write, so it is room); the claim's other deltas ride
+    along unconditioned (each a refund: it only lowers ``committed``)."""
+    day, usage_keys = claim.key
+    refunds = claim.refunds()
     parts = []
-    for ledger, (usage_key, date_key, _), room in zip(ledgers, _ledger_days(ledgers, day), rooms, strict=True):
-        committed, settled = claim.deltas.get((usage_key, date_key, day), (0, 0))
-        given = claim.free - committed
-        parts.append(store.Netted(ledger, size - given, settled, room + given, usage_expires_at(day)))
-    parts += _refund_parts(
-        {ledger: delta for ledger, delta in claim.deltas.items() if ledger not in _ledger_days(ledgers, day)}
-    )
-    store.net(parts, hold)
-
-
-def _refund_parts(deltas: dict[slices.LedgerDay, list[int]]) -> list[store.Netted]:
-    return [
-        store.Netted({"usage_key": usage_key, "date_key": date_key}, committed, settled, None, usage_expires_at(day))
-        for (usage_key, date_key, day), (committed, settled) in deltas.items()
-        if committed or settled
-    ]
+    for usage_key, room in zip(usage_keys, rooms, strict=True):
+        committed, settled = refunds.pop((usage_key, day), (0, 0))
+        parts.append(_part((usage_key, day), size + committed, settled, room - committed))
+    store.net(parts + _refund_parts(refunds), hold)
 
 
 def _give_back(kept: slices.Slices, *claims: slices.Claim) -> None:
     """Write claims back alone, netted into one write (a refusal's, an idle container's: what
     it kept is room for the others): each free slice off its set's ledgers, the pending deltas."""
     claims = tuple(claim for claim in claims if claim)
-    if not claims:
-        return
-    deltas: dict[slices.LedgerDay, list[int]] = {}
+    refunds: dict[slices.LedgerDay, list[int]] = {}
     for claim in claims:
-        for ledger, (committed, settled) in claim.deltas.items():
-            delta = deltas.setdefault(ledger, [0, 0])
-            delta[0], delta[1] = delta[0] + committed, delta[1] + settled
-        if claim.free and claim.key is not None:
-            day, usage_keys = claim.key
-            for usage_key in usage_keys:
-                deltas.setdefault((usage_key, keys.ledger_day_key(day), day), [0, 0])[0] -= claim.free
-    parts, start = _refund_parts(deltas), 0
+        slices.add(refunds, claim.refunds())
+    parts, start = _refund_parts(refunds), 0
     try:
         for start in range(0, len(parts), store.MAX_NETTED):
             store.net(parts[start : start + store.MAX_NETTED])
@@ -381,31 +322,27 @@ def flush(kept: slices.Slices | None = None, force: bool = False) -> None:
     _give_back(kept, *kept.due(force))
 
 
-def _end_hold(scope: str, day: str, item: dict, kept: slices.Slices | None = None) -> bool:
+def _end_hold(day: str, item: dict) -> bool:
     """Delete a live hold and give its amount back to its ledgers, at most once (the delete
     is conditional): True when this call ended it; ``store.Conflict`` to retry. A hold of a
     slice gives it back later, netted into this container's next ledger write."""
-    key = {"scope_key": item["scope_key"], "date_key": item["date_key"]}
-    amount = int(item["amount_usd_micros"])
-    held = _held_ledgers(item, scope, day)
-    if item.get(FROM_SLICE):
-        ended = store.end([store.delete_hold(key)])
-        if ended:
-            refund = {(ledger["usage_key"], ledger["date_key"], day): (-amount, 0) for ledger in held}
-            (kept or slices.current()).defer(refund)
-        return ended
-    ledgers = [store.ledger_update(ledger, -amount, 0, usage_expires_at(day)) for ledger in held]
-    return store.end([store.delete_hold(key), *ledgers])
+    delete = store.delete_hold({"scope_key": item["scope_key"], "date_key": item["date_key"]})
+    refund = {ledger: (-int(item["amount_usd_micros"]), 0) for ledger in _held_ledgers(item, day)}
+    if not item.get(FROM_SLICE):
+        return store.end([delete, *(store.ledger_update(_part(ledger, *delta)) for ledger, delta in refund.items())])
+    ended = store.end([delete])
+    if ended:
+        slices.current().defer(refund)
+    return ended
 
 
-def sweep(scope: str, day: str, now: datetime, kept: slices.Slices | None = None) -> int:
-    """Give back the amount of the holds of ``scope`` and ``day`` that expired by ``now``
-    and are still held, the longest expired first and at most ``SWEEP_LIMIT`` of them
-    (each exactly once); how many this call ended."""
+def sweep(scope: str, day: str, now: datetime) -> int:
+    """End up to ``SWEEP_LIMIT`` holds of ``scope`` and ``day`` expired by ``now``, the
+    longest expired first (each exactly once): how many this call ended."""
     ended = 0
     for item in store.expired(scope, day, int(now.timestamp()), SWEEP_LIMIT):
         try:
-            ended += _end_hold(scope, day, item, kept)
+            ended += _end_hold(day, item)
         except store.Conflict:
             logger.info("expired hold raced; the next sweep ends it", extra={"hold": item["reservation_id"]})
     return ended
@@ -414,12 +351,9 @@ def sweep(scope: str, day: str, now: datetime, kept: slices.Slices | None = None
 def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime | None = None) -> dict:
     """``POST .../reservations``: the 201 body; 429 ``QUOTA_EXCEEDED`` when no label (the
     first in the ordering, or the given one) and the scope's total cap can hold the call's
-    worst case. A refusal first ends holds that have expired (``sweep``), then tries once
-    more; 400 when the worst case is 0 (nothing to hold).
-
-    The 429 tells what was held when each label was read (before its refused hold): with
-    nothing held, a refusal is final until a quota changes; otherwise a hold may yet
-    settle below its amount and free headroom."""
+    worst case, even after ending expired holds (``sweep``). The 429 tells what was held
+    when each label was read: with nothing held, a refusal is final until a quota changes;
+    otherwise a hold may yet settle below its amount and free headroom."""
     now = now or utc_now()
     profiles.check_calling_region(request.calling_region)
     bounds = (request.max_input_tokens, request.max_output_tokens, request.max_cache_write_input_tokens)
@@ -433,12 +367,11 @@ def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime
     config = boosts.boosted_config(org_id, app_id, now)
     day = org_day(config.timezone, now)
     candidates = _candidates(config, request, day)
-    kept = slices.current()
-    flush(kept)
+    flush()
     seen: dict[str, Attempt] = {}
     for attempt in range(2):
         for label, amount in candidates:
-            seen[label] = _try_hold(config, day, label, amount, request.ttl_secs, app_id, now, kept)
+            seen[label] = _try_hold(config, day, label, amount, request.ttl_secs, now)
             rid = seen[label].reservation
             if rid is not None:
                 return {
@@ -448,7 +381,7 @@ def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime
                     "amount_usd_micros": amount,
                     "expires_at": iso_utc(datetime.fromtimestamp(rid.expires_epoch, UTC)),
                 }
-        if attempt == 0 and not sweep(config.scope, day, now, kept):
+        if attempt == 0 and not sweep(config.scope, day, now):
             break
     raise ApiError(
         429,
@@ -469,20 +402,18 @@ def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime
 def release(org_id: str, app_id: str, reservation_id: str) -> None:
     """``DELETE .../reservations/{id}``: give a live hold back (idempotent: a hold already
     settled, released or expired, or an unknown id, is a no-op)."""
-    rid = ReservationId.parse(reservation_id)
-    if rid is None:
-        raise invalid_request("reservation_id is not one this service issued", reservation_id=reservation_id[:80])
+    rid = parse_issued(reservation_id)
     key = rid.key(org_id, app_id)
-    for _ in range(CONFLICT_ATTEMPTS):
+    for _ in range(store.CONFLICT_ATTEMPTS):
         item = store.read(key)
         if item is None or item["app_id"] != app_id:
             return
         try:
-            _end_hold(rid.scope(org_id, app_id), rid.day, item)
-            flush()
-            return
+            _end_hold(rid.day, item)
         except store.Conflict:
             continue
+        flush()
+        return
     raise service_unavailable("Release kept conflicting with concurrent writes; retry")
 
 
@@ -498,11 +429,10 @@ class Settlement:
     def __init__(self, config: EffectiveConfig, submission, reservation_id: str, holds: Mapping | None = None):
         self.rid = parse_issued(reservation_id)
         self.reservation_id = reservation_id
-        self.org_id, self.app_id, self.submission = config.org_id, config.app_id, submission
-        self.key = self.rid.key(self.org_id, self.app_id)
-        self.item = (
-            self._read() if holds is None else self._own(holds.get((self.key["scope_key"], self.key["date_key"])))
-        )
+        self.app_id, self.submission = config.app_id, submission
+        self.key = self.rid.key(config.org_id, config.app_id)
+        found = store.read(self.key) if holds is None else holds.get((self.key["scope_key"], self.key["date_key"]))
+        self.item = self._own(found)
         if self.item is not None and self.item["label"] != submission.label:
             raise invalid_request(
                 "model_label differs from the reservation's label",
@@ -513,53 +443,48 @@ class Settlement:
         self.kept = slices.current()  # the container this settlement's refund is netted in
         self.deferred: dict[slices.LedgerDay, tuple[int, int]] = {}  # that refund, once written
 
-    def _read(self) -> dict | None:
-        return self._own(store.read(self.key))
-
     def _own(self, item: dict | None) -> dict | None:
         return item if item is not None and item["app_id"] == self.app_id else None
 
     def actions(self, attempt: int) -> list[dict]:
         if attempt:
-            self.item = self._read()
+            self.item = self._own(store.read(self.key))
         sub = self.submission
-        deltas: dict[tuple[str, str, str], list[int]] = {}
-        for ledger in _ledger_keys(sub.scopes, sub.label, sub.day):
-            deltas[(ledger["usage_key"], ledger["date_key"], sub.day)] = [sub.cost_usd_micros, sub.cost_usd_micros]
+        deltas = {
+            (usage_key, sub.day): [sub.cost_usd_micros, sub.cost_usd_micros]
+            for usage_key in _quota_ledgers(sub.scopes, sub.label)
+        }
         actions = []
+        self.settled_amount = None
         if self.item is not None:
+            self.settled_amount = int(self.item["amount_usd_micros"])
             actions.append(store.delete_hold(self.key))
-            amount = int(self.item["amount_usd_micros"])
-            for ledger in _held_ledgers(self.item, self.rid.scope(self.org_id, self.app_id), self.rid.day):
-                deltas.setdefault((ledger["usage_key"], ledger["date_key"], self.rid.day), [0, 0])[0] -= amount
-        self.settled_amount = int(self.item["amount_usd_micros"]) if self.item is not None else None
+            slices.add(deltas, {ledger: (-self.settled_amount, 0) for ledger in _held_ledgers(self.item, self.rid.day)})
         # a hold of a slice: what gives room back (and settled spend beside it) waits in the
         # container, netted into its next ledger write (``counted``); what takes room (cost
         # above the hold, another day's spend) is written now
         sliced = self.item is not None and self.item.get(FROM_SLICE)
-        self.deferred = {}
-        for (usage_key, date_key, day), (committed, settled) in deltas.items():
-            if sliced and committed <= 0:
-                self.deferred[(usage_key, date_key, day)] = (committed, settled)
-                continue
-            ledger = {"usage_key": usage_key, "date_key": date_key}
-            actions.append(store.ledger_update(ledger, committed, settled, usage_expires_at(day)))
-        return actions
+        self.deferred = {ledger: tuple(delta) for ledger, delta in deltas.items() if sliced and delta[0] <= 0}
+        return actions + [
+            store.ledger_update(_part(ledger, *delta))
+            for ledger, delta in deltas.items()
+            if ledger not in self.deferred
+        ]
 
-    def over(self, duplicate: bool) -> int:
+    def _over(self, duplicate: bool) -> int:
         """Actual cost above the hold this record's write ended (0 when it ended none)."""
         held = None if duplicate else self.settled_amount
-        return max(0, self.submission.cost_usd_micros - held) if held is not None else 0
+        return 0 if held is None else max(0, self.submission.cost_usd_micros - held)
 
     def counted(self, config: EffectiveConfig, duplicate: bool, now: datetime) -> None:
         """After the write: a slice hold's refund handed to the container (``actions``; a
         duplicate's write ended nothing), and actual cost above the hold raises
         ``OVER_RESERVATION`` (never failing the record: it is counted; a failed alert is logged)."""
-        if not duplicate and self.settled_amount is not None and self.deferred:
+        if not duplicate and self.deferred:
             self.kept.defer(self.deferred)
         self.deferred = {}
         flush(self.kept)
-        over = self.over(duplicate)
+        over = self._over(duplicate)
         if not over:
             return
         logger.warning("usage above its reservation", extra={"reservation_id": self.reservation_id, "over": over})
@@ -575,7 +500,7 @@ class Settlement:
             "reservation_id": self.reservation_id,
             "settled": held is not None,
             "amount_usd_micros": held,
-            "over_reservation_usd_micros": self.over(duplicate),
+            "over_reservation_usd_micros": self._over(duplicate),
         }
 
 

@@ -1,28 +1,21 @@
-"""A container's slices of a quota's headroom (docs/hard-cap.md, "Slices"), as rate limits
-lease requests (``ratelimit``): the local state only; ``reservations`` writes the ledgers.
+"""A container's slices of a quota's headroom (docs/hard-cap.md, "Slices"), leased as rate
+limits lease requests (``ratelimit``): the local state only; ``reservations`` writes the ledgers.
 
-A *ledger set* is the ledgers one hold adds to (the label's, each scope total's and, in ORG
-scope, the app's), on one org day. A container leases a slice of a set's headroom with one
-transaction that ADDs it to ``committed`` on each ledger under the per-call hold's
-conditions, then grants holds from it locally (a hold is then one PutItem). The ends of
-holds granted from a slice (settle's amount − actual, a release's or an expiry's amount)
-are kept here as *pending* ledger deltas, netted into the container's next ledger write
-(a lease, or a flush of its own) instead of one write per call.
+A *ledger set* is the ledgers one hold adds to, on one org day. A slice of its headroom is
+leased with one transaction under the per-call hold's conditions, then holds are granted from
+it locally (one PutItem each); the ends of those holds are kept as *pending* ledger deltas,
+netted into the container's next ledger write. Both are inside ``committed`` already: headroom
+this container keeps from the others, never headroom it may hand out twice, so a container
+that dies leaks them (refusals early, never an overshoot).
 
-Everything here is covered by ``committed`` already: a free slice and a pending refund are
-headroom this container keeps from the others, never headroom it may hand out twice. So a
-container that dies leaks them (the ledger stays higher than its holds: refusals early,
-never an overshoot).
-
-One ``Slices`` is one container; ``DEFAULT`` is the Lambda's. A benchmark or test runs
-several "containers" in one process by giving each thread its own (``container``).
+One ``Slices`` is one container; ``DEFAULT`` is the Lambda's, ``container`` gives a thread its own.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -37,9 +30,17 @@ IDLE_SECS = 2.0  # a slice unused this long is given back, and refunds of a cont
 PENDING_SECS = 5.0  # refunds are written at least this often (netted into a lease before, if one comes)
 MAX_AGE_SECS = 15.0  # a slice older than this grants nothing more (its rooms are read again)
 
-# (org day, the set's ledger usage keys); a pending delta's key: (usage key, date key, day)
+# (org day, the set's ledger usage keys); a pending delta's key: (usage key, org day)
 SetKey = tuple[str, tuple[str, ...]]
-LedgerDay = tuple[str, str, str]
+LedgerDay = tuple[str, str]
+
+
+def add(into: dict[LedgerDay, list[int]], deltas: Mapping[LedgerDay, Sequence[int]]) -> None:
+    """Add ledger deltas [committed, settled] into ``into`` (its lists only: ``deltas`` is left as it is)."""
+    for ledger, (committed, settled) in deltas.items():
+        total = into.setdefault(ledger, [0, 0])
+        total[0] += committed
+        total[1] += settled
 
 
 @dataclass
@@ -49,7 +50,6 @@ class _Slice:
     leased_at: float = 0.0
     used_at: float = 0.0
     granted: int = 0  # granted from the slices leased since the last growth
-    size: int = 0  # the last lease
 
 
 @dataclass
@@ -63,6 +63,15 @@ class Claim:
 
     def __bool__(self) -> bool:
         return bool(self.free or any(any(delta) for delta in self.deltas.values()))
+
+    def refunds(self) -> dict[LedgerDay, list[int]]:
+        """The deltas to write: the pending ones, and the free slice off each of its set's ledgers."""
+        refunds: dict[LedgerDay, list[int]] = {}
+        add(refunds, self.deltas)
+        if self.free and self.key is not None:
+            day, usage_keys = self.key
+            add(refunds, {(usage_key, day): (-self.free, 0) for usage_key in usage_keys})
+        return refunds
 
 
 class Slices:
@@ -109,20 +118,16 @@ class Slices:
             return amount
         return min(LEASE_MAX_CALLS * amount, max(LEASE_MIN_CALLS * amount, 2 * granted))
 
-    def claim(self, key: SetKey | None, ledgers: list[LedgerDay] | None) -> Claim:
-        """Take the set's free slice and the pending deltas of ``ledgers`` (all, when None)
-        out, to net them into one write: ``unclaim`` when it was not applied."""
+    def claim(self, key: SetKey | None) -> Claim:
+        """Take the set's free slice and its ledgers' pending deltas (every pending delta, without
+        a set) out, to net them into one write: ``unclaim`` when it was not applied."""
         with self._lock:
             held = self._sets.get(key) if key is not None else None
             free = held.free if held else 0
             if held:
                 held.free = 0
-            wanted = (
-                self._pending.keys() if ledgers is None else [ledger for ledger in ledgers if ledger in self._pending]
-            )
-            deltas = {ledger: self._pending[ledger] for ledger in list(wanted)}
-            for ledger in deltas:
-                del self._pending[ledger]
+            ledgers = list(self._pending) if key is None else [(usage_key, key[0]) for usage_key in key[1]]
+            deltas = {ledger: self._pending.pop(ledger) for ledger in ledgers if ledger in self._pending}
             if not self._pending:
                 self._pending_since = None
         return Claim(key, free, deltas)
@@ -144,7 +149,7 @@ class Slices:
                 held.granted = 0
             held.free += size - granted
             held.granted += granted
-            held.fingerprint, held.leased_at, held.used_at, held.size = fingerprint, now, now, size
+            held.fingerprint, held.leased_at, held.used_at = fingerprint, now, now
             self._active_at = now
 
     def defer(self, deltas: dict[LedgerDay, tuple[int, int]]) -> None:
@@ -152,11 +157,8 @@ class Slices:
         with self._lock:
             self._add(deltas)
 
-    def _add(self, deltas: dict) -> None:
-        for ledger, (committed, settled) in deltas.items():
-            pending = self._pending.setdefault(ledger, [0, 0])
-            pending[0] += committed
-            pending[1] += settled
+    def _add(self, deltas: Mapping[LedgerDay, Sequence[int]]) -> None:
+        add(self._pending, deltas)
         if self._pending and self._pending_since is None:
             self._pending_since = self.clock()
 
@@ -166,22 +168,21 @@ class Slices:
         pending delta once the oldest has waited ``PENDING_SECS``, or ``IDLE_SECS`` in a
         container that held nothing for as long (one that only settles, or went quiet)."""
         now = self.clock()
+        claims = []
         with self._lock:
-            idle = [
-                key
-                for key, held in self._sets.items()
-                if held.free and (force or now - held.used_at >= IDLE_SECS or now - held.leased_at >= MAX_AGE_SECS)
-            ]
-            for key in idle:
-                if force or now - self._sets[key].used_at >= IDLE_SECS:
-                    self._sets[key].granted = self._sets[key].size = 0
+            for key, held in self._sets.items():
+                idle = force or now - held.used_at >= IDLE_SECS
+                if held.free and (idle or now - held.leased_at >= MAX_AGE_SECS):
+                    if idle:
+                        held.granted = 0
+                    claims.append(Claim(key, held.free))
+                    held.free = 0
             waited = now - self._pending_since if self._pending_since is not None else None
             flush = waited is not None and (
                 force or waited >= PENDING_SECS or (waited >= IDLE_SECS and now - self._active_at >= IDLE_SECS)
             )
-        claims = [self.claim(key, []) for key in idle]
         if flush:
-            claims.append(self.claim(None, None))
+            claims.append(self.claim(None))
         return [claim for claim in claims if claim]
 
     def held(self) -> tuple[int, dict[LedgerDay, list[int]]]:

@@ -62,17 +62,31 @@ def mark_reserving(scope_total_key: str, day: str, expires_at: int) -> None:
         logger.warning("the scope's reserving flag was not written; its next hold writes it", exc_info=True)
 
 
-def ledger_update(key: dict, committed: int, settled: int, expires_at: int) -> dict:
-    """ADD to a ledger (creating the DailyTotal item if needed, with the day's TTL)."""
-    return {
-        "Update": {
-            "TableName": tables.DAILY_TOTAL.physical_name,
-            "Key": key,
-            "UpdateExpression": f"ADD committed :c, settled :s SET {tables.TTL_ATTRIBUTE} = "
-            f"if_not_exists({tables.TTL_ATTRIBUTE}, :expires)",
-            "ExpressionAttributeValues": {":c": committed, ":s": settled, ":expires": expires_at},
-        }
+class Netted(NamedTuple):
+    """One ledger's part of a write: ADD ``committed`` and ``settled``, under
+    ``committed <= room`` when a room is given."""
+
+    key: dict
+    committed: int
+    settled: int
+    expires_at: int
+    room: int | None = None
+
+
+def ledger_update(part: Netted) -> dict:
+    """The action that ADDs to a ledger (creating the DailyTotal item if needed, with the
+    day's TTL), under its room when it has one."""
+    update = {
+        "TableName": tables.DAILY_TOTAL.physical_name,
+        "Key": part.key,
+        "UpdateExpression": f"ADD committed :c, settled :s SET {tables.TTL_ATTRIBUTE} = "
+        f"if_not_exists({tables.TTL_ATTRIBUTE}, :expires)",
+        "ExpressionAttributeValues": {":c": part.committed, ":s": part.settled, ":expires": part.expires_at},
     }
+    if part.room is not None:
+        update["ConditionExpression"] = "attribute_not_exists(committed) OR committed <= :room"
+        update["ExpressionAttributeValues"][":room"] = part.room
+    return {"Update": update}
 
 
 CONFLICT_ATTEMPTS = 5
@@ -83,17 +97,6 @@ UNSURE_ATTEMPTS = 3  # sends of one write, under one ClientRequestToken, whose o
 class Unsure(Exception):
     """A ledger write whose outcome stayed unknown (no answer after ``UNSURE_ATTEMPTS``
     sends under one token): it may have been applied; never net its refunds again."""
-
-
-class Netted(NamedTuple):
-    """One ledger's part of a write (``net``): ADD ``committed`` and ``settled``, under
-    ``committed <= room`` when a room is given."""
-
-    key: dict
-    committed: int
-    settled: int
-    room: int | None
-    expires_at: int
 
 
 def hold_put(key: dict, attributes: dict, hold_ttl: int) -> dict:
@@ -135,12 +138,7 @@ def net(ledgers: list[Netted], hold: dict | None = None) -> None:
                 }
             }
         )
-    for part in ledgers:
-        update = ledger_update(part.key, part.committed, part.settled, part.expires_at)
-        if part.room is not None:
-            update["Update"]["ConditionExpression"] = "attribute_not_exists(committed) OR committed <= :room"
-            update["Update"]["ExpressionAttributeValues"][":room"] = part.room
-        actions.append(update)
+    actions += [ledger_update(part) for part in ledgers]
     for attempt in range(CONFLICT_ATTEMPTS):
         reasons = _send_once(actions, secrets.token_hex(16))
         if reasons is None:
