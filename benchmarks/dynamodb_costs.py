@@ -60,9 +60,9 @@ import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
 from local import moto_patches  # noqa: E402
+from price_keeper.bodies import UsageRequest  # noqa: E402
 from price_keeper.config import get_config  # noqa: E402
 from price_keeper.domain import aggregation, ledger, metering, orgs, repair, selection  # noqa: E402
-from price_keeper.domain.models import UsageRequest  # noqa: E402
 from price_keeper.store import keys, tables  # noqa: E402
 from price_keeper.store.dynamo import (  # noqa: E402
     ddb_client,  # noqa: E402

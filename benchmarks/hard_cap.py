@@ -35,9 +35,10 @@ import dynamodb_costs  # noqa: E402  (sets the layer's path and a benchmark envi
 from moto import mock_aws  # noqa: E402
 
 from local import moto_patches  # noqa: E402
+from price_keeper import bodies
+from price_keeper.bodies import UsageRequest  # noqa: E402
 from price_keeper.config import get_config  # noqa: E402
 from price_keeper.domain import metering, reservations, slices  # noqa: E402
-from price_keeper.domain.models import UsageRequest  # noqa: E402
 from price_keeper.errors import ApiError  # noqa: E402
 from price_keeper.store import keys, tables, usage  # noqa: E402
 from price_keeper.store import reservations as store  # noqa: E402
@@ -104,7 +105,7 @@ class Book:
 
 def container(org_id: str, book: Book, kept: slices.Slices, seed: int, start: threading.Barrier) -> None:
     rng, refusals = random.Random(seed), 0
-    request = reservations.ReservationRequest(**CALL)
+    request = bodies.ReservationRequest(**CALL)
     start.wait()
     with slices.container(kept):
         while refusals < 20:

@@ -54,9 +54,9 @@ from moto import mock_aws  # noqa: E402
 from local import moto_patches  # noqa: E402
 from local.streams import StreamReader  # noqa: E402
 from price_keeper import state  # noqa: E402
+from price_keeper.bodies import UsageRequest  # noqa: E402
 from price_keeper.config import get_config  # noqa: E402
 from price_keeper.domain import ledger, metering, selection  # noqa: E402
-from price_keeper.domain.models import UsageRequest  # noqa: E402
 from price_keeper.errors import ApiError  # noqa: E402
 from price_keeper.store import keys  # noqa: E402
 from price_keeper.store.dynamo import table  # noqa: E402

@@ -65,8 +65,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from local.streams import StreamReader, StreamTrigger
+    from price_keeper.bodies import UsageRequest
     from price_keeper.domain import metering
-    from price_keeper.domain.models import UsageRequest
     from tests.usage_support import usage_body
 
     server = fleet.Endpoint(transaction_hold_ms=args.transaction_ms, stream_shards=args.shards)

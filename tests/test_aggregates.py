@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
+from price_keeper.bodies import UsageRequest
 from price_keeper.domain import aggregates, metering
-from price_keeper.domain.models import UsageRequest
 from price_keeper.store import keys, tables
 from price_keeper.timeutil import day_start_utc, org_date, org_day
 from tests.conftest import assert_error, keys_asked, profile_reads

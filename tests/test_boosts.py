@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from boto3.dynamodb.conditions import Key
 
+from price_keeper import bodies
 from price_keeper.domain import boosts, orgs
 from price_keeper.store import boosts as boost_store
 from price_keeper.store import keys, tables
@@ -310,7 +311,7 @@ def another_boost_between_the_read_and_the_write(monkeypatch, org_id: str, amoun
     def then_another_boost(*args):
         monkeypatch.setattr(config_items, "org_and_app", read)
         found = read(*args)
-        other = boosts.BoostRequest(model_label="standard", amount_usd_micros=amount, expires_at=_in(hours=1))
+        other = bodies.BoostRequest(model_label="standard", amount_usd_micros=amount, expires_at=_in(hours=1))
         boosts.create(org_id, other)
         return found
 

@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from local.gateway import LambdaContext, load_handler
+from price_keeper import bodies
+from price_keeper.bodies import UsageRequest
 from price_keeper.config import get_config
 from price_keeper.domain import aggregation, alerts, ledger, metering, orgs, voids
-from price_keeper.domain.models import UsageRequest
 from price_keeper.store import daily_totals, dynamo, keys, tables, usage
 from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_day, utc_now
@@ -280,7 +281,7 @@ def test_a_void_folds_back_what_the_record_counted_and_a_ttl_removal_nothing(str
     kept, voided = submit(tenant), submit(tenant)
     deliver(stream())
     result = voids.void(
-        tenant.org_id, voids.VoidRequest(app_id=tenant.app_id, request_ids=[voided["request_id"]], reason="test")
+        tenant.org_id, bodies.VoidRequest(app_id=tenant.app_id, request_ids=[voided["request_id"]], reason="test")
     )
     assert result["voided"] == 1
     deliver(stream())
@@ -504,7 +505,7 @@ def test_a_chunk_overtaken_by_other_shards_folds_more_often_than_its_attempts_st
 
 
 def _voided(tenant, receipt) -> None:
-    request = voids.VoidRequest(app_id=tenant.app_id, request_ids=[receipt["request_id"]], reason="test")
+    request = bodies.VoidRequest(app_id=tenant.app_id, request_ids=[receipt["request_id"]], reason="test")
     assert voids.void(tenant.org_id, request)["voided"] == 1
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from botocore.stub import Stubber
 
+from price_keeper.bodies import UsageRequest
 from price_keeper.domain import metering, orgs
-from price_keeper.domain.models import UsageRequest
 from price_keeper.store import daily_totals, keys, tables, usage
 from price_keeper.store.dynamo import ddb_client, item_size
 from price_keeper.timeutil import day_start_utc, org_date, org_day

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 import bcrypt
 import pytest
 
+from price_keeper.bodies import UsageRequest
 from price_keeper.domain import auth, metering, orgs
-from price_keeper.domain.models import UsageRequest
 from price_keeper.store import config_items, keys, tables
 from price_keeper.store.dynamo import ddb_client, table
 from tests.conftest import PROVISIONING_KEY, assert_error

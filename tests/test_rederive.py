@@ -6,8 +6,9 @@ from datetime import timedelta
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
 from local.streams import StreamReader, lambda_event
+from price_keeper import bodies
+from price_keeper.bodies import UsageRequest
 from price_keeper.domain import ledger, metering, rederive, repair, voids
-from price_keeper.domain.models import UsageRequest
 from price_keeper.store import keys, tables
 from price_keeper.store import reconciliation as reconciliation_store
 from price_keeper.store.dynamo import table
@@ -47,7 +48,7 @@ def test_a_batch_the_stream_lost_is_recovered_by_the_audit_from_the_markers_by_k
     lost = [report(tenant), report(tenant)]
     reader.read()  # read and dropped: as the stream trims them unfolded
     voided = folded[0]["request_id"]
-    request = voids.VoidRequest(app_id=tenant.app_id, request_ids=[voided], reason="test")
+    request = bodies.VoidRequest(app_id=tenant.app_id, request_ids=[voided], reason="test")
     assert voids.void(tenant.org_id, request)["voided"] == 1
     fold(reader)  # the void is folded, and the shard's progress moves past the lost records
     day = org_day(ZONE)

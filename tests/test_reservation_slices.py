@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
+from price_keeper import bodies
+from price_keeper.bodies import UsageRequest
 from price_keeper.domain import metering, reservations, slices
-from price_keeper.domain.models import UsageRequest
 from price_keeper.errors import ApiError
 from price_keeper.store import dynamo, keys, tables
 from price_keeper.store import reservations as store_reservations
@@ -36,7 +37,7 @@ def reserve(t, kept: slices.Slices) -> dict | None:
     """A reservation as container ``kept`` makes it: its body, None when refused (429)."""
     with slices.container(kept):
         try:
-            return reservations.reserve(t.org_id, t.app_id, reservations.ReservationRequest(**CALL))
+            return reservations.reserve(t.org_id, t.app_id, bodies.ReservationRequest(**CALL))
         except ApiError as error:
             assert (error.status, error.code) == (429, "QUOTA_EXCEEDED")
             return None

@@ -9,8 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from price_keeper import bodies
+from price_keeper.bodies import UsageRequest
 from price_keeper.domain import metering, orgs, reservations
-from price_keeper.domain.models import UsageRequest
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import ddb_client, item_size, table
 from price_keeper.timeutil import org_date, org_day
@@ -147,7 +148,7 @@ def test_a_void_of_a_settling_record_takes_its_settled_spend_back_with_its_cost(
     held = reserve(api, t, {"model_label": "premium"}).json()
     body = usage_body(input_tokens=1000, output_tokens=1000, reservation_id=held["reservation_id"])
     assert api.post(f"{t.app_path}/usage", body, token=t.token).status == 202
-    request = voids.VoidRequest(app_id=t.app_id, request_ids=[body["request_id"]], reason="test")
+    request = bodies.VoidRequest(app_id=t.app_id, request_ids=[body["request_id"]], reason="test")
     assert voids.void(t.org_id, request)["voided"] == 1
     fold_stream()
     day = org_day("America/New_York", datetime.now(UTC))
@@ -251,7 +252,7 @@ def test_another_app_cannot_release_or_settle_a_hold(api):
 def test_an_expired_hold_stops_holding_for_the_next_reservation(api):
     t = tenant(model_ordering=("premium",), quotas={"premium": 10_000})
     past = datetime.now(UTC) - timedelta(seconds=30)
-    request = reservations.ReservationRequest(**CALL, ttl_secs=10)
+    request = bodies.ReservationRequest(**CALL, ttl_secs=10)
     crashed = [reservations.reserve(t.org_id, t.app_id, request, now=past) for _ in range(2)]  # never reported
     assert ledger(t, "premium")["committed"] == 2 * WORST
     reply = reserve(api, t)  # refused at first, the sweep ends both expired holds, then held
@@ -270,7 +271,7 @@ def test_a_refusal_ends_a_bounded_page_of_expired_holds_and_later_refusals_end_t
     backlog = 2 * reservations.SWEEP_LIMIT + 10
     t = tenant(model_ordering=("premium",), quotas={"premium": WORST + 5})
     past = datetime.now(UTC) - timedelta(seconds=30)
-    tiny = reservations.ReservationRequest(max_input_tokens=1, max_output_tokens=0, ttl_secs=10)  # 1 µ$ each
+    tiny = bodies.ReservationRequest(max_input_tokens=1, max_output_tokens=0, ttl_secs=10)  # 1 µ$ each
     for _ in range(backlog):  # never reported
         assert reservations.reserve(t.org_id, t.app_id, tiny, now=past)["amount_usd_micros"] == 1
     dynamodb_calls.clear()
@@ -673,7 +674,7 @@ def test_a_void_of_a_settling_record_gives_its_hold_room_back(api, fold_stream):
     held = reserve(api, t, {"model_label": "premium"}).json()
     body = usage_body(input_tokens=1000, output_tokens=1000, reservation_id=held["reservation_id"])  # 4,000
     assert api.post(f"{t.app_path}/usage", body, token=t.token).status == 202
-    request = voids.VoidRequest(app_id=t.app_id, request_ids=[body["request_id"]], reason="test")
+    request = bodies.VoidRequest(app_id=t.app_id, request_ids=[body["request_id"]], reason="test")
     assert voids.void(t.org_id, request)["voided"] == 1
     assert ledger(t, "premium") == {"committed": 0, "settled": 0}
     fold_stream()

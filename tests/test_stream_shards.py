@@ -30,8 +30,8 @@ def endpoint():
 
 def test_a_hot_label_among_quiet_ones_over_16_stream_shards_is_counted_exactly(endpoint):
     from local.streams import StreamReader, StreamTrigger
+    from price_keeper.bodies import UsageRequest
     from price_keeper.domain import metering
-    from price_keeper.domain.models import UsageRequest
     from price_keeper.store import daily_totals, keys, tables
     from price_keeper.timeutil import org_day
     from tests.usage_support import usage_body

@@ -17,6 +17,7 @@ import pytest
 from botocore.stub import Stubber
 
 from local.gateway import LambdaContext, load_handler
+from price_keeper import bodies
 from price_keeper.aws import bedrock as bedrock_control_plane
 from price_keeper.aws import price_list
 from price_keeper.config import Prices, get_config
@@ -377,7 +378,7 @@ def test_a_record_is_repriced_once_when_runs_overlap(api, tenant, bus, fold_stre
 def void(tenant, request_id: str) -> dict:
     from price_keeper.domain import voids
 
-    request = voids.VoidRequest(app_id=tenant.app_id, request_ids=[request_id], reason="reported twice by mistake")
+    request = bodies.VoidRequest(app_id=tenant.app_id, request_ids=[request_id], reason="reported twice by mistake")
     return voids.void(tenant.org_id, request)
 
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from price_keeper.bodies import UsageRequest
 from price_keeper.config import get_config
 from price_keeper.domain import aggregation, ledger, metering
-from price_keeper.domain.models import UsageRequest
 from price_keeper.store import keys, tables
 from price_keeper.store.dynamo import query_all, table
 from tests.factories import seed_app, seed_org, token_for

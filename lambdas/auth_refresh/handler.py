@@ -7,7 +7,7 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import routes
+from price_keeper import bodies, routes
 from price_keeper.domain import auth
 from price_keeper.http import oauth, replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
@@ -16,7 +16,7 @@ router = Router()
 
 
 @router.post(routes.rule(routes.AUTH_REFRESH), responses=documented(200, replies.RefreshedToken, "A new access token"))
-def refresh_token(body: Annotated[oauth.RefreshRequest, Body()]):
+def refresh_token(body: Annotated[bodies.RefreshRequest, Body()]):
     return reply(200, replies.RefreshedToken, auth.refresh_access_token(body.refresh_token), oauth.NO_STORE)
 
 

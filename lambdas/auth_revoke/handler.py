@@ -10,9 +10,9 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import routes
+from price_keeper import bodies, routes
 from price_keeper.domain import auth
-from price_keeper.http import oauth, replies
+from price_keeper.http import replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, principal
 
 router = Router()
@@ -24,7 +24,7 @@ RESPONSES = {
 
 
 @router.post(routes.rule(routes.AUTH_REVOKE), responses=RESPONSES)
-def revoke_token(body: Annotated[oauth.RevokeRequest, Body()]):
+def revoke_token(body: Annotated[bodies.RevokeRequest, Body()]):
     auth.revoke(principal(router), body.token)
     return Response(status_code=204)
 

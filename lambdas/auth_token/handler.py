@@ -7,7 +7,7 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import routes
+from price_keeper import bodies, routes
 from price_keeper.domain import auth
 from price_keeper.http import oauth, replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply, source_ip
@@ -16,7 +16,7 @@ router = Router()
 
 
 @router.post(routes.rule(routes.AUTH_TOKEN), responses=documented(200, replies.Tokens, "Access and refresh tokens"))
-def issue_token(body: Annotated[oauth.TokenRequest, Body()]):
+def issue_token(body: Annotated[bodies.TokenRequest, Body()]):
     client = auth.authenticate_client(body.client_id, body.client_secret, source_ip=source_ip(router))
     return reply(200, replies.Tokens, auth.grant_tokens(client), oauth.NO_STORE)
 

@@ -6,8 +6,8 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
 from price_keeper import routes
+from price_keeper.bodies import InferenceProfileRequest
 from price_keeper.domain import orgs, profiles
-from price_keeper.domain.models import InferenceProfileRequest
 from price_keeper.http import replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 

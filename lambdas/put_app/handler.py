@@ -5,7 +5,7 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import routes
+from price_keeper import bodies, routes
 from price_keeper.domain import provisioning
 from price_keeper.http import replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
@@ -18,7 +18,7 @@ router = Router()
     responses=documented(200, replies.AppUpdated, "Updated")
     | documented(201, replies.AppCreated, "Created, with the one-time client credentials"),
 )
-def put_app(org_id: str, app_id: str, body: Annotated[provisioning.AppRequest, Body()]):
+def put_app(org_id: str, app_id: str, body: Annotated[bodies.AppRequest, Body()]):
     created, body = provisioning.put_app(org_id, app_id, body)
     return reply(201, replies.AppCreated, body) if created else reply(200, replies.AppUpdated, body)
 

@@ -4,7 +4,7 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import routes
+from price_keeper import bodies, routes
 from price_keeper.domain import provisioning
 from price_keeper.http import replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
@@ -17,7 +17,7 @@ router = Router()
     responses=documented(200, replies.OrgUpdated, "Updated")
     | documented(201, replies.OrgCreated, "Created, with the one-time client credentials"),
 )
-def put_org(org_id: str, body: Annotated[provisioning.OrgRequest, Body()]):
+def put_org(org_id: str, body: Annotated[bodies.OrgRequest, Body()]):
     created, body = provisioning.put_org(org_id, body)
     return reply(201, replies.OrgCreated, body) if created else reply(200, replies.OrgUpdated, body)
 

@@ -5,7 +5,7 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import routes
+from price_keeper import bodies, routes
 from price_keeper.domain import boosts
 from price_keeper.http import replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
@@ -17,7 +17,7 @@ router = Router()
     routes.rule(routes.QUOTA_BOOSTS),
     responses=documented(201, replies.Boost, "Boost stored"),
 )
-def create_quota_boost(org_id: str, body: Annotated[boosts.BoostRequest, Body()]):
+def create_quota_boost(org_id: str, body: Annotated[bodies.BoostRequest, Body()]):
     return reply(201, replies.Boost, boosts.create(org_id, body))
 
 

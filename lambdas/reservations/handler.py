@@ -8,7 +8,7 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import routes
+from price_keeper import bodies, routes
 from price_keeper.domain import reservations
 from price_keeper.http import replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
@@ -17,7 +17,7 @@ router = Router()
 
 
 @router.post(routes.rule(routes.RESERVATIONS), responses=documented(201, replies.Reservation, "Held"))
-def create_reservation(org_id: str, app_id: str, body: Annotated[reservations.ReservationRequest, Body()]):
+def create_reservation(org_id: str, app_id: str, body: Annotated[bodies.ReservationRequest, Body()]):
     return reply(201, replies.Reservation, reservations.reserve(org_id, app_id, body))
 
 

@@ -6,12 +6,12 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import routes
+from price_keeper import bodies, routes
 from price_keeper.domain import provisioning
 from price_keeper.http.api import Router, build_app, lambda_entry
 
 router = Router()
-RevokeTokensBody = Annotated[provisioning.RevokeTokensRequest | None, Body()]
+RevokeTokensBody = Annotated[bodies.RevokeTokensRequest | None, Body()]
 
 
 def _revoke_tokens(org_id: str, app_id: str | None):

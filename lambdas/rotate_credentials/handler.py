@@ -6,18 +6,18 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import routes
+from price_keeper import bodies, routes
 from price_keeper.domain import provisioning
 from price_keeper.http import replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()
 ANSWER = documented(200, replies.RotatedCredentials, "The new secret, and until when the old one works")
-RotateBody = Annotated[provisioning.RotateRequest | None, Body()]
+RotateBody = Annotated[bodies.RotateRequest | None, Body()]
 
 
-def _rotate(org_id: str, app_id: str | None, body: provisioning.RotateRequest | None):
-    grace = (body or provisioning.RotateRequest()).grace_period_hours
+def _rotate(org_id: str, app_id: str | None, body: bodies.RotateRequest | None):
+    grace = (body or bodies.RotateRequest()).grace_period_hours
     return reply(200, replies.RotatedCredentials, provisioning.rotate_credentials(org_id, app_id, grace))
 
 

@@ -10,8 +10,8 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 
 from price_keeper import routes
+from price_keeper.bodies import UsageRequest
 from price_keeper.domain import metering
-from price_keeper.domain.models import UsageRequest
 from price_keeper.http import replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 

@@ -5,7 +5,7 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body
 
-from price_keeper import routes
+from price_keeper import bodies, routes
 from price_keeper.domain import voids
 from price_keeper.http import replies
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
@@ -17,7 +17,7 @@ router = Router()
     routes.rule(routes.USAGE_VOID),
     responses=documented(200, replies.VoidReply, "Records voided"),
 )
-def void_usage(org_id: str, body: Annotated[voids.VoidRequest, Body()]):
+def void_usage(org_id: str, body: Annotated[bodies.VoidRequest, Body()]):
     return reply(200, replies.VoidReply, voids.void(org_id, body))
 
 

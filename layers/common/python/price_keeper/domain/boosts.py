@@ -11,34 +11,19 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
-
-from pydantic import Field, StringConstraints
 
 from .. import audit
+from ..bodies import BoostRequest
 from ..config import get_config
 from ..errors import ApiError, invalid_request, not_found, service_unavailable
 from ..store import boosts as boost_store
 from ..store import config_items, keys, tables
 from ..timeutil import iso_utc
-from ..validation import APP_ID_PATTERN, StrictBody
 from . import orgs
 
 MAX_BOOST_DAYS = 7
 MAX_ACTIVE_BOOSTS = 20  # per quota: its item keeps them (~70 B each)
 CREATE_ATTEMPTS = 3  # a concurrent boost of the same quota changed its item first
-MAX_AMOUNT_USD_MICROS = 2**63 - 1  # CostAmount is a 64-bit integer
-
-
-class BoostRequest(StrictBody):
-    model_label: Annotated[str, StringConstraints(pattern=APP_ID_PATTERN)]
-    amount_usd_micros: Annotated[int, Field(gt=0, le=MAX_AMOUNT_USD_MICROS)]
-    expires_at: Annotated[str, StringConstraints(min_length=1, max_length=64)] = Field(
-        description="ISO 8601 time with a UTC offset, in the future and at most 7 days ahead"
-    )
-    app_id: Annotated[str, StringConstraints(pattern=APP_ID_PATTERN)] | None = Field(
-        None, description="Required when the org's quota_scope is APP; not allowed when it is ORG"
-    )
 
 
 def parse_expiry(value: str, now: datetime) -> datetime:

@@ -11,7 +11,7 @@ source mapping, which delivers the batch again from there. See docs/metering.md 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -20,7 +20,7 @@ from ..observability import logger
 from ..store import daily_totals, dynamo, keys, usage
 from ..timeutil import utc_now
 from . import aggregation, orgs
-from .aggregation import SUM_FIELDS, LabelDay, RunReport
+from .aggregation import SUM_FIELDS, LabelDay, Move, RunReport, ScopeDay
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
@@ -64,26 +64,24 @@ def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
     """The markers' inserts and updates of a stream batch, in order (TTL removals take nothing back)."""
     found = []
     for position, record in enumerate(records):
-        new = record.dynamodb.new_image if record.dynamodb else None
-        marker = (
-            str(record.dynamodb.keys.get("date_key", "")).startswith(keys.MARKER_PREFIX) if record.dynamodb else False
-        )
-        inserted_or_updated = record.event_name is not None and record.event_name.name in ("INSERT", "MODIFY")
-        if not (marker and inserted_or_updated and new):
+        stream, event = record.dynamodb, record.event_name
+        if stream is None or event is None or event.name not in ("INSERT", "MODIFY") or not (new := stream.new_image):
             continue
-        before, after = counted(record.dynamodb.old_image), counted(new)
+        if not str(stream.keys.get("date_key", "")).startswith(keys.MARKER_PREFIX):
+            continue
+        before, after = counted(stream.old_image), counted(new)
         if before == after:
             continue  # an update that changes nothing counted
         day = keys.day_key(new["org_day"])
         found.append(
             Change(
                 position,
-                daily_totals.sequence_key(record.dynamodb.sequence_number),
+                daily_totals.sequence_key(stream.sequence_number),
                 tuple((keys.usage_key(scope, new["model_label"]), day) for scope in new["scopes"]),
                 {name: after[name] - before[name] for name in SUM_FIELDS},
-                int(record.dynamodb.approximate_creation_date_time or new["accepted_at_epoch"]),
-                int(new["cost_usd_micros"]) if record.event_name.name == "INSERT" and new.get(usage.LIVE) else 0,
-                keys.live_part(record.dynamodb.keys),
+                int(stream.approximate_creation_date_time or new["accepted_at_epoch"]),
+                int(new["cost_usd_micros"]) if event.name == "INSERT" and new.get(usage.LIVE) else 0,
+                keys.live_part(stream.keys),
             )
         )
     return found
@@ -147,7 +145,7 @@ def fold_batch(records: Sequence[DynamoDBRecord], shard_id: str, now: datetime |
     report = RunReport(days=sorted({keys.day_of_key(d) for change in unfolded for _, d in change.label_days}))
     if not unfolded:
         return Folded(report, None)
-    configs = aggregation.configs_of(scopes_of(unfolded))
+    configs = aggregation.configs_of({keys.split_usage_key(usage_key)[0] for usage_key, _ in _label_days(unfolded)})
     orgs.record_config_labels()  # stored before any spend is kept apart from a scope total under one of them
     read = aggregation.read_for_fold(aggregation.scope_days_of(_label_days(unfolded), configs))  # once a batch
     folded_before = {label_day for label_day, item in read.totals.items() if "requests" in item}
@@ -171,11 +169,9 @@ def _fold_chunk(
     pending = chunk
     attempt, overtaken, fresh = 0, 0, False
     while pending:
-        scope_days, snapshot, moves = _moves(pending, configs, now, None if fresh else batch_read)
+        snapshot, moved = _moves(pending, configs, now, None if fresh else batch_read)
         actions = [
-            action
-            for scope_day in scope_days
-            for action in aggregation.scope_day_actions(scope_day, moves[(scope_day.scope, scope_day.date_key)], now)
+            action for scope_day, moves in moved for action in aggregation.scope_day_actions(scope_day, moves, now)
         ]
         expires_at = int(now.timestamp()) + PROGRESS_DAYS * 86400
         read = progress.folded_to
@@ -183,9 +179,9 @@ def _fold_chunk(
         progress.folded_to = written.folded_to
         if written.done:
             _take_back_live(pending)
-            for scope_day in scope_days:
+            for scope_day, moves in moved:
                 report.merge(_moved(scope_day, snapshot, moves, pending, now))
-            _written(batch_read, scope_days, moves)
+            _written(batch_read, moved)
             return report
         fresh = True
         if written.folded_to != read:  # another run folded some of them: no failed attempt
@@ -206,11 +202,11 @@ def _label_days(pending: list[Change]) -> list[LabelDay]:
     return [label_day for change in pending for label_day in change.label_days]
 
 
-def _written(read: aggregation.Snapshot, scope_days: list[aggregation.ScopeDay], moves: dict) -> None:
+def _written(read: aggregation.Snapshot, moved: list[tuple[ScopeDay, list[Move]]]) -> None:
     """``read`` updated with what a chunk wrote (label totals, scope total differences)."""
-    for scope_day in scope_days:
+    for scope_day, moves in moved:
         total = (scope_day.total_key["usage_key"], scope_day.date_key)
-        for move in moves[(scope_day.scope, scope_day.date_key)]:
+        for move in moves:
             read.totals[(move.fold.usage_key, move.fold.date_key)] = dict(move.fold.values)
             if scope_day.in_scope_total(move.label):
                 stored = read.totals.setdefault(total, {})
@@ -220,8 +216,8 @@ def _written(read: aggregation.Snapshot, scope_days: list[aggregation.ScopeDay],
 
 def _moves(
     pending: list[Change], configs: dict, now: datetime, read: aggregation.Snapshot | None
-) -> tuple[list[aggregation.ScopeDay], aggregation.Snapshot, dict[tuple[str, str], list[aggregation.Move]]]:
-    """The scope-days of ``pending``, their read (``read``, else a consistent one) and label moves."""
+) -> tuple[aggregation.Snapshot, list[tuple[ScopeDay, list[Move]]]]:
+    """The read of ``pending``'s scope-days (``read``, else a consistent one), and each scope-day's label moves."""
     deltas: dict[LabelDay, dict[str, int]] = {}
     created: dict[LabelDay, int] = {}
     for change in pending:
@@ -232,21 +228,13 @@ def _moves(
             created[label_day] = max(created.get(label_day, 0), change.created_epoch)
     scope_days = aggregation.scope_days_of(_label_days(pending), configs)
     snapshot = read if read is not None else aggregation.read_for_fold(scope_days, fresh_totals=True)
-    moves = {
-        (scope_day.scope, scope_day.date_key): [
-            aggregation.label_move(
-                scope_day,
-                label_day,
-                stored := snapshot.totals.get(label_day) or {},
-                {name: int(stored.get(name, 0)) + deltas[label_day][name] for name in SUM_FIELDS},
-                created[label_day],
-                now,
-            )
-            for label_day in scope_day.label_days
-        ]
-        for scope_day in scope_days
-    }
-    return scope_days, snapshot, moves
+
+    def move(scope_day: ScopeDay, label_day: LabelDay) -> Move:
+        stored = snapshot.totals.get(label_day) or {}
+        sums = {name: int(stored.get(name, 0)) + deltas[label_day][name] for name in SUM_FIELDS}
+        return aggregation.label_move(scope_day, label_day, stored, sums, created[label_day], now)
+
+    return snapshot, [(scope_day, [move(scope_day, ld) for ld in scope_day.label_days]) for scope_day in scope_days]
 
 
 def _take_back_live(folded: list[Change]) -> None:
@@ -266,9 +254,8 @@ def _take_back_live(folded: list[Change]) -> None:
         logger.exception("live spend not taken back", extra={"live_items": len(live)})
 
 
-def _moved(scope_day: aggregation.ScopeDay, snapshot, moves: dict, pending: list[Change], now: datetime) -> RunReport:
+def _moved(scope_day: ScopeDay, snapshot, folded: list[Move], pending: list[Change], now: datetime) -> RunReport:
     """What a written chunk moved of ``scope_day``, for its alerts and metrics."""
-    folded = moves[(scope_day.scope, scope_day.date_key)]
     stored = snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {})
     scope_cost = int(stored.get("cost_usd_micros", 0)) + sum(
         move.difference["cost_usd_micros"] for move in folded if scope_day.in_scope_total(move.label)
@@ -280,7 +267,3 @@ def _moved(scope_day: aggregation.ScopeDay, snapshot, moves: dict, pending: list
     )
     aggregation.report_moved(moved, scope_day, snapshot, folded, scope_cost)
     return moved
-
-
-def scopes_of(found: Iterable[Change]) -> set[str]:
-    return {keys.split_usage_key(usage_key)[0] for change in found for usage_key, _ in change.label_days}

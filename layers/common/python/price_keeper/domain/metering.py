@@ -24,6 +24,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from .. import ratelimit, routes
+from ..bodies import UsageRequest
 from ..cache import TTLCache
 from ..config import IN_REGION, get_config
 from ..errors import ApiError, as_api_error, invalid_request, service_unavailable
@@ -33,16 +34,24 @@ from ..timeutil import day_start_utc, iso_utc, org_date, org_day, parse_day, ret
 from ..validation import is_label
 from . import alerts, boosts, pricing, profiles, reservations, selection
 from .aggregation import Totals, scope_totals, scope_usage_keys, usage_expires_at
-from .models import UsageRequest
 from .orgs import EffectiveConfig
 from .quota import EXCEEDED, NORMAL, TIGHT, quota_pct, quota_status
 
 CLOCK_SKEW_SECS = 300  # a timestamp up to 5 min ahead of the server clock is not "in the future"
 TRANSACTION_ATTEMPTS = 5
+MARKER_THREADS = 10  # a batch's ledger markers written at once (the store client's connections)
 # The single report's rate limit, which a batch record written on its own is charged to.
 USAGE_LIMIT = next(route.rate_limit for route in routes.ROUTES if route.path == routes.USAGE)
 
 _TIMESTAMP_SHAPE = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+# A record's token counts, in ``pricing.Tokens``' order.
+TOKEN_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_write_input_tokens",
+    "cache_write_1h_input_tokens",
+)
 
 
 class Submission(NamedTuple):
@@ -76,7 +85,7 @@ class Outcome(NamedTuple):
     price_source: str
     profile_kind: str
     duplicate: bool
-    applied: dict | None = None  # the rates it was priced at (``pricing.PriceQuote.applied``)
+    applied: dict  # how it was priced (``pricing.PriceQuote.applied``; a duplicate's: no rates)
 
 
 # --- validation --------------------------------------------------------------------
@@ -126,13 +135,8 @@ def booking_day(moment: datetime, tz_name: str, now: datetime) -> str:
 def check_token_caps(request: UsageRequest) -> None:
     """400 for a token count over the label's per-record cap (one record cannot spend a day)."""
     max_input, max_output = get_config().token_caps(request.model_label)
-    for name, cap in (
-        ("input_tokens", max_input),
-        ("output_tokens", max_output),
-        ("cache_read_input_tokens", max_input),
-        ("cache_write_input_tokens", max_input),
-        ("cache_write_1h_input_tokens", max_input),
-    ):
+    for name in TOKEN_FIELDS:
+        cap = max_output if name == "output_tokens" else max_input  # cache counts share the input cap
         if getattr(request, name) > cap:
             raise invalid_request(
                 f"{name} exceeds the per-record limit for {request.model_label}",
@@ -179,13 +183,7 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
 
 def _priced_on(config: EffectiveConfig, request: UsageRequest, priced: profiles.PricedModel, day: str) -> Submission:
     """``request`` priced and counted on org day ``day``."""
-    tokens = pricing.Tokens(
-        request.input_tokens,
-        request.output_tokens,
-        request.cache_read_input_tokens,
-        request.cache_write_input_tokens,
-        request.cache_write_1h_input_tokens,
-    )
+    tokens = pricing.Tokens(*(getattr(request, name) for name in TOKEN_FIELDS))
     quote = pricing.price_of(priced, parse_day(day), pricing.Dimensions.of(request), tokens, config.org_id)
     return Submission(
         request_id=request.request_id,
@@ -208,8 +206,7 @@ def _room_on_closed_day(config: EffectiveConfig, submission: Submission) -> bool
     counts today."""
     day, scope = submission.day, config.scope
     label_key = keys.usage_key(scope, submission.label)
-    usage_keys = scope_usage_keys(scope)
-    found = daily_totals.read_days([(label_key, day), *((usage_key, day) for usage_key in usage_keys)])
+    found = daily_totals.read_days([(label_key, day), *((usage_key, day) for usage_key in scope_usage_keys(scope))])
     left = {}
     if quota := config.quota(submission.label):
         left[label_key] = quota - Totals.from_item(found.get((label_key, day))).cost_usd_micros
@@ -237,65 +234,56 @@ def _estimated(submission: Submission) -> dict | None:
 
 def record(submission: Submission, now: datetime, settle: reservations.Settlement | None = None) -> Outcome:
     """Write a submission exactly once (with ``settle``'s settlement); a duplicate answers the original's outcome."""
-    with _live_first([submission], now, settle) as outcomes:
+    with _live_first([submission], now) as outcomes:
         outcomes.update(_write_chunk([(0, submission)], now, settle))
     return outcomes[0]
 
 
-def _counted(submission: Submission) -> Outcome:
+def _outcome(submission: Submission, marker: dict, duplicate: bool = False) -> Outcome:
+    """What ``marker`` counted: the one ``submission`` wrote, or for a duplicate the first acceptance's
+    (which keeps how the call was made, not the rates)."""
     return Outcome(
         submission.request_id,
-        submission.label,
-        submission.day,
-        submission.shard_id,
-        submission.cost_usd_micros,
-        submission.quote.source,
-        submission.quote.profile_kind,
-        duplicate=False,
-        applied=submission.quote.applied(),
-    )
-
-
-def _duplicate(submission: Submission, first: dict) -> Outcome:
-    """What the first acceptance of ``submission``'s request id counted (its marker)."""
-    return Outcome(
-        submission.request_id,
-        first["model_label"],
-        first["org_day"],
-        int(first["shard_id"]),
-        int(first["cost_usd_micros"]),
-        first.get("price_source", ""),
-        first.get("profile_kind", IN_REGION),
-        duplicate=True,
-        applied=pricing.applied_from_marker(first),
+        marker["model_label"],
+        marker["org_day"],
+        int(marker["shard_id"]),
+        int(marker["cost_usd_micros"]),
+        marker.get("price_source", ""),
+        marker.get("profile_kind", IN_REGION),
+        duplicate,
+        pricing.applied_from_marker(marker) if duplicate else submission.quote.applied(),
     )
 
 
 def record_group(submissions: list[Submission], now: datetime) -> list[Outcome | ApiError]:
-    """Write distinct request ids exactly once: a record with nothing beside its marker is a PutItem
-    of its own, the others share transactions of up to 100 actions. A failed chunk answers its
-    records' error; the other chunks are written all the same."""
-    with _live_first(submissions, now) as outcomes:
-        outcomes.update(
-            _put_markers(
-                [(index, submission) for index, submission in enumerate(submissions) if _a_marker_alone(submission)],
-                now,
-            )
-        )
-        for chunk in _chunks([(index, s) for index, s in enumerate(submissions) if index not in outcomes], now):
-            try:
-                outcomes.update(_write_chunk(chunk, now))
-            except Exception as error:  # noqa: BLE001 - the other chunks' records are written all the same
-                outcomes.update((index, as_api_error(error)) for index, _ in chunk if index not in outcomes)
+    """Write distinct request ids exactly once: a record with nothing beside its marker (no estimated
+    item or index entry) is a PutItem of its own, ``MARKER_THREADS`` at once; the others share
+    transactions of up to 100 actions. A failed write answers its records' error; the others are
+    written all the same."""
+    entries = list(enumerate(submissions))
+    alone = [[entry] for entry in entries if not entry[1].lists_day and _estimated(entry[1]) is None]
+    with _live_first(submissions, now) as outcomes, ThreadPoolExecutor(max_workers=MARKER_THREADS) as pool:
+        for written in pool.map(lambda chunk: _written_or_failed(chunk, now), alone):
+            outcomes.update(written)
+        for chunk in _chunks([(index, s) for index, s in entries if index not in outcomes], now):
+            outcomes.update(_written_or_failed(chunk, now))
     return [outcomes[index] for index in range(len(submissions))]
 
 
+def _written_or_failed(chunk: list[tuple[int, Submission]], now: datetime) -> dict[int, Outcome | ApiError]:
+    """``_write_chunk``, or its records' error."""
+    try:
+        return _write_chunk(chunk, now)
+    except Exception as error:  # noqa: BLE001 - the batch's other records are written all the same
+        return {index: as_api_error(error) for index, _ in chunk}
+
+
 @contextmanager
-def _live_first(submissions: list[Submission], now: datetime, settle: reservations.Settlement | None = None):
+def _live_first(submissions: list[Submission], now: datetime):
     """Around the writes of ``submissions`` (the block fills their outcomes by index): tight
     records' costs added to their live items before, and taken back after from those not
     counted. A crash in between leaves a live item too high, never too low."""
-    records = {index: _record_args(s, now, settles=bool(settle)) for index, s in enumerate(submissions) if s.live}
+    records = {index: _record_args(s, now) for index, s in enumerate(submissions) if s.live}
     expires_at = usage_expires_at(max((s.day for s in submissions), default="19700101"))
     if records:
         usage.add_live(usage.live_costs_of(list(records.values())), expires_at)
@@ -312,14 +300,6 @@ def _live_first(submissions: list[Submission], now: datetime, settle: reservatio
             usage.add_live({where: -cost for where, cost in usage.live_costs_of(uncounted).items()}, expires_at)
 
 
-MARKER_THREADS = 10  # a batch's ledger markers written at once (the store client's connections)
-
-
-def _a_marker_alone(submission: Submission) -> bool:
-    """A record with nothing to write beside its marker (no estimated item or index entry)."""
-    return not submission.lists_day and _estimated(submission) is None
-
-
 # Label-days (scope, label, yyyymmdd) this container's records listed (``_as_answered``).
 _listed = TTLCache(86_400)
 
@@ -334,21 +314,6 @@ def _as_answered(submission: Submission, statuses: list[dict]) -> Submission:
     return submission._replace(live=status["mode"] == TIGHT, lists_day=unlisted)
 
 
-def _put_markers(entries: list[tuple[int, Submission]], now: datetime) -> dict[int, Outcome | ApiError]:
-    """Records written each as one conditional PutItem, ``MARKER_THREADS`` at once: outcome or error."""
-
-    def put(entry: tuple[int, Submission]) -> tuple[int, Outcome | ApiError]:
-        try:
-            return entry[0], _write_chunk([entry], now)[entry[0]]
-        except Exception as error:  # noqa: BLE001 - the batch's other records are written all the same
-            return entry[0], as_api_error(error)
-
-    if not entries:
-        return {}
-    with ThreadPoolExecutor(max_workers=MARKER_THREADS) as pool:
-        return dict(pool.map(put, entries))
-
-
 def _write_chunk(
     chunk: list[tuple[int, Submission]], now: datetime, settle: reservations.Settlement | None = None
 ) -> dict[int, Outcome]:
@@ -356,9 +321,10 @@ def _write_chunk(
     outcomes: dict[int, Outcome] = {}
     attempt = 0
     while chunk:
-        items = usage.group_items([_record_args(submission, now, settles=bool(settle)) for _, submission in chunk])
+        records = [_record_args(submission, now, settles=bool(settle)) for _, submission in chunk]
+        items = usage.group_items(records) + (settle.actions(attempt) if settle else [])
         try:
-            counted_before = usage.write_group(items + (settle.actions(attempt) if settle else []), len(chunk), attempt)
+            counted_before = usage.write_group(items, len(chunk), attempt)
         except usage.Conflict:
             attempt += 1
             if attempt == TRANSACTION_ATTEMPTS:
@@ -366,10 +332,14 @@ def _write_chunk(
             retry_pause(attempt)
             continue
         if not counted_before:
-            outcomes.update((index, _counted(submission)) for index, submission in chunk)
+            outcomes.update(
+                (index, _outcome(submission, record["marker"]))
+                for (index, submission), record in zip(chunk, records, strict=True)
+            )
             break
         outcomes.update(
-            (chunk[position][0], _duplicate(chunk[position][1], first)) for position, first in counted_before.items()
+            (chunk[position][0], _outcome(chunk[position][1], first, duplicate=True))
+            for position, first in counted_before.items()
         )
         chunk = [entry for position, entry in enumerate(chunk) if position not in counted_before]
     return outcomes
@@ -391,15 +361,10 @@ def _chunks(entries: list[tuple[int, Submission]], now: datetime) -> list[list[t
 def _record_args(submission: Submission, now: datetime, settles: bool = False) -> dict:
     """What ``usage.group_items`` takes of a record (``settles``: one settling a reservation)."""
     now_epoch = int(now.timestamp())
-    tokens = submission.tokens
-    settled = {usage.SETTLED: submission.cost_usd_micros} if settles else {}
     estimated = _estimated(submission)
-    token_counts = {
-        "input_tokens": tokens.input,
-        "output_tokens": tokens.output,
-        "cache_read_input_tokens": tokens.cache_read,
-        "cache_write_input_tokens": tokens.cache_write,
-    }
+    token_counts = dict(zip(TOKEN_FIELDS, submission.tokens, strict=True))
+    if not submission.tokens.cache_write_1h:  # a marker has the 1-hour part only when there is one
+        del token_counts["cache_write_1h_input_tokens"]
     return {
         "dedup_key": submission.dedup_key,
         "marker_key": submission.marker_key,
@@ -409,19 +374,18 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
         "label": submission.label,
         "day": submission.day,
         "now_epoch": now_epoch,
-        "counts": {"cost_usd_micros": submission.cost_usd_micros, **token_counts, **settled},
+        "counts": {"cost_usd_micros": submission.cost_usd_micros},
         "marker": {
             "model_label": submission.label,
             "org_day": submission.day,
             "shard_id": submission.shard_id,
             "scopes": list(submission.scopes),  # what a void subtracts from (domain.voids)
             **token_counts,
-            **({"cache_write_1h_input_tokens": tokens.cache_write_1h} if tokens.cache_write_1h else {}),
             "cost_usd_micros": submission.cost_usd_micros,
             "price_source": submission.quote.source,
             "profile_kind": submission.quote.profile_kind,
             **submission.quote.marker_fields(),  # how the call was made (voids, re-pricing, duplicates)
-            **settled,  # what a void takes back of it too
+            **({usage.SETTLED: submission.cost_usd_micros} if settles else {}),  # what a void takes back too
         },
         "expires_at": usage_expires_at(submission.day),
         # an estimated record's marker lives as long as its estimated item, so re-pricing sees a void
@@ -486,46 +450,6 @@ def _daily_status(config: EffectiveConfig, label: str, day: str, item: dict | No
     }
 
 
-def position_keys(config: EffectiveConfig, counted: list[tuple[str, str]], now: datetime) -> list[tuple[str, str]]:
-    """The (usage_key, yyyymmdd) totals ``quota_position`` shows: counted label-days and today's scope spend."""
-    today = org_day(config.timezone, now)
-    return [
-        *((keys.usage_key(config.scope, label), day) for label, day in counted),
-        *((usage_key, today) for usage_key in scope_usage_keys(config.scope)),
-    ]
-
-
-def quota_position(
-    config: EffectiveConfig,
-    counted: list[tuple[str, str]],
-    now: datetime,
-    found: dict[tuple[str, str], dict] | None = None,
-) -> tuple[list[dict], dict]:
-    """(each counted label-day's ``_daily_status``, today's scope total against its cap) as of the
-    last aggregation, in one read unless ``found`` holds the ``position_keys`` items already."""
-    today = org_day(config.timezone, now)
-    if found is None:
-        found = daily_totals.read_days(position_keys(config, counted, now))
-    labels = [
-        _daily_status(config, label, day, found.get((keys.usage_key(config.scope, label), day)))
-        for label, day in counted
-    ]
-    # The scope's spend over every label; never below today's labels it was read with (the scope total may lag them).
-    spend = max(
-        scope_totals(config.scope, lambda usage_key: Totals.from_item(found.get((usage_key, today)))).cost_usd_micros,
-        sum(status["cost_usd_micros"] for status in labels if status["org_day"] == today),
-    )
-    quota = config.total_quota
-    total = {
-        "org_day": today,
-        "spend_usd_micros": spend,
-        "quota_usd_micros": quota,
-        "quota_pct": quota_pct(spend, quota),
-        "status": quota_status(spend, quota, config.tight_mode_threshold_pct),
-    }
-    return labels, total
-
-
 def _accepted_body(outcome: Outcome, now: datetime) -> dict:
     return {
         "request_id": outcome.request_id,
@@ -545,26 +469,53 @@ def _accepted_body(outcome: Outcome, now: datetime) -> dict:
             "source": outcome.price_source,
             "version": parse_day(outcome.day).isoformat(),
             "profile_kind": outcome.profile_kind,
-            **(outcome.applied or {}),
+            **outcome.applied,
         },
         "timestamp": iso_utc(now),
     }
 
 
-def _position(
+def quota_position(
     config: EffectiveConfig, counted: list[tuple[str, str]], now: datetime, asked: bool
 ) -> tuple[list[dict], dict, dict]:
-    """(``quota_position``, and ``{"model_selection": ...}`` when asked: docs/metering.md, "Selection
-    with a report"). A store too busy for the selection leaves it out rather than answering 503."""
+    """(each counted label-day's ``_daily_status``, today's scope total against its cap, and
+    ``{"model_selection": ...}`` when ``asked``: docs/metering.md, "Selection with a report") as of
+    the last aggregation, in one read. A store too busy for the selection leaves it out rather than
+    answering 503."""
+    today = org_day(config.timezone, now)
+    shown = [
+        *((keys.usage_key(config.scope, label), day) for label, day in counted),
+        *((usage_key, today) for usage_key in scope_usage_keys(config.scope)),
+    ]
+    found, selected = None, {}
     if asked:
         try:
-            carried = selection.carried(config, now, position_keys(config, counted, now))
-            return *quota_position(config, counted, now, carried.items), {"model_selection": carried.selection}
+            carried = selection.carried(config, now, shown)
+            found, selected = carried.items, {"model_selection": carried.selection}
         except (ApiError, ClientError, BotoCoreError) as error:
             if as_api_error(error).status != 503:
                 raise
             logger.warning("selection left out of a usage answer: the store is busy")
-    return *quota_position(config, counted, now), {}
+    if found is None:
+        found = daily_totals.read_days(shown)
+    labels = [
+        _daily_status(config, label, day, found.get((keys.usage_key(config.scope, label), day)))
+        for label, day in counted
+    ]
+    # The scope's spend over every label; never below today's labels it was read with (the scope total may lag them).
+    spend = max(
+        scope_totals(config.scope, lambda usage_key: Totals.from_item(found.get((usage_key, today)))).cost_usd_micros,
+        sum(status["cost_usd_micros"] for status in labels if status["org_day"] == today),
+    )
+    quota = config.total_quota
+    total = {
+        "org_day": today,
+        "spend_usd_micros": spend,
+        "quota_usd_micros": quota,
+        "quota_pct": quota_pct(spend, quota),
+        "status": quota_status(spend, quota, config.tight_mode_threshold_pct),
+    }
+    return labels, total, selected
 
 
 def submit(
@@ -577,23 +528,24 @@ def submit(
     settle = reservations.settlement(config, submission, request.reservation_id)
     counted = [(submission.label, submission.day)]
     # the answer read first: the record as it has the label-day (``_as_answered``)
-    position = _position(config, counted, now, with_selection)
+    position = quota_position(config, counted, now, with_selection)
     outcome = count(config, _as_answered(submission, position[0]), now, settle)
     if [(outcome.label, outcome.day)] != counted:  # a duplicate: the first acceptance's label-day
-        position = _position(config, [(outcome.label, outcome.day)], now, with_selection)
+        position = quota_position(config, [(outcome.label, outcome.day)], now, with_selection)
     (label,), total, selected = position
     body = {**_accepted_body(outcome, now), "daily_total": label, "scope_total": total}
     body |= {"reservation": settle.summary(outcome.duplicate)} if settle else {}
     return body | selected
 
 
-def _failed(raw, code: str, message: str) -> dict:
+def _failed(raw, failure: ApiError) -> dict:
+    """A batch record's failed result (``raw``: the record as sent)."""
     request_id = raw.get("request_id") if isinstance(raw, dict) else None
     return {
         "request_id": request_id[:64] if isinstance(request_id, str) else None,
         "status": "failed",
-        "error": code,
-        "message": message,
+        "error": failure.code,
+        "message": failure.message,
     }
 
 
@@ -647,10 +599,9 @@ def _one_record(raw, step: Callable, *args):
     try:
         return step(*args)
     except ValidationError:
-        return _failed(raw, "INVALID_REQUEST", "Request validation failed")
+        return _failed(raw, invalid_request("Request validation failed"))
     except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others
-        failure = as_api_error(error)
-        return _failed(raw, failure.code, failure.message)
+        return _failed(raw, as_api_error(error))
 
 
 def _count_batch(
@@ -671,7 +622,7 @@ def _count_batch(
     for index, outcome in zip(together, written, strict=True):
         submission = prepared[index].submission
         if isinstance(outcome, ApiError):
-            done[index] = _failed({"request_id": submission.request_id}, outcome.code, outcome.message), None
+            done[index] = _failed({"request_id": submission.request_id}, outcome), None
         else:
             _after_counting(config, submission, outcome, now)
             done[index] = _accepted_result(outcome, None), outcome
@@ -699,8 +650,7 @@ def _count_alone(
             )
         outcome = count(config, submission, now, settle)
     except Exception as error:  # noqa: BLE001 - one record's fault must not fail the others
-        failure = as_api_error(error)
-        return _failed({"request_id": submission.request_id}, failure.code, failure.message), None
+        return _failed({"request_id": submission.request_id}, as_api_error(error)), None
     return _accepted_result(outcome, settle), outcome
 
 
@@ -731,24 +681,22 @@ def submit_batch(
     prepared = _prepare_all(config, records, now)
     submissions = [entry.submission for entry in prepared if isinstance(entry, _Prepared)]
     label_days = list(dict.fromkeys((submission.label, submission.day) for submission in submissions))
-    read_first = None
-    if label_days:  # the answer read first, as a single report's (``_as_answered``)
-        read_first = _position(config, label_days, now, with_selection)
-        prepared = [
-            entry._replace(submission=_as_answered(entry.submission, read_first[0]))
-            if isinstance(entry, _Prepared)
-            else entry
-            for entry in prepared
-        ]
+    # the answer read first, as a single report's (``_as_answered``); read again if what counted differs
+    read_first = quota_position(config, label_days, now, with_selection)
+    prepared = [
+        entry._replace(submission=_as_answered(entry.submission, read_first[0]))
+        if isinstance(entry, _Prepared)
+        else entry
+        for entry in prepared
+    ]
     counted = _count_batch(config, prepared, now, client)
     done = [counted.get(index, (entry, None)) for index, entry in enumerate(prepared)]
     results = [result for result, _ in done]
     accepted = sum(1 for result in results if result["status"] == "accepted")
     labels_counted = list(dict.fromkeys((outcome.label, outcome.day) for _, outcome in done if outcome is not None))
-    if read_first is not None and labels_counted == label_days:
-        labels, total, selected = read_first
-    else:
-        labels, total, selected = _position(config, labels_counted, now, with_selection)
+    labels, total, selected = (
+        read_first if labels_counted == label_days else quota_position(config, labels_counted, now, with_selection)
+    )
     return {
         "accepted": accepted,
         "failed": len(results) - accepted,

@@ -96,7 +96,7 @@ def cost_usd_micros(tokens: Tokens, prices: Prices) -> int:
 
 # --- how a call was made ------------------------------------------------------------
 
-ON_DEMAND, BATCH_INFERENCE = "ON_DEMAND", "BATCH"  # the wire's values: models.CallDimensions
+ON_DEMAND, BATCH_INFERENCE = "ON_DEMAND", "BATCH"  # the wire's values: bodies.CallDimensions
 
 
 class Dimensions(NamedTuple):

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, model_validator
-
-from .. import audit, ratelimit
+from .. import audit
+from ..bodies import ORG_ONLY_SETTINGS, AppRequest, OrgRequest
 from ..config import get_config
 from ..errors import ApiError, invalid_config, not_found
 from ..metric_names import CLIENT_TOKENS_REVOKED
@@ -28,115 +26,10 @@ from ..store import config_items, usage
 from ..store import profiles as profile_store
 from ..store.dynamo import ConditionFailed
 from ..timeutil import is_valid_timezone, iso_utc, next_midnight_utc, org_day, parse_day
-from ..validation import StrictBody
 from . import auth, orgs
 
-MAX_LABELS = 32
-MAX_QUOTA_USD_MICROS = 2**63 - 1  # the spec's CostAmount is a 64-bit integer
-MAX_GRACE_HOURS = 168
-# Settings that only an org has: an app always takes them from its org.
-ORG_ONLY_SETTINGS = frozenset({"timezone", "quota_scope", "agg_shard_count", "sticky_fallback_enabled"})
 # The wire name of an app override -> its attribute in the app item, where they differ.
 ATTRIBUTES = {"refresh_interval_secs": "refresh_interval_normal_secs"}
-
-Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
-Label = Annotated[str, StringConstraints(min_length=1, max_length=64)]
-Ordering = Annotated[list[Label], Field(min_length=1, max_length=MAX_LABELS)]
-QuotaAmount = Annotated[int, Field(ge=0, le=MAX_QUOTA_USD_MICROS)]
-Quotas = Annotated[dict[Label, QuotaAmount], Field(max_length=MAX_LABELS)]
-TOTAL_QUOTA_DESCRIPTION = (
-    "Daily cap over every label, in the ordering or not, in micro-USD; default: the sum of the ordering's label quotas"
-)
-APP_CAP_DESCRIPTION = (
-    "ORG scope: the most one app may spend a day over every label, in micro-USD (model selection answers "
-    "429 to that app once it is reached); default: no cap of its own"
-)
-ThresholdPct = Annotated[int, Field(ge=50, le=100)]
-AlertThresholds = Annotated[list[Annotated[int, Field(ge=1, le=100)]], Field(min_length=1, max_length=10)]
-RefreshSecs = Annotated[int, Field(ge=1, le=86_400)]  # at most a day
-RateLimits = Annotated[
-    dict[str, Annotated[int, Field(ge=1, le=ratelimit.MAX_ORG_REQUESTS)]],
-    Field(min_length=1, max_length=len(ratelimit.ORG_ADJUSTABLE)),
-]
-
-
-# --- request bodies ----------------------------------------------------------------
-
-
-class OrgOverrides(StrictBody):
-    tight_mode_threshold_pct: ThresholdPct | None = None
-    agg_shard_count: Literal[8, 16, 32, 64] | None = None
-    sticky_fallback_enabled: bool | None = None
-    refresh_interval_secs: RefreshSecs | None = Field(
-        None, description="Stored as refresh_interval_normal_secs; the tight-mode interval stays the default"
-    )
-    alert_thresholds_pct: AlertThresholds | None = Field(
-        None, description="THRESHOLD alert percentages of the org's quotas; default config.yaml alerts.thresholds_pct"
-    )
-    rate_limits: RateLimits | None = Field(
-        None,
-        description="Requests per window of each of the org's clients, by limit name "
-        f"({', '.join(sorted(ratelimit.ORG_ADJUSTABLE))}); the window and the others stay config.yaml's",
-    )
-
-    @model_validator(mode="after")
-    def _known_limits(self):
-        unknown = sorted(set(self.rate_limits or ()) - ratelimit.ORG_ADJUSTABLE)
-        if unknown:
-            raise ValueError(f"rate_limits: {', '.join(unknown)} not among {sorted(ratelimit.ORG_ADJUSTABLE)}")
-        return self
-
-
-class OrgRequest(StrictBody):
-    org_name: Name
-    timezone: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    quota_scope: Literal["ORG", "APP"]
-    model_ordering: Ordering
-    quotas: Quotas = Field(description="Daily quota per label in micro-USD; one for every label in model_ordering")
-    total_quota_usd_micros: QuotaAmount | None = Field(None, description=TOTAL_QUOTA_DESCRIPTION)
-    app_daily_cap_usd_micros: QuotaAmount | None = Field(
-        None, description=APP_CAP_DESCRIPTION + "; the default of every app of the org"
-    )
-    overrides: OrgOverrides = Field(default_factory=OrgOverrides)
-
-
-def _reject_org_only(data):
-    """A clear 400 for settings an app can never override (rather than "extra field")."""
-    if isinstance(data, dict):
-        fixed = sorted(ORG_ONLY_SETTINGS & data.keys())
-        if fixed:
-            raise ValueError(f"{', '.join(fixed)} always come(s) from the organization and cannot be set per app")
-    return data
-
-
-class AppOverrides(StrictBody):
-    tight_mode_threshold_pct: ThresholdPct | None = None
-    refresh_interval_secs: RefreshSecs | None = None
-
-    _org_only = model_validator(mode="before")(_reject_org_only)
-
-
-class AppRequest(StrictBody):
-    app_name: Name
-    model_ordering: Ordering | None = None
-    quotas: Quotas | None = Field(None, description="Only when the org's quota_scope is APP")
-    total_quota_usd_micros: QuotaAmount | None = Field(
-        None, description=TOTAL_QUOTA_DESCRIPTION + "; only when the org's quota_scope is APP"
-    )
-    app_daily_cap_usd_micros: QuotaAmount | None = Field(
-        None, description=APP_CAP_DESCRIPTION + "; default: the org's app_daily_cap_usd_micros"
-    )
-    overrides: AppOverrides = Field(default_factory=AppOverrides)
-
-    _org_only = model_validator(mode="before")(_reject_org_only)
-
-
-class RotateRequest(StrictBody):
-    grace_period_hours: Annotated[int, Field(ge=0, le=MAX_GRACE_HOURS)] = MAX_GRACE_HOURS
-
-
-class RevokeTokensRequest(StrictBody):
-    """No fields: the body is ``{}`` (or absent); anything in it is a 400."""
 
 
 # --- validation against config.yaml and the stored org ------------------------------

@@ -43,42 +43,22 @@ def rederive(org_id: str, day: str, now: datetime) -> RunReport:
     if latest > now.timestamp() - SETTLED_SECS:
         logger.warning("re-derivation deferred: a record of the day changed lately", extra={"org": org_id, "day": day})
         return report
-    derived = _sums(markers)
+    derived = _changes(markers)
     for attempt in range(WRITE_ATTEMPTS):
         if attempt:
             dynamo._backoff(attempt)
-        try:
-            report.merge(_write(derived, now))
+        if (written := _write(derived, now)) is not None:
+            report.merge(written)
             return report
-        except _Raced:
-            continue
     raise service_unavailable()
 
 
-class _Derived:
-    """A label-day's sums from its markers, and its hour marks."""
-
-    def __init__(self):
-        self.sums = dict.fromkeys(SUM_FIELDS, 0)
-        self.changes: list[tuple[int, dict[str, int]]] = []  # (epoch, delta)
-
-    def add(self, epoch: int, delta: dict[str, int]) -> None:
-        for name, value in delta.items():
-            self.sums[name] += value
-        self.changes.append((epoch, delta))
-
-    def marks(self) -> bytes:
-        running, marks = dict.fromkeys(SUM_FIELDS, 0), {}
-        for epoch, delta in sorted(self.changes, key=lambda change: change[0]):
-            for name, value in delta.items():
-                running[name] += value
-            marks[epoch // 3600] = [running[name] for name in reconciliation_store.MARK_FIELDS]
-        return reconciliation_store.pack_marks(marks)
+Changes = list[tuple[int, dict[str, int]]]  # a label-day's (epoch, delta) from its markers
 
 
-def _sums(markers: list[dict]) -> dict[LabelDay, _Derived]:
-    """Each label-day's sums, as the fold adds a marker's insert and then its void or re-pricing."""
-    derived: dict[LabelDay, _Derived] = {}
+def _changes(markers: list[dict]) -> dict[LabelDay, Changes]:
+    """Each label-day's changes, as the fold adds a marker's insert and then its void or re-pricing."""
+    derived: dict[LabelDay, Changes] = {}
     for marker in markers:
         inserted = {
             name: value for name, value in marker.items() if name not in ("voided_at_epoch", "repriced_at_epoch")
@@ -87,19 +67,26 @@ def _sums(markers: list[dict]) -> dict[LabelDay, _Derived]:
         later = max((int(marker[name]) for name in CHANGE_TIMES[1:] if name in marker), default=None)
         for scope in marker["scopes"]:
             label_day = (keys.usage_key(scope, marker["model_label"]), keys.day_key(marker["org_day"]))
-            entry = derived.setdefault(label_day, _Derived())
-            entry.add(int(marker["accepted_at_epoch"]), first)
+            changes = derived.setdefault(label_day, [])
+            changes.append((int(marker["accepted_at_epoch"]), first))
             if later is not None:
-                entry.add(later, {name: now[name] - first[name] for name in SUM_FIELDS})
+                changes.append((later, {name: now[name] - first[name] for name in SUM_FIELDS}))
     return derived
 
 
-class _Raced(Exception):
-    """A total moved between its read and the write: read again."""
+def _summed(changes: Changes) -> tuple[dict[str, int], bytes]:
+    """The sums of ``changes`` and their hour marks (the running sums at each hour's last change)."""
+    running, marks = dict.fromkeys(SUM_FIELDS, 0), {}
+    for epoch, delta in sorted(changes, key=lambda change: change[0]):
+        for name, value in delta.items():
+            running[name] += value
+        marks[epoch // 3600] = [running[name] for name in reconciliation_store.MARK_FIELDS]
+    return running, reconciliation_store.pack_marks(marks)
 
 
-def _write(derived: dict[LabelDay, _Derived], now: datetime) -> RunReport:
-    """Set the label totals that differ from their markers' sums: one transaction a scope-day."""
+def _write(derived: dict[LabelDay, Changes], now: datetime) -> RunReport | None:
+    """Set the label totals that differ from their markers' sums: one transaction a scope-day.
+    None when a total moved between its read and the write: read again."""
     configs = aggregation.configs_of({keys.split_usage_key(usage_key)[0] for usage_key, _ in derived})
     scope_days = aggregation.scope_days_of(derived, configs)
     snapshot = aggregation.read_for_fold(scope_days, fresh_totals=True)
@@ -114,7 +101,7 @@ def _write(derived: dict[LabelDay, _Derived], now: datetime) -> RunReport:
             continue
         day = keys.day_of_key(scope_day.date_key)
         if dynamo.transact(aggregation.scope_day_actions(scope_day, moves, now)) is not None:
-            raise _Raced()
+            return None
         logger.warning(
             "label totals re-derived from their records",
             extra={"scope": scope_day.scope, "day": day, "labels": [move.label for move in moves]},
@@ -124,12 +111,13 @@ def _write(derived: dict[LabelDay, _Derived], now: datetime) -> RunReport:
     return report
 
 
-def _move(scope_day: ScopeDay, label_day: LabelDay, stored: dict, derived: _Derived, now: datetime) -> Move | None:
+def _move(scope_day: ScopeDay, label_day: LabelDay, stored: dict, changes: Changes, now: datetime) -> Move | None:
     """The move of a label total to what its markers sum to; None when it holds that already."""
-    if all(int(stored.get(name, 0)) == derived.sums[name] for name in SUM_FIELDS) and "requests" in stored:
+    sums, marks = _summed(changes)
+    if all(int(stored.get(name, 0)) == sums[name] for name in SUM_FIELDS) and "requests" in stored:
         return None
-    latest = max(epoch for epoch, _ in derived.changes)
-    return aggregation.label_move(scope_day, label_day, stored, derived.sums, latest, now, marks=derived.marks())
+    latest = max(epoch for epoch, _ in changes)
+    return aggregation.label_move(scope_day, label_day, stored, sums, latest, now, marks=marks)
 
 
 def candidate_days(now: datetime) -> list[str]:

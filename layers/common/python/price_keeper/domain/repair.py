@@ -36,27 +36,27 @@ def plan_audit(now: datetime | None = None) -> dict:
     """Enqueue the label-days of the org days in play, ``AUDIT_CHUNK`` to a message, and each org
     day due to be re-derived; write the heartbeat. What was sent."""
     now = now or utc_now()
-    days = aggregation.days_in_play(now)
-    listed = _listed(now)
-    entries = [list(label_day) for day in days for label_day in sorted(listed[day])]
-    settled = rederive.due_org_days([label_day for found in listed.values() for label_day in found], now)
+    days, audited, settled = _in_play(now)
     bodies = [
-        json.dumps({"audit": entries[start : start + AUDIT_CHUNK]}) for start in range(0, len(entries), AUDIT_CHUNK)
-    ] + [json.dumps({"rederive": list(org_day)}) for org_day in settled]
+        json.dumps({"audit": audited[start : start + AUDIT_CHUNK]}) for start in range(0, len(audited), AUDIT_CHUNK)
+    ] + [json.dumps({"rederive": org_day}) for org_day in settled]
     sqs = client("sqs")
     for batch in _send_batches(bodies):
-        entries_sent = [{"Id": str(n), "MessageBody": body} for n, body in enumerate(batch)]
-        failed = sqs.send_message_batch(QueueUrl=queue_url(), Entries=entries_sent).get("Failed")
+        entries = [{"Id": str(n), "MessageBody": body} for n, body in enumerate(batch)]
+        failed = sqs.send_message_batch(QueueUrl=queue_url(), Entries=entries).get("Failed")
         if failed:
             raise RuntimeError(f"{len(failed)} audit messages not enqueued")  # the schedule retries the plan
     aggregation.heartbeat(0, now)
-    return {"days": days, "label_days": len(entries), "org_days_rederived": len(settled), "messages": len(bodies)}
+    return {"days": days, "label_days": len(audited), "org_days_rederived": len(settled), "messages": len(bodies)}
 
 
-def _listed(now: datetime) -> dict[str, list[LabelDay]]:
-    """The label-days the ``active-by-day`` index lists, by org day (the audit's and re-derivation's days)."""
-    days = sorted({*aggregation.days_in_play(now), *rederive.candidate_days(now)})
-    return {day: usage.active_label_days(day) for day in days}
+def _in_play(now: datetime) -> tuple[list[str], list[LabelDay], list[tuple[str, str]]]:
+    """The org days in play, the label-days the ``active-by-day`` index lists on them, and the org days due to be
+    re-derived (the index read once for both)."""
+    days = aggregation.days_in_play(now)
+    listed = {day: usage.active_label_days(day) for day in sorted({*days, *rederive.candidate_days(now)})}
+    audited = [label_day for day in days for label_day in sorted(listed[day])]
+    return days, audited, rederive.due_org_days([label_day for found in listed.values() for label_day in found], now)
 
 
 def _send_batches(bodies: list[str]) -> list[list[str]]:
@@ -109,10 +109,9 @@ def repair(messages: Mapping[str, str], now: datetime | None = None) -> Repaired
 def run(now: datetime | None = None) -> RunReport:
     """The whole audit in one process (tests and tools; deployed, ``plan_audit`` fans it out)."""
     now = now or utc_now()
-    days = aggregation.days_in_play(now)
-    listed = _listed(now)
-    report = aggregation.audit_label_days([label_day for day in days for label_day in listed[day]], now)
-    for org_id, day in rederive.due_org_days([label_day for found in listed.values() for label_day in found], now):
+    days, audited, settled = _in_play(now)
+    report = aggregation.audit_label_days(audited, now)
+    for org_id, day in settled:
         report.merge(rederive.rederive(org_id, day, now))
     report.days = days
     aggregation.heartbeat(report.lag_seconds, now)

@@ -16,41 +16,27 @@ import re
 import secrets
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, NamedTuple
+from typing import NamedTuple
 
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import Field, StringConstraints
 
+from ..bodies import ReservationRequest
 from ..config import get_config
 from ..errors import ApiError, invalid_request, service_unavailable
 from ..observability import logger
 from ..store import daily_totals, keys
 from ..store import reservations as store
 from ..timeutil import iso_utc, org_day, parse_day, utc_now
-from ..validation import APP_ID_PATTERN, REGION_PATTERN
 from . import alerts, boosts, pricing, profiles, slices
 from .aggregation import read_daily_totals, scope_totals, scope_usage_keys, usage_expires_at
-from .models import CallDimensions, TokenCount
 from .orgs import EffectiveConfig
 
-DEFAULT_TTL_SECS = 600
 HOLD_RETENTION_SECS = 2 * 86400  # a hold's item outlives its expiry (TTL), so a sweep can still release it
 # expired holds one refusal ends within its own request: a backlog of them is ended a page
 # at a time by later refusals, so no refusal's cost grows with the backlog
 SWEEP_LIMIT = 25
 FROM_SLICE = "from_slice"  # a hold granted from a container's slice: its end is netted later
 _ID = re.compile(r"^(\d{8})-([oa])-(\d{10})-([0-9a-f]{32})$")
-
-
-class ReservationRequest(CallDimensions):
-    max_input_tokens: TokenCount = Field(description="Upper bound of the prompt's input tokens")
-    max_output_tokens: TokenCount = Field(description="The call's maxTokens")
-    max_cache_write_input_tokens: TokenCount = 0
-    model_label: Annotated[str | None, StringConstraints(pattern=APP_ID_PATTERN, max_length=64)] = None
-    ttl_secs: Annotated[int, Field(ge=10, le=3600)] = DEFAULT_TTL_SECS
-    calling_region: Annotated[str | None, StringConstraints(pattern=REGION_PATTERN)] = Field(
-        None, description="The Bedrock Region the call goes to, as its usage record will say: priced there"
-    )
 
 
 class ReservationId(NamedTuple):

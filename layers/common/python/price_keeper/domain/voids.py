@@ -10,38 +10,15 @@ duplicate; records past the dedup window are ``not_found``.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
-
-from pydantic import Field, StringConstraints, field_validator
 
 from .. import audit
+from ..bodies import VoidRequest
 from ..errors import service_unavailable
 from ..store import keys, usage
 from ..timeutil import iso_utc, retry_pause, utc_now
-from ..validation import APP_ID_PATTERN, StrictBody, is_uuid
 from . import orgs, reservations
 
-MAX_REQUEST_IDS = 100
 TRANSACTION_ATTEMPTS = 5
-
-
-class VoidRequest(StrictBody):
-    app_id: Annotated[str, StringConstraints(pattern=APP_ID_PATTERN)] = Field(
-        description="The app that reported the records"
-    )
-    request_ids: Annotated[list[str], Field(min_length=1, max_length=MAX_REQUEST_IDS)] = Field(
-        description="The usage records' request_id values (UUIDs)"
-    )
-    reason: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)] = Field(
-        description="Why they are voided (kept on each record and in the audit line)"
-    )
-
-    @field_validator("request_ids")
-    @classmethod
-    def _canonical_uuids(cls, values: list[str]) -> list[str]:
-        if not all(is_uuid(value.lower()) for value in values):
-            raise ValueError("every request_id must be a UUID")
-        return list(dict.fromkeys(value.lower() for value in values))  # as usage stores them, once each
 
 
 def _result(request_id: str, status: str, marker: dict | None = None) -> dict:
@@ -77,7 +54,7 @@ def _void_one(config: orgs.EffectiveConfig, request_id: str, reason: str, now_ep
             return _result(request_id, "voided", marker)
         if first and "voided_at_epoch" not in first:
             continue  # re-priced since it was read: take back what it counts now
-        return _result(request_id, "already_voided" if first else "not_found", first or None)
+        return _result(request_id, "already_voided" if first else "not_found", first)
     raise service_unavailable("Void kept conflicting with concurrent writes; retry")
 
 

@@ -29,17 +29,18 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Literal, NamedTuple
+from typing import Literal, NamedTuple
 from urllib.parse import parse_qsl, unquote
 
 from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
-from pydantic import ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from .. import ratelimit, routes
+from ..bodies import Credential, Token, TokenTypeHint
 from ..domain import auth, orgs
 from ..errors import ApiError, validation_details
 from ..routes import Route
-from ..validation import Schema, StrictBody
+from ..validation import Schema
 from . import replies
 
 CONTENT_TYPE = "application/x-www-form-urlencoded"
@@ -85,27 +86,6 @@ def _refused_as(status: int, error: Callable[[str], ApiError]) -> Iterator[None]
 
 # --- the request bodies: JSON (``lambdas/auth_*``) and OAuth2 forms ------------------------
 # The forms' docstrings and descriptions are the OpenAPI document's.
-
-# Far above any id or token this service issues; longer input is refused before any work.
-Credential = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-Token = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
-TokenTypeHint = Literal["access_token", "refresh_token"] | None
-
-
-class TokenRequest(StrictBody):
-    client_id: Credential
-    client_secret: Credential
-    grant_type: Literal["client_credentials"]
-
-
-class RefreshRequest(StrictBody):
-    refresh_token: Token
-    grant_type: Literal["refresh_token"]
-
-
-class RevokeRequest(StrictBody):
-    token: Token
-    token_type_hint: TokenTypeHint = None
 
 
 class FormBody(Schema):
