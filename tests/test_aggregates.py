@@ -247,6 +247,7 @@ def test_labels_outside_the_orderings_are_shown_up_to_a_bound_and_the_rest_count
     assert ({"p-b", "p-c"} <= set(app_2["models"]), app_2["models_omitted"]) == (True, 0)
 
 
+@pytest.mark.slow  # volume: hundreds of calls; make test and CI run it
 def test_app_aggregates_resolve_their_profile_labels_together_and_cache_them(api, dynamodb_calls, fold_stream):
     """Red-team HIGH: one GetItem per profile label (400 profiles: 407 calls cold); the
     labels' Bedrock ids come from one BatchGetItem per 100 profiles, misses included in the

@@ -352,6 +352,7 @@ def test_spend_on_a_label_outside_the_ordering_is_reported(api, app_org):
     ]
 
 
+@pytest.mark.slow  # volume: hundreds of calls; make test and CI run it
 def test_labels_outside_the_ordering_count_toward_what_one_report_may_read(api, app_org):
     """The ordering's keys are checked before any read; profile labels (up to 400 a scope)
     are only known from the totals, and a report with them reads and answers at most

@@ -195,6 +195,7 @@ def _container_loop(t, kept: slices.Slices, seed: int, spent: list[int], lock: t
             spent.append(cost)
 
 
+@pytest.mark.slow  # volume: hundreds of calls; make test and CI run it
 def test_several_containers_never_overshoot(api):
     quota = 150 * WORST
     t = tenant(quota)
@@ -214,6 +215,7 @@ def test_several_containers_never_overshoot(api):
     assert quota - WORST < sum(spent) <= quota
 
 
+@pytest.mark.slow  # volume: hundreds of calls; make test and CI run it
 def test_a_dead_containers_slice_and_refunds_leak_only_headroom(api):
     quota = 300 * WORST  # (a slice is at most 1/64 of what is left: 4 calls' worth fit)
     t, dead, alive = tenant(quota), slices.Slices(), slices.Slices()
