@@ -126,7 +126,7 @@ class Endpoint:
         import boto3
 
         from local.stack import LocalAws
-        from price_keeper.domain.alerts import event_bus
+        from price_keeper.aws.events import event_bus
 
         LocalAws(persist=False)._ensure_tables()
         boto3.client("secretsmanager").create_secret(Name=JWT_SECRET_NAME, SecretString=uuid.uuid4().hex)

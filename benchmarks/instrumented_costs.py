@@ -169,7 +169,7 @@ def main() -> None:
         secrets = boto3.client("secretsmanager")
         secrets.create_secret(Name=JWT_SECRET_NAME, SecretString=uuid.uuid4().hex)
         secrets.create_secret(Name=PROVISIONING_SECRET_NAME, SecretString=KEY)
-        from price_keeper.domain.alerts import event_bus
+        from price_keeper.aws.events import event_bus
 
         boto3.client("events").create_event_bus(Name=event_bus())
         meter = Meter()

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import boto3
 
-from price_keeper.domain.alerts import event_bus
+from price_keeper.aws.events import event_bus
 from price_keeper.store.tables import ALL_TABLES, TTL_ATTRIBUTE
 
 from . import moto_patches

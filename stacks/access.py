@@ -198,7 +198,7 @@ INFERENCE_PROFILE_READERS = frozenset(
 PRICE_LIST_READERS = frozenset({"pricing_fetcher"})
 # Functions that look up a foundation model's name (aws.bedrock.foundation_model_name → GetFoundationModel).
 FOUNDATION_MODEL_READERS = frozenset({"pricing_fetcher"})
-# Functions that publish alert events on the service's event bus (alerts._publish): the
+# Functions that publish alert events on the service's event bus (aws.events.put_alert): the
 # aggregator (spend alerts), metering (UNPRICED_MODEL) and the reconciler (UNREPORTED_USAGE).
 ALERT_PUBLISHERS = frozenset({"aggregator", "usage", "usage_batch", "reconciler"})
 # Functions that read Bedrock's own counts (aws.cloudwatch.bedrock_sums: ListMetrics, GetMetricData).

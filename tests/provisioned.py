@@ -8,6 +8,7 @@ import uuid
 
 import jwt
 
+from price_keeper.aws import secrets as secrets_store
 from price_keeper.domain import auth
 from price_keeper.errors import ApiError
 from price_keeper.store import keys, tables
@@ -98,7 +99,7 @@ def accepted(access_token: str, org_id: str, app_id: str | None = None) -> bool:
 
 
 def claims_of(token: str) -> dict:
-    return jwt.decode(token, auth.signing_key(), algorithms=["HS256"], issuer=auth.ISSUER)
+    return jwt.decode(token, secrets_store.signing_key(), algorithms=["HS256"], issuer=auth.ISSUER)
 
 
 def config_item(org_id: str, app_id: str | None = None) -> dict | None:

@@ -16,6 +16,7 @@ import yaml
 
 from local.gateway import LambdaContext, load_handler
 from price_keeper import state
+from price_keeper.aws import events as alert_events
 from price_keeper.config import config_path, get_config
 from price_keeper.domain import aggregation, alerts, ledger, repair
 from price_keeper.errors import ApiError
@@ -239,7 +240,7 @@ def test_the_audit_evaluates_todays_scope_days_of_the_days_in_play_and_writes_no
 
 def test_the_scheduled_audit_fires_the_alerts_a_fold_missed_and_reports_the_run(stream):
     tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
-    boto3.client("events").create_event_bus(Name=alerts.DEFAULT_EVENT_BUS)
+    boto3.client("events").create_event_bus(Name=alert_events.DEFAULT_EVENT_BUS)
     submit(tenant)  # 94 % of premium's quota
     fold_quietly(stream())
     assert alert_records.of_day(tenant.scope, org_day(ZONE)) == {}
@@ -309,7 +310,7 @@ def test_the_audit_fans_out_over_the_repair_queue_in_chunks(repair_queue, stream
     writes no total. Chunks of 10 in every run; the deployed 100 in ``make test``."""
     monkeypatch.setattr(repair, "AUDIT_CHUNK", chunk)
     tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
-    boto3.client("events").create_event_bus(Name=alerts.DEFAULT_EVENT_BUS)
+    boto3.client("events").create_event_bus(Name=alert_events.DEFAULT_EVENT_BUS)
     submit(tenant)  # 94 % of premium's quota
     fold_quietly(stream())
     today = org_day(ZONE)
@@ -340,7 +341,7 @@ def test_the_audit_sends_each_batch_of_messages_within_sqs_limits(repair_queue, 
     same code path) and 10, and every chunk is enqueued."""
     from price_keeper.aws import client
 
-    monkeypatch.setattr(repair, "SEND_BATCH_BYTES", 64 * 1024)
+    monkeypatch.setattr("price_keeper.aws.repair_queue.SEND_BATCH_BYTES", 64 * 1024)
     org_id, app_id = str(uuid.uuid4()), "a" * 64
     scope = keys.scope_key(org_id, app_id, "APP")
     label_days = [(keys.usage_key(scope, f"{n:04d}".ljust(64, "x")), keys.day_key(DAY)) for n in range(2_000)]

@@ -11,6 +11,7 @@ import boto3
 import pytest
 
 from price_keeper.aws import client
+from price_keeper.aws import events as alert_events
 from price_keeper.domain import alerts, orgs
 from price_keeper.domain.aggregation import RunReport
 from price_keeper.domain.alerts import ALL_EXHAUSTED, FALLBACK, THRESHOLD, Alert, due_alerts
@@ -91,15 +92,15 @@ def bus(aws):
     """The service bus in moto with a rule delivering its events to a queue; returns a
     function draining the delivered events."""
     events, sqs = boto3.client("events"), boto3.client("sqs")
-    events.create_event_bus(Name=alerts.DEFAULT_EVENT_BUS)
+    events.create_event_bus(Name=alert_events.DEFAULT_EVENT_BUS)
     queue = sqs.create_queue(QueueName=f"alerts-{uuid.uuid4().hex}")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     events.put_rule(
         Name="to-queue",
-        EventBusName=alerts.DEFAULT_EVENT_BUS,
-        EventPattern=json.dumps({"source": [alerts.EVENT_SOURCE]}),
+        EventBusName=alert_events.DEFAULT_EVENT_BUS,
+        EventPattern=json.dumps({"source": [alert_events.EVENT_SOURCE]}),
     )
-    events.put_targets(Rule="to-queue", EventBusName=alerts.DEFAULT_EVENT_BUS, Targets=[{"Id": "q", "Arn": arn}])
+    events.put_targets(Rule="to-queue", EventBusName=alert_events.DEFAULT_EVENT_BUS, Targets=[{"Id": "q", "Arn": arn}])
 
     def delivered() -> list[dict]:
         found = []

@@ -1,4 +1,5 @@
-"""The seams of the layer hold: DynamoDB and its keys only behind ``store/``, and one reset
+"""The seams of the layer hold: DynamoDB and its keys only behind ``store/``, the other AWS
+services behind ``aws/``, and one reset
 for all process state (that handlers leave authentication to the request pipeline is
 ``tests/test_pipeline.py``'s)."""
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import price_keeper
 from price_keeper import aws, ratelimit, state
-from price_keeper.domain import auth
+from price_keeper.aws import secrets as secrets_store
 from price_keeper.store import dynamo
 from tests.usage_support import new_tenant, usage_body
 
@@ -54,6 +55,25 @@ def test_nothing_outside_store_calls_dynamodb():
     assert offences == []
 
 
+def test_only_store_and_aws_reach_aws():
+    """DynamoDB behind ``store/``, every other AWS service behind ``aws/``: no other module
+    imports boto3 or makes a client."""
+    offences = []
+    for path, tree in _modules(PACKAGE):
+        if path.relative_to(PACKAGE).parts[0] in ("store", "aws"):
+            continue
+        for node in ast.walk(tree):
+            imported = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported = [node.module]
+            if any(name.split(".")[0] == "boto3" for name in imported):
+                offences.append(f"{path.name}:{node.lineno} imports boto3")
+            called = node.func if isinstance(node, ast.Call) else None
+            if getattr(called, "attr", getattr(called, "id", None)) in ("client", "resource"):
+                offences.append(f"{path.name}:{node.lineno} makes a client")
+    assert offences == []
+
+
 def test_keys_are_built_and_parsed_only_in_store():
     offences = []
     for path, tree in _outside_store():
@@ -85,7 +105,7 @@ def test_one_reset_forgets_all_process_state(api):
     assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
     aws.client("events")
     ratelimit._local[("client", "usage", 0)] = (1, 1)
-    clients = [dynamo.dynamodb, aws.client, auth._secrets]
+    clients = [dynamo.dynamodb, aws.client, secrets_store._secrets]
     assert [kept.cache_info().currsize for kept in clients] == [1, 2, 1]  # secretsmanager and events
     state.reset()
     assert [kept.cache_info().currsize for kept in clients] == [0, 0, 0]

@@ -12,6 +12,7 @@ import pytest
 
 from local.gateway import LambdaContext, api_event
 from price_keeper import cache, state
+from price_keeper.aws import secrets as secrets_store
 from price_keeper.domain import auth
 from price_keeper.errors import ApiError
 from price_keeper.metric_names import CLIENT_TOKENS_REVOKED, TOKENS_REVOKED
@@ -39,7 +40,7 @@ def revoke(api, token: str, bearer: str, hint: str | None = None):
 
 
 def forge(claims: dict, key: str | None = None, algorithm: str = "HS256") -> str:
-    return jwt.encode(claims, key or auth.signing_key(), algorithm=algorithm)
+    return jwt.encode(claims, key or secrets_store.signing_key(), algorithm=algorithm)
 
 
 def access_claims(org_id: str, app_id: str | None, **changes) -> dict:

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from local import bedrock as standin
 from local.bedrock import MAX_OUTPUT_TOKENS, REGIONS, BedrockError, Runtime
 from price_keeper.aws import bedrock
+from price_keeper.aws import events as alert_events
 from price_keeper.config import get_config
 from price_keeper.domain import alerts, reconciliation
 from price_keeper.store import alert_records
@@ -162,7 +163,7 @@ def bedrock_call(model: str, at: datetime, input_tokens: int, output_tokens) -> 
 def test_an_absurd_bedrock_datapoint_is_left_out_and_the_rest_of_the_day_reconciled(aws, caplog, absurd):
     org_id = seed_org(timezone="UTC", model_ordering=("premium", "standard", "economy"))
     seed_app(org_id, "app-1")
-    boto3.client("events").create_event_bus(Name=alerts.DEFAULT_EVENT_BUS)
+    boto3.client("events").create_event_bus(Name=alert_events.DEFAULT_EVENT_BUS)
     for minute in (1, 2, 3):
         bedrock_call(NOVA_PRO, NOON + timedelta(minutes=minute), 1000, 200)
     bedrock_call(NOVA_PRO, NOON + timedelta(minutes=4), 1, absurd)  # maxTokens=absurd, as the stand-in took it

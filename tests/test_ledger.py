@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from local.gateway import LambdaContext, load_handler
 from price_keeper import bodies
+from price_keeper.aws import events as alert_events
 from price_keeper.bodies import UsageRequest
 from price_keeper.config import get_config
-from price_keeper.domain import aggregation, alerts, ledger, metering, orgs, voids
+from price_keeper.domain import aggregation, ledger, metering, orgs, voids
 from price_keeper.store import daily_totals, dynamo, keys, tables, usage
 from price_keeper.store.dynamo import table
 from price_keeper.timeutil import org_day, utc_now
@@ -843,7 +844,7 @@ def test_a_batchs_records_of_a_tight_label_day_add_to_their_live_items_before_th
 
 def test_a_stream_batch_fires_the_alerts_its_totals_cross(stream, api):
     tenant = new_tenant(quotas={"premium": 4_000, "standard": 5_000_000, "economy": 2_000_000})
-    boto3.client("events").create_event_bus(Name=alerts.DEFAULT_EVENT_BUS)
+    boto3.client("events").create_event_bus(Name=alert_events.DEFAULT_EVENT_BUS)
     assert api.post(tenant.app_path + "/usage", usage_body(), token=tenant.token).status == 202  # 94 %
     batch = stream()
     assert deliver(batch)["alerts_fired"] == 1  # THRESHOLD 80 %

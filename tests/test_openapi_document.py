@@ -18,7 +18,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from price_keeper import routes
-from price_keeper.domain import alerts
+from price_keeper.aws import events as alert_events
 from price_keeper.timeutil import org_date
 from tests.conftest import PROVISIONING_KEY
 from tests.usage_support import new_tenant, usage_body, zone_away_from_midnight
@@ -186,7 +186,7 @@ def test_every_reply_is_valid_by_its_documented_schema(api, document, bedrock_en
         route, _ = routes.match(method, path)
         return replies.check(route, api.request(method, path, body, **kw))
 
-    boto3.client("events").create_event_bus(Name=alerts.DEFAULT_EVENT_BUS)
+    boto3.client("events").create_event_bus(Name=alert_events.DEFAULT_EVENT_BUS)
     admin = {"api_key": PROVISIONING_KEY}
     org_id, app_id = str(uuid.uuid4()), "tour-app"
     org_path, app_path = f"/api/v1/orgs/{org_id}", f"/api/v1/orgs/{org_id}/apps/{app_id}"

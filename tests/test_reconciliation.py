@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from price_keeper import state
+from price_keeper.aws import events as alert_events
 from price_keeper.config import get_config
 from price_keeper.domain import alerts, reconciliation
 from price_keeper.errors import ApiError
@@ -31,7 +32,7 @@ TOLERANCE = timedelta(seconds=get_config().reconciliation.tolerance_seconds)
 def tenant(aws):
     org_id = seed_org(timezone="UTC", model_ordering=("premium", "standard", "economy"))
     seed_app(org_id, "app-1")
-    boto3.client("events").create_event_bus(Name=alerts.DEFAULT_EVENT_BUS)
+    boto3.client("events").create_event_bus(Name=alert_events.DEFAULT_EVENT_BUS)
     return org_id
 
 

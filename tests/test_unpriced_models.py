@@ -19,9 +19,10 @@ from botocore.stub import Stubber
 from local.gateway import LambdaContext, load_handler
 from price_keeper import bodies
 from price_keeper.aws import bedrock as bedrock_control_plane
+from price_keeper.aws import events as alert_events
 from price_keeper.aws import price_list
 from price_keeper.config import Prices, get_config
-from price_keeper.domain import aggregation, alerts, pricing, repair
+from price_keeper.domain import aggregation, pricing, repair
 from price_keeper.domain.aggregation import Totals
 from price_keeper.store import daily_totals, keys, tables
 from price_keeper.store import prices as price_store
@@ -163,7 +164,7 @@ def unpriced_model_event(model_id: str = LLAMA) -> dict:
         "version": "0",
         "id": "6a7e8feb-b491-4cf7-a9f1-bf3703467718",
         "detail-type": "SpendAlert",
-        "source": alerts.EVENT_SOURCE,
+        "source": alert_events.EVENT_SOURCE,
         "account": "123456789012",
         "time": "2026-01-23T15:30:45Z",
         "region": "us-east-1",

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
+from price_keeper.aws import repair_queue
 from price_keeper.domain import alerts, ledger, repair
 from price_keeper.metric_names import AGGREGATOR_LAG_SECONDS, SPEND_PCT
 from price_keeper.observability import logger, metrics
@@ -29,7 +30,7 @@ def lambda_handler(event: dict, context) -> dict:
     trigger = records[0].get("eventSource") if records else "schedule"
     if trigger == "aws:dynamodb":  # the ledger keeps its progress per shard: it must know which
         raise ValueError("a usage stream batch without its shardId: the mapping needs its tumbling window")
-    if trigger == "schedule" and repair.queue_url():  # the audit: its label-days go to the repair queue
+    if trigger == "schedule" and repair_queue.queue_url():  # the audit: its label-days go to the repair queue
         planned = repair.plan_audit()
         logger.info("audit planned", extra={"plan": planned})
         return {**planned, "trigger": trigger}

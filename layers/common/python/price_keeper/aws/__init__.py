@@ -1,6 +1,7 @@
 """The AWS services other than DynamoDB (``store/`` owns that): the only code that calls them
-and reads their answers (the Price List, Bedrock's control plane, CloudWatch, Cost Explorer),
-on lazily built clients reused across warm invocations; nothing is created at import time."""
+and reads their answers (the Price List, Bedrock's control plane, CloudWatch, Cost Explorer,
+EventBridge, SQS, Secrets Manager), on lazily built clients reused across warm invocations;
+nothing is created at import time."""
 
 from __future__ import annotations
 

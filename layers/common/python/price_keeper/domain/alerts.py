@@ -16,16 +16,12 @@ zero times.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from ..aws import client
+from ..aws import events
 from ..cache import TTLCache
 from ..observability import logger
 from ..store import alert_records, config_items, keys, tables
@@ -40,20 +36,12 @@ THRESHOLD, FALLBACK, ALL_EXHAUSTED, UNPRICED_MODEL = "THRESHOLD", "FALLBACK", "A
 UNREPORTED_USAGE = "UNREPORTED_USAGE"
 OPERATOR_SCOPE = "#OPERATOR"  # alerts of no org (no scope key starts with '#')
 OVER_RESERVATION = "OVER_RESERVATION"
-EVENT_SOURCE = "price-keeper"
-DETAIL_TYPE = "SpendAlert"
-DEFAULT_EVENT_BUS = "price-keeper-events"
 ALERT_RETENTION_DAYS = 35
 RETRY_AFTER_SECONDS = 30  # an unpublished record claimed longer ago than this is retried
 _NO_PART = "-"  # key part of a missing label/threshold (no label can be "-": ids start alphanumeric)
 
 # (scope, date_key) of records known to be published: a warm aggregator skips them without I/O.
 _published = TTLCache(24 * 3600)
-
-
-def event_bus() -> str:
-    """``ALERT_EVENT_BUS``; the CDK stack sets ``EVENT_BUS_NAME`` on the publishing functions."""
-    return os.environ.get("ALERT_EVENT_BUS") or os.environ.get("EVENT_BUS_NAME") or DEFAULT_EVENT_BUS
 
 
 @dataclass(frozen=True)
@@ -165,17 +153,10 @@ def _publish(item: dict) -> bool:
     """PutEvents for one alert record; False (logged) when EventBridge did not take it."""
     detail = record_fields(item)
     logger.warning("Spend alert", extra={"alert": detail})
-    entry = dict(Source=EVENT_SOURCE, DetailType=DETAIL_TYPE, Detail=json.dumps(detail), EventBusName=event_bus())
-    try:
-        reply = client("events").put_events(Entries=[{**entry, "Resources": []}])
-    except (ClientError, BotoCoreError) as error:
-        failure = {"error_type": type(error).__name__}
-    else:
-        if not reply.get("FailedEntryCount"):
-            return True
-        failure = {"error_code": reply["Entries"][0].get("ErrorCode")}
-    logger.warning("Spend alert not published; the next run retries it", extra={"alert": detail, **failure})
-    return False
+    failure = events.put_alert(detail)
+    if failure:
+        logger.warning("Spend alert not published; the next run retries it", extra={"alert": detail, **failure})
+    return failure is None
 
 
 def evaluate_and_fire(

@@ -27,9 +27,9 @@ from typing import NamedTuple
 
 import bcrypt
 import jwt
-from aws_lambda_powertools.utilities import parameters
 
-from .. import audit, aws, ratelimit, state
+from .. import audit, ratelimit
+from ..aws import secrets as secrets_store
 from ..cache import TTLCache
 from ..errors import ApiError, forbidden, invalid_request, unauthorized
 from ..metric_names import TOKENS_REVOKED
@@ -44,7 +44,6 @@ ACCESS_TTL = 3600
 REFRESH_TTL = 7 * 24 * 3600
 ACCESS_SCOPES = ["read:aggregates", "write:costs", "read:model-selection"]
 REVOCATION_CACHE_SECONDS = 30
-SECRET_CACHE_SECONDS = 300
 BCRYPT_MAX_BYTES = 72
 FINGERPRINT_CHARS = 4
 # POST /auth/token limits (config.yaml rate_limits).
@@ -88,30 +87,9 @@ def secret_attributes(secret: str) -> dict:
     return {"client_secret_hash": hashed, "client_secret_fingerprint": secret_fingerprint(secret)}
 
 
-@functools.lru_cache(maxsize=1)
-def _secrets() -> parameters.SecretsProvider:
-    """Powertools' provider on the process's one Secrets Manager client (no second boto3 session)."""
-    return parameters.SecretsProvider(boto3_client=aws.client("secretsmanager"))
-
-
-state.kept(_secrets.cache_clear)
-
-
-def _secret(env: str, default_name: str) -> str:
-    return _secrets().get(os.environ.get(env, default_name), max_age=SECRET_CACHE_SECONDS)
-
-
-def signing_key() -> str:
-    return _secret("JWT_SECRET_NAME", "price-keeper/jwt-signing-key")
-
-
-def provisioning_key() -> str:
-    return _secret("PROVISIONING_SECRET_NAME", "price-keeper/provisioning-api-key")
-
-
 def require_provisioning_key(presented: str | None) -> None:
     """401 unless ``X-API-Key`` equals the provisioning key (constant-time compare)."""
-    if not presented or not hmac.compare_digest(presented.encode(), provisioning_key().encode()):
+    if not presented or not hmac.compare_digest(presented.encode(), secrets_store.provisioning_key().encode()):
         raise ApiError(401, "UNAUTHORIZED", "Missing or invalid X-API-Key")
     audit.note(authenticated=True)
 
@@ -198,7 +176,7 @@ def now_ms() -> int:
 
 
 def _encode(claims: dict) -> str:
-    return jwt.encode(claims, signing_key(), algorithm=ALGORITHM)
+    return jwt.encode(claims, secrets_store.signing_key(), algorithm=ALGORITHM)
 
 
 def _claims(principal: Principal, token_type: str, now: int, exp: int, auth_time_ms: int) -> dict:
@@ -247,7 +225,7 @@ def _verified_claims(token: str) -> dict:
     """The claims of a token of this service (HS256 only; exp, iat, iss, sub and jti required)."""
     return jwt.decode(
         token,
-        signing_key(),
+        secrets_store.signing_key(),
         algorithms=[ALGORITHM],
         issuer=ISSUER,
         options={"require": ["exp", "iat", "iss", "sub", "jti"]},

@@ -10,12 +10,11 @@ ends in the alarmed dead-letter queue.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from datetime import datetime
 from typing import NamedTuple
 
-from ..aws import client
+from ..aws import repair_queue
 from ..observability import logger
 from ..store import usage
 from ..timeutil import utc_now
@@ -23,13 +22,6 @@ from . import aggregation, rederive
 from .aggregation import LabelDay, RunReport
 
 AUDIT_CHUNK = 100  # label-days per message: a few BatchGetItems
-SEND_BATCH = 10  # messages per SendMessageBatch (SQS's maximum)
-SEND_BATCH_BYTES = 256 * 1024  # SQS's maximum for the bodies of one SendMessageBatch together
-
-
-def queue_url() -> str | None:
-    """The repair queue (``REPAIR_QUEUE_URL``; the CDK stack and the local stack set it)."""
-    return os.environ.get("REPAIR_QUEUE_URL") or None
 
 
 def plan_audit(now: datetime | None = None) -> dict:
@@ -40,12 +32,7 @@ def plan_audit(now: datetime | None = None) -> dict:
     bodies = [
         json.dumps({"audit": audited[start : start + AUDIT_CHUNK]}) for start in range(0, len(audited), AUDIT_CHUNK)
     ] + [json.dumps({"rederive": org_day}) for org_day in settled]
-    sqs = client("sqs")
-    for batch in _send_batches(bodies):
-        entries = [{"Id": str(n), "MessageBody": body} for n, body in enumerate(batch)]
-        failed = sqs.send_message_batch(QueueUrl=queue_url(), Entries=entries).get("Failed")
-        if failed:
-            raise RuntimeError(f"{len(failed)} audit messages not enqueued")  # the schedule retries the plan
+    repair_queue.send(bodies)  # a failure raises: the schedule retries the plan
     aggregation.heartbeat(0, now)
     return {"days": days, "label_days": len(audited), "org_days_rederived": len(settled), "messages": len(bodies)}
 
@@ -57,20 +44,6 @@ def _in_play(now: datetime) -> tuple[list[str], list[LabelDay], list[tuple[str, 
     listed = {day: usage.active_label_days(day) for day in sorted({*days, *rederive.candidate_days(now)})}
     audited = [label_day for day in days for label_day in sorted(listed[day])]
     return days, audited, rederive.due_org_days([label_day for found in listed.values() for label_day in found], now)
-
-
-def _send_batches(bodies: list[str]) -> list[list[str]]:
-    """``bodies`` in SendMessageBatch calls of at most ``SEND_BATCH`` messages and ``SEND_BATCH_BYTES``."""
-    batches: list[list[str]] = []
-    size = 0
-    for body in bodies:
-        length = len(body.encode())
-        if not batches or len(batches[-1]) == SEND_BATCH or size + length > SEND_BATCH_BYTES:
-            batches.append([])
-            size = 0
-        batches[-1].append(body)
-        size += length
-    return batches
 
 
 class Repaired(NamedTuple):
