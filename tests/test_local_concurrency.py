@@ -9,7 +9,7 @@ import json
 import threading
 
 from local import gateway
-from price_keeper.domain import service
+from price_keeper.http import service
 from tests.usage_support import new_tenant, usage_body
 
 

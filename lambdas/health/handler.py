@@ -1,8 +1,7 @@
 """GET / and GET /health (public)."""
 
 from price_keeper import routes
-from price_keeper.domain import service
-from price_keeper.http import replies
+from price_keeper.http import replies, service
 from price_keeper.http.api import Router, build_app, documented, lambda_entry, reply
 
 router = Router()

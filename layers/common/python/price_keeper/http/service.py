@@ -1,4 +1,4 @@
-"""Service information and the health probe."""
+"""Service information and the health probe: the replies of GET / and GET /health."""
 
 from __future__ import annotations
 
