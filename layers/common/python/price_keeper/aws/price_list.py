@@ -17,20 +17,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .. import state
-from ..config import (
-    BATCH,
-    FLEX,
-    GEOGRAPHIC,
-    GLOBAL,
-    IN_REGION,
-    LATENCY_OPTIMIZED,
-    LONG_CONTEXT,
-    PRIORITY,
-    STANDARD,
-    TOKENS_PER_PRICE,
-    long_offer,
-)
+from .. import config, state
+from ..config import GEOGRAPHIC, GLOBAL, IN_REGION, STANDARD, TOKENS_PER_PRICE
 from ..observability import logger
 
 MICROS_PER_USD = 1_000_000
@@ -58,11 +46,11 @@ _NOT_TOKENS = re.compile(
 _GLOBAL_OFFER = re.compile(r"(?:^|-)global(?:-|$)")
 _GEOGRAPHIC_OFFER = re.compile(r"(?:^|-)(?:cross-region|geo)(?:-|$)")
 _WORD = {
-    PRIORITY: re.compile(r"(?:^|-)priority(?:-|$)"),
-    FLEX: re.compile(r"(?:^|-)flex(?:-|$)"),
-    BATCH: re.compile(r"(?:^|-)batch(?:-|$)"),
-    LATENCY_OPTIMIZED: re.compile(r"(?:^|-)(?:latencyoptimized|latency-optimized)(?:-|$)"),
-    LONG_CONTEXT: re.compile(r"(?:^|-)(?:long-context|longcontext|long-ctx|lctx)(?:-|$)"),
+    config.PRIORITY: re.compile(r"(?:^|-)priority(?:-|$)"),
+    config.FLEX: re.compile(r"(?:^|-)flex(?:-|$)"),
+    config.BATCH: re.compile(r"(?:^|-)batch(?:-|$)"),
+    config.LATENCY_OPTIMIZED: re.compile(r"(?:^|-)(?:latencyoptimized|latency-optimized)(?:-|$)"),
+    config.LONG_CONTEXT: re.compile(r"(?:^|-)(?:long-context|longcontext|long-ctx|lctx)(?:-|$)"),
 }
 _ONE_HOUR = re.compile(r"(?:^|-)1h(?:-|$)")
 LATENCY_OPTIMIZED_MODEL = " Latency Optimized"  # the Price List's model name of a model's latency-optimized offer
@@ -94,12 +82,12 @@ class Classified(NamedTuple):
 def _offer(words: str) -> str | None:
     """The offer a product's words name; None for a combination Bedrock does not bill."""
     named = [offer for offer, word in _WORD.items() if word.search(words)]
-    long = LONG_CONTEXT in named
-    rest = [offer for offer in named if offer != LONG_CONTEXT]
-    if len(rest) > 1 or (long and rest == [LATENCY_OPTIMIZED]):
+    long = config.LONG_CONTEXT in named
+    rest = [offer for offer in named if offer != config.LONG_CONTEXT]
+    if len(rest) > 1 or (long and rest == [config.LATENCY_OPTIMIZED]):
         return None
     base = rest[0] if rest else STANDARD
-    return long_offer(base) if long else base
+    return config.long_offer(base) if long else base
 
 
 def classify(attributes: dict) -> Classified | None:
