@@ -1,11 +1,9 @@
-"""DailyTotal: what the aggregator writes (``domain.ledger`` folds the usage stream into
-it), reading it back, and the hourly audit.
+"""DailyTotal: what the aggregator writes (``domain.ledger``'s fold), reading it back, and the hourly audit.
 
-A label total holds a label-day's sums; a scope total the sums of the labels config.yaml
-does not name (registered profiles), which it lists. A scope's spend of a day is its scope
-total plus each config label's total (``scope_usage_keys``). Label totals keep hour marks
-for reconciliation. The audit re-evaluates the alerts of every active scope-day of today, so
-a level-triggered alert two concurrent folds both missed still fires.
+A label total holds a label-day's sums; a scope total the sums of the labels config.yaml does not name (registered
+profiles), which it lists. A scope's spend of a day is its scope total plus each config label's total
+(``scope_usage_keys``). Label totals keep hour marks for reconciliation. The audit re-evaluates the alerts of every
+active scope-day of today, so a level-triggered alert two concurrent folds both missed still fires.
 """
 
 from __future__ import annotations
@@ -143,7 +141,6 @@ class DailyRead(NamedTuple):
         return cls(totals, last_run, read)
 
     def with_ledgers(self, usage_keys: Iterable[str], day: str) -> DailyRead:
-        """This read with the ledgers of ``usage_keys`` added, when the day is reserving."""
         if not self.reserving:
             return self
         ledgers = batch_get_many([daily_totals.ledger_read(usage_keys, day)])[0]
@@ -161,9 +158,6 @@ def read_daily_totals(
     """DailyTotals of one org day in one BatchGetItem (with ``ledgers``, their reservation ledgers)."""
     read = daily_totals.day_read(usage_keys, day, include_heartbeat=include_heartbeat, ledgers=ledgers)
     return DailyRead.from_items(batch_get_many([read], consistent=consistent)[0])
-
-
-# --- the aggregator ----------------------------------------------------------------
 
 
 @dataclass
@@ -247,9 +241,8 @@ class ScopeDay(NamedTuple):
 
 
 def read_for_fold(scope_days: list[ScopeDay], fresh_totals: bool = False) -> Snapshot:
-    """One BatchGetItem of everything a fold of ``scope_days`` needs (totals and sticky labels).
-    Eventually consistent unless ``fresh_totals``: a stale total only fails the conditional write,
-    and the retry reads fresh."""
+    """One BatchGetItem of everything a fold of ``scope_days`` needs (totals and sticky labels). Eventually consistent
+    unless ``fresh_totals``: a stale total only fails the conditional write, and the retry reads fresh."""
     total_keys = {
         (usage_key, date_key)
         for scope_day in scope_days
@@ -291,8 +284,7 @@ class Move(NamedTuple):
 def report_moved(
     report: RunReport, scope_day: ScopeDay, snapshot: Snapshot, folded: list[Move], scope_cost: int
 ) -> None:
-    """Add to ``report`` what alerts evaluate after a scope-day's fold: labels moved, costs, scope
-    cost, sticky labels."""
+    """Add to ``report`` what alerts need after a scope-day's fold: moved labels, costs, scope cost, sticky labels."""
     day = keys.day_of_key(scope_day.date_key)
     costs = {move.fold.usage_key: move.fold.values["cost_usd_micros"] for move in folded}
     for usage_key, date_key in scope_day.alert_label_days():
@@ -316,9 +308,8 @@ def label_move(
     now: datetime,
     marks: bytes | None = None,
 ) -> Move:
-    """A label total's move from ``stored`` to ``sums``: conditional on ``stored``'s progress, with
-    ``marks`` (else ``stored``'s with this UTC hour's mark), and listed for the scope-day when it
-    is the label-day's first."""
+    """A label total's move from ``stored`` to ``sums``: conditional on ``stored``'s progress, with ``marks`` (else
+    ``stored``'s with this UTC hour's mark), and listed for the scope-day when it is the label-day's first."""
     day = keys.day_of_key(scope_day.date_key)
     values = {
         **sums,
@@ -337,9 +328,8 @@ def label_move(
 
 
 def scope_day_actions(scope_day: ScopeDay, moves: list[Move], now: datetime) -> list[dict]:
-    """One scope-day's writes for ``moves``: the label totals the scope total leaves apart alone,
-    the others with the scope total's ADD and their listings, and the index entry of each
-    label-day written for the first time (``usage.day_listed``)."""
+    """One scope-day's writes for ``moves``: the label totals the scope total leaves apart alone, the others with the
+    scope total's ADD and their listings, and the index entry of each label-day's first total (``usage.day_listed``)."""
     day = keys.day_of_key(scope_day.date_key)
     actions = [daily_totals.label_total_action(m.fold) for m in moves if not scope_day.in_scope_total(m.label)]
     together = [m for m in moves if scope_day.in_scope_total(m.label)]
@@ -387,7 +377,6 @@ def days_in_play(now: datetime) -> list[str]:
 
 
 def scope_days_of(label_days: Iterable[LabelDay], configs: dict[str, EffectiveConfig]) -> list[ScopeDay]:
-    """``label_days`` (deduplicated) grouped by scope-day, in scope-day order."""
     by_scope_day: dict[tuple[str, str], list[LabelDay]] = {}
     for usage_key, date_key in dict.fromkeys(label_days):
         by_scope_day.setdefault((keys.split_usage_key(usage_key)[0], date_key), []).append((usage_key, date_key))

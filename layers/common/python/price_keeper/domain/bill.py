@@ -1,9 +1,8 @@
-"""The bill: a UTC day's metered spend per application inference profile against Cost
-Explorer's cost for that profile's cost-allocation tag (optional; daily).
+"""The bill (optional; daily): a UTC day's metered spend per application inference profile against Cost Explorer's
+cost for that profile's cost-allocation tag.
 
-With config.yaml ``reconciliation.bill_tag_key`` set (a cost-allocation tag whose value is
-the profile's id), the daily run compares ``GetCostAndUsage`` grouped by that tag with each
-profile's metered usage of the day, three days back (tags reach billing in 24-48 h).
+With config.yaml ``reconciliation.bill_tag_key`` set (a tag whose value is the profile's id), the daily run compares
+``GetCostAndUsage`` grouped by that tag with each profile's metered usage of the day ``BILL_DELAY_DAYS`` back.
 """
 
 from __future__ import annotations

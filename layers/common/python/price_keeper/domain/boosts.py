@@ -1,10 +1,9 @@
 """Temporary quota boosts: N micro-USD added to one label's daily quota until an expiry.
 
-A boost raises the quota counter the org's ``quota_scope`` uses (the org's, or one app's:
-``app_id`` required). It is a Config item plus an entry of the ``quota_boosts`` map on the
-scope's own item, written together; readers take the boosts from that map, which comes with
-the config they read anyway. Expired entries linger (TTL is late), so every read filters by
-expiry: a boost counts until the moment it expires.
+A boost raises the quota counter the org's ``quota_scope`` uses (the org's, or one app's: ``app_id`` required). It is
+a Config item plus an entry of the ``quota_boosts`` map on the scope's own item, written together; readers take the
+boosts from that map, which comes with the config they read anyway. Expired entries linger (TTL is late), so every
+read filters by expiry: a boost counts until the moment it expires.
 """
 
 from __future__ import annotations
@@ -148,7 +147,6 @@ def apply(quotas: dict, boosts: dict) -> dict:
 
 
 def boosted_config(org_id: str, app_id: str | None, now: datetime) -> orgs.EffectiveConfig:
-    """The effective config with the boosts active at ``now`` added to its quotas."""
     config = orgs.effective_config(org_id, app_id)
     extra = active_boosts(config, now)
     return config._replace(quotas=apply(config.quotas, extra)) if extra else config

@@ -1,12 +1,11 @@
 """The ledger: usage counted by its dedup marker alone, folded from the stream's images.
 
-A record is one conditional PutItem of its marker; a void or re-pricing updates it. What a
-stream change counts is its new image's count less its old one's (``counted``), added to the
-label totals exactly once: each stream shard's progress (the last sequence number folded) is
-an item, and each chunk of a batch is one transaction that writes its totals and moves the
-progress, conditional on the progress read, so redelivered or replayed records are skipped.
-A run stops at the first chunk it could not write and names its first record to the event
-source mapping, which delivers the batch again from there. See docs/metering.md ("The ledger").
+A record is one conditional PutItem of its marker; a void or re-pricing updates it. What a stream change counts is its
+new image's count less its old one's (``counted``), added to the label totals exactly once: each stream shard's
+progress (the last sequence number folded) is an item, and each chunk of a batch is one transaction that writes its
+totals and moves the progress, conditional on the progress read, so redelivered or replayed records are skipped. A run
+stops at the first chunk it could not write and names its first record to the event source mapping, which delivers the
+batch again from there. See docs/metering.md ("The fold").
 """
 
 from __future__ import annotations
@@ -162,9 +161,8 @@ def fold_batch(records: Sequence[DynamoDBRecord], shard_id: str, now: datetime |
 def _fold_chunk(
     chunk: list[Change], configs: dict, now: datetime, progress: Progress, batch_read: aggregation.Snapshot
 ) -> RunReport:
-    """Write one chunk (its label-days' actions and the shard's progress) until it lands, leaving out
-    what another run folded meanwhile: on ``batch_read`` first (updated with what it wrote), then
-    on reads of its own."""
+    """Write one chunk (its label-days' actions and the shard's progress) until it lands, leaving out what another run
+    folded meanwhile: on ``batch_read`` first (updated with what it wrote), then on reads of its own."""
     report = RunReport(days=[])
     pending = chunk
     attempt, overtaken, fresh = 0, 0, False

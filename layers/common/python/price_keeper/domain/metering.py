@@ -1,14 +1,12 @@
 """Usage metering: validate a usage record, price it, and count it exactly once.
 
-A record is its dedup marker (``store.usage``): one conditional write, folded by the
-aggregator from the usage stream (``domain.ledger``); a retry of the request id cancels on
-the marker and is answered with what the first acceptance counted.
+A record is its dedup marker (``store.usage``): one conditional write, folded by the aggregator from the usage stream
+(``domain.ledger``). A retry of the request id, across midnight or a scope change too (the dedup key names only the
+app and request id), cancels on the marker and is answered with what the first acceptance counted.
 
-A record counts toward the org-local day it *arrives* on, so back-dating cannot spend around
-today's quota; only one stamped within ``backdate_grace_secs`` before midnight and arriving
-as soon after keeps its day, while that day has room for it (``_room_on_closed_day``). The
-dedup key names the app and request id only, so a retry across midnight or a scope change is
-still a duplicate. See docs/metering.md.
+A record counts toward the org-local day it *arrives* on, so back-dating cannot spend around today's quota; only one
+stamped within ``backdate_grace_secs`` before midnight and arriving as soon after keeps its day, while that day has
+room for it (``_room_on_closed_day``). See docs/metering.md.
 """
 
 from __future__ import annotations
@@ -72,7 +70,6 @@ class Submission(NamedTuple):
 
     @property
     def scope(self) -> str:
-        """The quota scope (``scopes[0]``)."""
         return self.scopes[0]
 
 
@@ -86,9 +83,6 @@ class Outcome(NamedTuple):
     profile_kind: str
     duplicate: bool
     applied: dict  # how it was priced (``pricing.PriceQuote.applied``; a duplicate's: no rates)
-
-
-# --- validation --------------------------------------------------------------------
 
 
 def parse_timestamp(text: str) -> datetime:
@@ -182,7 +176,6 @@ def prepare(config: EffectiveConfig, request: UsageRequest, now: datetime) -> Su
 
 
 def _priced_on(config: EffectiveConfig, request: UsageRequest, priced: profiles.PricedModel, day: str) -> Submission:
-    """``request`` priced and counted on org day ``day``."""
     tokens = pricing.Tokens(*(getattr(request, name) for name in TOKEN_FIELDS))
     quote = pricing.price_of(priced, parse_day(day), pricing.Dimensions.of(request), tokens, config.org_id)
     return Submission(
@@ -200,10 +193,9 @@ def _priced_on(config: EffectiveConfig, request: UsageRequest, priced: profiles.
 
 
 def _room_on_closed_day(config: EffectiveConfig, submission: Submission) -> bool:
-    """Whether the closed day a grace booking counts toward still has room for it under the
-    label's quota and the scope's cap, taking the room if so (``daily_totals.claim_grace``), so
-    the grace cannot make a closed day a place for unbounded spend; a record that does not fit
-    counts today."""
+    """Whether the closed day a grace booking counts toward still has room for it under the label's quota and the
+    scope's cap, taking the room if so (``daily_totals.claim_grace``), so the grace cannot make a closed day a place
+    for unbounded spend; a record that does not fit counts today."""
     day, scope = submission.day, config.scope
     label_key = keys.usage_key(scope, submission.label)
     found = daily_totals.read_days([(label_key, day), *((usage_key, day) for usage_key in scope_usage_keys(scope))])
@@ -213,9 +205,6 @@ def _room_on_closed_day(config: EffectiveConfig, submission: Submission) -> bool
     spent = scope_totals(scope, lambda usage_key: Totals.from_item(found.get((usage_key, day))))
     left[keys.scope_total_key(scope)] = config.total_quota - spent.cost_usd_micros
     return daily_totals.claim_grace(left, day, submission.cost_usd_micros, usage_expires_at(day))
-
-
-# --- the exactly-once write --------------------------------------------------------
 
 
 def _estimated(submission: Submission) -> dict | None:
@@ -256,10 +245,9 @@ def _outcome(submission: Submission, marker: dict, duplicate: bool = False) -> O
 
 
 def record_group(submissions: list[Submission], now: datetime) -> list[Outcome | ApiError]:
-    """Write distinct request ids exactly once: a record with nothing beside its marker (no estimated
-    item or index entry) is a PutItem of its own, ``MARKER_THREADS`` at once; the others share
-    transactions of up to 100 actions. A failed write answers its records' error; the others are
-    written all the same."""
+    """Write distinct request ids exactly once: a record with nothing beside its marker (no estimated item or index
+    entry) is a PutItem of its own, ``MARKER_THREADS`` at once; the others share transactions of up to 100 actions. A
+    failed write answers its records' error; the others are written all the same."""
     entries = list(enumerate(submissions))
     alone = [[entry] for entry in entries if not entry[1].lists_day and _estimated(entry[1]) is None]
     with _live_first(submissions, now) as outcomes, ThreadPoolExecutor(max_workers=MARKER_THREADS) as pool:
@@ -271,7 +259,6 @@ def record_group(submissions: list[Submission], now: datetime) -> list[Outcome |
 
 
 def _written_or_failed(chunk: list[tuple[int, Submission]], now: datetime) -> dict[int, Outcome | ApiError]:
-    """``_write_chunk``, or its records' error."""
     try:
         return _write_chunk(chunk, now)
     except Exception as error:  # noqa: BLE001 - the batch's other records are written all the same
@@ -400,7 +387,6 @@ def _record_args(submission: Submission, now: datetime, settles: bool = False) -
 def count(
     config: EffectiveConfig, submission: Submission, now: datetime, settle: reservations.Settlement | None = None
 ) -> Outcome:
-    """``record``, then ``_after_counting``."""
     outcome = record(submission, now, settle)
     _after_counting(config, submission, outcome, now, settle)
     return outcome
@@ -425,9 +411,6 @@ def _after_counting(
             )
         except Exception:  # noqa: BLE001 - the usage is counted; only its alert is late
             logger.exception("UNPRICED_MODEL alert failed", extra={"model_id": submission.quote.model_id})
-
-
-# --- the endpoints -----------------------------------------------------------------
 
 
 def _daily_status(config: EffectiveConfig, label: str, day: str, item: dict | None) -> dict:
@@ -479,9 +462,8 @@ def quota_position(
     config: EffectiveConfig, counted: list[tuple[str, str]], now: datetime, asked: bool
 ) -> tuple[list[dict], dict, dict]:
     """(each counted label-day's ``_daily_status``, today's scope total against its cap, and
-    ``{"model_selection": ...}`` when ``asked``: docs/metering.md, "Selection with a report") as of
-    the last aggregation, in one read. A store too busy for the selection leaves it out rather than
-    answering 503."""
+    ``{"model_selection": ...}`` when ``asked``: docs/api.md, "The selection with a report") as of the last
+    aggregation, in one read. A store too busy for the selection leaves it out rather than answering 503."""
     today = org_day(config.timezone, now)
     shown = [
         *((keys.usage_key(config.scope, label), day) for label, day in counted),
@@ -550,8 +532,6 @@ def _failed(raw, failure: ApiError) -> dict:
 
 
 class _Prepared(NamedTuple):
-    """A batch record ready to be written, and the reservation it settles."""
-
     submission: Submission
     settle: reservations.Settlement | None
 
@@ -607,9 +587,8 @@ def _one_record(raw, step: Callable, *args):
 def _count_batch(
     config: EffectiveConfig, prepared: list, now: datetime, client: str | None = None
 ) -> dict[int, tuple[dict, Outcome | None]]:
-    """Each prepared record's result and outcome, by index. Plain records are written together;
-    one settling a reservation is written alone (charged to ``client``'s ``usage`` limit); a
-    repeated request id is a duplicate of the first without a write, or alone if the first failed."""
+    """Each prepared record's result and outcome, by index: plain records written together, one settling a reservation
+    alone; a repeated request id is a duplicate of the first without a write, or alone if the first failed."""
     first_of: dict[str, int] = {}
     together, alone, repeats = [], [], []
     for index, entry in enumerate(prepared):
@@ -673,9 +652,8 @@ def submit_batch(
     with_selection: bool = False,
     client: str | None = None,
 ) -> dict:
-    """``POST .../usage/batch``: each record validated and written exactly once on its own merits
-    (``_count_batch``); ``daily_totals`` gives each counted label's quota position, as the single
-    report's ``daily_total`` does. ``client``: the rate-limit client for records written alone."""
+    """``POST .../usage/batch``: each record validated and written exactly once on its own merits (``_count_batch``),
+    with each counted label's quota position (``daily_totals``); ``client`` is charged for records written alone."""
     now = now or utc_now()
     config = boosts.boosted_config(org_id, app_id, now)
     prepared = _prepare_all(config, records, now)

@@ -1,9 +1,7 @@
 """Reading org and app configuration, and the inheritance rules between them.
 
-An app inherits every setting from its org unless it overrides it; ``quota_scope``,
-``timezone``, ``agg_shard_count`` and the alert thresholds always come from the org, and so
-do the quotas while the org is ORG-scoped. The effective config is cached in memory for
-``CONFIG_CACHE_SECONDS``.
+An app inherits every setting from its org unless it overrides it; ``quota_scope``, ``timezone``, ``agg_shard_count``
+and the alert thresholds always come from the org, and so do the quotas while the org is ORG-scoped.
 """
 
 from __future__ import annotations
@@ -65,8 +63,7 @@ class EffectiveConfig(NamedTuple):
 
     @property
     def app_counter(self) -> str | None:
-        """ORG scope: the scope key of the app's own counters (held to its daily cap); None for the
-        org itself and in APP scope."""
+        """ORG scope: the scope key of the app's own counters (held to its daily cap); else None."""
         if self.quota_scope != "ORG" or self.app_id is None:
             return None
         return keys.scope_key(self.org_id, self.app_id, "APP")
@@ -190,9 +187,8 @@ def effective_configs(pairs: Iterable[tuple[str, str | None]]) -> dict[tuple[str
 
 
 def config_along(org_id: str, app_id: str | None) -> ReadAlong | None:
-    """The read of an uncached org's or app's config items, for a BatchGetItem made anyway (the
-    token check): saves a round trip on most cold requests. What it finds is cached; what it
-    does not is left to ``effective_config``."""
+    """The read of an uncached org's or app's config items, for a BatchGetItem made anyway (the token check): saves a
+    round trip on most cold requests. What it finds is cached; what it does not is left to ``effective_config``."""
     if _effective.get((org_id, app_id)) is not None:
         return None
     pairs = {(org_id, None), (org_id, app_id)}
@@ -224,7 +220,6 @@ def _client_items(pairs: set[tuple[str, str | None]]) -> dict[tuple[str, str | N
 
 
 def _org_and_app(items: dict, org_id: str, app_id: str | None) -> tuple[dict | None, dict | None]:
-    """The org's item and (for an app) the app's among ``_client_items``' answer."""
     return items.get((org_id, None)), items.get((org_id, app_id)) if app_id else None
 
 

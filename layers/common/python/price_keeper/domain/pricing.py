@@ -1,13 +1,10 @@
-"""Prices and cost maths.
-
-Cost is integer micro-USD: Σ tokens × price (micro-USD per 1M tokens) in integers, divided
+"""Prices and cost maths: cost is integer micro-USD, Σ tokens × price (micro-USD per 1M tokens) in integers, divided
 by 1M once and rounded up, so a spend guard never under-counts.
 
-A price depends on the model, the day, the calling region, the profile kind and the offer
-(``Dimensions``; long context from the tokens). It comes from PricingCache (``{day}#{region}``,
-then ``{day}``), then ``config.yaml``; a kind without its own price is priced as in-region, and
-a rate with no price anywhere at the deliberately high ``estimate`` (``ESTIMATE``), re-priced
-once the fetcher learns it (``reprice``). See docs/metering.md.
+A price depends on the model, the day, the calling region, the profile kind and the offer (``Dimensions``; long
+context from the tokens). It comes from PricingCache (``{day}#{region}``, then ``{day}``), then ``config.yaml``; a
+kind without its own price is priced as in-region, and a rate with no price anywhere at the deliberately high
+``estimate`` (``ESTIMATE``), re-priced once the fetcher learns it (``reprice``). See docs/metering.md.
 """
 
 from __future__ import annotations
@@ -94,8 +91,6 @@ def cost_usd_micros(tokens: Tokens, prices: Prices) -> int:
     return -(-scaled // TOKENS_PER_PRICE)
 
 
-# --- how a call was made ------------------------------------------------------------
-
 ON_DEMAND, BATCH_INFERENCE = "ON_DEMAND", "BATCH"  # the wire's values: bodies.CallDimensions
 
 
@@ -128,9 +123,6 @@ class Dimensions(NamedTuple):
 
 
 DEFAULT_DIMENSIONS = Dimensions()
-
-
-# --- the price of a day ------------------------------------------------------------
 
 
 class PriceQuote(NamedTuple):
@@ -221,9 +213,8 @@ def _fill(item: dict, kind: str, configured: Prices | None) -> Prices | None:
 
 
 def _lookup(items: list[dict], configured: dict[str, Prices] | None, kind: str, offer: str) -> _Card | None:
-    """An offer's prices for ``kind``, then for IN_REGION: PricingCache, then config.yaml. Missing
-    components come from config.yaml's prices of the offer, else the standard ones at the offer's
-    input ratio (``completed``)."""
+    """An offer's prices for ``kind``, then for IN_REGION: PricingCache, then config.yaml. Missing components come
+    from config.yaml's prices of the offer, else the standard ones at the offer's input ratio (``completed``)."""
     for candidate in dict.fromkeys((kind, IN_REGION)):
         standard = (configured.get(candidate) or configured[IN_REGION]) if configured else None
         own = configured.get(offer_key(candidate, offer)) if configured else None
@@ -290,12 +281,9 @@ def quote(
     tokens: Tokens | None = None,
     reserved_at_on_demand: bool = False,
 ) -> PriceQuote:
-    """The price of ``day`` for ``model_id`` in ``region`` through a ``kind`` profile, called as
-    ``dimensions`` says with ``tokens``; ``configured``: config.yaml prices by kind and offer.
-
-    A rate with no known price counts the record at the ``estimate`` (``ESTIMATE``). The reserved
-    tier costs 0 (``RESERVED``) unless ``reserved_at_on_demand`` (config ``reserved_tier``).
-    """
+    """The price of ``day`` for ``model_id`` in ``region`` through a ``kind`` profile, called as ``dimensions`` says
+    with ``tokens``; ``configured``: config.yaml prices by kind and offer. The reserved tier costs 0 (``RESERVED``)
+    unless ``reserved_at_on_demand`` (config ``reserved_tier``)."""
     tokens = tokens or Tokens(0, 0)
     base = dimensions.offer
     if dimensions.service_tier == "reserved" and not reserved_at_on_demand:
@@ -314,9 +302,8 @@ def quote(
 
 
 def estimate(offer: str = STANDARD) -> Prices:
-    """The price of a rate with no known price, deliberately high: each component the highest of
-    config.yaml's floors and every price the fetcher has read (PricingCache's ceiling item); a
-    1-hour cache write at least twice the input price."""
+    """The price of a rate with no known price, deliberately high: each component the highest of config.yaml's floors
+    and every price the fetcher has read (PricingCache's ceiling item)."""
     config = get_config()
     floors = [config.unknown_model_estimate, config.unknown_model_offer_estimates.get(offer, Prices(0, 0))]
     read = _stored.get_or_load("ceiling", lambda: price_store.ceiling(PRICE_FIELDS.values()))
@@ -333,7 +320,6 @@ def price_of(
     tokens: Tokens | None = None,
     org_id: str | None = None,
 ) -> PriceQuote:
-    """``quote`` for what a label bills (``profiles.priced_model``)."""
     at_on_demand = org_id is not None and get_config().reserved_tier.at_on_demand(org_id)
     return quote(
         priced.model_id, day, priced.region, priced.profile_kind, priced.configured, dimensions, tokens, at_on_demand
@@ -446,9 +432,8 @@ def _write(points: list[PricePoint], models: list[PricedModelId], now: datetime)
 
 
 def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
-    """The daily run: price every configured and registered model from the Price List, then
-    re-price their records counted at the estimate. An unreadable Price List reports
-    ``unavailable`` rather than failing, so the schedule does not become a crash loop."""
+    """The daily run: price every configured and registered model from the Price List, then re-price their estimated
+    records. An unreadable Price List reports ``unavailable`` rather than failing: the schedule does not crash-loop."""
     now = now or utc_now()
     registered = sorted(price_store.registered_models().items())
     models = configured_models() + [PricedModelId(model_id, name, {}) for model_id, name in registered]
@@ -459,9 +444,6 @@ def refresh_pricing_cache(now: datetime | None = None, client=None) -> dict:
     report["repriced"] = reprice_estimates(dict.fromkeys(model.model_id for model in models))
     logger.info("pricing refreshed", extra=report)
     return report
-
-
-# --- models outside config.yaml -------------------------------------------------------
 
 
 def price_unpriced_model(model_id: str, region: str | None, now: datetime | None = None, client=None) -> dict:
@@ -484,8 +466,6 @@ def price_unpriced_model(model_id: str, region: str | None, now: datetime | None
     logger.info("unpriced model looked up", extra={"model_id": model_id, "price_list_model": name, **report})
     return report
 
-
-# --- re-pricing what was counted at the estimate ---------------------------------------
 
 REPRICE_ATTEMPTS = 5
 

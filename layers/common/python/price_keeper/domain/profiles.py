@@ -1,10 +1,8 @@
-"""Inference profiles and label resolution.
+"""Inference profiles and label resolution: an app can register Bedrock inference profiles under its own labels; a
+usage label resolves to a config.yaml label or the app's profile.
 
-An app can register Bedrock inference profiles under its own labels; a usage label resolves
-to a config.yaml label or the app's profile. A profile's billed model depends on the calling
-region, as GetInferenceProfile answers (``aws.bedrock``, memoized; AWS is the source of
-truth), which registration asks too, so a profile the service cannot resolve is refused up
-front.
+A profile's billed model depends on the calling region, as GetInferenceProfile answers (``aws.bedrock``, memoized; AWS
+is the source of truth); registration asks it too, so a profile the service cannot resolve is refused up front.
 """
 
 from __future__ import annotations
@@ -54,15 +52,14 @@ def check_calling_region(region: str | None) -> None:
         raise invalid_request(f"Unknown AWS region: {region}", calling_region=region)
 
 
-# Bounds the labels a scope can spend on (docs/metering.md, "Bounded growth"); concurrent
+# Bounds the labels a scope can spend on (docs/metering.md, "Inference profiles"); concurrent
 # registrations at the limit may pass it by the few in flight.
 MAX_PROFILES_PER_APP = 400
 
 
 def register(config: EffectiveConfig, label: str, arn: str, description: str | None, now=None) -> dict:
-    """Store a profile under a new label of the app: 201 body; 400 for a bad ARN or one
-    Bedrock does not resolve for this account, 409 when the label is taken (by a registered
-    profile or by a ``config.yaml`` label), 503 when Bedrock fails."""
+    """Store a profile under a new label of the app: 201 body; 400 for a bad ARN or one Bedrock does not resolve for
+    this account, 409 when the label is taken, 503 when Bedrock fails."""
     check_profile_arn(arn)
     if label in get_config().labels:
         raise ApiError(
@@ -153,9 +150,6 @@ def model_for_region(profile: Profile, region: str) -> tuple[str, str]:
     return model_id, routing.kind
 
 
-# --- label resolution --------------------------------------------------------------
-
-
 class PricedModel(NamedTuple):
     """What a label bills: the foundation model, the region whose price applies, how the call
     reaches it, and its config.yaml prices by kind (None outside config.yaml)."""
@@ -178,7 +172,6 @@ def known_labels(config: EffectiveConfig, labels: Iterable[str]) -> dict[str, Pr
 
 
 def known_label(config: EffectiveConfig, label: str) -> Profile | str | None:
-    """``known_labels`` of one label."""
     return known_labels(config, [label])[label]
 
 
@@ -192,7 +185,6 @@ def bedrock_ids(config: EffectiveConfig, labels: Iterable[str]) -> dict[str, str
 
 
 def bedrock_id(config: EffectiveConfig, label: str) -> str | None:
-    """``bedrock_ids`` of one label."""
     return bedrock_ids(config, [label])[label]
 
 
@@ -230,8 +222,6 @@ def _priced_profile(profile: Profile, configured: dict[str, Prices] | None, call
     )
 
 
-# --- the model a usage record names -------------------------------------------------
-
 _ANY_ARN = re.compile(r"^arn:[a-z-]+:bedrock:[a-z0-9-]*:\d*:[a-z-]+/(?P<id>.+)$")
 
 
@@ -242,9 +232,8 @@ def _resource(bedrock_id: str) -> str:
 
 
 def check_reported_model(priced: PricedModel, reported: str) -> None:
-    """400 unless ``reported`` (``bedrock_model_id``) names what the label bills, in any form
-    Bedrock takes (id, ARN, cross-Region prefix; for a profile any of its models): a misreport
-    shows at once instead of under-counting."""
+    """400 unless ``reported`` (``bedrock_model_id``) names what the label bills, in any form Bedrock takes (id, ARN,
+    cross-Region prefix; for a profile any of its models): a misreport shows at once instead of under-counting."""
     models = [priced.model_id]
     if priced.kind == "profile":
         routing = _routing_of(priced.bedrock_id)

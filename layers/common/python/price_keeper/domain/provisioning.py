@@ -1,13 +1,10 @@
-"""Provisioning: creating and updating orgs and apps, rotating their client secrets and
-revoking their tokens.
+"""Provisioning: creating and updating orgs and apps, rotating their client secrets and revoking their tokens.
 
-Each request is validated completely, then makes one conditional write, so a rejected
-request changes nothing and two concurrent ones never both issue credentials: an update
-(``attribute_exists``) is tried first, else a create that issues the one-time secret (the
-loser of a create race updates). PUT replaces the configuration (left-out org settings
-return to the defaults, left-out app settings are inherited); ``agg_shard_count`` is
-immutable; ``timezone`` and ``quota_scope`` cannot change while today has spend. See
-docs/provisioning.md.
+Each request is validated completely, then makes one conditional write, so a rejected request changes nothing and two
+concurrent ones never both issue credentials: an update (``attribute_exists``) is tried first, else a create that
+issues the one-time secret (the loser of a create race updates). PUT replaces the configuration (left-out org settings
+return to the defaults, left-out app settings are inherited); ``agg_shard_count`` is immutable; ``timezone`` and
+``quota_scope`` cannot change while today has spend. See docs/provisioning.md.
 """
 
 from __future__ import annotations
@@ -30,9 +27,6 @@ from . import auth, orgs
 
 # The wire name of an app override -> its attribute in the app item, where they differ.
 ATTRIBUTES = {"refresh_interval_secs": "refresh_interval_normal_secs"}
-
-
-# --- validation against config.yaml and the stored org ------------------------------
 
 
 def _check_labels(ordering: list[str], quotas: dict, valid: list[str], where: str) -> None:
@@ -68,9 +62,6 @@ def _check_app(org_id: str, app_id: str, request: AppRequest, org: dict) -> None
     if any(label not in valid for label in [*ordering, *quotas]):
         valid += profile_store.labels(org_id, app_id)
     _check_labels(ordering, quotas, valid, "main config or registered as an inference profile of this app")
-
-
-# --- conditional writes --------------------------------------------------------------
 
 
 def _ids(org_id: str, app_id: str | None) -> dict:
@@ -135,9 +126,6 @@ def _reply(org_id: str, app_id: str | None, stored: dict, secret: str | None, co
             "credentials": {"client_id": stored["client_id"], "client_secret": secret},
         }
     return secret is not None, {**_ids(org_id, app_id), **outcome, "configuration": configuration}
-
-
-# --- orgs --------------------------------------------------------------------------
 
 
 def _org_settings(request: OrgRequest) -> dict:
@@ -225,9 +213,6 @@ def put_org(org_id: str, request: OrgRequest, now: datetime | None = None) -> tu
     return _reply(org_id, None, stored, secret, configuration)
 
 
-# --- apps --------------------------------------------------------------------------
-
-
 def put_app(org_id: str, app_id: str, request: AppRequest) -> tuple[bool, dict]:
     """Create or update an app of a registered org: (created, response body)."""
     org, _ = config_items.org_and_app(org_id, None)
@@ -261,11 +246,7 @@ def put_app(org_id: str, app_id: str, request: AppRequest) -> tuple[bool, dict]:
     return _reply(org_id, app_id, stored, secret, configuration)
 
 
-# --- credential rotation and revoke-tokens -------------------------------------------
-
-
 def _write_with_cutoff(org_id: str, app_id: str | None, client_action: dict, cutoff: dict) -> bool:
-    """``config_items.write_with_cutoff``; 404 when the org or app is not registered."""
     written = config_items.write_with_cutoff(client_action, cutoff)
     if written is None:
         raise not_found(

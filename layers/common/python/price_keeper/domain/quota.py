@@ -1,13 +1,7 @@
-"""The quota rules, pure and in one place: percentages, statuses (NORMAL / TIGHT /
-EXCEEDED) and the selection decision. Model selection, the usage reply, aggregates and
-alerts all apply these, so they can never disagree about what "spent" means.
-
-- The choice is the first label of ``model_ordering`` under its quota and not fallen back
-  past today (sticky fallback: the *set* of labels passed, each spent when added, shared by
-  the apps of an ORG scope whatever their orderings).
-- Tight mode: the chosen label's spend, the scope's total or the app's cap is at or above
-  ``tight_mode_threshold_pct`` of its quota.
-- Every label spent, or the total or app cap reached: no label (429 ``QUOTA_EXCEEDED``).
+"""The quota rules, pure and in one place: percentages, statuses (NORMAL / TIGHT / EXCEEDED) and the selection
+decision (docs/quotas.md, "The rules"). Model selection, the usage reply, aggregates and alerts all apply these, so
+they can never disagree about what "spent" means. Sticky fallback keeps the *set* of labels a scope fell back past
+today, shared by the apps of an ORG scope whatever their orderings.
 """
 
 from __future__ import annotations

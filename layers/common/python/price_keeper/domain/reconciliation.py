@@ -1,15 +1,10 @@
-"""Reconciliation: Bedrock's own counts against the metered ones, per model and UTC day.
+"""Reconciliation: Bedrock's own counts (CloudWatch ``AWS/Bedrock``) against the metered ones, per model and UTC day,
+hourly, with ``UNREPORTED_USAGE`` where the unmetered spend is large. See docs/reconciliation.md.
 
-The hourly reconciler sums CloudWatch's ``AWS/Bedrock`` counts (``aws.cloudwatch``) for a UTC
-day, compares them with what was metered for the same model, keeps the result and raises
-``UNREPORTED_USAGE`` where the unmetered spend is large. Metered arrivals by hour come from
-the hour marks the aggregator keeps on each label total (``store.reconciliation``), so they
-cost no write of their own.
-
-Metered usage counts when it arrives, Bedrock's when the call was made: for day D the
-reconciler compares calls made in [D, min(D + 1 day, now - tolerance)) with arrivals in
-[D, min(now, D + 1 day + tolerance)), so a report late within the tolerance never shows as
-unmetered.
+Metered arrivals by hour come from the hour marks the aggregator keeps on each label total (``store.reconciliation``),
+so they cost no write of their own. Metered usage counts when it arrives, Bedrock's when the call was made: for day D
+the reconciler compares calls made in [D, min(D + 1 day, now - tolerance)) with arrivals in
+[D, min(now, D + 1 day + tolerance)), so a report late within the tolerance never shows as unmetered.
 """
 
 from __future__ import annotations
@@ -66,18 +61,12 @@ def model_key(identifier: str) -> str:
     return identifier.rsplit("/", 1)[-1] if identifier.startswith("arn:") else identifier
 
 
-# --- Bedrock's side ----------------------------------------------------------------
-
-
 def bedrock_counts(start: datetime, end: datetime) -> dict[str, Counts]:
     """Bedrock's counts of calls made in [start, end), by the model they are counted under."""
     counts: dict[str, Counts] = defaultdict(Counts)
     for model_id, sums in cloudwatch.bedrock_sums(start, end).items():
         counts[model_key(model_id)] += Counts(*sums)
     return dict(counts)
-
-
-# --- the metered side --------------------------------------------------------------
 
 
 def _resolve(scope: str, label: str, cache: dict) -> Label | None:
@@ -156,9 +145,6 @@ def common_owner(owners: set) -> tuple[str, str | None] | None:
         return next(iter(owners))
     orgs_owning = {owner[0] if owner else None for owner in owners}
     return (orgs_owning.pop(), None) if len(orgs_owning) == 1 and None not in orgs_owning else None
-
-
-# --- the comparison ----------------------------------------------------------------
 
 
 def price_of_model(model_id: str, label: Label | None, day: date, region: str) -> pricing.PriceQuote:

@@ -1,11 +1,9 @@
 """Totals re-derived from their records, read by key: what the stream lost is recovered.
 
-A record the stream trimmed before the fold read it is counted only in its marker. Once a
-day, for each settled org day, the audit reads the org's markers by key (a Query per bucket,
-never a Scan), sums each label-day as the fold would (``ledger.counted``), and writes the
-label totals that differ. It is exact because it runs only once the day's latest marker
-change is ``SETTLED_SECS`` old (past the stream's 24 h and a fold's timeout), and each write
-is conditional on the total it read.
+A record the stream trimmed before the fold read it is counted only in its marker. Once a day, for each settled org
+day, the audit reads the org's markers by key (a Query per bucket, never a Scan), sums each label-day as the fold
+would (``ledger.counted``), and writes the label totals that differ. It is exact because it runs only once the day's
+latest marker change is ``SETTLED_SECS`` old, and each write is conditional on the total it read.
 """
 
 from __future__ import annotations

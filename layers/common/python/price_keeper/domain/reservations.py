@@ -1,13 +1,11 @@
-"""Reservations: a hard daily cap (docs/hard-cap.md). Hold a call's worst-case cost before
-the call, settle the actual cost after it.
+"""Reservations, a hard daily cap: hold a call's worst-case cost before the call, settle its actual cost after it.
 
-The quota check and the hold are one atomic step: a TransactWriteItems that puts the hold
-and ADDs its amount to each ledger's ``committed`` under ``committed <= quota − unreserved
-spend − amount``, so DynamoDB serialises two reservations racing for the last headroom: the
-second's condition sees what the first left. Settlement (in the usage write's transaction,
-exactly once by its dedup marker), release and expiry each delete the hold under
-``attribute_exists``, so each gives its amount back once. A ledger is named by its total's
-usage key and its org day (``slices.LedgerDay``).
+The quota check and the hold are one atomic step: a TransactWriteItems that puts the hold and ADDs its amount to each
+ledger's ``committed`` under ``committed <= quota − unreserved spend − amount``, so DynamoDB serialises two
+reservations racing for the last headroom: the second's condition sees what the first left. Settlement (in the usage
+write's transaction, exactly once by its dedup marker), release and expiry each delete the hold under
+``attribute_exists``, so each gives its amount back once. A ledger is named by its total's usage key and its org day
+(``slices.LedgerDay``). See docs/hard-cap.md.
 """
 
 from __future__ import annotations
@@ -61,15 +59,13 @@ class ReservationId(NamedTuple):
 
 
 def _quota_ledgers(scopes: Sequence[str], label: str) -> list[str]:
-    """The label's ledger in the quota scope, then each scope total's (the quota scope's,
-    then the app's own, when it is capped)."""
+    """The label's ledger in the quota scope, then each scope total's (the quota scope's, then the capped app's own)."""
     return [keys.usage_key(scopes[0], label), *(keys.scope_total_key(scope) for scope in scopes)]
 
 
 def _ledger_set(config: EffectiveConfig, label: str) -> list[str]:
-    """The ledgers a hold of ``label`` adds to: its quota ledgers and, in ORG scope, the
-    app's own scope total's, which each of its holds adds to and so bounds to its share of
-    the scope's headroom (an uncapped app's, of its holds alone)."""
+    """The ledgers a hold of ``label`` adds to: its quota ledgers and, in ORG scope, the app's own scope total's,
+    which bounds the app to its share of the scope's headroom (an uncapped app's, of its holds alone)."""
     ledgers = _quota_ledgers(config.counted_scopes, label)
     if config.app_counter is not None and keys.scope_total_key(config.app_counter) not in ledgers:
         ledgers.append(keys.scope_total_key(config.app_counter))
@@ -103,11 +99,10 @@ def void_actions(scopes: Sequence[str], label: str, day: str, settled: int) -> l
 
 
 def worst_case(config: EffectiveConfig, label: str, request: ReservationRequest, day: str) -> int | None:
-    """The most the call can cost on ``label``, priced in the request's ``calling_region``
-    as its settling record will be (else as model selection prices it), at its service tier,
-    latency-optimized or not, at the long-context rate when its bounds are over the model's
-    threshold, and every cache write at the dearer of the 5-minute and 1-hour rates; None when
-    the label cannot be priced now or the request is over its token caps."""
+    """The most the call can cost on ``label``, priced in the request's ``calling_region`` as its settling record will
+    be (else as model selection prices it), at its service tier, latency-optimized or not, at the long-context rate
+    when its bounds are over the model's threshold, and every cache write at the dearer of the 5-minute and 1-hour
+    rates; None when the label cannot be priced now or the request is over its token caps."""
     max_input, max_output = get_config().token_caps(label)
     over_caps = max(request.max_input_tokens, request.max_cache_write_input_tokens) > max_input
     if over_caps or request.max_output_tokens > max_output or profiles.known_label(config, label) is None:
@@ -174,10 +169,9 @@ class _Rooms(NamedTuple):
         return [room - size for room in self.base]
 
     def lease_size(self, wanted: int, amount: int) -> int:
-        """What to lease: ``wanted``, at most ``1 / LEFT_SLICES`` of what any ledger has left (so
-        the containers' slices together keep little of it), or the call's ``amount`` alone near
-        a cap: when that leaves under two calls, or the lease would leave under ``NEAR_PERCENT``
-        of a ledger's limit (the last of a cap is granted call by call)."""
+        """What to lease: ``wanted``, at most ``1 / LEFT_SLICES`` of what any ledger has left (so the containers'
+        slices together keep little of it), or the call's ``amount`` alone near a cap: when that leaves under two
+        calls, or the lease would leave under ``NEAR_PERCENT`` of a ledger's limit."""
         size = min(wanted, min(self.left) // slices.LEFT_SLICES)
         limits = zip(self.left, self.limits, strict=True)
         near = any(have - size < limit * slices.NEAR_PERCENT // 100 for have, limit in limits)
@@ -208,11 +202,10 @@ def _rooms(config: EffectiveConfig, label: str, amount: int, ledgers: list[str],
 
 
 def _try_hold(config: EffectiveConfig, day: str, label: str, amount: int, ttl_secs: int, now: datetime) -> Attempt:
-    """Hold ``amount`` on ``label`` if its quota, the scope's total cap and (ORG scope) the
-    app's daily cap and its share of the scope's headroom all have room: from this
-    container's slice when it covers the call (one PutItem), else with one transaction that
-    puts the hold and leases a new slice (or, near a cap, exactly the call's amount), netting
-    the container's old slice and pending refunds of those ledgers into it."""
+    """Hold ``amount`` on ``label`` if its quota, the scope's total cap and (ORG scope) the app's daily cap and its
+    share of the scope's headroom all have room: from this container's slice when it covers the call (one PutItem),
+    else with one transaction that puts the hold and leases a new slice (or, near a cap, exactly the call's amount),
+    netting the container's old slice and pending refunds of those ledgers into it."""
     kept, ledgers = slices.current(), _ledger_set(config, label)
     key, fingerprint = (day, tuple(ledgers)), _fingerprint(config, label)
     kind = "o" if config.scope == keys.org_key(config.org_id) else "a"
@@ -268,10 +261,9 @@ def _try_hold(config: EffectiveConfig, day: str, label: str, amount: int, ttl_se
 
 
 def _net(claim: slices.Claim, size: int, rooms: list[int], hold: dict) -> None:
-    """Put ``hold`` and ADD ``size`` less the claim's free slice and pending refunds to each
-    ledger of the claim's set, each under its room for ``size`` plus what the write gives
-    back to it (given back in the same write, so it is room); the claim's other deltas ride
-    along unconditioned (each a refund: it only lowers ``committed``)."""
+    """Put ``hold`` and ADD ``size`` less the claim's free slice and pending refunds to each ledger of the claim's
+    set, each under its room for ``size`` plus what the write gives back to it (given back in the same write, so it is
+    room); the claim's other deltas ride along unconditioned (each a refund: it only lowers ``committed``)."""
     day, usage_keys = claim.key
     refunds = claim.refunds()
     parts = []
@@ -309,9 +301,8 @@ def flush(kept: slices.Slices | None = None, force: bool = False) -> None:
 
 
 def _end_hold(day: str, item: dict) -> bool:
-    """Delete a live hold and give its amount back to its ledgers, at most once (the delete
-    is conditional): True when this call ended it; ``store.Conflict`` to retry. A hold of a
-    slice gives it back later, netted into this container's next ledger write."""
+    """Delete a live hold and give its amount back to its ledgers, at most once (the delete is conditional): True when
+    this call ended it; ``store.Conflict`` to retry. A slice's hold gives it back later (``FROM_SLICE``)."""
     delete = store.delete_hold({"scope_key": item["scope_key"], "date_key": item["date_key"]})
     refund = {ledger: (-int(item["amount_usd_micros"]), 0) for ledger in _held_ledgers(item, day)}
     if not item.get(FROM_SLICE):
@@ -335,11 +326,10 @@ def sweep(scope: str, day: str, now: datetime) -> int:
 
 
 def reserve(org_id: str, app_id: str, request: ReservationRequest, now: datetime | None = None) -> dict:
-    """``POST .../reservations``: the 201 body; 429 ``QUOTA_EXCEEDED`` when no label (the
-    first in the ordering, or the given one) and the scope's total cap can hold the call's
-    worst case, even after ending expired holds (``sweep``). The 429 tells what was held
-    when each label was read: with nothing held, a refusal is final until a quota changes;
-    otherwise a hold may yet settle below its amount and free headroom."""
+    """``POST .../reservations``: the 201 body; 429 ``QUOTA_EXCEEDED`` when no label (the first in the ordering, or
+    the given one) and the scope's total cap can hold the call's worst case, even after ending expired holds
+    (``sweep``). The 429 tells what was held when each label was read: with nothing held, a refusal is final until a
+    quota changes; otherwise a hold may yet settle below its amount and free headroom."""
     now = now or utc_now()
     profiles.check_calling_region(request.calling_region)
     bounds = (request.max_input_tokens, request.max_output_tokens, request.max_cache_write_input_tokens)
@@ -404,13 +394,10 @@ def release(org_id: str, app_id: str, reservation_id: str) -> None:
 
 
 class Settlement:
-    """The settlement of one usage record carrying a ``reservation_id``: extra actions for
-    the usage write's transaction (``metering.record``), rebuilt on each attempt so a hold
-    ended meanwhile (released, expired) is then counted as plain reserved-path spend.
-
-    Whatever the hold's state, the record's actual cost is ADDed to its day's ledgers
-    (``committed`` and ``settled``); a hold still live is deleted and its amount taken back.
-    """
+    """The settlement of one usage record carrying a ``reservation_id``: extra actions for the usage write's
+    transaction (``metering.record``), rebuilt on each attempt so a hold ended meanwhile (released, expired) is then
+    counted as plain reserved-path spend. Whatever the hold's state, the record's actual cost is ADDed to its day's
+    ledgers (``committed`` and ``settled``); a hold still live is deleted and its amount taken back."""
 
     def __init__(self, config: EffectiveConfig, submission, reservation_id: str, holds: Mapping | None = None):
         self.rid = parse_issued(reservation_id)
@@ -446,9 +433,8 @@ class Settlement:
             self.settled_amount = int(self.item["amount_usd_micros"])
             actions.append(store.delete_hold(self.key))
             slices.add(deltas, {ledger: (-self.settled_amount, 0) for ledger in _held_ledgers(self.item, self.rid.day)})
-        # a hold of a slice: what gives room back (and settled spend beside it) waits in the
-        # container, netted into its next ledger write (``counted``); what takes room (cost
-        # above the hold, another day's spend) is written now
+        # a hold of a slice: what gives room back (and settled spend beside it) waits in the container, netted into
+        # its next ledger write (``counted``); what takes room (cost above the hold, another day's spend) is written now
         sliced = self.item is not None and self.item.get(FROM_SLICE)
         self.deferred = {ledger: tuple(delta) for ledger, delta in deltas.items() if sliced and delta[0] <= 0}
         return actions + [
@@ -463,9 +449,8 @@ class Settlement:
         return 0 if held is None else max(0, self.submission.cost_usd_micros - held)
 
     def counted(self, config: EffectiveConfig, duplicate: bool, now: datetime) -> None:
-        """After the write: a slice hold's refund handed to the container (``actions``; a
-        duplicate's write ended nothing), and actual cost above the hold raises
-        ``OVER_RESERVATION`` (never failing the record: it is counted; a failed alert is logged)."""
+        """After the write: a slice hold's refund handed to the container (``actions``; a duplicate's write ended
+        nothing), and actual cost above the hold raises ``OVER_RESERVATION``."""
         if not duplicate and self.deferred:
             self.kept.defer(self.deferred)
         self.deferred = {}
@@ -499,7 +484,6 @@ def settlement(
 
 
 def parse_issued(reservation_id: str) -> ReservationId:
-    """``reservation_id`` parsed; 400 when it is not one this service issues."""
     rid = ReservationId.parse(reservation_id)
     if rid is None:
         raise invalid_request("reservation_id is not one this service issued", reservation_id=reservation_id[:80])

@@ -1,8 +1,7 @@
-"""Model selection: which label a client should call right now.
+"""Model selection: which label a client should call right now, by the pure rules of ``quota``.
 
-The rules are the pure ones of ``quota``; this module reads what they need (StickyState and
-the DailyTotals in one BatchGetItem, the live items in tight mode), writes StickyState only
-when the choice moves forward, and shapes the reply.
+It reads what the rules need (StickyState and the DailyTotals in one BatchGetItem, the live items in tight mode),
+writes StickyState only when the choice moves forward, and shapes the reply.
 """
 
 from __future__ import annotations
@@ -51,9 +50,6 @@ def describe(decision: Decision, ordering) -> str:
     return f"{ordering[decision.index - 1].capitalize()} quota exceeded, using {decision.label} tier"
 
 
-# --- reading and moving the day's choice -------------------------------------------
-
-
 def _sticky(item: dict | None) -> Sticky | None:
     return Sticky(frozenset(item.get("passed_labels", ()))) if item else None
 
@@ -90,9 +86,8 @@ class Snapshot(NamedTuple):
 def current_decision(
     config: EffectiveConfig, day: str, now: datetime, consistent: bool = False, also: Iterable[tuple[str, str]] = ()
 ) -> Snapshot:
-    """Read sticky state and totals in one BatchGetItem (with ``also``'s (usage_key, yyyymmdd)
-    totals for the caller), decide, and move sticky state forward when needed. In tight mode
-    the lagging totals are topped up with the live items, bounding a burst's overshoot."""
+    """Decide on one read (with ``also``'s (usage_key, yyyymmdd) totals for the caller), moving sticky state forward
+    when needed. In tight mode the lagging totals are topped up with the live items, bounding a burst's overshoot."""
     usage_keys = [keys.usage_key(config.scope, label) for label in config.model_ordering]
     app_counter = config.app_counter if config.app_daily_cap_usd_micros is not None else None
     day_keys = [*usage_keys, *scope_usage_keys(config.scope), *(scope_usage_keys(app_counter) if app_counter else ())]
@@ -228,13 +223,11 @@ class Carried(NamedTuple):
 
 
 def carried(config: EffectiveConfig, now: datetime, also: Iterable[tuple[str, str]]) -> Carried:
-    """The selection a usage answer carries, read together with the totals of ``also`` it shows."""
     snapshot = current_decision(config, org_day(config.timezone, now), now, also=also)
     return Carried(answer(snapshot, now)[0] if snapshot.decision.index is not None else None, snapshot.items)
 
 
 def recommend(config: EffectiveConfig, now: datetime, consistent: bool = False) -> tuple[dict, dict]:
-    """(body, headers) of a selection for ``config`` now; 429 ``QUOTA_EXCEEDED`` when all is spent."""
     return answer(current_decision(config, org_day(config.timezone, now), now, consistent=consistent), now)
 
 

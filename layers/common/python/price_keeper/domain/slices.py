@@ -1,14 +1,11 @@
-"""A container's slices of a quota's headroom (docs/hard-cap.md, "Slices"), leased as rate
-limits lease requests (``ratelimit``): the local state only; ``reservations`` writes the ledgers.
+"""A container's slices of a quota's headroom, leased as rate limits lease requests (``ratelimit``): the local state
+only; ``reservations`` writes the ledgers. See docs/hard-cap.md, "Slices".
 
-A *ledger set* is the ledgers one hold adds to, on one org day. A slice of its headroom is
-leased with one transaction under the per-call hold's conditions, then holds are granted from
-it locally (one PutItem each); the ends of those holds are kept as *pending* ledger deltas,
-netted into the container's next ledger write. Both are inside ``committed`` already: headroom
-this container keeps from the others, never headroom it may hand out twice, so a container
-that dies leaks them (refusals early, never an overshoot).
-
-One ``Slices`` is one container; ``DEFAULT`` is the Lambda's, ``container`` gives a thread its own.
+A *ledger set* is the ledgers one hold adds to, on one org day. A slice of its headroom is leased with one transaction
+under the per-call hold's conditions, then holds are granted from it locally (one PutItem each); the ends of those
+holds are kept as *pending* ledger deltas, netted into the container's next ledger write. Both are inside
+``committed`` already: headroom this container keeps from the others, never headroom it may hand out twice, so a
+container that dies leaks them (refusals early, never an overshoot).
 """
 
 from __future__ import annotations
@@ -107,10 +104,9 @@ class Slices:
             return True
 
     def next_size(self, key: SetKey, amount: int) -> int:
-        """The next lease: the call alone when the container has held nothing on the set
-        lately (a lone call leaves nothing behind, as ``ratelimit`` leases no more than was
-        used), else twice what it held since, between ``LEASE_MIN_CALLS`` and
-        ``LEASE_MAX_CALLS`` calls of ``amount``."""
+        """The next lease: the call alone when the container has held nothing on the set lately (a lone call leaves
+        nothing behind, as ``ratelimit`` leases no more than was used), else twice what it held since, between
+        ``LEASE_MIN_CALLS`` and ``LEASE_MAX_CALLS`` calls of ``amount``."""
         with self._lock:
             held = self._sets.get(key)
             granted = held.granted if held else 0
@@ -163,10 +159,9 @@ class Slices:
             self._pending_since = self.clock()
 
     def due(self, force: bool = False) -> list[Claim]:
-        """What should be written back now (all when ``force``): each free slice unused for
-        ``IDLE_SECS`` (its growth starts over) or leased ``MAX_AGE_SECS`` ago, and every
-        pending delta once the oldest has waited ``PENDING_SECS``, or ``IDLE_SECS`` in a
-        container that held nothing for as long (one that only settles, or went quiet)."""
+        """What should be written back now (all when ``force``): each free slice unused for ``IDLE_SECS`` or leased
+        ``MAX_AGE_SECS`` ago, and every pending delta once the oldest has waited ``PENDING_SECS``, or ``IDLE_SECS`` in
+        a container that held nothing for as long (one that only settles, or went quiet)."""
         now = self.clock()
         claims = []
         with self._lock:
@@ -197,7 +192,6 @@ _current: ContextVar[Slices | None] = ContextVar("hold_slices", default=None)
 
 
 def current() -> Slices:
-    """This context's container (``container``), else the process's."""
     return _current.get() or DEFAULT
 
 
