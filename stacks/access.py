@@ -154,7 +154,7 @@ _TABLES: dict[str, Grants] = {
     "pricing_fetcher": merge(PRICE_STORE, PRICE_QUOTE, REPRICE),
     "reconciliation": RECONCILIATION_READ,
     # domain.reconciliation: the labels' models and prices (effective config, profiles,
-    # PricingCache) and UNREPORTED_USAGE (alerts.fire_unreported_usage)
+    # PricingCache) and UNREPORTED_USAGE (alerts.fire_once)
     "reconciler": merge(RECONCILE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE, ALERT_FIRE),
     # domain.bill: the metered side of reconciliation, priced the same way
     "bill": merge(RECONCILE, EFFECTIVE_CONFIG, PROFILE_LOOKUP, PRICE_QUOTE),

@@ -61,9 +61,6 @@ class Alert:
         return keys.alert_date_key(day, self.type, self.model_id or self.label or _NO_PART, threshold)
 
 
-# --- detection (pure) ----------------------------------------------------------------
-
-
 def due_alerts(
     ordering: Sequence[str],
     quotas: Mapping[str, int],
@@ -101,9 +98,6 @@ def due_alerts(
     if (ordering and active == len(ordering)) or (total_quota is not None and total >= total_quota):
         due.append(Alert(ALL_EXHAUSTED))
     return due
-
-
-# --- the record and the event ----------------------------------------------------------
 
 
 def _record(scope: str, config: EffectiveConfig | None, day: str, alert: Alert, now: datetime) -> dict | None:
@@ -191,33 +185,15 @@ def evaluate_and_fire(
     return _fire(config, day, candidates, now)
 
 
-def fire_unpriced_model(
-    config: EffectiveConfig, day: str, label: str, model_id: str, region: str | None, now: datetime
-) -> list[Alert]:
-    """``UNPRICED_MODEL`` for the scope, day and model (once): after counting a record at the estimate."""
-    return _fire(config, day, [Alert(UNPRICED_MODEL, label, model_id=model_id, region=region)], now)
-
-
-def fire_unreported_usage(
-    config: EffectiveConfig | None,
-    day: str,
-    model_id: str,
-    region: str,
-    unmetered_usd_micros: int,
-    bedrock_usd_micros: int,
-    now: datetime,
-) -> list[Alert]:
-    """``UNREPORTED_USAGE`` for a model and UTC day (once), on ``config``'s scope or ``OPERATOR_SCOPE``:
-    ``spend_usd_micros`` is the unmetered estimate, ``quota_usd_micros`` Bedrock's whole count."""
-    alert = Alert(
-        UNREPORTED_USAGE, None, None, unmetered_usd_micros, bedrock_usd_micros, model_id=model_id, region=region
-    )
-    return _fire(config, day, [alert], now)
-
-
-def fire_over_reservation(config: EffectiveConfig, day: str, label: str, now: datetime) -> list[Alert]:
-    """``OVER_RESERVATION`` for the scope, day and label (once): a settlement cost more than it held."""
-    return _fire(config, day, [Alert(OVER_RESERVATION, label)], now)
+def fire_once(config: EffectiveConfig | None, day: str, alert: Alert, now: datetime) -> bool:
+    """Record and publish ``alert`` for ``config``'s scope (else ``OPERATOR_SCOPE``) and day, once; whether this
+    call published it. A failure is logged, not raised: what fired it (a record counted, a result kept) is done,
+    and the next such event tries again."""
+    try:
+        return bool(_fire(config, day, [alert], now))
+    except Exception:  # noqa: BLE001 - only the alert is late
+        logger.exception(f"{alert.type} alert failed", extra={"model_id": alert.model_id, "label": alert.label})
+        return False
 
 
 def _fire(config: EffectiveConfig | None, day: str, candidates: Sequence[Alert], now: datetime) -> list[Alert]:
@@ -281,9 +257,6 @@ def spend_pcts(report: RunReport, now: datetime) -> list[float]:
         quotas.append((report.scope_cost(scope, day, spends), config.total_quota))
         pcts += [quota_pct(spend, quota) for spend, quota in quotas if quota > 0]
     return pcts
-
-
-# --- GET .../alerts -----------------------------------------------------------------
 
 
 def list_alerts(org_id: str, date_text: str | None) -> dict:

@@ -405,12 +405,9 @@ def _after_counting(
     if settle is not None:
         settle.counted(config, outcome.duplicate, now)
     if outcome.price_source == pricing.ESTIMATE and not outcome.duplicate:
-        try:
-            alerts.fire_unpriced_model(
-                config, submission.day, submission.label, submission.quote.model_id, submission.quote.region, now
-            )
-        except Exception:  # noqa: BLE001 - the usage is counted; only its alert is late
-            logger.exception("UNPRICED_MODEL alert failed", extra={"model_id": submission.quote.model_id})
+        quote = submission.quote
+        unpriced = alerts.Alert(alerts.UNPRICED_MODEL, submission.label, model_id=quote.model_id, region=quote.region)
+        alerts.fire_once(config, submission.day, unpriced, now)
 
 
 def _daily_status(config: EffectiveConfig, label: str, day: str, item: dict | None) -> dict:

@@ -17,7 +17,6 @@ from typing import NamedTuple
 from ..aws import cloudwatch, stack_region
 from ..config import GEOGRAPHIC, GLOBAL, IN_REGION, get_config
 from ..errors import ApiError, invalid_request
-from ..observability import logger
 from ..store import keys
 from ..store import reconciliation as store
 from ..timeutil import iso_utc, utc_now
@@ -228,12 +227,11 @@ def _alert(
             config = orgs.effective_config(*label.owner)
         except ApiError:
             config = None
-    try:
-        alerts.fire_unreported_usage(
-            config, day.strftime("%Y%m%d"), model_id, region, unmetered_cost, bedrock_cost, now
-        )
-    except Exception:  # noqa: BLE001 - the result is kept; the next run retries the alert
-        logger.exception("UNREPORTED_USAGE alert failed", extra={"model_id": model_id})
+    # spend_usd_micros: the unmetered estimate; quota_usd_micros: Bedrock's whole count
+    alert = alerts.Alert(
+        alerts.UNREPORTED_USAGE, None, None, unmetered_cost, bedrock_cost, model_id=model_id, region=region
+    )
+    alerts.fire_once(config, day.strftime("%Y%m%d"), alert, now)
 
 
 def run(now: datetime | None = None) -> list[dict]:

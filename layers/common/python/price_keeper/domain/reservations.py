@@ -459,10 +459,7 @@ class Settlement:
         if not over:
             return
         logger.warning("usage above its reservation", extra={"reservation_id": self.reservation_id, "over": over})
-        try:
-            alerts.fire_over_reservation(config, self.submission.day, self.submission.label, now)
-        except Exception:  # noqa: BLE001 - the usage is counted; only its alert is late
-            logger.exception("OVER_RESERVATION alert failed", extra={"reservation_id": self.reservation_id})
+        alerts.fire_once(config, self.submission.day, alerts.Alert(alerts.OVER_RESERVATION, self.submission.label), now)
 
     def summary(self, duplicate: bool) -> dict:
         """The usage reply's ``reservation`` field."""
