@@ -68,9 +68,6 @@ def _dummy_hash() -> bytes:
     return bcrypt.hashpw(b"unknown-client", bcrypt.gensalt(_bcrypt_rounds()))
 
 
-# --- secrets -----------------------------------------------------------------------
-
-
 def new_client_secret() -> str:
     return base64.b64encode(secrets.token_bytes(32)).decode()
 
@@ -92,9 +89,6 @@ def require_provisioning_key(presented: str | None) -> None:
     if not presented or not hmac.compare_digest(presented.encode(), secrets_store.provisioning_key().encode()):
         raise ApiError(401, "UNAUTHORIZED", "Missing or invalid X-API-Key")
     audit.note(authenticated=True)
-
-
-# --- clients -----------------------------------------------------------------------
 
 
 class Principal(NamedTuple):
@@ -166,9 +160,6 @@ def authenticate_client(
         raise unauthorized("Invalid client credentials")
     ratelimit.refund(failure)
     return Authenticated(principal, not_after)
-
-
-# --- tokens ------------------------------------------------------------------------
 
 
 def now_ms() -> int:
@@ -346,9 +337,6 @@ def cutoff_update(client_id: str, before_ms: int, effective_at: int | None = Non
 def forget_cutoff(client_id: str) -> None:
     """Drop this container's cached cutoff after writing a new one."""
     _cutoffs.discard(client_id)
-
-
-# --- the authorizer step of every runtime endpoint ---------------------------------
 
 
 def authenticate_bearer(authorization: str | None, along: Callable[[dict], ReadAlong | None] | None = None) -> dict:
