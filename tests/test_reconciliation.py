@@ -146,6 +146,7 @@ def test_the_aggregator_marks_a_label_total_per_hour_without_another_write(tenan
     assert (counts.requests, counts.input_tokens) == (1, 20)
 
 
+@pytest.mark.slow  # volume: 50 reports folded over a day of 25 hours
 def test_a_label_total_folded_in_every_hour_of_its_day_stays_under_one_write_unit(aws):
     """The 25 hour marks of a label folded in every hour of a day of 25 (New York's 1 November
     2026, when clocks go back), of the longest app id: packed, the label total stays under

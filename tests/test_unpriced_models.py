@@ -483,10 +483,12 @@ def test_a_record_of_no_tokens_counted_at_the_estimate_leaves_nothing_to_reprice
     assert len(list(usage_store.estimated_records(LLAMA))) == 1  # a record with tokens still has one
 
 
-def test_repricing_reads_the_backlog_a_page_at_a_time(api, tenant, bus, dynamodb_calls, fold_stream):
+def test_repricing_reads_the_backlog_a_page_at_a_time(api, tenant, bus, dynamodb_calls, fold_stream, monkeypatch):
     """Read whole, the backlog was held in memory at once (~1.9 KB a record: a 512 MB fetcher
     failed near 250k, every run, before re-pricing any). Each page is re-priced before the
-    next is read, so the fetcher holds one page; every record is still corrected once."""
+    next is read, so the fetcher holds one page; every record is still corrected once. (Pages
+    of 20 here, 100 deployed: the same path.)"""
+    monkeypatch.setattr(usage_store, "ESTIMATED_PAGE", 20)
     assert register(api, tenant, "llama", arn=LLAMA_US).status == 201
     backlog = usage_store.ESTIMATED_PAGE + 50
     record = {"model_label": "llama", "calling_region": "us-east-1", "bedrock_model_id": LLAMA}
