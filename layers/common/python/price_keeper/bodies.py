@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from . import ratelimit
-from .validation import APP_ID_PATTERN, REGION_PATTERN, StrictBody, is_uuid
+from .validation import APP_ID_PATTERN, REGION_PATTERN, Credential, StrictBody, Token, TokenTypeHint, is_uuid
 
 MAX_USD_MICROS = 2**63 - 1  # the spec's CostAmount is a 64-bit integer
 
@@ -258,11 +258,6 @@ class RevokeTokensRequest(StrictBody):
 
 
 # --- tokens (the JSON requests; the same as OAuth2 forms: http/oauth.py) -----------------
-
-# Far above any id or token this service issues; longer input is refused before any work.
-Credential = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-Token = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
-TokenTypeHint = Literal["access_token", "refresh_token"] | None
 
 
 class TokenRequest(StrictBody):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, StringConstraints
 
 # app ids and profile labels: no '#', so no id can reach into another tenant's keys.
 APP_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -48,3 +49,10 @@ class StrictBody(Schema):
     and no unknown fields, so a misspelt setting is a 400 instead of silently ignored."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# The token endpoints' fields, JSON (``bodies``) or OAuth2 forms (``http.oauth``): far above any
+# id or token this service issues, so longer input is refused before any work.
+Credential = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+Token = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+TokenTypeHint = Literal["access_token", "refresh_token"] | None

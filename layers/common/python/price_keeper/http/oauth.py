@@ -36,11 +36,10 @@ from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from pydantic import ConfigDict, Field, ValidationError
 
 from .. import ratelimit, routes
-from ..bodies import Credential, Token, TokenTypeHint
 from ..domain import auth, orgs
 from ..errors import ApiError, validation_details
 from ..routes import Route
-from ..validation import Schema
+from ..validation import Credential, Schema, Token, TokenTypeHint
 from . import replies
 
 CONTENT_TYPE = "application/x-www-form-urlencoded"
