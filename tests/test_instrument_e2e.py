@@ -167,13 +167,20 @@ def test_enforce_refuses_a_spent_label_before_bedrock_and_route_calls_the_fallba
     assert row["bedrock"]["invocations"] == 1
 
 
+def instrumented_runtime(tenant, label: str):
+    """(keeper, an application profile of Nova Lite registered as ``label``, a bedrock-runtime
+    client instrumented to report its calls under that label)."""
+    guard = keeper(tenant)
+    profile = app_profile(tenant, LITE, label)
+    runtime = aws("bedrock-runtime", tenant.base_url)
+    instrument(runtime, guard, labels={profile: label})
+    return guard, profile, runtime
+
+
 def test_langchain_chat_bedrock_converse(tenant):
     from langchain_aws import ChatBedrockConverse
 
-    guard = keeper(tenant)
-    profile = app_profile(tenant, LITE, "langchain")
-    runtime = aws("bedrock-runtime", tenant.base_url)
-    instrument(runtime, guard, labels={profile: "langchain"})
+    guard, profile, runtime = instrumented_runtime(tenant, "langchain")
     chat = ChatBedrockConverse(
         model=profile,
         provider="amazon",
@@ -210,10 +217,7 @@ def test_llamaindex_bedrock_converse(tenant):
     from llama_index.core.llms import ChatMessage
     from llama_index.llms.bedrock_converse import BedrockConverse
 
-    guard = keeper(tenant)
-    profile = app_profile(tenant, LITE, "llamaindex")
-    runtime = aws("bedrock-runtime", tenant.base_url)
-    instrument(runtime, guard, labels={profile: "llamaindex"})
+    guard, profile, runtime = instrumented_runtime(tenant, "llamaindex")
     llm = BedrockConverse(
         model=LITE, application_inference_profile_arn=profile, client=runtime, max_tokens=40, region_name="us-east-1"
     )
