@@ -433,7 +433,7 @@ def sizes_as_a_day_grows(org_id: str, app_id: str, counts: tuple[int, ...] = (1,
             item_size(as_plain(record["dynamodb"]["NewImage"]))
             for records in read.values()
             for record in records
-            if record["dynamodb"]["Keys"]["date_key"] == {"S": keys.DEDUP_SORT_KEY} and "NewImage" in record["dynamodb"]
+            if keys.is_marker(record["dynamodb"]["Keys"]["date_key"]["S"]) and "NewImage" in record["dynamodb"]
         )
         fold_all(stream, read)
         usage_key, date_key = keys.usage_key(config.scope, "premium"), keys.day_key(org_day(TZ, now))

@@ -228,7 +228,7 @@ def test_aggregator_resumes_after_a_failed_run_without_double_counting(api, monk
         assert api.post(f"{tenant.app_path}/usage", usage_body(), token=tenant.token).status == 202
     event = reader.event()
     records, shard_id = event["Records"], event["shardId"]
-    markers = [r for r in records if r["dynamodb"]["Keys"]["date_key"]["S"].startswith(keys.MARKER_PREFIX)]
+    markers = [r for r in records if keys.is_marker(r["dynamodb"]["Keys"]["date_key"]["S"])]
     assert len(markers) == 3
     fail_calls("TransactWriteItems", 1, code="InternalServerError", after=1)  # the second scope's chunk fails
     reply = deliver(records, shard_id)

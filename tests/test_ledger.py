@@ -116,7 +116,7 @@ def operations(calls: list[tuple[str, dict]]) -> dict[str, int]:
 
 def markers(batch: list[dict]) -> list[dict]:
     """The ledger's records of a stream batch (not the index entries of its first records)."""
-    return [record for record in batch if record["dynamodb"]["Keys"]["date_key"]["S"].startswith(keys.MARKER_PREFIX)]
+    return [record for record in batch if keys.is_marker(record["dynamodb"]["Keys"]["date_key"]["S"])]
 
 
 def _records(batch: list[dict]):

@@ -126,7 +126,7 @@ def marker_of(org_id: str, app_id: str, request_id: str) -> dict:
 
 
 def dedup_items() -> list[dict]:
-    return [item for item in all_items(tables.USAGE_AGG_SHARDED) if item["date_key"].startswith(keys.MARKER_PREFIX)]
+    return [item for item in all_items(tables.USAGE_AGG_SHARDED) if keys.is_marker(item["date_key"])]
 
 
 def daily_total(scope: str, label: str, day: str) -> dict | None:

@@ -66,7 +66,7 @@ def changes(records: Sequence[DynamoDBRecord]) -> list[Change]:
         stream, event = record.dynamodb, record.event_name
         if stream is None or event is None or event.name not in ("INSERT", "MODIFY") or not (new := stream.new_image):
             continue
-        if not str(stream.keys.get("date_key", "")).startswith(keys.MARKER_PREFIX):
+        if not keys.is_marker(stream.keys.get("date_key", "")):
             continue
         before, after = counted(stream.old_image), counted(new)
         if before == after:

@@ -190,6 +190,11 @@ def page_key(key: dict, page: int) -> dict:
 MARKER_PREFIX = "APP#"  # the sort key of every usage marker, and of nothing else in UsageAggSharded
 
 
+def is_marker(date_key: str) -> bool:
+    """Whether a UsageAggSharded sort key is a usage marker's."""
+    return str(date_key).startswith(MARKER_PREFIX)
+
+
 def dedup_key(org_id: str, app_id: str, request_id: str) -> str:
     """A record's identity: the app and its ``request_id`` (not the quota scope or the day,
     so a ``request_id`` stays a duplicate whatever the org's ``quota_scope`` or timezone
