@@ -92,7 +92,7 @@ def test_the_total_cap_must_hold_the_reservation_too(api):
 
 def test_spend_without_a_reservation_on_another_label_takes_room_from_the_total_cap(api, fold_stream):
     """The scope's unreserved spend is over every label, the config labels too, whose totals
-    are kept apart from the scope total (``EffectiveConfig.apart_labels``)."""
+    are kept apart from the scope total (``orgs.config_labels_ever``)."""
     t = tenant()
     set_total_cap(t.org_id, 6_000)
     standard = usage_body(model_label="standard", bedrock_model_id="amazon.nova-2-lite-v1:0", input_tokens=10_000)

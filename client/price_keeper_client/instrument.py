@@ -329,12 +329,7 @@ def body_usage(body: Any) -> dict:
     if isinstance(usage, dict):
         if "inputTokens" in usage or "outputTokens" in usage:
             return usage
-        return {
-            "inputTokens": usage.get("input_tokens", 0),
-            "outputTokens": usage.get("output_tokens", 0),
-            "cacheReadInputTokens": usage.get("cache_read_input_tokens", 0),
-            "cacheWriteInputTokens": usage.get("cache_creation_input_tokens", 0),
-        }
+        return {ours: usage.get(theirs, 0) for theirs, ours in _ANTHROPIC_COUNTS.items()}
     return {}
 
 

@@ -14,7 +14,6 @@ from functools import lru_cache
 from typing import NamedTuple
 
 import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.loaders import create_loader
 
@@ -22,6 +21,7 @@ from .. import state
 from ..config import GEOGRAPHIC, GLOBAL, IN_REGION
 from ..errors import invalid_request, service_unavailable
 from ..observability import logger
+from . import RETRIES
 
 PROFILE_ARN = re.compile(
     r"^arn:(?P<partition>aws|aws-cn|aws-us-gov):bedrock:(?P<region>[a-z]{2}(-gov)?-[a-z]+-\d):(?P<account>\d{12}):"
@@ -52,7 +52,7 @@ def bedrock_client(region: str):
     return boto3.client(
         "bedrock",
         region_name=region,
-        config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=5),
+        config=RETRIES,
     )
 
 

@@ -17,7 +17,7 @@ from ..cache import etag
 from ..errors import not_found
 from ..store import config_items, daily_totals, keys, usage
 from ..timeutil import iso_utc, org_date, utc_now
-from . import boosts, profiles, reports
+from . import boosts, orgs, profiles, reports
 from .aggregation import Totals, read_daily_totals, scope_totals
 from .orgs import EffectiveConfig
 from .quota import Total, decide, quota_pct, quota_status
@@ -85,7 +85,7 @@ def daily_aggregates(org_id: str, app_id: str | None, date_text: str | None = No
     labels, scopes = _labels_and_scopes(config, whole_org_of_apps)
     total_keys = [keys.scope_total_key(scope) for scope in scopes]
     # config labels the scope totals leave apart are not listed on them: read, shown if spent on
-    apart = [label for label in config.apart_labels if label not in labels]
+    apart = [label for label in orgs.config_labels_ever() if label not in labels]
     usage_keys = [*(keys.usage_key(scope, label) for scope in scopes for label in [*labels, *apart]), *total_keys]
     read = read_daily_totals(usage_keys, day, include_heartbeat=True).with_ledgers(usage_keys, day)
     if wanted != today and not read.totals:

@@ -226,7 +226,7 @@ class ScopeDay(NamedTuple):
         return {"usage_key": keys.scope_total_key(self.scope), "date_key": self.date_key}
 
     def in_scope_total(self, label: str) -> bool:
-        """Whether the scope total counts ``label``: not a config label (``EffectiveConfig.apart_labels``)."""
+        """Whether the scope total counts ``label``: not a config label (``orgs.config_labels_ever``)."""
         return label not in orgs.config_labels_ever()
 
     def is_today(self, now: datetime) -> bool:

@@ -83,12 +83,6 @@ class EffectiveConfig(NamedTuple):
     def quota(self, label: str) -> int:
         return int(self.quotas.get(label, 0))
 
-    @property
-    def apart_labels(self) -> tuple[str, ...]:
-        """The labels the scope totals leave out (readers add their own totals): every label
-        config.yaml has or had, so folding one is a write of its label total alone."""
-        return config_labels_ever()
-
 
 def check_ids(org_id: str, app_id: str | None = None) -> None:
     """400 for path ids that cannot be keys (before anything touches the store)."""

@@ -139,7 +139,7 @@ def spend_rows(org_id: str, first_day: str | None, last_day: str | None, app_id:
     extra_keys = [
         UsageKey(scope, label)
         for scope in scopes
-        for label in sorted((listed.get(scope.scope, set()) | set(scope.apart_labels)) - set(scope.model_ordering))
+        for label in sorted((listed.get(scope.scope, set()) | set(config_labels)) - set(scope.model_ordering))
     ]
     _check_rows(len(usage_keys) + len(extra_keys), (last - first).days + 1)
     if extra_keys:
