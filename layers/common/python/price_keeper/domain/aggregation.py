@@ -392,7 +392,8 @@ def audit_label_days(label_days: Iterable[LabelDay], now: datetime) -> RunReport
     every = scope_days_of(label_days, configs_of({keys.split_usage_key(usage_key)[0] for usage_key, _ in label_days}))
     scope_days = [scope_day for scope_day in every if scope_day.is_today(now)]
     report = RunReport(days=sorted({keys.day_of_key(scope_day.date_key) for scope_day in every}))
-    snapshot = read_for_fold(scope_days)
+    # nothing is folded: the alerts' labels, the scope totals and the sticky labels, not every listed label's total
+    snapshot = read_for_fold([scope_day._replace(label_days=[]) for scope_day in scope_days])
     for scope_day in scope_days:
         stored = snapshot.totals.get((scope_day.total_key["usage_key"], scope_day.date_key), {})
         report_moved(report, scope_day, snapshot, [], int(stored.get("cost_usd_micros", 0)))
