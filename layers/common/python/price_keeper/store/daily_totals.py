@@ -70,11 +70,9 @@ def fold_read(total_keys: Iterable[dict]) -> Read:
     )
 
 
-def progress(item: dict) -> tuple[int, int]:
-    """How far a total has come, in an order every fold raises: the
-    generation (``requests`` + 2 x ``voids``: +1 for a record, +1 for a void), then the
-    corrections."""
-    return int(item.get("requests", 0)) + 2 * int(item.get(VOIDS, 0)), int(item.get(CORRECTIONS, 0))
+def _folded(item: dict) -> bool:
+    """Whether some fold has written this total: it counts a record or a void."""
+    return int(item.get("requests", 0)) + int(item.get(VOIDS, 0)) > 0
 
 
 def lists_apart_beyond(scope_total: dict, label_totals: dict[str, dict], config_labels: Collection[str]) -> bool:
@@ -82,11 +80,9 @@ def lists_apart_beyond(scope_total: dict, label_totals: dict[str, dict], config_
     ``label_totals`` (label -> its total of that day, as a reader holds them). Each folded
     label but a config label (``config_labels``: every label config.yaml has or had, kept
     apart from the scope total) is listed once, in an item, in the transaction that first
-    folds it: items counted no more than the held totals with a fold (``progress`` past 0)
+    folds it: items counted no more than the held totals with a fold (``_folded``)
     of other labels mean the items name none other."""
-    folded_apart = sum(
-        1 for label, item in label_totals.items() if label not in config_labels and progress(item)[0] > 0
-    )
+    folded_apart = sum(1 for label, item in label_totals.items() if label not in config_labels and _folded(item))
     return int(scope_total.get(LISTED, 0)) > folded_apart
 
 

@@ -28,7 +28,7 @@ from typing import NamedTuple
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..errors import RETRYABLE_CODES, error_code
+from ..errors import is_retryable
 from ..observability import logger
 from . import keys, tables
 from .daily_totals import RESERVING
@@ -155,11 +155,9 @@ def _send_once(actions: list[dict], token: str) -> list[dict] | None:
     for attempt in range(UNSURE_ATTEMPTS):
         try:
             return transact(actions, ClientRequestToken=token)
-        except ClientError as error:
-            if error_code(error) not in RETRYABLE_CODES:
+        except (ClientError, BotoCoreError) as error:
+            if not is_retryable(error):
                 raise  # a definite answer: nothing was applied
-            unsure = error
-        except BotoCoreError as error:
             unsure = error
         logger.warning("ledger write unanswered; sent again under its token", extra={"attempt": attempt})
         _backoff(attempt)
